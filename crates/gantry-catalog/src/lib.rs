@@ -1,0 +1,156 @@
+//! GPU models and MIG geometry as data.
+//!
+//! The key decision: the catalog is the reference file `data/gpu-catalog.json` embedded verbatim
+//! (sources and `unverified` flags kept), parsed once on first use and checked for
+//! self-consistency, instead of tables written in code. Updating a model is a data change with a
+//! source, not a code change. The cost: a malformed edit to the file is caught by the
+//! consistency tests and at load, not by the compiler.
+//!
+//! Runtime truth is NVML on the node; the agent should prefer what the driver reports when a GPU
+//! is reachable. The engine and the simulator use this catalog.
+
+mod load;
+pub mod mig;
+
+use gantry_types::{Bytes, MilliGpu};
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+pub use load::CatalogError;
+pub use mig::{MigGeometry, MigLayoutError, MigProfile, PlacedInstance};
+
+/// Index of a model in the catalog (dense, stable for one catalog value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ModelId(pub u16);
+
+/// How a model's GPUs are usually wired to each other on one node; the fleet file's default for
+/// `nvlink = "auto"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NvlinkFabric {
+    /// HGX/DGX baseboard: every GPU reaches every other through NVSwitch.
+    Switch,
+    /// Optional NVLink bridges between pairs of cards.
+    Bridge,
+    /// No NVLink.
+    None,
+}
+
+/// One GPU model.
+#[derive(Clone, Debug)]
+pub struct GpuModel {
+    pub id: String,
+    pub nvml_names: Vec<String>,
+    pub aliases: Vec<String>,
+    /// As written in the reference, e.g. `Hopper (GH100)`.
+    pub architecture: String,
+    pub compute_capability: (u32, u32),
+    pub memory: Bytes,
+    pub sm_count: Option<u32>,
+    pub mig: Option<MigGeometry>,
+    pub nvlink: NvlinkFabric,
+    pub unverified: bool,
+    pub unverified_fields: Vec<String>,
+    pub sources: Vec<String>,
+}
+
+impl GpuModel {
+    /// Lowercase architecture family: `hopper`, `ampere`, `volta`, ...
+    pub fn architecture_family(&self) -> String {
+        self.architecture.split_whitespace().next().unwrap_or("").to_ascii_lowercase()
+    }
+
+    pub fn mig_capable(&self) -> bool {
+        self.mig.is_some()
+    }
+
+    /// Compute of one MIG instance of `profile` on this model.
+    pub fn mig_milli(&self, profile: &MigProfile) -> MilliGpu {
+        let geometry = self.mig.as_ref().expect("a MIG profile implies MIG geometry");
+        MilliGpu(profile.compute_slices as u32 * 1000 / geometry.compute_slices as u32)
+    }
+
+    /// Memory of one MIG instance: its share of memory slices of the card's memory. Monotonic in
+    /// slices and equal to the profile's nominal name on the common cards (1g.10gb = 10GiB on an
+    /// A100-80GB); the driver's reported figure is slightly lower and is NVML's business.
+    pub fn mig_memory(&self, profile: &MigProfile) -> Bytes {
+        let geometry = self.mig.as_ref().expect("a MIG profile implies MIG geometry");
+        Bytes(self.memory.0 / geometry.memory_slices as u64 * profile.memory_slices as u64)
+    }
+
+    /// Every name this model answers to (id, NVML names, aliases).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.id.as_str())
+            .chain(self.nvml_names.iter().map(String::as_str))
+            .chain(self.aliases.iter().map(String::as_str))
+    }
+}
+
+/// All known GPU models, with lookups.
+#[derive(Clone, Debug)]
+pub struct Catalog {
+    models: Vec<GpuModel>,
+    /// Normalized name (id, NVML name, alias) → model.
+    by_name: BTreeMap<String, ModelId>,
+}
+
+impl Catalog {
+    /// The catalog built into this binary. Panics only if the embedded file is inconsistent,
+    /// which the crate's tests rule out.
+    pub fn embedded() -> &'static Catalog {
+        static CATALOG: OnceLock<Catalog> = OnceLock::new();
+        CATALOG.get_or_init(|| {
+            Catalog::from_json(load::EMBEDDED_CATALOG, load::EMBEDDED_NVML_NAMES)
+                .expect("embedded GPU catalog is self-consistent (checked by tests)")
+        })
+    }
+
+    /// Parse and check a catalog from the reference JSON and the NVML-name overlay.
+    pub fn from_json(catalog_json: &str, nvml_names_json: &str) -> Result<Catalog, CatalogError> {
+        load::parse(catalog_json, nvml_names_json)
+    }
+
+    pub fn models(&self) -> &[GpuModel] {
+        &self.models
+    }
+
+    pub fn model(&self, id: ModelId) -> &GpuModel {
+        &self.models[id.0 as usize]
+    }
+
+    /// Look up by catalog id, NVML product name or alias; case and `NVIDIA `/`Tesla ` prefixes
+    /// do not matter.
+    pub fn lookup(&self, name: &str) -> Option<ModelId> {
+        self.by_name.get(&normalize(name)).copied()
+    }
+
+    /// Models answering to a glob pattern on any of their names.
+    pub fn matching(&self, pattern: &gantry_types::ModelPattern) -> Vec<ModelId> {
+        (0..self.models.len())
+            .map(|i| ModelId(i as u16))
+            .filter(|&id| self.model(id).names().any(|n| pattern.matches(n)))
+            .collect()
+    }
+
+    /// Does any model in the catalog offer this MIG profile name?
+    pub fn any_model_has_profile(&self, profile: &str) -> bool {
+        self.models.iter().any(|m| m.mig.as_ref().is_some_and(|g| g.profile(profile).is_some()))
+    }
+
+    /// Largest memory of any model (for "larger than any GPU" checks).
+    pub fn max_memory(&self) -> Bytes {
+        self.models.iter().map(|m| m.memory).max().unwrap_or_default()
+    }
+}
+
+/// Lowercase, `NVIDIA `/`Tesla ` prefix dropped, spaces and underscores as dashes.
+pub(crate) fn normalize(name: &str) -> String {
+    let lower = name.trim().to_ascii_lowercase();
+    let stripped = lower
+        .strip_prefix("nvidia ")
+        .or_else(|| lower.strip_prefix("tesla "))
+        .unwrap_or(&lower);
+    stripped.replace([' ', '_'], "-")
+}
+
+#[cfg(test)]
+mod tests;

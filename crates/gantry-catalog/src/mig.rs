@@ -1,0 +1,190 @@
+//! MIG geometry: which GPU-instance layouts a model can hold.
+//!
+//! A layout is legal when every instance sits at one of its profile's legal starts on the
+//! memory-slice axis, no two instances overlap, no profile exceeds its instance limit, the
+//! compute slices add up to at most the GPU's, the GPU-instance count stays within its limit, and
+//! at most one instance owns the media engines (`+me`). Each broken rule has its own error, so a
+//! fleet file that asks for 4 × 3g.20gb on an A100-40GB is told which rule it broke.
+
+use gantry_types::MigInstanceSpec;
+
+/// The MIG table of one model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigGeometry {
+    pub compute_slices: u8,
+    pub memory_slices: u8,
+    pub max_gpu_instances: u8,
+    pub profiles: Vec<MigProfile>,
+}
+
+/// One GPU-instance profile, e.g. `3g.40gb`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigProfile {
+    pub name: String,
+    /// What `nvidia-smi mig -lgip` prints and NVML's create calls take.
+    pub profile_id: u32,
+    pub compute_slices: u8,
+    pub memory_slices: u8,
+    pub memory_gb_nominal: u32,
+    pub max_instances: u8,
+    /// Legal start positions on the memory-slice axis.
+    pub starts: Vec<u8>,
+    /// Memory slices occupied from the start.
+    pub placement_size: u8,
+    pub media_extensions: bool,
+    pub unverified: bool,
+}
+
+impl MigProfile {
+    /// The `<G>` of `[<C>c.]<G>g.<M>gb[+…]`.
+    pub fn compute_slices_in_name(&self) -> Option<u8> {
+        let base = self.name.rsplit('.').find(|part| part.ends_with('g'))?;
+        base.trim_end_matches('g').parse().ok()
+    }
+
+    /// Memory-slice bit mask of an instance at `start`.
+    pub fn mask_at(&self, start: u8) -> u16 {
+        (((1u32 << self.placement_size) - 1) << start) as u16
+    }
+}
+
+/// An instance of a validated layout: index into `MigGeometry::profiles` plus its start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PlacedInstance {
+    pub profile: u8,
+    pub start: u8,
+}
+
+/// A MIG layout that breaks a rule of the model's geometry. The message names the rule.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MigLayoutError {
+    #[error("{model} has no MIG profile {profile}; it offers {available}")]
+    UnknownProfile { model: String, profile: String, available: String },
+    #[error(
+        "{profile} cannot start at memory slice {start} on {model} (rule: legal placements; starts are {legal:?})"
+    )]
+    IllegalStart { model: String, profile: String, start: u8, legal: Vec<u8> },
+    #[error("{count} × {profile} on {model}: at most {max} fit (rule: max instances per profile)")]
+    TooManyOfProfile { model: String, profile: String, count: usize, max: u8 },
+    #[error(
+        "{first} at {first_start} and {second} at {second_start} overlap on {model} (rule: instances may not share memory slices)"
+    )]
+    Overlap { model: String, first: String, first_start: u8, second: String, second_start: u8 },
+    #[error("layout uses {used} compute slices, {model} has {available} (rule: compute slices)")]
+    ComputeSlicesExceeded { model: String, used: u32, available: u8 },
+    #[error("layout has {count} GPU instances, {model} allows {max} (rule: max GPU instances)")]
+    TooManyInstances { model: String, count: usize, max: u8 },
+    #[error("{count} instances own media engines (+me); {model} allows one (rule: one +me instance)")]
+    MediaExtensionsTwice { model: String, count: usize },
+}
+
+impl MigGeometry {
+    pub fn profile(&self, name: &str) -> Option<&MigProfile> {
+        self.profiles.iter().find(|p| p.name.eq_ignore_ascii_case(name))
+    }
+
+    pub fn profile_index(&self, name: &str) -> Option<u8> {
+        self.profiles.iter().position(|p| p.name.eq_ignore_ascii_case(name)).map(|i| i as u8)
+    }
+
+    /// Check a layout against every rule; on success return it in canonical order (by start).
+    pub fn validate_layout(
+        &self,
+        model: &str,
+        instances: &[MigInstanceSpec],
+    ) -> Result<Vec<PlacedInstance>, MigLayoutError> {
+        let mut placed = Vec::with_capacity(instances.len());
+        for spec in instances {
+            let index = self.profile_index(&spec.profile).ok_or_else(|| MigLayoutError::UnknownProfile {
+                model: model.into(),
+                profile: spec.profile.clone(),
+                available: self.profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+            })?;
+            let profile = &self.profiles[index as usize];
+            if !profile.starts.contains(&spec.start) {
+                return Err(MigLayoutError::IllegalStart {
+                    model: model.into(),
+                    profile: profile.name.clone(),
+                    start: spec.start,
+                    legal: profile.starts.clone(),
+                });
+            }
+            placed.push(PlacedInstance { profile: index, start: spec.start });
+        }
+        self.check_counts(model, &placed)?;
+        self.check_overlaps(model, &placed)?;
+        placed.sort_by_key(|p| (p.start, p.profile));
+        Ok(placed)
+    }
+
+    fn check_counts(&self, model: &str, placed: &[PlacedInstance]) -> Result<(), MigLayoutError> {
+        for (index, profile) in self.profiles.iter().enumerate() {
+            let count = placed.iter().filter(|p| p.profile as usize == index).count();
+            if count > profile.max_instances as usize {
+                return Err(MigLayoutError::TooManyOfProfile {
+                    model: model.into(),
+                    profile: profile.name.clone(),
+                    count,
+                    max: profile.max_instances,
+                });
+            }
+        }
+        if placed.len() > self.max_gpu_instances as usize {
+            return Err(MigLayoutError::TooManyInstances {
+                model: model.into(),
+                count: placed.len(),
+                max: self.max_gpu_instances,
+            });
+        }
+        let used: u32 = placed.iter().map(|p| self.profiles[p.profile as usize].compute_slices as u32).sum();
+        if used > self.compute_slices as u32 {
+            return Err(MigLayoutError::ComputeSlicesExceeded {
+                model: model.into(),
+                used,
+                available: self.compute_slices,
+            });
+        }
+        let media = placed.iter().filter(|p| self.profiles[p.profile as usize].media_extensions).count();
+        if media > 1 {
+            return Err(MigLayoutError::MediaExtensionsTwice { model: model.into(), count: media });
+        }
+        Ok(())
+    }
+
+    fn check_overlaps(&self, model: &str, placed: &[PlacedInstance]) -> Result<(), MigLayoutError> {
+        for (i, a) in placed.iter().enumerate() {
+            let pa = &self.profiles[a.profile as usize];
+            for b in &placed[i + 1..] {
+                let pb = &self.profiles[b.profile as usize];
+                if pa.mask_at(a.start) & pb.mask_at(b.start) != 0 {
+                    return Err(MigLayoutError::Overlap {
+                        model: model.into(),
+                        first: pa.name.clone(),
+                        first_start: a.start,
+                        second: pb.name.clone(),
+                        second_start: b.start,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The lowest legal start at which one more instance of `profile` can join `layout` with
+    /// every rule still holding, if any. The planner and the property tests build layouts with it.
+    pub fn free_start(&self, layout: &[PlacedInstance], profile: u8) -> Option<u8> {
+        let p = &self.profiles[profile as usize];
+        let occupied = layout.iter().fold(0u16, |m, i| m | self.profiles[i.profile as usize].mask_at(i.start));
+        let same = layout.iter().filter(|i| i.profile == profile).count();
+        let compute: u32 = layout.iter().map(|i| self.profiles[i.profile as usize].compute_slices as u32).sum();
+        let media = layout.iter().any(|i| self.profiles[i.profile as usize].media_extensions);
+        if same >= p.max_instances as usize
+            || layout.len() >= self.max_gpu_instances as usize
+            || compute + p.compute_slices as u32 > self.compute_slices as u32
+            || (media && p.media_extensions)
+        {
+            return None;
+        }
+        p.starts.iter().copied().find(|&s| p.mask_at(s) & occupied == 0)
+    }
+}

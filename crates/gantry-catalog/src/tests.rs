@@ -1,0 +1,153 @@
+use super::*;
+use gantry_types::MigInstanceSpec;
+use proptest::prelude::*;
+
+fn layout(spec: &[(&str, u8)]) -> Vec<MigInstanceSpec> {
+    spec.iter().map(|&(p, s)| MigInstanceSpec { profile: p.into(), start: s }).collect()
+}
+
+fn geometry(model: &str) -> &'static MigGeometry {
+    let catalog = Catalog::embedded();
+    let id = catalog.lookup(model).expect("model in catalog");
+    catalog.model(id).mig.as_ref().expect("MIG-capable")
+}
+
+#[test]
+fn every_reference_model_is_in_the_catalog() {
+    let reference: serde_json::Value =
+        serde_json::from_str(load::EMBEDDED_CATALOG).expect("reference parses");
+    let ids: Vec<&str> = reference["gpus"].as_array().expect("gpus").iter().filter_map(|g| g["id"].as_str()).collect();
+    assert_eq!(ids.len(), 16);
+    for id in ids {
+        assert!(Catalog::embedded().lookup(id).is_some(), "{id} missing");
+    }
+}
+
+#[test]
+fn lookups_by_id_nvml_name_and_alias() {
+    let c = Catalog::embedded();
+    let h100 = c.lookup("H100-SXM5-80GB").expect("id");
+    let cases = [
+        "NVIDIA H100 80GB HBM3",
+        "nvidia h100 80gb hbm3",
+        "h100-sxm5-80gb",
+        "H800-SXM5-80GB",
+    ];
+    for name in cases {
+        assert_eq!(c.lookup(name), Some(h100), "{name}");
+    }
+    assert_eq!(c.model(c.lookup("Tesla T4").expect("nvml")).id, "T4-16GB");
+    assert_eq!(c.model(c.lookup("A100-PCIE-40GB").expect("alias")).id, "A100-SXM4-40GB");
+    assert_eq!(c.lookup("GeForce RTX 4090"), None);
+}
+
+#[test]
+fn sources_and_unverified_flags_are_kept() {
+    let c = Catalog::embedded();
+    let a100 = c.model(c.lookup("A100-SXM4-80GB").expect("id"));
+    assert!(a100.unverified);
+    assert!(!a100.sources.is_empty());
+    assert!(a100.mig.as_ref().expect("mig").profiles.iter().all(|p| p.unverified));
+    let h100 = c.model(c.lookup("H100-SXM5-80GB").expect("id"));
+    assert!(h100.mig.as_ref().expect("mig").profiles.iter().all(|p| !p.unverified));
+}
+
+#[test]
+fn same_as_models_inherit_the_mig_table() {
+    let c = Catalog::embedded();
+    let pcie = c.model(c.lookup("A100-PCIE-80GB").expect("id"));
+    let sxm = c.model(c.lookup("A100-SXM4-80GB").expect("id"));
+    assert_eq!(pcie.mig, sxm.mig);
+}
+
+#[test]
+fn every_placement_table_is_self_consistent() {
+    for model in Catalog::embedded().models() {
+        let Some(g) = &model.mig else {
+            assert!(!model.mig_capable());
+            continue;
+        };
+        if g.memory_slices == 8 {
+            assert_eq!(g.compute_slices, 7, "{}", model.id);
+        }
+        for p in &g.profiles {
+            for &s in &p.starts {
+                assert!(s + p.placement_size <= g.memory_slices, "{} {} start {s}", model.id, p.name);
+            }
+            // max_instances is reachable: instances of this profile alone, added greedily, reach it.
+            let idx = g.profile_index(&p.name).expect("own profile");
+            let mut placed = Vec::new();
+            while let Some(start) = g.free_start(&placed, idx) {
+                placed.push(PlacedInstance { profile: idx, start });
+            }
+            assert_eq!(placed.len(), p.max_instances as usize, "{} {}", model.id, p.name);
+        }
+    }
+}
+
+#[test]
+fn non_mig_models_have_no_geometry() {
+    let c = Catalog::embedded();
+    for id in ["T4-16GB", "L4-24GB", "V100-32GB", "A10-24GB", "L40S-48GB"] {
+        assert!(c.model(c.lookup(id).expect("id")).mig.is_none(), "{id}");
+    }
+}
+
+#[test]
+fn four_3g_on_an_a100_40gb_break_the_instance_limit() {
+    let err = geometry("A100-SXM4-40GB")
+        .validate_layout("A100-SXM4-40GB", &layout(&[("3g.20gb", 0), ("3g.20gb", 4), ("3g.20gb", 0), ("3g.20gb", 4)]))
+        .expect_err("4 x 3g.20gb cannot fit");
+    assert!(matches!(err, MigLayoutError::TooManyOfProfile { max: 2, count: 4, .. }), "{err:?}");
+    assert!(err.to_string().contains("at most 2 fit (rule: max instances per profile)"), "{err}");
+}
+
+#[test]
+fn legal_layouts_from_the_issue() {
+    let cases: [(&str, &str, &[(&str, u8)]); 4] = [
+        ("3x2g+1x1g on A100-80GB", "A100-SXM4-80GB", &[("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)]),
+        ("4g+3g on A100-80GB", "A100-SXM4-80GB", &[("4g.40gb", 0), ("3g.40gb", 4)]),
+        ("7x1g on H100", "H100-SXM5-80GB", &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)]),
+        ("7g whole on A30? no: 4g on A30", "A30-24GB", &[("4g.24gb", 0)]),
+    ];
+    for (name, model, spec) in cases {
+        let result = geometry(model).validate_layout(model, &layout(spec));
+        assert!(result.is_ok(), "{name}: {result:?}");
+    }
+}
+
+#[test]
+fn illegal_layouts_name_their_rule() {
+    let cases: [(&str, &str, &[(&str, u8)], &str); 6] = [
+        ("overlap", "A100-SXM4-80GB", &[("3g.40gb", 0), ("4g.40gb", 0)], "rule: instances may not share"),
+        ("bad start", "H100-SXM5-80GB", &[("1g.10gb", 7)], "rule: legal placements"),
+        ("unknown profile", "H100-SXM5-80GB", &[("1g.5gb", 0)], "has no MIG profile 1g.5gb"),
+        ("8 x 1g", "H100-SXM5-80GB", &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6), ("1g.10gb", 6)], "rule: max instances per profile"),
+        ("two +me", "H100-SXM5-80GB", &[("1g.10gb+me", 0), ("1g.10gb+me", 1)], "max instances per profile"),
+        ("compute", "A100-SXM4-80GB", &[("4g.40gb", 0), ("2g.20gb", 4), ("1g.20gb", 6), ("1g.10gb", 6)], "rule: compute slices"),
+    ];
+    for (name, model, spec, needle) in cases {
+        let err = geometry(model).validate_layout(model, &layout(spec)).expect_err(name);
+        assert!(err.to_string().contains(needle), "{name}: {err}");
+    }
+}
+
+proptest! {
+    /// Whatever order profiles are requested in, every layout `free_start` builds is legal.
+    #[test]
+    fn layouts_built_by_free_start_are_always_legal(model_pick in 0usize..16, picks in proptest::collection::vec(0u8..16, 0..24)) {
+        let c = Catalog::embedded();
+        let mig_models: Vec<&GpuModel> = c.models().iter().filter(|m| m.mig.is_some()).collect();
+        let model = mig_models[model_pick % mig_models.len()];
+        let g = model.mig.as_ref().expect("mig");
+        let mut placed = Vec::new();
+        for pick in picks {
+            let profile = pick % g.profiles.len() as u8;
+            if let Some(start) = g.free_start(&placed, profile) {
+                placed.push(PlacedInstance { profile, start });
+            }
+        }
+        let spec: Vec<MigInstanceSpec> = placed.iter().map(|p| MigInstanceSpec { profile: g.profiles[p.profile as usize].name.clone(), start: p.start }).collect();
+        prop_assert!(g.validate_layout(&model.id, &spec).is_ok());
+    }
+}

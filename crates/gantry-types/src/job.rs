@@ -1,0 +1,184 @@
+//! What a job asks for, in gantry's one model. Dialects (Kubernetes resource names, `#SBATCH`)
+//! are translated into this at the edge.
+
+use crate::quantity::{Bytes, MilliCpu, MilliGpu};
+use serde::{Deserialize, Serialize};
+
+/// A job: task groups whose tasks are all placed together or not at all (a gang).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    pub name: String,
+    pub queue: String,
+    pub priority: i32,
+    pub groups: Vec<TaskGroup>,
+}
+
+impl Job {
+    pub fn task_count(&self) -> u32 {
+        self.groups.iter().map(|g| g.replicas).sum()
+    }
+}
+
+/// `replicas` identical tasks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskGroup {
+    pub name: String,
+    pub replicas: u32,
+    pub resources: TaskResources,
+}
+
+/// What one task needs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskResources {
+    pub cpu: MilliCpu,
+    pub memory: Bytes,
+    pub gpu: Option<GpuRequest>,
+    /// Acceptable GPU models (globs over catalog ids and aliases); empty = any model.
+    pub models: Vec<ModelPattern>,
+    /// CEL expression over `device` attributes; see docs/formats.md.
+    pub selector: Option<String>,
+    pub isolation: Isolation,
+    pub topology: Topology,
+    /// Taints this task tolerates, as `key` or `key=value` (effect ignored).
+    pub tolerations: Vec<String>,
+}
+
+/// The GPU part of a task's request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum GpuRequest {
+    /// `count` whole GPUs on one node.
+    Whole { count: u32 },
+    /// One MIG instance of this profile (e.g. `1g.10gb`).
+    Mig { profile: String },
+    /// A fraction of one GPU: compute share plus memory, through MPS or time-slicing.
+    Share { milli: MilliGpu, memory: Bytes, mode: ShareMode },
+    /// Only a memory size: the engine picks the smallest unit that fits.
+    Memory { memory: Bytes },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ShareMode {
+    Mps,
+    TimeSlice,
+    Any,
+}
+
+/// How strongly the task must be isolated from its neighbours on a GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Isolation {
+    /// Whole GPU or MIG instance only (memory and fault isolation in hardware).
+    Hard,
+    /// Also MPS (memory limit, no fault isolation).
+    Soft,
+    /// Anything, time-slicing included.
+    #[default]
+    None,
+}
+
+impl Isolation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Hard => "hard",
+            Isolation::Soft => "soft",
+            Isolation::None => "none",
+        }
+    }
+}
+
+/// Where the GPUs of a task group should sit relative to each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    pub within: TopologyLevel,
+    /// Required: fail rather than spread wider. Preferred: tightest level available wins.
+    pub required: bool,
+}
+
+impl Default for Topology {
+    /// Multi-GPU work prefers one NVLink domain, falling back level by level.
+    fn default() -> Self {
+        Topology { within: TopologyLevel::Nvlink, required: false }
+    }
+}
+
+/// Topology levels, tightest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TopologyLevel {
+    Nvlink,
+    Numa,
+    Node,
+    Rack,
+    /// Anywhere in the fleet (only as an achieved level, never requested).
+    Fleet,
+}
+
+impl TopologyLevel {
+    pub fn name(self) -> &'static str {
+        match self {
+            TopologyLevel::Nvlink => "nvlink",
+            TopologyLevel::Numa => "numa",
+            TopologyLevel::Node => "node",
+            TopologyLevel::Rack => "rack",
+            TopologyLevel::Fleet => "fleet",
+        }
+    }
+}
+
+/// A GPU model pattern: a glob (`*`, `?`) over catalog ids and aliases, case-insensitive.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ModelPattern(pub String);
+
+impl ModelPattern {
+    /// Does `name` match this glob? Case-insensitive, `*` = any run, `?` = one character.
+    pub fn matches(&self, name: &str) -> bool {
+        glob_match(self.0.to_ascii_lowercase().as_bytes(), name.to_ascii_lowercase().as_bytes())
+    }
+}
+
+fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    // Iterative matcher with single-star backtracking: linear in practice, no recursion.
+    let (mut p, mut t) = (0, 0);
+    let (mut star_p, mut star_t) = (usize::MAX, 0);
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star_p = p;
+            star_t = t;
+            p += 1;
+        } else if star_p != usize::MAX {
+            p = star_p + 1;
+            star_t += 1;
+            t = star_t;
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_case_insensitively() {
+        let cases = [
+            ("H100*", "H100-SXM5-80GB", true),
+            ("h100*", "H100-SXM5-80GB", true),
+            ("A100-*80GB", "A100-SXM4-80GB", true),
+            ("A100-*80GB", "A100-SXM4-40GB", false),
+            ("*", "T4-16GB", true),
+            ("T4-1?GB", "T4-16GB", true),
+            ("H100", "H100-SXM5-80GB", false),
+        ];
+        for (pattern, name, want) in cases {
+            assert_eq!(ModelPattern(pattern.into()).matches(name), want, "{pattern} vs {name}");
+        }
+    }
+}

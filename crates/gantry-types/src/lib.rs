@@ -1,0 +1,20 @@
+//! Plain data shared by every gantry crate.
+//!
+//! The key decision: everything here is inert data (serde only) — no I/O, no clock, no async — so
+//! the engine, the simulator, the controller and the CLI can all exchange the same values and a
+//! decision can be written down and replayed bit for bit. Validation lives where the knowledge
+//! is (`gantry-spec` for files, `gantry-catalog` for MIG geometry); these types only promise
+//! their units.
+
+pub mod fleet;
+pub mod job;
+pub mod outcome;
+pub mod quantity;
+
+pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
+pub use job::{
+    GpuRequest, Isolation, Job, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology,
+    TopologyLevel,
+};
+pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason};
+pub use quantity::{Bytes, MilliCpu, MilliGpu};

@@ -1,0 +1,233 @@
+//! What the engine decided for a job: where each task went, or typed reasons why it could not
+//! go anywhere. Reasons are data (DESIGN §3 rule 4); they are formatted only for display.
+
+use crate::job::{Isolation, TopologyLevel};
+use crate::quantity::{Bytes, MilliCpu, MilliGpu};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A placement or a refusal for one job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum JobOutcome {
+    Placed { tasks: Vec<TaskPlacement> },
+    Unplaced { reasons: Vec<ReasonCount> },
+}
+
+/// Where one task of a job went.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskPlacement {
+    pub group: String,
+    pub replica: u32,
+    pub node: String,
+    pub cpu: MilliCpu,
+    pub memory: Bytes,
+    pub gpus: Vec<GpuGrant>,
+}
+
+/// One GPU (or part of one) granted to a task. `gpu` is the GPU's index on its node.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum GpuGrant {
+    Whole { gpu: u32 },
+    Mig { gpu: u32, profile: String, start: u8 },
+    Mps { gpu: u32, milli: MilliGpu, memory: Bytes },
+    TimeSlice { gpu: u32, replicas: u32, milli: MilliGpu, memory: Bytes },
+}
+
+impl GpuGrant {
+    pub fn gpu(&self) -> u32 {
+        match self {
+            GpuGrant::Whole { gpu }
+            | GpuGrant::Mig { gpu, .. }
+            | GpuGrant::Mps { gpu, .. }
+            | GpuGrant::TimeSlice { gpu, .. } => *gpu,
+        }
+    }
+}
+
+impl fmt::Display for GpuGrant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuGrant::Whole { gpu } => write!(f, "gpu{gpu}"),
+            GpuGrant::Mig { gpu, profile, start } => write!(f, "gpu{gpu}/mig {profile}@{start}"),
+            GpuGrant::Mps { gpu, milli, memory } => write!(f, "gpu{gpu}/mps {milli} {memory}"),
+            GpuGrant::TimeSlice { gpu, replicas, memory, .. } => {
+                write!(f, "gpu{gpu}/time-slice x{replicas} {memory}")
+            }
+        }
+    }
+}
+
+/// A reason and on how many candidates (nodes, or gang attempts) it was the one that applied.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonCount {
+    pub reason: Reason,
+    pub count: u32,
+}
+
+/// Why a task could not be placed somewhere. Each variant carries what was needed and the
+/// closest thing that was available, so `why` can say how far off the job is.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum Reason {
+    /// No GPU in the candidate set has an acceptable model.
+    GpuModelMismatch { wanted: Vec<String> },
+    /// The device selector evaluated to false for every GPU class on the node.
+    SelectorRejected { selector: String },
+    /// A node taint the task does not tolerate.
+    TaintNotTolerated { taint: String },
+    InsufficientCpu { need: MilliCpu, free: MilliCpu },
+    InsufficientMemory { need: Bytes, free: Bytes },
+    /// Not enough wholly free GPUs of an acceptable model on one node.
+    InsufficientWholeGpus { need: u32, free: u32 },
+    /// The MIG profile exists nowhere on the candidate GPUs (e.g. a T4: no MIG support).
+    MigNotSupported { profile: String },
+    /// MIG GPUs exist but none has a free instance of this profile in its layout.
+    MigProfileUnavailable { profile: String },
+    /// No shareable GPU has this much compute left.
+    InsufficientShare { need: MilliGpu, free: MilliGpu },
+    /// No GPU or unit has this much memory left.
+    InsufficientGpuMemory { need: Bytes, free: Bytes },
+    /// Every MPS GPU with room already serves its maximum number of clients.
+    MpsClientsExhausted { max_clients: u32 },
+    /// The only GPUs with room are in a mode the task's isolation class forbids.
+    IsolationForbidsMode { isolation: Isolation, mode: String },
+    /// The GPUs exist, but not within the required topology level.
+    TopologyUnsatisfiable { within: TopologyLevel, need: u32 },
+    /// Part of the gang fit, but not all of it; nothing was kept.
+    GangIncomplete { placed: u32, total: u32 },
+    /// The bounded search stopped before visiting every node.
+    SearchLimitReached { nodes_visited: u32 },
+}
+
+impl Reason {
+    /// Reasons of the same kind and request collapse into one line in summaries; this is the
+    /// part that must match (the "available" side is merged by keeping the closest value).
+    fn same_kind(&self, other: &Reason) -> bool {
+        use Reason::*;
+        match (self, other) {
+            (GpuModelMismatch { wanted: a }, GpuModelMismatch { wanted: b }) => a == b,
+            (SelectorRejected { .. }, SelectorRejected { .. }) => true,
+            (TaintNotTolerated { taint: a }, TaintNotTolerated { taint: b }) => a == b,
+            (InsufficientCpu { need: a, .. }, InsufficientCpu { need: b, .. }) => a == b,
+            (InsufficientMemory { need: a, .. }, InsufficientMemory { need: b, .. }) => a == b,
+            (InsufficientWholeGpus { need: a, .. }, InsufficientWholeGpus { need: b, .. }) => a == b,
+            (MigNotSupported { profile: a }, MigNotSupported { profile: b }) => a == b,
+            (MigProfileUnavailable { profile: a }, MigProfileUnavailable { profile: b }) => a == b,
+            (InsufficientShare { need: a, .. }, InsufficientShare { need: b, .. }) => a == b,
+            (InsufficientGpuMemory { need: a, .. }, InsufficientGpuMemory { need: b, .. }) => a == b,
+            (MpsClientsExhausted { .. }, MpsClientsExhausted { .. }) => true,
+            (
+                IsolationForbidsMode { isolation: a, mode: m },
+                IsolationForbidsMode { isolation: b, mode: n },
+            ) => a == b && m == n,
+            (TopologyUnsatisfiable { within: a, .. }, TopologyUnsatisfiable { within: b, .. }) => {
+                a == b
+            }
+            (GangIncomplete { .. }, GangIncomplete { .. }) => true,
+            (SearchLimitReached { .. }, SearchLimitReached { .. }) => true,
+            _ => false,
+        }
+    }
+
+    /// Keep the value closest to satisfying the request.
+    fn absorb(&mut self, other: &Reason) {
+        use Reason::*;
+        match (self, other) {
+            (InsufficientCpu { free, .. }, InsufficientCpu { free: o, .. }) => *free = (*free).max(*o),
+            (InsufficientMemory { free, .. }, InsufficientMemory { free: o, .. }) => {
+                *free = (*free).max(*o)
+            }
+            (InsufficientWholeGpus { free, .. }, InsufficientWholeGpus { free: o, .. }) => {
+                *free = (*free).max(*o)
+            }
+            (InsufficientShare { free, .. }, InsufficientShare { free: o, .. }) => {
+                *free = (*free).max(*o)
+            }
+            (InsufficientGpuMemory { free, .. }, InsufficientGpuMemory { free: o, .. }) => {
+                *free = (*free).max(*o)
+            }
+            (GangIncomplete { placed, .. }, GangIncomplete { placed: o, .. }) => {
+                *placed = (*placed).max(*o)
+            }
+            (SearchLimitReached { nodes_visited }, SearchLimitReached { nodes_visited: o }) => {
+                *nodes_visited = (*nodes_visited).max(*o)
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Add `reason` to a summary, merging it with a reason of the same kind if one is there.
+/// Summaries are short (one entry per kind), so a linear scan is the fast path.
+pub fn add_reason(summary: &mut Vec<ReasonCount>, reason: Reason) {
+    if let Some(entry) = summary.iter_mut().find(|e| e.reason.same_kind(&reason)) {
+        entry.reason.absorb(&reason);
+        entry.count += 1;
+    } else {
+        summary.push(ReasonCount { reason, count: 1 });
+    }
+}
+
+impl fmt::Display for Reason {
+    /// Short, lowercase, no trailing period (STYLE: user-facing messages).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use Reason::*;
+        match self {
+            GpuModelMismatch { wanted } => write!(f, "no GPU of model {}", wanted.join(" | ")),
+            SelectorRejected { selector } => write!(f, "device selector `{selector}` matched no GPU"),
+            TaintNotTolerated { taint } => write!(f, "taint {taint} not tolerated"),
+            InsufficientCpu { need, free } => write!(f, "needs {need} CPU, at most {free} free"),
+            InsufficientMemory { need, free } => {
+                write!(f, "needs {need} memory, at most {free} free")
+            }
+            InsufficientWholeGpus { need, free } => {
+                write!(f, "needs {need} free whole GPUs on one node, at most {free}")
+            }
+            MigNotSupported { profile } => {
+                write!(f, "MIG profile {profile} needs a MIG-capable GPU in MIG mode; none offers it")
+            }
+            MigProfileUnavailable { profile } => {
+                write!(f, "no free MIG instance of profile {profile}")
+            }
+            InsufficientShare { need, free } => {
+                write!(f, "needs a {need} GPU share, at most {free} free on one GPU")
+            }
+            InsufficientGpuMemory { need, free } => {
+                write!(f, "needs {need} GPU memory, at most {free} free on one GPU")
+            }
+            MpsClientsExhausted { max_clients } => {
+                write!(f, "MPS GPUs already serve their {max_clients} clients")
+            }
+            IsolationForbidsMode { isolation, mode } => {
+                write!(f, "isolation {} forbids {mode} GPUs", isolation.name())
+            }
+            TopologyUnsatisfiable { within, need } => {
+                write!(f, "{need} GPUs do not fit within one {} domain", within.name())
+            }
+            GangIncomplete { placed, total } => {
+                write!(f, "only {placed} of {total} gang tasks fit; all-or-nothing, none placed")
+            }
+            SearchLimitReached { nodes_visited } => {
+                write!(f, "search stopped after {nodes_visited} nodes (bounded work)")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_of_one_kind_merge_keeping_the_closest_value() {
+        let mut summary = Vec::new();
+        add_reason(&mut summary, Reason::InsufficientWholeGpus { need: 4, free: 1 });
+        add_reason(&mut summary, Reason::InsufficientWholeGpus { need: 4, free: 3 });
+        add_reason(&mut summary, Reason::InsufficientCpu { need: MilliCpu(8000), free: MilliCpu(0) });
+        assert_eq!(summary.len(), 2);
+        assert_eq!(summary[0].count, 2);
+        assert_eq!(summary[0].reason, Reason::InsufficientWholeGpus { need: 4, free: 3 });
+    }
+}
