@@ -1,0 +1,302 @@
+//! Filter and options: can this node host one task of this group, and with which GPUs?
+//!
+//! A filter looks only at the state passed in (gangs pass a state that already holds the
+//! gang's earlier tasks). It answers with the GPU options worth scoring — one per GPU for a
+//! share, the tightest topology set for a multi-GPU task, the smallest unit for a memory-only
+//! request — or with the first typed reason the node fails on.
+
+use crate::ledger::Grant;
+use crate::limits::OPTIONS_PER_NODE_MAX;
+use crate::request::{CompiledGroup, GpuNeed};
+use crate::state::{ClusterState, GpuIdx, GpuState, NodeIdx, Units};
+use gantry_types::{Bytes, Isolation, MilliCpu, MilliGpu, Reason, TopologyLevel};
+
+/// A way to place one task on one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskOption {
+    pub grants: Vec<Grant>,
+    /// Tightest level that holds all of this task's GPUs.
+    pub level: TopologyLevel,
+    /// Memory of the unit granted, for memory-only requests (smallest unit wins).
+    pub unit_memory: u64,
+}
+
+/// Restricts the GPUs a task may use (a gang anchored in one NVLink domain or NUMA node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuScope {
+    Any,
+    NvlinkDomain(u32),
+    Numa(u32),
+}
+
+impl GpuScope {
+    fn admits(self, gpu: &GpuState) -> bool {
+        match self {
+            GpuScope::Any => true,
+            GpuScope::NvlinkDomain(d) => gpu.nvlink_domain == Some(d),
+            GpuScope::Numa(n) => gpu.numa == n,
+        }
+    }
+}
+
+/// Options for one task of `group` on `node`, or why there are none.
+pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+    out.clear();
+    let n = &state.nodes[node as usize];
+    if let Some(taint) = n.taints.iter().find(|t| t.effect != "PreferNoSchedule" && !tolerates(&group.tolerations, t)) {
+        return Err(Reason::TaintNotTolerated { taint: taint.to_string() });
+    }
+    if n.cpu_free < group.cpu {
+        return Err(Reason::InsufficientCpu { need: MilliCpu(group.cpu), free: MilliCpu(n.cpu_free) });
+    }
+    if n.memory_free < group.memory {
+        return Err(Reason::InsufficientMemory { need: Bytes(group.memory), free: Bytes(n.memory_free) });
+    }
+    let gpus = state.node_gpus(node);
+    match &group.gpu {
+        GpuNeed::None => {
+            out.push(TaskOption { grants: Vec::new(), level: TopologyLevel::Nvlink, unit_memory: 0 });
+            Ok(())
+        }
+        GpuNeed::Whole { count } => whole(gpus, n.gpu_first, n.whole_free, group, *count, scope, out),
+        GpuNeed::Mig { .. } => mig(gpus, n.gpu_first, group, scope, out),
+        GpuNeed::Share { milli, memory, mps, time_slice } => share(gpus, n.gpu_first, group, *milli, *memory, *mps, *time_slice, scope, out),
+        GpuNeed::Memory { memory } => memory_only(gpus, n.gpu_first, group, *memory, scope, out),
+    }
+}
+
+fn tolerates(tolerations: &[String], taint: &gantry_types::Taint) -> bool {
+    tolerations.iter().any(|t| match t.split_once('=') {
+        Some((k, v)) => k == taint.key && v == taint.value,
+        None => t == &taint.key,
+    })
+}
+
+/// The reason when no GPU of the node is of an acceptable class at all.
+fn class_reason(gpus: &[GpuState], group: &CompiledGroup) -> Reason {
+    if gpus.iter().any(|g| group.class_model_ok[g.class as usize]) {
+        Reason::SelectorRejected { selector: group.selector.clone().unwrap_or_default() }
+    } else {
+        Reason::GpuModelMismatch { wanted: group.models_wanted.clone() }
+    }
+}
+
+fn whole(gpus: &[GpuState], first: GpuIdx, node_whole_free: u32, group: &CompiledGroup, count: u32, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+    // Fast reject before touching GPUs: the node-level counter is an upper bound.
+    if node_whole_free < count {
+        if !gpus.iter().any(|g| group.class_ok[g.class as usize]) {
+            return Err(class_reason(gpus, group));
+        }
+        return Err(Reason::InsufficientWholeGpus { need: count, free: node_whole_free });
+    }
+    let eligible = |g: &GpuState| group.class_ok[g.class as usize] && g.wholly_free() && scope.admits(g);
+    // Whole-mode GPUs first; an idle MPS or time-sliced GPU is taken whole only when the
+    // whole-mode ones do not suffice (the admin meant those for sharing).
+    let mut free: Vec<(GpuIdx, &GpuState)> = gpus
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| eligible(g) && matches!(g.units, Units::Whole))
+        .map(|(offset, g)| (first + offset as GpuIdx, g))
+        .collect();
+    if (free.len() as u32) < count {
+        free = gpus.iter().enumerate().filter(|(_, g)| eligible(g)).map(|(offset, g)| (first + offset as GpuIdx, g)).collect();
+    }
+    if (free.len() as u32) < count {
+        if !gpus.iter().any(|g| group.class_ok[g.class as usize]) {
+            return Err(class_reason(gpus, group));
+        }
+        return Err(Reason::InsufficientWholeGpus { need: count, free: free.len() as u32 });
+    }
+    // Tightest domain first; within a level, the domain with the fewest free GPUs that still
+    // fits (best fit keeps large domains whole for large jobs).
+    let (level, chosen) = if let Some(set) = best_domain(&free, count, |g| g.nvlink_domain) {
+        (TopologyLevel::Nvlink, set)
+    } else if let Some(set) = best_domain(&free, count, |g| Some(g.numa)) {
+        (TopologyLevel::Numa, set)
+    } else {
+        // Spread over NUMA nodes: take from the NUMA node with the most free GPUs first.
+        let per_numa = |numa: u32| free.iter().filter(|(_, g)| g.numa == numa).count();
+        let mut ordered: Vec<(usize, u32, GpuIdx)> = free.iter().map(|(i, g)| (per_numa(g.numa), g.numa, *i)).collect();
+        ordered.sort_by_key(|&(n, numa, i)| (std::cmp::Reverse(n), numa, i));
+        free.clear();
+        (TopologyLevel::Node, ordered[..count as usize].iter().map(|&(_, _, i)| i).collect())
+    };
+    let level = if count <= 1 { TopologyLevel::Nvlink } else { level };
+    if group.topology.required && level > group.topology.within && group.topology.within < TopologyLevel::Node {
+        return Err(Reason::TopologyUnsatisfiable { within: group.topology.within, need: count });
+    }
+    let grants = chosen.into_iter().map(|gpu| Grant::Whole { gpu }).collect();
+    out.push(TaskOption { grants, level, unit_memory: 0 });
+    Ok(())
+}
+
+/// The first `count` GPUs of the smallest domain (by `key`) that has at least `count` free.
+fn best_domain(free: &[(GpuIdx, &GpuState)], count: u32, key: impl Fn(&GpuState) -> Option<u32>) -> Option<Vec<GpuIdx>> {
+    let mut domains: Vec<(u32, u32)> = Vec::new(); // (domain, free count)
+    for (_, g) in free {
+        if let Some(d) = key(g) {
+            match domains.iter_mut().find(|(id, _)| *id == d) {
+                Some(entry) => entry.1 += 1,
+                None => domains.push((d, 1)),
+            }
+        }
+    }
+    let &(domain, _) = domains.iter().filter(|(_, n)| *n >= count).min_by_key(|(d, n)| (*n, *d))?;
+    Some(free.iter().filter(|(_, g)| key(g) == Some(domain)).take(count as usize).map(|(i, _)| *i).collect())
+}
+
+fn mig(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+    let mut any_class = false;
+    let mut any_mig = false;
+    for (offset, g) in gpus.iter().enumerate() {
+        if !group.class_ok[g.class as usize] || !scope.admits(g) {
+            continue;
+        }
+        any_class = true;
+        let (Units::Mig { slots }, Some(profile)) = (&g.units, group.mig_profile[g.class as usize]) else { continue };
+        any_mig = true;
+        if let Some(slot) = slots.iter().position(|s| s.profile == profile && !s.taken) {
+            out.push(TaskOption { grants: vec![Grant::Mig { gpu: first + offset as GpuIdx, slot: slot as u8 }], level: TopologyLevel::Nvlink, unit_memory: slots[slot].memory });
+            if out.len() >= OPTIONS_PER_NODE_MAX {
+                break;
+            }
+        }
+    }
+    let profile = match &group.gpu {
+        GpuNeed::Mig { profile } => profile.clone(),
+        _ => unreachable!("mig() is only called for MIG requests"),
+    };
+    match (out.is_empty(), any_class, any_mig) {
+        (false, _, _) => Ok(()),
+        (true, false, _) => Err(class_reason(gpus, group)),
+        (true, true, false) => Err(Reason::MigNotSupported { profile }),
+        (true, true, true) => Err(Reason::MigProfileUnavailable { profile }),
+    }
+}
+
+/// Time-slice replicas needed for `milli` on a GPU cut into `replicas` (at least one).
+fn replicas_for(milli: u32, replicas: u32) -> u32 {
+    (milli * replicas).div_ceil(1000).max(1)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn share(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, milli: u32, memory: u64, mps: bool, time_slice: bool, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+    let mut best_free_milli = 0;
+    let mut best_free_memory = 0;
+    let mut blocked = None;
+    let mut any_class = false;
+    let mut forbidden_mode = None;
+    for (offset, g) in gpus.iter().enumerate() {
+        if !group.class_ok[g.class as usize] || !scope.admits(g) {
+            continue;
+        }
+        any_class = true;
+        let gpu = first + offset as GpuIdx;
+        match &g.units {
+            Units::Mps { max_clients } if mps => {
+                if g.exclusive {
+                    continue;
+                }
+                if g.clients >= *max_clients {
+                    blocked = Some(Reason::MpsClientsExhausted { max_clients: *max_clients });
+                    continue;
+                }
+                best_free_milli = best_free_milli.max(g.free_milli());
+                best_free_memory = best_free_memory.max(g.free_memory());
+                if g.free_milli() >= milli && g.free_memory() >= memory {
+                    out.push(TaskOption { grants: vec![Grant::Mps { gpu, milli, memory }], level: TopologyLevel::Nvlink, unit_memory: memory });
+                }
+            }
+            Units::TimeSlice { replicas, memory_per_replica } if time_slice => {
+                if g.exclusive {
+                    continue;
+                }
+                let k = replicas_for(milli, *replicas);
+                let free = replicas - g.clients;
+                best_free_milli = best_free_milli.max(free * 1000 / replicas);
+                best_free_memory = best_free_memory.max(free as u64 * memory_per_replica.0);
+                if k <= free && k as u64 * memory_per_replica.0 >= memory {
+                    out.push(TaskOption {
+                        grants: vec![Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: k as u64 * memory_per_replica.0 }],
+                        level: TopologyLevel::Nvlink,
+                        unit_memory: k as u64 * memory_per_replica.0,
+                    });
+                }
+            }
+            Units::Mps { .. } | Units::TimeSlice { .. } => forbidden_mode = Some(g.units.kind()),
+            Units::Whole | Units::Mig { .. } => {}
+        }
+        if out.len() >= OPTIONS_PER_NODE_MAX {
+            break;
+        }
+    }
+    if !out.is_empty() {
+        return Ok(());
+    }
+    if !any_class {
+        return Err(class_reason(gpus, group));
+    }
+    if best_free_milli >= milli && best_free_memory < memory {
+        return Err(Reason::InsufficientGpuMemory { need: Bytes(memory), free: Bytes(best_free_memory) });
+    }
+    if best_free_milli == 0 {
+        if let Some(reason) = blocked {
+            return Err(reason);
+        }
+        if let Some(mode) = forbidden_mode {
+            return Err(Reason::IsolationForbidsMode { isolation: group.isolation, mode: mode.name().into() });
+        }
+    }
+    Err(Reason::InsufficientShare { need: MilliGpu(milli), free: MilliGpu(best_free_milli) })
+}
+
+/// Smallest unit holding `memory`: a MIG instance, an MPS share, time-slice replicas or, last,
+/// a whole GPU. Only the smallest unit size found on the node is offered.
+fn memory_only(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, memory: u64, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+    let mut any_class = false;
+    let mut best_free = 0u64;
+    for (offset, g) in gpus.iter().enumerate() {
+        if !group.class_ok[g.class as usize] || !scope.admits(g) {
+            continue;
+        }
+        any_class = true;
+        let gpu = first + offset as GpuIdx;
+        let option = match &g.units {
+            Units::Mig { slots } => slots
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.taken && s.memory >= memory)
+                .min_by_key(|(i, s)| (s.memory, *i))
+                .map(|(i, s)| (Grant::Mig { gpu, slot: i as u8 }, s.memory)),
+            Units::Mps { max_clients } if group.isolation != Isolation::Hard && !g.exclusive && g.clients < *max_clients => {
+                let milli = (memory.saturating_mul(1000)).div_ceil(g.memory_total).max(1) as u32;
+                (g.free_memory() >= memory && g.free_milli() >= milli).then_some((Grant::Mps { gpu, milli, memory }, memory))
+            }
+            Units::TimeSlice { replicas, memory_per_replica } if group.isolation == Isolation::None && !g.exclusive => {
+                let k = memory.div_ceil(memory_per_replica.0.max(1)).max(1) as u32;
+                (g.clients + k <= *replicas).then(|| {
+                    let unit = k as u64 * memory_per_replica.0;
+                    (Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: unit }, unit)
+                })
+            }
+            _ => None,
+        };
+        let option = option.or_else(|| (g.wholly_free() && g.memory_total >= memory).then_some((Grant::Whole { gpu }, g.memory_total)));
+        best_free = best_free.max(match &g.units {
+            Units::Mig { slots } => slots.iter().filter(|s| !s.taken).map(|s| s.memory).max().unwrap_or(0),
+            _ if g.exclusive => 0,
+            _ => g.free_memory(),
+        });
+        if let Some((grant, unit)) = option {
+            out.push(TaskOption { grants: vec![grant], level: TopologyLevel::Nvlink, unit_memory: unit });
+        }
+    }
+    if out.is_empty() {
+        return Err(if any_class { Reason::InsufficientGpuMemory { need: Bytes(memory), free: Bytes(best_free) } } else { class_reason(gpus, group) });
+    }
+    let smallest = out.iter().map(|o| o.unit_memory).min().expect("non-empty");
+    out.retain(|o| o.unit_memory == smallest);
+    out.truncate(OPTIONS_PER_NODE_MAX);
+    Ok(())
+}
+

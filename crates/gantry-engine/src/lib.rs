@@ -1,0 +1,190 @@
+//! gantry's scheduler: a pure, synchronous, deterministic placement engine.
+//!
+//! The key decision: the engine *decides* and never *does*. It owns a model of the fleet (flat
+//! vectors, exact integer counters) and answers "where does this job go" with a placement or
+//! typed reasons; it never reads a clock, touches a file, spawns a thread or iterates a hash
+//! map. Time and a seed are arguments, so the live controller, the simulator and a bug report
+//! (a seed and a log) all get the same answers bit for bit. The cost: everything the engine
+//! needs must be passed in, and the controller must carry decisions out and re-check them.
+//!
+//! A decision runs filter → score → select ([`fit`], [`policy`]), per task, on the live state
+//! inside a transaction; a job's tasks commit together or are rolled back (gang). Work per
+//! decision is bounded by [`SearchLimits`].
+
+pub mod fit;
+pub mod frag;
+pub mod ledger;
+pub mod limits;
+mod place;
+pub mod policy;
+pub mod request;
+pub mod rng;
+pub mod state;
+
+use gantry_catalog::Catalog;
+use gantry_types::{Fleet, GpuGrant, Job, JobOutcome, ReasonCount, TaskPlacement, Bytes, MilliCpu, MilliGpu};
+use std::collections::BTreeMap;
+
+pub use frag::{FragModel, Shape};
+pub use ledger::{Grant, TaskGrant};
+pub use limits::SearchLimits;
+pub use policy::Policy;
+pub use request::CompiledJob;
+pub use state::ClusterState;
+
+/// Errors in what the engine was given (not "does not fit", which is a [`JobOutcome`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("fleet: {0}")]
+    Fleet(String),
+    #[error("job: {0}")]
+    Job(String),
+    #[error("no allocation {0}")]
+    UnknownAllocation(u64),
+}
+
+/// How an engine decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    pub policy: Policy,
+    pub seed: u64,
+    pub limits: SearchLimits,
+    /// FGD's shape distribution; `None` = learn it from the jobs placed.
+    pub shapes: Option<Vec<(Shape, u64)>>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { policy: Policy::Default, seed: 0, limits: SearchLimits::default(), shapes: None }
+    }
+}
+
+/// Handle to a committed allocation (all tasks of one job).
+pub type AllocId = u64;
+
+/// A committed allocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub job: String,
+    pub tasks: Vec<TaskGrant>,
+}
+
+/// The engine: fleet state, ledger of allocations, policy.
+#[derive(Debug)]
+pub struct Engine {
+    catalog: &'static Catalog,
+    state: ClusterState,
+    config: EngineConfig,
+    frag: FragModel,
+    rack_nodes: Vec<Vec<state::NodeIdx>>,
+    allocations: BTreeMap<AllocId, Allocation>,
+    next_alloc: AllocId,
+    decisions: u64,
+}
+
+impl Engine {
+    pub fn new(fleet: &Fleet, catalog: &'static Catalog, config: EngineConfig) -> Result<Engine, EngineError> {
+        let state = ClusterState::new(fleet, catalog)?;
+        let mut rack_nodes = vec![Vec::new(); state.racks.len()];
+        for (i, n) in state.nodes.iter().enumerate() {
+            rack_nodes[n.rack as usize].push(i as state::NodeIdx);
+        }
+        let frag = match &config.shapes {
+            Some(shapes) => FragModel::given(shapes),
+            None => FragModel::learning(),
+        };
+        Ok(Engine { catalog, state, config, frag, rack_nodes, allocations: BTreeMap::new(), next_alloc: 1, decisions: 0 })
+    }
+
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn allocations(&self) -> &BTreeMap<AllocId, Allocation> {
+        &self.allocations
+    }
+
+    /// Compile a job against this fleet (selector, classes). Do it once per job.
+    pub fn compile(&self, job: &Job) -> Result<CompiledJob, EngineError> {
+        request::compile(job, &self.state, self.catalog)
+    }
+
+    /// Decide where `job` goes and commit it to the engine's ledger, or say why it cannot go
+    /// anywhere (nothing is held then). Deterministic in (state, job, seed, decision count).
+    pub fn place(&mut self, job: &CompiledJob) -> Result<AllocId, Vec<ReasonCount>> {
+        self.decisions += 1;
+        let decision_seed = rng::mix(self.config.seed ^ rng::mix(self.decisions));
+        if self.config.policy.needs_shapes() {
+            place::observe(&mut self.frag, job);
+        }
+        let shapes: Vec<(Shape, u64)> = if self.config.policy.needs_shapes() { self.frag.shapes().to_vec() } else { Vec::new() };
+        let mut placer = place::Placer::new(&mut self.state, self.config.policy, self.config.limits, &shapes, &self.rack_nodes, decision_seed);
+        let tasks = placer.place_job(job)?;
+        let id = self.next_alloc;
+        self.next_alloc += 1;
+        self.allocations.insert(id, Allocation { job: job.name.clone(), tasks });
+        Ok(id)
+    }
+
+    /// Release a committed allocation; capacity returns exactly.
+    pub fn release(&mut self, id: AllocId) -> Result<Allocation, EngineError> {
+        let allocation = self.allocations.remove(&id).ok_or(EngineError::UnknownAllocation(id))?;
+        for task in allocation.tasks.iter().rev() {
+            ledger::revert(&mut self.state, task);
+        }
+        Ok(allocation)
+    }
+
+    /// Place and describe the result in the public, stable form.
+    pub fn place_outcome(&mut self, job: &CompiledJob) -> (Option<AllocId>, JobOutcome) {
+        match self.place(job) {
+            Ok(id) => {
+                let tasks = self.describe(id, job);
+                (Some(id), JobOutcome::Placed { tasks })
+            }
+            Err(reasons) => (None, JobOutcome::Unplaced { reasons }),
+        }
+    }
+
+    fn describe(&self, id: AllocId, job: &CompiledJob) -> Vec<TaskPlacement> {
+        let allocation = &self.allocations[&id];
+        allocation
+            .tasks
+            .iter()
+            .map(|t| TaskPlacement {
+                group: job.groups[t.group as usize].name.clone(),
+                replica: t.replica,
+                node: self.state.nodes[t.node as usize].name.clone(),
+                cpu: MilliCpu(t.cpu),
+                memory: Bytes(t.memory),
+                gpus: t.grants.iter().map(|g| self.public_grant(g)).collect(),
+            })
+            .collect()
+    }
+
+    fn public_grant(&self, grant: &Grant) -> GpuGrant {
+        let gpu = &self.state.gpus[grant.gpu() as usize];
+        match grant {
+            Grant::Whole { .. } => GpuGrant::Whole { gpu: gpu.index },
+            Grant::Mig { slot, .. } => {
+                let state::Units::Mig { slots } = &gpu.units else { unreachable!("MIG grant on a MIG GPU") };
+                let s = &slots[*slot as usize];
+                let geometry = self.catalog.model(gpu.model).mig.as_ref().expect("MIG GPU has geometry");
+                GpuGrant::Mig { gpu: gpu.index, profile: geometry.profiles[s.profile as usize].name.clone(), start: s.start }
+            }
+            Grant::Mps { milli, memory, .. } => GpuGrant::Mps { gpu: gpu.index, milli: MilliGpu(*milli), memory: Bytes(*memory) },
+            Grant::TimeSlice { replicas, milli, memory, .. } => {
+                GpuGrant::TimeSlice { gpu: gpu.index, replicas: *replicas, milli: MilliGpu(*milli), memory: Bytes(*memory) }
+            }
+        }
+    }
+
+    /// Recompute every counter from the ledger and compare (tests, debug).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        ledger::check_invariants(&self.state, self.allocations.values().flat_map(|a| a.tasks.iter()))
+    }
+}

@@ -1,0 +1,289 @@
+//! The placement pipeline: for each task, filter nodes (typed reasons), score the options,
+//! select the best with a seeded tie-break; for a job, place every task on the live state
+//! inside a transaction and commit all or roll everything back (gang, all-or-nothing).
+//!
+//! Rolling back is exact because the ledger's `apply` and `revert` are inverses; the
+//! "hypothetical view" of a gang is the state with the gang's tasks applied, never seen outside
+//! this module unless the gang commits.
+
+use crate::fit::{self, GpuScope, TaskOption};
+use crate::frag::{FragModel, Shape};
+use crate::ledger::{self, TaskGrant};
+use crate::limits::SearchLimits;
+use crate::policy::{self, Policy, Score, ScoreContext};
+use crate::request::{CompiledGroup, CompiledJob, GpuNeed};
+use crate::rng::{SeededRng, mix};
+use crate::state::{ClusterState, NodeIdx};
+use gantry_types::{Reason, ReasonCount, TopologyLevel, add_reason};
+
+/// Which nodes a task may go to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NodeScope {
+    All,
+    Rack(u32),
+    Node(NodeIdx),
+}
+
+/// Scratch state of one decision.
+pub(crate) struct Placer<'a> {
+    pub state: &'a mut ClusterState,
+    pub policy: Policy,
+    pub limits: SearchLimits,
+    pub shapes: &'a [(Shape, u64)],
+    pub rack_nodes: &'a [Vec<NodeIdx>],
+    pub rng: SeededRng,
+    pub decision_seed: u64,
+    /// Tasks applied so far in this decision (the gang's transaction).
+    pub applied: Vec<TaskGrant>,
+    options: Vec<TaskOption>,
+}
+
+impl<'a> Placer<'a> {
+    pub fn new(state: &'a mut ClusterState, policy: Policy, limits: SearchLimits, shapes: &'a [(Shape, u64)], rack_nodes: &'a [Vec<NodeIdx>], decision_seed: u64) -> Placer<'a> {
+        Placer { state, policy, limits, shapes, rack_nodes, rng: SeededRng::new(decision_seed), decision_seed, applied: Vec::new(), options: Vec::new() }
+    }
+
+    /// Place every task of `job`; on failure nothing stays applied.
+    pub fn place_job(&mut self, job: &CompiledJob) -> Result<Vec<TaskGrant>, Vec<ReasonCount>> {
+        let total = job.task_count();
+        for (index, group) in job.groups.iter().enumerate() {
+            if let Err(mut reasons) = self.place_group(index as u32, group) {
+                let placed = self.applied.len() as u32;
+                self.rollback_to(0);
+                if total > 1 {
+                    add_reason(&mut reasons, Reason::GangIncomplete { placed, total });
+                }
+                return Err(reasons);
+            }
+        }
+        Ok(std::mem::take(&mut self.applied))
+    }
+
+    fn rollback_to(&mut self, keep: usize) {
+        while self.applied.len() > keep {
+            let task = self.applied.pop().expect("len > keep");
+            ledger::revert(self.state, &task);
+        }
+    }
+
+    /// Place all replicas of a group, honoring its topology across tasks.
+    fn place_group(&mut self, index: u32, group: &CompiledGroup) -> Result<(), Vec<ReasonCount>> {
+        let multi_task = group.replicas > 1 && group.gpu.gpu_count() > 0;
+        if !multi_task {
+            return self.place_replicas(index, group, NodeScope::All, GpuScope::Any);
+        }
+        let within = group.topology.within;
+        let levels: &[TopologyLevel] = if group.topology.required {
+            match within {
+                TopologyLevel::Nvlink => &[TopologyLevel::Nvlink],
+                TopologyLevel::Numa => &[TopologyLevel::Nvlink, TopologyLevel::Numa],
+                TopologyLevel::Node => &[TopologyLevel::Node],
+                TopologyLevel::Rack | TopologyLevel::Fleet => &[TopologyLevel::Rack],
+            }
+        } else {
+            match within {
+                TopologyLevel::Nvlink | TopologyLevel::Numa => &[TopologyLevel::Nvlink, TopologyLevel::Numa, TopologyLevel::Node, TopologyLevel::Rack, TopologyLevel::Fleet],
+                TopologyLevel::Node => &[TopologyLevel::Node, TopologyLevel::Rack, TopologyLevel::Fleet],
+                TopologyLevel::Rack | TopologyLevel::Fleet => &[TopologyLevel::Rack, TopologyLevel::Fleet],
+            }
+        };
+        let mut last_reasons = Vec::new();
+        for &level in levels {
+            for (node_scope, gpu_scope) in self.scopes(group, level) {
+                let keep = self.applied.len();
+                match self.place_replicas(index, group, node_scope, gpu_scope) {
+                    Ok(()) => return Ok(()),
+                    Err(reasons) => {
+                        self.rollback_to(keep);
+                        last_reasons = reasons;
+                    }
+                }
+            }
+        }
+        if group.topology.required {
+            let need = group.replicas * group.gpu.gpu_count();
+            last_reasons.insert(0, ReasonCount { reason: Reason::TopologyUnsatisfiable { within, need }, count: 1 });
+        }
+        Err(last_reasons)
+    }
+
+    /// Candidate scopes at `level` that could hold the whole group, best fit first, bounded.
+    fn scopes(&self, group: &CompiledGroup, level: TopologyLevel) -> Vec<(NodeScope, GpuScope)> {
+        let need = group.replicas * group.gpu.gpu_count();
+        let max = self.limits.gang_scopes_max as usize;
+        let free_in = |node: NodeIdx, scope: GpuScope| -> u32 {
+            self.state.node_gpus(node).iter().filter(|g| group.class_ok[g.class as usize] && gpu_scope_admits(scope, g) && usable(g, &group.gpu)).count() as u32
+        };
+        let mut found: Vec<(u32, NodeScope, GpuScope)> = Vec::new();
+        match level {
+            TopologyLevel::Nvlink | TopologyLevel::Numa => {
+                for node in 0..self.state.nodes.len() as NodeIdx {
+                    let mut domains: Vec<u32> = self.state.node_gpus(node).iter().filter_map(|g| if level == TopologyLevel::Nvlink { g.nvlink_domain } else { Some(g.numa) }).collect();
+                    domains.sort_unstable();
+                    domains.dedup();
+                    for d in domains {
+                        let scope = if level == TopologyLevel::Nvlink { GpuScope::NvlinkDomain(d) } else { GpuScope::Numa(d) };
+                        let free = free_in(node, scope);
+                        if free >= need {
+                            found.push((free, NodeScope::Node(node), scope));
+                        }
+                    }
+                }
+            }
+            TopologyLevel::Node => {
+                for node in 0..self.state.nodes.len() as NodeIdx {
+                    let free = free_in(node, GpuScope::Any);
+                    if free >= need {
+                        found.push((free, NodeScope::Node(node), GpuScope::Any));
+                    }
+                }
+            }
+            TopologyLevel::Rack => {
+                for (rack, nodes) in self.rack_nodes.iter().enumerate() {
+                    let free: u32 = nodes.iter().map(|&n| free_in(n, GpuScope::Any)).sum();
+                    if free >= need {
+                        found.push((free, NodeScope::Rack(rack as u32), GpuScope::Any));
+                    }
+                }
+            }
+            TopologyLevel::Fleet => return vec![(NodeScope::All, GpuScope::Any)],
+        }
+        // Best fit: the smallest scope that can hold the group, ties by a seeded hash.
+        found.sort_by_key(|&(free, scope, _)| (free, mix(self.decision_seed ^ scope_key(scope))));
+        found.into_iter().take(max).map(|(_, n, g)| (n, g)).collect()
+    }
+
+    fn place_replicas(&mut self, index: u32, group: &CompiledGroup, nodes: NodeScope, gpus: GpuScope) -> Result<(), Vec<ReasonCount>> {
+        for replica in 0..group.replicas {
+            let task = self.place_task(index, replica, group, nodes, gpus)?;
+            ledger::apply(self.state, &task);
+            self.applied.push(task);
+        }
+        Ok(())
+    }
+
+    /// Filter → score → select for one task.
+    fn place_task(&mut self, group_index: u32, replica: u32, group: &CompiledGroup, scope: NodeScope, gpus: GpuScope) -> Result<TaskGrant, Vec<ReasonCount>> {
+        let gang_racks: Vec<u32> = {
+            let mut racks: Vec<u32> = self.applied.iter().map(|t| self.state.nodes[t.node as usize].rack).collect();
+            racks.dedup();
+            racks
+        };
+        let ctx = ScoreContext { policy: self.policy, shapes: self.shapes, gang_racks: &gang_racks };
+        let mut reasons = Vec::new();
+        let mut best: Option<(Score, u64, NodeIdx, TaskOption)> = None;
+        let (mut visited, mut feasible) = (0u32, 0u32);
+        let candidates = self.candidate_nodes(scope);
+        let count = candidates.len();
+        let start = if count > 0 && matches!(scope, NodeScope::All) { self.rng.below(count as u64) as usize } else { 0 };
+        for step in 0..count {
+            if visited >= self.limits.nodes_visited_max || feasible >= self.limits.feasible_nodes_max {
+                break;
+            }
+            let node = candidates.get((start + step) % count);
+            visited += 1;
+            if let Err(reason) = fit::options(self.state, node, group, gpus, &mut self.options) {
+                add_reason(&mut reasons, reason);
+                continue;
+            }
+            feasible += 1;
+            for (i, option) in self.options.iter().enumerate() {
+                let score = policy::score(self.state, node, group, option, &ctx);
+                let tiebreak = mix(self.decision_seed ^ ((node as u64) << 8) ^ i as u64);
+                let better = match &best {
+                    None => true,
+                    Some((s, t, _, _)) => (score, tiebreak) > (*s, *t),
+                };
+                if better {
+                    best = Some((score, tiebreak, node, option.clone()));
+                }
+            }
+        }
+        match best {
+            Some((_, _, node, option)) => Ok(TaskGrant { group: group_index, replica, node, cpu: group.cpu, memory: group.memory, grants: option.grants }),
+            None => {
+                if (visited as usize) < count {
+                    add_reason(&mut reasons, Reason::SearchLimitReached { nodes_visited: visited });
+                }
+                Err(reasons)
+            }
+        }
+    }
+
+    fn candidate_nodes(&self, scope: NodeScope) -> Candidates<'a> {
+        match scope {
+            NodeScope::All => Candidates::Range(self.state.nodes.len() as u32),
+            NodeScope::Rack(r) => Candidates::Borrowed(&self.rack_nodes[r as usize]),
+            NodeScope::Node(n) => Candidates::One(n),
+        }
+    }
+}
+
+/// Nodes to visit, without materialising the full list for the common "all nodes" case.
+enum Candidates<'a> {
+    Range(u32),
+    One(NodeIdx),
+    Borrowed(&'a [NodeIdx]),
+}
+
+impl Candidates<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Candidates::Range(n) => *n as usize,
+            Candidates::One(_) => 1,
+            Candidates::Borrowed(v) => v.len(),
+        }
+    }
+    fn get(&self, i: usize) -> NodeIdx {
+        match self {
+            Candidates::Range(_) => i as NodeIdx,
+            Candidates::One(n) => *n,
+            Candidates::Borrowed(v) => v[i],
+        }
+    }
+}
+
+fn scope_key(scope: NodeScope) -> u64 {
+    match scope {
+        NodeScope::All => 0,
+        NodeScope::Rack(r) => (1 << 40) | r as u64,
+        NodeScope::Node(n) => (2 << 40) | n as u64,
+    }
+}
+
+fn gpu_scope_admits(scope: GpuScope, g: &crate::state::GpuState) -> bool {
+    match scope {
+        GpuScope::Any => true,
+        GpuScope::NvlinkDomain(d) => g.nvlink_domain == Some(d),
+        GpuScope::Numa(n) => g.numa == n,
+    }
+}
+
+/// Could this GPU serve (part of) the need right now? A quick upper bound for scope choice.
+fn usable(g: &crate::state::GpuState, need: &GpuNeed) -> bool {
+    match need {
+        GpuNeed::Whole { .. } => g.wholly_free(),
+        GpuNeed::None => false,
+        _ => !g.exclusive,
+    }
+}
+
+/// Shape of one task for the fragmentation model.
+pub(crate) fn shape_of(group: &CompiledGroup) -> Option<Shape> {
+    match group.gpu {
+        GpuNeed::Whole { count } if count > 0 => Some(Shape { milli: 1000, count }),
+        GpuNeed::Share { milli, .. } if milli > 0 => Some(Shape { milli: milli.min(1000), count: 1 }),
+        _ => None,
+    }
+}
+
+/// Observe every task of a job in the learning model.
+pub(crate) fn observe(model: &mut FragModel, job: &CompiledJob) {
+    for group in &job.groups {
+        if let Some(shape) = shape_of(group) {
+            for _ in 0..group.replicas {
+                model.observe(shape);
+            }
+        }
+    }
+}

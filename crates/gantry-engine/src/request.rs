@@ -1,0 +1,144 @@
+//! A job compiled once against the fleet's device classes, so the per-node hot path only looks
+//! up booleans: which classes the model constraints and the selector accept, which MIG profile
+//! index a profile name has on each class.
+
+use crate::EngineError;
+use crate::limits::TASKS_PER_JOB_MAX;
+use crate::state::{ClusterState, ModeKind};
+use gantry_catalog::Catalog;
+use gantry_selector::Selector;
+use gantry_types::{GpuRequest, Isolation, Job, ShareMode, Topology};
+
+/// The GPU part of a task, with units resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuNeed {
+    None,
+    Whole { count: u32 },
+    Mig { profile: String },
+    Share { milli: u32, memory: u64, mps: bool, time_slice: bool },
+    Memory { memory: u64 },
+}
+
+impl GpuNeed {
+    /// GPUs (or GPU parts) one task holds.
+    pub fn gpu_count(&self) -> u32 {
+        match self {
+            GpuNeed::None => 0,
+            GpuNeed::Whole { count } => *count,
+            _ => 1,
+        }
+    }
+
+    /// Compute one task asks for, in milli-GPU (memory-only requests: unknown until placed).
+    pub fn milli(&self) -> u32 {
+        match self {
+            GpuNeed::None | GpuNeed::Memory { .. } | GpuNeed::Mig { .. } => 0,
+            GpuNeed::Whole { count } => count * 1000,
+            GpuNeed::Share { milli, .. } => *milli,
+        }
+    }
+}
+
+/// One task group, compiled.
+#[derive(Debug)]
+pub struct CompiledGroup {
+    pub name: String,
+    pub replicas: u32,
+    pub cpu: u32,
+    pub memory: u64,
+    pub gpu: GpuNeed,
+    pub isolation: Isolation,
+    pub topology: Topology,
+    pub tolerations: Vec<String>,
+    /// Per device class: do the model constraints and the selector accept it?
+    pub class_ok: Vec<bool>,
+    /// Per device class: the model constraints alone accept it (to tell the two reasons apart).
+    pub class_model_ok: Vec<bool>,
+    /// Per device class, for MIG requests: index of the profile in that model's geometry.
+    pub mig_profile: Vec<Option<u8>>,
+    pub models_wanted: Vec<String>,
+    pub selector: Option<String>,
+}
+
+/// A job ready to place.
+#[derive(Debug)]
+pub struct CompiledJob {
+    pub name: String,
+    pub groups: Vec<CompiledGroup>,
+}
+
+impl CompiledJob {
+    pub fn task_count(&self) -> u32 {
+        self.groups.iter().map(|g| g.replicas).sum()
+    }
+}
+
+/// Compile `job` for `state`. Fails on requests no fleet could ever serve as written (a bad
+/// selector, an absurd task count); whether *this* fleet can serve it is the placer's question.
+pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<CompiledJob, EngineError> {
+    if job.task_count() > TASKS_PER_JOB_MAX {
+        return Err(EngineError::Job(format!("job {} has {} tasks, the limit is {TASKS_PER_JOB_MAX}", job.name, job.task_count())));
+    }
+    let groups = job
+        .groups
+        .iter()
+        .map(|group| {
+            let r = &group.resources;
+            let selector = r
+                .selector
+                .as_deref()
+                .map(Selector::compile)
+                .transpose()
+                .map_err(|e| EngineError::Job(format!("job {} group {}: {e}", job.name, group.name)))?;
+            let class_model_ok: Vec<bool> = state
+                .classes
+                .iter()
+                .map(|c| r.models.is_empty() || r.models.iter().any(|p| catalog.model(c.model).names().any(|n| p.matches(n))))
+                .collect();
+            let class_ok = state
+                .classes
+                .iter()
+                .zip(&class_model_ok)
+                .map(|(c, &model_ok)| model_ok && selector.as_ref().is_none_or(|s| s.matches(&c.attributes).unwrap_or(false)))
+                .collect();
+            let gpu = match &r.gpu {
+                None => GpuNeed::None,
+                Some(GpuRequest::Whole { count }) => GpuNeed::Whole { count: *count },
+                Some(GpuRequest::Mig { profile }) => GpuNeed::Mig { profile: profile.clone() },
+                Some(GpuRequest::Share { milli, memory, mode }) => GpuNeed::Share {
+                    milli: milli.0,
+                    memory: memory.0,
+                    mps: matches!(mode, ShareMode::Mps | ShareMode::Any) && r.isolation != Isolation::Hard,
+                    time_slice: matches!(mode, ShareMode::TimeSlice | ShareMode::Any) && r.isolation == Isolation::None,
+                },
+                Some(GpuRequest::Memory { memory }) => GpuNeed::Memory { memory: memory.0 },
+            };
+            let mig_profile = state
+                .classes
+                .iter()
+                .map(|c| match (&gpu, c.mode) {
+                    (GpuNeed::Mig { profile }, ModeKind::Mig) => {
+                        catalog.model(c.model).mig.as_ref().and_then(|g| g.profile_index(profile))
+                    }
+                    _ => None,
+                })
+                .collect();
+            Ok(CompiledGroup {
+                name: group.name.clone(),
+                replicas: group.replicas,
+                cpu: r.cpu.0,
+                memory: r.memory.0,
+                gpu,
+                isolation: r.isolation,
+                topology: r.topology,
+                tolerations: r.tolerations.clone(),
+                class_ok,
+                class_model_ok,
+                mig_profile,
+                models_wanted: r.models.iter().map(|m| m.0.clone()).collect(),
+                selector: r.selector.clone(),
+            })
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    Ok(CompiledJob { name: job.name.clone(), groups })
+}

@@ -1,0 +1,304 @@
+//! The engine's view of the fleet: flat vectors indexed by dense ids, so a decision touches a
+//! few cache lines per node and the whole state of 80,000 GPUs stays small.
+//!
+//! Capacity is kept per GPU as counters (milli-GPU used, memory used, clients) plus, for MIG
+//! GPUs, one slot per instance of the validated layout. The ledger (`ledger.rs`) is the only
+//! code that changes these counters, and it changes them by exact inverse operations.
+
+use crate::EngineError;
+use crate::limits::GPUS_PER_NODE_MAX;
+use gantry_catalog::{Catalog, ModelId};
+use gantry_selector::DeviceAttributes;
+use gantry_types::{Bytes, Fleet, GpuMode, MilliCpu, Taint};
+use std::collections::BTreeMap;
+
+/// Dense node index.
+pub type NodeIdx = u32;
+/// Dense GPU index (fleet-wide).
+pub type GpuIdx = u32;
+
+/// How a GPU hands out capacity; the mode's static part (counters live on [`GpuState`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Units {
+    Whole,
+    Mig { slots: Vec<MigSlot> },
+    Mps { max_clients: u32 },
+    TimeSlice { replicas: u32, memory_per_replica: Bytes },
+}
+
+impl Units {
+    pub fn kind(&self) -> ModeKind {
+        match self {
+            Units::Whole => ModeKind::Whole,
+            Units::Mig { .. } => ModeKind::Mig,
+            Units::Mps { .. } => ModeKind::Mps,
+            Units::TimeSlice { .. } => ModeKind::TimeSlice,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ModeKind {
+    Whole,
+    Mig,
+    Mps,
+    TimeSlice,
+}
+
+impl ModeKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeKind::Whole => "whole",
+            ModeKind::Mig => "mig",
+            ModeKind::Mps => "mps",
+            ModeKind::TimeSlice => "time-slice",
+        }
+    }
+}
+
+/// One MIG GPU instance of a GPU's layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigSlot {
+    /// Index into the model's `MigGeometry::profiles`.
+    pub profile: u8,
+    pub start: u8,
+    pub milli: u32,
+    pub memory: u64,
+    pub taken: bool,
+}
+
+/// A GPU and what is left of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuState {
+    pub node: NodeIdx,
+    /// Index on its node.
+    pub index: u32,
+    pub uuid: String,
+    pub model: ModelId,
+    /// Device class (model × mode × NVLink): selectors and model constraints are evaluated per
+    /// class, once per job.
+    pub class: u16,
+    pub numa: u32,
+    pub pcie_switch: u32,
+    pub nvlink_domain: Option<u32>,
+    pub memory_total: u64,
+    pub units: Units,
+    /// Compute handed out, 0..=1000.
+    pub used_milli: u32,
+    /// Memory handed out, 0..=memory_total.
+    pub used_memory: u64,
+    /// MPS clients, time-slice replicas or MIG instances handed out.
+    pub clients: u32,
+    /// Held whole by one task (a whole grant; on an MPS or time-slice GPU, only when idle).
+    pub exclusive: bool,
+}
+
+impl GpuState {
+    /// Nothing at all is allocated on this GPU.
+    pub fn idle(&self) -> bool {
+        self.clients == 0 && !self.exclusive
+    }
+
+    /// Can this GPU be granted whole right now?
+    pub fn wholly_free(&self) -> bool {
+        self.idle() && !matches!(self.units, Units::Mig { .. })
+    }
+
+    pub fn free_milli(&self) -> u32 {
+        1000 - self.used_milli
+    }
+
+    pub fn free_memory(&self) -> u64 {
+        self.memory_total - self.used_memory
+    }
+}
+
+/// A node and what is left of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeState {
+    pub name: String,
+    pub cpu_total: u32,
+    pub cpu_free: u32,
+    pub memory_total: u64,
+    pub memory_free: u64,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub rack: u32,
+    /// GPUs of this node are `gpu_first .. gpu_first + gpu_count` in `ClusterState::gpus`.
+    pub gpu_first: GpuIdx,
+    pub gpu_count: u32,
+    /// Non-MIG GPUs that are idle (grantable whole), kept in step by the ledger.
+    pub whole_free: u32,
+    /// Compute handed out on this node's GPUs, in milli-GPU (for fast scoring).
+    pub used_milli: u32,
+}
+
+/// A device class: GPUs that look the same to a job's model constraints and selector.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceClass {
+    pub model: ModelId,
+    pub mode: ModeKind,
+    pub nvlink: bool,
+    pub attributes: DeviceAttributes,
+}
+
+/// The whole fleet as the engine sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterState {
+    pub nodes: Vec<NodeState>,
+    pub gpus: Vec<GpuState>,
+    pub classes: Vec<DeviceClass>,
+    pub racks: Vec<String>,
+    /// Sum of every GPU's capacity, in milli-GPU.
+    pub total_milli: u64,
+}
+
+impl ClusterState {
+    /// Build from a resolved fleet. Models must be catalog ids; MIG layouts are validated again
+    /// here because the engine trusts nothing it did not check.
+    pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
+        let mut state = ClusterState { nodes: Vec::new(), gpus: Vec::new(), classes: Vec::new(), racks: Vec::new(), total_milli: 0 };
+        let mut rack_ids: BTreeMap<String, u32> = BTreeMap::new();
+        let mut class_ids: BTreeMap<(u16, ModeKind, bool), u16> = BTreeMap::new();
+        let mut names = std::collections::BTreeSet::new();
+        for node in &fleet.nodes {
+            if !names.insert(node.name.as_str()) {
+                return Err(EngineError::Fleet(format!("node {} appears twice", node.name)));
+            }
+            if node.gpus.len() > GPUS_PER_NODE_MAX {
+                return Err(EngineError::Fleet(format!("node {} has {} GPUs, at most {GPUS_PER_NODE_MAX} supported", node.name, node.gpus.len())));
+            }
+            let rack_name = node.rack.clone().unwrap_or_default();
+            let next = rack_ids.len() as u32;
+            let rack = *rack_ids.entry(rack_name.clone()).or_insert_with(|| {
+                state.racks.push(rack_name);
+                next
+            });
+            let node_idx = state.nodes.len() as NodeIdx;
+            let gpu_first = state.gpus.len() as GpuIdx;
+            for gpu in &node.gpus {
+                let model = catalog.lookup(&gpu.model).ok_or_else(|| {
+                    EngineError::Fleet(format!("node {} gpu {}: unknown model {}", node.name, gpu.index, gpu.model))
+                })?;
+                let units = units_for(catalog, model, &gpu.mode).map_err(|e| {
+                    EngineError::Fleet(format!("node {} gpu {}: {e}", node.name, gpu.index))
+                })?;
+                let key = (model.0, units.kind(), gpu.nvlink_domain.is_some());
+                let next_class = class_ids.len() as u16;
+                let class = *class_ids.entry(key).or_insert_with(|| {
+                    state.classes.push(device_class(catalog, model, units.kind(), gpu.nvlink_domain.is_some()));
+                    next_class
+                });
+                state.gpus.push(GpuState {
+                    node: node_idx,
+                    index: gpu.index,
+                    uuid: gpu.uuid.clone(),
+                    model,
+                    class,
+                    numa: gpu.numa,
+                    pcie_switch: gpu.pcie_switch,
+                    nvlink_domain: gpu.nvlink_domain,
+                    memory_total: catalog.model(model).memory.0,
+                    units,
+                    used_milli: 0,
+                    used_memory: 0,
+                    clients: 0,
+                    exclusive: false,
+                });
+                state.total_milli += 1000;
+            }
+            let gpus = &state.gpus[gpu_first as usize..];
+            state.nodes.push(NodeState {
+                name: node.name.clone(),
+                cpu_total: node.cpu.0,
+                cpu_free: node.cpu.0,
+                memory_total: node.memory.0,
+                memory_free: node.memory.0,
+                labels: node.labels.clone(),
+                taints: node.taints.clone(),
+                rack,
+                gpu_first,
+                gpu_count: node.gpus.len() as u32,
+                whole_free: gpus.iter().filter(|g| g.wholly_free()).count() as u32,
+                used_milli: 0,
+            });
+        }
+        Ok(state)
+    }
+
+    pub fn node_gpus(&self, node: NodeIdx) -> &[GpuState] {
+        let n = &self.nodes[node as usize];
+        &self.gpus[n.gpu_first as usize..(n.gpu_first + n.gpu_count) as usize]
+    }
+
+    pub fn node_by_name(&self, name: &str) -> Option<NodeIdx> {
+        self.nodes.iter().position(|n| n.name == name).map(|i| i as NodeIdx)
+    }
+
+    /// Compute handed out across the fleet, in milli-GPU.
+    pub fn used_milli(&self) -> u64 {
+        self.nodes.iter().map(|n| n.used_milli as u64).sum()
+    }
+
+    /// Approximate heap and inline bytes held by the state (for the memory benchmark).
+    pub fn approx_bytes(&self) -> usize {
+        let node_bytes: usize = self.nodes.iter().map(|n| {
+            std::mem::size_of::<NodeState>() + n.name.capacity()
+                + n.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum::<usize>()
+                + n.taints.len() * std::mem::size_of::<Taint>()
+        }).sum();
+        let gpu_bytes: usize = self.gpus.iter().map(|g| {
+            std::mem::size_of::<GpuState>() + g.uuid.capacity()
+                + match &g.units { Units::Mig { slots } => slots.capacity() * std::mem::size_of::<MigSlot>(), _ => 0 }
+        }).sum();
+        node_bytes + gpu_bytes
+    }
+}
+
+fn units_for(catalog: &Catalog, model: ModelId, mode: &GpuMode) -> Result<Units, String> {
+    let m = catalog.model(model);
+    Ok(match mode {
+        GpuMode::Whole => Units::Whole,
+        GpuMode::Mig { instances } => {
+            let geometry = m.mig.as_ref().ok_or_else(|| format!("{} does not support MIG", m.id))?;
+            let placed = geometry.validate_layout(&m.id, instances).map_err(|e| e.to_string())?;
+            let slots = placed
+                .iter()
+                .map(|p| {
+                    let profile = &geometry.profiles[p.profile as usize];
+                    MigSlot { profile: p.profile, start: p.start, milli: m.mig_milli(profile).0, memory: m.mig_memory(profile).0, taken: false }
+                })
+                .collect();
+            Units::Mig { slots }
+        }
+        GpuMode::Mps { max_clients } => Units::Mps { max_clients: *max_clients },
+        GpuMode::TimeSlice { replicas, memory_per_replica } => {
+            Units::TimeSlice { replicas: *replicas, memory_per_replica: *memory_per_replica }
+        }
+    })
+}
+
+fn device_class(catalog: &Catalog, model: ModelId, mode: ModeKind, nvlink: bool) -> DeviceClass {
+    let m = catalog.model(model);
+    let (major, minor) = m.compute_capability;
+    DeviceClass {
+        model,
+        mode,
+        nvlink,
+        attributes: DeviceAttributes {
+            model: m.id.clone(),
+            architecture: m.architecture_family(),
+            memory_gib: (m.memory.0 / Bytes::GIB) as i64,
+            compute_capability: major as f64 + minor as f64 / 10.0,
+            sm_count: m.sm_count.unwrap_or(0) as i64,
+            mig_capable: m.mig_capable(),
+            nvlink,
+            mode: mode.name().to_string(),
+        },
+    }
+}
+
+/// CPU as a `MilliCpu` for display.
+pub fn cpu(milli: u32) -> MilliCpu {
+    MilliCpu(milli)
+}

@@ -1,0 +1,20 @@
+//! gantry's file formats: the fleet file and the workload file, in TOML.
+//!
+//! The key decision: files are parsed into private "as written" structs with
+//! `deny_unknown_fields`, then validated into `gantry-types` values in one pass that either
+//! returns everything or an error naming the field, what is wrong and a hint. Nothing partial
+//! ever leaves this crate, so a bad file changes nothing downstream. Dialects (Kubernetes
+//! resource names) are translated here, at the edge, into the one model.
+
+mod error;
+mod fleet;
+mod quantity;
+mod workload;
+
+pub use error::SpecError;
+pub use fleet::{FLEET_NODES_MAX, MPS_CLIENTS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for};
+pub use quantity::{MEMORY_MAX, Quantity};
+pub use workload::{GPUS_PER_TASK_MAX, JOBS_MAX, PRIORITY_RANGE, REPLICAS_MAX, parse_workload};
+
+#[cfg(test)]
+mod tests;

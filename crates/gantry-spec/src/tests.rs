@@ -1,0 +1,186 @@
+use super::*;
+use gantry_catalog::Catalog;
+use gantry_types::{GpuMode, GpuRequest, Isolation, ShareMode, TopologyLevel};
+
+fn catalog() -> &'static Catalog {
+    Catalog::embedded()
+}
+
+const FLEET: &str = r#"
+[[node]]
+name = "hgx"
+count = 2
+cpu = 224
+memory = "2TiB"
+rack = "r1"
+[node.gpus]
+model = "H100-SXM5-80GB"
+count = 8
+numa_nodes = 2
+[[node.gpu]]
+index = 0
+mig = ["3g.40gb@0", "2g.20gb@4", "1g.10gb@6"]
+[[node.gpu]]
+index = 1
+mode = "mps"
+[[node.gpu]]
+index = 2
+mode = "time-slice"
+replicas = 4
+
+[[node]]
+name = "pcie"
+cpu = "64"
+memory = "512GiB"
+[node.gpus]
+model = "NVIDIA L4"
+count = 4
+numa = [0, 0, 1, 1]
+"#;
+
+#[test]
+fn a_fleet_expands_templates_and_modes() {
+    let fleet = parse_fleet(FLEET, catalog()).expect("valid fleet");
+    let names: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["hgx-0", "hgx-1", "pcie"]);
+    let hgx = &fleet.nodes[0];
+    assert_eq!(hgx.gpus.len(), 8);
+    assert!(matches!(hgx.gpus[0].mode, GpuMode::Mig { ref instances } if instances.len() == 3));
+    assert_eq!(hgx.gpus[1].mode, GpuMode::Mps { max_clients: 48 });
+    assert!(matches!(hgx.gpus[2].mode, GpuMode::TimeSlice { replicas: 4, .. }));
+    assert_eq!(hgx.gpus[3].mode, GpuMode::Whole);
+    assert_eq!(hgx.gpus.iter().map(|g| g.numa).collect::<Vec<_>>(), [0, 0, 0, 0, 1, 1, 1, 1]);
+    assert!(hgx.gpus.iter().all(|g| g.nvlink_domain == Some(0)), "H100 SXM: NVSwitch by default");
+    assert_eq!(fleet.nodes[2].gpus[0].model, "L4-24GB", "NVML name resolved to catalog id");
+    assert!(fleet.nodes[2].gpus.iter().all(|g| g.nvlink_domain.is_none()));
+    assert_ne!(fleet.nodes[0].gpus[0].uuid, fleet.nodes[1].gpus[0].uuid);
+}
+
+#[test]
+fn bad_fleets_name_the_field_and_hint() {
+    let base = "[[node]]\nname = \"n\"\ncpu = 8\nmemory = \"64GiB\"\n[node.gpus]\n";
+    let cases: [(&str, String, &str); 12] = [
+        ("unknown model", format!("{base}model = \"H900\"\ncount = 1"), "unknown GPU model \"H900\""),
+        ("zero GPUs", format!("{base}model = \"T4\"\ncount = 0"), "gpus.count: 0 is out of range 1..=64"),
+        ("absurd GPUs", format!("{base}model = \"T4-16GB\"\ncount = 100000"), "out of range 1..=64"),
+        ("MIG on T4", format!("{base}model = \"T4-16GB\"\ncount = 1\nmig = [\"1g.10gb@0\"]"), "T4-16GB does not support MIG"),
+        ("4 x 3g.20gb", format!("{base}model = \"A100-SXM4-40GB\"\ncount = 1\nmig = [\"3g.20gb@0\", \"3g.20gb@4\", \"3g.20gb@0\", \"3g.20gb@4\"]"), "at most 2 fit (rule: max instances per profile)"),
+        ("illegal start", format!("{base}model = \"H100-SXM5-80GB\"\ncount = 1\nmig = [\"4g.40gb@4\"]"), "rule: legal placements"),
+        ("too many MPS clients", format!("{base}model = \"L4-24GB\"\ncount = 1\nmode = \"mps\"\nmax_clients = 64"), "max_clients: 64 is out of range 1..=48"),
+        ("one replica", format!("{base}model = \"L4-24GB\"\ncount = 1\nmode = \"time-slice\"\nreplicas = 1"), "replicas: 1 is out of range 2..=64"),
+        ("overcommitted budget", format!("{base}model = \"L4-24GB\"\ncount = 1\nmode = \"time-slice\"\nreplicas = 4\nmemory_per_replica = \"8GiB\""), "does not fit in L4-24GB's 24GiB"),
+        ("unknown field", format!("{base}model = \"L4-24GB\"\ncount = 1\ncolour = \"red\""), "unknown field `colour`"),
+        ("stray key", format!("{base}model = \"L4-24GB\"\ncount = 1\nreplicas = 4"), "replicas does not apply to mode whole"),
+        ("bad nvlink", format!("{base}model = \"L4-24GB\"\ncount = 1\nnvlink = \"mesh\""), "unknown NVLink layout"),
+    ];
+    for (name, text, needle) in cases {
+        let err = parse_fleet(&text, catalog()).expect_err(name);
+        let shown = err.to_string();
+        assert!(shown.contains(needle), "{name}: {shown}");
+        assert!(shown.contains("hint:") || name == "4 x 3g.20gb" || name == "illegal start" || name == "stray key", "{name} has no hint: {shown}");
+    }
+}
+
+#[test]
+fn an_empty_or_garbage_fleet_is_refused() {
+    assert!(parse_fleet("", catalog()).expect_err("empty").to_string().contains("no nodes"));
+    assert!(parse_fleet("[[node]\nname=", catalog()).expect_err("garbage").to_string().contains("not a valid fleet file"));
+    let huge = "#".repeat(SPEC_BYTES_MAX + 1);
+    assert!(parse_fleet(&huge, catalog()).expect_err("huge").to_string().contains("limit"));
+}
+
+const WORKLOAD: &str = r#"
+[[job]]
+name = "train"
+queue = "research"
+priority = 10
+[[job.task]]
+name = "worker"
+replicas = 2
+cpu = 32
+memory = "256GiB"
+gpu = { count = 4 }
+model = ["H100*", "A100-SXM4-80GB"]
+topology = { within = "nvlink", required = true }
+
+[[job]]
+name = "infer"
+count = 3
+gpu = { mig = "1g.10gb" }
+isolation = "hard"
+
+[[job]]
+name = "notebook"
+gpu = { share = 250, memory = "8GiB", mode = "time-slice" }
+
+[[job]]
+name = "k8s"
+resources = { "nvidia.com/mig-3g.40gb" = 1, cpu = "500m", memory = "4Gi" }
+
+[[job]]
+name = "sized"
+gpu = { memory = "20GiB" }
+selector = "device.memory_gib >= 24"
+"#;
+
+#[test]
+fn a_workload_parses_every_request_kind() {
+    let jobs = parse_workload(WORKLOAD, catalog()).expect("valid workload");
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["train", "infer-0", "infer-1", "infer-2", "notebook", "k8s", "sized"]);
+    let worker = &jobs[0].groups[0];
+    assert_eq!(worker.replicas, 2);
+    assert_eq!(worker.resources.gpu, Some(GpuRequest::Whole { count: 4 }));
+    assert_eq!(worker.resources.topology.within, TopologyLevel::Nvlink);
+    assert!(worker.resources.topology.required);
+    assert_eq!(jobs[1].groups[0].resources.isolation, Isolation::Hard);
+    assert!(matches!(jobs[4].groups[0].resources.gpu, Some(GpuRequest::Share { mode: ShareMode::TimeSlice, .. })));
+    let k8s = &jobs[5].groups[0].resources;
+    assert_eq!(k8s.gpu, Some(GpuRequest::Mig { profile: "3g.40gb".into() }));
+    assert_eq!(k8s.cpu.0, 500);
+    assert!(matches!(jobs[6].groups[0].resources.gpu, Some(GpuRequest::Memory { .. })));
+}
+
+#[test]
+fn bad_workloads_name_the_field_and_hint() {
+    let job = |body: &str| format!("[[job]]\nname = \"j\"\n{body}");
+    let cases: [(&str, String, &str); 17] = [
+        ("zero GPUs", job("gpu = { count = 0 }"), "gpu.count: 0 is out of range 1..=64"),
+        ("negative GPUs", job("gpu = { count = -3 }"), "out of range 1..=64"),
+        ("absurd GPUs", job("gpu = { count = 4096 }"), "out of range 1..=64"),
+        ("unknown profile", job("gpu = { mig = \"9g.900gb\" }"), "no GPU model has MIG profile \"9g.900gb\""),
+        ("unknown model", job("gpu = { count = 1 }\nmodel = \"X100\""), "unknown GPU model \"X100\""),
+        ("profile the model lacks", job("gpu = { mig = \"1g.10gb\" }\nmodel = \"T4*\""), "none of T4* offers MIG profile 1g.10gb"),
+        ("memory larger than any GPU", job("gpu = { memory = \"4TiB\" }"), "more than any GPU has"),
+        ("share above one GPU", job("gpu = { share = 1500 }"), "share: 1500 is out of range 1..=1000"),
+        ("malformed CEL", job("gpu = { count = 1 }\nselector = \"device.memory_gib >=\""), "selector does not parse"),
+        ("MIG plus mps", job("gpu = { mig = \"1g.10gb\", mode = \"mps\" }"), "mode mps contradicts it"),
+        ("hard plus time-slice", job("gpu = { share = 100, mode = \"time-slice\" }\nisolation = \"hard\""), "hard isolation contradicts a shared GPU"),
+        ("two kinds", job("gpu = { count = 1, mig = \"1g.10gb\" }"), "give exactly one of"),
+        ("unknown resource", job("resources = { \"amd.com/gpu\" = 1 }"), "unknown resource name"),
+        ("two MIG devices", job("resources = { \"nvidia.com/mig-1g.10gb\" = 2 }"), "out of range 1..=1"),
+        ("unknown field", job("gpus = 2"), "unknown field `gpus`"),
+        ("priority out of range", job("priority = 99999999"), "out of range"),
+        ("negative cpu", job("cpu = -2"), "negative"),
+    ];
+    for (name, text, needle) in cases {
+        let err = parse_workload(&text, catalog()).expect_err(name);
+        let shown = err.to_string();
+        assert!(shown.contains(needle), "{name}: {shown}");
+        assert!(shown.contains("job \"j\"") || name == "unknown field", "{name} does not name the job: {shown}");
+    }
+}
+
+#[test]
+fn duplicate_names_are_refused() {
+    let text = "[[job]]\nname = \"a\"\n[[job]]\nname = \"a\"\n";
+    assert!(parse_workload(text, catalog()).expect_err("dup").to_string().contains("job name used twice"));
+}
+
+#[test]
+#[ignore = "prints sample messages for a human to read"]
+fn show_messages() {
+    for text in ["[[job]]\nname = \"j\"\ngpu = { count = 0 }", "[[job]]\nname = \"j\"\ngpus = 2", "[[job]]\nname = \"j\"\ngpu = { mig = \"1g.10gb\" }\nmodel = \"T4*\""] {
+        println!("---\n{}", parse_workload(text, catalog()).expect_err("bad"));
+    }
+}
