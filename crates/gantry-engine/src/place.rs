@@ -35,12 +35,14 @@ pub(crate) struct Placer<'a> {
     pub decision_seed: u64,
     /// Tasks applied so far in this decision (the gang's transaction).
     pub applied: Vec<TaskGrant>,
+    /// Most tasks any attempt of this decision had placed (for `GangIncomplete`).
+    most_placed: usize,
     options: Vec<TaskOption>,
 }
 
 impl<'a> Placer<'a> {
     pub fn new(state: &'a mut ClusterState, policy: Policy, limits: SearchLimits, shapes: &'a [(Shape, u64)], rack_nodes: &'a [Vec<NodeIdx>], decision_seed: u64) -> Placer<'a> {
-        Placer { state, policy, limits, shapes, rack_nodes, rng: SeededRng::new(decision_seed), decision_seed, applied: Vec::new(), options: Vec::new() }
+        Placer { state, policy, limits, shapes, rack_nodes, rng: SeededRng::new(decision_seed), decision_seed, applied: Vec::new(), most_placed: 0, options: Vec::new() }
     }
 
     /// Place every task of `job`; on failure nothing stays applied.
@@ -48,7 +50,7 @@ impl<'a> Placer<'a> {
         let total = job.task_count();
         for (index, group) in job.groups.iter().enumerate() {
             if let Err(mut reasons) = self.place_group(index as u32, group) {
-                let placed = self.applied.len() as u32;
+                let placed = self.most_placed.max(self.applied.len()) as u32;
                 self.rollback_to(0);
                 if total > 1 {
                     add_reason(&mut reasons, Reason::GangIncomplete { placed, total });
@@ -158,6 +160,7 @@ impl<'a> Placer<'a> {
             let task = self.place_task(index, replica, group, nodes, gpus)?;
             ledger::apply(self.state, &task);
             self.applied.push(task);
+            self.most_placed = self.most_placed.max(self.applied.len());
         }
         Ok(())
     }

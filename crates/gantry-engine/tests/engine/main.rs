@@ -1,0 +1,5 @@
+//! The engine's integration tests: one binary (suite time), modules by theme.
+
+mod properties;
+mod scenarios;
+mod support;

@@ -1,0 +1,173 @@
+//! Safety properties, checked on random fleets and random streams of place/release.
+
+use gantry_catalog::Catalog;
+use gantry_engine::{Engine, EngineConfig, Policy, SearchLimits, state::Units};
+use gantry_types::{Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MigInstanceSpec, MilliCpu, MilliGpu, Node, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel};
+use proptest::prelude::*;
+
+fn mig(layout: &[(&str, u8)]) -> GpuMode {
+    GpuMode::Mig { instances: layout.iter().map(|&(p, s)| MigInstanceSpec { profile: p.into(), start: s }).collect() }
+}
+
+fn mode_strategy(model: &'static str) -> impl Strategy<Value = GpuMode> {
+    let memory = Catalog::embedded().model(Catalog::embedded().lookup(model).expect("model")).memory.0;
+    let mig_layouts: Vec<GpuMode> = match model {
+        "A100-SXM4-80GB" | "H100-SXM5-80GB" => vec![
+            mig(&[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)]),
+            mig(&[("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)]),
+            mig(&[("4g.40gb", 0), ("3g.40gb", 4)]),
+            mig(&[("2g.20gb", 0), ("1g.20gb", 4)]),
+        ],
+        _ => vec![GpuMode::Whole],
+    };
+    prop_oneof![
+        3 => Just(GpuMode::Whole),
+        2 => proptest::sample::select(mig_layouts),
+        2 => (1u32..=48).prop_map(|max_clients| GpuMode::Mps { max_clients }),
+        2 => (2u32..=8).prop_map(move |replicas| GpuMode::TimeSlice { replicas, memory_per_replica: Bytes(memory / replicas as u64) }),
+    ]
+}
+
+fn node_strategy(index: usize) -> impl Strategy<Value = Node> {
+    let models = ["H100-SXM5-80GB", "A100-SXM4-80GB", "L4-24GB", "T4-16GB"];
+    (0..models.len(), 1usize..=8, 0u32..2, any::<bool>()).prop_flat_map(move |(m, count, rack, nvlink)| {
+        let model = models[m];
+        proptest::collection::vec(mode_strategy(model), count).prop_map(move |modes| Node {
+            name: format!("n{index}"),
+            cpu: MilliCpu(64_000),
+            memory: Bytes::gib(512),
+            labels: Default::default(),
+            taints: Vec::new(),
+            rack: Some(format!("rack{rack}")),
+            block: None,
+            gpus: modes
+                .into_iter()
+                .enumerate()
+                .map(|(i, mode)| Gpu { index: i as u32, model: model.into(), uuid: format!("GPU-{index}-{i}"), numa: (i * 2 / count) as u32, pcie_switch: i as u32 / 2, nvlink_domain: nvlink.then_some(0), mode })
+                .collect(),
+        })
+    })
+}
+
+fn fleet_strategy() -> impl Strategy<Value = Fleet> {
+    (1usize..=5).prop_flat_map(|n| (0..n).map(node_strategy).collect::<Vec<_>>()).prop_map(|nodes| Fleet { nodes })
+}
+
+fn request_strategy() -> impl Strategy<Value = (GpuRequest, Isolation)> {
+    prop_oneof![
+        (1u32..=4).prop_map(|count| (GpuRequest::Whole { count }, Isolation::Hard)),
+        proptest::sample::select(vec!["1g.10gb", "2g.20gb", "3g.40gb", "1g.20gb", "4g.40gb"]).prop_map(|p| (GpuRequest::Mig { profile: p.into() }, Isolation::Hard)),
+        (1u32..=1000, 0u64..=16, proptest::sample::select(vec![ShareMode::Mps, ShareMode::TimeSlice, ShareMode::Any]))
+            .prop_map(|(milli, gib, mode)| (GpuRequest::Share { milli: MilliGpu(milli), memory: Bytes::gib(gib), mode }, Isolation::None)),
+        (1u64..=40, proptest::sample::select(vec![Isolation::Hard, Isolation::Soft, Isolation::None])).prop_map(|(gib, iso)| (GpuRequest::Memory { memory: Bytes::gib(gib) }, iso)),
+    ]
+}
+
+fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
+    let group = (request_strategy(), 1u32..=3, 0u32..=8000, proptest::sample::select(vec![TopologyLevel::Nvlink, TopologyLevel::Numa, TopologyLevel::Node, TopologyLevel::Rack]), any::<bool>())
+        .prop_map(|((gpu, isolation), replicas, cpu, within, required)| TaskGroup {
+            name: "g".into(),
+            replicas,
+            resources: TaskResources { cpu: MilliCpu(cpu), memory: Bytes::gib(4), gpu: Some(gpu), models: Vec::new(), selector: None, isolation, topology: Topology { within, required }, tolerations: Vec::new() },
+        });
+    proptest::collection::vec(group, 1..=2).prop_map(move |mut groups| {
+        for (i, g) in groups.iter_mut().enumerate() {
+            g.name = format!("g{i}");
+        }
+        Job { name: format!("job{index}"), queue: "q".into(), priority: 0, groups }
+    })
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Place(Job),
+    /// Release the n-th live allocation (modulo how many there are).
+    Release(usize),
+}
+
+fn ops_strategy() -> impl Strategy<Value = Vec<Op>> {
+    proptest::collection::vec(prop_oneof![3 => any::<u16>().prop_map(|i| i as usize).prop_flat_map(job_strategy).prop_map(Op::Place), 1 => any::<usize>().prop_map(Op::Release)], 1..40)
+}
+
+fn new_engine(fleet: &Fleet, policy: Policy, seed: u64) -> Engine {
+    let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: None };
+    Engine::new(fleet, Catalog::embedded(), config).expect("generated fleets are valid")
+}
+
+/// Run ops, checking after each one; returns the decisions for determinism checks.
+fn run(fleet: &Fleet, policy: Policy, seed: u64, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
+    let mut engine = new_engine(fleet, policy, seed);
+    let mut log = Vec::new();
+    for op in ops {
+        match op {
+            Op::Place(job) => {
+                let before = engine.state().clone();
+                let compiled = engine.compile(job).expect("generated jobs compile");
+                match engine.place(&compiled) {
+                    Ok(id) => {
+                        let tasks = &engine.allocations()[&id].tasks;
+                        prop_assert_eq!(tasks.len() as u32, job.task_count(), "a gang is all or nothing");
+                        log.push(format!("{id}:{tasks:?}"));
+                    }
+                    Err(reasons) => {
+                        prop_assert!(engine.state() == &before, "a failed gang left state behind");
+                        prop_assert!(!reasons.is_empty(), "a refusal carries reasons");
+                        log.push(format!("refused:{reasons:?}"));
+                    }
+                }
+            }
+            Op::Release(n) => {
+                let ids: Vec<u64> = engine.allocations().keys().copied().collect();
+                if !ids.is_empty() {
+                    engine.release(ids[n % ids.len()]).expect("live allocation");
+                }
+            }
+        }
+        if let Err(e) = engine.check_invariants() {
+            return Err(TestCaseError::fail(format!("invariant broken: {e}")));
+        }
+        // Every MIG layout the engine holds is legal.
+        for gpu in &engine.state().gpus {
+            if let Units::Mig { slots } = &gpu.units {
+                let model = Catalog::embedded().model(gpu.model);
+                let geometry = model.mig.as_ref().expect("MIG GPU has geometry");
+                let spec: Vec<MigInstanceSpec> = slots.iter().map(|s| MigInstanceSpec { profile: geometry.profiles[s.profile as usize].name.clone(), start: s.start }).collect();
+                prop_assert!(geometry.validate_layout(&model.id, &spec).is_ok());
+            }
+        }
+    }
+    Ok(log)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+
+    /// No GPU, MIG instance or share is ever over-allocated; gangs are all-or-nothing; every
+    /// MIG layout is legal.
+    #[test]
+    fn nothing_is_ever_over_allocated(fleet in fleet_strategy(), ops in ops_strategy(), policy in proptest::sample::select(Policy::ALL.to_vec()), seed in any::<u64>()) {
+        run(&fleet, policy, seed, &ops)?;
+    }
+
+    /// The same inputs and seed give the same decisions, bit for bit.
+    #[test]
+    fn same_seed_same_decisions(fleet in fleet_strategy(), ops in ops_strategy(), policy in proptest::sample::select(Policy::ALL.to_vec()), seed in any::<u64>()) {
+        prop_assert_eq!(run(&fleet, policy, seed, &ops)?, run(&fleet, policy, seed, &ops)?);
+    }
+
+    /// Placing a job and releasing it returns the exact prior state.
+    #[test]
+    fn place_then_release_restores_the_state(fleet in fleet_strategy(), prefill in proptest::collection::vec(job_strategy(0), 0..6), job in job_strategy(99), policy in proptest::sample::select(Policy::ALL.to_vec())) {
+        let mut engine = new_engine(&fleet, policy, 7);
+        for j in &prefill {
+            let compiled = engine.compile(j).expect("compiles");
+            let _ = engine.place(&compiled);
+        }
+        let before = engine.state().clone();
+        let compiled = engine.compile(&job).expect("compiles");
+        if let Ok(id) = engine.place(&compiled) {
+            engine.release(id).expect("just placed");
+        }
+        prop_assert!(engine.state() == &before);
+    }
+}

@@ -1,0 +1,270 @@
+//! Named scenarios, including the worked examples from the seeds.
+
+use crate::support::*;
+use gantry_engine::Policy;
+use gantry_types::{GpuGrant, JobOutcome, Reason};
+
+/// 10 A100-80GB: 4 whole for 4 training jobs, 3 as 7 × 1g.10gb for 20 inference models, 3
+/// time-sliced × 10 for 30 notebooks. All 54 place, on every policy.
+#[test]
+fn the_ten_a100_mix_places_all_54_workloads() {
+    let fleet = r#"
+[[node]]
+name = "a100-a"
+cpu = 128
+memory = "1TiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 8
+[[node.gpu]]
+index = 4
+mig = ["1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"]
+[[node.gpu]]
+index = 5
+mig = ["1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"]
+[[node.gpu]]
+index = 6
+mig = ["1g.10gb@0", "1g.10gb@1", "1g.10gb@2", "1g.10gb@3", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"]
+[[node.gpu]]
+index = 7
+mode = "time-slice"
+replicas = 10
+
+[[node]]
+name = "a100-b"
+cpu = 32
+memory = "256GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 2
+mode = "time-slice"
+replicas = 10
+"#;
+    let workload = r#"
+[[job]]
+name = "train"
+count = 4
+cpu = 8
+memory = "64GiB"
+gpu = { count = 1 }
+
+[[job]]
+name = "infer"
+count = 20
+cpu = 1
+memory = "8GiB"
+gpu = { mig = "1g.10gb" }
+isolation = "hard"
+
+[[job]]
+name = "notebook"
+count = 30
+cpu = "500m"
+memory = "4GiB"
+resources = { "nvidia.com/gpu.shared" = 1 }
+"#;
+    for policy in Policy::ALL {
+        let mut engine = engine(fleet, policy);
+        let outcomes = place_all(&mut engine, &jobs(workload));
+        assert_eq!(outcomes.len(), 54);
+        let failed: Vec<_> = outcomes.iter().filter(|o| matches!(o, JobOutcome::Unplaced { .. })).collect();
+        assert!(failed.is_empty(), "{policy}: {} of 54 did not place: {failed:?}", failed.len());
+        engine.check_invariants().expect("ledger consistent");
+    }
+}
+
+const HGX: &str = r#"
+[[node]]
+name = "hgx"
+cpu = 224
+memory = "2TiB"
+[node.gpus]
+model = "H100-SXM5-80GB"
+count = 8
+numa_nodes = 2
+"#;
+
+const PCIE_2NUMA: &str = r#"
+[[node]]
+name = "pcie"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "L40S-48GB"
+count = 8
+numa_nodes = 2
+"#;
+
+#[test]
+fn a_4gpu_job_on_an_nvswitch_node_stays_in_the_nvlink_domain() {
+    let mut engine = engine(HGX, Policy::Default);
+    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"t\"\ngpu = { count = 4 }\ntopology = { within = \"nvlink\", required = true }"));
+    let task = &placed(&outcomes[0])[0];
+    assert_eq!(whole_gpus(task).len(), 4);
+    let gpus = &engine.state().gpus;
+    assert!(task.gpus.iter().all(|g| gpus[g.gpu() as usize].nvlink_domain == Some(0)));
+}
+
+#[test]
+fn a_4gpu_job_on_a_two_numa_pcie_node_lands_on_one_numa_node() {
+    // Take one GPU on NUMA 0 first, so NUMA 0 has 3 free and NUMA 1 has 4.
+    let cases = [("NUMA 0 busy", "[[job]]\nname = \"small\"\ngpu = { count = 1 }\n", 1u32)];
+    for (name, pre, expect_numa) in cases {
+        let mut engine = engine(PCIE_2NUMA, Policy::BestFit);
+        let outcomes = place_all(&mut engine, &jobs(&format!("{pre}[[job]]\nname = \"t\"\ngpu = {{ count = 4 }}\n")));
+        let small = &placed(&outcomes[0])[0];
+        let small_numa = engine.state().gpus[small.gpus[0].gpu() as usize].numa;
+        let task = &placed(&outcomes[1])[0];
+        let numas: Vec<u32> = task.gpus.iter().map(|g| engine.state().gpus[g.gpu() as usize].numa).collect();
+        assert!(numas.iter().all(|&n| n == numas[0]), "{name}: spread across NUMA nodes {numas:?}");
+        assert_ne!(numas[0], small_numa, "{name}: should avoid the busy NUMA node");
+        let _ = expect_numa;
+    }
+}
+
+#[test]
+fn required_numa_refuses_to_spread_and_preferred_spreads() {
+    // Two NUMA nodes of 3 GPUs: no NUMA node holds 4.
+    let fleet = "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"L40S-48GB\"\ncount = 6\nnuma = [0, 0, 0, 1, 1, 1]\n";
+    let mut engine = engine(fleet, Policy::BestFit);
+    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"req\"\ngpu = { count = 4 }\ntopology = { within = \"numa\", required = true }\n[[job]]\nname = \"pref\"\ngpu = { count = 4 }\n"));
+    match &outcomes[0] {
+        JobOutcome::Unplaced { reasons } => assert!(matches!(reasons[0].reason, Reason::TopologyUnsatisfiable { need: 4, .. }), "{reasons:?}"),
+        other => panic!("required NUMA placed across NUMA nodes: {other:?}"),
+    }
+    assert_eq!(placed(&outcomes[1])[0].gpus.len(), 4, "preferred topology falls back to the node");
+}
+
+#[test]
+fn mig_on_a_t4_is_rejected_naming_mig_support() {
+    let fleet = "[[node]]\nname = \"t4\"\ncpu = 32\nmemory = \"128GiB\"\n[node.gpus]\nmodel = \"T4-16GB\"\ncount = 4\n";
+    let mut engine = engine(fleet, Policy::Default);
+    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"m\"\ngpu = { mig = \"1g.10gb\" }"));
+    let JobOutcome::Unplaced { reasons } = &outcomes[0] else { panic!("a T4 cannot host MIG") };
+    assert!(matches!(&reasons[0].reason, Reason::MigNotSupported { profile } if profile == "1g.10gb"), "{reasons:?}");
+    assert!(reasons[0].reason.to_string().contains("MIG-capable"), "{}", reasons[0].reason);
+}
+
+#[test]
+fn a_gang_that_cannot_fully_fit_leaves_nothing_behind() {
+    let mut engine = engine(HGX, Policy::Default);
+    let before = engine.state().clone();
+    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"big\"\n[[job.task]]\nname = \"w\"\nreplicas = 3\ngpu = { count = 4 }\n"));
+    let JobOutcome::Unplaced { reasons } = &outcomes[0] else { panic!("12 GPUs on an 8-GPU fleet") };
+    assert!(reasons.iter().any(|r| matches!(r.reason, Reason::GangIncomplete { placed: 2, total: 3 })), "{reasons:?}");
+    assert_eq!(engine.state(), &before, "rolled back exactly");
+    assert!(engine.allocations().is_empty());
+}
+
+#[test]
+fn a_gang_within_a_rack_stays_in_one_rack() {
+    let fleet = r#"
+[[node]]
+name = "r1"
+count = 2
+rack = "rack-1"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 8
+[[node]]
+name = "r2"
+count = 3
+rack = "rack-2"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 8
+"#;
+    let mut engine = engine(fleet, Policy::Default);
+    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"g\"\n[[job.task]]\nname = \"w\"\nreplicas = 3\ngpu = { count = 8 }\ntopology = { within = \"rack\", required = true }\n"));
+    let tasks = placed(&outcomes[0]);
+    assert_eq!(tasks.len(), 3);
+    assert!(tasks.iter().all(|t| t.node.starts_with("r2-")), "only rack-2 holds 24 GPUs: {:?}", tasks.iter().map(|t| &t.node).collect::<Vec<_>>());
+}
+
+#[test]
+fn memory_only_requests_take_the_smallest_unit() {
+    let fleet = r#"
+[[node]]
+name = "n"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 3
+[[node.gpu]]
+index = 0
+mig = ["3g.40gb@0", "2g.20gb@4", "1g.10gb@6"]
+[[node.gpu]]
+index = 1
+mode = "mps"
+"#;
+    let mut engine = engine(fleet, Policy::Default);
+    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"s\"\ngpu = { memory = \"15GiB\" }\n[[job]]\nname = \"t\"\ngpu = { memory = \"8GiB\" }\n[[job]]\nname = \"h\"\ngpu = { memory = \"15GiB\" }\nisolation = \"hard\"\n"));
+    // 15GiB: MPS share of 15GiB is smaller than the 20GiB MIG instance.
+    assert!(matches!(placed(&outcomes[0])[0].gpus[0], GpuGrant::Mps { .. }), "{:?}", outcomes[0]);
+    // 8GiB: the 1g.10gb instance (10GiB) loses to an 8GiB MPS share.
+    assert!(matches!(placed(&outcomes[1])[0].gpus[0], GpuGrant::Mps { .. }), "{:?}", outcomes[1]);
+    // Hard isolation: MPS is out, the 2g.20gb instance is the smallest that holds 15GiB.
+    assert!(matches!(&placed(&outcomes[2])[0].gpus[0], GpuGrant::Mig { profile, .. } if profile == "2g.20gb"), "{:?}", outcomes[2]);
+}
+
+#[test]
+fn whole_requests_do_not_steal_the_sharing_pool() {
+    let fleet = r#"
+[[node]]
+name = "shared"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "L4-24GB"
+count = 2
+mode = "time-slice"
+replicas = 4
+[[node]]
+name = "whole"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "L4-24GB"
+count = 2
+"#;
+    for policy in gantry_engine::Policy::ALL {
+        let mut engine = engine(fleet, policy);
+        let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"w\"\ngpu = { count = 1 }\n"));
+        assert_eq!(placed(&outcomes[0])[0].node, "whole", "{policy}");
+    }
+}
+
+#[test]
+fn reasons_explain_each_kind_of_misfit() {
+    let fleet = "[[node]]\nname = \"n\"\ncpu = 8\nmemory = \"32GiB\"\ntaints = [\"dedicated=infer:NoSchedule\"]\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\nmode = \"mps\"\n";
+    let cases: [(&str, &str, fn(&Reason) -> bool); 6] = [
+        ("taint", "gpu = { share = 100 }", |r| matches!(r, Reason::TaintNotTolerated { .. })),
+        ("cpu", "cpu = 16\ntolerations = [\"dedicated\"]", |r| matches!(r, Reason::InsufficientCpu { .. })),
+        ("model", "gpu = { count = 1 }\nmodel = \"H100*\"\ntolerations = [\"dedicated=infer\"]", |r| matches!(r, Reason::GpuModelMismatch { .. })),
+        ("selector", "gpu = { share = 100 }\nselector = \"device.memory_gib >= 80\"\ntolerations = [\"dedicated\"]", |r| matches!(r, Reason::SelectorRejected { .. })),
+        ("gpu memory", "gpu = { share = 100, memory = \"30GiB\" }\ntolerations = [\"dedicated\"]", |r| matches!(r, Reason::InsufficientGpuMemory { .. })),
+        ("isolation", "gpu = { share = 100 }\nisolation = \"soft\"\ntolerations = [\"dedicated\"]", |_| true),
+    ];
+    for (name, body, expected) in cases {
+        let mut engine = engine(fleet, Policy::Default);
+        let outcome = &place_all(&mut engine, &jobs(&format!("[[job]]\nname = \"j\"\n{body}\n")))[0];
+        match (name, outcome) {
+            ("isolation", JobOutcome::Placed { .. }) => {}
+            (_, JobOutcome::Unplaced { reasons }) => assert!(expected(&reasons[0].reason), "{name}: {reasons:?}"),
+            (_, other) => panic!("{name}: placed {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn every_policy_is_selectable_by_name() {
+    for policy in Policy::ALL {
+        assert_eq!(policy.name().parse::<Policy>(), Ok(policy));
+    }
+    assert!("tetris".parse::<Policy>().expect_err("unknown").contains("choose one of"));
+}
