@@ -73,7 +73,7 @@ impl FromStr for Policy {
 }
 
 /// A candidate's score: compared lexicographically, higher wins.
-pub type Score = [i64; 6];
+pub type Score = [i64; 7];
 
 /// What scoring needs beyond the node and the option.
 #[derive(Debug)]
@@ -115,15 +115,15 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
     let gpu_fit = -chosen_gpu_free_after(state, option);
     let same_rack = ctx.gang_racks.contains(&n.rack) as i64;
     match ctx.policy {
-        Policy::Random => [borrowed, unit, level, 0, 0, 0],
-        Policy::BestFit => [borrowed, unit, level, fit, gpu_fit, 0],
-        Policy::Spread => [borrowed, unit, level, -fit, -gpu_fit, 0],
-        Policy::DotProduct => [borrowed, unit, level, dot_product(state, node, group, milli), gpu_fit, 0],
-        Policy::GpuPacking => [borrowed, unit, level, packing_tier(state, node, option), fit, gpu_fit],
-        Policy::GpuClustering => [borrowed, unit, level, same_shape_tasks(state, node, option), fit, gpu_fit],
-        Policy::Fgd => [borrowed, unit, level, -fragmentation_delta(state, node, option, ctx.shapes), gpu_fit, 0],
-        Policy::Topology => [borrowed, unit, level, same_rack, fit, gpu_fit],
-        Policy::Default => [borrowed, unit, level, same_rack, -fragmentation_delta(state, node, option, ctx.shapes), fit],
+        Policy::Random => [borrowed, unit, level, 0, 0, 0, 0],
+        Policy::BestFit => [borrowed, unit, level, fit, gpu_fit, 0, 0],
+        Policy::Spread => [borrowed, unit, level, -fit, -gpu_fit, 0, 0],
+        Policy::DotProduct => [borrowed, unit, level, dot_product(state, node, group, milli), gpu_fit, 0, 0],
+        Policy::GpuPacking => [borrowed, unit, level, packing_tier(state, node, option), fit, gpu_fit, 0],
+        Policy::GpuClustering => [borrowed, unit, level, same_shape_tasks(state, node, option), fit, gpu_fit, 0],
+        Policy::Fgd => [borrowed, unit, level, -fragmentation_delta(state, node, option, ctx.shapes), gpu_fit, 0, 0],
+        Policy::Topology => [borrowed, unit, level, same_rack, fit, gpu_fit, 0],
+        Policy::Default => [borrowed, unit, level, same_rack, -fragmentation_delta(state, node, option, ctx.shapes), fit, gpu_fit],
     }
 }
 

@@ -20,7 +20,9 @@ pub struct TaskPlacement {
     pub group: String,
     pub replica: u32,
     pub node: String,
+    #[serde(rename = "cpu_milli")]
     pub cpu: MilliCpu,
+    #[serde(rename = "memory_bytes")]
     pub memory: Bytes,
     pub gpus: Vec<GpuGrant>,
 }
@@ -31,8 +33,19 @@ pub struct TaskPlacement {
 pub enum GpuGrant {
     Whole { gpu: u32 },
     Mig { gpu: u32, profile: String, start: u8 },
-    Mps { gpu: u32, milli: MilliGpu, memory: Bytes },
-    TimeSlice { gpu: u32, replicas: u32, milli: MilliGpu, memory: Bytes },
+    Mps {
+        gpu: u32,
+        milli: MilliGpu,
+        #[serde(rename = "memory_bytes")]
+        memory: Bytes,
+    },
+    TimeSlice {
+        gpu: u32,
+        replicas: u32,
+        milli: MilliGpu,
+        #[serde(rename = "memory_bytes")]
+        memory: Bytes,
+    },
 }
 
 impl GpuGrant {

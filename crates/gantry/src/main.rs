@@ -1,0 +1,45 @@
+//! `gantry`: the one binary. Today: `place` (a dry run of the placement engine on a fleet and
+//! a workload), `catalog` (GPU models and MIG geometry) and `validate` (check spec files).
+//! The live service, the simulator and the planner arrive as further subcommands.
+
+mod catalog_cmd;
+mod place_cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "gantry", version, about = "GPU fleet scheduler: share GPUs well, place gangs on the right topology", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Place a workload on a fleet, in order, and show where each task goes or why it cannot.
+    #[command(after_help = place_cmd::EXAMPLES)]
+    Place(place_cmd::PlaceArgs),
+    /// List GPU models and their MIG profiles with legal placements.
+    #[command(after_help = catalog_cmd::EXAMPLES)]
+    Catalog(catalog_cmd::CatalogArgs),
+    /// Check a fleet file and/or a workload file without placing anything.
+    #[command(after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml")]
+    Validate(place_cmd::ValidateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Place(args) => place_cmd::run(args),
+        Command::Catalog(args) => catalog_cmd::run(args),
+        Command::Validate(args) => place_cmd::validate(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

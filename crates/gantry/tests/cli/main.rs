@@ -1,0 +1,121 @@
+//! Runs the real `gantry` binary, as a user would, in a temporary directory.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn gantry(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gantry")).args(args).output().expect("gantry runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh directory under the target dir (no tempfile crate needed for this).
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn place_on_the_bundled_demo_shows_placements_and_reasons() {
+    let out = gantry(&["place"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("llm-finetune"), "{text}");
+    assert!(text.contains("mig 1g.10gb@"), "{text}");
+    assert!(text.contains("not placed:"), "{text}");
+    assert!(text.contains("jobs placed; GPU allocation"), "{text}");
+}
+
+#[test]
+fn place_json_follows_the_documented_schema() {
+    let out = gantry(&["place", "--json", "--policy", "best-fit", "--seed", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    assert_eq!(report["schema"], "gantry.place/v1");
+    assert_eq!(report["policy"], "best-fit");
+    assert_eq!(report["seed"], 3);
+    let jobs = report["jobs"].as_array().expect("jobs");
+    assert!(jobs.iter().all(|j| j["status"] == "placed" || j["status"] == "unplaced"));
+    let placed = jobs.iter().find(|j| j["status"] == "placed").expect("something placed");
+    let task = &placed["tasks"][0];
+    for key in ["group", "replica", "node", "cpu_milli", "memory_bytes", "gpus"] {
+        assert!(!task[key].is_null(), "task lacks {key}: {task}");
+    }
+    let unplaced = jobs.iter().find(|j| j["status"] == "unplaced").expect("demo has an unplaceable job");
+    let reason = &unplaced["reasons"][0];
+    assert!(reason["reason"].is_string() && reason["message"].is_string() && reason["count"].is_u64(), "{reason}");
+    let summary = &report["summary"];
+    assert_eq!(summary["jobs"].as_u64(), Some(jobs.len() as u64));
+    assert!(summary["allocated_milli"].as_u64() <= summary["capacity_milli"].as_u64());
+}
+
+#[test]
+fn the_same_seed_gives_the_same_output() {
+    let a = gantry(&["place", "--json", "--policy", "random", "--seed", "11"]);
+    let b = gantry(&["place", "--json", "--policy", "random", "--seed", "11"]);
+    assert_eq!(a.stdout, b.stdout);
+}
+
+#[test]
+fn place_reads_user_files() {
+    let dir = temp_dir("user-files");
+    std::fs::write(dir.join("fleet.toml"), "[[node]]\nname = \"n\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n").expect("write");
+    std::fs::write(dir.join("jobs.toml"), "[[job]]\nname = \"a\"\ngpu = { count = 2 }\n[[job]]\nname = \"b\"\ngpu = { count = 1 }\n").expect("write");
+    let out = gantry(&["place", "--fleet", dir.join("fleet.toml").to_str().expect("utf8"), "--workload", dir.join("jobs.toml").to_str().expect("utf8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("1 of 2 jobs placed"), "{text}");
+    assert!(text.contains("needs 1 free whole GPUs on one node, at most 0"), "{text}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_with_exit_code_2() {
+    let dir = temp_dir("bad-input");
+    std::fs::write(dir.join("fleet.toml"), "[[node]]\nname = \"n\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-40GB\"\ncount = 1\nmig = [\"3g.20gb@0\", \"3g.20gb@4\", \"3g.20gb@0\", \"3g.20gb@4\"]\n").expect("write");
+    std::fs::write(dir.join("jobs.toml"), "[[job]]\nname = \"a\"\ngpu = { count = 1 }\n").expect("write");
+    std::fs::write(dir.join("binary.toml"), [0xff, 0xfe, 0x00, 0x41]).expect("write");
+    let fleet = dir.join("fleet.toml");
+    let jobs = dir.join("jobs.toml");
+    let binary = dir.join("binary.toml");
+    let cases: [(&str, Vec<&str>, &str); 6] = [
+        ("illegal MIG layout", vec!["place", "--fleet", fleet.to_str().expect("utf8"), "--workload", jobs.to_str().expect("utf8")], "at most 2 fit (rule: max instances per profile)"),
+        ("missing file", vec!["place", "--fleet", "/nonexistent/fleet.toml", "--workload", jobs.to_str().expect("utf8")], "cannot read fleet file /nonexistent/fleet.toml"),
+        ("one of two files", vec!["place", "--fleet", fleet.to_str().expect("utf8")], "give both --fleet and --workload"),
+        ("not UTF-8", vec!["validate", "--workload", binary.to_str().expect("utf8")], "as UTF-8 text"),
+        ("unknown policy", vec!["place", "--policy", "tetris"], "choose one of"),
+        ("unknown model", vec!["catalog", "X9000"], "unknown GPU model \"X9000\""),
+    ];
+    for (name, args, needle) in cases {
+        let out = gantry(&args);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{name}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{name}: printed to stdout on error");
+    }
+}
+
+#[test]
+fn validate_and_catalog_answer() {
+    let out = gantry(&["validate", "--fleet", concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/demo-fleet.toml")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("ok, 4 nodes, 28 GPUs"), "{}", stdout(&out));
+    let out = gantry(&["catalog", "NVIDIA H100 80GB HBM3"]);
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("3g.40gb"), "{}", stdout(&out));
+    let out = gantry(&["catalog", "--json"]);
+    let models: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(models.as_array().map(Vec::len), Some(16));
+}
+
+#[test]
+fn help_has_examples() {
+    let out = gantry(&["place", "--help"]);
+    assert!(stdout(&out).contains("Examples:"), "{}", stdout(&out));
+}
