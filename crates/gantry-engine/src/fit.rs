@@ -11,10 +11,14 @@ use crate::request::{CompiledGroup, GpuNeed};
 use crate::state::{ClusterState, GpuIdx, GpuState, NodeIdx, Units};
 use gantry_types::{Bytes, Isolation, MilliCpu, MilliGpu, Reason, TopologyLevel};
 
+/// Grants of one option: inline for the common one-GPU case, so building options allocates
+/// nothing.
+pub type Grants = smallvec::SmallVec<[Grant; 2]>;
+
 /// A way to place one task on one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskOption {
-    pub grants: Vec<Grant>,
+    pub grants: Grants,
     /// Tightest level that holds all of this task's GPUs.
     pub level: TopologyLevel,
     /// Memory of the unit granted, for memory-only requests (smallest unit wins).
@@ -52,10 +56,20 @@ pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope
     if n.memory_free < group.memory {
         return Err(Reason::InsufficientMemory { need: Bytes(group.memory), free: Bytes(n.memory_free) });
     }
+    // Quick rejects from the node's summaries, before touching its GPUs.
+    match &group.gpu {
+        GpuNeed::Share { milli, .. } if n.max_share_free < *milli && n.max_share_free > 0 => {
+            return Err(Reason::InsufficientShare { need: MilliGpu(*milli), free: MilliGpu(n.max_share_free) });
+        }
+        GpuNeed::Mig { profile } if n.mig_free_mask & group.mig_any_mask == 0 && group.mig_any_mask != 0 && has_mig_gpu(state, node) => {
+            return Err(Reason::MigProfileUnavailable { profile: profile.clone() });
+        }
+        _ => {}
+    }
     let gpus = state.node_gpus(node);
     match &group.gpu {
         GpuNeed::None => {
-            out.push(TaskOption { grants: Vec::new(), level: TopologyLevel::Nvlink, unit_memory: 0 });
+            out.push(TaskOption { grants: Grants::new(), level: TopologyLevel::Nvlink, unit_memory: 0 });
             Ok(())
         }
         GpuNeed::Whole { count } => whole(gpus, n.gpu_first, n.whole_free, group, *count, scope, out),
@@ -63,6 +77,11 @@ pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope
         GpuNeed::Share { milli, memory, mps, time_slice } => share(gpus, n.gpu_first, group, *milli, *memory, *mps, *time_slice, scope, out),
         GpuNeed::Memory { memory } => memory_only(gpus, n.gpu_first, group, *memory, scope, out),
     }
+}
+
+/// Does the node's hardware have a MIG GPU the group could use (its signature says so)?
+fn has_mig_gpu(state: &ClusterState, node: NodeIdx) -> bool {
+    state.signatures[state.nodes[node as usize].signature as usize].gpus.iter().any(|&(_, mask)| mask != 0)
 }
 
 fn tolerates(tolerations: &[String], taint: &gantry_types::Taint) -> bool {
@@ -92,49 +111,66 @@ fn whole(gpus: &[GpuState], first: GpuIdx, node_whole_free: u32, group: &Compile
     let eligible = |g: &GpuState| group.class_ok[g.class as usize] && g.wholly_free() && scope.admits(g);
     // Whole-mode GPUs first; an idle MPS or time-sliced GPU is taken whole only when the
     // whole-mode ones do not suffice (the admin meant those for sharing).
-    let mut free: Vec<(GpuIdx, &GpuState)> = gpus
-        .iter()
-        .enumerate()
-        .filter(|(_, g)| eligible(g) && matches!(g.units, Units::Whole))
-        .map(|(offset, g)| (first + offset as GpuIdx, g))
-        .collect();
-    if (free.len() as u32) < count {
-        free = gpus.iter().enumerate().filter(|(_, g)| eligible(g)).map(|(offset, g)| (first + offset as GpuIdx, g)).collect();
+    let mut free = GpuSet::new();
+    gpus.iter().enumerate().filter(|(_, g)| eligible(g) && matches!(g.units, Units::Whole)).for_each(|(o, _)| free.push(o));
+    if (free.len as u32) < count {
+        free = GpuSet::new();
+        gpus.iter().enumerate().filter(|(_, g)| eligible(g)).for_each(|(o, _)| free.push(o));
     }
-    if (free.len() as u32) < count {
+    if (free.len as u32) < count {
         if !gpus.iter().any(|g| group.class_ok[g.class as usize]) {
             return Err(class_reason(gpus, group));
         }
-        return Err(Reason::InsufficientWholeGpus { need: count, free: free.len() as u32 });
+        return Err(Reason::InsufficientWholeGpus { need: count, free: free.len as u32 });
     }
     // Tightest domain first; within a level, the domain with the fewest free GPUs that still
     // fits (best fit keeps large domains whole for large jobs).
-    let (level, chosen) = if let Some(set) = best_domain(&free, count, |g| g.nvlink_domain) {
+    let (level, chosen) = if let Some(set) = best_domain(gpus, &free, count, |g| g.nvlink_domain) {
         (TopologyLevel::Nvlink, set)
-    } else if let Some(set) = best_domain(&free, count, |g| Some(g.numa)) {
+    } else if let Some(set) = best_domain(gpus, &free, count, |g| Some(g.numa)) {
         (TopologyLevel::Numa, set)
     } else {
         // Spread over NUMA nodes: take from the NUMA node with the most free GPUs first.
-        let per_numa = |numa: u32| free.iter().filter(|(_, g)| g.numa == numa).count();
-        let mut ordered: Vec<(usize, u32, GpuIdx)> = free.iter().map(|(i, g)| (per_numa(g.numa), g.numa, *i)).collect();
-        ordered.sort_by_key(|&(n, numa, i)| (std::cmp::Reverse(n), numa, i));
-        free.clear();
-        (TopologyLevel::Node, ordered[..count as usize].iter().map(|&(_, _, i)| i).collect())
+        let per_numa = |numa: u32| free.iter().filter(|&o| gpus[o].numa == numa).count();
+        let mut ordered: smallvec::SmallVec<[(usize, u32, usize); 16]> = free.iter().map(|o| (per_numa(gpus[o].numa), gpus[o].numa, o)).collect();
+        ordered.sort_by_key(|&(n, numa, o)| (std::cmp::Reverse(n), numa, o));
+        let mut set = GpuSet::new();
+        ordered[..count as usize].iter().for_each(|&(_, _, o)| set.push(o));
+        (TopologyLevel::Node, set)
     };
     let level = if count <= 1 { TopologyLevel::Nvlink } else { level };
     if group.topology.required && level > group.topology.within && group.topology.within < TopologyLevel::Node {
         return Err(Reason::TopologyUnsatisfiable { within: group.topology.within, need: count });
     }
-    let grants = chosen.into_iter().map(|gpu| Grant::Whole { gpu }).collect();
+    let grants = chosen.iter().map(|o| Grant::Whole { gpu: first + o as GpuIdx }).collect();
     out.push(TaskOption { grants, level, unit_memory: 0 });
     Ok(())
 }
 
+/// A set of GPU offsets on one node (at most `GPUS_PER_NODE_MAX`), without allocating.
+struct GpuSet {
+    items: [u8; crate::limits::GPUS_PER_NODE_MAX],
+    len: usize,
+}
+
+impl GpuSet {
+    fn new() -> GpuSet {
+        GpuSet { items: [0; crate::limits::GPUS_PER_NODE_MAX], len: 0 }
+    }
+    fn push(&mut self, offset: usize) {
+        self.items[self.len] = offset as u8;
+        self.len += 1;
+    }
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.items[..self.len].iter().map(|&o| o as usize)
+    }
+}
+
 /// The first `count` GPUs of the smallest domain (by `key`) that has at least `count` free.
-fn best_domain(free: &[(GpuIdx, &GpuState)], count: u32, key: impl Fn(&GpuState) -> Option<u32>) -> Option<Vec<GpuIdx>> {
-    let mut domains: Vec<(u32, u32)> = Vec::new(); // (domain, free count)
-    for (_, g) in free {
-        if let Some(d) = key(g) {
+fn best_domain(gpus: &[GpuState], free: &GpuSet, count: u32, key: impl Fn(&GpuState) -> Option<u32>) -> Option<GpuSet> {
+    let mut domains: smallvec::SmallVec<[(u32, u32); 8]> = smallvec::SmallVec::new(); // (domain, free count)
+    for o in free.iter() {
+        if let Some(d) = key(&gpus[o]) {
             match domains.iter_mut().find(|(id, _)| *id == d) {
                 Some(entry) => entry.1 += 1,
                 None => domains.push((d, 1)),
@@ -142,7 +178,9 @@ fn best_domain(free: &[(GpuIdx, &GpuState)], count: u32, key: impl Fn(&GpuState)
         }
     }
     let &(domain, _) = domains.iter().filter(|(_, n)| *n >= count).min_by_key(|(d, n)| (*n, *d))?;
-    Some(free.iter().filter(|(_, g)| key(g) == Some(domain)).take(count as usize).map(|(i, _)| *i).collect())
+    let mut set = GpuSet::new();
+    free.iter().filter(|&o| key(&gpus[o]) == Some(domain)).take(count as usize).for_each(|o| set.push(o));
+    Some(set)
 }
 
 fn mig(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
@@ -156,7 +194,7 @@ fn mig(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, scope: GpuScope,
         let (Units::Mig { slots }, Some(profile)) = (&g.units, group.mig_profile[g.class as usize]) else { continue };
         any_mig = true;
         if let Some(slot) = slots.iter().position(|s| s.profile == profile && !s.taken) {
-            out.push(TaskOption { grants: vec![Grant::Mig { gpu: first + offset as GpuIdx, slot: slot as u8 }], level: TopologyLevel::Nvlink, unit_memory: slots[slot].memory });
+            out.push(TaskOption { grants: smallvec::smallvec![Grant::Mig { gpu: first + offset as GpuIdx, slot: slot as u8 }], level: TopologyLevel::Nvlink, unit_memory: slots[slot].memory });
             if out.len() >= OPTIONS_PER_NODE_MAX {
                 break;
             }
@@ -204,7 +242,7 @@ fn share(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, milli: u32, me
                 best_free_milli = best_free_milli.max(g.free_milli());
                 best_free_memory = best_free_memory.max(g.free_memory());
                 if g.free_milli() >= milli && g.free_memory() >= memory {
-                    out.push(TaskOption { grants: vec![Grant::Mps { gpu, milli, memory }], level: TopologyLevel::Nvlink, unit_memory: memory });
+                    out.push(TaskOption { grants: smallvec::smallvec![Grant::Mps { gpu, milli, memory }], level: TopologyLevel::Nvlink, unit_memory: memory });
                 }
             }
             Units::TimeSlice { replicas, memory_per_replica } if time_slice => {
@@ -217,7 +255,7 @@ fn share(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, milli: u32, me
                 best_free_memory = best_free_memory.max(free as u64 * memory_per_replica.0);
                 if k <= free && k as u64 * memory_per_replica.0 >= memory {
                     out.push(TaskOption {
-                        grants: vec![Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: k as u64 * memory_per_replica.0 }],
+                        grants: smallvec::smallvec![Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: k as u64 * memory_per_replica.0 }],
                         level: TopologyLevel::Nvlink,
                         unit_memory: k as u64 * memory_per_replica.0,
                     });
@@ -288,7 +326,7 @@ fn memory_only(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, memory: 
             _ => g.free_memory(),
         });
         if let Some((grant, unit)) = option {
-            out.push(TaskOption { grants: vec![grant], level: TopologyLevel::Nvlink, unit_memory: unit });
+            out.push(TaskOption { grants: smallvec::smallvec![grant], level: TopologyLevel::Nvlink, unit_memory: unit });
         }
     }
     if out.is_empty() {

@@ -63,6 +63,7 @@ pub fn apply(state: &mut ClusterState, task: &TaskGrant) {
     for grant in &task.grants {
         take(state, task.node, grant);
     }
+    state.refresh_summary(task.node);
 }
 
 /// Give back exactly what `apply` took.
@@ -70,6 +71,7 @@ pub fn revert(state: &mut ClusterState, task: &TaskGrant) {
     for grant in task.grants.iter().rev() {
         give(state, task.node, grant);
     }
+    state.refresh_summary(task.node);
     let node = &mut state.nodes[task.node as usize];
     node.cpu_free += task.cpu;
     node.memory_free += task.memory;
@@ -115,6 +117,7 @@ fn take(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
     assert!(gpu.used_memory <= gpu.memory_total, "GPU memory over-allocated");
     gpu.used_milli += milli;
     let now_wholly_free = gpu.wholly_free();
+    state.used_milli_total += milli as u64;
     let n = &mut state.nodes[node as usize];
     n.used_milli += milli;
     if was_wholly_free && !now_wholly_free {
@@ -154,6 +157,7 @@ fn give(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
     };
     gpu.used_milli -= milli;
     let now_wholly_free = gpu.wholly_free();
+    state.used_milli_total -= milli as u64;
     let n = &mut state.nodes[node as usize];
     n.used_milli -= milli;
     if !was_wholly_free && now_wholly_free {
@@ -165,6 +169,8 @@ fn give(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
 /// O(fleet); for tests and debug checks, not the hot path.
 pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'a TaskGrant>) -> Result<(), String> {
     let mut fresh = state.clone();
+    fresh.used_milli_total = 0;
+    fresh.index = crate::index::FreeIndex::new(fresh.nodes.len());
     for n in &mut fresh.nodes {
         n.cpu_free = n.cpu_total;
         n.memory_free = n.memory_total;
@@ -184,6 +190,7 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
         let first = fresh.nodes[i].gpu_first as usize;
         let count = fresh.nodes[i].gpu_count as usize;
         fresh.nodes[i].whole_free = fresh.gpus[first..first + count].iter().filter(|g| g.wholly_free()).count() as u32;
+        fresh.refresh_summary(i as NodeIdx);
     }
     for task in tasks {
         let node = &fresh.nodes[task.node as usize];
@@ -195,8 +202,14 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
             return Err(format!("allocations over-allocate on node {}", state.nodes[task.node as usize].name));
         }
     }
+    if fresh.index != state.index {
+        return Err("free-capacity index disagrees with the allocations".into());
+    }
+    if fresh.used_milli_total != state.used_milli_total {
+        return Err("fleet-wide compute counter disagrees with the allocations".into());
+    }
     for (a, b) in fresh.nodes.iter().zip(&state.nodes) {
-        if (a.cpu_free, a.memory_free, a.used_milli, a.whole_free) != (b.cpu_free, b.memory_free, b.used_milli, b.whole_free) {
+        if (a.cpu_free, a.memory_free, a.used_milli, a.whole_free, a.max_share_free, a.mig_free_mask) != (b.cpu_free, b.memory_free, b.used_milli, b.whole_free, b.max_share_free, b.mig_free_mask) {
             return Err(format!("node {} counters disagree with its allocations", a.name));
         }
     }

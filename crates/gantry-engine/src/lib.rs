@@ -13,9 +13,11 @@
 
 pub mod fit;
 pub mod frag;
+pub mod index;
 pub mod ledger;
 pub mod limits;
 mod place;
+pub use place::SearchStats;
 pub mod policy;
 pub mod request;
 pub mod rng;
@@ -80,6 +82,7 @@ pub struct Engine {
     allocations: BTreeMap<AllocId, Allocation>,
     next_alloc: AllocId,
     decisions: u64,
+    stats: SearchStats,
 }
 
 impl Engine {
@@ -93,7 +96,7 @@ impl Engine {
             Some(shapes) => FragModel::given(shapes),
             None => FragModel::learning(),
         };
-        Ok(Engine { catalog, state, config, frag, rack_nodes, allocations: BTreeMap::new(), next_alloc: 1, decisions: 0 })
+        Ok(Engine { catalog, state, config, frag, rack_nodes, allocations: BTreeMap::new(), next_alloc: 1, decisions: 0, stats: SearchStats::default() })
     }
 
     pub fn state(&self) -> &ClusterState {
@@ -102,6 +105,11 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.config
+    }
+
+    /// Work done so far (nodes visited, options scored), for benchmarks and metrics.
+    pub fn stats(&self) -> SearchStats {
+        self.stats
     }
 
     pub fn allocations(&self) -> &BTreeMap<AllocId, Allocation> {
@@ -123,7 +131,11 @@ impl Engine {
         }
         let shapes: Vec<(Shape, u64)> = if self.config.policy.needs_shapes() { self.frag.shapes().to_vec() } else { Vec::new() };
         let mut placer = place::Placer::new(&mut self.state, self.config.policy, self.config.limits, &shapes, &self.rack_nodes, decision_seed);
-        let tasks = placer.place_job(job)?;
+        let result = placer.place_job(job);
+        self.stats.decisions += 1;
+        self.stats.nodes_visited += placer.stats.nodes_visited;
+        self.stats.options_scored += placer.stats.options_scored;
+        let tasks = result?;
         let id = self.next_alloc;
         self.next_alloc += 1;
         self.allocations.insert(id, Allocation { job: job.name.clone(), tasks });

@@ -7,6 +7,7 @@
 //! this module unless the gang commits.
 
 use crate::fit::{self, GpuScope, TaskOption};
+use crate::index;
 use crate::frag::{FragModel, Shape};
 use crate::ledger::{self, TaskGrant};
 use crate::limits::SearchLimits;
@@ -14,7 +15,15 @@ use crate::policy::{self, Policy, Score, ScoreContext};
 use crate::request::{CompiledGroup, CompiledJob, GpuNeed};
 use crate::rng::{SeededRng, mix};
 use crate::state::{ClusterState, NodeIdx};
-use gantry_types::{Reason, ReasonCount, TopologyLevel, add_reason};
+use gantry_types::{Reason, ReasonCount, TopologyLevel, add_reason, add_reasons};
+
+/// Work counters, summed over decisions (for benchmarks and metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SearchStats {
+    pub decisions: u64,
+    pub nodes_visited: u64,
+    pub options_scored: u64,
+}
 
 /// Which nodes a task may go to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,12 +46,14 @@ pub(crate) struct Placer<'a> {
     pub applied: Vec<TaskGrant>,
     /// Most tasks any attempt of this decision had placed (for `GangIncomplete`).
     most_placed: usize,
+    pub stats: SearchStats,
     options: Vec<TaskOption>,
+    best_option: TaskOption,
 }
 
 impl<'a> Placer<'a> {
     pub fn new(state: &'a mut ClusterState, policy: Policy, limits: SearchLimits, shapes: &'a [(Shape, u64)], rack_nodes: &'a [Vec<NodeIdx>], decision_seed: u64) -> Placer<'a> {
-        Placer { state, policy, limits, shapes, rack_nodes, rng: SeededRng::new(decision_seed), decision_seed, applied: Vec::new(), most_placed: 0, options: Vec::new() }
+        Placer { state, policy, limits, shapes, rack_nodes, rng: SeededRng::new(decision_seed), decision_seed, applied: Vec::new(), most_placed: 0, stats: SearchStats::default(), options: Vec::new(), best_option: TaskOption { grants: fit::Grants::new(), level: TopologyLevel::Nvlink, unit_memory: 0 } }
     }
 
     /// Place every task of `job`; on failure nothing stays applied.
@@ -167,45 +178,52 @@ impl<'a> Placer<'a> {
 
     /// Filter → score → select for one task.
     fn place_task(&mut self, group_index: u32, replica: u32, group: &CompiledGroup, scope: NodeScope, gpus: GpuScope) -> Result<TaskGrant, Vec<ReasonCount>> {
-        let gang_racks: Vec<u32> = {
-            let mut racks: Vec<u32> = self.applied.iter().map(|t| self.state.nodes[t.node as usize].rack).collect();
-            racks.dedup();
-            racks
-        };
+        let mut gang_racks: Vec<u32> = self.applied.iter().map(|t| self.state.nodes[t.node as usize].rack).collect();
+        gang_racks.dedup();
         let ctx = ScoreContext { policy: self.policy, shapes: self.shapes, gang_racks: &gang_racks };
-        let mut reasons = Vec::new();
-        let mut best: Option<(Score, u64, NodeIdx, TaskOption)> = None;
-        let (mut visited, mut feasible) = (0u32, 0u32);
-        let candidates = self.candidate_nodes(scope);
-        let count = candidates.len();
-        let start = if count > 0 && matches!(scope, NodeScope::All) { self.rng.below(count as u64) as usize } else { 0 };
-        for step in 0..count {
+        let state: &ClusterState = &*self.state;
+        let node_count = state.nodes.len();
+        let start = if node_count > 0 { self.rng.below(node_count as u64) as usize } else { 0 };
+        let candidates: Box<dyn Iterator<Item = NodeIdx> + '_> = match scope {
+            NodeScope::All => match room_bits(state, &group.gpu) {
+                Some(bits) => Box::new(index::rotated(bits, node_count, start)),
+                None => Box::new((start..node_count).chain(0..start).map(|n| n as NodeIdx)),
+            },
+            NodeScope::Rack(r) => Box::new(self.rack_nodes[r as usize].iter().copied()),
+            NodeScope::Node(n) => Box::new(std::iter::once(n)),
+        };
+        let mut best: Option<(Score, u64, NodeIdx)> = None;
+        let (mut visited, mut feasible, mut stopped_early) = (0u32, 0u32, false);
+        for node in candidates {
             if visited >= self.limits.nodes_visited_max || feasible >= self.limits.feasible_nodes_max {
+                stopped_early = true;
                 break;
             }
-            let node = candidates.get((start + step) % count);
+            if !group.signature_ok[state.nodes[node as usize].signature as usize] {
+                continue;
+            }
             visited += 1;
-            if let Err(reason) = fit::options(self.state, node, group, gpus, &mut self.options) {
-                add_reason(&mut reasons, reason);
+            if fit::options(state, node, group, gpus, &mut self.options).is_err() {
                 continue;
             }
             feasible += 1;
+            self.stats.options_scored += self.options.len() as u64;
+            let frag_before = policy::fragmentation_before(state, node, &ctx);
             for (i, option) in self.options.iter().enumerate() {
-                let score = policy::score(self.state, node, group, option, &ctx);
+                let score = policy::score(state, node, group, option, &ctx, frag_before);
                 let tiebreak = mix(self.decision_seed ^ ((node as u64) << 8) ^ i as u64);
-                let better = match &best {
-                    None => true,
-                    Some((s, t, _, _)) => (score, tiebreak) > (*s, *t),
-                };
-                if better {
-                    best = Some((score, tiebreak, node, option.clone()));
+                if best.is_none_or(|(s, t, _)| (score, tiebreak) > (s, t)) {
+                    best = Some((score, tiebreak, node));
+                    self.best_option.clone_from(option);
                 }
             }
         }
+        self.stats.nodes_visited += visited as u64;
         match best {
-            Some((_, _, node, option)) => Ok(TaskGrant { group: group_index, replica, node, cpu: group.cpu, memory: group.memory, grants: option.grants }),
+            Some((_, _, node)) => Ok(TaskGrant { group: group_index, replica, node, cpu: group.cpu, memory: group.memory, grants: self.best_option.grants.to_vec() }),
             None => {
-                if (visited as usize) < count {
+                let mut reasons = self.explain(group, scope, gpus);
+                if stopped_early {
                     add_reason(&mut reasons, Reason::SearchLimitReached { nodes_visited: visited });
                 }
                 Err(reasons)
@@ -213,36 +231,66 @@ impl<'a> Placer<'a> {
         }
     }
 
-    fn candidate_nodes(&self, scope: NodeScope) -> Candidates<'a> {
-        match scope {
-            NodeScope::All => Candidates::Range(self.state.nodes.len() as u32),
-            NodeScope::Rack(r) => Candidates::Borrowed(&self.rack_nodes[r as usize]),
-            NodeScope::Node(n) => Candidates::One(n),
+    /// Why no node in `scope` can host one task: every node asked once (bounded by the visit
+    /// limit), nodes of hardware that can never serve the group counted per signature. Only
+    /// runs when a task found no place, so placements stay fast and refusals stay exact.
+    fn explain(&mut self, group: &CompiledGroup, scope: NodeScope, gpus: GpuScope) -> Vec<ReasonCount> {
+        let mut reasons = Vec::new();
+        let mut skipped: Vec<(u16, u32)> = Vec::new();
+        let nodes: Vec<NodeIdx> = match scope {
+            NodeScope::All => (0..self.state.nodes.len() as NodeIdx).collect(),
+            NodeScope::Rack(r) => self.rack_nodes[r as usize].clone(),
+            NodeScope::Node(n) => vec![n],
+        };
+        let mut asked = 0u32;
+        for node in nodes {
+            let signature = self.state.nodes[node as usize].signature;
+            if !group.signature_ok[signature as usize] {
+                match skipped.iter_mut().find(|(s, _)| *s == signature) {
+                    Some(entry) => entry.1 += 1,
+                    None => skipped.push((signature, 1)),
+                }
+                continue;
+            }
+            if asked >= self.limits.nodes_visited_max {
+                continue;
+            }
+            asked += 1;
+            if let Err(reason) = fit::options(self.state, node, group, gpus, &mut self.options) {
+                add_reason(&mut reasons, reason);
+            }
+        }
+        self.static_reasons(group, gpus, &skipped, &mut reasons);
+        reasons
+    }
+
+    /// Why nodes of each skipped signature can never host the group: ask the filter once, on
+    /// the signature's first node, and count the reason for all of its nodes.
+    fn static_reasons(&mut self, group: &CompiledGroup, gpus: GpuScope, skipped: &[(u16, u32)], reasons: &mut Vec<ReasonCount>) {
+        for &(signature, nodes) in skipped {
+            if nodes == 0 {
+                continue;
+            }
+            let representative = self.state.signature_nodes[signature as usize][0];
+            let reason = match fit::options(self.state, representative, group, gpus, &mut self.options) {
+                Err(reason) => reason,
+                // Free now, yet statically infeasible: only possible through the GPU scope.
+                Ok(()) => continue,
+            };
+            add_reasons(reasons, reason, nodes);
         }
     }
+
 }
 
-/// Nodes to visit, without materialising the full list for the common "all nodes" case.
-enum Candidates<'a> {
-    Range(u32),
-    One(NodeIdx),
-    Borrowed(&'a [NodeIdx]),
-}
-
-impl Candidates<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Candidates::Range(n) => *n as usize,
-            Candidates::One(_) => 1,
-            Candidates::Borrowed(v) => v.len(),
-        }
-    }
-    fn get(&self, i: usize) -> NodeIdx {
-        match self {
-            Candidates::Range(_) => i as NodeIdx,
-            Candidates::One(n) => *n,
-            Candidates::Borrowed(v) => v[i],
-        }
+/// The room bitset to walk for a need; `None` = every node (CPU-only tasks).
+fn room_bits<'s>(state: &'s ClusterState, need: &GpuNeed) -> Option<&'s [u64]> {
+    match need {
+        GpuNeed::None => None,
+        GpuNeed::Whole { count } => Some(state.index.whole(*count)),
+        GpuNeed::Mig { .. } => Some(&state.index.mig_room),
+        GpuNeed::Share { .. } => Some(&state.index.share_room),
+        GpuNeed::Memory { .. } => Some(&state.index.any_room),
     }
 }
 

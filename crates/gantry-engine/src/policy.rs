@@ -100,8 +100,26 @@ pub fn option_milli(state: &ClusterState, option: &TaskOption) -> u32 {
         .sum()
 }
 
-/// Score placing one task of `group` on `node` with `option`.
-pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option: &TaskOption, ctx: &ScoreContext<'_>) -> Score {
+/// The node's fragmentation before placement, for policies that use it (computed once per
+/// node, not once per option).
+pub fn fragmentation_before(state: &ClusterState, node: NodeIdx, ctx: &ScoreContext<'_>) -> i64 {
+    if !ctx.policy.uses_fragmentation() || ctx.shapes.is_empty() {
+        return 0;
+    }
+    let mut free = [0u32; crate::limits::GPUS_PER_NODE_MAX];
+    let mut len = 0;
+    for g in state.node_gpus(node) {
+        if let Some(f) = frag::gpu_free(g) {
+            free[len] = f;
+            len += 1;
+        }
+    }
+    frag::node_fragmentation(&free[..len], ctx.shapes) as i64
+}
+
+/// Score placing one task of `group` on `node` with `option`; `frag_before` comes from
+/// [`fragmentation_before`] for the same node.
+pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option: &TaskOption, ctx: &ScoreContext<'_>, frag_before: i64) -> Score {
     let n = &state.nodes[node as usize];
     let milli = option_milli(state, option) as i64;
     // Primary keys shared by every policy: do not take shared GPUs whole when whole-mode ones
@@ -121,9 +139,9 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
         Policy::DotProduct => [borrowed, unit, level, dot_product(state, node, group, milli), gpu_fit, 0, 0],
         Policy::GpuPacking => [borrowed, unit, level, packing_tier(state, node, option), fit, gpu_fit, 0],
         Policy::GpuClustering => [borrowed, unit, level, same_shape_tasks(state, node, option), fit, gpu_fit, 0],
-        Policy::Fgd => [borrowed, unit, level, -fragmentation_delta(state, node, option, ctx.shapes), gpu_fit, 0, 0],
+        Policy::Fgd => [borrowed, unit, level, -(fragmentation_after(state, node, option, ctx.shapes) - frag_before), gpu_fit, 0, 0],
         Policy::Topology => [borrowed, unit, level, same_rack, fit, gpu_fit, 0],
-        Policy::Default => [borrowed, unit, level, same_rack, -fragmentation_delta(state, node, option, ctx.shapes), fit, gpu_fit],
+        Policy::Default => [borrowed, unit, level, same_rack, -(fragmentation_after(state, node, option, ctx.shapes) - frag_before), fit, gpu_fit],
     }
 }
 
@@ -201,17 +219,15 @@ fn same_shape_tasks(state: &ClusterState, node: NodeIdx, option: &TaskOption) ->
     state.node_gpus(node).iter().filter(|g| !g.idle() && (g.used_milli % per_gpu.max(1) == 0)).count() as i64
 }
 
-/// How much the node's expected fragment grows if the option is taken.
-fn fragmentation_delta(state: &ClusterState, node: NodeIdx, option: &TaskOption, shapes: &[(Shape, u64)]) -> i64 {
+/// The node's expected fragment if the option is taken.
+fn fragmentation_after(state: &ClusterState, node: NodeIdx, option: &TaskOption, shapes: &[(Shape, u64)]) -> i64 {
     if shapes.is_empty() {
         return 0;
     }
     let first = state.nodes[node as usize].gpu_first;
-    let gpus = state.node_gpus(node);
-    let mut before = [0u32; crate::limits::GPUS_PER_NODE_MAX];
     let mut after = [0u32; crate::limits::GPUS_PER_NODE_MAX];
     let mut len = 0;
-    for (offset, g) in gpus.iter().enumerate() {
+    for (offset, g) in state.node_gpus(node).iter().enumerate() {
         let Some(free) = frag::gpu_free(g) else { continue };
         let gpu = first + offset as u32;
         let taken: u32 = option
@@ -224,11 +240,10 @@ fn fragmentation_delta(state: &ClusterState, node: NodeIdx, option: &TaskOption,
                 Grant::Mig { .. } => 0,
             })
             .sum();
-        before[len] = free;
         after[len] = free - taken.min(free);
         len += 1;
     }
-    frag::node_fragmentation(&after[..len], shapes) as i64 - frag::node_fragmentation(&before[..len], shapes) as i64
+    frag::node_fragmentation(&after[..len], shapes) as i64
 }
 
 impl Policy {

@@ -58,6 +58,10 @@ pub struct CompiledGroup {
     pub mig_profile: Vec<Option<u8>>,
     pub models_wanted: Vec<String>,
     pub selector: Option<String>,
+    /// Per node signature: could a node of that signature ever host one task of this group?
+    pub signature_ok: Vec<bool>,
+    /// Bits of every MIG profile index this group's profile has on some class (quick reject).
+    pub mig_any_mask: u32,
 }
 
 /// A job ready to place.
@@ -123,7 +127,7 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                     _ => None,
                 })
                 .collect();
-            Ok(CompiledGroup {
+            let mut group = CompiledGroup {
                 name: group.name.clone(),
                 replicas: group.replicas,
                 cpu: r.cpu.0,
@@ -137,8 +141,28 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                 mig_profile,
                 models_wanted: r.models.iter().map(|m| m.0.clone()).collect(),
                 selector: r.selector.clone(),
-            })
+                signature_ok: Vec::new(),
+                mig_any_mask: 0,
+            };
+            group.mig_any_mask = group.mig_profile.iter().flatten().fold(0, |m, &p| m | 1 << p);
+            group.signature_ok = state.signatures.iter().map(|sig| statically_feasible(state, &group, sig)).collect();
+            Ok(group)
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
     Ok(CompiledJob { name: job.name.clone(), groups })
+}
+
+/// Could a node with this hardware ever host one task of `group`, all of it being free?
+/// Only hardware is judged here (classes, modes, MIG layouts, GPU counts and sizes); free
+/// capacity, CPU, memory and taints are the filter's business.
+fn statically_feasible(state: &ClusterState, group: &CompiledGroup, signature: &crate::state::Signature) -> bool {
+    let ok = |class: u16| group.class_ok[class as usize];
+    let mode = |class: u16| state.classes[class as usize].mode;
+    match &group.gpu {
+        GpuNeed::None => true,
+        GpuNeed::Whole { count } => signature.gpus.iter().filter(|&&(c, _)| ok(c) && mode(c) != ModeKind::Mig).count() as u32 >= *count,
+        GpuNeed::Mig { .. } => signature.gpus.iter().any(|&(c, mask)| ok(c) && group.mig_profile[c as usize].is_some_and(|p| mask & (1 << p) != 0)),
+        GpuNeed::Share { mps, time_slice, .. } => signature.gpus.iter().any(|&(c, _)| ok(c) && ((*mps && mode(c) == ModeKind::Mps) || (*time_slice && mode(c) == ModeKind::TimeSlice))),
+        GpuNeed::Memory { memory } => signature.gpus.iter().any(|&(c, _)| ok(c) && state.classes[c as usize].attributes.memory_gib as u64 * (1 << 30) >= *memory),
+    }
 }

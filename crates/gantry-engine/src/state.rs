@@ -131,6 +131,21 @@ pub struct NodeState {
     pub whole_free: u32,
     /// Compute handed out on this node's GPUs, in milli-GPU (for fast scoring).
     pub used_milli: u32,
+    /// Index into `ClusterState::signatures`.
+    pub signature: u16,
+    /// Largest compute one more MPS client or time-slice task could get on one GPU here.
+    pub max_share_free: u32,
+    /// Bit per MIG profile index with at least one free instance on this node.
+    pub mig_free_mask: u32,
+}
+
+/// What a node's hardware can ever offer: its GPUs' device classes and, for MIG GPUs, which
+/// profiles their layouts hold. Nodes with equal signatures are interchangeable for static
+/// feasibility, so a job decides once per signature which nodes are worth visiting.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Signature {
+    /// Per GPU: (device class, bit mask of MIG profile indices in its layout), sorted.
+    pub gpus: Vec<(u16, u32)>,
 }
 
 /// A device class: GPUs that look the same to a job's model constraints and selector.
@@ -149,15 +164,23 @@ pub struct ClusterState {
     pub gpus: Vec<GpuState>,
     pub classes: Vec<DeviceClass>,
     pub racks: Vec<String>,
+    pub signatures: Vec<Signature>,
+    /// Nodes of each signature, ascending.
+    pub signature_nodes: Vec<Vec<NodeIdx>>,
     /// Sum of every GPU's capacity, in milli-GPU.
     pub total_milli: u64,
+    /// Compute handed out across the fleet, kept in step by the ledger.
+    pub used_milli_total: u64,
+    /// Which nodes have room, kept in step by the ledger.
+    pub index: crate::index::FreeIndex,
 }
 
 impl ClusterState {
     /// Build from a resolved fleet. Models must be catalog ids; MIG layouts are validated again
     /// here because the engine trusts nothing it did not check.
     pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
-        let mut state = ClusterState { nodes: Vec::new(), gpus: Vec::new(), classes: Vec::new(), racks: Vec::new(), total_milli: 0 };
+        let mut state = ClusterState { nodes: Vec::new(), gpus: Vec::new(), classes: Vec::new(), racks: Vec::new(), signatures: Vec::new(), signature_nodes: Vec::new(), total_milli: 0, used_milli_total: 0, index: crate::index::FreeIndex::new(fleet.nodes.len()) };
+        let mut signature_ids: BTreeMap<Signature, u16> = BTreeMap::new();
         let mut rack_ids: BTreeMap<String, u32> = BTreeMap::new();
         let mut class_ids: BTreeMap<(u16, ModeKind, bool), u16> = BTreeMap::new();
         let mut names = std::collections::BTreeSet::new();
@@ -208,6 +231,15 @@ impl ClusterState {
                 state.total_milli += 1000;
             }
             let gpus = &state.gpus[gpu_first as usize..];
+            let mut signature = Signature { gpus: gpus.iter().map(|g| (g.class, mig_mask(g))).collect() };
+            signature.gpus.sort_unstable();
+            let next_signature = signature_ids.len() as u16;
+            let signature = *signature_ids.entry(signature.clone()).or_insert_with(|| {
+                state.signatures.push(signature);
+                state.signature_nodes.push(Vec::new());
+                next_signature
+            });
+            state.signature_nodes[signature as usize].push(node_idx);
             state.nodes.push(NodeState {
                 name: node.name.clone(),
                 cpu_total: node.cpu.0,
@@ -221,9 +253,33 @@ impl ClusterState {
                 gpu_count: node.gpus.len() as u32,
                 whole_free: gpus.iter().filter(|g| g.wholly_free()).count() as u32,
                 used_milli: 0,
+                signature,
+                max_share_free: 0,
+                mig_free_mask: 0,
             });
+            let node = state.nodes.len() as NodeIdx - 1;
+            state.refresh_summary(node);
         }
         Ok(state)
+    }
+
+    /// Recompute a node's free-capacity summaries from its GPUs (the ledger calls this after
+    /// every change on the node; it touches only that node's GPUs).
+    pub fn refresh_summary(&mut self, node: NodeIdx) {
+        let (mut share, mut mig) = (0u32, 0u32);
+        for g in self.node_gpus(node) {
+            match &g.units {
+                Units::Mps { max_clients } if !g.exclusive && g.clients < *max_clients => share = share.max(g.free_milli()),
+                Units::TimeSlice { replicas, .. } if !g.exclusive && g.clients < *replicas => share = share.max(g.free_milli()),
+                Units::Mig { slots } => mig |= slots.iter().filter(|s| !s.taken).fold(0, |m, s| m | 1 << s.profile),
+                _ => {}
+            }
+        }
+        let n = &mut self.nodes[node as usize];
+        n.max_share_free = share;
+        n.mig_free_mask = mig;
+        let whole_free = n.whole_free;
+        self.index.update(node, whole_free, share > 0, mig != 0);
     }
 
     pub fn node_gpus(&self, node: NodeIdx) -> &[GpuState] {
@@ -237,7 +293,7 @@ impl ClusterState {
 
     /// Compute handed out across the fleet, in milli-GPU.
     pub fn used_milli(&self) -> u64 {
-        self.nodes.iter().map(|n| n.used_milli as u64).sum()
+        self.used_milli_total
     }
 
     /// Approximate heap and inline bytes held by the state (for the memory benchmark).
@@ -252,6 +308,13 @@ impl ClusterState {
                 + match &g.units { Units::Mig { slots } => slots.capacity() * std::mem::size_of::<MigSlot>(), _ => 0 }
         }).sum();
         node_bytes + gpu_bytes
+    }
+}
+
+fn mig_mask(g: &GpuState) -> u32 {
+    match &g.units {
+        Units::Mig { slots } => slots.iter().fold(0, |m, s| m | 1 << s.profile),
+        _ => 0,
     }
 }
 

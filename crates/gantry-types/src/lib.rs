@@ -16,5 +16,5 @@ pub use job::{
     GpuRequest, Isolation, Job, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology,
     TopologyLevel,
 };
-pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason};
+pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reasons};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};

@@ -175,11 +175,16 @@ impl Reason {
 /// Add `reason` to a summary, merging it with a reason of the same kind if one is there.
 /// Summaries are short (one entry per kind), so a linear scan is the fast path.
 pub fn add_reason(summary: &mut Vec<ReasonCount>, reason: Reason) {
+    add_reasons(summary, reason, 1);
+}
+
+/// Like [`add_reason`], for a reason that applied to `count` candidates at once.
+pub fn add_reasons(summary: &mut Vec<ReasonCount>, reason: Reason, count: u32) {
     if let Some(entry) = summary.iter_mut().find(|e| e.reason.same_kind(&reason)) {
         entry.reason.absorb(&reason);
-        entry.count += 1;
+        entry.count += count;
     } else {
-        summary.push(ReasonCount { reason, count: 1 });
+        summary.push(ReasonCount { reason, count });
     }
 }
 
