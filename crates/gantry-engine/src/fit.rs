@@ -8,7 +8,7 @@
 use crate::ledger::Grant;
 use crate::limits::OPTIONS_PER_NODE_MAX;
 use crate::request::{CompiledGroup, GpuNeed};
-use crate::state::{ClusterState, GpuIdx, GpuState, NodeIdx, Units};
+use crate::state::{ClusterState, GpuHot, GpuIdx, GpuState, NodeIdx, Units};
 use gantry_types::{Bytes, Isolation, MilliCpu, MilliGpu, Reason, TopologyLevel};
 
 /// Grants of one option: inline for the common one-GPU case, so building options allocates
@@ -41,13 +41,23 @@ impl GpuScope {
             GpuScope::Numa(n) => gpu.numa == n,
         }
     }
+
+    fn admits_hot(self, gpu: GpuHot) -> bool {
+        match self {
+            GpuScope::Any => true,
+            GpuScope::NvlinkDomain(d) => gpu.nvlink_domain() == Some(d),
+            GpuScope::Numa(n) => gpu.numa as u32 == n,
+        }
+    }
 }
 
 /// Options for one task of `group` on `node`, or why there are none.
 pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
     out.clear();
     let n = &state.nodes[node as usize];
-    if let Some(taint) = n.taints.iter().find(|t| t.effect != "PreferNoSchedule" && !tolerates(&group.tolerations, t)) {
+    if n.has_taints
+        && let Some(taint) = state.info[node as usize].taints.iter().find(|t| t.effect != "PreferNoSchedule" && !tolerates(&group.tolerations, t))
+    {
         return Err(Reason::TaintNotTolerated { taint: taint.to_string() });
     }
     if n.cpu_free < group.cpu {
@@ -72,9 +82,9 @@ pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope
             out.push(TaskOption { grants: Grants::new(), level: TopologyLevel::Nvlink, unit_memory: 0 });
             Ok(())
         }
-        GpuNeed::Whole { count } => whole(gpus, n.gpu_first, n.whole_free, group, *count, scope, out),
+        GpuNeed::Whole { count } => whole(gpus, state.node_hot(node), n.gpu_first, n.whole_free, group, *count, scope, out),
         GpuNeed::Mig { .. } => mig(gpus, n.gpu_first, group, scope, out),
-        GpuNeed::Share { milli, memory, mps, time_slice } => share(gpus, n.gpu_first, group, *milli, *memory, *mps, *time_slice, scope, out),
+        GpuNeed::Share { milli, memory, mps, time_slice } => share(gpus, state.node_hot(node), n.gpu_first, group, *milli, *memory, *mps, *time_slice, scope, out),
         GpuNeed::Memory { memory } => memory_only(gpus, n.gpu_first, group, *memory, scope, out),
     }
 }
@@ -100,39 +110,39 @@ fn class_reason(gpus: &[GpuState], group: &CompiledGroup) -> Reason {
     }
 }
 
-fn whole(gpus: &[GpuState], first: GpuIdx, node_whole_free: u32, group: &CompiledGroup, count: u32, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+fn whole(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, node_whole_free: u32, group: &CompiledGroup, count: u32, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
     // Fast reject before touching GPUs: the node-level counter is an upper bound.
     if node_whole_free < count {
-        if !gpus.iter().any(|g| group.class_ok[g.class as usize]) {
+        if !hot.iter().any(|g| group.class_ok[g.class as usize]) {
             return Err(class_reason(gpus, group));
         }
         return Err(Reason::InsufficientWholeGpus { need: count, free: node_whole_free });
     }
-    let eligible = |g: &GpuState| group.class_ok[g.class as usize] && g.wholly_free() && scope.admits(g);
+    let eligible = |g: GpuHot| group.class_ok[g.class as usize] && g.wholly_free() && scope.admits_hot(g);
     // Whole-mode GPUs first; an idle MPS or time-sliced GPU is taken whole only when the
     // whole-mode ones do not suffice (the admin meant those for sharing).
     let mut free = GpuSet::new();
-    gpus.iter().enumerate().filter(|(_, g)| eligible(g) && matches!(g.units, Units::Whole)).for_each(|(o, _)| free.push(o));
+    hot.iter().enumerate().filter(|(_, g)| eligible(**g) && g.whole_mode()).for_each(|(o, _)| free.push(o));
     if (free.len as u32) < count {
         free = GpuSet::new();
-        gpus.iter().enumerate().filter(|(_, g)| eligible(g)).for_each(|(o, _)| free.push(o));
+        hot.iter().enumerate().filter(|(_, g)| eligible(**g)).for_each(|(o, _)| free.push(o));
     }
     if (free.len as u32) < count {
-        if !gpus.iter().any(|g| group.class_ok[g.class as usize]) {
+        if !hot.iter().any(|g| group.class_ok[g.class as usize]) {
             return Err(class_reason(gpus, group));
         }
         return Err(Reason::InsufficientWholeGpus { need: count, free: free.len as u32 });
     }
     // Tightest domain first; within a level, the domain with the fewest free GPUs that still
     // fits (best fit keeps large domains whole for large jobs).
-    let (level, chosen) = if let Some(set) = best_domain(gpus, &free, count, |g| g.nvlink_domain) {
+    let (level, chosen) = if let Some(set) = best_domain(hot, &free, count, |g| g.nvlink_domain()) {
         (TopologyLevel::Nvlink, set)
-    } else if let Some(set) = best_domain(gpus, &free, count, |g| Some(g.numa)) {
+    } else if let Some(set) = best_domain(hot, &free, count, |g| Some(g.numa as u32)) {
         (TopologyLevel::Numa, set)
     } else {
         // Spread over NUMA nodes: take from the NUMA node with the most free GPUs first.
-        let per_numa = |numa: u32| free.iter().filter(|&o| gpus[o].numa == numa).count();
-        let mut ordered: smallvec::SmallVec<[(usize, u32, usize); 16]> = free.iter().map(|o| (per_numa(gpus[o].numa), gpus[o].numa, o)).collect();
+        let per_numa = |numa: u8| free.iter().filter(|&o| hot[o].numa == numa).count();
+        let mut ordered: smallvec::SmallVec<[(usize, u8, usize); 16]> = free.iter().map(|o| (per_numa(hot[o].numa), hot[o].numa, o)).collect();
         ordered.sort_by_key(|&(n, numa, o)| (std::cmp::Reverse(n), numa, o));
         let mut set = GpuSet::new();
         ordered[..count as usize].iter().for_each(|&(_, _, o)| set.push(o));
@@ -167,10 +177,10 @@ impl GpuSet {
 }
 
 /// The first `count` GPUs of the smallest domain (by `key`) that has at least `count` free.
-fn best_domain(gpus: &[GpuState], free: &GpuSet, count: u32, key: impl Fn(&GpuState) -> Option<u32>) -> Option<GpuSet> {
+fn best_domain(hot: &[GpuHot], free: &GpuSet, count: u32, key: impl Fn(GpuHot) -> Option<u32>) -> Option<GpuSet> {
     let mut domains: smallvec::SmallVec<[(u32, u32); 8]> = smallvec::SmallVec::new(); // (domain, free count)
     for o in free.iter() {
-        if let Some(d) = key(&gpus[o]) {
+        if let Some(d) = key(hot[o]) {
             match domains.iter_mut().find(|(id, _)| *id == d) {
                 Some(entry) => entry.1 += 1,
                 None => domains.push((d, 1)),
@@ -179,7 +189,7 @@ fn best_domain(gpus: &[GpuState], free: &GpuSet, count: u32, key: impl Fn(&GpuSt
     }
     let &(domain, _) = domains.iter().filter(|(_, n)| *n >= count).min_by_key(|(d, n)| (*n, *d))?;
     let mut set = GpuSet::new();
-    free.iter().filter(|&o| key(&gpus[o]) == Some(domain)).take(count as usize).for_each(|o| set.push(o));
+    free.iter().filter(|&o| key(hot[o]) == Some(domain)).take(count as usize).for_each(|o| set.push(o));
     Some(set)
 }
 
@@ -218,17 +228,29 @@ fn replicas_for(milli: u32, replicas: u32) -> u32 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn share(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, milli: u32, memory: u64, mps: bool, time_slice: bool, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+fn share(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, group: &CompiledGroup, milli: u32, memory: u64, mps: bool, time_slice: bool, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
     let mut best_free_milli = 0;
     let mut best_free_memory = 0;
     let mut blocked = None;
     let mut any_class = false;
     let mut forbidden_mode = None;
+    let wanted_modes = if mps { crate::state::HOT_MPS } else { 0 } | if time_slice { crate::state::HOT_TIME_SLICE } else { 0 };
     for (offset, g) in gpus.iter().enumerate() {
-        if !group.class_ok[g.class as usize] || !scope.admits(g) {
+        let h = hot[offset];
+        if !group.class_ok[h.class as usize] {
             continue;
         }
         any_class = true;
+        // Cheap skips from the hot record: a GPU in a mode the task cannot use, or with less
+        // compute left than asked, is not worth reading in full (reasons come from the slow
+        // path below only when nothing fits).
+        if h.flags & wanted_modes != 0 && h.frag_free < milli as u16 && h.frag_free != crate::state::HOT_NO_FRAG {
+            best_free_milli = best_free_milli.max(h.frag_free as u32);
+            continue;
+        }
+        if !scope.admits(g) {
+            continue;
+        }
         let gpu = first + offset as GpuIdx;
         match &g.units {
             Units::Mps { max_clients } if mps => {

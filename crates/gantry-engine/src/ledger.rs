@@ -57,7 +57,7 @@ fn grant_milli(state: &ClusterState, grant: &Grant) -> u32 {
 /// code) only build grants that fit, so a failure here is a bug, not an operating error.
 pub fn apply(state: &mut ClusterState, task: &TaskGrant) {
     let node = &mut state.nodes[task.node as usize];
-    assert!(node.cpu_free >= task.cpu && node.memory_free >= task.memory, "over-allocated node {}", node.name);
+    assert!(node.cpu_free >= task.cpu && node.memory_free >= task.memory, "over-allocated node {}", state.info[task.node as usize].name);
     node.cpu_free -= task.cpu;
     node.memory_free -= task.memory;
     for grant in &task.grants {
@@ -75,7 +75,7 @@ pub fn revert(state: &mut ClusterState, task: &TaskGrant) {
     let node = &mut state.nodes[task.node as usize];
     node.cpu_free += task.cpu;
     node.memory_free += task.memory;
-    assert!(node.cpu_free <= node.cpu_total && node.memory_free <= node.memory_total, "released more than node {} has", node.name);
+    assert!(node.cpu_free <= node.cpu_total && node.memory_free <= node.memory_total, "released more than node {} has", state.info[task.node as usize].name);
 }
 
 fn take(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
@@ -117,6 +117,7 @@ fn take(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
     assert!(gpu.used_memory <= gpu.memory_total, "GPU memory over-allocated");
     gpu.used_milli += milli;
     let now_wholly_free = gpu.wholly_free();
+    state.refresh_hot(grant.gpu());
     state.used_milli_total += milli as u64;
     let n = &mut state.nodes[node as usize];
     n.used_milli += milli;
@@ -157,6 +158,7 @@ fn give(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
     };
     gpu.used_milli -= milli;
     let now_wholly_free = gpu.wholly_free();
+    state.refresh_hot(grant.gpu());
     state.used_milli_total -= milli as u64;
     let n = &mut state.nodes[node as usize];
     n.used_milli -= milli;
@@ -195,12 +197,16 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
     for task in tasks {
         let node = &fresh.nodes[task.node as usize];
         if node.cpu_free < task.cpu || node.memory_free < task.memory {
-            return Err(format!("node {} over-allocated", node.name));
+            return Err(format!("node {} over-allocated", state.info[task.node as usize].name));
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(&mut fresh, task)));
         if outcome.is_err() {
-            return Err(format!("allocations over-allocate on node {}", state.nodes[task.node as usize].name));
+            return Err(format!("allocations over-allocate on node {}", state.info[task.node as usize].name));
         }
+    }
+    let hot: Vec<crate::state::GpuHot> = state.gpus.iter().map(crate::state::GpuHot::of).collect();
+    if hot != state.hot {
+        return Err("hot GPU records disagree with the GPUs".into());
     }
     if fresh.index != state.index {
         return Err("free-capacity index disagrees with the allocations".into());
@@ -208,9 +214,9 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
     if fresh.used_milli_total != state.used_milli_total {
         return Err("fleet-wide compute counter disagrees with the allocations".into());
     }
-    for (a, b) in fresh.nodes.iter().zip(&state.nodes) {
+    for ((a, b), info) in fresh.nodes.iter().zip(&state.nodes).zip(&state.info) {
         if (a.cpu_free, a.memory_free, a.used_milli, a.whole_free, a.max_share_free, a.mig_free_mask) != (b.cpu_free, b.memory_free, b.used_milli, b.whole_free, b.max_share_free, b.mig_free_mask) {
-            return Err(format!("node {} counters disagree with its allocations", a.name));
+            return Err(format!("node {} counters disagree with its allocations", info.name));
         }
     }
     for (a, b) in fresh.gpus.iter().zip(&state.gpus) {

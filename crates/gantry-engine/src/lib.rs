@@ -170,7 +170,7 @@ impl Engine {
             .map(|t| TaskPlacement {
                 group: job.groups[t.group as usize].name.clone(),
                 replica: t.replica,
-                node: self.state.nodes[t.node as usize].name.clone(),
+                node: self.state.info[t.node as usize].name.clone(),
                 cpu: MilliCpu(t.cpu),
                 memory: Bytes(t.memory),
                 gpus: t.grants.iter().map(|g| self.public_grant(g)).collect(),

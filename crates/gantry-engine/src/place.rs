@@ -125,13 +125,20 @@ impl<'a> Placer<'a> {
         let need = group.replicas * group.gpu.gpu_count();
         let max = self.limits.gang_scopes_max as usize;
         let free_in = |node: NodeIdx, scope: GpuScope| -> u32 {
-            self.state.node_gpus(node).iter().filter(|g| group.class_ok[g.class as usize] && gpu_scope_admits(scope, g) && usable(g, &group.gpu)).count() as u32
+            let n = &self.state.nodes[node as usize];
+            if matches!(group.gpu, GpuNeed::Whole { .. }) && n.whole_free < need.min(n.gpu_count) && scope == GpuScope::Any {
+                return n.whole_free;
+            }
+            self.state.node_hot(node).iter().filter(|g| group.class_ok[g.class as usize] && hot_scope_admits(scope, **g) && hot_usable(**g, &group.gpu)).count() as u32
         };
         let mut found: Vec<(u32, NodeScope, GpuScope)> = Vec::new();
         match level {
             TopologyLevel::Nvlink | TopologyLevel::Numa => {
                 for node in 0..self.state.nodes.len() as NodeIdx {
-                    let mut domains: Vec<u32> = self.state.node_gpus(node).iter().filter_map(|g| if level == TopologyLevel::Nvlink { g.nvlink_domain } else { Some(g.numa) }).collect();
+                    if self.state.nodes[node as usize].whole_free < need && matches!(group.gpu, GpuNeed::Whole { .. }) {
+                        continue;
+                    }
+                    let mut domains: Vec<u32> = self.state.node_hot(node).iter().filter_map(|g| if level == TopologyLevel::Nvlink { g.nvlink_domain() } else { Some(g.numa as u32) }).collect();
                     domains.sort_unstable();
                     domains.dedup();
                     for d in domains {
@@ -183,9 +190,12 @@ impl<'a> Placer<'a> {
         let ctx = ScoreContext { policy: self.policy, shapes: self.shapes, gang_racks: &gang_racks };
         let state: &ClusterState = &*self.state;
         let node_count = state.nodes.len();
-        let start = if node_count > 0 { self.rng.below(node_count as u64) as usize } else { 0 };
+        // Spreading policies start the walk at a seeded random node; packing policies walk from
+        // node 0, so they keep filling the same region of the fleet (better packing under a
+        // bounded search, and the nodes they revisit stay in cache).
+        let start = if node_count > 0 && self.policy.spreads() { self.rng.below(node_count as u64) as usize } else { 0 };
         let candidates: Box<dyn Iterator<Item = NodeIdx> + '_> = match scope {
-            NodeScope::All => match room_bits(state, &group.gpu) {
+            NodeScope::All => match room_bits(state, group) {
                 Some(bits) => Box::new(index::rotated(bits, node_count, start)),
                 None => Box::new((start..node_count).chain(0..start).map(|n| n as NodeIdx)),
             },
@@ -194,16 +204,23 @@ impl<'a> Placer<'a> {
         };
         let mut best: Option<(Score, u64, NodeIdx)> = None;
         let (mut visited, mut feasible, mut stopped_early) = (0u32, 0u32, false);
+        let mut reasons = Vec::new();
+        let mut skipped: Vec<(u16, u32)> = Vec::new();
         for node in candidates {
             if visited >= self.limits.nodes_visited_max || feasible >= self.limits.feasible_nodes_max {
                 stopped_early = true;
                 break;
             }
-            if !group.signature_ok[state.nodes[node as usize].signature as usize] {
+            let signature = state.nodes[node as usize].signature;
+            if !group.signature_ok[signature as usize] {
+                if !matches!(scope, NodeScope::All) {
+                    count_signature(&mut skipped, signature);
+                }
                 continue;
             }
             visited += 1;
-            if fit::options(state, node, group, gpus, &mut self.options).is_err() {
+            if let Err(reason) = fit::options(state, node, group, gpus, &mut self.options) {
+                add_reason(&mut reasons, reason);
                 continue;
             }
             feasible += 1;
@@ -222,7 +239,10 @@ impl<'a> Placer<'a> {
         match best {
             Some((_, _, node)) => Ok(TaskGrant { group: group_index, replica, node, cpu: group.cpu, memory: group.memory, grants: self.best_option.grants.to_vec() }),
             None => {
-                let mut reasons = self.explain(group, scope, gpus);
+                if matches!(scope, NodeScope::All) {
+                    self.explain_roomless(group, &mut reasons, &mut skipped);
+                }
+                self.static_reasons(group, gpus, &skipped, &mut reasons);
                 if stopped_early {
                     add_reason(&mut reasons, Reason::SearchLimitReached { nodes_visited: visited });
                 }
@@ -231,37 +251,40 @@ impl<'a> Placer<'a> {
         }
     }
 
-    /// Why no node in `scope` can host one task: every node asked once (bounded by the visit
-    /// limit), nodes of hardware that can never serve the group counted per signature. Only
-    /// runs when a task found no place, so placements stay fast and refusals stay exact.
-    fn explain(&mut self, group: &CompiledGroup, scope: NodeScope, gpus: GpuScope) -> Vec<ReasonCount> {
-        let mut reasons = Vec::new();
-        let mut skipped: Vec<(u16, u32)> = Vec::new();
-        let nodes: Vec<NodeIdx> = match scope {
-            NodeScope::All => (0..self.state.nodes.len() as NodeIdx).collect(),
-            NodeScope::Rack(r) => self.rack_nodes[r as usize].clone(),
-            NodeScope::Node(n) => vec![n],
-        };
-        let mut asked = 0u32;
-        for node in nodes {
-            let signature = self.state.nodes[node as usize].signature;
-            if !group.signature_ok[signature as usize] {
-                match skipped.iter_mut().find(|(s, _)| *s == signature) {
-                    Some(entry) => entry.1 += 1,
-                    None => skipped.push((signature, 1)),
+    /// Reasons for the nodes a fleet-wide search never visited because the room index had no
+    /// bit for them: derived from the bitsets alone (no node or GPU is read), counted per
+    /// kind. Hardware that can never serve the group is counted per signature.
+    fn explain_roomless(&self, group: &CompiledGroup, reasons: &mut Vec<ReasonCount>, skipped: &mut Vec<(u16, u32)>) {
+        let index = &self.state.index;
+        let Some(room) = room_bits(self.state, group) else { return };
+        let (mut roomless, mut best_whole) = (0u32, 0u32);
+        for (signature, nodes) in self.state.signature_nodes.iter().enumerate() {
+            if !group.signature_ok[signature] {
+                skipped.push((signature as u16, nodes.len() as u32));
+                continue;
+            }
+            for &node in nodes {
+                if index::has(room, node) {
+                    continue;
                 }
-                continue;
-            }
-            if asked >= self.limits.nodes_visited_max {
-                continue;
-            }
-            asked += 1;
-            if let Err(reason) = fit::options(self.state, node, group, gpus, &mut self.options) {
-                add_reason(&mut reasons, reason);
+                roomless += 1;
+                if let GpuNeed::Whole { count } = group.gpu {
+                    let free = (1..count.min(index::WHOLE_BUCKETS as u32 + 1)).rev().find(|&k| index::has(index.whole(k), node)).unwrap_or(0);
+                    best_whole = best_whole.max(free);
+                }
             }
         }
-        self.static_reasons(group, gpus, &skipped, &mut reasons);
-        reasons
+        if roomless == 0 {
+            return;
+        }
+        let reason = match &group.gpu {
+            GpuNeed::None => return,
+            GpuNeed::Whole { count } => Reason::InsufficientWholeGpus { need: *count, free: best_whole },
+            GpuNeed::Mig { profile } => Reason::MigProfileUnavailable { profile: profile.clone() },
+            GpuNeed::Share { milli, .. } => Reason::InsufficientShare { need: gantry_types::MilliGpu(*milli), free: gantry_types::MilliGpu(0) },
+            GpuNeed::Memory { memory } => Reason::InsufficientGpuMemory { need: gantry_types::Bytes(*memory), free: gantry_types::Bytes(0) },
+        };
+        add_reasons(reasons, reason, roomless);
     }
 
     /// Why nodes of each skipped signature can never host the group: ask the filter once, on
@@ -283,14 +306,29 @@ impl<'a> Placer<'a> {
 
 }
 
+fn count_signature(skipped: &mut Vec<(u16, u32)>, signature: u16) {
+    match skipped.iter_mut().find(|(s, _)| *s == signature) {
+        Some(entry) => entry.1 += 1,
+        None => skipped.push((signature, 1)),
+    }
+}
+
 /// The room bitset to walk for a need; `None` = every node (CPU-only tasks).
-fn room_bits<'s>(state: &'s ClusterState, need: &GpuNeed) -> Option<&'s [u64]> {
-    match need {
+fn room_bits<'s>(state: &'s ClusterState, group: &CompiledGroup) -> Option<&'s [u64]> {
+    let index = &state.index;
+    match &group.gpu {
         GpuNeed::None => None,
-        GpuNeed::Whole { count } => Some(state.index.whole(*count)),
-        GpuNeed::Mig { .. } => Some(&state.index.mig_room),
-        GpuNeed::Share { .. } => Some(&state.index.share_room),
-        GpuNeed::Memory { .. } => Some(&state.index.any_room),
+        GpuNeed::Whole { count } => Some(index.whole(*count)),
+        // One profile index on every class that has the profile (the common case): walk only
+        // nodes with a free instance of it.
+        GpuNeed::Mig { .. } if group.mig_any_mask.count_ones() == 1 && (group.mig_any_mask.trailing_zeros() as usize) < index::MIG_PROFILES_MAX => {
+            Some(&index.mig_profile_room[group.mig_any_mask.trailing_zeros() as usize])
+        }
+        GpuNeed::Mig { .. } => Some(&index.mig_room),
+        GpuNeed::Share { mps: true, time_slice: false, .. } => Some(&index.mps_room),
+        GpuNeed::Share { mps: false, time_slice: true, .. } => Some(&index.time_slice_room),
+        GpuNeed::Share { .. } => Some(&index.share_room),
+        GpuNeed::Memory { .. } => Some(&index.any_room),
     }
 }
 
@@ -302,20 +340,21 @@ fn scope_key(scope: NodeScope) -> u64 {
     }
 }
 
-fn gpu_scope_admits(scope: GpuScope, g: &crate::state::GpuState) -> bool {
+fn hot_scope_admits(scope: GpuScope, g: crate::state::GpuHot) -> bool {
     match scope {
         GpuScope::Any => true,
-        GpuScope::NvlinkDomain(d) => g.nvlink_domain == Some(d),
-        GpuScope::Numa(n) => g.numa == n,
+        GpuScope::NvlinkDomain(d) => g.nvlink_domain() == Some(d),
+        GpuScope::Numa(n) => g.numa as u32 == n,
     }
 }
 
 /// Could this GPU serve (part of) the need right now? A quick upper bound for scope choice.
-fn usable(g: &crate::state::GpuState, need: &GpuNeed) -> bool {
+fn hot_usable(g: crate::state::GpuHot, need: &GpuNeed) -> bool {
     match need {
         GpuNeed::Whole { .. } => g.wholly_free(),
         GpuNeed::None => false,
-        _ => !g.exclusive,
+        // Any GPU not held whole might have room for a share, a MIG instance or memory.
+        _ => g.wholly_free() || g.frag_free != 0,
     }
 }
 

@@ -6,7 +6,7 @@ use crate::fit::TaskOption;
 use crate::frag::{self, Shape};
 use crate::ledger::Grant;
 use crate::request::CompiledGroup;
-use crate::state::{ClusterState, NodeIdx, Units};
+use crate::state::{ClusterState, HOT_NO_FRAG, NodeIdx, Units};
 use std::fmt;
 use std::str::FromStr;
 
@@ -108,9 +108,9 @@ pub fn fragmentation_before(state: &ClusterState, node: NodeIdx, ctx: &ScoreCont
     }
     let mut free = [0u32; crate::limits::GPUS_PER_NODE_MAX];
     let mut len = 0;
-    for g in state.node_gpus(node) {
-        if let Some(f) = frag::gpu_free(g) {
-            free[len] = f;
+    for g in state.node_hot(node) {
+        if g.frag_free != HOT_NO_FRAG {
+            free[len] = g.frag_free as u32;
             len += 1;
         }
     }
@@ -147,7 +147,7 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
 
 /// Whole grants that take an MPS or time-sliced GPU out of its sharing pool.
 fn borrowed_shared_gpus(state: &ClusterState, option: &TaskOption) -> i64 {
-    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !matches!(state.gpus[*gpu as usize].units, Units::Whole))).count() as i64
+    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !state.hot[*gpu as usize].whole_mode())).count() as i64
 }
 
 /// Negative sum of free fractions (per mille) after placement, over the dimensions the node has.
@@ -157,7 +157,8 @@ fn best_fit(cpu_total: u32, cpu_after: u32, mem_total: u64, mem_after: u64, gpu_
         sum += cpu_after as i64 * 1000 / cpu_total as i64;
     }
     if mem_total > 0 {
-        sum += (mem_after as u128 * 1000 / mem_total as u128) as i64;
+        // In MiB, so the product stays in 64 bits (a 1 PiB node is 2^30 MiB).
+        sum += ((mem_after >> 20) * 1000 / (mem_total >> 20).max(1)) as i64;
     }
     if gpu_total > 0 {
         sum += gpu_after * 1000 / gpu_total;
@@ -186,8 +187,9 @@ fn dot_product(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, milli
         dot += group.cpu as i64 * 1000 / n.cpu_total as i64 * (n.cpu_free as i64 * 1000 / n.cpu_total as i64);
     }
     if n.memory_total > 0 {
-        let req = (group.memory as u128 * 1000 / n.memory_total as u128) as i64;
-        let free = (n.memory_free as u128 * 1000 / n.memory_total as u128) as i64;
+        let total = (n.memory_total >> 20).max(1);
+        let req = ((group.memory >> 20) * 1000 / total) as i64;
+        let free = ((n.memory_free >> 20) * 1000 / total) as i64;
         dot += req * free;
     }
     let cap = n.gpu_count as i64 * 1000;
@@ -227,8 +229,11 @@ fn fragmentation_after(state: &ClusterState, node: NodeIdx, option: &TaskOption,
     let first = state.nodes[node as usize].gpu_first;
     let mut after = [0u32; crate::limits::GPUS_PER_NODE_MAX];
     let mut len = 0;
-    for (offset, g) in state.node_gpus(node).iter().enumerate() {
-        let Some(free) = frag::gpu_free(g) else { continue };
+    for (offset, g) in state.node_hot(node).iter().enumerate() {
+        if g.frag_free == HOT_NO_FRAG {
+            continue;
+        }
+        let free = g.frag_free as u32;
         let gpu = first + offset as u32;
         let taken: u32 = option
             .grants
@@ -247,6 +252,11 @@ fn fragmentation_after(state: &ClusterState, node: NodeIdx, option: &TaskOption,
 }
 
 impl Policy {
+    /// Does this policy want candidates drawn from all over the fleet (random walk start)?
+    pub fn spreads(self) -> bool {
+        matches!(self, Policy::Random | Policy::Spread)
+    }
+
     /// Whether the engine must maintain the shape distribution for this policy.
     pub fn needs_shapes(self) -> bool {
         self.uses_fragmentation()

@@ -113,16 +113,84 @@ impl GpuState {
     }
 }
 
-/// A node and what is left of it.
+/// The few facts about a GPU that the hot paths read (whole-GPU filtering, topology choice,
+/// fragmentation), packed in 8 bytes so one node's GPUs share a cache line. Derived from
+/// [`GpuState`] by [`GpuHot::of`] after every change; `check_invariants` verifies it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuHot {
+    pub class: u16,
+    /// Free compute as fragmentation counts it; `HOT_NO_FRAG` for MIG GPUs.
+    pub frag_free: u16,
+    pub numa: u8,
+    /// NVLink domain, `HOT_NO_NVLINK` when the GPU has none.
+    pub nvlink: u8,
+    pub flags: u8,
+}
+
+pub const HOT_NO_FRAG: u16 = u16::MAX;
+pub const HOT_NO_NVLINK: u8 = u8::MAX;
+/// The GPU can be granted whole now.
+pub const HOT_WHOLLY_FREE: u8 = 1;
+/// The GPU is in whole mode (not MIG, MPS or time-slice).
+pub const HOT_WHOLE_MODE: u8 = 2;
+/// The GPU is in MPS mode.
+pub const HOT_MPS: u8 = 4;
+/// The GPU is time-sliced.
+pub const HOT_TIME_SLICE: u8 = 8;
+
+impl GpuHot {
+    pub fn of(g: &GpuState) -> GpuHot {
+        let mut flags = 0;
+        if g.wholly_free() {
+            flags |= HOT_WHOLLY_FREE;
+        }
+        flags |= match g.units {
+            Units::Whole => HOT_WHOLE_MODE,
+            Units::Mps { .. } => HOT_MPS,
+            Units::TimeSlice { .. } => HOT_TIME_SLICE,
+            Units::Mig { .. } => 0,
+        };
+        GpuHot {
+            class: g.class,
+            frag_free: crate::frag::gpu_free(g).map_or(HOT_NO_FRAG, |f| f as u16),
+            numa: g.numa as u8,
+            nvlink: g.nvlink_domain.map_or(HOT_NO_NVLINK, |d| d as u8),
+            flags,
+        }
+    }
+
+    pub fn wholly_free(self) -> bool {
+        self.flags & HOT_WHOLLY_FREE != 0
+    }
+
+    pub fn whole_mode(self) -> bool {
+        self.flags & HOT_WHOLE_MODE != 0
+    }
+
+    pub fn nvlink_domain(self) -> Option<u32> {
+        (self.nvlink != HOT_NO_NVLINK).then_some(self.nvlink as u32)
+    }
+}
+
+/// What the search never changes and rarely reads about a node, kept apart from
+/// [`NodeState`] so the counters the hot path reads fit one cache line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeState {
+pub struct NodeInfo {
     pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+}
+
+/// A node's capacity and what is left of it: 64 bytes, one cache line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[repr(align(64))]
+pub struct NodeState {
     pub cpu_total: u32,
     pub cpu_free: u32,
     pub memory_total: u64,
     pub memory_free: u64,
-    pub labels: BTreeMap<String, String>,
-    pub taints: Vec<Taint>,
+    /// The node has taints (look them up in `NodeInfo` only then).
+    pub has_taints: bool,
     pub rack: u32,
     /// GPUs of this node are `gpu_first .. gpu_first + gpu_count` in `ClusterState::gpus`.
     pub gpu_first: GpuIdx,
@@ -161,6 +229,8 @@ pub struct DeviceClass {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterState {
     pub nodes: Vec<NodeState>,
+    /// Names, labels and taints; same indices as `nodes`.
+    pub info: Vec<NodeInfo>,
     pub gpus: Vec<GpuState>,
     pub classes: Vec<DeviceClass>,
     pub racks: Vec<String>,
@@ -173,13 +243,15 @@ pub struct ClusterState {
     pub used_milli_total: u64,
     /// Which nodes have room, kept in step by the ledger.
     pub index: crate::index::FreeIndex,
+    /// `GpuHot` of every GPU, same indices as `gpus`.
+    pub hot: Vec<GpuHot>,
 }
 
 impl ClusterState {
     /// Build from a resolved fleet. Models must be catalog ids; MIG layouts are validated again
     /// here because the engine trusts nothing it did not check.
     pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
-        let mut state = ClusterState { nodes: Vec::new(), gpus: Vec::new(), classes: Vec::new(), racks: Vec::new(), signatures: Vec::new(), signature_nodes: Vec::new(), total_milli: 0, used_milli_total: 0, index: crate::index::FreeIndex::new(fleet.nodes.len()) };
+        let mut state = ClusterState { nodes: Vec::new(), info: Vec::new(), gpus: Vec::new(), classes: Vec::new(), racks: Vec::new(), signatures: Vec::new(), signature_nodes: Vec::new(), total_milli: 0, used_milli_total: 0, index: crate::index::FreeIndex::new(fleet.nodes.len()), hot: Vec::new() };
         let mut signature_ids: BTreeMap<Signature, u16> = BTreeMap::new();
         let mut rack_ids: BTreeMap<String, u32> = BTreeMap::new();
         let mut class_ids: BTreeMap<(u16, ModeKind, bool), u16> = BTreeMap::new();
@@ -200,6 +272,9 @@ impl ClusterState {
             let node_idx = state.nodes.len() as NodeIdx;
             let gpu_first = state.gpus.len() as GpuIdx;
             for gpu in &node.gpus {
+                if gpu.numa >= 255 || gpu.nvlink_domain.is_some_and(|d| d >= HOT_NO_NVLINK as u32) {
+                    return Err(EngineError::Fleet(format!("node {} gpu {}: NUMA node and NVLink domain ids must be below 255", node.name, gpu.index)));
+                }
                 let model = catalog.lookup(&gpu.model).ok_or_else(|| {
                     EngineError::Fleet(format!("node {} gpu {}: unknown model {}", node.name, gpu.index, gpu.model))
                 })?;
@@ -229,6 +304,8 @@ impl ClusterState {
                     exclusive: false,
                 });
                 state.total_milli += 1000;
+                let last = state.gpus.last().expect("just pushed");
+                state.hot.push(GpuHot::of(last));
             }
             let gpus = &state.gpus[gpu_first as usize..];
             let mut signature = Signature { gpus: gpus.iter().map(|g| (g.class, mig_mask(g))).collect() };
@@ -240,14 +317,13 @@ impl ClusterState {
                 next_signature
             });
             state.signature_nodes[signature as usize].push(node_idx);
+            state.info.push(NodeInfo { name: node.name.clone(), labels: node.labels.clone(), taints: node.taints.clone() });
             state.nodes.push(NodeState {
-                name: node.name.clone(),
                 cpu_total: node.cpu.0,
                 cpu_free: node.cpu.0,
                 memory_total: node.memory.0,
                 memory_free: node.memory.0,
-                labels: node.labels.clone(),
-                taints: node.taints.clone(),
+                has_taints: !node.taints.is_empty(),
                 rack,
                 gpu_first,
                 gpu_count: node.gpus.len() as u32,
@@ -267,10 +343,17 @@ impl ClusterState {
     /// every change on the node; it touches only that node's GPUs).
     pub fn refresh_summary(&mut self, node: NodeIdx) {
         let (mut share, mut mig) = (0u32, 0u32);
+        let (mut mps, mut time_slice) = (false, false);
         for g in self.node_gpus(node) {
             match &g.units {
-                Units::Mps { max_clients } if !g.exclusive && g.clients < *max_clients => share = share.max(g.free_milli()),
-                Units::TimeSlice { replicas, .. } if !g.exclusive && g.clients < *replicas => share = share.max(g.free_milli()),
+                Units::Mps { max_clients } if !g.exclusive && g.clients < *max_clients && g.free_milli() > 0 => {
+                    share = share.max(g.free_milli());
+                    mps = true;
+                }
+                Units::TimeSlice { replicas, .. } if !g.exclusive && g.clients < *replicas => {
+                    share = share.max(g.free_milli());
+                    time_slice = true;
+                }
                 Units::Mig { slots } => mig |= slots.iter().filter(|s| !s.taken).fold(0, |m, s| m | 1 << s.profile),
                 _ => {}
             }
@@ -278,8 +361,18 @@ impl ClusterState {
         let n = &mut self.nodes[node as usize];
         n.max_share_free = share;
         n.mig_free_mask = mig;
-        let whole_free = n.whole_free;
-        self.index.update(node, whole_free, share > 0, mig != 0);
+        let room = crate::index::Room { whole_free: n.whole_free, mps, time_slice, mig_free_mask: mig };
+        self.index.update(node, room);
+    }
+
+    /// Re-derive one GPU's hot record (the ledger calls this after changing the GPU).
+    pub fn refresh_hot(&mut self, gpu: GpuIdx) {
+        self.hot[gpu as usize] = GpuHot::of(&self.gpus[gpu as usize]);
+    }
+
+    pub fn node_hot(&self, node: NodeIdx) -> &[GpuHot] {
+        let n = &self.nodes[node as usize];
+        &self.hot[n.gpu_first as usize..(n.gpu_first + n.gpu_count) as usize]
     }
 
     pub fn node_gpus(&self, node: NodeIdx) -> &[GpuState] {
@@ -288,7 +381,7 @@ impl ClusterState {
     }
 
     pub fn node_by_name(&self, name: &str) -> Option<NodeIdx> {
-        self.nodes.iter().position(|n| n.name == name).map(|i| i as NodeIdx)
+        self.info.iter().position(|n| n.name == name).map(|i| i as NodeIdx)
     }
 
     /// Compute handed out across the fleet, in milli-GPU.
@@ -298,16 +391,19 @@ impl ClusterState {
 
     /// Approximate heap and inline bytes held by the state (for the memory benchmark).
     pub fn approx_bytes(&self) -> usize {
-        let node_bytes: usize = self.nodes.iter().map(|n| {
-            std::mem::size_of::<NodeState>() + n.name.capacity()
-                + n.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum::<usize>()
-                + n.taints.len() * std::mem::size_of::<Taint>()
-        }).sum();
+        let node_bytes: usize = self.nodes.len() * std::mem::size_of::<NodeState>()
+            + self.info.iter().map(|n| {
+                std::mem::size_of::<NodeInfo>() + n.name.capacity()
+                    + n.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum::<usize>()
+                    + n.taints.len() * std::mem::size_of::<Taint>()
+            }).sum::<usize>();
+        let hot_bytes = self.hot.capacity() * std::mem::size_of::<GpuHot>();
+        let index_bytes = self.index.approx_bytes();
         let gpu_bytes: usize = self.gpus.iter().map(|g| {
             std::mem::size_of::<GpuState>() + g.uuid.capacity()
                 + match &g.units { Units::Mig { slots } => slots.capacity() * std::mem::size_of::<MigSlot>(), _ => 0 }
         }).sum();
-        node_bytes + gpu_bytes
+        node_bytes + gpu_bytes + hot_bytes + index_bytes
     }
 }
 

@@ -33,7 +33,7 @@ pub struct PlaceArgs {
     /// Seed for tie-breaks and the random policy: same inputs and seed, same placements.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Score every node instead of the first 64 that fit (slower on large fleets, exact).
+    /// Score every node instead of the first 16 with room (slower on large fleets, exact).
     #[arg(long)]
     exhaustive: bool,
     /// Print JSON (schema gantry.place/v1, see docs/formats.md) instead of a table.
