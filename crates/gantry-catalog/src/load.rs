@@ -223,13 +223,19 @@ fn check_model(model: &GpuModel) -> Result<(), CatalogError> {
             return fail(format!("profile {} listed twice", p.name));
         }
         if p.placement_size != p.memory_slices {
-            return fail(format!("{}: placement size {} != memory slices {}", p.name, p.placement_size, p.memory_slices));
+            return fail(format!(
+                "{}: placement size {} != memory slices {}",
+                p.name, p.placement_size, p.memory_slices
+            ));
         }
         if p.starts.is_empty() || p.max_instances == 0 {
             return fail(format!("{}: no legal placement", p.name));
         }
         if let Some(&start) = p.starts.iter().find(|&&s| s + p.placement_size > geometry.memory_slices) {
-            return fail(format!("{}: start {start} + size {} runs past {} memory slices", p.name, p.placement_size, geometry.memory_slices));
+            return fail(format!(
+                "{}: start {start} + size {} runs past {} memory slices",
+                p.name, p.placement_size, geometry.memory_slices
+            ));
         }
         if p.compute_slices == 0 || p.compute_slices > geometry.compute_slices {
             return fail(format!("{}: {} compute slices of {}", p.name, p.compute_slices, geometry.compute_slices));

@@ -60,9 +60,7 @@ pub struct PlacedInstance {
 pub enum MigLayoutError {
     #[error("{model} has no MIG profile {profile}; it offers {available}")]
     UnknownProfile { model: String, profile: String, available: String },
-    #[error(
-        "{profile} cannot start at memory slice {start} on {model} (rule: legal placements; starts are {legal:?})"
-    )]
+    #[error("{profile} cannot start at memory slice {start} on {model} (rule: legal placements; starts are {legal:?})")]
     IllegalStart { model: String, profile: String, start: u8, legal: Vec<u8> },
     #[error("{count} × {profile} on {model}: at most {max} fit (rule: max instances per profile)")]
     TooManyOfProfile { model: String, profile: String, count: usize, max: u8 },

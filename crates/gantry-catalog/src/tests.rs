@@ -14,8 +14,7 @@ fn geometry(model: &str) -> &'static MigGeometry {
 
 #[test]
 fn every_reference_model_is_in_the_catalog() {
-    let reference: serde_json::Value =
-        serde_json::from_str(load::EMBEDDED_CATALOG).expect("reference parses");
+    let reference: serde_json::Value = serde_json::from_str(load::EMBEDDED_CATALOG).expect("reference parses");
     let ids: Vec<&str> = reference["gpus"].as_array().expect("gpus").iter().filter_map(|g| g["id"].as_str()).collect();
     assert_eq!(ids.len(), 16);
     for id in ids {
@@ -27,12 +26,7 @@ fn every_reference_model_is_in_the_catalog() {
 fn lookups_by_id_nvml_name_and_alias() {
     let c = Catalog::embedded();
     let h100 = c.lookup("H100-SXM5-80GB").expect("id");
-    let cases = [
-        "NVIDIA H100 80GB HBM3",
-        "nvidia h100 80gb hbm3",
-        "h100-sxm5-80gb",
-        "H800-SXM5-80GB",
-    ];
+    let cases = ["NVIDIA H100 80GB HBM3", "nvidia h100 80gb hbm3", "h100-sxm5-80gb", "H800-SXM5-80GB"];
     for name in cases {
         assert_eq!(c.lookup(name), Some(h100), "{name}");
     }
@@ -107,7 +101,19 @@ fn legal_layouts_from_the_issue() {
     let cases: [(&str, &str, &[(&str, u8)]); 4] = [
         ("3x2g+1x1g on A100-80GB", "A100-SXM4-80GB", &[("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)]),
         ("4g+3g on A100-80GB", "A100-SXM4-80GB", &[("4g.40gb", 0), ("3g.40gb", 4)]),
-        ("7x1g on H100", "H100-SXM5-80GB", &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)]),
+        (
+            "7x1g on H100",
+            "H100-SXM5-80GB",
+            &[
+                ("1g.10gb", 0),
+                ("1g.10gb", 1),
+                ("1g.10gb", 2),
+                ("1g.10gb", 3),
+                ("1g.10gb", 4),
+                ("1g.10gb", 5),
+                ("1g.10gb", 6),
+            ],
+        ),
         ("7g whole on A30? no: 4g on A30", "A30-24GB", &[("4g.24gb", 0)]),
     ];
     for (name, model, spec) in cases {
@@ -122,9 +128,28 @@ fn illegal_layouts_name_their_rule() {
         ("overlap", "A100-SXM4-80GB", &[("3g.40gb", 0), ("4g.40gb", 0)], "rule: instances may not share"),
         ("bad start", "H100-SXM5-80GB", &[("1g.10gb", 7)], "rule: legal placements"),
         ("unknown profile", "H100-SXM5-80GB", &[("1g.5gb", 0)], "has no MIG profile 1g.5gb"),
-        ("8 x 1g", "H100-SXM5-80GB", &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6), ("1g.10gb", 6)], "rule: max instances per profile"),
+        (
+            "8 x 1g",
+            "H100-SXM5-80GB",
+            &[
+                ("1g.10gb", 0),
+                ("1g.10gb", 1),
+                ("1g.10gb", 2),
+                ("1g.10gb", 3),
+                ("1g.10gb", 4),
+                ("1g.10gb", 5),
+                ("1g.10gb", 6),
+                ("1g.10gb", 6),
+            ],
+            "rule: max instances per profile",
+        ),
         ("two +me", "H100-SXM5-80GB", &[("1g.10gb+me", 0), ("1g.10gb+me", 1)], "max instances per profile"),
-        ("compute", "A100-SXM4-80GB", &[("4g.40gb", 0), ("2g.20gb", 4), ("1g.20gb", 6), ("1g.10gb", 6)], "rule: compute slices"),
+        (
+            "compute",
+            "A100-SXM4-80GB",
+            &[("4g.40gb", 0), ("2g.20gb", 4), ("1g.20gb", 6), ("1g.10gb", 6)],
+            "rule: compute slices",
+        ),
     ];
     for (name, model, spec, needle) in cases {
         let err = geometry(model).validate_layout(model, &layout(spec)).expect_err(name);

@@ -8,7 +8,10 @@
 
 use gantry_catalog::Catalog;
 use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, Policy, SearchLimits};
-use gantry_types::{Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MigInstanceSpec, MilliCpu, MilliGpu, Node, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel};
+use gantry_types::{
+    Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MigInstanceSpec, MilliCpu, MilliGpu, Node, ShareMode,
+    TaskGroup, TaskResources, Topology, TopologyLevel,
+};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -28,24 +31,63 @@ fn fleet() -> Fleet {
             let gpus = (0..GPUS_PER_NODE)
                 .map(|g| {
                     let mode = match (i % 10, i % 20, g) {
-                        (0, _, 6) => mig(&[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)]),
+                        (0, _, 6) => mig(&[
+                            ("1g.10gb", 0),
+                            ("1g.10gb", 1),
+                            ("1g.10gb", 2),
+                            ("1g.10gb", 3),
+                            ("1g.10gb", 4),
+                            ("1g.10gb", 5),
+                            ("1g.10gb", 6),
+                        ]),
                         (0, _, 7) => mig(&[("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)]),
                         (5, _, 6 | 7) => GpuMode::TimeSlice { replicas: 4, memory_per_replica: Bytes::gib(20) },
                         (_, 3, 6 | 7) => GpuMode::Mps { max_clients: 48 },
                         _ => GpuMode::Whole,
                     };
-                    Gpu { index: g as u32, model: model.into(), uuid: format!("GPU-{i:05}-{g}"), numa: (g / 4) as u32, pcie_switch: (g / 2) as u32, nvlink_domain: Some(0), mode }
+                    Gpu {
+                        index: g as u32,
+                        model: model.into(),
+                        uuid: format!("GPU-{i:05}-{g}"),
+                        numa: (g / 4) as u32,
+                        pcie_switch: (g / 2) as u32,
+                        nvlink_domain: Some(0),
+                        mode,
+                    }
                 })
                 .collect();
-            Node { name: format!("node-{i:05}"), cpu: MilliCpu(224_000), memory: Bytes::gib(2048), labels: Default::default(), taints: Vec::new(), rack: Some(format!("rack-{:03}", i / 32)), block: None, gpus }
+            Node {
+                name: format!("node-{i:05}"),
+                cpu: MilliCpu(224_000),
+                memory: Bytes::gib(2048),
+                labels: Default::default(),
+                taints: Vec::new(),
+                rack: Some(format!("rack-{:03}", i / 32)),
+                block: None,
+                gpus,
+            }
         })
         .collect();
     Fleet { nodes }
 }
 
 fn job(name: &str, replicas: u32, gpu: GpuRequest, isolation: Isolation, topology: Topology) -> Job {
-    let resources = TaskResources { cpu: MilliCpu(4000), memory: Bytes::gib(32), gpu: Some(gpu), models: Vec::new(), selector: None, isolation, topology, tolerations: Vec::new() };
-    Job { name: name.into(), queue: "bench".into(), priority: 0, groups: vec![TaskGroup { name: "t".into(), replicas, resources }] }
+    let resources = TaskResources {
+        cpu: MilliCpu(4000),
+        memory: Bytes::gib(32),
+        gpu: Some(gpu),
+        models: Vec::new(),
+        selector: None,
+        isolation,
+        topology,
+        tolerations: Vec::new(),
+    };
+    Job {
+        name: name.into(),
+        queue: "bench".into(),
+        priority: 0,
+        groups: vec![TaskGroup { name: "t".into(), replicas, resources }],
+    }
 }
 
 /// The single-task request mix: whole 1–8, MIG profiles, MPS/time-slice shares, memory-only.
@@ -59,8 +101,20 @@ fn single_task_mix() -> Vec<Job> {
         job("whole-8", 1, GpuRequest::Whole { count: 8 }, Isolation::Hard, t),
         job("mig-1g", 1, GpuRequest::Mig { profile: "1g.10gb".into() }, Isolation::Hard, t),
         job("mig-3g", 1, GpuRequest::Mig { profile: "3g.40gb".into() }, Isolation::Hard, t),
-        job("share-250", 1, GpuRequest::Share { milli: MilliGpu(250), memory: Bytes::gib(10), mode: ShareMode::Any }, Isolation::None, t),
-        job("share-500", 1, GpuRequest::Share { milli: MilliGpu(500), memory: Bytes::gib(16), mode: ShareMode::Mps }, Isolation::Soft, t),
+        job(
+            "share-250",
+            1,
+            GpuRequest::Share { milli: MilliGpu(250), memory: Bytes::gib(10), mode: ShareMode::Any },
+            Isolation::None,
+            t,
+        ),
+        job(
+            "share-500",
+            1,
+            GpuRequest::Share { milli: MilliGpu(500), memory: Bytes::gib(16), mode: ShareMode::Mps },
+            Isolation::Soft,
+            t,
+        ),
         job("memory-20", 1, GpuRequest::Memory { memory: Bytes::gib(20) }, Isolation::None, t),
     ]
 }
@@ -108,9 +162,14 @@ fn main() {
     let mut engine = engine(Policy::Default);
     let rss_after = rss_bytes();
     let gpus = engine.state().gpus.len();
-    println!("\nstate: {gpus} GPUs; engine state ~{:.1} MiB by size accounting; process RSS grew {} while building it",
+    println!(
+        "\nstate: {gpus} GPUs; engine state ~{:.1} MiB by size accounting; process RSS grew {} while building it",
         engine.state().approx_bytes() as f64 / (1 << 20) as f64,
-        match (rss_before, rss_after) { (Some(a), Some(b)) => format!("{:.1} MiB", b.saturating_sub(a) as f64 / (1 << 20) as f64), _ => "(unknown)".into() });
+        match (rss_before, rss_after) {
+            (Some(a), Some(b)) => format!("{:.1} MiB", b.saturating_sub(a) as f64 / (1 << 20) as f64),
+            _ => "(unknown)".into(),
+        }
+    );
 
     // Single-task throughput at a steady ~70% allocation.
     let mix: Vec<CompiledJob> = single_task_mix().iter().map(|j| engine.compile(j).expect("compiles")).collect();
@@ -123,7 +182,10 @@ fn main() {
         }
         i += 1;
     }
-    println!("warm-up: {i} placements to reach {:.1}% allocated", engine.state().used_milli() as f64 * 100.0 / engine.state().total_milli as f64);
+    println!(
+        "warm-up: {i} placements to reach {:.1}% allocated",
+        engine.state().used_milli() as f64 * 100.0 / engine.state().total_milli as f64
+    );
     let mut place_time = Duration::ZERO;
     let mut latencies = Vec::with_capacity(placements);
     let mut placed = 0usize;
@@ -152,18 +214,46 @@ fn main() {
     let wall = wall.elapsed();
     let stats = engine.stats();
     latencies.sort_unstable();
-    println!("  work: {:.1} nodes visited and {:.1} options scored per decision",
+    println!(
+        "  work: {:.1} nodes visited and {:.1} options scored per decision",
         (stats.nodes_visited - stats_before.nodes_visited) as f64 / placements as f64,
-        (stats.options_scored - stats_before.options_scored) as f64 / placements as f64);
-    println!("\nsingle-task placements: {placements} decisions ({placed} placed) in {:.3}s of placement time ({:.3}s wall with releases)", place_time.as_secs_f64(), wall.as_secs_f64());
-    println!("  throughput: {:.0} decisions/s (placement time), {:.0}/s (wall incl. releases)", placements as f64 / place_time.as_secs_f64(), placements as f64 / wall.as_secs_f64());
-    println!("  latency: p50 {:?}  p99 {:?}  max {:?}", percentile(&latencies, 0.5), percentile(&latencies, 0.99), latencies[latencies.len() - 1]);
+        (stats.options_scored - stats_before.options_scored) as f64 / placements as f64
+    );
+    println!(
+        "\nsingle-task placements: {placements} decisions ({placed} placed) in {:.3}s of placement time ({:.3}s wall with releases)",
+        place_time.as_secs_f64(),
+        wall.as_secs_f64()
+    );
+    println!(
+        "  throughput: {:.0} decisions/s (placement time), {:.0}/s (wall incl. releases)",
+        placements as f64 / place_time.as_secs_f64(),
+        placements as f64 / wall.as_secs_f64()
+    );
+    println!(
+        "  latency: p50 {:?}  p99 {:?}  max {:?}",
+        percentile(&latencies, 0.5),
+        percentile(&latencies, 0.99),
+        latencies[latencies.len() - 1]
+    );
     for (job, (time, n, failed, visited)) in mix.iter().zip(&per_kind) {
-        println!("    {:<10} mean {:>9.2?}  ({n} decisions, {failed} refused, {:.0} nodes visited each)", job.name, *time / (*n).max(1), *visited as f64 / (*n).max(1) as f64);
+        println!(
+            "    {:<10} mean {:>9.2?}  ({n} decisions, {failed} refused, {:.0} nodes visited each)",
+            job.name,
+            *time / (*n).max(1),
+            *visited as f64 / (*n).max(1) as f64
+        );
     }
 
     // 64-GPU gangs: 8 tasks x 8 GPUs, preferring one rack.
-    let gang = engine.compile(&job("gang-64", 8, GpuRequest::Whole { count: 8 }, Isolation::Hard, Topology { within: TopologyLevel::Rack, required: false })).expect("compiles");
+    let gang = engine
+        .compile(&job(
+            "gang-64",
+            8,
+            GpuRequest::Whole { count: 8 },
+            Isolation::Hard,
+            Topology { within: TopologyLevel::Rack, required: false },
+        ))
+        .expect("compiles");
     let mut gang_latencies = Vec::with_capacity(gangs);
     let mut gang_placed = 0;
     for k in 0..gangs {
@@ -183,7 +273,12 @@ fn main() {
     }
     gang_latencies.sort_unstable();
     println!("\n64-GPU gangs (8 x 8 GPUs, rack preferred): {gangs} decisions, {gang_placed} placed");
-    println!("  latency: p50 {:?}  p99 {:?}  max {:?}", percentile(&gang_latencies, 0.5), percentile(&gang_latencies, 0.99), gang_latencies[gang_latencies.len() - 1]);
+    println!(
+        "  latency: p50 {:?}  p99 {:?}  max {:?}",
+        percentile(&gang_latencies, 0.5),
+        percentile(&gang_latencies, 0.99),
+        gang_latencies[gang_latencies.len() - 1]
+    );
     engine.check_invariants().expect("ledger consistent after the run");
     println!("\ninvariants: ok");
 }

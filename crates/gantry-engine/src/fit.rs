@@ -52,11 +52,20 @@ impl GpuScope {
 }
 
 /// Options for one task of `group` on `node`, or why there are none.
-pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+pub fn options(
+    state: &ClusterState,
+    node: NodeIdx,
+    group: &CompiledGroup,
+    scope: GpuScope,
+    out: &mut Vec<TaskOption>,
+) -> Result<(), Reason> {
     out.clear();
     let n = &state.nodes[node as usize];
     if n.has_taints
-        && let Some(taint) = state.info[node as usize].taints.iter().find(|t| t.effect != "PreferNoSchedule" && !tolerates(&group.tolerations, t))
+        && let Some(taint) = state.info[node as usize]
+            .taints
+            .iter()
+            .find(|t| t.effect != "PreferNoSchedule" && !tolerates(&group.tolerations, t))
     {
         return Err(Reason::TaintNotTolerated { taint: taint.to_string() });
     }
@@ -71,7 +80,9 @@ pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope
         GpuNeed::Share { milli, .. } if n.max_share_free < *milli && n.max_share_free > 0 => {
             return Err(Reason::InsufficientShare { need: MilliGpu(*milli), free: MilliGpu(n.max_share_free) });
         }
-        GpuNeed::Mig { profile } if n.mig_free_mask & group.mig_any_mask == 0 && group.mig_any_mask != 0 && has_mig_gpu(state, node) => {
+        GpuNeed::Mig { profile }
+            if n.mig_free_mask & group.mig_any_mask == 0 && group.mig_any_mask != 0 && has_mig_gpu(state, node) =>
+        {
             return Err(Reason::MigProfileUnavailable { profile: profile.clone() });
         }
         _ => {}
@@ -82,9 +93,13 @@ pub fn options(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, scope
             out.push(TaskOption { grants: Grants::new(), level: TopologyLevel::Nvlink, unit_memory: 0 });
             Ok(())
         }
-        GpuNeed::Whole { count } => whole(gpus, state.node_hot(node), n.gpu_first, n.whole_free, group, *count, scope, out),
+        GpuNeed::Whole { count } => {
+            whole(gpus, state.node_hot(node), n.gpu_first, n.whole_free, group, *count, scope, out)
+        }
         GpuNeed::Mig { .. } => mig(gpus, n.gpu_first, group, scope, out),
-        GpuNeed::Share { milli, memory, mps, time_slice } => share(gpus, state.node_hot(node), n.gpu_first, group, *milli, *memory, *mps, *time_slice, scope, out),
+        GpuNeed::Share { milli, memory, mps, time_slice } => {
+            share(gpus, state.node_hot(node), n.gpu_first, group, *milli, *memory, *mps, *time_slice, scope, out)
+        }
         GpuNeed::Memory { memory } => memory_only(gpus, n.gpu_first, group, *memory, scope, out),
     }
 }
@@ -110,7 +125,17 @@ fn class_reason(gpus: &[GpuState], group: &CompiledGroup) -> Reason {
     }
 }
 
-fn whole(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, node_whole_free: u32, group: &CompiledGroup, count: u32, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+#[allow(clippy::too_many_arguments)]
+fn whole(
+    gpus: &[GpuState],
+    hot: &[GpuHot],
+    first: GpuIdx,
+    node_whole_free: u32,
+    group: &CompiledGroup,
+    count: u32,
+    scope: GpuScope,
+    out: &mut Vec<TaskOption>,
+) -> Result<(), Reason> {
     // Fast reject before touching GPUs: the node-level counter is an upper bound.
     if node_whole_free < count {
         if !hot.iter().any(|g| group.class_ok[g.class as usize]) {
@@ -142,7 +167,8 @@ fn whole(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, node_whole_free: u32,
     } else {
         // Spread over NUMA nodes: take from the NUMA node with the most free GPUs first.
         let per_numa = |numa: u8| free.iter().filter(|&o| hot[o].numa == numa).count();
-        let mut ordered: smallvec::SmallVec<[(usize, u8, usize); 16]> = free.iter().map(|o| (per_numa(hot[o].numa), hot[o].numa, o)).collect();
+        let mut ordered: smallvec::SmallVec<[(usize, u8, usize); 16]> =
+            free.iter().map(|o| (per_numa(hot[o].numa), hot[o].numa, o)).collect();
         ordered.sort_by_key(|&(n, numa, o)| (std::cmp::Reverse(n), numa, o));
         let mut set = GpuSet::new();
         ordered[..count as usize].iter().for_each(|&(_, _, o)| set.push(o));
@@ -193,7 +219,13 @@ fn best_domain(hot: &[GpuHot], free: &GpuSet, count: u32, key: impl Fn(GpuHot) -
     Some(set)
 }
 
-fn mig(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+fn mig(
+    gpus: &[GpuState],
+    first: GpuIdx,
+    group: &CompiledGroup,
+    scope: GpuScope,
+    out: &mut Vec<TaskOption>,
+) -> Result<(), Reason> {
     let mut any_class = false;
     let mut any_mig = false;
     for (offset, g) in gpus.iter().enumerate() {
@@ -204,7 +236,11 @@ fn mig(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, scope: GpuScope,
         let (Units::Mig { slots }, Some(profile)) = (&g.units, group.mig_profile[g.class as usize]) else { continue };
         any_mig = true;
         if let Some(slot) = slots.iter().position(|s| s.profile == profile && !s.taken) {
-            out.push(TaskOption { grants: smallvec::smallvec![Grant::Mig { gpu: first + offset as GpuIdx, slot: slot as u8 }], level: TopologyLevel::Nvlink, unit_memory: slots[slot].memory });
+            out.push(TaskOption {
+                grants: smallvec::smallvec![Grant::Mig { gpu: first + offset as GpuIdx, slot: slot as u8 }],
+                level: TopologyLevel::Nvlink,
+                unit_memory: slots[slot].memory,
+            });
             if out.len() >= OPTIONS_PER_NODE_MAX {
                 break;
             }
@@ -228,13 +264,25 @@ fn replicas_for(milli: u32, replicas: u32) -> u32 {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn share(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, group: &CompiledGroup, milli: u32, memory: u64, mps: bool, time_slice: bool, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+fn share(
+    gpus: &[GpuState],
+    hot: &[GpuHot],
+    first: GpuIdx,
+    group: &CompiledGroup,
+    milli: u32,
+    memory: u64,
+    mps: bool,
+    time_slice: bool,
+    scope: GpuScope,
+    out: &mut Vec<TaskOption>,
+) -> Result<(), Reason> {
     let mut best_free_milli = 0;
     let mut best_free_memory = 0;
     let mut blocked = None;
     let mut any_class = false;
     let mut forbidden_mode = None;
-    let wanted_modes = if mps { crate::state::HOT_MPS } else { 0 } | if time_slice { crate::state::HOT_TIME_SLICE } else { 0 };
+    let wanted_modes =
+        if mps { crate::state::HOT_MPS } else { 0 } | if time_slice { crate::state::HOT_TIME_SLICE } else { 0 };
     for (offset, g) in gpus.iter().enumerate() {
         let h = hot[offset];
         if !group.class_ok[h.class as usize] {
@@ -264,7 +312,11 @@ fn share(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, group: &CompiledGroup
                 best_free_milli = best_free_milli.max(g.free_milli());
                 best_free_memory = best_free_memory.max(g.free_memory());
                 if g.free_milli() >= milli && g.free_memory() >= memory {
-                    out.push(TaskOption { grants: smallvec::smallvec![Grant::Mps { gpu, milli, memory }], level: TopologyLevel::Nvlink, unit_memory: memory });
+                    out.push(TaskOption {
+                        grants: smallvec::smallvec![Grant::Mps { gpu, milli, memory }],
+                        level: TopologyLevel::Nvlink,
+                        unit_memory: memory,
+                    });
                 }
             }
             Units::TimeSlice { replicas, memory_per_replica } if time_slice => {
@@ -277,7 +329,12 @@ fn share(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, group: &CompiledGroup
                 best_free_memory = best_free_memory.max(free as u64 * memory_per_replica.0);
                 if k <= free && k as u64 * memory_per_replica.0 >= memory {
                     out.push(TaskOption {
-                        grants: smallvec::smallvec![Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: k as u64 * memory_per_replica.0 }],
+                        grants: smallvec::smallvec![Grant::TimeSlice {
+                            gpu,
+                            replicas: k,
+                            milli: k * 1000 / replicas,
+                            memory: k as u64 * memory_per_replica.0
+                        }],
                         level: TopologyLevel::Nvlink,
                         unit_memory: k as u64 * memory_per_replica.0,
                     });
@@ -312,7 +369,14 @@ fn share(gpus: &[GpuState], hot: &[GpuHot], first: GpuIdx, group: &CompiledGroup
 
 /// Smallest unit holding `memory`: a MIG instance, an MPS share, time-slice replicas or, last,
 /// a whole GPU. Only the smallest unit size found on the node is offered.
-fn memory_only(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, memory: u64, scope: GpuScope, out: &mut Vec<TaskOption>) -> Result<(), Reason> {
+fn memory_only(
+    gpus: &[GpuState],
+    first: GpuIdx,
+    group: &CompiledGroup,
+    memory: u64,
+    scope: GpuScope,
+    out: &mut Vec<TaskOption>,
+) -> Result<(), Reason> {
     let mut any_class = false;
     let mut best_free = 0u64;
     for (offset, g) in gpus.iter().enumerate() {
@@ -328,9 +392,12 @@ fn memory_only(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, memory: 
                 .filter(|(_, s)| !s.taken && s.memory >= memory)
                 .min_by_key(|(i, s)| (s.memory, *i))
                 .map(|(i, s)| (Grant::Mig { gpu, slot: i as u8 }, s.memory)),
-            Units::Mps { max_clients } if group.isolation != Isolation::Hard && !g.exclusive && g.clients < *max_clients => {
+            Units::Mps { max_clients }
+                if group.isolation != Isolation::Hard && !g.exclusive && g.clients < *max_clients =>
+            {
                 let milli = (memory.saturating_mul(1000)).div_ceil(g.memory_total).max(1) as u32;
-                (g.free_memory() >= memory && g.free_milli() >= milli).then_some((Grant::Mps { gpu, milli, memory }, memory))
+                (g.free_memory() >= memory && g.free_milli() >= milli)
+                    .then_some((Grant::Mps { gpu, milli, memory }, memory))
             }
             Units::TimeSlice { replicas, memory_per_replica } if group.isolation == Isolation::None && !g.exclusive => {
                 let k = memory.div_ceil(memory_per_replica.0.max(1)).max(1) as u32;
@@ -341,22 +408,31 @@ fn memory_only(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, memory: 
             }
             _ => None,
         };
-        let option = option.or_else(|| (g.wholly_free() && g.memory_total >= memory).then_some((Grant::Whole { gpu }, g.memory_total)));
+        let option = option.or_else(|| {
+            (g.wholly_free() && g.memory_total >= memory).then_some((Grant::Whole { gpu }, g.memory_total))
+        });
         best_free = best_free.max(match &g.units {
             Units::Mig { slots } => slots.iter().filter(|s| !s.taken).map(|s| s.memory).max().unwrap_or(0),
             _ if g.exclusive => 0,
             _ => g.free_memory(),
         });
         if let Some((grant, unit)) = option {
-            out.push(TaskOption { grants: smallvec::smallvec![grant], level: TopologyLevel::Nvlink, unit_memory: unit });
+            out.push(TaskOption {
+                grants: smallvec::smallvec![grant],
+                level: TopologyLevel::Nvlink,
+                unit_memory: unit,
+            });
         }
     }
     if out.is_empty() {
-        return Err(if any_class { Reason::InsufficientGpuMemory { need: Bytes(memory), free: Bytes(best_free) } } else { class_reason(gpus, group) });
+        return Err(if any_class {
+            Reason::InsufficientGpuMemory { need: Bytes(memory), free: Bytes(best_free) }
+        } else {
+            class_reason(gpus, group)
+        });
     }
     let smallest = out.iter().map(|o| o.unit_memory).min().expect("non-empty");
     out.retain(|o| o.unit_memory == smallest);
     out.truncate(OPTIONS_PER_NODE_MAX);
     Ok(())
 }
-

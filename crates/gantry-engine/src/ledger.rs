@@ -19,7 +19,9 @@ pub enum Grant {
 impl Grant {
     pub fn gpu(&self) -> GpuIdx {
         match self {
-            Grant::Whole { gpu } | Grant::Mig { gpu, .. } | Grant::Mps { gpu, .. } | Grant::TimeSlice { gpu, .. } => *gpu,
+            Grant::Whole { gpu } | Grant::Mig { gpu, .. } | Grant::Mps { gpu, .. } | Grant::TimeSlice { gpu, .. } => {
+                *gpu
+            }
         }
     }
 }
@@ -57,7 +59,11 @@ fn grant_milli(state: &ClusterState, grant: &Grant) -> u32 {
 /// code) only build grants that fit, so a failure here is a bug, not an operating error.
 pub fn apply(state: &mut ClusterState, task: &TaskGrant) {
     let node = &mut state.nodes[task.node as usize];
-    assert!(node.cpu_free >= task.cpu && node.memory_free >= task.memory, "over-allocated node {}", state.info[task.node as usize].name);
+    assert!(
+        node.cpu_free >= task.cpu && node.memory_free >= task.memory,
+        "over-allocated node {}",
+        state.info[task.node as usize].name
+    );
     node.cpu_free -= task.cpu;
     node.memory_free -= task.memory;
     for grant in &task.grants {
@@ -75,7 +81,11 @@ pub fn revert(state: &mut ClusterState, task: &TaskGrant) {
     let node = &mut state.nodes[task.node as usize];
     node.cpu_free += task.cpu;
     node.memory_free += task.memory;
-    assert!(node.cpu_free <= node.cpu_total && node.memory_free <= node.memory_total, "released more than node {} has", state.info[task.node as usize].name);
+    assert!(
+        node.cpu_free <= node.cpu_total && node.memory_free <= node.memory_total,
+        "released more than node {} has",
+        state.info[task.node as usize].name
+    );
 }
 
 fn take(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
@@ -215,12 +225,16 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
         return Err("fleet-wide compute counter disagrees with the allocations".into());
     }
     for ((a, b), info) in fresh.nodes.iter().zip(&state.nodes).zip(&state.info) {
-        if (a.cpu_free, a.memory_free, a.used_milli, a.whole_free, a.max_share_free, a.mig_free_mask) != (b.cpu_free, b.memory_free, b.used_milli, b.whole_free, b.max_share_free, b.mig_free_mask) {
+        if (a.cpu_free, a.memory_free, a.used_milli, a.whole_free, a.max_share_free, a.mig_free_mask)
+            != (b.cpu_free, b.memory_free, b.used_milli, b.whole_free, b.max_share_free, b.mig_free_mask)
+        {
             return Err(format!("node {} counters disagree with its allocations", info.name));
         }
     }
     for (a, b) in fresh.gpus.iter().zip(&state.gpus) {
-        if (a.used_milli, a.used_memory, a.clients, a.exclusive, &a.units) != (b.used_milli, b.used_memory, b.clients, b.exclusive, &b.units) {
+        if (a.used_milli, a.used_memory, a.clients, a.exclusive, &a.units)
+            != (b.used_milli, b.used_memory, b.clients, b.exclusive, &b.units)
+        {
             return Err(format!("GPU {} counters disagree with its allocations", a.uuid));
         }
         if a.used_milli > 1000 || a.used_memory > a.memory_total {

@@ -24,7 +24,7 @@ pub mod rng;
 pub mod state;
 
 use gantry_catalog::Catalog;
-use gantry_types::{Fleet, GpuGrant, Job, JobOutcome, ReasonCount, TaskPlacement, Bytes, MilliCpu, MilliGpu};
+use gantry_types::{Bytes, Fleet, GpuGrant, Job, JobOutcome, MilliCpu, MilliGpu, ReasonCount, TaskPlacement};
 use std::collections::BTreeMap;
 
 pub use frag::{FragModel, Shape};
@@ -96,7 +96,17 @@ impl Engine {
             Some(shapes) => FragModel::given(shapes),
             None => FragModel::learning(),
         };
-        Ok(Engine { catalog, state, config, frag, rack_nodes, allocations: BTreeMap::new(), next_alloc: 1, decisions: 0, stats: SearchStats::default() })
+        Ok(Engine {
+            catalog,
+            state,
+            config,
+            frag,
+            rack_nodes,
+            allocations: BTreeMap::new(),
+            next_alloc: 1,
+            decisions: 0,
+            stats: SearchStats::default(),
+        })
     }
 
     pub fn state(&self) -> &ClusterState {
@@ -129,8 +139,16 @@ impl Engine {
         if self.config.policy.needs_shapes() {
             place::observe(&mut self.frag, job);
         }
-        let shapes: Vec<(Shape, u64)> = if self.config.policy.needs_shapes() { self.frag.shapes().to_vec() } else { Vec::new() };
-        let mut placer = place::Placer::new(&mut self.state, self.config.policy, self.config.limits, &shapes, &self.rack_nodes, decision_seed);
+        let shapes: Vec<(Shape, u64)> =
+            if self.config.policy.needs_shapes() { self.frag.shapes().to_vec() } else { Vec::new() };
+        let mut placer = place::Placer::new(
+            &mut self.state,
+            self.config.policy,
+            self.config.limits,
+            &shapes,
+            &self.rack_nodes,
+            decision_seed,
+        );
         let result = placer.place_job(job);
         self.stats.decisions += 1;
         self.stats.nodes_visited += placer.stats.nodes_visited;
@@ -186,12 +204,21 @@ impl Engine {
                 let state::Units::Mig { slots } = &gpu.units else { unreachable!("MIG grant on a MIG GPU") };
                 let s = &slots[*slot as usize];
                 let geometry = self.catalog.model(gpu.model).mig.as_ref().expect("MIG GPU has geometry");
-                GpuGrant::Mig { gpu: gpu.index, profile: geometry.profiles[s.profile as usize].name.clone(), start: s.start }
+                GpuGrant::Mig {
+                    gpu: gpu.index,
+                    profile: geometry.profiles[s.profile as usize].name.clone(),
+                    start: s.start,
+                }
             }
-            Grant::Mps { milli, memory, .. } => GpuGrant::Mps { gpu: gpu.index, milli: MilliGpu(*milli), memory: Bytes(*memory) },
-            Grant::TimeSlice { replicas, milli, memory, .. } => {
-                GpuGrant::TimeSlice { gpu: gpu.index, replicas: *replicas, milli: MilliGpu(*milli), memory: Bytes(*memory) }
+            Grant::Mps { milli, memory, .. } => {
+                GpuGrant::Mps { gpu: gpu.index, milli: MilliGpu(*milli), memory: Bytes(*memory) }
             }
+            Grant::TimeSlice { replicas, milli, memory, .. } => GpuGrant::TimeSlice {
+                gpu: gpu.index,
+                replicas: *replicas,
+                milli: MilliGpu(*milli),
+                memory: Bytes(*memory),
+            },
         }
     }
 

@@ -7,8 +7,8 @@
 //! this module unless the gang commits.
 
 use crate::fit::{self, GpuScope, TaskOption};
-use crate::index;
 use crate::frag::{FragModel, Shape};
+use crate::index;
 use crate::ledger::{self, TaskGrant};
 use crate::limits::SearchLimits;
 use crate::policy::{self, Policy, Score, ScoreContext};
@@ -52,8 +52,28 @@ pub(crate) struct Placer<'a> {
 }
 
 impl<'a> Placer<'a> {
-    pub fn new(state: &'a mut ClusterState, policy: Policy, limits: SearchLimits, shapes: &'a [(Shape, u64)], rack_nodes: &'a [Vec<NodeIdx>], decision_seed: u64) -> Placer<'a> {
-        Placer { state, policy, limits, shapes, rack_nodes, rng: SeededRng::new(decision_seed), decision_seed, applied: Vec::new(), most_placed: 0, stats: SearchStats::default(), options: Vec::new(), best_option: TaskOption { grants: fit::Grants::new(), level: TopologyLevel::Nvlink, unit_memory: 0 } }
+    pub fn new(
+        state: &'a mut ClusterState,
+        policy: Policy,
+        limits: SearchLimits,
+        shapes: &'a [(Shape, u64)],
+        rack_nodes: &'a [Vec<NodeIdx>],
+        decision_seed: u64,
+    ) -> Placer<'a> {
+        Placer {
+            state,
+            policy,
+            limits,
+            shapes,
+            rack_nodes,
+            rng: SeededRng::new(decision_seed),
+            decision_seed,
+            applied: Vec::new(),
+            most_placed: 0,
+            stats: SearchStats::default(),
+            options: Vec::new(),
+            best_option: TaskOption { grants: fit::Grants::new(), level: TopologyLevel::Nvlink, unit_memory: 0 },
+        }
     }
 
     /// Place every task of `job`; on failure nothing stays applied.
@@ -95,7 +115,13 @@ impl<'a> Placer<'a> {
             }
         } else {
             match within {
-                TopologyLevel::Nvlink | TopologyLevel::Numa => &[TopologyLevel::Nvlink, TopologyLevel::Numa, TopologyLevel::Node, TopologyLevel::Rack, TopologyLevel::Fleet],
+                TopologyLevel::Nvlink | TopologyLevel::Numa => &[
+                    TopologyLevel::Nvlink,
+                    TopologyLevel::Numa,
+                    TopologyLevel::Node,
+                    TopologyLevel::Rack,
+                    TopologyLevel::Fleet,
+                ],
                 TopologyLevel::Node => &[TopologyLevel::Node, TopologyLevel::Rack, TopologyLevel::Fleet],
                 TopologyLevel::Rack | TopologyLevel::Fleet => &[TopologyLevel::Rack, TopologyLevel::Fleet],
             }
@@ -126,10 +152,19 @@ impl<'a> Placer<'a> {
         let max = self.limits.gang_scopes_max as usize;
         let free_in = |node: NodeIdx, scope: GpuScope| -> u32 {
             let n = &self.state.nodes[node as usize];
-            if matches!(group.gpu, GpuNeed::Whole { .. }) && n.whole_free < need.min(n.gpu_count) && scope == GpuScope::Any {
+            if matches!(group.gpu, GpuNeed::Whole { .. })
+                && n.whole_free < need.min(n.gpu_count)
+                && scope == GpuScope::Any
+            {
                 return n.whole_free;
             }
-            self.state.node_hot(node).iter().filter(|g| group.class_ok[g.class as usize] && hot_scope_admits(scope, **g) && hot_usable(**g, &group.gpu)).count() as u32
+            self.state
+                .node_hot(node)
+                .iter()
+                .filter(|g| {
+                    group.class_ok[g.class as usize] && hot_scope_admits(scope, **g) && hot_usable(**g, &group.gpu)
+                })
+                .count() as u32
         };
         let mut found: Vec<(u32, NodeScope, GpuScope)> = Vec::new();
         match level {
@@ -138,11 +173,19 @@ impl<'a> Placer<'a> {
                     if self.state.nodes[node as usize].whole_free < need && matches!(group.gpu, GpuNeed::Whole { .. }) {
                         continue;
                     }
-                    let mut domains: Vec<u32> = self.state.node_hot(node).iter().filter_map(|g| if level == TopologyLevel::Nvlink { g.nvlink_domain() } else { Some(g.numa as u32) }).collect();
+                    let mut domains: Vec<u32> = self
+                        .state
+                        .node_hot(node)
+                        .iter()
+                        .filter_map(|g| {
+                            if level == TopologyLevel::Nvlink { g.nvlink_domain() } else { Some(g.numa as u32) }
+                        })
+                        .collect();
                     domains.sort_unstable();
                     domains.dedup();
                     for d in domains {
-                        let scope = if level == TopologyLevel::Nvlink { GpuScope::NvlinkDomain(d) } else { GpuScope::Numa(d) };
+                        let scope =
+                            if level == TopologyLevel::Nvlink { GpuScope::NvlinkDomain(d) } else { GpuScope::Numa(d) };
                         let free = free_in(node, scope);
                         if free >= need {
                             found.push((free, NodeScope::Node(node), scope));
@@ -173,7 +216,13 @@ impl<'a> Placer<'a> {
         found.into_iter().take(max).map(|(_, n, g)| (n, g)).collect()
     }
 
-    fn place_replicas(&mut self, index: u32, group: &CompiledGroup, nodes: NodeScope, gpus: GpuScope) -> Result<(), Vec<ReasonCount>> {
+    fn place_replicas(
+        &mut self,
+        index: u32,
+        group: &CompiledGroup,
+        nodes: NodeScope,
+        gpus: GpuScope,
+    ) -> Result<(), Vec<ReasonCount>> {
         for replica in 0..group.replicas {
             let task = self.place_task(index, replica, group, nodes, gpus)?;
             ledger::apply(self.state, &task);
@@ -184,7 +233,14 @@ impl<'a> Placer<'a> {
     }
 
     /// Filter → score → select for one task.
-    fn place_task(&mut self, group_index: u32, replica: u32, group: &CompiledGroup, scope: NodeScope, gpus: GpuScope) -> Result<TaskGrant, Vec<ReasonCount>> {
+    fn place_task(
+        &mut self,
+        group_index: u32,
+        replica: u32,
+        group: &CompiledGroup,
+        scope: NodeScope,
+        gpus: GpuScope,
+    ) -> Result<TaskGrant, Vec<ReasonCount>> {
         let mut gang_racks: Vec<u32> = self.applied.iter().map(|t| self.state.nodes[t.node as usize].rack).collect();
         gang_racks.dedup();
         let ctx = ScoreContext { policy: self.policy, shapes: self.shapes, gang_racks: &gang_racks };
@@ -193,7 +249,8 @@ impl<'a> Placer<'a> {
         // Spreading policies start the walk at a seeded random node; packing policies walk from
         // node 0, so they keep filling the same region of the fleet (better packing under a
         // bounded search, and the nodes they revisit stay in cache).
-        let start = if node_count > 0 && self.policy.spreads() { self.rng.below(node_count as u64) as usize } else { 0 };
+        let start =
+            if node_count > 0 && self.policy.spreads() { self.rng.below(node_count as u64) as usize } else { 0 };
         let candidates: Box<dyn Iterator<Item = NodeIdx> + '_> = match scope {
             NodeScope::All => match room_bits(state, group) {
                 Some(bits) => Box::new(index::rotated(bits, node_count, start)),
@@ -237,7 +294,14 @@ impl<'a> Placer<'a> {
         }
         self.stats.nodes_visited += visited as u64;
         match best {
-            Some((_, _, node)) => Ok(TaskGrant { group: group_index, replica, node, cpu: group.cpu, memory: group.memory, grants: self.best_option.grants.to_vec() }),
+            Some((_, _, node)) => Ok(TaskGrant {
+                group: group_index,
+                replica,
+                node,
+                cpu: group.cpu,
+                memory: group.memory,
+                grants: self.best_option.grants.to_vec(),
+            }),
             None => {
                 if matches!(scope, NodeScope::All) {
                     self.explain_roomless(group, &mut reasons, &mut skipped);
@@ -269,7 +333,10 @@ impl<'a> Placer<'a> {
                 }
                 roomless += 1;
                 if let GpuNeed::Whole { count } = group.gpu {
-                    let free = (1..count.min(index::WHOLE_BUCKETS as u32 + 1)).rev().find(|&k| index::has(index.whole(k), node)).unwrap_or(0);
+                    let free = (1..count.min(index::WHOLE_BUCKETS as u32 + 1))
+                        .rev()
+                        .find(|&k| index::has(index.whole(k), node))
+                        .unwrap_or(0);
                     best_whole = best_whole.max(free);
                 }
             }
@@ -281,15 +348,25 @@ impl<'a> Placer<'a> {
             GpuNeed::None => return,
             GpuNeed::Whole { count } => Reason::InsufficientWholeGpus { need: *count, free: best_whole },
             GpuNeed::Mig { profile } => Reason::MigProfileUnavailable { profile: profile.clone() },
-            GpuNeed::Share { milli, .. } => Reason::InsufficientShare { need: gantry_types::MilliGpu(*milli), free: gantry_types::MilliGpu(0) },
-            GpuNeed::Memory { memory } => Reason::InsufficientGpuMemory { need: gantry_types::Bytes(*memory), free: gantry_types::Bytes(0) },
+            GpuNeed::Share { milli, .. } => {
+                Reason::InsufficientShare { need: gantry_types::MilliGpu(*milli), free: gantry_types::MilliGpu(0) }
+            }
+            GpuNeed::Memory { memory } => {
+                Reason::InsufficientGpuMemory { need: gantry_types::Bytes(*memory), free: gantry_types::Bytes(0) }
+            }
         };
         add_reasons(reasons, reason, roomless);
     }
 
     /// Why nodes of each skipped signature can never host the group: ask the filter once, on
     /// the signature's first node, and count the reason for all of its nodes.
-    fn static_reasons(&mut self, group: &CompiledGroup, gpus: GpuScope, skipped: &[(u16, u32)], reasons: &mut Vec<ReasonCount>) {
+    fn static_reasons(
+        &mut self,
+        group: &CompiledGroup,
+        gpus: GpuScope,
+        skipped: &[(u16, u32)],
+        reasons: &mut Vec<ReasonCount>,
+    ) {
         for &(signature, nodes) in skipped {
             if nodes == 0 {
                 continue;
@@ -303,7 +380,6 @@ impl<'a> Placer<'a> {
             add_reasons(reasons, reason, nodes);
         }
     }
-
 }
 
 fn count_signature(skipped: &mut Vec<(u16, u32)>, signature: u16) {
@@ -321,7 +397,10 @@ fn room_bits<'s>(state: &'s ClusterState, group: &CompiledGroup) -> Option<&'s [
         GpuNeed::Whole { count } => Some(index.whole(*count)),
         // One profile index on every class that has the profile (the common case): walk only
         // nodes with a free instance of it.
-        GpuNeed::Mig { .. } if group.mig_any_mask.count_ones() == 1 && (group.mig_any_mask.trailing_zeros() as usize) < index::MIG_PROFILES_MAX => {
+        GpuNeed::Mig { .. }
+            if group.mig_any_mask.count_ones() == 1
+                && (group.mig_any_mask.trailing_zeros() as usize) < index::MIG_PROFILES_MAX =>
+        {
             Some(&index.mig_profile_room[group.mig_any_mask.trailing_zeros() as usize])
         }
         GpuNeed::Mig { .. } => Some(&index.mig_room),

@@ -119,7 +119,14 @@ pub fn fragmentation_before(state: &ClusterState, node: NodeIdx, ctx: &ScoreCont
 
 /// Score placing one task of `group` on `node` with `option`; `frag_before` comes from
 /// [`fragmentation_before`] for the same node.
-pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option: &TaskOption, ctx: &ScoreContext<'_>, frag_before: i64) -> Score {
+pub fn score(
+    state: &ClusterState,
+    node: NodeIdx,
+    group: &CompiledGroup,
+    option: &TaskOption,
+    ctx: &ScoreContext<'_>,
+    frag_before: i64,
+) -> Score {
     let n = &state.nodes[node as usize];
     let milli = option_milli(state, option) as i64;
     // Primary keys shared by every policy: do not take shared GPUs whole when whole-mode ones
@@ -129,7 +136,14 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
     let unit = -((option.unit_memory >> 20) as i64);
     let level = -(option.level as i64);
     let gpu_cap = n.gpu_count as i64 * 1000;
-    let fit = best_fit(n.cpu_total, n.cpu_free - group.cpu, n.memory_total, n.memory_free - group.memory, gpu_cap, gpu_cap - n.used_milli as i64 - milli);
+    let fit = best_fit(
+        n.cpu_total,
+        n.cpu_free - group.cpu,
+        n.memory_total,
+        n.memory_free - group.memory,
+        gpu_cap,
+        gpu_cap - n.used_milli as i64 - milli,
+    );
     let gpu_fit = -chosen_gpu_free_after(state, option);
     let same_rack = ctx.gang_racks.contains(&n.rack) as i64;
     match ctx.policy {
@@ -139,15 +153,32 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
         Policy::DotProduct => [borrowed, unit, level, dot_product(state, node, group, milli), gpu_fit, 0, 0],
         Policy::GpuPacking => [borrowed, unit, level, packing_tier(state, node, option), fit, gpu_fit, 0],
         Policy::GpuClustering => [borrowed, unit, level, same_shape_tasks(state, node, option), fit, gpu_fit, 0],
-        Policy::Fgd => [borrowed, unit, level, -(fragmentation_after(state, node, option, ctx.shapes) - frag_before), gpu_fit, 0, 0],
+        Policy::Fgd => [
+            borrowed,
+            unit,
+            level,
+            -(fragmentation_after(state, node, option, ctx.shapes) - frag_before),
+            gpu_fit,
+            0,
+            0,
+        ],
         Policy::Topology => [borrowed, unit, level, same_rack, fit, gpu_fit, 0],
-        Policy::Default => [borrowed, unit, level, same_rack, -(fragmentation_after(state, node, option, ctx.shapes) - frag_before), fit, gpu_fit],
+        Policy::Default => [
+            borrowed,
+            unit,
+            level,
+            same_rack,
+            -(fragmentation_after(state, node, option, ctx.shapes) - frag_before),
+            fit,
+            gpu_fit,
+        ],
     }
 }
 
 /// Whole grants that take an MPS or time-sliced GPU out of its sharing pool.
 fn borrowed_shared_gpus(state: &ClusterState, option: &TaskOption) -> i64 {
-    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !state.hot[*gpu as usize].whole_mode())).count() as i64
+    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !state.hot[*gpu as usize].whole_mode())).count()
+        as i64
 }
 
 /// Negative sum of free fractions (per mille) after placement, over the dimensions the node has.
@@ -172,7 +203,9 @@ fn chosen_gpu_free_after(state: &ClusterState, option: &TaskOption) -> i64 {
         .grants
         .iter()
         .map(|g| match g {
-            Grant::Mps { gpu, milli, .. } | Grant::TimeSlice { gpu, milli, .. } => state.gpus[*gpu as usize].free_milli() as i64 - *milli as i64,
+            Grant::Mps { gpu, milli, .. } | Grant::TimeSlice { gpu, milli, .. } => {
+                state.gpus[*gpu as usize].free_milli() as i64 - *milli as i64
+            }
             Grant::Mig { gpu, .. } => state.gpus[*gpu as usize].free_milli() as i64,
             Grant::Whole { .. } => 0,
         })

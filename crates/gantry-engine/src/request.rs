@@ -81,7 +81,11 @@ impl CompiledJob {
 /// selector, an absurd task count); whether *this* fleet can serve it is the placer's question.
 pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<CompiledJob, EngineError> {
     if job.task_count() > TASKS_PER_JOB_MAX {
-        return Err(EngineError::Job(format!("job {} has {} tasks, the limit is {TASKS_PER_JOB_MAX}", job.name, job.task_count())));
+        return Err(EngineError::Job(format!(
+            "job {} has {} tasks, the limit is {TASKS_PER_JOB_MAX}",
+            job.name,
+            job.task_count()
+        )));
     }
     let groups = job
         .groups
@@ -97,13 +101,17 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
             let class_model_ok: Vec<bool> = state
                 .classes
                 .iter()
-                .map(|c| r.models.is_empty() || r.models.iter().any(|p| catalog.model(c.model).names().any(|n| p.matches(n))))
+                .map(|c| {
+                    r.models.is_empty() || r.models.iter().any(|p| catalog.model(c.model).names().any(|n| p.matches(n)))
+                })
                 .collect();
             let class_ok = state
                 .classes
                 .iter()
                 .zip(&class_model_ok)
-                .map(|(c, &model_ok)| model_ok && selector.as_ref().is_none_or(|s| s.matches(&c.attributes).unwrap_or(false)))
+                .map(|(c, &model_ok)| {
+                    model_ok && selector.as_ref().is_none_or(|s| s.matches(&c.attributes).unwrap_or(false))
+                })
                 .collect();
             let gpu = match &r.gpu {
                 None => GpuNeed::None,
@@ -160,9 +168,19 @@ fn statically_feasible(state: &ClusterState, group: &CompiledGroup, signature: &
     let mode = |class: u16| state.classes[class as usize].mode;
     match &group.gpu {
         GpuNeed::None => true,
-        GpuNeed::Whole { count } => signature.gpus.iter().filter(|&&(c, _)| ok(c) && mode(c) != ModeKind::Mig).count() as u32 >= *count,
-        GpuNeed::Mig { .. } => signature.gpus.iter().any(|&(c, mask)| ok(c) && group.mig_profile[c as usize].is_some_and(|p| mask & (1 << p) != 0)),
-        GpuNeed::Share { mps, time_slice, .. } => signature.gpus.iter().any(|&(c, _)| ok(c) && ((*mps && mode(c) == ModeKind::Mps) || (*time_slice && mode(c) == ModeKind::TimeSlice))),
-        GpuNeed::Memory { memory } => signature.gpus.iter().any(|&(c, _)| ok(c) && state.classes[c as usize].attributes.memory_gib as u64 * (1 << 30) >= *memory),
+        GpuNeed::Whole { count } => {
+            signature.gpus.iter().filter(|&&(c, _)| ok(c) && mode(c) != ModeKind::Mig).count() as u32 >= *count
+        }
+        GpuNeed::Mig { .. } => signature
+            .gpus
+            .iter()
+            .any(|&(c, mask)| ok(c) && group.mig_profile[c as usize].is_some_and(|p| mask & (1 << p) != 0)),
+        GpuNeed::Share { mps, time_slice, .. } => signature.gpus.iter().any(|&(c, _)| {
+            ok(c) && ((*mps && mode(c) == ModeKind::Mps) || (*time_slice && mode(c) == ModeKind::TimeSlice))
+        }),
+        GpuNeed::Memory { memory } => signature
+            .gpus
+            .iter()
+            .any(|&(c, _)| ok(c) && state.classes[c as usize].attributes.memory_gib as u64 * (1 << 30) >= *memory),
     }
 }

@@ -251,7 +251,19 @@ impl ClusterState {
     /// Build from a resolved fleet. Models must be catalog ids; MIG layouts are validated again
     /// here because the engine trusts nothing it did not check.
     pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
-        let mut state = ClusterState { nodes: Vec::new(), info: Vec::new(), gpus: Vec::new(), classes: Vec::new(), racks: Vec::new(), signatures: Vec::new(), signature_nodes: Vec::new(), total_milli: 0, used_milli_total: 0, index: crate::index::FreeIndex::new(fleet.nodes.len()), hot: Vec::new() };
+        let mut state = ClusterState {
+            nodes: Vec::new(),
+            info: Vec::new(),
+            gpus: Vec::new(),
+            classes: Vec::new(),
+            racks: Vec::new(),
+            signatures: Vec::new(),
+            signature_nodes: Vec::new(),
+            total_milli: 0,
+            used_milli_total: 0,
+            index: crate::index::FreeIndex::new(fleet.nodes.len()),
+            hot: Vec::new(),
+        };
         let mut signature_ids: BTreeMap<Signature, u16> = BTreeMap::new();
         let mut rack_ids: BTreeMap<String, u32> = BTreeMap::new();
         let mut class_ids: BTreeMap<(u16, ModeKind, bool), u16> = BTreeMap::new();
@@ -261,7 +273,11 @@ impl ClusterState {
                 return Err(EngineError::Fleet(format!("node {} appears twice", node.name)));
             }
             if node.gpus.len() > GPUS_PER_NODE_MAX {
-                return Err(EngineError::Fleet(format!("node {} has {} GPUs, at most {GPUS_PER_NODE_MAX} supported", node.name, node.gpus.len())));
+                return Err(EngineError::Fleet(format!(
+                    "node {} has {} GPUs, at most {GPUS_PER_NODE_MAX} supported",
+                    node.name,
+                    node.gpus.len()
+                )));
             }
             let rack_name = node.rack.clone().unwrap_or_default();
             let next = rack_ids.len() as u32;
@@ -273,14 +289,16 @@ impl ClusterState {
             let gpu_first = state.gpus.len() as GpuIdx;
             for gpu in &node.gpus {
                 if gpu.numa >= 255 || gpu.nvlink_domain.is_some_and(|d| d >= HOT_NO_NVLINK as u32) {
-                    return Err(EngineError::Fleet(format!("node {} gpu {}: NUMA node and NVLink domain ids must be below 255", node.name, gpu.index)));
+                    return Err(EngineError::Fleet(format!(
+                        "node {} gpu {}: NUMA node and NVLink domain ids must be below 255",
+                        node.name, gpu.index
+                    )));
                 }
                 let model = catalog.lookup(&gpu.model).ok_or_else(|| {
                     EngineError::Fleet(format!("node {} gpu {}: unknown model {}", node.name, gpu.index, gpu.model))
                 })?;
-                let units = units_for(catalog, model, &gpu.mode).map_err(|e| {
-                    EngineError::Fleet(format!("node {} gpu {}: {e}", node.name, gpu.index))
-                })?;
+                let units = units_for(catalog, model, &gpu.mode)
+                    .map_err(|e| EngineError::Fleet(format!("node {} gpu {}: {e}", node.name, gpu.index)))?;
                 let key = (model.0, units.kind(), gpu.nvlink_domain.is_some());
                 let next_class = class_ids.len() as u16;
                 let class = *class_ids.entry(key).or_insert_with(|| {
@@ -317,7 +335,11 @@ impl ClusterState {
                 next_signature
             });
             state.signature_nodes[signature as usize].push(node_idx);
-            state.info.push(NodeInfo { name: node.name.clone(), labels: node.labels.clone(), taints: node.taints.clone() });
+            state.info.push(NodeInfo {
+                name: node.name.clone(),
+                labels: node.labels.clone(),
+                taints: node.taints.clone(),
+            });
             state.nodes.push(NodeState {
                 cpu_total: node.cpu.0,
                 cpu_free: node.cpu.0,
@@ -392,17 +414,30 @@ impl ClusterState {
     /// Approximate heap and inline bytes held by the state (for the memory benchmark).
     pub fn approx_bytes(&self) -> usize {
         let node_bytes: usize = self.nodes.len() * std::mem::size_of::<NodeState>()
-            + self.info.iter().map(|n| {
-                std::mem::size_of::<NodeInfo>() + n.name.capacity()
-                    + n.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum::<usize>()
-                    + n.taints.len() * std::mem::size_of::<Taint>()
-            }).sum::<usize>();
+            + self
+                .info
+                .iter()
+                .map(|n| {
+                    std::mem::size_of::<NodeInfo>()
+                        + n.name.capacity()
+                        + n.labels.iter().map(|(k, v)| k.capacity() + v.capacity() + 64).sum::<usize>()
+                        + n.taints.len() * std::mem::size_of::<Taint>()
+                })
+                .sum::<usize>();
         let hot_bytes = self.hot.capacity() * std::mem::size_of::<GpuHot>();
         let index_bytes = self.index.approx_bytes();
-        let gpu_bytes: usize = self.gpus.iter().map(|g| {
-            std::mem::size_of::<GpuState>() + g.uuid.capacity()
-                + match &g.units { Units::Mig { slots } => slots.capacity() * std::mem::size_of::<MigSlot>(), _ => 0 }
-        }).sum();
+        let gpu_bytes: usize = self
+            .gpus
+            .iter()
+            .map(|g| {
+                std::mem::size_of::<GpuState>()
+                    + g.uuid.capacity()
+                    + match &g.units {
+                        Units::Mig { slots } => slots.capacity() * std::mem::size_of::<MigSlot>(),
+                        _ => 0,
+                    }
+            })
+            .sum();
         node_bytes + gpu_bytes + hot_bytes + index_bytes
     }
 }
@@ -425,7 +460,13 @@ fn units_for(catalog: &Catalog, model: ModelId, mode: &GpuMode) -> Result<Units,
                 .iter()
                 .map(|p| {
                     let profile = &geometry.profiles[p.profile as usize];
-                    MigSlot { profile: p.profile, start: p.start, milli: m.mig_milli(profile).0, memory: m.mig_memory(profile).0, taken: false }
+                    MigSlot {
+                        profile: p.profile,
+                        start: p.start,
+                        milli: m.mig_milli(profile).0,
+                        memory: m.mig_memory(profile).0,
+                        taken: false,
+                    }
                 })
                 .collect();
             Units::Mig { slots }

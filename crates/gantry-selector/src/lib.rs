@@ -108,9 +108,7 @@ impl Selector {
     /// Does this device satisfy the selector?
     pub fn matches(&self, device: &DeviceAttributes) -> Result<bool, SelectorError> {
         let mut context = cel::Context::default();
-        context
-            .add_variable("device", device)
-            .map_err(|e| SelectorError::Evaluate { message: e.to_string() })?;
+        context.add_variable("device", device).map_err(|e| SelectorError::Evaluate { message: e.to_string() })?;
         match self.program.execute(&context) {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(SelectorError::NotBool { got: format!("{other:?}") }),
@@ -145,7 +143,8 @@ mod tests {
 
     #[test]
     fn string_functions_work() {
-        let s = Selector::compile("device.model.startsWith('A10') && device.compute_capability >= 8.0").expect("compiles");
+        let s =
+            Selector::compile("device.model.startsWith('A10') && device.compute_capability >= 8.0").expect("compiles");
         assert!(s.matches(&a10()).expect("evaluates"));
     }
 

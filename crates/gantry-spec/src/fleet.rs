@@ -83,7 +83,13 @@ struct ModeEntry<'a> {
 
 macro_rules! mode_entry {
     ($e:expr) => {
-        ModeEntry { mode: $e.mode.as_deref(), mig: $e.mig.as_ref(), max_clients: $e.max_clients, replicas: $e.replicas, memory_per_replica: $e.memory_per_replica.as_ref() }
+        ModeEntry {
+            mode: $e.mode.as_deref(),
+            mig: $e.mig.as_ref(),
+            max_clients: $e.max_clients,
+            replicas: $e.replicas,
+            memory_per_replica: $e.memory_per_replica.as_ref(),
+        }
     };
 }
 
@@ -108,7 +114,8 @@ pub fn parse_fleet(text: &str, catalog: &Catalog) -> Result<Fleet, SpecError> {
     for entry in &file.node {
         for node in expand(entry, catalog)? {
             if !names.insert(node.name.clone()) {
-                return Err(SpecError::new(format!("node {:?}", node.name), "node name used twice").hint("node names must be unique; templates with count add -0, -1, ..."));
+                return Err(SpecError::new(format!("node {:?}", node.name), "node name used twice")
+                    .hint("node names must be unique; templates with count add -0, -1, ..."));
             }
             nodes.push(node);
             if nodes.len() as u64 > FLEET_NODES_MAX {
@@ -126,7 +133,13 @@ fn expand(entry: &NodeEntry, catalog: &Catalog) -> Result<Vec<Node>, SpecError> 
     }
     let count = match entry.count {
         None => None,
-        Some(c) => Some(quantity::count(&format!("{at} / count"), c, 1, FLEET_NODES_MAX as i64, "count replicates the node; omit it for one node")?),
+        Some(c) => Some(quantity::count(
+            &format!("{at} / count"),
+            c,
+            1,
+            FLEET_NODES_MAX as i64,
+            "count replicates the node; omit it for one node",
+        )?),
     };
     let cpu = quantity::cpu(&format!("{at} / cpu"), &entry.cpu)?;
     let memory = quantity::memory(&format!("{at} / memory"), &entry.memory)?;
@@ -140,13 +153,25 @@ fn expand(entry: &NodeEntry, catalog: &Catalog) -> Result<Vec<Node>, SpecError> 
         .into_iter()
         .map(|name| {
             let gpus = template.iter().map(|g| Gpu { uuid: uuid_for(&name, g.index), ..g.clone() }).collect();
-            Node { name, cpu, memory, labels: entry.labels.clone(), taints: taints.clone(), rack: entry.rack.clone(), block: entry.block.clone(), gpus }
+            Node {
+                name,
+                cpu,
+                memory,
+                labels: entry.labels.clone(),
+                taints: taints.clone(),
+                rack: entry.rack.clone(),
+                block: entry.block.clone(),
+                gpus,
+            }
         })
         .collect())
 }
 
 fn parse_taint(at: &str, text: &str) -> Result<Taint, SpecError> {
-    let bad = || SpecError::new(format!("{at} / taints"), format!("{text:?} is not a taint")).hint("write key=value:Effect or key:Effect, e.g. \"dedicated=training:NoSchedule\"");
+    let bad = || {
+        SpecError::new(format!("{at} / taints"), format!("{text:?} is not a taint"))
+            .hint("write key=value:Effect or key:Effect, e.g. \"dedicated=training:NoSchedule\"")
+    };
     let (kv, effect) = text.rsplit_once(':').ok_or_else(bad)?;
     let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
     if key.is_empty() || !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
@@ -175,9 +200,16 @@ fn gpus(at: &str, entry: &NodeEntry, catalog: &Catalog) -> Result<Vec<Gpu>, Spec
         return Ok(Vec::new());
     };
     let field = format!("{at} / gpus");
-    let model_id = catalog.lookup(&g.model).ok_or_else(|| unknown_model(&format!("{field}.model"), &g.model, catalog))?;
+    let model_id =
+        catalog.lookup(&g.model).ok_or_else(|| unknown_model(&format!("{field}.model"), &g.model, catalog))?;
     let model = catalog.model(model_id);
-    let count = quantity::count(&format!("{field}.count"), g.count, 1, 64, "a node holds 1 to 64 GPUs; omit [node.gpus] for a CPU-only node")?;
+    let count = quantity::count(
+        &format!("{field}.count"),
+        g.count,
+        1,
+        64,
+        "a node holds 1 to 64 GPUs; omit [node.gpus] for a CPU-only node",
+    )?;
     let numa = numa_layout(&field, g, count)?;
     let nvlink = nvlink_layout(&field, g.nvlink.as_deref(), model.nvlink, count)?;
     let default_mode = mode(&field, &mode_entry!(g), model_id, catalog)?;
@@ -195,7 +227,13 @@ fn gpus(at: &str, entry: &NodeEntry, catalog: &Catalog) -> Result<Vec<Gpu>, Spec
     let mut seen = BTreeSet::new();
     for over in &entry.gpu {
         let f = format!("{at} / gpu[index={}]", over.index);
-        let index = quantity::count(&format!("{f}.index"), over.index, 0, count as i64 - 1, "index counts from 0 within the node's GPUs")?;
+        let index = quantity::count(
+            &format!("{f}.index"),
+            over.index,
+            0,
+            count as i64 - 1,
+            "index counts from 0 within the node's GPUs",
+        )?;
         if !seen.insert(index) {
             return Err(SpecError::new(f, "GPU overridden twice"));
         }
@@ -209,18 +247,35 @@ fn numa_layout(field: &str, g: &GpusEntry, count: u32) -> Result<Vec<u32>, SpecE
         (Some(_), Some(_)) => Err(SpecError::new(format!("{field}.numa"), "give numa or numa_nodes, not both")),
         (Some(list), None) => {
             if list.len() != count as usize {
-                return Err(SpecError::new(format!("{field}.numa"), format!("{} entries for {count} GPUs", list.len())).hint("one NUMA node per GPU, in index order"));
+                return Err(SpecError::new(
+                    format!("{field}.numa"),
+                    format!("{} entries for {count} GPUs", list.len()),
+                )
+                .hint("one NUMA node per GPU, in index order"));
             }
-            list.iter().map(|&n| quantity::count(&format!("{field}.numa"), n, 0, 255, "NUMA node ids are small integers")).collect()
+            list.iter()
+                .map(|&n| quantity::count(&format!("{field}.numa"), n, 0, 255, "NUMA node ids are small integers"))
+                .collect()
         }
         (None, nodes) => {
-            let nodes = quantity::count(&format!("{field}.numa_nodes"), nodes.unwrap_or(1), 1, count as i64, "split the GPUs evenly over this many NUMA nodes")?;
+            let nodes = quantity::count(
+                &format!("{field}.numa_nodes"),
+                nodes.unwrap_or(1),
+                1,
+                count as i64,
+                "split the GPUs evenly over this many NUMA nodes",
+            )?;
             Ok((0..count).map(|i| i * nodes / count).collect())
         }
     }
 }
 
-fn nvlink_layout(field: &str, nvlink: Option<&str>, fabric: NvlinkFabric, count: u32) -> Result<Vec<Option<u32>>, SpecError> {
+fn nvlink_layout(
+    field: &str,
+    nvlink: Option<&str>,
+    fabric: NvlinkFabric,
+    count: u32,
+) -> Result<Vec<Option<u32>>, SpecError> {
     let kind = match nvlink.unwrap_or("auto") {
         "auto" => match fabric {
             NvlinkFabric::Switch => "all",
@@ -228,7 +283,10 @@ fn nvlink_layout(field: &str, nvlink: Option<&str>, fabric: NvlinkFabric, count:
             NvlinkFabric::None => "none",
         },
         k @ ("all" | "pairs" | "none") => k,
-        other => return Err(SpecError::new(format!("{field}.nvlink"), format!("unknown NVLink layout {other:?}")).hint("use auto, all (NVSwitch), pairs (bridged cards) or none")),
+        other => {
+            return Err(SpecError::new(format!("{field}.nvlink"), format!("unknown NVLink layout {other:?}"))
+                .hint("use auto, all (NVSwitch), pairs (bridged cards) or none"));
+        }
     };
     Ok((0..count)
         .map(|i| match kind {
@@ -239,7 +297,12 @@ fn nvlink_layout(field: &str, nvlink: Option<&str>, fabric: NvlinkFabric, count:
         .collect())
 }
 
-fn mode(field: &str, entry: &ModeEntry<'_>, model: gantry_catalog::ModelId, catalog: &Catalog) -> Result<GpuMode, SpecError> {
+fn mode(
+    field: &str,
+    entry: &ModeEntry<'_>,
+    model: gantry_catalog::ModelId,
+    catalog: &Catalog,
+) -> Result<GpuMode, SpecError> {
     let m = catalog.model(model);
     let name = entry.mode.unwrap_or(if entry.mig.is_some() { "mig" } else { "whole" });
     let stray = |key: &str| SpecError::new(format!("{field}.{key}"), format!("{key} does not apply to mode {name}"));
@@ -256,31 +319,57 @@ fn mode(field: &str, entry: &ModeEntry<'_>, model: gantry_catalog::ModelId, cata
         "whole" => Ok(GpuMode::Whole),
         "mig" => {
             let Some(geometry) = &m.mig else {
-                let capable: Vec<&str> = catalog.models().iter().filter(|x| x.mig.is_some()).map(|x| x.id.as_str()).collect();
-                return Err(SpecError::new(format!("{field}.mode"), format!("{} does not support MIG", m.id)).hint(format!("MIG-capable models: {}", capable.join(", "))));
+                let capable: Vec<&str> =
+                    catalog.models().iter().filter(|x| x.mig.is_some()).map(|x| x.id.as_str()).collect();
+                return Err(SpecError::new(format!("{field}.mode"), format!("{} does not support MIG", m.id))
+                    .hint(format!("MIG-capable models: {}", capable.join(", "))));
             };
-            let entries = entry.mig.ok_or_else(|| SpecError::new(format!("{field}.mig"), "mode mig needs a layout").hint("e.g. mig = [\"3g.40gb@0\", \"2g.20gb@4\", \"1g.10gb@6\"]"))?;
+            let entries = entry.mig.ok_or_else(|| {
+                SpecError::new(format!("{field}.mig"), "mode mig needs a layout")
+                    .hint("e.g. mig = [\"3g.40gb@0\", \"2g.20gb@4\", \"1g.10gb@6\"]")
+            })?;
             let instances = entries.iter().map(|e| mig_entry(field, e)).collect::<Result<Vec<_>, _>>()?;
-            geometry.validate_layout(&m.id, &instances).map_err(|e| SpecError::new(format!("{field}.mig"), e.to_string()))?;
+            geometry
+                .validate_layout(&m.id, &instances)
+                .map_err(|e| SpecError::new(format!("{field}.mig"), e.to_string()))?;
             Ok(GpuMode::Mig { instances })
         }
         "mps" => {
-            let clients = quantity::count(&format!("{field}.max_clients"), entry.max_clients.unwrap_or(MPS_CLIENTS_MAX), 1, MPS_CLIENTS_MAX, "MPS serves at most 48 clients per GPU on Volta and later")?;
+            let clients = quantity::count(
+                &format!("{field}.max_clients"),
+                entry.max_clients.unwrap_or(MPS_CLIENTS_MAX),
+                1,
+                MPS_CLIENTS_MAX,
+                "MPS serves at most 48 clients per GPU on Volta and later",
+            )?;
             Ok(GpuMode::Mps { max_clients: clients })
         }
         "time-slice" => {
-            let replicas = entry.replicas.ok_or_else(|| SpecError::new(format!("{field}.replicas"), "mode time-slice needs replicas").hint("e.g. replicas = 4"))?;
-            let replicas = quantity::count(&format!("{field}.replicas"), replicas, 2, TIME_SLICE_REPLICAS_MAX, "time-slicing needs at least 2 replicas (1 is a whole GPU)")?;
+            let replicas = entry.replicas.ok_or_else(|| {
+                SpecError::new(format!("{field}.replicas"), "mode time-slice needs replicas").hint("e.g. replicas = 4")
+            })?;
+            let replicas = quantity::count(
+                &format!("{field}.replicas"),
+                replicas,
+                2,
+                TIME_SLICE_REPLICAS_MAX,
+                "time-slicing needs at least 2 replicas (1 is a whole GPU)",
+            )?;
             let per = match entry.memory_per_replica {
                 Some(q) => quantity::memory(&format!("{field}.memory_per_replica"), q)?,
                 None => Bytes(m.memory.0 / replicas as u64),
             };
             if per.0 == 0 || per.0 * replicas as u64 > m.memory.0 {
-                return Err(SpecError::new(format!("{field}.memory_per_replica"), format!("{replicas} × {per} does not fit in {}'s {}", m.id, m.memory)).hint("time-sliced replicas share one GPU's memory; lower the budget or the replicas"));
+                return Err(SpecError::new(
+                    format!("{field}.memory_per_replica"),
+                    format!("{replicas} × {per} does not fit in {}'s {}", m.id, m.memory),
+                )
+                .hint("time-sliced replicas share one GPU's memory; lower the budget or the replicas"));
             }
             Ok(GpuMode::TimeSlice { replicas, memory_per_replica: per })
         }
-        other => Err(SpecError::new(format!("{field}.mode"), format!("unknown mode {other:?}")).hint("use whole, mig, mps or time-slice")),
+        other => Err(SpecError::new(format!("{field}.mode"), format!("unknown mode {other:?}"))
+            .hint("use whole, mig, mps or time-slice")),
     }
 }
 
@@ -288,8 +377,13 @@ fn mig_entry(field: &str, entry: &MigEntry) -> Result<MigInstanceSpec, SpecError
     let (profile, start) = match entry {
         MigEntry::Long { profile, start } => (profile.clone(), *start),
         MigEntry::Short(text) => {
-            let (p, s) = text.split_once('@').ok_or_else(|| SpecError::new(format!("{field}.mig"), format!("{text:?} has no start")).hint("write profile@start, e.g. \"1g.10gb@6\""))?;
-            let start = s.parse::<i64>().map_err(|_| SpecError::new(format!("{field}.mig"), format!("{s:?} is not a start position")))?;
+            let (p, s) = text.split_once('@').ok_or_else(|| {
+                SpecError::new(format!("{field}.mig"), format!("{text:?} has no start"))
+                    .hint("write profile@start, e.g. \"1g.10gb@6\"")
+            })?;
+            let start = s
+                .parse::<i64>()
+                .map_err(|_| SpecError::new(format!("{field}.mig"), format!("{s:?} is not a start position")))?;
             (p.to_string(), start)
         }
     };
@@ -299,5 +393,6 @@ fn mig_entry(field: &str, entry: &MigEntry) -> Result<MigInstanceSpec, SpecError
 
 pub(crate) fn unknown_model(field: &str, name: &str, catalog: &Catalog) -> SpecError {
     let ids: Vec<&str> = catalog.models().iter().map(|m| m.id.as_str()).collect();
-    SpecError::new(field, format!("unknown GPU model {name:?}")).hint(format!("known models: {} (run `gantry catalog`)", ids.join(", ")))
+    SpecError::new(field, format!("unknown GPU model {name:?}"))
+        .hint(format!("known models: {} (run `gantry catalog`)", ids.join(", ")))
 }

@@ -27,7 +27,8 @@ fn number(field: &str, q: &Quantity) -> Result<(f64, String), SpecError> {
             let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
             let (num, unit) = t.split_at(split);
             let value: f64 = num.parse().map_err(|_| {
-                SpecError::new(field, format!("{t:?} is not a quantity")).hint("write a number with an optional unit, e.g. \"16GiB\" or \"500m\"")
+                SpecError::new(field, format!("{t:?} is not a quantity"))
+                    .hint("write a number with an optional unit, e.g. \"16GiB\" or \"500m\"")
             })?;
             Ok((value, unit.trim().to_string()))
         }
@@ -57,7 +58,8 @@ pub fn memory(field: &str, q: &Quantity) -> Result<Bytes, SpecError> {
         "G" | "GB" => 1e9,
         "T" | "TB" => 1e12,
         other => {
-            return Err(SpecError::new(field, format!("unknown memory unit {other:?}")).hint("use B, KiB, MiB, GiB, TiB (or Ki, Mi, Gi, Ti; KB, MB, GB, TB)"));
+            return Err(SpecError::new(field, format!("unknown memory unit {other:?}"))
+                .hint("use B, KiB, MiB, GiB, TiB (or Ki, Mi, Gi, Ti; KB, MB, GB, TB)"));
         }
     };
     let bytes = value * scale;
@@ -74,7 +76,10 @@ pub fn cpu(field: &str, q: &Quantity) -> Result<MilliCpu, SpecError> {
     let milli = match unit.as_str() {
         "" => value * 1000.0,
         "m" => value,
-        other => return Err(SpecError::new(field, format!("unknown CPU unit {other:?}")).hint("write cores (4, 0.5) or millicores (\"500m\")")),
+        other => {
+            return Err(SpecError::new(field, format!("unknown CPU unit {other:?}"))
+                .hint("write cores (4, 0.5) or millicores (\"500m\")"));
+        }
     };
     if milli > CPU_MILLI_MAX as f64 {
         return Err(SpecError::new(field, format!("{value}{unit} CPU is absurd")).hint("the limit is 100,000 cores"));

@@ -9,7 +9,10 @@ use crate::error::{SpecError, from_toml};
 use crate::fleet::{SPEC_BYTES_MAX, unknown_model};
 use crate::quantity::{self, Quantity};
 use gantry_catalog::Catalog;
-use gantry_types::{Bytes, GpuRequest, Isolation, Job, MilliCpu, MilliGpu, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel};
+use gantry_types::{
+    Bytes, GpuRequest, Isolation, Job, MilliCpu, MilliGpu, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology,
+    TopologyLevel,
+};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -94,7 +97,10 @@ enum OneOrMany {
 /// Parse and validate a workload file into jobs, in file order.
 pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
     if text.len() > SPEC_BYTES_MAX {
-        return Err(SpecError::new("", format!("workload file is {} bytes, the limit is {SPEC_BYTES_MAX}", text.len())));
+        return Err(SpecError::new(
+            "",
+            format!("workload file is {} bytes, the limit is {SPEC_BYTES_MAX}", text.len()),
+        ));
     }
     let file: WorkloadFile = toml::from_str(text).map_err(|e| from_toml("workload", e))?;
     let mut jobs = Vec::new();
@@ -107,7 +113,8 @@ pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecErr
         let job = parse_job(&at, entry, catalog)?;
         for one in job {
             if !names.insert(one.name.clone()) {
-                return Err(SpecError::new(format!("job {:?}", one.name), "job name used twice").hint("job names must be unique; count adds -0, -1, ..."));
+                return Err(SpecError::new(format!("job {:?}", one.name), "job name used twice")
+                    .hint("job names must be unique; count adds -0, -1, ..."));
             }
             jobs.push(one);
             if jobs.len() as i64 > JOBS_MAX {
@@ -132,15 +139,30 @@ fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Result<Vec<Job
         tolerations: entry.tolerations.take(),
         resources: entry.resources.take(),
     };
-    let has_shorthand = shorthand.replicas.is_some() || shorthand.cpu.is_some() || shorthand.memory.is_some() || shorthand.gpu.is_some() || shorthand.model.is_some() || shorthand.selector.is_some() || shorthand.isolation.is_some() || shorthand.topology.is_some() || shorthand.tolerations.is_some() || shorthand.resources.is_some();
+    let has_shorthand = shorthand.replicas.is_some()
+        || shorthand.cpu.is_some()
+        || shorthand.memory.is_some()
+        || shorthand.gpu.is_some()
+        || shorthand.model.is_some()
+        || shorthand.selector.is_some()
+        || shorthand.isolation.is_some()
+        || shorthand.topology.is_some()
+        || shorthand.tolerations.is_some()
+        || shorthand.resources.is_some();
     let tasks = match (entry.task.is_empty(), has_shorthand) {
-        (false, true) => return Err(SpecError::new(at, "task fields both at job level and in [[job.task]]").hint("use job-level fields for a single-group job, or [[job.task]] tables, not both")),
+        (false, true) => {
+            return Err(SpecError::new(at, "task fields both at job level and in [[job.task]]")
+                .hint("use job-level fields for a single-group job, or [[job.task]] tables, not both"));
+        }
         (true, _) => vec![TaskEntry { name: Some("main".into()), ..shorthand }],
         (false, false) => std::mem::take(&mut entry.task),
     };
     let priority = entry.priority.unwrap_or(0);
     if priority < PRIORITY_RANGE.0 || priority > PRIORITY_RANGE.1 {
-        return Err(SpecError::new(format!("{at} / priority"), format!("{priority} is out of range {}..={}", PRIORITY_RANGE.0, PRIORITY_RANGE.1)));
+        return Err(SpecError::new(
+            format!("{at} / priority"),
+            format!("{priority} is out of range {}..={}", PRIORITY_RANGE.0, PRIORITY_RANGE.1),
+        ));
     }
     let mut groups = Vec::new();
     let mut group_names = BTreeSet::new();
@@ -161,14 +183,21 @@ fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Result<Vec<Job
     Ok(match entry.count {
         None => vec![job],
         Some(n) => {
-            let n = quantity::count(&format!("{at} / count"), n, 1, JOBS_MAX, "count makes that many copies of the job")?;
+            let n =
+                quantity::count(&format!("{at} / count"), n, 1, JOBS_MAX, "count makes that many copies of the job")?;
             (0..n).map(|i| Job { name: format!("{}-{i}", entry.name), ..job.clone() }).collect()
         }
     })
 }
 
 fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Result<TaskGroup, SpecError> {
-    let replicas = quantity::count(&format!("{at} / replicas"), task.replicas.unwrap_or(1), 1, REPLICAS_MAX, "replicas is the number of identical tasks in the group")?;
+    let replicas = quantity::count(
+        &format!("{at} / replicas"),
+        task.replicas.unwrap_or(1),
+        1,
+        REPLICAS_MAX,
+        "replicas is the number of identical tasks in the group",
+    )?;
     let mut cpu = match &task.cpu {
         Some(q) => quantity::cpu(&format!("{at} / cpu"), q)?,
         None => MilliCpu(0),
@@ -182,7 +211,10 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
         Some("hard") => Some(Isolation::Hard),
         Some("soft") => Some(Isolation::Soft),
         Some("none") => Some(Isolation::None),
-        Some(other) => return Err(SpecError::new(format!("{at} / isolation"), format!("unknown isolation {other:?}")).hint("use hard (whole or MIG), soft (also MPS) or none (anything)")),
+        Some(other) => {
+            return Err(SpecError::new(format!("{at} / isolation"), format!("unknown isolation {other:?}"))
+                .hint("use hard (whole or MIG), soft (also MPS) or none (anything)"));
+        }
     };
     let mut gpu = match &task.gpu {
         Some(g) => Some(gpu_request(&format!("{at} / gpu"), g, catalog)?),
@@ -191,7 +223,8 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
     if let Some(resources) = &task.resources {
         let translated = k8s_resources(&format!("{at} / resources"), resources, catalog)?;
         if translated.gpu.is_some() && gpu.is_some() {
-            return Err(SpecError::new(format!("{at} / resources"), "GPU asked for both in gpu and in resources").hint("keep one of the two"));
+            return Err(SpecError::new(format!("{at} / resources"), "GPU asked for both in gpu and in resources")
+                .hint("keep one of the two"));
         }
         if translated.cpu.is_some() && task.cpu.is_some() || translated.memory.is_some() && task.memory.is_some() {
             return Err(SpecError::new(format!("{at} / resources"), "cpu or memory given twice (field and resources)"));
@@ -221,7 +254,10 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
                 "numa" => TopologyLevel::Numa,
                 "node" => TopologyLevel::Node,
                 "rack" => TopologyLevel::Rack,
-                other => return Err(SpecError::new(format!("{at} / topology.within"), format!("unknown level {other:?}")).hint("use nvlink, numa, node or rack")),
+                other => {
+                    return Err(SpecError::new(format!("{at} / topology.within"), format!("unknown level {other:?}"))
+                        .hint("use nvlink, numa, node or rack"));
+                }
             };
             Topology { within, required: t.required.unwrap_or(false) }
         }
@@ -231,14 +267,25 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
     if gpu.is_none() && task.topology.is_some() {
         return Err(SpecError::new(format!("{at} / topology"), "topology applies to GPUs; this task asks for none"));
     }
-    let resources = TaskResources { cpu, memory, gpu, models, selector: task.selector, isolation, topology, tolerations: task.tolerations.unwrap_or_default() };
+    let resources = TaskResources {
+        cpu,
+        memory,
+        gpu,
+        models,
+        selector: task.selector,
+        isolation,
+        topology,
+        tolerations: task.tolerations.unwrap_or_default(),
+    };
     Ok(TaskGroup { name, replicas, resources })
 }
 
 fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, SpecError> {
     let kinds = [g.count.is_some(), g.mig.is_some(), g.share.is_some()].iter().filter(|&&b| b).count();
     if kinds > 1 {
-        return Err(SpecError::new(at, "give exactly one of count, mig, share (or memory alone)").hint("gpu = { count = 2 } | { mig = \"1g.10gb\" } | { share = 250, memory = \"8GiB\" } | { memory = \"20GiB\" }"));
+        return Err(SpecError::new(at, "give exactly one of count, mig, share (or memory alone)").hint(
+            "gpu = { count = 2 } | { mig = \"1g.10gb\" } | { share = 250, memory = \"8GiB\" } | { memory = \"20GiB\" }",
+        ));
     }
     let memory = match &g.memory {
         Some(q) => Some(quantity::memory(&format!("{at}.memory"), q)?),
@@ -247,46 +294,89 @@ fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, 
     if let Some(m) = memory
         && m > catalog.max_memory()
     {
-        return Err(SpecError::new(format!("{at}.memory"), format!("{m} is more than any GPU has ({} at most)", catalog.max_memory())).hint("use gpu = { count = N } for work larger than one GPU"));
+        return Err(SpecError::new(
+            format!("{at}.memory"),
+            format!("{m} is more than any GPU has ({} at most)", catalog.max_memory()),
+        )
+        .hint("use gpu = { count = N } for work larger than one GPU"));
     }
     let mode = match g.mode.as_deref() {
         None => None,
         Some("mps") => Some(ShareMode::Mps),
         Some("time-slice") => Some(ShareMode::TimeSlice),
         Some("any") => Some(ShareMode::Any),
-        Some(other) => return Err(SpecError::new(format!("{at}.mode"), format!("unknown share mode {other:?}")).hint("use mps, time-slice or any")),
+        Some(other) => {
+            return Err(SpecError::new(format!("{at}.mode"), format!("unknown share mode {other:?}"))
+                .hint("use mps, time-slice or any"));
+        }
     };
     if let Some(count) = g.count {
-        let count = quantity::count(&format!("{at}.count"), count, 1, GPUS_PER_TASK_MAX, "a task holds 1 to 64 whole GPUs on one node; omit gpu for a CPU-only task, use replicas for more")?;
+        let count = quantity::count(
+            &format!("{at}.count"),
+            count,
+            1,
+            GPUS_PER_TASK_MAX,
+            "a task holds 1 to 64 whole GPUs on one node; omit gpu for a CPU-only task, use replicas for more",
+        )?;
         if memory.is_some() || mode.is_some() {
-            return Err(SpecError::new(at, "whole GPUs take no memory or mode").hint("a whole GPU brings all its memory"));
+            return Err(
+                SpecError::new(at, "whole GPUs take no memory or mode").hint("a whole GPU brings all its memory")
+            );
         }
         return Ok(GpuRequest::Whole { count });
     }
     if let Some(profile) = &g.mig {
         if let Some(mode) = mode {
-            let name = match mode { ShareMode::Mps => "mps", ShareMode::TimeSlice => "time-slice", ShareMode::Any => "any" };
-            return Err(SpecError::new(format!("{at}.mode"), format!("a MIG profile is a MIG instance; mode {name} contradicts it")).hint("drop mode, or ask for a share instead of a MIG profile"));
+            let name = match mode {
+                ShareMode::Mps => "mps",
+                ShareMode::TimeSlice => "time-slice",
+                ShareMode::Any => "any",
+            };
+            return Err(SpecError::new(
+                format!("{at}.mode"),
+                format!("a MIG profile is a MIG instance; mode {name} contradicts it"),
+            )
+            .hint("drop mode, or ask for a share instead of a MIG profile"));
         }
         if memory.is_some() {
-            return Err(SpecError::new(format!("{at}.memory"), "a MIG profile fixes the memory").hint("drop memory; the profile name says it (1g.10gb = 10GB)"));
+            return Err(SpecError::new(format!("{at}.memory"), "a MIG profile fixes the memory")
+                .hint("drop memory; the profile name says it (1g.10gb = 10GB)"));
         }
         if !catalog.any_model_has_profile(profile) {
-            let mut all: Vec<&str> = catalog.models().iter().filter_map(|m| m.mig.as_ref()).flat_map(|g| g.profiles.iter().map(|p| p.name.as_str())).collect();
+            let mut all: Vec<&str> = catalog
+                .models()
+                .iter()
+                .filter_map(|m| m.mig.as_ref())
+                .flat_map(|g| g.profiles.iter().map(|p| p.name.as_str()))
+                .collect();
             all.sort_unstable();
             all.dedup();
-            return Err(SpecError::new(format!("{at}.mig"), format!("no GPU model has MIG profile {profile:?}")).hint(format!("known profiles: {}", all.join(", "))));
+            return Err(SpecError::new(format!("{at}.mig"), format!("no GPU model has MIG profile {profile:?}"))
+                .hint(format!("known profiles: {}", all.join(", "))));
         }
         return Ok(GpuRequest::Mig { profile: profile.clone() });
     }
     if let Some(share) = g.share {
-        let milli = quantity::count(&format!("{at}.share"), share, 1, 1000, "a share is 1..1000 milli-GPU of one GPU; ask for gpu = { count = N } for more")?;
-        return Ok(GpuRequest::Share { milli: MilliGpu(milli), memory: memory.unwrap_or_default(), mode: mode.unwrap_or(ShareMode::Any) });
+        let milli = quantity::count(
+            &format!("{at}.share"),
+            share,
+            1,
+            1000,
+            "a share is 1..1000 milli-GPU of one GPU; ask for gpu = { count = N } for more",
+        )?;
+        return Ok(GpuRequest::Share {
+            milli: MilliGpu(milli),
+            memory: memory.unwrap_or_default(),
+            mode: mode.unwrap_or(ShareMode::Any),
+        });
     }
     match (memory, mode) {
         (Some(m), None) if m.0 > 0 => Ok(GpuRequest::Memory { memory: m }),
-        (Some(_), Some(_)) => Err(SpecError::new(at, "a memory-only request picks its own unit; mode needs a share").hint("add share = N to ask for an MPS or time-slice share")),
-        _ => Err(SpecError::new(at, "empty GPU request").hint("gpu = { count = 2 } | { mig = \"1g.10gb\" } | { share = 250, memory = \"8GiB\" } | { memory = \"20GiB\" }")),
+        (Some(_), Some(_)) => Err(SpecError::new(at, "a memory-only request picks its own unit; mode needs a share")
+            .hint("add share = N to ask for an MPS or time-slice share")),
+        _ => Err(SpecError::new(at, "empty GPU request").hint(
+            "gpu = { count = 2 } | { mig = \"1g.10gb\" } | { share = 250, memory = \"8GiB\" } | { memory = \"20GiB\" }",
+        )),
     }
 }
 
@@ -295,25 +385,40 @@ fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, 
 fn check_isolation(at: &str, isolation: Option<Isolation>, gpu: Option<&GpuRequest>) -> Result<Isolation, SpecError> {
     let field = format!("{at} / isolation");
     match (isolation, gpu) {
-        (Some(Isolation::Hard), Some(GpuRequest::Share { .. })) => Err(SpecError::new(field, "hard isolation contradicts a shared GPU").hint("ask for a MIG profile or a memory size (MIG or whole), or use isolation = \"soft\" for MPS")),
-        (Some(Isolation::Soft), Some(GpuRequest::Share { mode: ShareMode::TimeSlice, .. })) => Err(SpecError::new(field, "soft isolation contradicts time-slicing (no memory limit)").hint("use mode = \"mps\" or isolation = \"none\"")),
+        (Some(Isolation::Hard), Some(GpuRequest::Share { .. })) => {
+            Err(SpecError::new(field, "hard isolation contradicts a shared GPU")
+                .hint("ask for a MIG profile or a memory size (MIG or whole), or use isolation = \"soft\" for MPS"))
+        }
+        (Some(Isolation::Soft), Some(GpuRequest::Share { mode: ShareMode::TimeSlice, .. })) => {
+            Err(SpecError::new(field, "soft isolation contradicts time-slicing (no memory limit)")
+                .hint("use mode = \"mps\" or isolation = \"none\""))
+        }
         (Some(i), _) => Ok(i),
         (None, _) => Ok(Isolation::None),
     }
 }
 
 /// A MIG request limited to models that lack the profile can never run.
-fn check_models_offer(at: &str, models: &[ModelPattern], gpu: Option<&GpuRequest>, catalog: &Catalog) -> Result<(), SpecError> {
+fn check_models_offer(
+    at: &str,
+    models: &[ModelPattern],
+    gpu: Option<&GpuRequest>,
+    catalog: &Catalog,
+) -> Result<(), SpecError> {
     let Some(GpuRequest::Mig { profile }) = gpu else { return Ok(()) };
     if models.is_empty() {
         return Ok(());
     }
-    let offers = models.iter().flat_map(|p| catalog.matching(p)).any(|id| catalog.model(id).mig.as_ref().is_some_and(|g| g.profile(profile).is_some()));
+    let offers = models
+        .iter()
+        .flat_map(|p| catalog.matching(p))
+        .any(|id| catalog.model(id).mig.as_ref().is_some_and(|g| g.profile(profile).is_some()));
     if offers {
         return Ok(());
     }
     let names: Vec<&str> = models.iter().map(|m| m.0.as_str()).collect();
-    Err(SpecError::new(format!("{at} / model"), format!("none of {} offers MIG profile {profile}", names.join(", "))).hint("MIG needs an A100, A30, H100, H200, GH200 or B200 with that profile (run `gantry catalog`)"))
+    Err(SpecError::new(format!("{at} / model"), format!("none of {} offers MIG profile {profile}", names.join(", ")))
+        .hint("MIG needs an A100, A30, H100, H200, GH200 or B200 with that profile (run `gantry catalog`)"))
 }
 
 /// What Kubernetes-style resource names translate to.
@@ -329,8 +434,12 @@ fn k8s_resources(at: &str, resources: &BTreeMap<String, Quantity>, catalog: &Cat
     let integer = |key: &str, q: &Quantity| -> Result<i64, SpecError> {
         match q {
             Quantity::Int(i) => Ok(*i),
-            Quantity::Text(t) => t.trim().parse().map_err(|_| SpecError::new(format!("{at}.{key:?}"), format!("{t:?} is not a whole number"))),
-            Quantity::Float(f) => Err(SpecError::new(format!("{at}.{key:?}"), format!("{f} is not a whole number")).hint("device resources are counted in whole devices")),
+            Quantity::Text(t) => t
+                .trim()
+                .parse()
+                .map_err(|_| SpecError::new(format!("{at}.{key:?}"), format!("{t:?} is not a whole number"))),
+            Quantity::Float(f) => Err(SpecError::new(format!("{at}.{key:?}"), format!("{f} is not a whole number"))
+                .hint("device resources are counted in whole devices")),
         }
     };
     for (key, value) in resources {
@@ -345,20 +454,34 @@ fn k8s_resources(at: &str, resources: &BTreeMap<String, Quantity>, catalog: &Cat
             let n = quantity::count(&field, integer(key, value)?, 1, GPUS_PER_TASK_MAX, "whole GPUs on one node")?;
             Some(GpuRequest::Whole { count: n })
         } else if key == "nvidia.com/gpu.shared" {
-            quantity::count(&field, integer(key, value)?, 1, 1, "a task takes one shared replica (like failRequestsGreaterThanOne); use replicas for more tasks")?;
+            quantity::count(
+                &field,
+                integer(key, value)?,
+                1,
+                1,
+                "a task takes one shared replica (like failRequestsGreaterThanOne); use replicas for more tasks",
+            )?;
             Some(GpuRequest::Share { milli: MilliGpu(1), memory: Bytes(0), mode: ShareMode::TimeSlice })
         } else if let Some(profile) = key.strip_prefix("nvidia.com/mig-") {
-            quantity::count(&field, integer(key, value)?, 1, 1, "a task uses one MIG device (CUDA sees one); use replicas for more tasks")?;
+            quantity::count(
+                &field,
+                integer(key, value)?,
+                1,
+                1,
+                "a task uses one MIG device (CUDA sees one); use replicas for more tasks",
+            )?;
             if !catalog.any_model_has_profile(profile) {
                 return Err(SpecError::new(field, format!("no GPU model has MIG profile {profile:?}")));
             }
             Some(GpuRequest::Mig { profile: profile.to_string() })
         } else {
-            return Err(SpecError::new(field, "unknown resource name").hint("known: cpu, memory, nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-<profile>"));
+            return Err(SpecError::new(field, "unknown resource name")
+                .hint("known: cpu, memory, nvidia.com/gpu, nvidia.com/gpu.shared, nvidia.com/mig-<profile>"));
         };
         if let Some(g) = gpu {
             if out.gpu.is_some() {
-                return Err(SpecError::new(at, "more than one GPU resource in one task").hint("one task asks for one kind of GPU; split into task groups"));
+                return Err(SpecError::new(at, "more than one GPU resource in one task")
+                    .hint("one task asks for one kind of GPU; split into task groups"));
             }
             out.gpu = Some(g);
         }

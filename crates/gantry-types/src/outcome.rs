@@ -31,8 +31,14 @@ pub struct TaskPlacement {
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum GpuGrant {
-    Whole { gpu: u32 },
-    Mig { gpu: u32, profile: String, start: u8 },
+    Whole {
+        gpu: u32,
+    },
+    Mig {
+        gpu: u32,
+        profile: String,
+        start: u8,
+    },
     Mps {
         gpu: u32,
         milli: MilliGpu,
@@ -85,33 +91,71 @@ pub struct ReasonCount {
 #[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum Reason {
     /// No GPU in the candidate set has an acceptable model.
-    GpuModelMismatch { wanted: Vec<String> },
+    GpuModelMismatch {
+        wanted: Vec<String>,
+    },
     /// The device selector evaluated to false for every GPU class on the node.
-    SelectorRejected { selector: String },
+    SelectorRejected {
+        selector: String,
+    },
     /// A node taint the task does not tolerate.
-    TaintNotTolerated { taint: String },
-    InsufficientCpu { need: MilliCpu, free: MilliCpu },
-    InsufficientMemory { need: Bytes, free: Bytes },
+    TaintNotTolerated {
+        taint: String,
+    },
+    InsufficientCpu {
+        need: MilliCpu,
+        free: MilliCpu,
+    },
+    InsufficientMemory {
+        need: Bytes,
+        free: Bytes,
+    },
     /// Not enough wholly free GPUs of an acceptable model on one node.
-    InsufficientWholeGpus { need: u32, free: u32 },
+    InsufficientWholeGpus {
+        need: u32,
+        free: u32,
+    },
     /// The MIG profile exists nowhere on the candidate GPUs (e.g. a T4: no MIG support).
-    MigNotSupported { profile: String },
+    MigNotSupported {
+        profile: String,
+    },
     /// MIG GPUs exist but none has a free instance of this profile in its layout.
-    MigProfileUnavailable { profile: String },
+    MigProfileUnavailable {
+        profile: String,
+    },
     /// No shareable GPU has this much compute left.
-    InsufficientShare { need: MilliGpu, free: MilliGpu },
+    InsufficientShare {
+        need: MilliGpu,
+        free: MilliGpu,
+    },
     /// No GPU or unit has this much memory left.
-    InsufficientGpuMemory { need: Bytes, free: Bytes },
+    InsufficientGpuMemory {
+        need: Bytes,
+        free: Bytes,
+    },
     /// Every MPS GPU with room already serves its maximum number of clients.
-    MpsClientsExhausted { max_clients: u32 },
+    MpsClientsExhausted {
+        max_clients: u32,
+    },
     /// The only GPUs with room are in a mode the task's isolation class forbids.
-    IsolationForbidsMode { isolation: Isolation, mode: String },
+    IsolationForbidsMode {
+        isolation: Isolation,
+        mode: String,
+    },
     /// The GPUs exist, but not within the required topology level.
-    TopologyUnsatisfiable { within: TopologyLevel, need: u32 },
+    TopologyUnsatisfiable {
+        within: TopologyLevel,
+        need: u32,
+    },
     /// Part of the gang fit, but not all of it; nothing was kept.
-    GangIncomplete { placed: u32, total: u32 },
+    GangIncomplete {
+        placed: u32,
+        total: u32,
+    },
     /// The bounded search stopped before visiting every node.
-    SearchLimitReached { nodes_visited: u32 },
+    SearchLimitReached {
+        nodes_visited: u32,
+    },
 }
 
 impl Reason {
@@ -131,13 +175,10 @@ impl Reason {
             (InsufficientShare { need: a, .. }, InsufficientShare { need: b, .. }) => a == b,
             (InsufficientGpuMemory { need: a, .. }, InsufficientGpuMemory { need: b, .. }) => a == b,
             (MpsClientsExhausted { .. }, MpsClientsExhausted { .. }) => true,
-            (
-                IsolationForbidsMode { isolation: a, mode: m },
-                IsolationForbidsMode { isolation: b, mode: n },
-            ) => a == b && m == n,
-            (TopologyUnsatisfiable { within: a, .. }, TopologyUnsatisfiable { within: b, .. }) => {
-                a == b
+            (IsolationForbidsMode { isolation: a, mode: m }, IsolationForbidsMode { isolation: b, mode: n }) => {
+                a == b && m == n
             }
+            (TopologyUnsatisfiable { within: a, .. }, TopologyUnsatisfiable { within: b, .. }) => a == b,
             (GangIncomplete { .. }, GangIncomplete { .. }) => true,
             (SearchLimitReached { .. }, SearchLimitReached { .. }) => true,
             _ => false,
@@ -149,21 +190,11 @@ impl Reason {
         use Reason::*;
         match (self, other) {
             (InsufficientCpu { free, .. }, InsufficientCpu { free: o, .. }) => *free = (*free).max(*o),
-            (InsufficientMemory { free, .. }, InsufficientMemory { free: o, .. }) => {
-                *free = (*free).max(*o)
-            }
-            (InsufficientWholeGpus { free, .. }, InsufficientWholeGpus { free: o, .. }) => {
-                *free = (*free).max(*o)
-            }
-            (InsufficientShare { free, .. }, InsufficientShare { free: o, .. }) => {
-                *free = (*free).max(*o)
-            }
-            (InsufficientGpuMemory { free, .. }, InsufficientGpuMemory { free: o, .. }) => {
-                *free = (*free).max(*o)
-            }
-            (GangIncomplete { placed, .. }, GangIncomplete { placed: o, .. }) => {
-                *placed = (*placed).max(*o)
-            }
+            (InsufficientMemory { free, .. }, InsufficientMemory { free: o, .. }) => *free = (*free).max(*o),
+            (InsufficientWholeGpus { free, .. }, InsufficientWholeGpus { free: o, .. }) => *free = (*free).max(*o),
+            (InsufficientShare { free, .. }, InsufficientShare { free: o, .. }) => *free = (*free).max(*o),
+            (InsufficientGpuMemory { free, .. }, InsufficientGpuMemory { free: o, .. }) => *free = (*free).max(*o),
+            (GangIncomplete { placed, .. }, GangIncomplete { placed: o, .. }) => *placed = (*placed).max(*o),
             (SearchLimitReached { nodes_visited }, SearchLimitReached { nodes_visited: o }) => {
                 *nodes_visited = (*nodes_visited).max(*o)
             }

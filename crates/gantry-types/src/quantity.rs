@@ -49,7 +49,7 @@ impl fmt::Display for Bytes {
         for (size, name) in units {
             if self.0 >= size {
                 let hundredths = (self.0 as u128 * 100 / size as u128) as u64;
-                return if hundredths % 100 == 0 {
+                return if hundredths.is_multiple_of(100) {
                     write!(f, "{}{name}", hundredths / 100)
                 } else {
                     let s = format!("{}.{:02}", hundredths / 100, hundredths % 100);
@@ -68,11 +68,7 @@ pub struct MilliCpu(pub u32);
 
 impl fmt::Display for MilliCpu {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 % 1000 == 0 {
-            write!(f, "{}", self.0 / 1000)
-        } else {
-            write!(f, "{}m", self.0)
-        }
+        if self.0.is_multiple_of(1000) { write!(f, "{}", self.0 / 1000) } else { write!(f, "{}m", self.0) }
     }
 }
 

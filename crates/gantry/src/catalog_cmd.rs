@@ -56,7 +56,15 @@ fn report(model: &gantry_catalog::GpuModel) -> ModelReport {
         mig: model.mig.as_ref().map(|g| {
             g.profiles
                 .iter()
-                .map(|p| ProfileReport { name: p.name.clone(), profile_id: p.profile_id, compute_slices: p.compute_slices, memory_slices: p.memory_slices, max_instances: p.max_instances, starts: p.starts.clone(), unverified: p.unverified })
+                .map(|p| ProfileReport {
+                    name: p.name.clone(),
+                    profile_id: p.profile_id,
+                    compute_slices: p.compute_slices,
+                    memory_slices: p.memory_slices,
+                    max_instances: p.max_instances,
+                    starts: p.starts.clone(),
+                    unverified: p.unverified,
+                })
                 .collect()
         }),
         unverified: model.unverified,
@@ -82,13 +90,37 @@ pub fn run(args: CatalogArgs) -> anyhow::Result<ExitCode> {
     if args.model.is_none() {
         println!("{:<20} {:<26} {:>6}  {:<5} MIG profiles", "MODEL", "ARCHITECTURE", "MEMORY", "CC");
         for m in models {
-            let mig = m.mig.as_ref().map(|g| g.profiles.iter().filter(|p| !p.media_extensions).map(|p| p.name.as_str()).collect::<Vec<_>>().join(" ")).unwrap_or_else(|| "-".into());
-            println!("{:<20} {:<26} {:>4}GiB  {:<5} {mig}", m.id, m.architecture, m.memory.0 >> 30, format!("{}.{}", m.compute_capability.0, m.compute_capability.1));
+            let mig = m
+                .mig
+                .as_ref()
+                .map(|g| {
+                    g.profiles
+                        .iter()
+                        .filter(|p| !p.media_extensions)
+                        .map(|p| p.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_else(|| "-".into());
+            println!(
+                "{:<20} {:<26} {:>4}GiB  {:<5} {mig}",
+                m.id,
+                m.architecture,
+                m.memory.0 >> 30,
+                format!("{}.{}", m.compute_capability.0, m.compute_capability.1)
+            );
         }
         return Ok(ExitCode::SUCCESS);
     }
     for m in models {
-        println!("{}  ({}, {} GiB, compute capability {}.{})", m.id, m.architecture, m.memory.0 >> 30, m.compute_capability.0, m.compute_capability.1);
+        println!(
+            "{}  ({}, {} GiB, compute capability {}.{})",
+            m.id,
+            m.architecture,
+            m.memory.0 >> 30,
+            m.compute_capability.0,
+            m.compute_capability.1
+        );
         if !m.nvml_names.is_empty() {
             println!("  NVML names: {}", m.nvml_names.join(", "));
         }
@@ -98,11 +130,17 @@ pub fn run(args: CatalogArgs) -> anyhow::Result<ExitCode> {
         match &m.mig {
             None => println!("  MIG: not supported (share it with MPS or time-slicing)"),
             Some(g) => {
-                println!("  MIG: {} compute slices, {} memory slices, up to {} instances", g.compute_slices, g.memory_slices, g.max_gpu_instances);
+                println!(
+                    "  MIG: {} compute slices, {} memory slices, up to {} instances",
+                    g.compute_slices, g.memory_slices, g.max_gpu_instances
+                );
                 println!("    {:<12} {:>3} {:>8} {:>8} {:>4}  starts", "PROFILE", "ID", "COMPUTE", "MEMORY", "MAX");
                 for p in &g.profiles {
                     let flag = if p.unverified { "  (unverified)" } else { "" };
-                    println!("    {:<12} {:>3} {:>8} {:>8} {:>4}  {:?}{flag}", p.name, p.profile_id, p.compute_slices, p.memory_slices, p.max_instances, p.starts);
+                    println!(
+                        "    {:<12} {:>3} {:>8} {:>8} {:>4}  {:?}{flag}",
+                        p.name, p.profile_id, p.compute_slices, p.memory_slices, p.max_instances, p.starts
+                    );
                 }
             }
         }

@@ -163,7 +163,10 @@ pub fn run(args: PlaceArgs) -> anyhow::Result<ExitCode> {
         let outcome = match engine.place_outcome(&compiled).1 {
             JobOutcome::Placed { tasks } => OutcomeReport::Placed { tasks },
             JobOutcome::Unplaced { reasons } => OutcomeReport::Unplaced {
-                reasons: reasons.into_iter().map(|r| ReasonReport { message: r.reason.to_string(), reason: r.reason, count: r.count }).collect(),
+                reasons: reasons
+                    .into_iter()
+                    .map(|r| ReasonReport { message: r.reason.to_string(), reason: r.reason, count: r.count })
+                    .collect(),
             },
         };
         reports.push(JobReport { name: job.name.clone(), queue: job.queue.clone(), outcome });
@@ -178,7 +181,15 @@ pub fn run(args: PlaceArgs) -> anyhow::Result<ExitCode> {
         allocated_milli: engine.state().used_milli(),
         capacity_milli: engine.state().total_milli,
     };
-    let report = Report { schema: "gantry.place/v1", fleet: &fleet_name, workload: &workload_name, policy: args.policy.name(), seed: args.seed, jobs: reports, summary };
+    let report = Report {
+        schema: "gantry.place/v1",
+        fleet: &fleet_name,
+        workload: &workload_name,
+        policy: args.policy.name(),
+        seed: args.seed,
+        jobs: reports,
+        summary,
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
     } else {
@@ -189,20 +200,38 @@ pub fn run(args: PlaceArgs) -> anyhow::Result<ExitCode> {
 
 fn print_table(report: &Report<'_>) {
     let s = &report.summary;
-    println!("placing {} ({} jobs) on {} ({} nodes, {} GPUs), policy {}, seed {}\n", report.workload, s.jobs, report.fleet, s.nodes, s.gpus, report.policy, report.seed);
+    println!(
+        "placing {} ({} jobs) on {} ({} nodes, {} GPUs), policy {}, seed {}\n",
+        report.workload, s.jobs, report.fleet, s.nodes, s.gpus, report.policy, report.seed
+    );
     let mut rows = vec![["JOB".to_string(), "TASK".into(), "NODE".into(), "GPUS".into()]];
     for job in &report.jobs {
         if let OutcomeReport::Placed { tasks } = &job.outcome {
             for t in tasks {
-                rows.push([job.name.clone(), format!("{}/{}", t.group, t.replica), t.node.clone(), describe_gpus(&t.gpus)]);
+                rows.push([
+                    job.name.clone(),
+                    format!("{}/{}", t.group, t.replica),
+                    t.node.clone(),
+                    describe_gpus(&t.gpus),
+                ]);
             }
         }
     }
     let widths: Vec<usize> = (0..4).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
     for row in &rows {
-        println!("{:w0$}  {:w1$}  {:w2$}  {}", row[0], row[1], row[2], row[3], w0 = widths[0], w1 = widths[1], w2 = widths[2]);
+        println!(
+            "{:w0$}  {:w1$}  {:w2$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2]
+        );
     }
-    let unplaced: Vec<&JobReport> = report.jobs.iter().filter(|j| matches!(j.outcome, OutcomeReport::Unplaced { .. })).collect();
+    let unplaced: Vec<&JobReport> =
+        report.jobs.iter().filter(|j| matches!(j.outcome, OutcomeReport::Unplaced { .. })).collect();
     if !unplaced.is_empty() {
         println!("\nnot placed:");
         for job in unplaced {

@@ -1,5 +1,9 @@
 //! The engine's integration tests: one binary (suite time), modules by theme.
 
+// Table-driven cases spell their row types out; that is the point of a table.
+#![allow(clippy::type_complexity)]
+
+mod boundary;
 mod properties;
 mod scenarios;
 mod support;

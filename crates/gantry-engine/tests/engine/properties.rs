@@ -2,7 +2,10 @@
 
 use gantry_catalog::Catalog;
 use gantry_engine::{Engine, EngineConfig, Policy, SearchLimits, state::Units};
-use gantry_types::{Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MigInstanceSpec, MilliCpu, MilliGpu, Node, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel};
+use gantry_types::{
+    Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MigInstanceSpec, MilliCpu, MilliGpu, Node, ShareMode,
+    TaskGroup, TaskResources, Topology, TopologyLevel,
+};
 use proptest::prelude::*;
 
 fn mig(layout: &[(&str, u8)]) -> GpuMode {
@@ -13,7 +16,15 @@ fn mode_strategy(model: &'static str) -> impl Strategy<Value = GpuMode> {
     let memory = Catalog::embedded().model(Catalog::embedded().lookup(model).expect("model")).memory.0;
     let mig_layouts: Vec<GpuMode> = match model {
         "A100-SXM4-80GB" | "H100-SXM5-80GB" => vec![
-            mig(&[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)]),
+            mig(&[
+                ("1g.10gb", 0),
+                ("1g.10gb", 1),
+                ("1g.10gb", 2),
+                ("1g.10gb", 3),
+                ("1g.10gb", 4),
+                ("1g.10gb", 5),
+                ("1g.10gb", 6),
+            ]),
             mig(&[("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)]),
             mig(&[("4g.40gb", 0), ("3g.40gb", 4)]),
             mig(&[("2g.20gb", 0), ("1g.20gb", 4)]),
@@ -43,7 +54,15 @@ fn node_strategy(index: usize) -> impl Strategy<Value = Node> {
             gpus: modes
                 .into_iter()
                 .enumerate()
-                .map(|(i, mode)| Gpu { index: i as u32, model: model.into(), uuid: format!("GPU-{index}-{i}"), numa: (i * 2 / count) as u32, pcie_switch: i as u32 / 2, nvlink_domain: nvlink.then_some(0), mode })
+                .map(|(i, mode)| Gpu {
+                    index: i as u32,
+                    model: model.into(),
+                    uuid: format!("GPU-{index}-{i}"),
+                    numa: (i * 2 / count) as u32,
+                    pcie_switch: i as u32 / 2,
+                    nvlink_domain: nvlink.then_some(0),
+                    mode,
+                })
                 .collect(),
         })
     })
@@ -56,19 +75,44 @@ fn fleet_strategy() -> impl Strategy<Value = Fleet> {
 fn request_strategy() -> impl Strategy<Value = (GpuRequest, Isolation)> {
     prop_oneof![
         (1u32..=4).prop_map(|count| (GpuRequest::Whole { count }, Isolation::Hard)),
-        proptest::sample::select(vec!["1g.10gb", "2g.20gb", "3g.40gb", "1g.20gb", "4g.40gb"]).prop_map(|p| (GpuRequest::Mig { profile: p.into() }, Isolation::Hard)),
+        proptest::sample::select(vec!["1g.10gb", "2g.20gb", "3g.40gb", "1g.20gb", "4g.40gb"])
+            .prop_map(|p| (GpuRequest::Mig { profile: p.into() }, Isolation::Hard)),
         (1u32..=1000, 0u64..=16, proptest::sample::select(vec![ShareMode::Mps, ShareMode::TimeSlice, ShareMode::Any]))
-            .prop_map(|(milli, gib, mode)| (GpuRequest::Share { milli: MilliGpu(milli), memory: Bytes::gib(gib), mode }, Isolation::None)),
-        (1u64..=40, proptest::sample::select(vec![Isolation::Hard, Isolation::Soft, Isolation::None])).prop_map(|(gib, iso)| (GpuRequest::Memory { memory: Bytes::gib(gib) }, iso)),
+            .prop_map(|(milli, gib, mode)| (
+                GpuRequest::Share { milli: MilliGpu(milli), memory: Bytes::gib(gib), mode },
+                Isolation::None
+            )),
+        (1u64..=40, proptest::sample::select(vec![Isolation::Hard, Isolation::Soft, Isolation::None]))
+            .prop_map(|(gib, iso)| (GpuRequest::Memory { memory: Bytes::gib(gib) }, iso)),
     ]
 }
 
 fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
-    let group = (request_strategy(), 1u32..=3, 0u32..=8000, proptest::sample::select(vec![TopologyLevel::Nvlink, TopologyLevel::Numa, TopologyLevel::Node, TopologyLevel::Rack]), any::<bool>())
+    let group = (
+        request_strategy(),
+        1u32..=3,
+        0u32..=8000,
+        proptest::sample::select(vec![
+            TopologyLevel::Nvlink,
+            TopologyLevel::Numa,
+            TopologyLevel::Node,
+            TopologyLevel::Rack,
+        ]),
+        any::<bool>(),
+    )
         .prop_map(|((gpu, isolation), replicas, cpu, within, required)| TaskGroup {
             name: "g".into(),
             replicas,
-            resources: TaskResources { cpu: MilliCpu(cpu), memory: Bytes::gib(4), gpu: Some(gpu), models: Vec::new(), selector: None, isolation, topology: Topology { within, required }, tolerations: Vec::new() },
+            resources: TaskResources {
+                cpu: MilliCpu(cpu),
+                memory: Bytes::gib(4),
+                gpu: Some(gpu),
+                models: Vec::new(),
+                selector: None,
+                isolation,
+                topology: Topology { within, required },
+                tolerations: Vec::new(),
+            },
         });
     proptest::collection::vec(group, 1..=2).prop_map(move |mut groups| {
         for (i, g) in groups.iter_mut().enumerate() {
@@ -86,7 +130,10 @@ enum Op {
 }
 
 fn ops_strategy() -> impl Strategy<Value = Vec<Op>> {
-    proptest::collection::vec(prop_oneof![3 => any::<u16>().prop_map(|i| i as usize).prop_flat_map(job_strategy).prop_map(Op::Place), 1 => any::<usize>().prop_map(Op::Release)], 1..40)
+    proptest::collection::vec(
+        prop_oneof![3 => any::<u16>().prop_map(|i| i as usize).prop_flat_map(job_strategy).prop_map(Op::Place), 1 => any::<usize>().prop_map(Op::Release)],
+        1..40,
+    )
 }
 
 fn new_engine(fleet: &Fleet, policy: Policy, seed: u64) -> Engine {
@@ -131,7 +178,13 @@ fn run(fleet: &Fleet, policy: Policy, seed: u64, ops: &[Op]) -> Result<Vec<Strin
             if let Units::Mig { slots } = &gpu.units {
                 let model = Catalog::embedded().model(gpu.model);
                 let geometry = model.mig.as_ref().expect("MIG GPU has geometry");
-                let spec: Vec<MigInstanceSpec> = slots.iter().map(|s| MigInstanceSpec { profile: geometry.profiles[s.profile as usize].name.clone(), start: s.start }).collect();
+                let spec: Vec<MigInstanceSpec> = slots
+                    .iter()
+                    .map(|s| MigInstanceSpec {
+                        profile: geometry.profiles[s.profile as usize].name.clone(),
+                        start: s.start,
+                    })
+                    .collect();
                 prop_assert!(geometry.validate_layout(&model.id, &spec).is_ok());
             }
         }

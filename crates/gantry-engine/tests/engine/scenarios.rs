@@ -98,7 +98,10 @@ numa_nodes = 2
 #[test]
 fn a_4gpu_job_on_an_nvswitch_node_stays_in_the_nvlink_domain() {
     let mut engine = engine(HGX, Policy::Default);
-    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"t\"\ngpu = { count = 4 }\ntopology = { within = \"nvlink\", required = true }"));
+    let outcomes = place_all(
+        &mut engine,
+        &jobs("[[job]]\nname = \"t\"\ngpu = { count = 4 }\ntopology = { within = \"nvlink\", required = true }"),
+    );
     let task = &placed(&outcomes[0])[0];
     assert_eq!(whole_gpus(task).len(), 4);
     let gpus = &engine.state().gpus;
@@ -127,9 +130,16 @@ fn required_numa_refuses_to_spread_and_preferred_spreads() {
     // Two NUMA nodes of 3 GPUs: no NUMA node holds 4.
     let fleet = "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"L40S-48GB\"\ncount = 6\nnuma = [0, 0, 0, 1, 1, 1]\n";
     let mut engine = engine(fleet, Policy::BestFit);
-    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"req\"\ngpu = { count = 4 }\ntopology = { within = \"numa\", required = true }\n[[job]]\nname = \"pref\"\ngpu = { count = 4 }\n"));
+    let outcomes = place_all(
+        &mut engine,
+        &jobs(
+            "[[job]]\nname = \"req\"\ngpu = { count = 4 }\ntopology = { within = \"numa\", required = true }\n[[job]]\nname = \"pref\"\ngpu = { count = 4 }\n",
+        ),
+    );
     match &outcomes[0] {
-        JobOutcome::Unplaced { reasons } => assert!(matches!(reasons[0].reason, Reason::TopologyUnsatisfiable { need: 4, .. }), "{reasons:?}"),
+        JobOutcome::Unplaced { reasons } => {
+            assert!(matches!(reasons[0].reason, Reason::TopologyUnsatisfiable { need: 4, .. }), "{reasons:?}")
+        }
         other => panic!("required NUMA placed across NUMA nodes: {other:?}"),
     }
     assert_eq!(placed(&outcomes[1])[0].gpus.len(), 4, "preferred topology falls back to the node");
@@ -149,7 +159,10 @@ fn mig_on_a_t4_is_rejected_naming_mig_support() {
 fn a_gang_that_cannot_fully_fit_leaves_nothing_behind() {
     let mut engine = engine(HGX, Policy::Default);
     let before = engine.state().clone();
-    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"big\"\n[[job.task]]\nname = \"w\"\nreplicas = 3\ngpu = { count = 4 }\n"));
+    let outcomes = place_all(
+        &mut engine,
+        &jobs("[[job]]\nname = \"big\"\n[[job.task]]\nname = \"w\"\nreplicas = 3\ngpu = { count = 4 }\n"),
+    );
     let JobOutcome::Unplaced { reasons } = &outcomes[0] else { panic!("12 GPUs on an 8-GPU fleet") };
     assert!(reasons.iter().any(|r| matches!(r.reason, Reason::GangIncomplete { placed: 2, total: 3 })), "{reasons:?}");
     assert_eq!(engine.state(), &before, "rolled back exactly");
@@ -179,10 +192,19 @@ model = "A100-SXM4-80GB"
 count = 8
 "#;
     let mut engine = engine(fleet, Policy::Default);
-    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"g\"\n[[job.task]]\nname = \"w\"\nreplicas = 3\ngpu = { count = 8 }\ntopology = { within = \"rack\", required = true }\n"));
+    let outcomes = place_all(
+        &mut engine,
+        &jobs(
+            "[[job]]\nname = \"g\"\n[[job.task]]\nname = \"w\"\nreplicas = 3\ngpu = { count = 8 }\ntopology = { within = \"rack\", required = true }\n",
+        ),
+    );
     let tasks = placed(&outcomes[0]);
     assert_eq!(tasks.len(), 3);
-    assert!(tasks.iter().all(|t| t.node.starts_with("r2-")), "only rack-2 holds 24 GPUs: {:?}", tasks.iter().map(|t| &t.node).collect::<Vec<_>>());
+    assert!(
+        tasks.iter().all(|t| t.node.starts_with("r2-")),
+        "only rack-2 holds 24 GPUs: {:?}",
+        tasks.iter().map(|t| &t.node).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -203,13 +225,22 @@ index = 1
 mode = "mps"
 "#;
     let mut engine = engine(fleet, Policy::Default);
-    let outcomes = place_all(&mut engine, &jobs("[[job]]\nname = \"s\"\ngpu = { memory = \"15GiB\" }\n[[job]]\nname = \"t\"\ngpu = { memory = \"8GiB\" }\n[[job]]\nname = \"h\"\ngpu = { memory = \"15GiB\" }\nisolation = \"hard\"\n"));
+    let outcomes = place_all(
+        &mut engine,
+        &jobs(
+            "[[job]]\nname = \"s\"\ngpu = { memory = \"15GiB\" }\n[[job]]\nname = \"t\"\ngpu = { memory = \"8GiB\" }\n[[job]]\nname = \"h\"\ngpu = { memory = \"15GiB\" }\nisolation = \"hard\"\n",
+        ),
+    );
     // 15GiB: MPS share of 15GiB is smaller than the 20GiB MIG instance.
     assert!(matches!(placed(&outcomes[0])[0].gpus[0], GpuGrant::Mps { .. }), "{:?}", outcomes[0]);
     // 8GiB: the 1g.10gb instance (10GiB) loses to an 8GiB MPS share.
     assert!(matches!(placed(&outcomes[1])[0].gpus[0], GpuGrant::Mps { .. }), "{:?}", outcomes[1]);
     // Hard isolation: MPS is out, the 2g.20gb instance is the smallest that holds 15GiB.
-    assert!(matches!(&placed(&outcomes[2])[0].gpus[0], GpuGrant::Mig { profile, .. } if profile == "2g.20gb"), "{:?}", outcomes[2]);
+    assert!(
+        matches!(&placed(&outcomes[2])[0].gpus[0], GpuGrant::Mig { profile, .. } if profile == "2g.20gb"),
+        "{:?}",
+        outcomes[2]
+    );
 }
 
 #[test]
@@ -245,9 +276,17 @@ fn reasons_explain_each_kind_of_misfit() {
     let cases: [(&str, &str, fn(&Reason) -> bool); 6] = [
         ("taint", "gpu = { share = 100 }", |r| matches!(r, Reason::TaintNotTolerated { .. })),
         ("cpu", "cpu = 16\ntolerations = [\"dedicated\"]", |r| matches!(r, Reason::InsufficientCpu { .. })),
-        ("model", "gpu = { count = 1 }\nmodel = \"H100*\"\ntolerations = [\"dedicated=infer\"]", |r| matches!(r, Reason::GpuModelMismatch { .. })),
-        ("selector", "gpu = { share = 100 }\nselector = \"device.memory_gib >= 80\"\ntolerations = [\"dedicated\"]", |r| matches!(r, Reason::SelectorRejected { .. })),
-        ("gpu memory", "gpu = { share = 100, memory = \"30GiB\" }\ntolerations = [\"dedicated\"]", |r| matches!(r, Reason::InsufficientGpuMemory { .. })),
+        ("model", "gpu = { count = 1 }\nmodel = \"H100*\"\ntolerations = [\"dedicated=infer\"]", |r| {
+            matches!(r, Reason::GpuModelMismatch { .. })
+        }),
+        (
+            "selector",
+            "gpu = { share = 100 }\nselector = \"device.memory_gib >= 80\"\ntolerations = [\"dedicated\"]",
+            |r| matches!(r, Reason::SelectorRejected { .. }),
+        ),
+        ("gpu memory", "gpu = { share = 100, memory = \"30GiB\" }\ntolerations = [\"dedicated\"]", |r| {
+            matches!(r, Reason::InsufficientGpuMemory { .. })
+        }),
         ("isolation", "gpu = { share = 100 }\nisolation = \"soft\"\ntolerations = [\"dedicated\"]", |_| true),
     ];
     for (name, body, expected) in cases {

@@ -67,9 +67,23 @@ fn the_same_seed_gives_the_same_output() {
 #[test]
 fn place_reads_user_files() {
     let dir = temp_dir("user-files");
-    std::fs::write(dir.join("fleet.toml"), "[[node]]\nname = \"n\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n").expect("write");
-    std::fs::write(dir.join("jobs.toml"), "[[job]]\nname = \"a\"\ngpu = { count = 2 }\n[[job]]\nname = \"b\"\ngpu = { count = 1 }\n").expect("write");
-    let out = gantry(&["place", "--fleet", dir.join("fleet.toml").to_str().expect("utf8"), "--workload", dir.join("jobs.toml").to_str().expect("utf8")]);
+    std::fs::write(
+        dir.join("fleet.toml"),
+        "[[node]]\nname = \"n\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.join("jobs.toml"),
+        "[[job]]\nname = \"a\"\ngpu = { count = 2 }\n[[job]]\nname = \"b\"\ngpu = { count = 1 }\n",
+    )
+    .expect("write");
+    let out = gantry(&[
+        "place",
+        "--fleet",
+        dir.join("fleet.toml").to_str().expect("utf8"),
+        "--workload",
+        dir.join("jobs.toml").to_str().expect("utf8"),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("1 of 2 jobs placed"), "{text}");
@@ -86,9 +100,21 @@ fn bad_input_is_a_clear_error_with_exit_code_2() {
     let jobs = dir.join("jobs.toml");
     let binary = dir.join("binary.toml");
     let cases: [(&str, Vec<&str>, &str); 6] = [
-        ("illegal MIG layout", vec!["place", "--fleet", fleet.to_str().expect("utf8"), "--workload", jobs.to_str().expect("utf8")], "at most 2 fit (rule: max instances per profile)"),
-        ("missing file", vec!["place", "--fleet", "/nonexistent/fleet.toml", "--workload", jobs.to_str().expect("utf8")], "cannot read fleet file /nonexistent/fleet.toml"),
-        ("one of two files", vec!["place", "--fleet", fleet.to_str().expect("utf8")], "give both --fleet and --workload"),
+        (
+            "illegal MIG layout",
+            vec!["place", "--fleet", fleet.to_str().expect("utf8"), "--workload", jobs.to_str().expect("utf8")],
+            "at most 2 fit (rule: max instances per profile)",
+        ),
+        (
+            "missing file",
+            vec!["place", "--fleet", "/nonexistent/fleet.toml", "--workload", jobs.to_str().expect("utf8")],
+            "cannot read fleet file /nonexistent/fleet.toml",
+        ),
+        (
+            "one of two files",
+            vec!["place", "--fleet", fleet.to_str().expect("utf8")],
+            "give both --fleet and --workload",
+        ),
         ("not UTF-8", vec!["validate", "--workload", binary.to_str().expect("utf8")], "as UTF-8 text"),
         ("unknown policy", vec!["place", "--policy", "tetris"], "choose one of"),
         ("unknown model", vec!["catalog", "X9000"], "unknown GPU model \"X9000\""),
