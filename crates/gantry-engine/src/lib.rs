@@ -210,9 +210,12 @@ impl Engine {
                     start: s.start,
                 }
             }
-            Grant::Mps { milli, memory, .. } => {
-                GpuGrant::Mps { gpu: gpu.index, milli: MilliGpu(*milli), memory: Bytes(*memory) }
-            }
+            Grant::Mps { milli, memory, .. } => GpuGrant::Mps {
+                gpu: gpu.index,
+                milli: MilliGpu(*milli),
+                active_thread_percentage: milli.div_ceil(10),
+                memory: Bytes(*memory),
+            },
             Grant::TimeSlice { replicas, milli, memory, .. } => GpuGrant::TimeSlice {
                 gpu: gpu.index,
                 replicas: *replicas,

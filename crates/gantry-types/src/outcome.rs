@@ -42,6 +42,9 @@ pub enum GpuGrant {
     Mps {
         gpu: u32,
         milli: MilliGpu,
+        /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` for this client: `ceil(milli / 10)`.
+        active_thread_percentage: u32,
+        /// `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` for this client.
         #[serde(rename = "memory_bytes")]
         memory: Bytes,
     },
@@ -70,7 +73,7 @@ impl fmt::Display for GpuGrant {
         match self {
             GpuGrant::Whole { gpu } => write!(f, "gpu{gpu}"),
             GpuGrant::Mig { gpu, profile, start } => write!(f, "gpu{gpu}/mig {profile}@{start}"),
-            GpuGrant::Mps { gpu, milli, memory } => write!(f, "gpu{gpu}/mps {milli} {memory}"),
+            GpuGrant::Mps { gpu, milli, memory, .. } => write!(f, "gpu{gpu}/mps {milli} {memory}"),
             GpuGrant::TimeSlice { gpu, replicas, memory, .. } => {
                 write!(f, "gpu{gpu}/time-slice x{replicas} {memory}")
             }

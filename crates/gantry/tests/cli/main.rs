@@ -52,6 +52,17 @@ fn place_json_follows_the_documented_schema() {
     let unplaced = jobs.iter().find(|j| j["status"] == "unplaced").expect("demo has an unplaceable job");
     let reason = &unplaced["reasons"][0];
     assert!(reason["reason"].is_string() && reason["message"].is_string() && reason["count"].is_u64(), "{reason}");
+    let mps: Vec<&serde_json::Value> = jobs
+        .iter()
+        .flat_map(|j| j["tasks"].as_array().into_iter().flatten())
+        .flat_map(|t| t["gpus"].as_array().into_iter().flatten())
+        .filter(|g| g["kind"] == "mps")
+        .collect();
+    assert!(!mps.is_empty(), "the demo places MPS shares");
+    for grant in mps {
+        let milli = grant["milli"].as_u64().expect("milli");
+        assert_eq!(grant["active_thread_percentage"].as_u64(), Some(milli.div_ceil(10)), "{grant}");
+    }
     let summary = &report["summary"];
     assert_eq!(summary["jobs"].as_u64(), Some(jobs.len() as u64));
     assert!(summary["allocated_milli"].as_u64() <= summary["capacity_milli"].as_u64());
