@@ -41,7 +41,9 @@ struct JobEntry {
     count: Option<i64>,
     #[serde(default)]
     task: Vec<TaskEntry>,
-    // Single-group shorthand: the task fields, written at job level.
+    // Single-group shorthand: the task fields, written at job level. They repeat TaskEntry's
+    // on purpose: serde's `flatten` cannot be combined with `deny_unknown_fields`, and an
+    // unknown key must be an error, not silently ignored.
     replicas: Option<i64>,
     cpu: Option<Quantity>,
     memory: Option<Quantity>,
