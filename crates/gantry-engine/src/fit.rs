@@ -75,6 +75,20 @@ pub fn options(
     if n.memory_free < group.memory {
         return Err(Reason::InsufficientMemory { need: Bytes(group.memory), free: Bytes(n.memory_free) });
     }
+    gpu_options(state, node, group, scope, out)
+}
+
+/// The GPU half of [`options`]: which GPUs of the node could hold one task, CPU, memory and
+/// taints aside. Used alone to say why a node's hardware can never serve a group.
+pub fn gpu_options(
+    state: &ClusterState,
+    node: NodeIdx,
+    group: &CompiledGroup,
+    scope: GpuScope,
+    out: &mut Vec<TaskOption>,
+) -> Result<(), Reason> {
+    out.clear();
+    let n = &state.nodes[node as usize];
     // Quick rejects from the node's summaries, before touching its GPUs.
     match &group.gpu {
         GpuNeed::Share { milli, .. } if n.max_share_free < *milli && n.max_share_free > 0 => {

@@ -372,7 +372,9 @@ impl<'a> Placer<'a> {
                 continue;
             }
             let representative = self.state.signature_nodes[signature as usize][0];
-            let reason = match fit::options(self.state, representative, group, gpus, &mut self.options) {
+            // The hardware's reason, not the node's current load: CPU, memory and taints of one
+            // node say nothing about all nodes of its kind.
+            let reason = match fit::gpu_options(self.state, representative, group, gpus, &mut self.options) {
                 Err(reason) => reason,
                 // Free now, yet statically infeasible: only possible through the GPU scope.
                 Ok(()) => continue,

@@ -9,7 +9,7 @@ use crate::EngineError;
 use crate::limits::GPUS_PER_NODE_MAX;
 use gantry_catalog::{Catalog, ModelId};
 use gantry_selector::DeviceAttributes;
-use gantry_types::{Bytes, Fleet, GpuMode, MilliCpu, Taint};
+use gantry_types::{Bytes, Fleet, GpuMode, Taint};
 use std::collections::BTreeMap;
 
 /// Dense node index.
@@ -496,9 +496,4 @@ fn device_class(catalog: &Catalog, model: ModelId, mode: ModeKind, nvlink: bool)
             mode: mode.name().to_string(),
         },
     }
-}
-
-/// CPU as a `MilliCpu` for display.
-pub fn cpu(milli: u32) -> MilliCpu {
-    MilliCpu(milli)
 }

@@ -307,3 +307,36 @@ fn every_policy_is_selectable_by_name() {
     }
     assert!("tetris".parse::<Policy>().expect_err("unknown").contains("choose one of"));
 }
+
+#[test]
+fn hardware_that_can_never_serve_a_job_is_reported_as_such() {
+    // The T4 node's CPU is used up; for a MIG request its reason must still be "no MIG", since
+    // that is true of every T4 node whatever its load.
+    let fleet = r#"
+[[node]]
+name = "t4"
+cpu = 4
+memory = "32GiB"
+[node.gpus]
+model = "T4-16GB"
+count = 1
+[[node]]
+name = "a100"
+cpu = 64
+memory = "256GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 1
+mig = ["4g.40gb@0", "3g.40gb@4"]
+"#;
+    let workload = "[[job]]\nname = \"hog\"\ncpu = 4\ngpu = { count = 1 }\nmodel = \"T4*\"\n[[job]]\nname = \"big\"\ncpu = 1\ngpu = { mig = \"4g.40gb\" }\n[[job]]\nname = \"again\"\ncpu = 1\ngpu = { mig = \"4g.40gb\" }\n";
+    let mut engine = engine(fleet, Policy::Default);
+    let outcomes = place_all(&mut engine, &jobs(workload));
+    assert_eq!(placed(&outcomes[0])[0].node, "t4");
+    assert_eq!(placed(&outcomes[1])[0].node, "a100");
+    let JobOutcome::Unplaced { reasons } = &outcomes[2] else { panic!("the only 4g.40gb is taken") };
+    let kinds: Vec<&Reason> = reasons.iter().map(|r| &r.reason).collect();
+    assert!(kinds.iter().any(|r| matches!(r, Reason::MigNotSupported { .. })), "{reasons:?}");
+    assert!(kinds.iter().any(|r| matches!(r, Reason::MigProfileUnavailable { .. })), "{reasons:?}");
+    assert!(!kinds.iter().any(|r| matches!(r, Reason::InsufficientCpu { .. })), "{reasons:?}");
+}
