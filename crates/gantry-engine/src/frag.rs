@@ -1,33 +1,37 @@
-//! Fragmentation, as defined by FGD (Weng et al., USENIX ATC'23), in our words.
+//! Fragmentation, as defined by FGD (Weng et al., USENIX ATC'23) and its authors' simulator.
 //!
-//! For a node and a task shape, the *fragment* is the node's free GPU compute that a task of
-//! that shape cannot use: all of it if such a task cannot fit on the node at all; otherwise, for
-//! a fractional task, the free compute on GPUs whose free share is below the task's request; for
-//! a k-GPU task, the free compute on partially used GPUs. A node's fragmentation is the expected
-//! fragment over the workload's shape distribution. FGD places a task where fragmentation grows
-//! least.
+//! The workload is a distribution over task *types*: CPU, compute per GPU, GPU count and
+//! which GPU classes the type may use. For a node and a type, the *fragment* is the node's
+//! free GPU compute that a task of that type cannot use:
+//! - all of it if the type needs no GPU (a CPU-only task never uses free GPU compute);
+//! - all of it if the node has no GPU class the type accepts;
+//! - all of it if the type does not fit the node now (too few GPUs with enough free compute,
+//!   or not enough free CPU);
+//! - otherwise the free compute on GPUs whose free share is below the type's per-GPU request.
 //!
-//! Only GPUs that hand out compute in milli-GPU take part (whole, MPS, time-slice); MIG GPUs
-//! hand out fixed instances and are left out of the measure. The distribution is learned from
-//! arrivals (bounded to the most frequent shapes) or given by the caller.
+//! A node's fragmentation is the expectation of that over the distribution; FGD places a task
+//! where it grows least. Only GPUs that hand out compute in milli-GPU take part (whole, MPS,
+//! time-slice); MIG GPUs hand out fixed instances and are left out of the measure.
 
 use crate::limits::FGD_TASK_SHAPES_MAX;
-use crate::state::{GpuState, Units};
 use std::collections::BTreeMap;
 
-/// A task shape as FGD sees it: compute per GPU and number of GPUs.
+/// A task type as FGD sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Shape {
-    /// Compute per GPU, 1..=1000 (1000 = whole GPUs).
+    /// Compute per GPU, 0..=1000 (0 = CPU-only, 1000 = whole GPUs).
     pub milli: u32,
     pub count: u32,
+    /// CPU the type needs, in milli-CPU.
+    pub cpu: u32,
+    /// Device classes (bit = class index) the type may use; `u64::MAX` = any.
+    pub classes: u64,
 }
 
-/// The workload's shape distribution.
+/// The workload's type distribution, with integer weights (counts).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FragModel {
     counts: BTreeMap<Shape, u64>,
-    /// Most frequent shapes with their weights; rebuilt when counts change.
     top: Vec<(Shape, u64)>,
     dirty: bool,
     learn: bool,
@@ -39,24 +43,28 @@ impl FragModel {
         FragModel { learn: true, ..FragModel::default() }
     }
 
-    /// A fixed distribution (e.g. from the trace about to be replayed).
+    /// A fixed distribution (e.g. the typical tasks of the trace about to be replayed), used
+    /// as given: no truncation.
     pub fn given(shapes: &[(Shape, u64)]) -> FragModel {
-        let mut model = FragModel::default();
+        let mut counts = BTreeMap::new();
         for &(shape, weight) in shapes {
-            *model.counts.entry(shape).or_default() += weight;
+            *counts.entry(shape).or_default() += weight;
         }
-        model.dirty = true;
-        model
+        let mut top: Vec<(Shape, u64)> = counts.iter().map(|(s, c)| (*s, *c)).collect();
+        top.sort_by_key(|&(s, c)| (std::cmp::Reverse(c), s));
+        FragModel { counts, top, dirty: false, learn: false }
     }
 
     pub fn observe(&mut self, shape: Shape) {
-        if self.learn && shape.milli > 0 {
+        if self.learn {
             *self.counts.entry(shape).or_default() += 1;
             self.dirty = true;
         }
     }
 
-    fn refresh(&mut self) {
+    /// Types in use, most frequent first (learned models keep the `FGD_TASK_SHAPES_MAX` most
+    /// frequent).
+    pub fn shapes(&mut self) -> &[(Shape, u64)] {
         if self.dirty {
             let mut all: Vec<(Shape, u64)> = self.counts.iter().map(|(s, c)| (*s, *c)).collect();
             all.sort_by_key(|&(s, c)| (std::cmp::Reverse(c), s));
@@ -64,63 +72,58 @@ impl FragModel {
             self.top = all;
             self.dirty = false;
         }
-    }
-
-    /// Shapes in use, most frequent first.
-    pub fn shapes(&mut self) -> &[(Shape, u64)] {
-        self.refresh();
         &self.top
     }
 }
 
-/// Free compute of a GPU as FGD counts it, or `None` for GPUs outside the measure (MIG).
-pub fn gpu_free(g: &GpuState) -> Option<u32> {
-    match g.units {
-        Units::Mig { .. } => None,
-        _ if g.exclusive => Some(0),
-        Units::Whole => Some(1000),
-        _ => Some(1000 - g.used_milli),
-    }
+/// What fragmentation needs to know about a node: free compute per GPU (MIG GPUs left out),
+/// free CPU and which device classes it has.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeView<'a> {
+    pub free: &'a [u32],
+    pub cpu_free: u32,
+    pub classes: u64,
 }
 
-/// Expected fragment (weighted sum, not divided by the total weight) of a node whose GPUs have
-/// these free amounts.
-pub fn node_fragmentation(free: &[u32], shapes: &[(Shape, u64)]) -> u64 {
-    let total: u64 = free.iter().map(|&f| f as u64).sum();
+/// Expected fragment of a node, as a weighted sum (not divided by the total weight).
+pub fn node_fragmentation(node: NodeView<'_>, shapes: &[(Shape, u64)]) -> u64 {
+    let total: u64 = node.free.iter().map(|&f| f as u64).sum();
     if total == 0 {
         return 0;
     }
-    shapes.iter().map(|&(shape, weight)| weight * fragment(free, total, shape)).sum()
+    shapes.iter().map(|&(shape, weight)| weight * fragment(node, total, shape)).sum()
 }
 
-fn fragment(free: &[u32], total: u64, shape: Shape) -> u64 {
-    if shape.milli >= 1000 {
-        let whole = free.iter().filter(|&&f| f == 1000).count() as u32;
-        if whole < shape.count {
-            return total;
-        }
-        free.iter().filter(|&&f| f < 1000).map(|&f| f as u64).sum()
-    } else {
-        if !free.iter().any(|&f| f >= shape.milli) {
-            return total;
-        }
-        free.iter().filter(|&&f| f < shape.milli).map(|&f| f as u64).sum()
+fn fragment(node: NodeView<'_>, total: u64, shape: Shape) -> u64 {
+    if shape.milli == 0 || shape.classes & node.classes == 0 || node.cpu_free < shape.cpu {
+        return total;
     }
+    let fitting = node.free.iter().filter(|&&f| f >= shape.milli).count() as u32;
+    if fitting < shape.count.max(1) {
+        return total;
+    }
+    node.free.iter().filter(|&&f| f < shape.milli).map(|&f| f as u64).sum()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn shape(milli: u32, count: u32, cpu: u32) -> Shape {
+        Shape { milli, count, cpu, classes: u64::MAX }
+    }
+
     #[test]
     fn fragment_matches_the_definition() {
-        let half = Shape { milli: 500, count: 1 };
-        let two = Shape { milli: 1000, count: 2 };
-        // Free: one idle GPU, one with 300 left, one with 600 left.
-        let free = [1000, 300, 600];
-        assert_eq!(fragment(&free, 1900, half), 300, "only the 300 cannot host a half");
-        assert_eq!(fragment(&free, 1900, two), 1900, "two whole GPUs do not fit: all is fragment");
-        assert_eq!(fragment(&[1000, 1000, 600], 2600, two), 600, "fits; partial GPUs are fragment");
-        assert_eq!(node_fragmentation(&free, &[(half, 3), (two, 1)]), 3 * 300 + 1900);
+        let node = NodeView { free: &[1000, 300, 600], cpu_free: 8000, classes: 1 };
+        assert_eq!(fragment(node, 1900, shape(500, 1, 1000)), 300, "only the 300 cannot host a half");
+        assert_eq!(fragment(node, 1900, shape(1000, 2, 1000)), 1900, "two whole GPUs do not fit: all is fragment");
+        assert_eq!(fragment(node, 1900, shape(500, 1, 9000)), 1900, "not enough CPU: all is fragment");
+        assert_eq!(fragment(node, 1900, shape(0, 0, 1000)), 1900, "CPU-only tasks never use GPU");
+        let other_class = Shape { classes: 2, ..shape(500, 1, 1000) };
+        assert_eq!(fragment(node, 1900, other_class), 1900, "no accepted class: all is fragment");
+        let two = NodeView { free: &[1000, 1000, 600], cpu_free: 8000, classes: 1 };
+        assert_eq!(fragment(two, 2600, shape(1000, 2, 0)), 600, "fits; partial GPUs are fragment");
+        assert_eq!(node_fragmentation(node, &[(shape(500, 1, 0), 3), (shape(1000, 2, 0), 1)]), 3 * 300 + 1900);
     }
 }

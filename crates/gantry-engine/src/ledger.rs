@@ -31,6 +31,8 @@ impl Grant {
 pub struct TaskGrant {
     pub group: u32,
     pub replica: u32,
+    /// Kind of task for clustering (`state::task_tag`), if it uses a GPU.
+    pub tag: Option<u8>,
     pub node: NodeIdx,
     pub cpu: u32,
     pub memory: u64,
@@ -69,6 +71,9 @@ pub fn apply(state: &mut ClusterState, task: &TaskGrant) {
     for grant in &task.grants {
         take(state, task.node, grant);
     }
+    if let Some(tag) = task.tag {
+        state.node_tags[task.node as usize][tag as usize] += 1;
+    }
     state.refresh_summary(task.node);
 }
 
@@ -76,6 +81,11 @@ pub fn apply(state: &mut ClusterState, task: &TaskGrant) {
 pub fn revert(state: &mut ClusterState, task: &TaskGrant) {
     for grant in task.grants.iter().rev() {
         give(state, task.node, grant);
+    }
+    if let Some(tag) = task.tag {
+        let count = &mut state.node_tags[task.node as usize][tag as usize];
+        assert!(*count > 0, "released a task kind the node does not hold");
+        *count -= 1;
     }
     state.refresh_summary(task.node);
     let node = &mut state.nodes[task.node as usize];
@@ -183,6 +193,7 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
     let mut fresh = state.clone();
     fresh.used_milli_total = 0;
     fresh.index = crate::index::FreeIndex::new(fresh.nodes.len());
+    fresh.node_tags.iter_mut().for_each(|t| *t = [0; crate::state::TASK_TAGS]);
     for n in &mut fresh.nodes {
         n.cpu_free = n.cpu_total;
         n.memory_free = n.memory_total;
@@ -217,6 +228,9 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
     let hot: Vec<crate::state::GpuHot> = state.gpus.iter().map(crate::state::GpuHot::of).collect();
     if hot != state.hot {
         return Err("hot GPU records disagree with the GPUs".into());
+    }
+    if fresh.node_tags != state.node_tags {
+        return Err("per-node task kinds disagree with the allocations".into());
     }
     if fresh.index != state.index {
         return Err("free-capacity index disagrees with the allocations".into());

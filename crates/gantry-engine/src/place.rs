@@ -243,7 +243,8 @@ impl<'a> Placer<'a> {
     ) -> Result<TaskGrant, Vec<ReasonCount>> {
         let mut gang_racks: Vec<u32> = self.applied.iter().map(|t| self.state.nodes[t.node as usize].rack).collect();
         gang_racks.dedup();
-        let ctx = ScoreContext { policy: self.policy, shapes: self.shapes, gang_racks: &gang_racks };
+        let shape_weight = self.shapes.iter().map(|(_, w)| *w).sum();
+        let ctx = ScoreContext { policy: self.policy, shapes: self.shapes, shape_weight, gang_racks: &gang_racks };
         let state: &ClusterState = &*self.state;
         let node_count = state.nodes.len();
         // Spreading policies start the walk at a seeded random node; packing policies walk from
@@ -285,7 +286,10 @@ impl<'a> Placer<'a> {
             let frag_before = policy::fragmentation_before(state, node, &ctx);
             for (i, option) in self.options.iter().enumerate() {
                 let score = policy::score(state, node, group, option, &ctx, frag_before);
-                let tiebreak = mix(self.decision_seed ^ ((node as u64) << 8) ^ i as u64);
+                // Ties between nodes: seeded hash of the node. Ties within a node: the first
+                // option (lowest GPU index), except for policies that pick GPUs at random.
+                let salt = if self.policy.random_gpu() { i as u64 } else { 0 };
+                let tiebreak = mix(self.decision_seed ^ ((node as u64) << 8) ^ salt);
                 if best.is_none_or(|(s, t, _)| (score, tiebreak) > (s, t)) {
                     best = Some((score, tiebreak, node));
                     self.best_option.clone_from(option);
@@ -297,6 +301,7 @@ impl<'a> Placer<'a> {
             Some((_, _, node)) => Ok(TaskGrant {
                 group: group_index,
                 replica,
+                tag: crate::state::task_tag(&group.gpu).map(|t| t as u8),
                 node,
                 cpu: group.cpu,
                 memory: group.memory,
@@ -441,11 +446,13 @@ fn hot_usable(g: crate::state::GpuHot, need: &GpuNeed) -> bool {
 
 /// Shape of one task for the fragmentation model.
 pub(crate) fn shape_of(group: &CompiledGroup) -> Option<Shape> {
-    match group.gpu {
-        GpuNeed::Whole { count } if count > 0 => Some(Shape { milli: 1000, count }),
-        GpuNeed::Share { milli, .. } if milli > 0 => Some(Shape { milli: milli.min(1000), count: 1 }),
-        _ => None,
-    }
+    let (milli, count) = match group.gpu {
+        GpuNeed::Whole { count } => (1000, count),
+        GpuNeed::Share { milli, .. } => (milli.min(1000), 1),
+        GpuNeed::None => (0, 0),
+        GpuNeed::Mig { .. } | GpuNeed::Memory { .. } => return None,
+    };
+    Some(Shape { milli, count, cpu: group.cpu, classes: u64::MAX })
 }
 
 /// Observe every task of a job in the learning model.

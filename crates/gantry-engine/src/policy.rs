@@ -1,11 +1,16 @@
-//! Scoring policies, selectable by name. Every score is a tuple of integers compared
-//! lexicographically, higher is better; ties are broken by a seeded hash, never by iteration
-//! order. Exact definitions, with the formulas, are in docs/policies.md.
+//! Scoring policies, selectable by name. A score is a tuple of integers compared
+//! lexicographically, higher is better; ties between nodes are broken by a seeded hash, ties
+//! between options of one node by the order the filter produced them (lowest GPU index first).
+//!
+//! The baselines follow the definitions of the FGD authors' simulator, so the simulator can
+//! reproduce their published results; where those definitions depend on the fleet (the
+//! largest CPU and GPU spec used for normalization) gantry takes them from the fleet. Exact
+//! formulas: docs/policies.md.
 
 use crate::fit::TaskOption;
-use crate::frag::{self, Shape};
+use crate::frag::{self, NodeView, Shape};
 use crate::ledger::Grant;
-use crate::request::CompiledGroup;
+use crate::request::{CompiledGroup, GpuNeed};
 use crate::state::{ClusterState, HOT_NO_FRAG, NodeIdx, Units};
 use std::fmt;
 use std::str::FromStr;
@@ -51,8 +56,19 @@ impl Policy {
         }
     }
 
-    fn uses_fragmentation(self) -> bool {
+    /// Does this policy use the workload's type distribution?
+    pub fn needs_shapes(self) -> bool {
         matches!(self, Policy::Fgd | Policy::Default)
+    }
+
+    /// Does this policy want candidates drawn from all over the fleet (random walk start)?
+    pub fn spreads(self) -> bool {
+        matches!(self, Policy::Random | Policy::Spread)
+    }
+
+    /// Does this policy choose among a node's GPUs at random (rather than lowest index first)?
+    pub fn random_gpu(self) -> bool {
+        matches!(self, Policy::Random)
     }
 }
 
@@ -80,218 +96,190 @@ pub type Score = [i64; 7];
 pub struct ScoreContext<'a> {
     pub policy: Policy,
     pub shapes: &'a [(Shape, u64)],
+    /// Sum of the shapes' weights (to turn weighted fragments into expectations).
+    pub shape_weight: u64,
     /// Racks already holding tasks of this job (gang affinity).
     pub gang_racks: &'a [u32],
 }
 
 /// Milli-GPU an option takes.
 pub fn option_milli(state: &ClusterState, option: &TaskOption) -> u32 {
-    option
-        .grants
-        .iter()
-        .map(|g| match g {
-            Grant::Whole { .. } => 1000,
-            Grant::Mig { gpu, slot } => match &state.gpus[*gpu as usize].units {
-                Units::Mig { slots } => slots[*slot as usize].milli,
-                _ => 0,
-            },
-            Grant::Mps { milli, .. } | Grant::TimeSlice { milli, .. } => *milli,
-        })
-        .sum()
+    option.grants.iter().map(|g| grant_milli(state, g)).sum()
 }
 
-/// The node's fragmentation before placement, for policies that use it (computed once per
-/// node, not once per option).
-pub fn fragmentation_before(state: &ClusterState, node: NodeIdx, ctx: &ScoreContext<'_>) -> i64 {
-    if !ctx.policy.uses_fragmentation() || ctx.shapes.is_empty() {
+fn grant_milli(state: &ClusterState, grant: &Grant) -> u32 {
+    match grant {
+        Grant::Whole { .. } => 1000,
+        Grant::Mig { gpu, slot } => match &state.gpus[*gpu as usize].units {
+            Units::Mig { slots } => slots[*slot as usize].milli,
+            _ => 0,
+        },
+        Grant::Mps { milli, .. } | Grant::TimeSlice { milli, .. } => *milli,
+    }
+}
+
+/// The node's fragmentation before placement (weighted, see `frag`), for policies that use
+/// it: computed once per node, not once per option.
+pub fn fragmentation_before(state: &ClusterState, node: NodeIdx, ctx: &ScoreContext<'_>) -> u64 {
+    if !ctx.policy.needs_shapes() || ctx.shapes.is_empty() {
         return 0;
     }
+    node_fragmentation(state, node, None, 0, ctx.shapes)
+}
+
+/// Weighted fragmentation of `node`, optionally as if `option` (and `cpu`) were taken.
+fn node_fragmentation(state: &ClusterState, node: NodeIdx, option: Option<&TaskOption>, cpu: u32, shapes: &[(Shape, u64)]) -> u64 {
+    let n = &state.nodes[node as usize];
+    let first = n.gpu_first;
     let mut free = [0u32; crate::limits::GPUS_PER_NODE_MAX];
     let mut len = 0;
-    for g in state.node_hot(node) {
-        if g.frag_free != HOT_NO_FRAG {
-            free[len] = g.frag_free as u32;
-            len += 1;
+    let mut classes = 0u64;
+    for (offset, g) in state.node_hot(node).iter().enumerate() {
+        classes |= 1u64.checked_shl(g.class as u32).unwrap_or(u64::MAX);
+        if g.frag_free == HOT_NO_FRAG {
+            continue;
         }
+        let mut f = g.frag_free as u32;
+        if let Some(option) = option {
+            let gpu = first + offset as u32;
+            for grant in option.grants.iter().filter(|grant| grant.gpu() == gpu) {
+                f -= match grant {
+                    Grant::Whole { .. } => f,
+                    Grant::Mps { milli, .. } | Grant::TimeSlice { milli, .. } => (*milli).min(f),
+                    Grant::Mig { .. } => 0,
+                };
+            }
+        }
+        free[len] = f;
+        len += 1;
     }
-    frag::node_fragmentation(&free[..len], ctx.shapes) as i64
+    frag::node_fragmentation(NodeView { free: &free[..len], cpu_free: n.cpu_free - cpu, classes }, shapes)
 }
 
 /// Score placing one task of `group` on `node` with `option`; `frag_before` comes from
 /// [`fragmentation_before`] for the same node.
-pub fn score(
-    state: &ClusterState,
-    node: NodeIdx,
-    group: &CompiledGroup,
-    option: &TaskOption,
-    ctx: &ScoreContext<'_>,
-    frag_before: i64,
-) -> Score {
+pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option: &TaskOption, ctx: &ScoreContext<'_>, frag_before: u64) -> Score {
     let n = &state.nodes[node as usize];
     let milli = option_milli(state, option) as i64;
-    // Primary keys shared by every policy: do not take shared GPUs whole when whole-mode ones
-    // exist, the smallest unit for memory-only requests, the tightest topology for multi-GPU
-    // tasks.
+    // Keys shared by every policy: do not take shared GPUs whole when whole-mode ones exist,
+    // the smallest unit for memory-only requests, the tightest topology for multi-GPU tasks.
     let borrowed = -(borrowed_shared_gpus(state, option));
     let unit = -((option.unit_memory >> 20) as i64);
     let level = -(option.level as i64);
-    let gpu_cap = n.gpu_count as i64 * 1000;
-    let fit = best_fit(
-        n.cpu_total,
-        n.cpu_free - group.cpu,
-        n.memory_total,
-        n.memory_free - group.memory,
-        gpu_cap,
-        gpu_cap - n.used_milli as i64 - milli,
-    );
     let gpu_fit = -chosen_gpu_free_after(state, option);
     let same_rack = ctx.gang_racks.contains(&n.rack) as i64;
+    let gpu_free_after = (n.gpu_count as i64 * 1000 - n.used_milli as i64 - milli).max(0);
+    let cpu_free_after = n.cpu_free as i64 - group.cpu as i64;
+    let keys = |a: i64, b: i64, c: i64, d: i64| [borrowed, unit, level, a, b, c, d];
     match ctx.policy {
-        Policy::Random => [borrowed, unit, level, 0, 0, 0, 0],
-        Policy::BestFit => [borrowed, unit, level, fit, gpu_fit, 0, 0],
-        Policy::Spread => [borrowed, unit, level, -fit, -gpu_fit, 0, 0],
-        Policy::DotProduct => [borrowed, unit, level, dot_product(state, node, group, milli), gpu_fit, 0, 0],
-        Policy::GpuPacking => [borrowed, unit, level, packing_tier(state, node, option), fit, gpu_fit, 0],
-        Policy::GpuClustering => [borrowed, unit, level, same_shape_tasks(state, node, option), fit, gpu_fit, 0],
-        Policy::Fgd => [
-            borrowed,
-            unit,
-            level,
-            -(fragmentation_after(state, node, option, ctx.shapes) - frag_before),
-            gpu_fit,
-            0,
-            0,
-        ],
-        Policy::Topology => [borrowed, unit, level, same_rack, fit, gpu_fit, 0],
-        Policy::Default => [
-            borrowed,
-            unit,
-            level,
-            same_rack,
-            -(fragmentation_after(state, node, option, ctx.shapes) - frag_before),
-            fit,
-            gpu_fit,
-        ],
+        Policy::Random => keys(0, 0, 0, 0),
+        Policy::BestFit => keys(best_fit(state, cpu_free_after, gpu_free_after), gpu_fit, 0, 0),
+        Policy::Spread => keys(-best_fit(state, cpu_free_after, gpu_free_after), -gpu_fit, 0, 0),
+        Policy::DotProduct => keys(dot_product(state, n.cpu_free, n.gpu_count * 1000 - n.used_milli, group.cpu, milli), gpu_fit, 0, 0),
+        Policy::GpuPacking => keys(gpu_packing(state, node, group), gpu_fit, 0, 0),
+        Policy::GpuClustering => keys(gpu_clustering(state, node, group), gpu_fit, 0, 0),
+        Policy::Fgd => {
+            let after = node_fragmentation(state, node, Some(option), group.cpu, ctx.shapes);
+            keys(fgd_score(frag_before, after, ctx.shape_weight), 0, 0, 0)
+        }
+        Policy::Topology => keys(same_rack, best_fit(state, cpu_free_after, gpu_free_after), gpu_fit, 0),
+        Policy::Default => {
+            let after = node_fragmentation(state, node, Some(option), group.cpu, ctx.shapes);
+            keys(same_rack, frag_before as i64 - after as i64, best_fit(state, cpu_free_after, gpu_free_after), gpu_fit)
+        }
     }
 }
 
 /// Whole grants that take an MPS or time-sliced GPU out of its sharing pool.
 fn borrowed_shared_gpus(state: &ClusterState, option: &TaskOption) -> i64 {
-    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !state.hot[*gpu as usize].whole_mode())).count()
-        as i64
+    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !state.hot[*gpu as usize].whole_mode())).count() as i64
 }
 
-/// Negative sum of free fractions (per mille) after placement, over the dimensions the node has.
-fn best_fit(cpu_total: u32, cpu_after: u32, mem_total: u64, mem_after: u64, gpu_total: i64, gpu_after: i64) -> i64 {
-    let mut sum = 0;
-    if cpu_total > 0 {
-        sum += cpu_after as i64 * 1000 / cpu_total as i64;
-    }
-    if mem_total > 0 {
-        // In MiB, so the product stays in 64 bits (a 1 PiB node is 2^30 MiB).
-        sum += ((mem_after >> 20) * 1000 / (mem_total >> 20).max(1)) as i64;
-    }
-    if gpu_total > 0 {
-        sum += gpu_after * 1000 / gpu_total;
-    }
-    -sum
-}
-
-/// Free compute left on the GPUs the option uses (for choosing a GPU within a node).
+/// Compute left on the GPUs the option uses, after placement (lower = better fit).
 fn chosen_gpu_free_after(state: &ClusterState, option: &TaskOption) -> i64 {
     option
         .grants
         .iter()
         .map(|g| match g {
-            Grant::Mps { gpu, milli, .. } | Grant::TimeSlice { gpu, milli, .. } => {
-                state.gpus[*gpu as usize].free_milli() as i64 - *milli as i64
-            }
+            Grant::Mps { gpu, milli, .. } | Grant::TimeSlice { gpu, milli, .. } => state.gpus[*gpu as usize].free_milli() as i64 - *milli as i64,
             Grant::Mig { gpu, .. } => state.gpus[*gpu as usize].free_milli() as i64,
             Grant::Whole { .. } => 0,
         })
         .sum()
 }
 
-/// Tetris: alignment of the request with the node's free resources, both normalized.
-fn dot_product(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, milli: i64) -> i64 {
-    let n = &state.nodes[node as usize];
-    let mut dot = 0i64;
-    if n.cpu_total > 0 {
-        dot += group.cpu as i64 * 1000 / n.cpu_total as i64 * (n.cpu_free as i64 * 1000 / n.cpu_total as i64);
-    }
-    if n.memory_total > 0 {
-        let total = (n.memory_total >> 20).max(1);
-        let req = ((group.memory >> 20) * 1000 / total) as i64;
-        let free = ((n.memory_free >> 20) * 1000 / total) as i64;
-        dot += req * free;
-    }
-    let cap = n.gpu_count as i64 * 1000;
-    if cap > 0 {
-        dot += milli * 1000 / cap * ((cap - n.used_milli as i64) * 1000 / cap);
-    }
-    dot
+/// Best fit: ⌊100 · (1 − ½·cpu_free′/cpu_max − ½·gpu_free′/gpu_max)⌋, where primes are after
+/// placement and the maxima are the fleet's largest node (floating point, as the reference).
+fn best_fit(state: &ClusterState, cpu_free_after: i64, gpu_free_after: i64) -> i64 {
+    let mut s = 0.0f64;
+    s += cpu_free_after.max(0) as f64 / state.max_node_cpu.max(1) as f64 * 0.5;
+    s += gpu_free_after as f64 / state.max_node_gpu_milli.max(1) as f64 * 0.5;
+    ((1.0 - s) * 100.0) as i64
 }
 
-/// GPU packing: occupied GPUs first (2), then idle GPUs on active nodes (1), then idle nodes (0).
-fn packing_tier(state: &ClusterState, node: NodeIdx, option: &TaskOption) -> i64 {
-    let uses_busy_gpu = option.grants.iter().any(|g| !state.gpus[g.gpu() as usize].idle());
-    if uses_busy_gpu {
-        2
-    } else if state.nodes[node as usize].used_milli > 0 {
-        1
-    } else {
-        0
-    }
-}
-
-/// GPU clustering: GPUs on the node already running tasks of the same per-GPU compute share.
-fn same_shape_tasks(state: &ClusterState, node: NodeIdx, option: &TaskOption) -> i64 {
-    let per_gpu = match option.grants.first() {
-        Some(Grant::Mps { milli, .. } | Grant::TimeSlice { milli, .. }) => *milli,
-        Some(Grant::Whole { .. }) => 1000,
-        _ => return 0,
-    };
-    state.node_gpus(node).iter().filter(|g| !g.idle() && (g.used_milli % per_gpu.max(1) == 0)).count() as i64
-}
-
-/// The node's expected fragment if the option is taken.
-fn fragmentation_after(state: &ClusterState, node: NodeIdx, option: &TaskOption, shapes: &[(Shape, u64)]) -> i64 {
-    if shapes.is_empty() {
+/// Dot product (Tetris), "merge" form: ⌊100 · (1 − ½·(cpu_req·cpu_free + gpu_req·gpu_free))⌋
+/// with every term divided by the fleet maxima; the smaller the alignment, the higher.
+fn dot_product(state: &ClusterState, cpu_free: u32, gpu_free: u32, cpu_req: u32, gpu_req: i64) -> i64 {
+    if cpu_free < cpu_req {
         return 0;
     }
-    let first = state.nodes[node as usize].gpu_first;
-    let mut after = [0u32; crate::limits::GPUS_PER_NODE_MAX];
-    let mut len = 0;
-    for (offset, g) in state.node_hot(node).iter().enumerate() {
-        if g.frag_free == HOT_NO_FRAG {
-            continue;
-        }
-        let free = g.frag_free as u32;
-        let gpu = first + offset as u32;
-        let taken: u32 = option
-            .grants
-            .iter()
-            .filter(|grant| grant.gpu() == gpu)
-            .map(|grant| match grant {
-                Grant::Whole { .. } => free,
-                Grant::Mps { milli, .. } | Grant::TimeSlice { milli, .. } => *milli,
-                Grant::Mig { .. } => 0,
-            })
-            .sum();
-        after[len] = free - taken.min(free);
-        len += 1;
-    }
-    frag::node_fragmentation(&after[..len], shapes) as i64
+    let (cpu_max, gpu_max) = (state.max_node_cpu.max(1) as f64, state.max_node_gpu_milli.max(1) as f64);
+    let dot = (cpu_free as f64 / cpu_max) * (cpu_req as f64 / cpu_max) + (gpu_free as f64 / gpu_max) * (gpu_req as f64 / gpu_max);
+    (100.0 * (1.0 - dot / 2.0)) as i64
 }
 
-impl Policy {
-    /// Does this policy want candidates drawn from all over the fleet (random walk start)?
-    pub fn spreads(self) -> bool {
-        matches!(self, Policy::Random | Policy::Spread)
+/// GPU packing tiers: (1) only partly used GPUs are needed: 100 − Σ(free% of those)/10, at
+/// least 50; (2) idle GPUs on a node with some GPU in use: 50 − idle GPUs taken, at least 33;
+/// (3) an idle node: max(33 − idle GPUs, idle GPUs). CPU-only tasks: 0.
+fn gpu_packing(state: &ClusterState, node: NodeIdx, group: &CompiledGroup) -> i64 {
+    let (milli, count) = match group.gpu {
+        GpuNeed::Whole { count } => (1000, count),
+        GpuNeed::Share { milli, .. } => (milli, 1),
+        _ => return 0,
+    };
+    let mut free: smallvec::SmallVec<[u32; 16]> = state.node_hot(node).iter().filter(|g| g.frag_free != HOT_NO_FRAG).map(|g| g.frag_free as u32).collect();
+    let idle = free.iter().filter(|&&f| f == 1000).count() as i64;
+    if idle == free.len() as i64 {
+        return (33 - idle).max(idle);
     }
+    free.sort_unstable();
+    let (mut need, mut idle_used, mut free_pct) = (count, 0i64, 0i64);
+    for &f in free.iter() {
+        if need == 0 {
+            break;
+        }
+        if f >= milli {
+            need -= 1;
+            free_pct += f as i64 * 100 / 1000;
+            idle_used += (f == 1000) as i64;
+        }
+    }
+    if idle_used > 0 { (50 - idle_used).max(33) } else { (100 - free_pct / 10).max(50) }
+}
 
-    /// Whether the engine must maintain the shape distribution for this policy.
-    pub fn needs_shapes(self) -> bool {
-        self.uses_fragmentation()
+/// GPU clustering: keep tasks of one kind ("share", "k whole GPUs") together. With g = 25 ·
+/// (gpu_max − free) / gpu_max: node already running only this kind: 75 + g; this kind among
+/// others: 50 + g; node running no GPU task: 25 + g; only other kinds: g. CPU-only tasks: 0.
+fn gpu_clustering(state: &ClusterState, node: NodeIdx, group: &CompiledGroup) -> i64 {
+    let Some(tag) = crate::state::task_tag(&group.gpu) else { return 0 };
+    let n = &state.nodes[node as usize];
+    let tags = &state.node_tags[node as usize];
+    let gpu_max = state.max_node_gpu_milli.max(1) as i64;
+    let free = n.gpu_count as i64 * 1000 - n.used_milli as i64;
+    let g = 25 * (gpu_max - free) / gpu_max;
+    let kinds = tags.iter().filter(|&&c| c > 0).count();
+    match (tags[tag] > 0, kinds) {
+        (true, 1) => 75 + g,
+        (true, _) => 50 + g,
+        (false, 0) => 25 + g,
+        (false, _) => g,
     }
+}
+
+/// FGD: ⌊100 · sigmoid(Δ / 1000)⌋ with Δ the drop in expected fragmentation (milli-GPU). The
+/// reference truncates to an integer, so nodes within about 40 milli-GPU of each other tie
+/// and are chosen between at random; gantry's `default` keeps Δ exact instead.
+fn fgd_score(before: u64, after: u64, weight: u64) -> i64 {
+    let delta = (before as f64 - after as f64) / weight.max(1) as f64;
+    (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64
 }

@@ -138,6 +138,17 @@ pub const HOT_MPS: u8 = 4;
 /// The GPU is time-sliced.
 pub const HOT_TIME_SLICE: u8 = 8;
 
+/// Free compute of a GPU as fragmentation counts it, or `None` for GPUs outside the measure
+/// (MIG: they hand out fixed instances).
+pub fn gpu_free(g: &GpuState) -> Option<u32> {
+    match g.units {
+        Units::Mig { .. } => None,
+        _ if g.exclusive => Some(0),
+        Units::Whole => Some(1000),
+        _ => Some(1000 - g.used_milli),
+    }
+}
+
 impl GpuHot {
     pub fn of(g: &GpuState) -> GpuHot {
         let mut flags = 0;
@@ -152,7 +163,7 @@ impl GpuHot {
         };
         GpuHot {
             class: g.class,
-            frag_free: crate::frag::gpu_free(g).map_or(HOT_NO_FRAG, |f| f as u16),
+            frag_free: gpu_free(g).map_or(HOT_NO_FRAG, |f| f as u16),
             numa: g.numa as u8,
             nvlink: g.nvlink_domain.map_or(HOT_NO_NVLINK, |d| d as u8),
             flags,
@@ -245,6 +256,26 @@ pub struct ClusterState {
     pub index: crate::index::FreeIndex,
     /// `GpuHot` of every GPU, same indices as `gpus`.
     pub hot: Vec<GpuHot>,
+    /// Largest node CPU and GPU capacity in the fleet (policies normalize by them).
+    pub max_node_cpu: u32,
+    pub max_node_gpu_milli: u32,
+    /// Per node, tasks running by kind (see [`task_tag`]), for GPU clustering.
+    pub node_tags: Vec<[u16; TASK_TAGS]>,
+}
+
+/// Task kinds counted per node: 0 = a GPU share, k = k whole GPUs (1..=8), 9 = other.
+pub const TASK_TAGS: usize = 10;
+
+/// The kind of a GPU task, for clustering; `None` for CPU-only tasks.
+pub fn task_tag(need: &crate::request::GpuNeed) -> Option<usize> {
+    use crate::request::GpuNeed;
+    match need {
+        GpuNeed::None => None,
+        GpuNeed::Share { milli, .. } if *milli < 1000 => Some(0),
+        GpuNeed::Share { .. } => Some(1),
+        GpuNeed::Whole { count } if *count <= 8 => Some(*count as usize),
+        _ => Some(TASK_TAGS - 1),
+    }
 }
 
 impl ClusterState {
@@ -263,6 +294,9 @@ impl ClusterState {
             used_milli_total: 0,
             index: crate::index::FreeIndex::new(fleet.nodes.len()),
             hot: Vec::new(),
+            max_node_cpu: 0,
+            max_node_gpu_milli: 0,
+            node_tags: vec![[0; TASK_TAGS]; fleet.nodes.len()],
         };
         let mut signature_ids: BTreeMap<Signature, u16> = BTreeMap::new();
         let mut rack_ids: BTreeMap<String, u32> = BTreeMap::new();
@@ -335,6 +369,8 @@ impl ClusterState {
                 next_signature
             });
             state.signature_nodes[signature as usize].push(node_idx);
+            state.max_node_cpu = state.max_node_cpu.max(node.cpu.0);
+            state.max_node_gpu_milli = state.max_node_gpu_milli.max(node.gpus.len() as u32 * 1000);
             state.info.push(NodeInfo {
                 name: node.name.clone(),
                 labels: node.labels.clone(),
