@@ -136,6 +136,37 @@ impl Catalog {
         self.models.iter().any(|m| m.mig.as_ref().is_some_and(|g| g.profile(profile).is_some()))
     }
 
+    /// A copy of this catalog that also knows `names` as generic models: no MIG, no NVLink,
+    /// unknown architecture and memory (16 GiB assumed). For traces whose GPU models are
+    /// undisclosed (the Alibaba trace's G1/G2/G3) or absent from the catalog: they are
+    /// modelled as plain shareable GPUs rather than refused. Names already known are kept as
+    /// they are.
+    pub fn with_generic_models<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Catalog {
+        let mut catalog = self.clone();
+        for name in names {
+            if catalog.lookup(name).is_some() {
+                continue;
+            }
+            let id = ModelId(catalog.models.len() as u16);
+            catalog.models.push(GpuModel {
+                id: name.to_string(),
+                nvml_names: Vec::new(),
+                aliases: Vec::new(),
+                architecture: "generic".into(),
+                compute_capability: (0, 0),
+                memory: Bytes::gib(16),
+                sm_count: None,
+                mig: None,
+                nvlink: NvlinkFabric::None,
+                unverified: true,
+                unverified_fields: vec!["generic model: nothing is known of it but its name".into()],
+                sources: Vec::new(),
+            });
+            catalog.by_name.insert(normalize(name), id);
+        }
+        catalog
+    }
+
     /// Largest memory of any model (for "larger than any GPU" checks).
     pub fn max_memory(&self) -> Bytes {
         self.models.iter().map(|m| m.memory).max().unwrap_or_default()

@@ -176,3 +176,13 @@ proptest! {
         prop_assert!(g.validate_layout(&model.id, &spec).is_ok());
     }
 }
+
+#[test]
+fn generic_models_extend_a_copy_of_the_catalog() {
+    let base = Catalog::embedded();
+    let extended = base.with_generic_models(["G2", "T4-16GB", "P100"]);
+    assert_eq!(extended.models().len(), base.models().len() + 2, "known names are not duplicated");
+    let g2 = extended.model(extended.lookup("g2").expect("generic model"));
+    assert!(g2.mig.is_none() && g2.unverified);
+    assert!(base.lookup("G2").is_none(), "the embedded catalog is untouched");
+}

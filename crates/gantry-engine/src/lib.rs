@@ -126,6 +126,27 @@ impl Engine {
         &self.allocations
     }
 
+    /// Device classes (bit = class index) whose model matches any pattern; all when empty.
+    /// Builds the `classes` of a FGD task type from a model constraint.
+    pub fn class_mask(&self, patterns: &[gantry_types::ModelPattern]) -> u64 {
+        if patterns.is_empty() {
+            return u64::MAX;
+        }
+        self.state.classes.iter().enumerate().filter(|(_, c)| patterns.iter().any(|p| self.catalog.model(c.model).names().any(|n| p.matches(n)))).fold(0, |m, (i, _)| m | 1u64.checked_shl(i as u32).unwrap_or(0))
+    }
+
+    /// The fleet's expected fragment under the engine's task-type distribution, in milli-GPU
+    /// (FGD's cluster-level measure). O(fleet); for reports, not for decisions.
+    pub fn fragmentation_milli(&mut self) -> f64 {
+        let shapes = self.frag.shapes().to_vec();
+        let weight: u64 = shapes.iter().map(|(_, w)| *w).sum();
+        if weight == 0 {
+            return 0.0;
+        }
+        let total: u64 = (0..self.state.nodes.len() as state::NodeIdx).map(|n| policy::node_fragmentation_of(&self.state, n, &shapes)).sum();
+        total as f64 / weight as f64
+    }
+
     /// Compile a job against this fleet (selector, classes). Do it once per job.
     pub fn compile(&self, job: &Job) -> Result<CompiledJob, EngineError> {
         request::compile(job, &self.state, self.catalog)

@@ -260,7 +260,7 @@ impl<'a> Placer<'a> {
             NodeScope::Rack(r) => Box::new(self.rack_nodes[r as usize].iter().copied()),
             NodeScope::Node(n) => Box::new(std::iter::once(n)),
         };
-        let mut best: Option<(Score, u64, NodeIdx)> = None;
+        let mut best: Option<((Score, u64), NodeIdx)> = None;
         let (mut visited, mut feasible, mut stopped_early) = (0u32, 0u32, false);
         let mut reasons = Vec::new();
         let mut skipped: Vec<(u16, u32)> = Vec::new();
@@ -286,19 +286,27 @@ impl<'a> Placer<'a> {
             let frag_before = policy::fragmentation_before(state, node, &ctx);
             for (i, option) in self.options.iter().enumerate() {
                 let score = policy::score(state, node, group, option, &ctx, frag_before);
-                // Ties between nodes: seeded hash of the node. Ties within a node: the first
-                // option (lowest GPU index), except for policies that pick GPUs at random.
+                // Node keys, then a seeded hash of the node (random tie-break between nodes),
+                // then option keys; a complete tie keeps the first option (lowest GPU index),
+                // except for policies that pick a node's GPU at random.
+                // Packing policies break node ties by node order (first visited wins: they walk
+                // from node 0); spreading ones by a seeded hash.
                 let salt = if self.policy.random_gpu() { i as u64 } else { 0 };
-                let tiebreak = mix(self.decision_seed ^ ((node as u64) << 8) ^ salt);
-                if best.is_none_or(|(s, t, _)| (score, tiebreak) > (s, t)) {
-                    best = Some((score, tiebreak, node));
+                let hash = if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8) ^ salt) } else { 0 };
+                let key = (Score { node: score.node, option: [0, 0] }, hash);
+                let better = match &best {
+                    None => true,
+                    Some(((s, t), _)) => (key.0.node, key.1, score.option) > (s.node, *t, s.option),
+                };
+                if better {
+                    best = Some(((score, key.1), node));
                     self.best_option.clone_from(option);
                 }
             }
         }
         self.stats.nodes_visited += visited as u64;
         match best {
-            Some((_, _, node)) => Ok(TaskGrant {
+            Some((_, node)) => Ok(TaskGrant {
                 group: group_index,
                 replica,
                 tag: crate::state::task_tag(&group.gpu).map(|t| t as u8),

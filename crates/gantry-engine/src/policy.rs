@@ -88,8 +88,14 @@ impl FromStr for Policy {
     }
 }
 
-/// A candidate's score: compared lexicographically, higher wins.
-pub type Score = [i64; 7];
+/// A candidate's score. Candidates compare by `node` keys, then by the node tie-break (node
+/// order for packing policies, a seeded hash for spreading ones), then by `option` keys (which
+/// GPUs within the node), higher wins at each step; the first option wins a complete tie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Score {
+    pub node: [i64; 5],
+    pub option: [i64; 2],
+}
 
 /// What scoring needs beyond the node and the option.
 #[derive(Debug)]
@@ -125,6 +131,11 @@ pub fn fragmentation_before(state: &ClusterState, node: NodeIdx, ctx: &ScoreCont
         return 0;
     }
     node_fragmentation(state, node, None, 0, ctx.shapes)
+}
+
+/// Weighted fragmentation of `node` as it stands.
+pub fn node_fragmentation_of(state: &ClusterState, node: NodeIdx, shapes: &[(Shape, u64)]) -> u64 {
+    node_fragmentation(state, node, None, 0, shapes)
 }
 
 /// Weighted fragmentation of `node`, optionally as if `option` (and `cpu`) were taken.
@@ -170,24 +181,25 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
     let same_rack = ctx.gang_racks.contains(&n.rack) as i64;
     let gpu_free_after = (n.gpu_count as i64 * 1000 - n.used_milli as i64 - milli).max(0);
     let cpu_free_after = n.cpu_free as i64 - group.cpu as i64;
-    let keys = |a: i64, b: i64, c: i64, d: i64| [borrowed, unit, level, a, b, c, d];
-    match ctx.policy {
-        Policy::Random => keys(0, 0, 0, 0),
-        Policy::BestFit => keys(best_fit(state, cpu_free_after, gpu_free_after), gpu_fit, 0, 0),
-        Policy::Spread => keys(-best_fit(state, cpu_free_after, gpu_free_after), -gpu_fit, 0, 0),
-        Policy::DotProduct => keys(dot_product(state, n.cpu_free, n.gpu_count * 1000 - n.used_milli, group.cpu, milli), gpu_fit, 0, 0),
-        Policy::GpuPacking => keys(gpu_packing(state, node, group), gpu_fit, 0, 0),
-        Policy::GpuClustering => keys(gpu_clustering(state, node, group), gpu_fit, 0, 0),
+    let keys = |a: i64, b: i64| [borrowed, unit, level, a, b];
+    let (node_keys, option_keys) = match ctx.policy {
+        Policy::Random => (keys(0, 0), [0, 0]),
+        Policy::BestFit => (keys(best_fit(state, cpu_free_after, gpu_free_after), 0), [gpu_fit, 0]),
+        Policy::Spread => (keys(-best_fit(state, cpu_free_after, gpu_free_after), 0), [-gpu_fit, 0]),
+        Policy::DotProduct => (keys(dot_product(state, n.cpu_free, n.gpu_count * 1000 - n.used_milli, group.cpu, milli), 0), [gpu_fit, 0]),
+        Policy::GpuPacking => (keys(gpu_packing(state, node, group), 0), [gpu_fit, 0]),
+        Policy::GpuClustering => (keys(gpu_clustering(state, node, group), 0), [gpu_fit, 0]),
         Policy::Fgd => {
             let after = node_fragmentation(state, node, Some(option), group.cpu, ctx.shapes);
-            keys(fgd_score(frag_before, after, ctx.shape_weight), 0, 0, 0)
+            (keys(fgd_score(frag_before, after, ctx.shape_weight), 0), [0, 0])
         }
-        Policy::Topology => keys(same_rack, best_fit(state, cpu_free_after, gpu_free_after), gpu_fit, 0),
+        Policy::Topology => (keys(same_rack, best_fit(state, cpu_free_after, gpu_free_after)), [gpu_fit, 0]),
         Policy::Default => {
             let after = node_fragmentation(state, node, Some(option), group.cpu, ctx.shapes);
-            keys(same_rack, frag_before as i64 - after as i64, best_fit(state, cpu_free_after, gpu_free_after), gpu_fit)
+            (keys(same_rack, frag_before as i64 - after as i64), [best_fit(state, cpu_free_after, gpu_free_after), gpu_fit])
         }
-    }
+    };
+    Score { node: node_keys, option: option_keys }
 }
 
 /// Whole grants that take an MPS or time-sliced GPU out of its sharing pool.

@@ -4,6 +4,7 @@
 
 mod catalog_cmd;
 mod place_cmd;
+mod sim_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,6 +24,9 @@ enum Command {
     /// List GPU models and their MIG profiles with legal placements.
     #[command(after_help = catalog_cmd::EXAMPLES)]
     Catalog(catalog_cmd::CatalogArgs),
+    /// Replay a trace under scoring policies (the FGD paper's protocol) and measure allocation.
+    #[command(after_help = sim_cmd::EXAMPLES)]
+    Sim(sim_cmd::SimArgs),
     /// Check a fleet file and/or a workload file without placing anything.
     #[command(after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml")]
     Validate(place_cmd::ValidateArgs),
@@ -34,6 +38,7 @@ fn main() -> ExitCode {
         Command::Place(args) => place_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Validate(args) => place_cmd::validate(args),
+        Command::Sim(args) => sim_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,203 @@
+//! Reader for the Alibaba GPU cluster trace v2023 ("openb", used by the FGD paper): a node list
+//! (`sn,cpu_milli,memory_mib,gpu,model`) and pod lists (`name,cpu_milli,memory_mib,num_gpu,
+//! gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time`).
+//!
+//! Strict mode refuses the file at the first bad row, naming file, line and column; lenient
+//! mode skips bad rows and counts them by reason. Either way a row is never half-read.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A node of the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceNode {
+    pub name: String,
+    pub cpu_milli: u32,
+    pub memory_mib: u64,
+    pub gpus: u32,
+    /// GPU model code as in the trace (`T4`, `V100M32`, `G2`, ...); empty for CPU-only nodes.
+    pub model: String,
+}
+
+/// A pod of the trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TracePod {
+    pub name: String,
+    pub cpu_milli: u32,
+    pub memory_mib: u64,
+    pub num_gpu: u32,
+    /// Compute per GPU, 1..=1000 (1000 for whole GPUs; 0 for CPU-only pods).
+    pub gpu_milli: u32,
+    /// Accepted GPU models (`V100M16|V100M32` → two); empty = any.
+    pub gpu_spec: Vec<String>,
+    pub qos: String,
+    pub creation_s: Option<u64>,
+    pub deletion_s: Option<u64>,
+}
+
+impl TracePod {
+    /// Total GPU compute the pod asks for, in milli-GPU.
+    pub fn total_gpu_milli(&self) -> u64 {
+        self.gpu_milli as u64 * self.num_gpu as u64
+    }
+}
+
+/// Why a trace could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot read {file}: {source}")]
+    Io { file: String, source: std::io::Error },
+    #[error("{file}: missing column `{column}` (columns: {found})")]
+    MissingColumn { file: String, column: String, found: String },
+    #[error("{file}:{line}: {problem}")]
+    BadRow { file: String, line: u64, problem: String },
+    #[error("{file}: no rows")]
+    Empty { file: String },
+}
+
+/// Rows skipped in lenient mode, by reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Skipped {
+    pub total: u64,
+    pub by_reason: BTreeMap<String, u64>,
+}
+
+/// Strict: the first bad row is an error. Lenient: bad rows are skipped and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Strict,
+    Lenient,
+}
+
+struct Table {
+    file: String,
+    reader: csv::Reader<std::fs::File>,
+    columns: BTreeMap<String, usize>,
+}
+
+impl Table {
+    fn open(path: &Path, required: &[&str]) -> Result<Table, TraceError> {
+        let file = path.display().to_string();
+        let handle = std::fs::File::open(path).map_err(|source| TraceError::Io { file: file.clone(), source })?;
+        let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(handle);
+        let headers = reader.headers().map_err(|e| TraceError::BadRow { file: file.clone(), line: 1, problem: e.to_string() })?.clone();
+        let columns: BTreeMap<String, usize> = headers.iter().enumerate().map(|(i, h)| (h.trim().to_string(), i)).collect();
+        for column in required {
+            if !columns.contains_key(*column) {
+                let found = headers.iter().collect::<Vec<_>>().join(",");
+                return Err(TraceError::MissingColumn { file, column: column.to_string(), found });
+            }
+        }
+        Ok(Table { file, reader, columns })
+    }
+}
+
+fn field<'r>(record: &'r csv::StringRecord, columns: &BTreeMap<String, usize>, name: &str) -> Result<&'r str, String> {
+    let index = columns[name];
+    record.get(index).map(str::trim).ok_or_else(|| format!("row has {} fields, `{name}` is field {}", record.len(), index + 1))
+}
+
+fn number<T: std::str::FromStr>(text: &str, name: &str) -> Result<T, String> {
+    text.parse().map_err(|_| format!("`{name}` is {text:?}, not a non-negative whole number"))
+}
+
+fn optional_time(text: &str, name: &str) -> Result<Option<u64>, String> {
+    if text.is_empty() || text.eq_ignore_ascii_case("nan") {
+        return Ok(None);
+    }
+    // Times are seconds; some exports write them as floats ("12.0").
+    let value: f64 = text.parse().map_err(|_| format!("`{name}` is {text:?}, not a time in seconds"))?;
+    if !(value.is_finite() && value >= 0.0) {
+        return Err(format!("`{name}` is {text:?}: times must be non-negative"));
+    }
+    Ok(Some(value as u64))
+}
+
+/// Read rows with `parse`, applying the mode's policy to bad rows.
+fn read_rows<T>(
+    mut table: Table,
+    mode: Mode,
+    skipped: &mut Skipped,
+    mut parse: impl FnMut(&csv::StringRecord, &BTreeMap<String, usize>) -> Result<T, String>,
+) -> Result<Vec<T>, TraceError> {
+    let mut rows = Vec::new();
+    for (i, record) in table.reader.records().enumerate() {
+        let line = i as u64 + 2;
+        let outcome = record.map_err(|e| e.to_string()).and_then(|r| parse(&r, &table.columns));
+        match (outcome, mode) {
+            (Ok(row), _) => rows.push(row),
+            (Err(problem), Mode::Strict) => return Err(TraceError::BadRow { file: table.file.clone(), line, problem }),
+            (Err(problem), Mode::Lenient) => {
+                let reason = problem.split(" is ").next().unwrap_or(&problem).to_string();
+                skipped.total += 1;
+                *skipped.by_reason.entry(reason).or_default() += 1;
+            }
+        }
+    }
+    if rows.is_empty() {
+        return Err(TraceError::Empty { file: table.file });
+    }
+    Ok(rows)
+}
+
+/// Read a node list. GPU-less nodes are kept (CPU-only capacity).
+pub fn read_nodes(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<TraceNode>, TraceError> {
+    let table = Table::open(path, &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?;
+    read_rows(table, mode, skipped, |r, c| {
+        let gpus: u32 = number(field(r, c, "gpu")?, "gpu")?;
+        let model = field(r, c, "model")?;
+        let model = if model.is_empty() || model.eq_ignore_ascii_case("nan") { String::new() } else { model.to_string() };
+        if gpus > 64 {
+            return Err(format!("`gpu` is {gpus}: more than 64 GPUs on one node"));
+        }
+        if gpus > 0 && model.is_empty() {
+            return Err("`model` is empty for a node with GPUs".into());
+        }
+        Ok(TraceNode {
+            name: field(r, c, "sn")?.to_string(),
+            cpu_milli: number(field(r, c, "cpu_milli")?, "cpu_milli")?,
+            memory_mib: number(field(r, c, "memory_mib")?, "memory_mib")?,
+            gpus,
+            model,
+        })
+    })
+}
+
+/// Read a pod list.
+pub fn read_pods(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<TracePod>, TraceError> {
+    let table = Table::open(path, &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"])?;
+    read_rows(table, mode, skipped, |r, c| {
+        let num_gpu: u32 = number(field(r, c, "num_gpu")?, "num_gpu")?;
+        let gpu_milli: u32 = number(field(r, c, "gpu_milli")?, "gpu_milli")?;
+        if num_gpu > 64 {
+            return Err(format!("`num_gpu` is {num_gpu}: more than any node holds"));
+        }
+        if num_gpu > 0 && !(1..=1000).contains(&gpu_milli) {
+            return Err(format!("`gpu_milli` is {gpu_milli}: must be 1..=1000 for a GPU pod"));
+        }
+        if num_gpu > 1 && gpu_milli != 1000 {
+            return Err(format!("`gpu_milli` is {gpu_milli}: multi-GPU pods take whole GPUs (1000)"));
+        }
+        let optional = |name: &str| c.get(name).map(|_| field(r, c, name)).transpose();
+        let spec = optional("gpu_spec")?.unwrap_or("");
+        let gpu_spec = if spec.eq_ignore_ascii_case("nan") { Vec::new() } else { spec.split('|').filter(|s| !s.is_empty()).map(str::to_string).collect() };
+        let creation_s = optional_time(optional("creation_time")?.unwrap_or(""), "creation_time")?;
+        let deletion_s = optional_time(optional("deletion_time")?.unwrap_or(""), "deletion_time")?;
+        if let (Some(c), Some(d)) = (creation_s, deletion_s)
+            && d < c
+        {
+            return Err(format!("`deletion_time` is {d}: before creation_time {c}"));
+        }
+        Ok(TracePod {
+            name: field(r, c, "name")?.to_string(),
+            cpu_milli: number(field(r, c, "cpu_milli")?, "cpu_milli")?,
+            memory_mib: number(field(r, c, "memory_mib")?, "memory_mib")?,
+            num_gpu,
+            gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli },
+            gpu_spec,
+            qos: optional("qos")?.unwrap_or("").to_string(),
+            creation_s,
+            deletion_s,
+        })
+    })
+}

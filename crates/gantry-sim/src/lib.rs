@@ -1,0 +1,15 @@
+//! gantry's simulator: replays traces through the unchanged engine on a virtual clock.
+//!
+//! The key decision: the simulator owns no scheduling logic. It turns a trace into engine
+//! inputs (a fleet, jobs, a task-type distribution), calls the same `Engine::place` and
+//! `Engine::release` the live controller will call, and measures. A policy that wins here is
+//! the code that runs in production. No async runtime, no store, no clock but the virtual one;
+//! same trace, policy and seed ⇒ same result.
+
+pub mod alibaba;
+pub mod protocol_a;
+pub mod trace;
+
+pub use alibaba::{Mode, Skipped, TraceError, TraceNode, TracePod};
+pub use protocol_a::{Arrival, ProtocolA, RunResult};
+pub use trace::{SimFleet, typical_shapes};
