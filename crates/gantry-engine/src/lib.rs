@@ -79,6 +79,8 @@ pub struct Engine {
     config: EngineConfig,
     frag: FragModel,
     rack_nodes: Vec<Vec<state::NodeIdx>>,
+    /// Per-node fragmentation cache (see `Placer::frag_cache`).
+    frag_cache: Vec<(u32, u64)>,
     allocations: BTreeMap<AllocId, Allocation>,
     next_alloc: AllocId,
     decisions: u64,
@@ -96,12 +98,14 @@ impl Engine {
             Some(shapes) => FragModel::given(shapes),
             None => FragModel::learning(),
         };
+        let frag_cache = vec![(0, 0); state.nodes.len()];
         Ok(Engine {
             catalog,
             state,
             config,
             frag,
             rack_nodes,
+            frag_cache,
             allocations: BTreeMap::new(),
             next_alloc: 1,
             decisions: 0,
@@ -132,7 +136,12 @@ impl Engine {
         if patterns.is_empty() {
             return u64::MAX;
         }
-        self.state.classes.iter().enumerate().filter(|(_, c)| patterns.iter().any(|p| self.catalog.model(c.model).names().any(|n| p.matches(n)))).fold(0, |m, (i, _)| m | 1u64.checked_shl(i as u32).unwrap_or(0))
+        self.state
+            .classes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| patterns.iter().any(|p| self.catalog.model(c.model).names().any(|n| p.matches(n))))
+            .fold(0, |m, (i, _)| m | 1u64.checked_shl(i as u32).unwrap_or(0))
     }
 
     /// The fleet's expected fragment under the engine's task-type distribution, in milli-GPU
@@ -143,7 +152,9 @@ impl Engine {
         if weight == 0 {
             return 0.0;
         }
-        let total: u64 = (0..self.state.nodes.len() as state::NodeIdx).map(|n| policy::node_fragmentation_of(&self.state, n, &shapes)).sum();
+        let total: u64 = (0..self.state.nodes.len() as state::NodeIdx)
+            .map(|n| policy::node_fragmentation_of(&self.state, n, &shapes))
+            .sum();
         total as f64 / weight as f64
     }
 
@@ -168,6 +179,7 @@ impl Engine {
             self.config.limits,
             &shapes,
             &self.rack_nodes,
+            if self.config.shapes.is_some() { Some(&mut self.frag_cache) } else { None },
             decision_seed,
         );
         let result = placer.place_job(job);

@@ -9,7 +9,7 @@
 use crate::fit::{self, GpuScope, TaskOption};
 use crate::frag::{FragModel, Shape};
 use crate::index;
-use crate::ledger::{self, TaskGrant};
+use crate::ledger::{self, Grant, TaskGrant};
 use crate::limits::SearchLimits;
 use crate::policy::{self, Policy, Score, ScoreContext};
 use crate::request::{CompiledGroup, CompiledJob, GpuNeed};
@@ -40,6 +40,9 @@ pub(crate) struct Placer<'a> {
     pub limits: SearchLimits,
     pub shapes: &'a [(Shape, u64)],
     pub rack_nodes: &'a [Vec<NodeIdx>],
+    /// Per node: (version + 1, fragmentation) of the last computation, when the type
+    /// distribution is fixed; `None` when it is being learned (values would go stale).
+    pub frag_cache: Option<&'a mut Vec<(u32, u64)>>,
     pub rng: SeededRng,
     pub decision_seed: u64,
     /// Tasks applied so far in this decision (the gang's transaction).
@@ -58,6 +61,7 @@ impl<'a> Placer<'a> {
         limits: SearchLimits,
         shapes: &'a [(Shape, u64)],
         rack_nodes: &'a [Vec<NodeIdx>],
+        frag_cache: Option<&'a mut Vec<(u32, u64)>>,
         decision_seed: u64,
     ) -> Placer<'a> {
         Placer {
@@ -66,6 +70,7 @@ impl<'a> Placer<'a> {
             limits,
             shapes,
             rack_nodes,
+            frag_cache,
             rng: SeededRng::new(decision_seed),
             decision_seed,
             applied: Vec::new(),
@@ -283,8 +288,31 @@ impl<'a> Placer<'a> {
             }
             feasible += 1;
             self.stats.options_scored += self.options.len() as u64;
-            let frag_before = policy::fragmentation_before(state, node, &ctx);
+            let frag_before = match self.frag_cache.as_deref_mut() {
+                Some(cache) if ctx.policy.needs_shapes() => {
+                    let version = state.nodes[node as usize].version.0.wrapping_add(1);
+                    let entry = &mut cache[node as usize];
+                    if entry.0 != version {
+                        *entry = (version, policy::fragmentation_before(state, node, &ctx));
+                    }
+                    entry.1
+                }
+                _ => policy::fragmentation_before(state, node, &ctx),
+            };
+            // Options on GPUs with the same free compute lead to the same state: score the
+            // first of each (lowest GPU index, which wins ties anyway), unless GPUs are drawn
+            // at random.
+            let mut seen_free: smallvec::SmallVec<[u32; 8]> = smallvec::SmallVec::new();
             for (i, option) in self.options.iter().enumerate() {
+                if let [Grant::Mps { gpu, .. } | Grant::TimeSlice { gpu, .. }] = option.grants.as_slice()
+                    && !self.policy.random_gpu()
+                {
+                    let free = state.hot[*gpu as usize].frag_free as u32;
+                    if seen_free.contains(&free) {
+                        continue;
+                    }
+                    seen_free.push(free);
+                }
                 let score = policy::score(state, node, group, option, &ctx, frag_before);
                 // Node keys, then a seeded hash of the node (random tie-break between nodes),
                 // then option keys; a complete tie keeps the first option (lowest GPU index),
@@ -292,7 +320,8 @@ impl<'a> Placer<'a> {
                 // Packing policies break node ties by node order (first visited wins: they walk
                 // from node 0); spreading ones by a seeded hash.
                 let salt = if self.policy.random_gpu() { i as u64 } else { 0 };
-                let hash = if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8) ^ salt) } else { 0 };
+                let hash =
+                    if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8) ^ salt) } else { 0 };
                 let key = (Score { node: score.node, option: [0, 0] }, hash);
                 let better = match &best {
                     None => true,

@@ -139,7 +139,13 @@ pub fn node_fragmentation_of(state: &ClusterState, node: NodeIdx, shapes: &[(Sha
 }
 
 /// Weighted fragmentation of `node`, optionally as if `option` (and `cpu`) were taken.
-fn node_fragmentation(state: &ClusterState, node: NodeIdx, option: Option<&TaskOption>, cpu: u32, shapes: &[(Shape, u64)]) -> u64 {
+fn node_fragmentation(
+    state: &ClusterState,
+    node: NodeIdx,
+    option: Option<&TaskOption>,
+    cpu: u32,
+    shapes: &[(Shape, u64)],
+) -> u64 {
     let n = &state.nodes[node as usize];
     let first = n.gpu_first;
     let mut free = [0u32; crate::limits::GPUS_PER_NODE_MAX];
@@ -169,7 +175,14 @@ fn node_fragmentation(state: &ClusterState, node: NodeIdx, option: Option<&TaskO
 
 /// Score placing one task of `group` on `node` with `option`; `frag_before` comes from
 /// [`fragmentation_before`] for the same node.
-pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option: &TaskOption, ctx: &ScoreContext<'_>, frag_before: u64) -> Score {
+pub fn score(
+    state: &ClusterState,
+    node: NodeIdx,
+    group: &CompiledGroup,
+    option: &TaskOption,
+    ctx: &ScoreContext<'_>,
+    frag_before: u64,
+) -> Score {
     let n = &state.nodes[node as usize];
     let milli = option_milli(state, option) as i64;
     // Keys shared by every policy: do not take shared GPUs whole when whole-mode ones exist,
@@ -186,7 +199,9 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
         Policy::Random => (keys(0, 0), [0, 0]),
         Policy::BestFit => (keys(best_fit(state, cpu_free_after, gpu_free_after), 0), [gpu_fit, 0]),
         Policy::Spread => (keys(-best_fit(state, cpu_free_after, gpu_free_after), 0), [-gpu_fit, 0]),
-        Policy::DotProduct => (keys(dot_product(state, n.cpu_free, n.gpu_count * 1000 - n.used_milli, group.cpu, milli), 0), [gpu_fit, 0]),
+        Policy::DotProduct => {
+            (keys(dot_product(state, n.cpu_free, n.gpu_count * 1000 - n.used_milli, group.cpu, milli), 0), [gpu_fit, 0])
+        }
         Policy::GpuPacking => (keys(gpu_packing(state, node, group), 0), [gpu_fit, 0]),
         Policy::GpuClustering => (keys(gpu_clustering(state, node, group), 0), [gpu_fit, 0]),
         Policy::Fgd => {
@@ -196,7 +211,7 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
         Policy::Topology => (keys(same_rack, best_fit(state, cpu_free_after, gpu_free_after)), [gpu_fit, 0]),
         Policy::Default => {
             let after = node_fragmentation(state, node, Some(option), group.cpu, ctx.shapes);
-            (keys(same_rack, frag_before as i64 - after as i64), [best_fit(state, cpu_free_after, gpu_free_after), gpu_fit])
+            (keys(same_rack, fgd_score(frag_before, after, ctx.shape_weight)), [gpu_fit, 0])
         }
     };
     Score { node: node_keys, option: option_keys }
@@ -204,7 +219,8 @@ pub fn score(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, option:
 
 /// Whole grants that take an MPS or time-sliced GPU out of its sharing pool.
 fn borrowed_shared_gpus(state: &ClusterState, option: &TaskOption) -> i64 {
-    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !state.hot[*gpu as usize].whole_mode())).count() as i64
+    option.grants.iter().filter(|g| matches!(g, Grant::Whole { gpu } if !state.hot[*gpu as usize].whole_mode())).count()
+        as i64
 }
 
 /// Compute left on the GPUs the option uses, after placement (lower = better fit).
@@ -213,7 +229,9 @@ fn chosen_gpu_free_after(state: &ClusterState, option: &TaskOption) -> i64 {
         .grants
         .iter()
         .map(|g| match g {
-            Grant::Mps { gpu, milli, .. } | Grant::TimeSlice { gpu, milli, .. } => state.gpus[*gpu as usize].free_milli() as i64 - *milli as i64,
+            Grant::Mps { gpu, milli, .. } | Grant::TimeSlice { gpu, milli, .. } => {
+                state.gpus[*gpu as usize].free_milli() as i64 - *milli as i64
+            }
             Grant::Mig { gpu, .. } => state.gpus[*gpu as usize].free_milli() as i64,
             Grant::Whole { .. } => 0,
         })
@@ -236,7 +254,8 @@ fn dot_product(state: &ClusterState, cpu_free: u32, gpu_free: u32, cpu_req: u32,
         return 0;
     }
     let (cpu_max, gpu_max) = (state.max_node_cpu.max(1) as f64, state.max_node_gpu_milli.max(1) as f64);
-    let dot = (cpu_free as f64 / cpu_max) * (cpu_req as f64 / cpu_max) + (gpu_free as f64 / gpu_max) * (gpu_req as f64 / gpu_max);
+    let dot = (cpu_free as f64 / cpu_max) * (cpu_req as f64 / cpu_max)
+        + (gpu_free as f64 / gpu_max) * (gpu_req as f64 / gpu_max);
     (100.0 * (1.0 - dot / 2.0)) as i64
 }
 
@@ -249,7 +268,8 @@ fn gpu_packing(state: &ClusterState, node: NodeIdx, group: &CompiledGroup) -> i6
         GpuNeed::Share { milli, .. } => (milli, 1),
         _ => return 0,
     };
-    let mut free: smallvec::SmallVec<[u32; 16]> = state.node_hot(node).iter().filter(|g| g.frag_free != HOT_NO_FRAG).map(|g| g.frag_free as u32).collect();
+    let mut free: smallvec::SmallVec<[u32; 16]> =
+        state.node_hot(node).iter().filter(|g| g.frag_free != HOT_NO_FRAG).map(|g| g.frag_free as u32).collect();
     let idle = free.iter().filter(|&&f| f == 1000).count() as i64;
     if idle == free.len() as i64 {
         return (33 - idle).max(idle);

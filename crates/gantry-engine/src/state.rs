@@ -216,7 +216,23 @@ pub struct NodeState {
     pub max_share_free: u32,
     /// Bit per MIG profile index with at least one free instance on this node.
     pub mig_free_mask: u32,
+    /// Bumped by the ledger on every change to the node (for caches of per-node values).
+    pub version: CacheVersion,
 }
+
+/// A change counter for caches. Not part of a node's logical state: two nodes with the same
+/// capacity and allocations are equal whatever their counters say, so a rolled-back gang
+/// still leaves an *equal* state behind.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheVersion(pub u32);
+
+impl PartialEq for CacheVersion {
+    fn eq(&self, _: &CacheVersion) -> bool {
+        true
+    }
+}
+
+impl Eq for CacheVersion {}
 
 /// What a node's hardware can ever offer: its GPUs' device classes and, for MIG GPUs, which
 /// profiles their layouts hold. Nodes with equal signatures are interchangeable for static
@@ -390,6 +406,7 @@ impl ClusterState {
                 signature,
                 max_share_free: 0,
                 mig_free_mask: 0,
+                version: CacheVersion(0),
             });
             let node = state.nodes.len() as NodeIdx - 1;
             state.refresh_summary(node);
@@ -419,6 +436,7 @@ impl ClusterState {
         let n = &mut self.nodes[node as usize];
         n.max_share_free = share;
         n.mig_free_mask = mig;
+        n.version = CacheVersion(n.version.0.wrapping_add(1));
         let room = crate::index::Room { whole_free: n.whole_free, mps, time_slice, mig_free_mask: mig };
         self.index.update(node, room);
     }

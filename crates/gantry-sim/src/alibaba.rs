@@ -80,8 +80,12 @@ impl Table {
         let file = path.display().to_string();
         let handle = std::fs::File::open(path).map_err(|source| TraceError::Io { file: file.clone(), source })?;
         let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(handle);
-        let headers = reader.headers().map_err(|e| TraceError::BadRow { file: file.clone(), line: 1, problem: e.to_string() })?.clone();
-        let columns: BTreeMap<String, usize> = headers.iter().enumerate().map(|(i, h)| (h.trim().to_string(), i)).collect();
+        let headers = reader
+            .headers()
+            .map_err(|e| TraceError::BadRow { file: file.clone(), line: 1, problem: e.to_string() })?
+            .clone();
+        let columns: BTreeMap<String, usize> =
+            headers.iter().enumerate().map(|(i, h)| (h.trim().to_string(), i)).collect();
         for column in required {
             if !columns.contains_key(*column) {
                 let found = headers.iter().collect::<Vec<_>>().join(",");
@@ -94,7 +98,10 @@ impl Table {
 
 fn field<'r>(record: &'r csv::StringRecord, columns: &BTreeMap<String, usize>, name: &str) -> Result<&'r str, String> {
     let index = columns[name];
-    record.get(index).map(str::trim).ok_or_else(|| format!("row has {} fields, `{name}` is field {}", record.len(), index + 1))
+    record
+        .get(index)
+        .map(str::trim)
+        .ok_or_else(|| format!("row has {} fields, `{name}` is field {}", record.len(), index + 1))
 }
 
 fn number<T: std::str::FromStr>(text: &str, name: &str) -> Result<T, String> {
@@ -146,7 +153,8 @@ pub fn read_nodes(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<
     read_rows(table, mode, skipped, |r, c| {
         let gpus: u32 = number(field(r, c, "gpu")?, "gpu")?;
         let model = field(r, c, "model")?;
-        let model = if model.is_empty() || model.eq_ignore_ascii_case("nan") { String::new() } else { model.to_string() };
+        let model =
+            if model.is_empty() || model.eq_ignore_ascii_case("nan") { String::new() } else { model.to_string() };
         if gpus > 64 {
             return Err(format!("`gpu` is {gpus}: more than 64 GPUs on one node"));
         }
@@ -180,7 +188,11 @@ pub fn read_pods(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<T
         }
         let optional = |name: &str| c.get(name).map(|_| field(r, c, name)).transpose();
         let spec = optional("gpu_spec")?.unwrap_or("");
-        let gpu_spec = if spec.eq_ignore_ascii_case("nan") { Vec::new() } else { spec.split('|').filter(|s| !s.is_empty()).map(str::to_string).collect() };
+        let gpu_spec = if spec.eq_ignore_ascii_case("nan") {
+            Vec::new()
+        } else {
+            spec.split('|').filter(|s| !s.is_empty()).map(str::to_string).collect()
+        };
         let creation_s = optional_time(optional("creation_time")?.unwrap_or(""), "creation_time")?;
         let deletion_s = optional_time(optional("deletion_time")?.unwrap_or(""), "deletion_time")?;
         if let (Some(c), Some(d)) = (creation_s, deletion_s)

@@ -117,7 +117,10 @@ pub fn arrivals_from_names(pods: &[TracePod], names: &[String]) -> Result<Vec<Ar
         .enumerate()
         .map(|(line, name)| {
             let base = name.split("-tuned-").next().unwrap_or(name);
-            index.get(base).map(|&pod| Arrival { pod, name: name.clone() }).ok_or_else(|| format!("arrival {}: pod {base:?} is not in the pod list", line + 1))
+            index
+                .get(base)
+                .map(|&pod| Arrival { pod, name: name.clone() })
+                .ok_or_else(|| format!("arrival {}: pod {base:?} is not in the pod list", line + 1))
         })
         .collect()
 }
@@ -158,7 +161,15 @@ pub fn ranked_node_order(nodes: &[TraceNode], ranks: &BTreeMap<String, u32>) -> 
 }
 
 /// Run Protocol A for one policy and arrival order, nodes taken in `node_order`.
-pub fn run(nodes: &[TraceNode], pods: &[TracePod], arrivals: &[Arrival], node_order: &[usize], policy: Policy, seed: u64, protocol: &ProtocolA) -> Result<RunResult, EngineError> {
+pub fn run(
+    nodes: &[TraceNode],
+    pods: &[TracePod],
+    arrivals: &[Arrival],
+    node_order: &[usize],
+    policy: Policy,
+    seed: u64,
+    protocol: &ProtocolA,
+) -> Result<RunResult, EngineError> {
     let ordered: Vec<TraceNode> = node_order.iter().map(|&i| nodes[i].clone()).collect();
     let nodes = &ordered[..];
     let sim_fleet = SimFleet::from_trace(nodes);
@@ -198,10 +209,19 @@ pub fn run(nodes: &[TraceNode], pods: &[TracePod], arrivals: &[Arrival], node_or
     let curve = (0..=((protocol.tune * 100.0).round() as u32))
         .filter_map(|r| {
             let exact: Vec<&(f64, f64, u64)> = rows.iter().filter(|row| row.0 == r as f64).collect();
-            let near: Vec<&(f64, f64, u64)> = if exact.is_empty() { rows.iter().filter(|row| (row.0 - r as f64).abs() <= 1.0).collect() } else { exact };
+            let near: Vec<&(f64, f64, u64)> = if exact.is_empty() {
+                rows.iter().filter(|row| (row.0 - r as f64).abs() <= 1.0).collect()
+            } else {
+                exact
+            };
             let last = near.last()?;
             let mean = near.iter().map(|row| row.1).sum::<f64>() / near.len() as f64;
-            Some(CurvePoint { load_pct: r, alloc_pct: round2(mean), failed: last.2, frag_pct: frag_at.get(&r).copied().unwrap_or(f64::NAN) })
+            Some(CurvePoint {
+                load_pct: r,
+                alloc_pct: round2(mean),
+                failed: last.2,
+                frag_pct: frag_at.get(&r).copied().unwrap_or(f64::NAN),
+            })
         })
         .collect();
     Ok(RunResult {

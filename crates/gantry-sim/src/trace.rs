@@ -4,7 +4,10 @@
 use crate::alibaba::{TraceNode, TracePod};
 use gantry_catalog::Catalog;
 use gantry_engine::{CompiledJob, Engine, EngineError, Shape};
-use gantry_types::{Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MilliCpu, MilliGpu, ModelPattern, Node, ShareMode, TaskGroup, TaskResources, Topology};
+use gantry_types::{
+    Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MilliCpu, MilliGpu, ModelPattern, Node, ShareMode,
+    TaskGroup, TaskResources, Topology,
+};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -30,7 +33,9 @@ pub fn catalog_for(nodes: &[TraceNode]) -> &'static Catalog {
     names.dedup();
     let cache = CACHE.get_or_init(|| Mutex::new(BTreeMap::new()));
     let mut cache = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    cache.entry(names.clone()).or_insert_with(|| Box::leak(Box::new(Catalog::embedded().with_generic_models(names.iter().map(String::as_str)))))
+    cache.entry(names.clone()).or_insert_with(|| {
+        Box::leak(Box::new(Catalog::embedded().with_generic_models(names.iter().map(String::as_str))))
+    })
 }
 
 /// A trace's fleet as the engine sees it.
@@ -94,7 +99,12 @@ pub fn job_for(pod: &TracePod, name: String) -> Job {
         topology: Topology::default(),
         tolerations: Vec::new(),
     };
-    Job { name, queue: if pod.qos.is_empty() { "default".into() } else { pod.qos.clone() }, priority: 0, groups: vec![TaskGroup { name: "main".into(), replicas: 1, resources }] }
+    Job {
+        name,
+        queue: if pod.qos.is_empty() { "default".into() } else { pod.qos.clone() },
+        priority: 0,
+        groups: vec![TaskGroup { name: "main".into(), replicas: 1, resources }],
+    }
 }
 
 /// Compile one job per pod against an engine (once per distinct pod, copies share it).

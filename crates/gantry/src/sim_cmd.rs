@@ -73,15 +73,21 @@ fn read_node_ranks(path: &PathBuf) -> anyhow::Result<std::collections::BTreeMap<
 fn read_decisions(path: &PathBuf) -> anyhow::Result<Vec<(String, Option<String>)>> {
     let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
     let headers = reader.headers()?.clone();
-    let col = |name: &str| headers.iter().position(|h| h == name).with_context(|| format!("{}: no `{name}` column", path.display()));
+    let col = |name: &str| {
+        headers.iter().position(|h| h == name).with_context(|| format!("{}: no `{name}` column", path.display()))
+    };
     let (pod_col, node_col) = (col("pod")?, col("node").ok());
     let mut out = Vec::new();
     for (i, record) in reader.records().enumerate() {
         let record = record.with_context(|| format!("{}:{}", path.display(), i + 2))?;
         let pod = record.get(pod_col).unwrap_or("").to_string();
-        let node = node_col.and_then(|c| record.get(c)).filter(|n| !n.is_empty() && *n != "FAILED").map(|n| match n.split_once('-') {
-            Some((prefix, rest)) if prefix.len() == 4 && prefix.chars().all(|c| c.is_ascii_digit()) => rest.to_string(),
-            _ => n.to_string(),
+        let node = node_col.and_then(|c| record.get(c)).filter(|n| !n.is_empty() && *n != "FAILED").map(|n| {
+            match n.split_once('-') {
+                Some((prefix, rest)) if prefix.len() == 4 && prefix.chars().all(|c| c.is_ascii_digit()) => {
+                    rest.to_string()
+                }
+                _ => n.to_string(),
+            }
         });
         out.push((pod, node));
     }
@@ -144,7 +150,13 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         for r in &results {
             for (seq, d) in r.decisions.iter().enumerate() {
                 let gpus: Vec<String> = d.gpus.iter().map(u32::to_string).collect();
-                out += &format!("{seq},{},{},{},{}\n", r.policy, d.name, d.node.as_deref().unwrap_or("FAILED"), gpus.join("-"));
+                out += &format!(
+                    "{seq},{},{},{},{}\n",
+                    r.policy,
+                    d.name,
+                    d.node.as_deref().unwrap_or("FAILED"),
+                    gpus.join("-")
+                );
             }
         }
         std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?;
