@@ -125,17 +125,24 @@ mod tests {
         Shape { milli, count, cpu, classes: u64::MAX }
     }
 
+    /// Fragment of one type (weight 1) through the real computation.
+    fn fragment(node: NodeView<'_>, shape: Shape) -> u64 {
+        node_fragmentation(node, &[(shape, 1)])
+    }
+
     #[test]
     fn fragment_matches_the_definition() {
         let node = NodeView { free: &[1000, 300, 600], cpu_free: 8000, classes: 1 };
-        assert_eq!(fragment(node, 1900, shape(500, 1, 1000)), 300, "only the 300 cannot host a half");
-        assert_eq!(fragment(node, 1900, shape(1000, 2, 1000)), 1900, "two whole GPUs do not fit: all is fragment");
-        assert_eq!(fragment(node, 1900, shape(500, 1, 9000)), 1900, "not enough CPU: all is fragment");
-        assert_eq!(fragment(node, 1900, shape(0, 0, 1000)), 1900, "CPU-only tasks never use GPU");
+        assert_eq!(fragment(node, shape(500, 1, 1000)), 300, "only the 300 cannot host a half");
+        assert_eq!(fragment(node, shape(1000, 2, 1000)), 1900, "two whole GPUs do not fit: all is fragment");
+        assert_eq!(fragment(node, shape(500, 1, 9000)), 1900, "not enough CPU: all is fragment");
+        assert_eq!(fragment(node, shape(0, 0, 1000)), 1900, "CPU-only tasks never use GPU");
         let other_class = Shape { classes: 2, ..shape(500, 1, 1000) };
-        assert_eq!(fragment(node, 1900, other_class), 1900, "no accepted class: all is fragment");
+        assert_eq!(fragment(node, other_class), 1900, "no accepted class: all is fragment");
         let two = NodeView { free: &[1000, 1000, 600], cpu_free: 8000, classes: 1 };
-        assert_eq!(fragment(two, 2600, shape(1000, 2, 0)), 600, "fits; partial GPUs are fragment");
+        assert_eq!(fragment(two, shape(1000, 2, 0)), 600, "fits; partial GPUs are fragment");
         assert_eq!(node_fragmentation(node, &[(shape(500, 1, 0), 3), (shape(1000, 2, 0), 1)]), 3 * 300 + 1900);
+        let empty = NodeView { free: &[0, 0], cpu_free: 8000, classes: 1 };
+        assert_eq!(fragment(empty, shape(500, 1, 0)), 0, "nothing free, nothing fragmented");
     }
 }
