@@ -33,6 +33,8 @@ pub struct TracePod {
     pub qos: String,
     pub creation_s: Option<u64>,
     pub deletion_s: Option<u64>,
+    /// Line in its file (for error messages).
+    pub line: u64,
 }
 
 impl TracePod {
@@ -125,12 +127,12 @@ fn read_rows<T>(
     mut table: Table,
     mode: Mode,
     skipped: &mut Skipped,
-    mut parse: impl FnMut(&csv::StringRecord, &BTreeMap<String, usize>) -> Result<T, String>,
+    mut parse: impl FnMut(&csv::StringRecord, &BTreeMap<String, usize>, u64) -> Result<T, String>,
 ) -> Result<Vec<T>, TraceError> {
     let mut rows = Vec::new();
     for (i, record) in table.reader.records().enumerate() {
         let line = i as u64 + 2;
-        let outcome = record.map_err(|e| e.to_string()).and_then(|r| parse(&r, &table.columns));
+        let outcome = record.map_err(|e| e.to_string()).and_then(|r| parse(&r, &table.columns, line));
         match (outcome, mode) {
             (Ok(row), _) => rows.push(row),
             (Err(problem), Mode::Strict) => return Err(TraceError::BadRow { file: table.file.clone(), line, problem }),
@@ -150,7 +152,7 @@ fn read_rows<T>(
 /// Read a node list. GPU-less nodes are kept (CPU-only capacity).
 pub fn read_nodes(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<TraceNode>, TraceError> {
     let table = Table::open(path, &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?;
-    read_rows(table, mode, skipped, |r, c| {
+    read_rows(table, mode, skipped, |r, c, _| {
         let gpus: u32 = number(field(r, c, "gpu")?, "gpu")?;
         let model = field(r, c, "model")?;
         let model =
@@ -174,7 +176,7 @@ pub fn read_nodes(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<
 /// Read a pod list.
 pub fn read_pods(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<TracePod>, TraceError> {
     let table = Table::open(path, &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"])?;
-    read_rows(table, mode, skipped, |r, c| {
+    read_rows(table, mode, skipped, |r, c, line| {
         let num_gpu: u32 = number(field(r, c, "num_gpu")?, "num_gpu")?;
         let gpu_milli: u32 = number(field(r, c, "gpu_milli")?, "gpu_milli")?;
         if num_gpu > 64 {
@@ -210,6 +212,49 @@ pub fn read_pods(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<T
             qos: optional("qos")?.unwrap_or("").to_string(),
             creation_s,
             deletion_s,
+            line,
         })
     })
+}
+
+/// Pods no node could ever host (more CPU, memory or GPUs than any node, or a GPU model no node
+/// has): an error in strict mode, dropped and counted in lenient mode.
+pub fn check_pods_fit(
+    nodes: &[TraceNode],
+    pods: Vec<TracePod>,
+    file: &Path,
+    mode: Mode,
+    skipped: &mut Skipped,
+) -> Result<Vec<TracePod>, TraceError> {
+    let mut kept = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let fits = |n: &TraceNode| {
+            n.cpu_milli >= pod.cpu_milli
+                && n.memory_mib >= pod.memory_mib
+                && n.gpus >= pod.num_gpu
+                && (pod.num_gpu == 0 || pod.gpu_spec.is_empty() || pod.gpu_spec.iter().any(|m| *m == n.model))
+        };
+        if nodes.iter().any(fits) {
+            kept.push(pod);
+            continue;
+        }
+        let problem = format!(
+            "pod {} (cpu {}m, memory {} MiB, {} GPU{}) is larger than any node",
+            pod.name,
+            pod.cpu_milli,
+            pod.memory_mib,
+            pod.num_gpu,
+            if pod.gpu_spec.is_empty() { String::new() } else { format!(" of {}", pod.gpu_spec.join("|")) }
+        );
+        match mode {
+            Mode::Strict => {
+                return Err(TraceError::BadRow { file: file.display().to_string(), line: pod.line, problem });
+            }
+            Mode::Lenient => {
+                skipped.total += 1;
+                *skipped.by_reason.entry("pod larger than any node".into()).or_default() += 1;
+            }
+        }
+    }
+    Ok(kept)
 }

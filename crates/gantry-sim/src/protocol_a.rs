@@ -56,8 +56,9 @@ pub struct CurvePoint {
     pub alloc_pct: f64,
     /// Pods that did not fit so far.
     pub failed: u64,
-    /// Expected fragment, % of capacity, at the first arrival reaching this load.
-    pub frag_pct: f64,
+    /// Expected fragment, % of capacity, at the first arrival reaching this load (`None` where
+    /// the curve point was filled from neighbouring arrivals).
+    pub frag_pct: Option<f64>,
 }
 
 /// The outcome of one run.
@@ -220,7 +221,7 @@ pub fn run(
                 load_pct: r,
                 alloc_pct: round2(mean),
                 failed: last.2,
-                frag_pct: frag_at.get(&r).copied().unwrap_or(f64::NAN),
+                frag_pct: frag_at.get(&r).copied(),
             })
         })
         .collect();

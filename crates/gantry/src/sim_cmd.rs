@@ -99,6 +99,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     let mut skipped = Skipped::default();
     let nodes = alibaba::read_nodes(&args.nodes, mode, &mut skipped)?;
     let pods = alibaba::read_pods(&args.pods, mode, &mut skipped)?;
+    let pods = alibaba::check_pods_fit(&nodes, pods, &args.pods, mode, &mut skipped)?;
     if skipped.total > 0 {
         eprintln!("skipped {} malformed rows: {:?}", skipped.total, skipped.by_reason);
     }

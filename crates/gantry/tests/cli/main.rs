@@ -156,3 +156,32 @@ fn help_has_examples() {
     let out = gantry(&["place", "--help"]);
     assert!(stdout(&out).contains("Examples:"), "{}", stdout(&out));
 }
+
+#[test]
+fn sim_runs_policies_and_reports_bad_rows_with_their_line() {
+    let dir = temp_dir("sim");
+    let nodes = dir.join("nodes.csv");
+    let pods = dir.join("pods.csv");
+    std::fs::write(&nodes, "sn,cpu_milli,memory_mib,gpu,model\nn1,96000,393216,8,G2\nn2,104000,524288,2,T4\n")
+        .expect("write");
+    std::fs::write(&pods, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,8000,30517,1,500,\np1,4000,16384,1,1000,\np2,12000,32768,0,0,\n").expect("write");
+    let (n, p) = (nodes.to_str().expect("utf8"), pods.to_str().expect("utf8"));
+    let out = gantry(&["sim", "--nodes", n, "--pods", p, "--policy", "fgd,best-fit", "--seed", "5", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let results: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let results = results.as_array().expect("one result per policy");
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["policy"], "fgd");
+    assert!(results[0]["curve"].as_array().is_some_and(|c| !c.is_empty()));
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,8000,30517,1,500,\np1,4000,oops,1,1000,\n",
+    )
+    .expect("write");
+    let out = gantry(&["sim", "--nodes", n, "--pods", p]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("pods.csv:3: `memory_mib` is \"oops\""), "{}", stderr(&out));
+    let out = gantry(&["sim", "--nodes", n, "--pods", p, "--lenient"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("skipped 1 malformed rows"), "{}", stderr(&out));
+}
