@@ -232,7 +232,7 @@ pub fn check_pods_fit(
             n.cpu_milli >= pod.cpu_milli
                 && n.memory_mib >= pod.memory_mib
                 && n.gpus >= pod.num_gpu
-                && (pod.num_gpu == 0 || pod.gpu_spec.is_empty() || pod.gpu_spec.iter().any(|m| *m == n.model))
+                && (pod.num_gpu == 0 || pod.gpu_spec.is_empty() || pod.gpu_spec.contains(&n.model))
         };
         if nodes.iter().any(fits) {
             kept.push(pod);

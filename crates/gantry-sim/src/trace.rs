@@ -112,16 +112,19 @@ pub fn compile_pods(engine: &Engine, pods: &[TracePod]) -> Result<Vec<CompiledJo
     pods.iter().map(|p| engine.compile(&job_for(p, p.name.clone()))).collect()
 }
 
+/// A pod type as the reference counts it: CPU, per-GPU compute, GPU count, accepted models.
+type PodType = (u32, u32, u32, Vec<String>);
+
 /// FGD's typical task types: the most frequent pod types of `pods` (CPU, per-GPU compute, GPU
 /// count, accepted models), CPU-only pods included, taken in decreasing frequency until they
 /// cover `threshold_pct` of all pods; weights are their counts.
 pub fn typical_shapes(engine: &Engine, pods: &[TracePod], threshold_pct: u32) -> Vec<(Shape, u64)> {
-    let mut counts: BTreeMap<(u32, u32, u32, Vec<String>), u64> = BTreeMap::new();
+    let mut counts: BTreeMap<PodType, u64> = BTreeMap::new();
     for p in pods {
         *counts.entry((p.cpu_milli, p.gpu_milli, p.num_gpu, p.gpu_spec.clone())).or_default() += 1;
     }
     let total: u64 = counts.values().sum();
-    let mut ranked: Vec<((u32, u32, u32, Vec<String>), u64)> = counts.into_iter().collect();
+    let mut ranked: Vec<(PodType, u64)> = counts.into_iter().collect();
     // Decreasing count; among equals, the reference's order (larger CPU, then milli, then count
     // first), so the cut at the threshold falls where theirs does.
     ranked.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));

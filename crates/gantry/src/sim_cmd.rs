@@ -25,9 +25,13 @@ pub struct SimArgs {
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "default", value_parser = parse_policy)]
     policy: Vec<Policy>,
-    /// Seed (arrival order and tie-breaks).
+    /// Seed (arrival order, node order and tie-breaks); with --seeds, the first of the range.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Run this many seeds (seed, seed+1, ...) and report each policy's mean; runs use every
+    /// core.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    seeds: u32,
     /// Replay this exact arrival order (a `decisions.csv` with a `pod` column) instead of
     /// inflating with the seed.
     #[arg(long, value_name = "FILE")]
@@ -108,23 +112,66 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         bail!("{}: no GPUs in the node list", args.nodes.display());
     }
     let protocol = ProtocolA::default();
-    let arrivals = match &args.arrivals {
-        Some(path) => {
-            let names: Vec<String> = read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
-            protocol_a::arrivals_from_names(&pods, &names).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => protocol_a::inflate(&pods, capacity, protocol.tune, args.seed),
-    };
     let reference = args.compare.as_ref().map(read_decisions).transpose()?;
-    let node_order = match &args.arrivals {
-        Some(path) => protocol_a::ranked_node_order(&nodes, &read_node_ranks(path)?),
-        None => protocol_a::seeded_node_order(&nodes, args.seed),
-    };
-    let mut results = Vec::new();
-    for policy in &args.policy {
+    if args.seeds > 1 && args.arrivals.is_some() {
+        bail!("--seeds draws a new arrival order per seed; it cannot be combined with --arrivals");
+    }
+    // One job per (policy, seed); each job builds its own arrival and node order.
+    let jobs: Vec<(Policy, u64)> =
+        args.policy.iter().flat_map(|&p| (0..args.seeds as u64).map(move |i| (p, args.seed + i))).collect();
+    let fixed = args
+        .arrivals
+        .as_ref()
+        .map(|path| -> anyhow::Result<_> {
+            let names: Vec<String> = read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
+            let arrivals = protocol_a::arrivals_from_names(&pods, &names)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            Ok((arrivals, protocol_a::ranked_node_order(&nodes, &read_node_ranks(path)?)))
+        })
+        .transpose()?;
+    let progress = (jobs.len() > 1).then(|| {
+        let bar = indicatif::ProgressBar::new(jobs.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {elapsed} (eta {eta})")
+                .expect("valid template"),
+        );
+        bar
+    });
+    let run_one = |&(policy, seed): &(Policy, u64)| -> anyhow::Result<(protocol_a::RunResult, f64)> {
         let started = std::time::Instant::now();
-        let result = protocol_a::run(&nodes, &pods, &arrivals, &node_order, *policy, args.seed, &protocol)?;
-        let secs = started.elapsed().as_secs_f64();
+        let (arrivals, order) = match &fixed {
+            Some((a, o)) => (a.clone(), o.clone()),
+            None => {
+                (protocol_a::inflate(&pods, capacity, protocol.tune, seed), protocol_a::seeded_node_order(&nodes, seed))
+            }
+        };
+        let result = protocol_a::run(&nodes, &pods, &arrivals, &order, policy, seed, &protocol)?;
+        if let Some(bar) = &progress {
+            bar.inc(1);
+        }
+        Ok((result, started.elapsed().as_secs_f64()))
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
+    let mut outcomes: Vec<Option<anyhow::Result<(protocol_a::RunResult, f64)>>> =
+        (0..jobs.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let chunks: Vec<Vec<usize>> = (0..threads).map(|t| (t..jobs.len()).step_by(threads).collect()).collect();
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|idx| scope.spawn(|| idx.into_iter().map(|i| (i, run_one(&jobs[i]))).collect::<Vec<_>>()))
+            .collect();
+        for handle in handles {
+            for (i, outcome) in handle.join().expect("a simulation thread panicked") {
+                outcomes[i] = Some(outcome);
+            }
+        }
+    });
+    if let Some(bar) = &progress {
+        bar.finish_and_clear();
+    }
+    let mut results = Vec::with_capacity(jobs.len());
+    for ((policy, seed), outcome) in jobs.iter().zip(outcomes) {
+        let (result, secs) = outcome.expect("every job ran")?;
         let agreement = reference.as_ref().map(|r| {
             let same = result.decisions.iter().zip(r).filter(|(d, (_, node))| d.node == *node).count();
             same as f64 / result.decisions.len().max(1) as f64 * 100.0
@@ -133,7 +180,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
             println!(
                 "{:<14} seed {:<4} arrivals {:>6}  failed {:>5}  alloc@130% {:>6.2}%  final {:>6.2}%{}  ({secs:.2}s)",
                 policy.name(),
-                args.seed,
+                seed,
                 result.arrivals,
                 result.failed,
                 result.alloc_at(130).unwrap_or(f64::NAN),
@@ -142,6 +189,15 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
             );
         }
         results.push(result);
+    }
+    if args.seeds > 1 && !args.json {
+        println!("\nmean allocation at 130 % over {} seeds:", args.seeds);
+        for policy in &args.policy {
+            let values: Vec<f64> =
+                results.iter().filter(|r| r.policy == policy.name()).filter_map(|r| r.alloc_at(130)).collect();
+            let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
+            println!("  {:<14} {mean:.2}%", policy.name());
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&results)?);
