@@ -19,9 +19,9 @@ pub struct SimArgs {
     /// Node list (Alibaba trace CSV: sn,cpu_milli,memory_mib,gpu,model).
     #[arg(long, value_name = "FILE")]
     nodes: PathBuf,
-    /// Pod list (Alibaba trace CSV).
-    #[arg(long, value_name = "FILE")]
-    pods: PathBuf,
+    /// Pod list(s) (Alibaba trace CSV), comma-separated; each is simulated separately.
+    #[arg(long, value_name = "FILE", value_delimiter = ',', required = true)]
+    pods: Vec<PathBuf>,
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "default", value_parser = parse_policy)]
     policy: Vec<Policy>,
@@ -49,6 +49,41 @@ pub struct SimArgs {
     /// Write every arrival's decision (seq,policy,pod,node,gpu_index) to this CSV file.
     #[arg(long, value_name = "FILE")]
     decisions_out: Option<PathBuf>,
+    /// The FGD authors' 10-seed curves (`analysis_allo_discrete.csv`), to compare means with.
+    #[arg(long, value_name = "FILE")]
+    authors: Option<PathBuf>,
+    /// Write a markdown table of mean allocation at 130 % (pod list × policy) to this file.
+    #[arg(long, value_name = "FILE")]
+    markdown: Option<PathBuf>,
+}
+
+/// Mean allocation at 130 % per (workload, policy) from the authors' curves; their policy
+/// directory names (01-Random, ...) mapped to ours.
+fn read_authors(path: &PathBuf) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
+    let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let headers = reader.headers()?.clone();
+    let col = |name: &str| {
+        headers.iter().position(|h| h == name).with_context(|| format!("{}: no `{name}` column", path.display()))
+    };
+    let (w, p, v) = (col("workload")?, col("sc_policy")?, col("130")?);
+    let mut sums: std::collections::BTreeMap<(String, String), (f64, u32)> = Default::default();
+    for record in reader.records() {
+        let r = record?;
+        let policy = match r.get(p).unwrap_or("").split_once('-').map(|(_, n)| n) {
+            Some("Random") => "random",
+            Some("DotProd") => "dot-product",
+            Some("GpuClustering") => "gpu-clustering",
+            Some("GpuPacking") => "gpu-packing",
+            Some("BestFit") => "best-fit",
+            Some("FGD") => "fgd",
+            _ => continue,
+        };
+        let Ok(value) = r.get(v).unwrap_or("").parse::<f64>() else { continue };
+        let entry = sums.entry((r.get(w).unwrap_or("").to_string(), policy.to_string())).or_default();
+        entry.0 += value;
+        entry.1 += 1;
+    }
+    Ok(sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect())
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -102,33 +137,42 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
     let mut skipped = Skipped::default();
     let nodes = alibaba::read_nodes(&args.nodes, mode, &mut skipped)?;
-    let pods = alibaba::read_pods(&args.pods, mode, &mut skipped)?;
-    let pods = alibaba::check_pods_fit(&nodes, pods, &args.pods, mode, &mut skipped)?;
-    if skipped.total > 0 {
-        eprintln!("skipped {} malformed rows: {:?}", skipped.total, skipped.by_reason);
-    }
     let capacity: u64 = nodes.iter().map(|n| n.gpus as u64 * 1000).sum();
     if capacity == 0 {
         bail!("{}: no GPUs in the node list", args.nodes.display());
     }
-    let protocol = ProtocolA::default();
-    let reference = args.compare.as_ref().map(read_decisions).transpose()?;
+    let mut lists = Vec::with_capacity(args.pods.len());
+    for path in &args.pods {
+        let pods = alibaba::read_pods(path, mode, &mut skipped)?;
+        let pods = alibaba::check_pods_fit(&nodes, pods, path, mode, &mut skipped)?;
+        let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+        lists.push((name, pods));
+    }
+    if skipped.total > 0 {
+        eprintln!("skipped {} malformed rows: {:?}", skipped.total, skipped.by_reason);
+    }
     if args.seeds > 1 && args.arrivals.is_some() {
         bail!("--seeds draws a new arrival order per seed; it cannot be combined with --arrivals");
     }
-    // One job per (policy, seed); each job builds its own arrival and node order.
-    let jobs: Vec<(Policy, u64)> =
-        args.policy.iter().flat_map(|&p| (0..args.seeds as u64).map(move |i| (p, args.seed + i))).collect();
-    let fixed = args
-        .arrivals
-        .as_ref()
-        .map(|path| -> anyhow::Result<_> {
+    if args.arrivals.is_some() && lists.len() > 1 {
+        bail!("--arrivals replays one pod list; give a single --pods file");
+    }
+    let protocol = ProtocolA::default();
+    let reference = args.compare.as_ref().map(read_decisions).transpose()?;
+    let authors = args.authors.as_ref().map(read_authors).transpose()?;
+    let fixed = match &args.arrivals {
+        Some(path) => {
             let names: Vec<String> = read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
-            let arrivals = protocol_a::arrivals_from_names(&pods, &names)
+            let arrivals = protocol_a::arrivals_from_names(&lists[0].1, &names)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            Ok((arrivals, protocol_a::ranked_node_order(&nodes, &read_node_ranks(path)?)))
-        })
-        .transpose()?;
+            Some((arrivals, protocol_a::ranked_node_order(&nodes, &read_node_ranks(path)?)))
+        }
+        None => None,
+    };
+    // One job per (pod list, policy, seed), spread over every core.
+    let jobs: Vec<(usize, Policy, u64)> = (0..lists.len())
+        .flat_map(|l| args.policy.iter().flat_map(move |&p| (0..args.seeds as u64).map(move |i| (l, p, args.seed + i))))
+        .collect();
     let progress = (jobs.len() > 1).then(|| {
         let bar = indicatif::ProgressBar::new(jobs.len() as u64);
         bar.set_style(
@@ -137,15 +181,16 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         );
         bar
     });
-    let run_one = |&(policy, seed): &(Policy, u64)| -> anyhow::Result<(protocol_a::RunResult, f64)> {
+    let run_one = |&(list, policy, seed): &(usize, Policy, u64)| -> anyhow::Result<(protocol_a::RunResult, f64)> {
         let started = std::time::Instant::now();
+        let pods = &lists[list].1;
         let (arrivals, order) = match &fixed {
             Some((a, o)) => (a.clone(), o.clone()),
             None => {
-                (protocol_a::inflate(&pods, capacity, protocol.tune, seed), protocol_a::seeded_node_order(&nodes, seed))
+                (protocol_a::inflate(pods, capacity, protocol.tune, seed), protocol_a::seeded_node_order(&nodes, seed))
             }
         };
-        let result = protocol_a::run(&nodes, &pods, &arrivals, &order, policy, seed, &protocol)?;
+        let result = protocol_a::run(&nodes, pods, &arrivals, &order, policy, seed, &protocol)?;
         if let Some(bar) = &progress {
             bar.inc(1);
         }
@@ -154,6 +199,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
     let mut outcomes: Vec<Option<anyhow::Result<(protocol_a::RunResult, f64)>>> =
         (0..jobs.len()).map(|_| None).collect();
+    let started = std::time::Instant::now();
     std::thread::scope(|scope| {
         let chunks: Vec<Vec<usize>> = (0..threads).map(|t| (t..jobs.len()).step_by(threads).collect()).collect();
         let handles: Vec<_> = chunks
@@ -166,19 +212,21 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
             }
         }
     });
+    let wall = started.elapsed().as_secs_f64();
     if let Some(bar) = &progress {
         bar.finish_and_clear();
     }
     let mut results = Vec::with_capacity(jobs.len());
-    for ((policy, seed), outcome) in jobs.iter().zip(outcomes) {
+    for (&(list, policy, seed), outcome) in jobs.iter().zip(outcomes) {
         let (result, secs) = outcome.expect("every job ran")?;
         let agreement = reference.as_ref().map(|r| {
             let same = result.decisions.iter().zip(r).filter(|(d, (_, node))| d.node == *node).count();
             same as f64 / result.decisions.len().max(1) as f64 * 100.0
         });
-        if !args.json {
+        if !args.json && args.markdown.is_none() {
             println!(
-                "{:<14} seed {:<4} arrivals {:>6}  failed {:>5}  alloc@130% {:>6.2}%  final {:>6.2}%{}  ({secs:.2}s)",
+                "{}{:<14} seed {:<4} arrivals {:>6}  failed {:>5}  alloc@130% {:>6.2}%  final {:>6.2}%{}  ({secs:.2}s)",
+                if lists.len() > 1 { format!("{:<26} ", lists[list].0) } else { String::new() },
                 policy.name(),
                 seed,
                 result.arrivals,
@@ -188,27 +236,70 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
                 agreement.map(|a| format!("  agreement {a:.1}%")).unwrap_or_default()
             );
         }
-        results.push(result);
+        results.push((list, result));
     }
-    if args.seeds > 1 && !args.json {
-        println!("\nmean allocation at 130 % over {} seeds:", args.seeds);
-        for policy in &args.policy {
-            let values: Vec<f64> =
-                results.iter().filter(|r| r.policy == policy.name()).filter_map(|r| r.alloc_at(130)).collect();
-            let mean = values.iter().sum::<f64>() / values.len().max(1) as f64;
-            println!("  {:<14} {mean:.2}%", policy.name());
+    let mean = |list: usize, policy: Policy| {
+        let values: Vec<f64> = results
+            .iter()
+            .filter(|(l, r)| *l == list && r.policy == policy.name())
+            .filter_map(|(_, r)| r.alloc_at(130))
+            .collect();
+        values.iter().sum::<f64>() / values.len().max(1) as f64
+    };
+    if args.seeds > 1 && !args.json && args.markdown.is_none() {
+        for (l, (name, _)) in lists.iter().enumerate() {
+            println!("\n{name}: mean allocation at 130 % over {} seeds", args.seeds);
+            for &policy in &args.policy {
+                let theirs = authors.as_ref().and_then(|a| a.get(&(name.clone(), policy.name().to_string())));
+                println!(
+                    "  {:<14} {:.2}%{}",
+                    policy.name(),
+                    mean(l, policy),
+                    theirs.map(|t| format!("  (authors {t:.2}%)")).unwrap_or_default()
+                );
+            }
         }
     }
+    if let Some(path) = &args.markdown {
+        let mut md = format!(
+            "Mean GPU allocation at 130 % arrived load, {} seed(s) from {} each, Protocol A (FGD paper). \
+             In parentheses: the FGD authors' published 10-seed mean, where they have one. \
+             {} runs in {:.0} s on {} threads.\n\n| pod list |",
+            args.seeds,
+            args.seed,
+            jobs.len(),
+            wall,
+            threads
+        );
+        for policy in &args.policy {
+            md += &format!(" {} |", policy.name());
+        }
+        md += "\n|---|";
+        md += &"---:|".repeat(args.policy.len());
+        md += "\n";
+        for (l, (name, _)) in lists.iter().enumerate() {
+            md += &format!("| {name} |");
+            for &policy in &args.policy {
+                let theirs = authors.as_ref().and_then(|a| a.get(&(name.clone(), policy.name().to_string())));
+                md += &format!(" {:.2}{} |", mean(l, policy), theirs.map(|t| format!(" ({t:.2})")).unwrap_or_default());
+            }
+            md += "\n";
+        }
+        std::fs::write(path, md).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        let plain: Vec<&protocol_a::RunResult> = results.iter().map(|(_, r)| r).collect();
+        println!("{}", serde_json::to_string_pretty(&plain)?);
     }
     if let Some(path) = &args.decisions_out {
-        let mut out = String::from("seq,policy,pod,node,gpu_index\n");
-        for r in &results {
+        let mut out = String::from("seq,pod_list,policy,pod,node,gpu_index\n");
+        for (l, r) in &results {
             for (seq, d) in r.decisions.iter().enumerate() {
                 let gpus: Vec<String> = d.gpus.iter().map(u32::to_string).collect();
                 out += &format!(
-                    "{seq},{},{},{},{}\n",
+                    "{seq},{},{},{},{},{}\n",
+                    lists[*l].0,
                     r.policy,
                     d.name,
                     d.node.as_deref().unwrap_or("FAILED"),
