@@ -217,8 +217,10 @@ pub fn read_pods(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<T
     })
 }
 
-/// Pods no node could ever host (more CPU, memory or GPUs than any node, or a GPU model no node
-/// has): an error in strict mode, dropped and counted in lenient mode.
+/// Pods larger than any node — more CPU, memory or GPUs than the largest node has, or a GPU
+/// model no node has: an error in strict mode, dropped and counted in lenient mode. A pod whose
+/// requirements each exist somewhere but never together on one node stays: the trace has such
+/// pods, and the reference simulator counts them as failed arrivals.
 pub fn check_pods_fit(
     nodes: &[TraceNode],
     pods: Vec<TracePod>,
@@ -226,15 +228,15 @@ pub fn check_pods_fit(
     mode: Mode,
     skipped: &mut Skipped,
 ) -> Result<Vec<TracePod>, TraceError> {
+    let max_cpu = nodes.iter().map(|n| n.cpu_milli).max().unwrap_or(0);
+    let max_memory = nodes.iter().map(|n| n.memory_mib).max().unwrap_or(0);
+    let max_gpus = nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
     let mut kept = Vec::with_capacity(pods.len());
     for pod in pods {
-        let fits = |n: &TraceNode| {
-            n.cpu_milli >= pod.cpu_milli
-                && n.memory_mib >= pod.memory_mib
-                && n.gpus >= pod.num_gpu
-                && (pod.num_gpu == 0 || pod.gpu_spec.is_empty() || pod.gpu_spec.contains(&n.model))
-        };
-        if nodes.iter().any(fits) {
+        let model_exists = pod.num_gpu == 0
+            || pod.gpu_spec.is_empty()
+            || pod.gpu_spec.iter().any(|m| nodes.iter().any(|n| n.gpus > 0 && n.model == *m));
+        if pod.cpu_milli <= max_cpu && pod.memory_mib <= max_memory && pod.num_gpu <= max_gpus && model_exists {
             kept.push(pod);
             continue;
         }
