@@ -318,15 +318,20 @@ impl<'a> Placer<'a> {
                 // then option keys; a complete tie keeps the first option (lowest GPU index),
                 // except for policies that pick a node's GPU at random.
                 // Packing policies break node ties by node order (first visited wins: they walk
-                // from node 0); spreading ones by a seeded hash.
-                let salt = if self.policy.random_gpu() { i as u64 } else { 0 };
-                let hash =
-                    if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8) ^ salt) } else { 0 };
+                // from node 0); spreading ones by a seeded hash of the node alone, so every
+                // node has one chance whatever its number of GPUs. A policy that picks GPUs at
+                // random draws the GPU within the chosen node by a second hash.
+                let hash = if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8)) } else { 0 };
+                let mut option_keys = score.option;
+                if self.policy.random_gpu() {
+                    option_keys[0] = (mix(self.decision_seed ^ ((node as u64) << 8) ^ (i as u64 + 1)) >> 1) as i64;
+                }
                 let key = (Score { node: score.node, option: [0, 0] }, hash);
                 let better = match &best {
                     None => true,
-                    Some(((s, t), _)) => (key.0.node, key.1, score.option) > (s.node, *t, s.option),
+                    Some(((s, t), _)) => (key.0.node, key.1, option_keys) > (s.node, *t, s.option),
                 };
+                let score = Score { node: score.node, option: option_keys };
                 if better {
                     best = Some(((score, key.1), node));
                     self.best_option.clone_from(option);
