@@ -340,3 +340,45 @@ mig = ["4g.40gb@0", "3g.40gb@4"]
     assert!(kinds.iter().any(|r| matches!(r, Reason::MigProfileUnavailable { .. })), "{reasons:?}");
     assert!(!kinds.iter().any(|r| matches!(r, Reason::InsufficientCpu { .. })), "{reasons:?}");
 }
+
+#[test]
+fn random_draws_the_node_uniformly_whatever_its_gpu_count() {
+    // One 8-GPU node and seven 1-GPU nodes, all shared: each node should win about 1/8 of
+    // the draws. Drawing per (node, GPU) would hand the big node about 8/15 of them.
+    let fleet = r#"
+[[node]]
+name = "big"
+cpu = 64
+memory = "256GiB"
+[node.gpus]
+model = "L4-24GB"
+count = 8
+mode = "mps"
+[[node]]
+name = "small"
+count = 7
+cpu = 64
+memory = "256GiB"
+[node.gpus]
+model = "L4-24GB"
+count = 1
+mode = "mps"
+"#;
+    let mut big = 0;
+    let draws = 400;
+    for seed in 0..draws {
+        let catalog = gantry_catalog::Catalog::embedded();
+        let fleet = gantry_spec::parse_fleet(fleet, catalog).expect("fleet");
+        let config = gantry_engine::EngineConfig {
+            policy: Policy::Random,
+            seed,
+            limits: gantry_engine::SearchLimits::exhaustive(),
+            shapes: None,
+        };
+        let mut engine = gantry_engine::Engine::new(&fleet, catalog, config).expect("engine");
+        let outcome = &place_all(&mut engine, &jobs("[[job]]\nname = \"s\"\ngpu = { share = 100 }\n"))[0];
+        big += (placed(outcome)[0].node == "big") as u32;
+    }
+    let share = big as f64 / draws as f64;
+    assert!((0.06..=0.20).contains(&share), "big node won {share:.2} of the draws, expected about 0.125");
+}
