@@ -2,7 +2,8 @@
 //! exact arrival and node order: gantry's FGD and best-fit must land within ±0.3 percentage
 //! points of it at 130 % load, and FGD must take the same decision almost every time.
 //!
-//! The data lives in the team's shared folder beside the checkout (CI has it there too).
+//! The data lives in the team's shared folder beside the checkout (CI has it there too);
+//! `GANTRY_ALIBABA_TRACE=/path/to/alibaba-gpu-v2023` points elsewhere.
 
 use gantry_engine::Policy;
 use gantry_sim::alibaba::{self, Mode, Skipped};
@@ -11,8 +12,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 fn data() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/alibaba-gpu-v2023");
-    assert!(dir.is_dir(), "the shared trace data is expected at {}", dir.display());
+    let dir = std::env::var_os("GANTRY_ALIBABA_TRACE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/alibaba-gpu-v2023"));
+    assert!(
+        dir.is_dir(),
+        "the Alibaba trace is expected at {} (shared/ beside the checkout); set GANTRY_ALIBABA_TRACE to its folder",
+        dir.display()
+    );
     dir
 }
 
