@@ -46,7 +46,8 @@ impl TaskGrant {
     }
 }
 
-fn grant_milli(state: &ClusterState, grant: &Grant) -> u32 {
+/// Compute one grant takes, in milli-GPU.
+pub(crate) fn grant_milli(state: &ClusterState, grant: &Grant) -> u32 {
     match grant {
         Grant::Whole { .. } => 1000,
         Grant::Mig { gpu, slot } => match &state.gpus[*gpu as usize].units {

@@ -11,7 +11,7 @@ use crate::fit::TaskOption;
 use crate::frag::{self, NodeView, Shape};
 use crate::ledger::Grant;
 use crate::request::{CompiledGroup, GpuNeed};
-use crate::state::{ClusterState, HOT_NO_FRAG, NodeIdx, Units};
+use crate::state::{ClusterState, HOT_NO_FRAG, NodeIdx};
 use std::fmt;
 use std::str::FromStr;
 
@@ -110,18 +110,7 @@ pub struct ScoreContext<'a> {
 
 /// Milli-GPU an option takes.
 pub fn option_milli(state: &ClusterState, option: &TaskOption) -> u32 {
-    option.grants.iter().map(|g| grant_milli(state, g)).sum()
-}
-
-fn grant_milli(state: &ClusterState, grant: &Grant) -> u32 {
-    match grant {
-        Grant::Whole { .. } => 1000,
-        Grant::Mig { gpu, slot } => match &state.gpus[*gpu as usize].units {
-            Units::Mig { slots } => slots[*slot as usize].milli,
-            _ => 0,
-        },
-        Grant::Mps { milli, .. } | Grant::TimeSlice { milli, .. } => *milli,
-    }
+    option.grants.iter().map(|g| crate::ledger::grant_milli(state, g)).sum()
 }
 
 /// The node's fragmentation before placement (weighted, see `frag`), for policies that use
