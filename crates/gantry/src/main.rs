@@ -1,6 +1,6 @@
 //! `gantry`: the one binary. Today: `place` (a dry run of the placement engine on a fleet and
-//! a workload), `catalog` (GPU models and MIG geometry) and `validate` (check spec files).
-//! The live service, the simulator and the planner arrive as further subcommands.
+//! a workload), `catalog` (GPU models and MIG geometry), `validate` (check spec files) and
+//! `sim` (replay a trace). The live service and the planner arrive as further subcommands.
 
 mod catalog_cmd;
 mod place_cmd;

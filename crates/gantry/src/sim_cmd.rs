@@ -46,7 +46,7 @@ pub struct SimArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
-    /// Write every arrival's decision (seq,policy,pod,node,gpu_index) to this CSV file.
+    /// Write every arrival's decision (seq,pod_list,policy,pod,node,gpu_index) to this CSV file.
     #[arg(long, value_name = "FILE")]
     decisions_out: Option<PathBuf>,
     /// The FGD authors' 10-seed curves (`analysis_allo_discrete.csv`), to compare means with.
