@@ -8,6 +8,7 @@
 
 pub mod alibaba;
 pub mod protocol_a;
+pub mod report;
 pub mod trace;
 
 pub use alibaba::{Mode, Skipped, TraceError, TraceNode, TracePod};

@@ -55,6 +55,10 @@ pub struct SimArgs {
     /// Write a markdown table of mean allocation at 130 % (pod list × policy) to this file.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
+    /// Write a report to this folder: curves.csv, one SVG chart per pod list (allocation
+    /// against arrived load, one line per policy) and report.html embedding them.
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
 }
 
 /// Mean allocation at 130 % per (workload, policy) from the authors' curves; their policy
@@ -287,6 +291,31 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         }
         std::fs::write(path, md).with_context(|| format!("cannot write {}", path.display()))?;
         eprintln!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let grouped: Vec<(String, gantry_sim::report::ListResults<'_>)> = lists
+            .iter()
+            .enumerate()
+            .map(|(l, (name, _))| {
+                let mut by_policy: gantry_sim::report::ListResults<'_> = Default::default();
+                for (list, r) in &results {
+                    if *list == l {
+                        by_policy.entry(r.policy.clone()).or_default().push(r);
+                    }
+                }
+                (name.clone(), by_policy)
+            })
+            .collect();
+        let write = |name: &str, text: String| {
+            std::fs::write(dir.join(name), text).with_context(|| format!("cannot write {}", dir.join(name).display()))
+        };
+        write("curves.csv", gantry_sim::report::curves_csv(&grouped))?;
+        for (name, by_policy) in &grouped {
+            write(&format!("{name}.svg"), gantry_sim::report::allocation_svg(name, by_policy))?;
+        }
+        write("report.html", gantry_sim::report::html("gantry sim — Protocol A (FGD paper)", &grouped))?;
+        eprintln!("wrote report to {}", dir.display());
     }
     if args.json {
         let plain: Vec<&protocol_a::RunResult> = results.iter().map(|(_, r)| r).collect();

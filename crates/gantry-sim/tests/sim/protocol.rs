@@ -56,3 +56,28 @@ fn replayed_arrivals_must_name_known_pods() {
     let err = protocol_a::arrivals_from_names(&pods, &["pod-3".into(), "ghost-tuned-1".into()]).expect_err("unknown");
     assert!(err.contains("arrival 2: pod \"ghost\""), "{err}");
 }
+
+#[test]
+fn reports_have_a_line_per_policy_and_embed_every_chart() {
+    let (nodes, pods) = trace();
+    let capacity: u64 = nodes.iter().map(|n| n.gpus as u64 * 1000).sum();
+    let arrivals = protocol_a::inflate(&pods, capacity, 1.3, 1);
+    let order = protocol_a::seeded_node_order(&nodes, 1);
+    let runs: Vec<_> = [Policy::Fgd, Policy::BestFit]
+        .iter()
+        .map(|&p| protocol_a::run(&nodes, &pods, &arrivals, &order, p, 1, &ProtocolA::default()).expect("runs"))
+        .collect();
+    let mut by_policy = gantry_sim::report::ListResults::new();
+    for r in &runs {
+        by_policy.entry(r.policy.clone()).or_default().push(r);
+    }
+    let lists = vec![("fixture <list>".to_string(), by_policy)];
+    let svg = gantry_sim::report::allocation_svg(&lists[0].0, &lists[0].1);
+    assert_eq!(svg.matches("<polyline").count(), 2, "one line per policy");
+    assert!(svg.contains("fixture &lt;list&gt;"), "titles are escaped");
+    let html = gantry_sim::report::html("report", &lists);
+    assert!(html.starts_with("<!doctype html>") && html.contains("<svg") && html.contains("best-fit"));
+    let csv = gantry_sim::report::curves_csv(&lists);
+    assert!(csv.starts_with("pod_list,policy,seed,load_pct,alloc_pct,failed,frag_pct\n"));
+    assert_eq!(csv.lines().count(), 1 + runs.iter().map(|r| r.curve.len()).sum::<usize>());
+}
