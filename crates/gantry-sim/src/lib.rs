@@ -8,6 +8,7 @@
 
 pub mod alibaba;
 pub mod protocol_a;
+pub mod protocol_b;
 pub mod report;
 pub mod trace;
 

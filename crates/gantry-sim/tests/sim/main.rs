@@ -3,6 +3,7 @@
 mod bad_input;
 mod protocol;
 mod reference;
+mod replay;
 
 use std::path::PathBuf;
 
