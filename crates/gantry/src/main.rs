@@ -24,7 +24,8 @@ enum Command {
     /// List GPU models and their MIG profiles with legal placements.
     #[command(after_help = catalog_cmd::EXAMPLES)]
     Catalog(catalog_cmd::CatalogArgs),
-    /// Replay a trace under scoring policies (the FGD paper's protocol) and measure allocation.
+    /// Replay a trace under scoring policies (the FGD paper's protocol, or a time replay with a
+    /// queue) and measure allocation.
     #[command(after_help = sim_cmd::EXAMPLES)]
     Sim(sim_cmd::SimArgs),
     /// Check a fleet file and/or a workload file without placing anything.
