@@ -1,4 +1,5 @@
-//! gantry's file formats: the fleet file and the workload file, in TOML.
+//! gantry's file formats: the fleet file and the workload file, in TOML, and the native trace
+//! (JSON lines of job specs with arrival and duration).
 //!
 //! The key decision: files are parsed into private "as written" structs with
 //! `deny_unknown_fields`, then validated into `gantry-types` values in one pass that either
@@ -9,11 +10,13 @@
 mod error;
 mod fleet;
 mod quantity;
+mod trace;
 mod workload;
 
 pub use error::SpecError;
 pub use fleet::{FLEET_NODES_MAX, MPS_CLIENTS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for};
 pub use quantity::{MEMORY_MAX, Quantity};
+pub use trace::{TRACE_LINE_BYTES_MAX, TRACE_SECONDS_MAX, Trace, TraceJob, parse_trace_line, read_trace};
 pub use workload::{GPUS_PER_TASK_MAX, JOBS_MAX, PRIORITY_RANGE, REPLICAS_MAX, parse_workload};
 
 #[cfg(test)]

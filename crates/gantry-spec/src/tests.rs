@@ -221,3 +221,73 @@ fn duplicate_names_are_refused() {
     let text = "[[job]]\nname = \"a\"\n[[job]]\nname = \"a\"\n";
     assert!(parse_workload(text, catalog()).expect_err("dup").to_string().contains("job name used twice"));
 }
+
+fn trace(text: &str, lenient: bool) -> Result<crate::Trace, SpecError> {
+    crate::read_trace(text.as_bytes(), catalog(), lenient)
+}
+
+#[test]
+fn a_trace_parses_jobs_in_arrival_order() {
+    let text = r#"{"arrival_s": 60, "duration_s": 3600, "utilization": 0.5, "job": {"name": "train", "queue": "research", "cpu": 32, "memory": "256GiB", "gpu": {"count": 8}}}
+
+{"arrival_s": 0, "job": {"name": "nb", "count": 2, "gpu": {"share": 125, "mode": "time-slice"}}}
+{"arrival_s": 60, "duration_s": 10, "job": {"name": "gang", "task": [{"name": "w", "replicas": 2, "gpu": {"count": 4}, "topology": {"within": "rack", "required": true}}]}}
+"#;
+    let t = trace(text, false).unwrap();
+    let names: Vec<&str> = t.jobs.iter().map(|j| j.job.name.as_str()).collect();
+    assert_eq!(names, ["nb-0", "nb-1", "train", "gang"], "sorted by arrival, stable in file order");
+    assert_eq!((t.jobs[0].line, t.jobs[0].arrival_s, t.jobs[0].duration_s), (3, 0, None));
+    assert_eq!((t.jobs[2].duration_s, t.jobs[2].utilization), (Some(3600), Some(0.5)));
+    assert_eq!(t.jobs[2].job.queue, "research");
+    assert_eq!(t.jobs[3].job.groups[0].replicas, 2);
+}
+
+#[test]
+fn bad_trace_lines_name_the_line_and_field() {
+    let ok = r#"{"arrival_s": 0, "duration_s": 5, "job": {"name": "a", "gpu": {"count": 1}}}"#;
+    let big = format!(r#"{{"arrival_s": 0, "job": {{"name": "{}"}}}}"#, "x".repeat(crate::TRACE_LINE_BYTES_MAX));
+    let cases: &[(&str, &str, &str)] = &[
+        ("not json", "{arrival_s: 0}", "line 2: not a valid trace line"),
+        ("unknown field", r#"{"arrival_s": 0, "when": 1, "job": {"name": "b"}}"#, "unknown field `when`"),
+        ("missing job", r#"{"arrival_s": 0}"#, "missing field `job`"),
+        ("missing arrival", r#"{"job": {"name": "b"}}"#, "missing field `arrival_s`"),
+        ("negative arrival", r#"{"arrival_s": -1, "job": {"name": "b"}}"#, "line 2 / arrival_s: -1 is negative"),
+        (
+            "negative duration",
+            r#"{"arrival_s": 1, "duration_s": -5, "job": {"name": "b"}}"#,
+            "duration_s: -5 is negative",
+        ),
+        ("huge time", r#"{"arrival_s": 99999999999999, "job": {"name": "b"}}"#, "more than 100 years"),
+        (
+            "utilization",
+            r#"{"arrival_s": 1, "utilization": 1.5, "job": {"name": "b"}}"#,
+            "utilization: 1.5 is outside 0..=1",
+        ),
+        (
+            "bad job",
+            r#"{"arrival_s": 1, "job": {"name": "b", "gpu": {"count": 0}}}"#,
+            "line 2 / job \"b\" / task \"main\"",
+        ),
+        ("empty name", r#"{"arrival_s": 1, "job": {"name": " "}}"#, "empty job name"),
+        ("duplicate", r#"{"arrival_s": 1, "job": {"name": "a"}}"#, "job \"a\": job name used twice"),
+        ("oversized line", &big, "the limit is 65536"),
+        ("array", "[1, 2]", "not a valid trace line"),
+    ];
+    for (name, line, expected) in cases {
+        let err = trace(&format!("{ok}\n{line}\n"), false).expect_err(name).to_string();
+        assert!(err.contains(expected), "{name}: {err}");
+        // Lenient: the bad line is skipped and counted, the good one kept.
+        let t = trace(&format!("{ok}\n{line}\n"), true).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((t.jobs.len(), t.skipped.values().sum::<u64>()), (1, 1), "{name}: {:?}", t.skipped);
+    }
+}
+
+#[test]
+fn an_empty_or_unreadable_trace_is_refused() {
+    assert_eq!(trace("", false).unwrap_err().to_string(), "the trace has no jobs");
+    assert_eq!(trace("\n  \n", true).unwrap_err().to_string(), "the trace has no jobs");
+    let err = trace("garbage\n{}\n", true).unwrap_err().to_string();
+    assert_eq!(err, "no usable job in the trace (2 lines skipped)");
+    let err = crate::read_trace(&b"\xff\xfe\n"[..], catalog(), false).unwrap_err().to_string();
+    assert_eq!(err, "line 1: not UTF-8 text");
+}

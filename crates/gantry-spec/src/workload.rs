@@ -34,8 +34,8 @@ struct WorkloadFile {
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct JobEntry {
-    name: String,
+pub(crate) struct JobEntry {
+    pub(crate) name: String,
     queue: Option<String>,
     priority: Option<i64>,
     count: Option<i64>,
@@ -127,7 +127,7 @@ pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecErr
     Ok(jobs)
 }
 
-fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
+pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
     let shorthand = TaskEntry {
         name: None,
         replicas: entry.replicas.take(),
