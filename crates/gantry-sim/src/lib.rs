@@ -7,9 +7,11 @@
 //! same trace, policy and seed ⇒ same result.
 
 pub mod alibaba;
+pub mod native;
 pub mod protocol_a;
 pub mod protocol_b;
 pub mod report;
+pub mod synth;
 pub mod trace;
 
 pub use alibaba::{Mode, Skipped, TraceError, TraceNode, TracePod};

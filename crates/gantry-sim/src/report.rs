@@ -1,11 +1,13 @@
 //! Reports: the allocation curves as CSV, one SVG chart per pod list (allocation against
 //! arrived load, one line per policy, as the FGD paper draws it) and one self-contained HTML
-//! page embedding the charts and the summary table.
+//! page embedding the charts and the summary table; for time replays, the series as CSV and
+//! allocation and utilization over time.
 //!
 //! SVG is written by hand: a line chart is a few dozen lines of markup, and a plotting crate
 //! would bring a font stack into the binary (see STACK.md).
 
 use crate::protocol_a::RunResult;
+use crate::protocol_b::ReplayResult;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -53,14 +55,23 @@ fn escape(text: &str) -> String {
     text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-/// An SVG line chart of mean allocation (%) against arrived load (%), one line per policy.
-pub fn allocation_svg(title: &str, policies: &ListResults<'_>) -> String {
-    let (w, h, left, right, top, bottom) = (760.0, 420.0, 60.0, 200.0, 40.0, 50.0);
+/// One line of a chart.
+#[derive(Clone, Debug)]
+pub struct Line {
+    pub label: String,
+    pub color: &'static str,
+    pub dashed: bool,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// An SVG line chart, y in % (0..100), x from 0 to `x_max` with a grid line every `x_step`;
+/// the legend on the right shows each line's label.
+pub fn line_chart(title: &str, x_label: &str, y_label: &str, x_max: f64, x_step: f64, lines: &[Line]) -> String {
+    let (w, h, left, right, top, bottom) = (760.0, 420.0, 60.0, 220.0, 40.0, 50.0);
     let (pw, ph) = (w - left - right, h - top - bottom);
-    let x_max =
-        policies.values().flatten().flat_map(|r| r.curve.iter().map(|p| p.load_pct)).max().unwrap_or(130).max(1) as f64;
-    let x = |load: f64| left + load / x_max * pw;
-    let y = |alloc: f64| top + (1.0 - alloc / 100.0) * ph;
+    let x_max = if x_max > 0.0 { x_max } else { 1.0 };
+    let x = |v: f64| left + v / x_max * pw;
+    let y = |v: f64| top + (1.0 - v.clamp(0.0, 100.0) / 100.0) * ph;
     let mut svg = format!(
         r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" font-size="14" font-weight="bold">{}</text>"#,
         left,
@@ -76,50 +87,78 @@ pub fn allocation_svg(title: &str, policies: &ListResults<'_>) -> String {
             ty + 4.0
         );
     }
-    let mut tick = 0;
-    while tick as f64 <= x_max {
-        let tx = x(tick as f64);
+    let step = if x_step > 0.0 { x_step } else { x_max };
+    let mut tick = 0.0;
+    while tick <= x_max + 1e-9 {
+        let tx = x(tick);
         let _ = write!(
             svg,
-            r##"<line x1="{tx}" y1="{top}" x2="{tx}" y2="{}" stroke="#eee"/><text x="{tx}" y="{}" text-anchor="middle">{tick}</text>"##,
+            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#eee"/><text x="{tx:.1}" y="{}" text-anchor="middle">{}</text>"##,
             top + ph,
-            top + ph + 16.0
+            top + ph + 16.0,
+            if step.fract() == 0.0 { format!("{tick:.0}") } else { format!("{tick:.1}") }
         );
-        tick += 10;
+        tick += step;
     }
     let _ = write!(
         svg,
-        r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/><text x="{}" y="{}" text-anchor="middle">arrived GPU load (% of capacity)</text><text transform="translate(16 {}) rotate(-90)" text-anchor="middle">GPU allocation (%)</text>"##,
+        r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/><text x="{}" y="{}" text-anchor="middle">{}</text><text transform="translate(16 {}) rotate(-90)" text-anchor="middle">{}</text>"##,
         top + ph,
         left + pw,
         top + ph,
         top + ph,
         left + pw / 2.0,
         h - 12.0,
-        top + ph / 2.0
+        escape(x_label),
+        top + ph / 2.0,
+        escape(y_label)
     );
-    for (i, (policy, runs)) in policies.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let points: Vec<String> =
-            mean_curve(runs).iter().map(|&(l, a)| format!("{:.1},{:.1}", x(l as f64), y(a))).collect();
-        let _ =
-            write!(svg, r#"<polyline fill="none" stroke="{color}" stroke-width="1.6" points="{}"/>"#, points.join(" "));
-        let ly = top + 14.0 + i as f64 * 18.0;
-        let final_alloc = mean_curve(runs).last().map(|&(_, a)| a).unwrap_or(0.0);
+    for (i, line) in lines.iter().enumerate() {
+        let dash = if line.dashed { r#" stroke-dasharray="5 3""# } else { "" };
+        let points: Vec<String> = line.points.iter().map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py))).collect();
         let _ = write!(
             svg,
-            r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{color}" stroke-width="3"/><text x="{}" y="{}">{} {final_alloc:.2}%</text>"#,
+            r#"<polyline fill="none" stroke="{}" stroke-width="1.6"{dash} points="{}"/>"#,
+            line.color,
+            points.join(" ")
+        );
+        let ly = top + 14.0 + i as f64 * 18.0;
+        let _ = write!(
+            svg,
+            r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="3"{dash}/><text x="{}" y="{}">{}</text>"#,
             left + pw + 12.0,
             ly - 4.0,
             left + pw + 30.0,
             ly - 4.0,
+            line.color,
             left + pw + 36.0,
             ly,
-            escape(policy)
+            escape(&line.label)
         );
     }
     svg.push_str("</svg>");
     svg
+}
+
+/// An SVG line chart of mean allocation (%) against arrived load (%), one line per policy.
+pub fn allocation_svg(title: &str, policies: &ListResults<'_>) -> String {
+    let x_max =
+        policies.values().flatten().flat_map(|r| r.curve.iter().map(|p| p.load_pct)).max().unwrap_or(130).max(1) as f64;
+    let lines: Vec<Line> = policies
+        .iter()
+        .enumerate()
+        .map(|(i, (policy, runs))| {
+            let curve = mean_curve(runs);
+            let final_alloc = curve.last().map(|&(_, a)| a).unwrap_or(0.0);
+            Line {
+                label: format!("{policy} {final_alloc:.2}%"),
+                color: COLORS[i % COLORS.len()],
+                dashed: false,
+                points: curve.into_iter().map(|(l, a)| (l as f64, a)).collect(),
+            }
+        })
+        .collect();
+    line_chart(title, "arrived GPU load (% of capacity)", "GPU allocation (%)", x_max, 10.0, &lines)
 }
 
 /// One HTML page: the summary table (mean allocation at the last load point) and every chart.
@@ -145,6 +184,129 @@ pub fn html(title: &str, lists: &[(String, ListResults<'_>)]) -> String {
     page.push_str("</table>");
     for (list, results) in lists {
         let _ = write!(page, "<figure>{}</figure>", allocation_svg(list, results));
+    }
+    page.push_str("</body></html>");
+    page
+}
+
+/// Time-replay results of one trace, one per (policy, seed).
+pub type ReplayRuns<'a> = Vec<&'a ReplayResult>;
+
+/// `trace,policy,seed,time_s,alloc_pct,util_pct,running,queued` for every sample.
+pub fn replay_csv(traces: &[(String, ReplayRuns<'_>)]) -> String {
+    let mut out = String::from("trace,policy,seed,time_s,alloc_pct,util_pct,running,queued\n");
+    for (trace, runs) in traces {
+        for run in runs {
+            for s in &run.series {
+                let _ = writeln!(
+                    out,
+                    "{trace},{},{},{},{:.3},{:.3},{},{}",
+                    run.policy, run.seed, s.time_s, s.alloc_pct, s.util_pct, s.running, s.queued
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Allocation (solid) and simulated utilization (dashed) over time, one colour per policy
+/// (its first seed: series of different seeds are not averaged point by point).
+pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
+    let mut lines = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    let origin = runs.iter().filter_map(|r| r.series.first()).map(|s| s.time_s).min().unwrap_or(0);
+    let span_s = runs.iter().filter_map(|r| r.series.last()).map(|s| s.time_s - origin).max().unwrap_or(0);
+    let (unit, div) = if span_s >= 2 * 86_400 {
+        ("days", 86_400.0)
+    } else if span_s >= 2 * 3_600 {
+        ("hours", 3_600.0)
+    } else {
+        ("minutes", 60.0)
+    };
+    for run in runs {
+        if seen.contains(&run.policy.as_str()) {
+            continue;
+        }
+        seen.push(&run.policy);
+        let color = COLORS[(seen.len() - 1) % COLORS.len()];
+        let at = |s: &crate::protocol_b::Sample| (s.time_s - origin) as f64 / div;
+        lines.push(Line {
+            label: format!("{} allocated {:.1}%", run.policy, run.mean_alloc_pct),
+            color,
+            dashed: false,
+            points: run.series.iter().map(|s| (at(s), s.alloc_pct)).collect(),
+        });
+        lines.push(Line {
+            label: format!("{} used {:.1}%", run.policy, run.mean_util_pct),
+            color,
+            dashed: true,
+            points: run.series.iter().map(|s| (at(s), s.util_pct)).collect(),
+        });
+    }
+    let x_max = span_s as f64 / div;
+    let step = nice_step(x_max);
+    line_chart(title, &format!("time since the first arrival ({unit})"), "% of GPU capacity", x_max, step, &lines)
+}
+
+/// A grid step giving about 5–10 ticks over `0..max`.
+fn nice_step(max: f64) -> f64 {
+    if max <= 0.0 {
+        return 1.0;
+    }
+    let raw = max / 8.0;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let n = raw / magnitude;
+    magnitude
+        * if n <= 1.0 {
+            1.0
+        } else if n <= 2.0 {
+            2.0
+        } else if n <= 5.0 {
+            5.0
+        } else {
+            10.0
+        }
+}
+
+/// One HTML page for time replays: the summary table and one chart per trace.
+pub fn replay_html(title: &str, traces: &[(String, ReplayRuns<'_>)]) -> String {
+    let mut page = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0}</title><style>body{{font-family:sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th:first-child,td:first-child,td:nth-child(2){{text-align:left}}figure{{margin:1.5em 0}}</style></head><body><h1>{0}</h1>",
+        escape(title)
+    );
+    page.push_str(
+        "<h2>Summary</h2><table><tr><th>trace</th><th>policy</th><th>seed</th><th>started</th><th>never started</th>\
+         <th>wait p50 (s)</th><th>wait p90 (s)</th><th>wait p99 (s)</th><th>mean allocated %</th><th>mean used %</th>\
+         <th>peak allocated %</th><th>GPU time by tenant</th></tr>",
+    );
+    for (trace, runs) in traces {
+        for r in runs {
+            let tenants: Vec<String> =
+                r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{} {s:.1}%", escape(t))).collect();
+            let _ = write!(
+                page,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td style=\"text-align:left\">{}</td></tr>",
+                escape(trace),
+                escape(&r.policy),
+                r.seed,
+                r.started,
+                r.pods,
+                r.never_started,
+                r.delay_p50_s,
+                r.delay_p90_s,
+                r.delay_p99_s,
+                r.mean_alloc_pct,
+                r.mean_util_pct,
+                r.peak_alloc_pct,
+                tenants.join(", ")
+            );
+        }
+    }
+    page.push_str("</table>");
+    for (trace, runs) in traces {
+        let _ =
+            write!(page, "<figure>{}</figure>", replay_svg(&format!("{trace}: allocated and used over time"), runs));
     }
     page.push_str("</body></html>");
     page

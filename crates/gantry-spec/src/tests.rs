@@ -233,7 +233,7 @@ fn a_trace_parses_jobs_in_arrival_order() {
 {"arrival_s": 0, "job": {"name": "nb", "count": 2, "gpu": {"share": 125, "mode": "time-slice"}}}
 {"arrival_s": 60, "duration_s": 10, "job": {"name": "gang", "task": [{"name": "w", "replicas": 2, "gpu": {"count": 4}, "topology": {"within": "rack", "required": true}}]}}
 "#;
-    let t = trace(text, false).unwrap();
+    let t = trace(text, false).expect("a valid trace");
     let names: Vec<&str> = t.jobs.iter().map(|j| j.job.name.as_str()).collect();
     assert_eq!(names, ["nb-0", "nb-1", "train", "gang"], "sorted by arrival, stable in file order");
     assert_eq!((t.jobs[0].line, t.jobs[0].arrival_s, t.jobs[0].duration_s), (3, 0, None));
@@ -284,10 +284,10 @@ fn bad_trace_lines_name_the_line_and_field() {
 
 #[test]
 fn an_empty_or_unreadable_trace_is_refused() {
-    assert_eq!(trace("", false).unwrap_err().to_string(), "the trace has no jobs");
-    assert_eq!(trace("\n  \n", true).unwrap_err().to_string(), "the trace has no jobs");
-    let err = trace("garbage\n{}\n", true).unwrap_err().to_string();
+    assert_eq!(trace("", false).expect_err("refused").to_string(), "the trace has no jobs");
+    assert_eq!(trace("\n  \n", true).expect_err("refused").to_string(), "the trace has no jobs");
+    let err = trace("garbage\n{}\n", true).expect_err("refused").to_string();
     assert_eq!(err, "no usable job in the trace (2 lines skipped)");
-    let err = crate::read_trace(&b"\xff\xfe\n"[..], catalog(), false).unwrap_err().to_string();
+    let err = crate::read_trace(&b"\xff\xfe\n"[..], catalog(), false).expect_err("refused").to_string();
     assert_eq!(err, "line 1: not UTF-8 text");
 }

@@ -1,10 +1,12 @@
 //! `gantry`: the one binary. Today: `place` (a dry run of the placement engine on a fleet and
-//! a workload), `catalog` (GPU models and MIG geometry), `validate` (check spec files) and
-//! `sim` (replay a trace). The live service and the planner arrive as further subcommands.
+//! a workload), `catalog` (GPU models and MIG geometry), `validate` (check spec files),
+//! `sim` (replay a trace) and `synth` (write a synthetic trace). The live service and the
+//! planner arrive as further subcommands.
 
 mod catalog_cmd;
 mod place_cmd;
 mod sim_cmd;
+mod synth_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +30,11 @@ enum Command {
     /// queue) and measure allocation.
     #[command(after_help = sim_cmd::EXAMPLES)]
     Sim(sim_cmd::SimArgs),
+    /// Write a seeded synthetic multi-tenant workload as a native trace (JSON lines) for
+    /// `gantry sim --trace`: training gangs, training, evaluation, inference, MPS services and
+    /// notebooks, every job able to run on the fleet, arrivals paced to a target load.
+    #[command(after_help = synth_cmd::EXAMPLES)]
+    Synth(synth_cmd::SynthArgs),
     /// Check a fleet file and/or a workload file without placing anything.
     #[command(after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml")]
     Validate(place_cmd::ValidateArgs),
@@ -40,6 +47,7 @@ fn main() -> ExitCode {
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Validate(args) => place_cmd::validate(args),
         Command::Sim(args) => sim_cmd::run(args),
+        Command::Synth(args) => synth_cmd::run(args),
     };
     match result {
         Ok(code) => code,

@@ -63,7 +63,7 @@ fn read(path: &Path, what: &str) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {what} file {} as UTF-8 text", path.display()))
 }
 
-fn load_fleet(path: Option<&Path>, catalog: &Catalog) -> anyhow::Result<(String, Fleet)> {
+pub(crate) fn load_fleet(path: Option<&Path>, catalog: &Catalog) -> anyhow::Result<(String, Fleet)> {
     let (name, text) = match path {
         Some(p) => (p.display().to_string(), read(p, "fleet")?),
         None => ("demo fleet".to_string(), DEMO_FLEET.to_string()),

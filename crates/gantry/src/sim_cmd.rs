@@ -1,10 +1,12 @@
-//! `gantry sim`: replay a trace under one or more policies (Protocol A, the FGD paper's).
+//! `gantry sim`: replay a trace under one or more policies: the Alibaba trace under Protocol A
+//! (the FGD paper's) or in time (Protocol B), or a native JSON-lines trace in time.
 
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_engine::Policy;
 use gantry_sim::alibaba::{self, Mode, Skipped};
 use gantry_sim::protocol_a::{self, ProtocolA};
+use gantry_sim::protocol_b;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,16 +14,28 @@ pub const EXAMPLES: &str = "Examples:
   # the FGD protocol on the Alibaba trace, FGD and best-fit, seed 42
   gantry sim --nodes openb_node_list_gpu_node.csv --pods openb_pod_list_default.csv --policy fgd,best-fit --seed 42
   # replay the reference run's exact arrival order and compare decisions
-  gantry sim --nodes ... --pods ... --policy fgd --arrivals 06-FGD/decisions.csv --compare 06-FGD/decisions.csv";
+  gantry sim --nodes ... --pods ... --policy fgd --arrivals 06-FGD/decisions.csv --compare 06-FGD/decisions.csv
+  # the Alibaba trace in time: arrivals compressed 200x, a waiting queue, metrics over time
+  gantry sim --nodes ... --pods ... --protocol time-replay --compress 200 --report out/
+  # a native trace (JSON lines, see docs/formats.md) on a fleet file, here a synthetic one
+  gantry synth --jobs 2000 --seed 7 --out trace.jsonl
+  gantry sim --fleet examples/demo-fleet.toml --trace trace.jsonl --policy default,best-fit --report out/";
 
 #[derive(Args)]
 pub struct SimArgs {
     /// Node list (Alibaba trace CSV: sn,cpu_milli,memory_mib,gpu,model).
-    #[arg(long, value_name = "FILE")]
-    nodes: PathBuf,
+    #[arg(long, value_name = "FILE", requires = "pods", conflicts_with_all = ["trace", "fleet"])]
+    nodes: Option<PathBuf>,
     /// Pod list(s) (Alibaba trace CSV), comma-separated; each is simulated separately.
-    #[arg(long, value_name = "FILE", value_delimiter = ',', required = true)]
+    #[arg(long, value_name = "FILE", value_delimiter = ',', requires = "nodes")]
     pods: Vec<PathBuf>,
+    /// Native trace: JSON lines of job specs with arrival_s, duration_s (docs/formats.md);
+    /// replayed in time on --fleet.
+    #[arg(long, value_name = "FILE", required_unless_present = "nodes")]
+    trace: Option<PathBuf>,
+    /// Fleet file (TOML, docs/formats.md) for --trace; default: the bundled demo fleet.
+    #[arg(long, value_name = "FILE", requires = "trace")]
+    fleet: Option<PathBuf>,
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "default", value_parser = parse_policy)]
     policy: Vec<Policy>,
@@ -32,10 +46,11 @@ pub struct SimArgs {
     /// core.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     seeds: u32,
-    /// Protocol: `fgd` (the FGD paper's: arrivals to 130 % of capacity, no departures) or
-    /// `time-replay` (creation and deletion times, a waiting queue, metrics over time).
-    #[arg(long, default_value = "fgd", value_parser = ["fgd", "time-replay"])]
-    protocol: String,
+    /// Protocol: `fgd` (the FGD paper's: arrivals to 130 % of capacity, no departures; the
+    /// default for --pods) or `time-replay` (arrival and departure times, a waiting queue,
+    /// metrics over time; the only one for --trace).
+    #[arg(long, value_parser = ["fgd", "time-replay"])]
+    protocol: Option<String>,
     /// time-replay: divide the time between arrivals by this factor (durations unchanged).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     compress: u64,
@@ -62,8 +77,9 @@ pub struct SimArgs {
     /// Write a markdown table of mean allocation at 130 % (pod list × policy) to this file.
     #[arg(long, value_name = "FILE")]
     markdown: Option<PathBuf>,
-    /// Write a report to this folder: curves.csv, one SVG chart per pod list (allocation
-    /// against arrived load, one line per policy) and report.html embedding them.
+    /// Write a report to this folder: for Protocol A curves.csv and one SVG chart per pod list
+    /// (allocation against arrived load, one line per policy); for time replays series.csv and
+    /// one SVG per trace (allocation and utilization over time); report.html embedding them.
     #[arg(long, value_name = "DIR")]
     report: Option<PathBuf>,
 }
@@ -145,12 +161,25 @@ fn read_decisions(path: &PathBuf) -> anyhow::Result<Vec<(String, Option<String>)
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
+    if let Some(trace) = &args.trace {
+        if args.protocol.as_deref() == Some("fgd") {
+            bail!(
+                "--protocol fgd replays Alibaba pod lists (--nodes, --pods); a native --trace replays in time \
+                 (--protocol time-replay)"
+            );
+        }
+        only_protocol_a_flags(&args, false)?;
+        return native_replay(&args, trace);
+    }
+    let Some(nodes_path) = &args.nodes else {
+        bail!("give --nodes and --pods (Alibaba trace) or --trace (native trace)")
+    };
     let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
     let mut skipped = Skipped::default();
-    let nodes = alibaba::read_nodes(&args.nodes, mode, &mut skipped)?;
+    let nodes = alibaba::read_nodes(nodes_path, mode, &mut skipped)?;
     let capacity: u64 = nodes.iter().map(|n| n.gpus as u64 * 1000).sum();
     if capacity == 0 {
-        bail!("{}: no GPUs in the node list", args.nodes.display());
+        bail!("{}: no GPUs in the node list", nodes_path.display());
     }
     let mut lists = Vec::with_capacity(args.pods.len());
     for path in &args.pods {
@@ -162,7 +191,9 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     if skipped.total > 0 {
         eprintln!("skipped {} malformed rows: {:?}", skipped.total, skipped.by_reason);
     }
-    if args.protocol == "time-replay" {
+    let replaying = args.protocol.as_deref() == Some("time-replay");
+    only_protocol_a_flags(&args, !replaying)?;
+    if replaying {
         return time_replay(&args, &nodes, &lists);
     }
     if args.seeds > 1 && args.arrivals.is_some() {
@@ -351,44 +382,121 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--protocol time-replay`: one run per (pod list, policy, seed), printed or as JSON.
+/// Refuse flags that mean nothing for the protocol being run, rather than ignore them.
+fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()> {
+    if protocol_a {
+        if args.compress != 1 {
+            bail!("--compress applies to --protocol time-replay; Protocol A has no clock");
+        }
+        return Ok(());
+    }
+    let given = [
+        ("--arrivals", args.arrivals.is_some()),
+        ("--compare", args.compare.is_some()),
+        ("--authors", args.authors.is_some()),
+        ("--markdown", args.markdown.is_some()),
+        ("--decisions-out", args.decisions_out.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, on)| *on) {
+        bail!("{flag} applies to Protocol A (--protocol fgd on --pods), not to a time replay");
+    }
+    Ok(())
+}
+
+/// `--protocol time-replay` on the Alibaba trace: one run per (pod list, policy, seed).
 fn time_replay(
     args: &SimArgs,
     nodes: &[gantry_sim::TraceNode],
     lists: &[(String, Vec<gantry_sim::TracePod>)],
 ) -> anyhow::Result<ExitCode> {
-    let mut results = Vec::new();
+    let mut traces = Vec::new();
     for (name, pods) in lists {
+        let mut runs = Vec::new();
         for &policy in &args.policy {
             for seed in args.seed..args.seed + args.seeds as u64 {
                 let order = protocol_a::seeded_node_order(nodes, seed);
                 let started = std::time::Instant::now();
-                let r = gantry_sim::protocol_b::run(nodes, pods, &order, policy, seed, args.compress)?;
-                if !args.json {
-                    let tenants: Vec<String> =
-                        r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{t} {s:.1}%")).collect();
-                    println!(
-                        "{name} {:<14} seed {seed}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}  ({:.2}s)",
-                        policy.name(),
-                        r.started,
-                        r.pods,
-                        r.never_started,
-                        r.delay_p50_s,
-                        r.delay_p90_s,
-                        r.delay_p99_s,
-                        r.mean_alloc_pct,
-                        r.peak_alloc_pct,
-                        r.mean_util_pct,
-                        tenants.join(", "),
-                        started.elapsed().as_secs_f64()
-                    );
-                }
-                results.push(r);
+                let r = protocol_b::run(nodes, pods, &order, policy, seed, args.compress)?;
+                print_replay(args, name, &r, started.elapsed().as_secs_f64());
+                runs.push(r);
             }
         }
+        traces.push((name.clone(), runs));
+    }
+    finish_replay(args, &traces)
+}
+
+/// `--trace FILE [--fleet FILE]`: a native trace replayed in time.
+fn native_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let catalog = gantry_catalog::Catalog::embedded();
+    let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+    let trace = gantry_spec::read_trace(std::io::BufReader::new(file), catalog, args.lenient)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let (jobs, unfit) = gantry_sim::native::check_fits(&fleet, catalog, trace.jobs, args.lenient)
+        .map_err(|e| anyhow::anyhow!("{} on {fleet_name}: {e}", path.display()))?;
+    let skipped: u64 = trace.skipped.values().chain(unfit.values()).sum();
+    if skipped > 0 {
+        let reasons: Vec<String> = trace.skipped.iter().chain(&unfit).map(|(why, n)| format!("{n} × {why}")).collect();
+        eprintln!("skipped {skipped} trace lines: {}", reasons.join("; "));
+    }
+    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    let mut runs = Vec::new();
+    for &policy in &args.policy {
+        for seed in args.seed..args.seed + args.seeds as u64 {
+            let started = std::time::Instant::now();
+            let r = protocol_b::run_trace(&fleet, catalog, &jobs, policy, seed, args.compress)?;
+            print_replay(args, &name, &r, started.elapsed().as_secs_f64());
+            runs.push(r);
+        }
+    }
+    finish_replay(args, &[(name, runs)])
+}
+
+fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: f64) {
+    if args.json {
+        return;
+    }
+    let tenants: Vec<String> = r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{t} {s:.1}%")).collect();
+    println!(
+        "{name} {:<14} seed {}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}  ({secs:.2}s)",
+        r.policy,
+        r.seed,
+        r.started,
+        r.pods,
+        r.never_started,
+        r.delay_p50_s,
+        r.delay_p90_s,
+        r.delay_p99_s,
+        r.mean_alloc_pct,
+        r.peak_alloc_pct,
+        r.mean_util_pct,
+        tenants.join(", ")
+    );
+}
+
+/// JSON and the report folder for time replays.
+fn finish_replay(args: &SimArgs, traces: &[(String, Vec<protocol_b::ReplayResult>)]) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let grouped: Vec<(String, gantry_sim::report::ReplayRuns<'_>)> =
+            traces.iter().map(|(name, runs)| (name.clone(), runs.iter().collect())).collect();
+        let write = |name: &str, text: String| {
+            std::fs::write(dir.join(name), text).with_context(|| format!("cannot write {}", dir.join(name).display()))
+        };
+        write("series.csv", gantry_sim::report::replay_csv(&grouped))?;
+        for (name, runs) in &grouped {
+            write(
+                &format!("{name}.svg"),
+                gantry_sim::report::replay_svg(&format!("{name}: allocated and used over time"), runs),
+            )?;
+        }
+        write("report.html", gantry_sim::report::replay_html("gantry sim — time replay", &grouped))?;
+        eprintln!("wrote report to {}", dir.display());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        let all: Vec<&protocol_b::ReplayResult> = traces.iter().flat_map(|(_, runs)| runs).collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
     }
     Ok(ExitCode::SUCCESS)
 }

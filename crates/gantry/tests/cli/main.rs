@@ -185,3 +185,88 @@ fn sim_runs_policies_and_reports_bad_rows_with_their_line() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("skipped 1 malformed rows"), "{}", stderr(&out));
 }
+
+#[test]
+fn synth_writes_a_trace_that_sim_replays_with_a_report() {
+    let dir = temp_dir("synth");
+    let trace = dir.join("trace.jsonl");
+    let t = trace.to_str().expect("utf-8 path");
+    let out = gantry(&["synth", "--jobs", "300", "--seed", "3", "--tenants", "3", "--out", t]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&trace).expect("trace written");
+    assert_eq!(text.lines().count(), 300);
+    // Same seed, same bytes; another seed, another trace.
+    assert_eq!(stdout(&gantry(&["synth", "--jobs", "300", "--seed", "3", "--tenants", "3"])), text);
+    assert_ne!(stdout(&gantry(&["synth", "--jobs", "300", "--seed", "4", "--tenants", "3"])), text);
+
+    let report = dir.join("report");
+    let r = report.to_str().expect("utf-8 path");
+    let out = gantry(&["sim", "--trace", t, "--policy", "default,best-fit", "--json", "--report", r]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON summary");
+    let runs = runs.as_array().expect("one object per run");
+    assert_eq!(runs.len(), 2);
+    for run in runs {
+        assert_eq!(run["pods"], 300);
+        assert_eq!(run["started"].as_u64().unwrap() + run["never_started"].as_u64().unwrap(), 300);
+        let tenants = run["tenant_gpu_share_pct"].as_object().expect("tenant shares");
+        assert_eq!(tenants.keys().collect::<Vec<_>>(), ["team-0", "team-1", "team-2"]);
+        let util = run["mean_util_pct"].as_f64().unwrap();
+        assert!(util > 0.0 && util < run["mean_alloc_pct"].as_f64().unwrap(), "{run}");
+        assert!(!run["series"].as_array().unwrap().is_empty());
+    }
+    let csv = std::fs::read_to_string(report.join("series.csv")).expect("series.csv");
+    assert!(csv.starts_with("trace,policy,seed,time_s,alloc_pct,util_pct,running,queued\n"));
+    assert!(csv.contains("\ntrace,best-fit,42,"), "{}", &csv[..200]);
+    let svg = std::fs::read_to_string(report.join("trace.svg")).expect("chart");
+    assert!(svg.starts_with("<svg") && svg.contains("default used") && svg.contains("stroke-dasharray"));
+    let html = std::fs::read_to_string(report.join("report.html")).expect("report");
+    assert!(html.contains("<svg") && html.contains("wait p99"), "self-contained, with the summary");
+}
+
+#[test]
+fn sim_trace_refuses_bad_input_and_mismatched_flags() {
+    let dir = temp_dir("sim-trace-bad");
+    let good = r#"{"arrival_s": 0, "duration_s": 60, "job": {"name": "a", "gpu": {"count": 1}}}"#;
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("fixture");
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let bad = write("bad.jsonl", &format!("{good}\n{{\"arrival_s\": -3, \"job\": {{\"name\": \"b\"}}}}\n"));
+    let out = gantry(&["sim", "--trace", &bad]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("bad.jsonl: line 2 / arrival_s: -3 is negative"), "{}", stderr(&out));
+    let out = gantry(&["sim", "--trace", &bad, "--lenient"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("skipped 1 trace lines"), "{}", stderr(&out));
+    // A job no node of the demo fleet can hold: strict names it, lenient skips it.
+    let huge = write(
+        "huge.jsonl",
+        &format!("{good}\n{{\"arrival_s\": 5, \"job\": {{\"name\": \"big\", \"gpu\": {{\"count\": 64}}}}}}\n"),
+    );
+    let out = gantry(&["sim", "--trace", &huge]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("line 2 / job \"big\": can never run on this fleet"), "{}", stderr(&out));
+    assert!(gantry(&["sim", "--trace", &huge, "--lenient"]).status.success());
+    let empty = write("empty.jsonl", "");
+    assert!(stderr(&gantry(&["sim", "--trace", &empty])).contains("the trace has no jobs"));
+    let good = write("good.jsonl", good);
+    for (flags, expected) in [
+        (vec!["--protocol", "fgd"], "--protocol fgd replays Alibaba pod lists"),
+        (vec!["--markdown", "x.md"], "--markdown applies to Protocol A"),
+        (vec!["--nodes", "n.csv"], "cannot be used with"),
+    ] {
+        let mut args = vec!["sim", "--trace", good.as_str()];
+        args.extend(flags);
+        let out = gantry(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(expected), "{args:?}: {}", stderr(&out));
+    }
+    let out = gantry(&["sim"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--trace"), "{}", stderr(&out));
+    let out = gantry(&["synth", "--load", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--load 0 must be in (0, 100]"), "{}", stderr(&out));
+}

@@ -1,0 +1,177 @@
+//! A seeded synthetic workload: a multi-tenant mix of training gangs, single-node training,
+//! evaluation, inference, MPS services and notebooks, written as a native trace (JSON lines)
+//! for `gantry sim --trace`. Same fleet, options and seed ⇒ the same bytes.
+//!
+//! Two things make it useful rather than random: every job it writes can run on the given
+//! fleet (a drawn shape the empty fleet cannot hold is drawn again, so no job waits forever
+//! by construction), and arrivals are a Poisson process whose rate is set so that the offered
+//! GPU load — Σ milli-GPU × duration over the span — is `load` × the fleet's capacity, with
+//! each job's milli-GPU measured by placing it on the empty fleet (gantry's own accounting,
+//! MIG and shares included).
+
+use gantry_catalog::Catalog;
+use gantry_engine::rng::SeededRng;
+use gantry_engine::{Engine, EngineConfig};
+use gantry_spec::parse_trace_line;
+use gantry_types::Fleet;
+use serde_json::{Value, json};
+
+/// What to generate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SynthConfig {
+    pub jobs: u32,
+    pub seed: u64,
+    /// Tenants `team-0` .. `team-{n-1}`, equal weight; each job's queue is its tenant.
+    pub tenants: u32,
+    /// Offered GPU load as a share of the fleet's capacity (0.9 = 90 %).
+    pub load: f64,
+}
+
+impl Default for SynthConfig {
+    fn default() -> Self {
+        SynthConfig { jobs: 1000, seed: 42, tenants: 4, load: 0.9 }
+    }
+}
+
+/// One kind of job in the mix.
+struct Kind {
+    name: &'static str,
+    weight: u64,
+    /// Median duration (s) of a log-normal with this σ.
+    median_s: f64,
+    sigma: f64,
+    /// Utilization drawn uniformly in this range.
+    util: (f64, f64),
+}
+
+/// The default mix (weights sum to 100).
+const KINDS: &[Kind] = &[
+    Kind { name: "train-gang", weight: 3, median_s: 4.0 * 3600.0, sigma: 0.8, util: (0.75, 0.95) },
+    Kind { name: "train", weight: 14, median_s: 2.0 * 3600.0, sigma: 0.9, util: (0.6, 0.95) },
+    Kind { name: "eval", weight: 12, median_s: 20.0 * 60.0, sigma: 0.6, util: (0.5, 0.9) },
+    Kind { name: "infer", weight: 31, median_s: 60.0 * 60.0, sigma: 1.0, util: (0.15, 0.6) },
+    Kind { name: "svc-mps", weight: 15, median_s: 3.0 * 3600.0, sigma: 0.7, util: (0.3, 0.7) },
+    Kind { name: "notebook", weight: 25, median_s: 45.0 * 60.0, sigma: 0.8, util: (0.02, 0.3) },
+];
+
+/// Draws of a shape before giving up on a kind the fleet cannot hold.
+const DRAWS_MAX: u32 = 64;
+
+struct Draw<'a>(&'a mut SeededRng);
+
+impl Draw<'_> {
+    fn unit(&mut self) -> f64 {
+        (self.0.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.0.below(items.len() as u64) as usize]
+    }
+    /// Standard normal (Box–Muller).
+    fn normal(&mut self) -> f64 {
+        let u1 = self.unit().max(1e-12);
+        let u2 = self.unit();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+/// The job table (workload format, as JSON) for one draw of `kind`.
+fn shape(kind: &str, name: &str, tenant: &str, d: &mut Draw<'_>) -> Value {
+    match kind {
+        "train-gang" => json!({
+            "name": name, "queue": tenant,
+            "task": [{"name": "worker", "replicas": d.pick(&[2, 2, 3, 4]), "cpu": 32, "memory": "256GiB",
+                      "gpu": {"count": 8}, "topology": {"within": "rack"}}]
+        }),
+        "train" => {
+            let count = d.pick(&[1, 2, 2, 4, 4, 8]);
+            let mut job = json!({"name": name, "queue": tenant, "cpu": 8 * count, "memory": format!("{}GiB", 64 * count),
+                                 "gpu": {"count": count}});
+            if count > 1 {
+                job["topology"] = json!({"within": "nvlink"});
+            }
+            job
+        }
+        "eval" => json!({"name": name, "queue": tenant, "cpu": 8, "memory": "64GiB", "gpu": {"count": 1}}),
+        "infer" => json!({"name": name, "queue": tenant, "cpu": 4, "memory": "32GiB",
+                          "gpu": {"memory": d.pick(&["8GiB", "10GiB", "16GiB", "20GiB", "40GiB"])}}),
+        "svc-mps" => json!({"name": name, "queue": tenant, "cpu": 2, "memory": "16GiB",
+                            "gpu": {"share": d.pick(&[250, 250, 500]), "memory": "8GiB", "mode": "mps"}}),
+        _ => json!({"name": name, "queue": tenant, "cpu": 1, "memory": "8GiB",
+                    "gpu": {"share": 125, "memory": "4GiB", "mode": "time-slice"}}),
+    }
+}
+
+/// Generate the trace as JSON lines (one per job, in arrival order, each ending in `\n`).
+pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) -> Result<String, String> {
+    if config.jobs == 0 || config.tenants == 0 {
+        return Err("--jobs and --tenants must be at least 1".into());
+    }
+    if !(config.load.is_finite() && config.load > 0.0 && config.load <= 100.0) {
+        return Err(format!("--load {} must be in (0, 100]", config.load));
+    }
+    let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
+    let capacity = engine.state().gpus.len() as f64 * 1000.0;
+    if capacity == 0.0 {
+        return Err("the fleet has no GPUs".into());
+    }
+    let mut rng = SeededRng::new(config.seed);
+    let total_weight: u64 = KINDS.iter().map(|k| k.weight).sum();
+    // (job line without arrival, GPU milli × seconds it offers)
+    let mut drawn: Vec<(Value, f64)> = Vec::with_capacity(config.jobs as usize);
+    let mut unfit: Vec<&str> = Vec::new();
+    while drawn.len() < config.jobs as usize {
+        let i = drawn.len();
+        let mut pick = rng.below(total_weight);
+        let kind = KINDS
+            .iter()
+            .find(|k| {
+                if pick < k.weight {
+                    return true;
+                }
+                pick -= k.weight;
+                false
+            })
+            .expect("weights cover the draw");
+        if unfit.contains(&kind.name) {
+            continue;
+        }
+        let mut d = Draw(&mut rng);
+        let tenant = format!("team-{}", d.0.below(config.tenants as u64));
+        let duration = (kind.median_s * (kind.sigma * d.normal()).exp()).round().clamp(60.0, 14.0 * 86_400.0) as u64;
+        let utilization = ((kind.util.0 + (kind.util.1 - kind.util.0) * d.unit()) * 100.0).round() / 100.0;
+        let mut placed = None;
+        for _ in 0..DRAWS_MAX {
+            let job = shape(kind.name, &format!("{}-{i:06}", kind.name), &tenant, &mut d);
+            let line = json!({"arrival_s": 0, "duration_s": duration, "utilization": utilization, "job": job});
+            let parsed = parse_trace_line(1, &line.to_string(), catalog).map_err(|e| format!("{}: {e}", kind.name))?;
+            let compiled = engine.compile(&parsed[0].job).map_err(|e| e.to_string())?;
+            let before = engine.state().used_milli();
+            if let Ok(id) = engine.place(&compiled) {
+                let milli = engine.state().used_milli() - before;
+                engine.release(id).map_err(|e| e.to_string())?;
+                placed = Some((line, milli as f64 * duration as f64));
+                break;
+            }
+        }
+        match placed {
+            Some(p) => drawn.push(p),
+            None => unfit.push(kind.name),
+        }
+        if unfit.len() == KINDS.len() {
+            return Err("no job of the synthetic mix fits this fleet".into());
+        }
+    }
+    // Poisson arrivals at the rate that offers `load` × capacity on average.
+    let mean_offered = drawn.iter().map(|(_, o)| o).sum::<f64>() / drawn.len() as f64;
+    let rate = config.load * capacity / mean_offered.max(1.0); // jobs per second
+    let mut t = 0.0f64;
+    let mut out = String::new();
+    for (mut line, _) in drawn {
+        let u = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        t += -(1.0 - u).ln() / rate;
+        line["arrival_s"] = json!(t.floor() as u64);
+        out.push_str(&line.to_string());
+        out.push('\n');
+    }
+    Ok(out)
+}
