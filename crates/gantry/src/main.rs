@@ -29,7 +29,7 @@ enum Command {
     /// Replay a trace under scoring policies (the FGD paper's protocol, or a time replay with a
     /// queue) and measure allocation.
     #[command(after_help = sim_cmd::EXAMPLES)]
-    Sim(sim_cmd::SimArgs),
+    Sim(Box<sim_cmd::SimArgs>),
     /// Write a seeded synthetic multi-tenant workload as a native trace (JSON lines) for
     /// `gantry sim --trace`: training gangs, training, evaluation, inference, MPS services and
     /// notebooks, every job able to run on the fleet, arrivals paced to a target load.
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Command::Place(args) => place_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Validate(args) => place_cmd::validate(args),
-        Command::Sim(args) => sim_cmd::run(args),
+        Command::Sim(args) => sim_cmd::run(*args),
         Command::Synth(args) => synth_cmd::run(args),
     };
     match result {

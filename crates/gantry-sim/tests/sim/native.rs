@@ -88,7 +88,7 @@ fn the_synthetic_trace_is_seeded_fits_the_fleet_and_offers_the_load_asked() {
         offered += (engine.state().used_milli() - before) as f64 * j.duration_s.expect("has a duration") as f64;
         engine.release(id).expect("releases");
     }
-    let span = trace.jobs.last().unwrap().arrival_s as f64;
+    let span = trace.jobs.last().expect("jobs").arrival_s as f64;
     let load = offered / span / (engine.state().gpus.len() as f64 * 1000.0);
     assert!((load - 0.8).abs() < 0.8 * 0.15, "offered load {load}");
     // Utilization below allocation: no kind keeps its GPUs fully busy.

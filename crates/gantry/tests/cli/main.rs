@@ -208,12 +208,12 @@ fn synth_writes_a_trace_that_sim_replays_with_a_report() {
     assert_eq!(runs.len(), 2);
     for run in runs {
         assert_eq!(run["pods"], 300);
-        assert_eq!(run["started"].as_u64().unwrap() + run["never_started"].as_u64().unwrap(), 300);
+        assert_eq!(run["started"].as_u64().expect("count") + run["never_started"].as_u64().expect("count"), 300);
         let tenants = run["tenant_gpu_share_pct"].as_object().expect("tenant shares");
         assert_eq!(tenants.keys().collect::<Vec<_>>(), ["team-0", "team-1", "team-2"]);
-        let util = run["mean_util_pct"].as_f64().unwrap();
-        assert!(util > 0.0 && util < run["mean_alloc_pct"].as_f64().unwrap(), "{run}");
-        assert!(!run["series"].as_array().unwrap().is_empty());
+        let util = run["mean_util_pct"].as_f64().expect("a number");
+        assert!(util > 0.0 && util < run["mean_alloc_pct"].as_f64().expect("a number"), "{run}");
+        assert!(!run["series"].as_array().expect("samples").is_empty());
     }
     let csv = std::fs::read_to_string(report.join("series.csv")).expect("series.csv");
     assert!(csv.starts_with("trace,policy,seed,time_s,alloc_pct,util_pct,running,queued\n"));
