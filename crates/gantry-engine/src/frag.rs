@@ -51,7 +51,7 @@ impl FragModel {
             *counts.entry(shape).or_default() += weight;
         }
         let mut top: Vec<(Shape, u64)> = counts.iter().map(|(s, c)| (*s, *c)).collect();
-        top.sort_by_key(|&(s, c)| (std::cmp::Reverse(c), s));
+        top.sort_by_key(|&(s, _)| s.milli);
         FragModel { counts, top, dirty: false, learn: false }
     }
 
@@ -62,13 +62,14 @@ impl FragModel {
         }
     }
 
-    /// Types in use, most frequent first (learned models keep the `FGD_TASK_SHAPES_MAX` most
-    /// frequent).
+    /// Types in use, ordered by compute per GPU (what [`node_fragmentation`] wants; learned
+    /// models keep the `FGD_TASK_SHAPES_MAX` most frequent).
     pub fn shapes(&mut self) -> &[(Shape, u64)] {
         if self.dirty {
             let mut all: Vec<(Shape, u64)> = self.counts.iter().map(|(s, c)| (*s, *c)).collect();
             all.sort_by_key(|&(s, c)| (std::cmp::Reverse(c), s));
             all.truncate(FGD_TASK_SHAPES_MAX);
+            all.sort_by_key(|&(s, _)| s.milli);
             self.top = all;
             self.dirty = false;
         }
@@ -103,18 +104,25 @@ pub fn node_fragmentation(node: NodeView<'_>, shapes: &[(Shape, u64)]) -> u64 {
     if total == 0 {
         return 0;
     }
-    shapes
-        .iter()
-        .map(|&(shape, weight)| {
-            if shape.milli == 0 || shape.classes & node.classes == 0 || node.cpu_free < shape.cpu {
-                return weight * total;
-            }
-            // GPUs below the request: the first `below` of the sorted list.
-            let below = sorted.partition_point(|&f| f < shape.milli);
-            let fitting = (len - below) as u32;
-            if fitting < shape.count.max(1) { weight * total } else { weight * prefix[below] }
-        })
-        .sum()
+    // Shapes come ordered by compute per GPU (as `FragModel` keeps them), so the split of the
+    // sorted GPUs is searched once per distinct request, not once per shape; any order still
+    // gives the right sum.
+    let (mut split_for, mut below) = (u32::MAX, 0usize);
+    let mut sum = 0u64;
+    for &(shape, weight) in shapes {
+        if shape.milli == 0 || shape.classes & node.classes == 0 || node.cpu_free < shape.cpu {
+            sum += weight * total;
+            continue;
+        }
+        // GPUs below the request: the first `below` of the sorted list.
+        if shape.milli != split_for {
+            split_for = shape.milli;
+            below = sorted.partition_point(|&f| f < shape.milli);
+        }
+        let fitting = (len - below) as u32;
+        sum += if fitting < shape.count.max(1) { weight * total } else { weight * prefix[below] };
+    }
+    sum
 }
 
 #[cfg(test)]

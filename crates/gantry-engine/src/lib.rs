@@ -16,6 +16,7 @@ pub mod frag;
 pub mod index;
 pub mod ledger;
 pub mod limits;
+mod memo;
 mod place;
 pub use place::SearchStats;
 pub mod policy;
@@ -81,6 +82,9 @@ pub struct Engine {
     rack_nodes: Vec<Vec<state::NodeIdx>>,
     /// Per-node fragmentation cache (see `Placer::frag_cache`).
     frag_cache: Vec<(u32, u64)>,
+    /// Per-node verdicts (see `memo`); `None` where verdicts would depend on a learned
+    /// distribution.
+    verdicts: Option<memo::VerdictMemo>,
     allocations: BTreeMap<AllocId, Allocation>,
     next_alloc: AllocId,
     decisions: u64,
@@ -99,6 +103,8 @@ impl Engine {
             None => FragModel::learning(),
         };
         let frag_cache = vec![(0, 0); state.nodes.len()];
+        let verdicts = (config.shapes.is_some() || !config.policy.needs_shapes())
+            .then(|| memo::VerdictMemo::new(state.nodes.len()));
         Ok(Engine {
             catalog,
             state,
@@ -106,11 +112,19 @@ impl Engine {
             frag,
             rack_nodes,
             frag_cache,
+            verdicts,
             allocations: BTreeMap::new(),
             next_alloc: 1,
             decisions: 0,
             stats: SearchStats::default(),
         })
+    }
+
+    /// The same engine without the per-node verdict memo (see `memo`): for tests that prove
+    /// the memo changes no decision, and for measuring what it saves.
+    pub fn without_verdict_memo(mut self) -> Engine {
+        self.verdicts = None;
+        self
     }
 
     pub fn state(&self) -> &ClusterState {
@@ -180,6 +194,7 @@ impl Engine {
             &shapes,
             &self.rack_nodes,
             if self.config.shapes.is_some() { Some(&mut self.frag_cache) } else { None },
+            self.verdicts.as_mut(),
             decision_seed,
         );
         let result = placer.place_job(job);

@@ -11,11 +11,12 @@ use crate::frag::{FragModel, Shape};
 use crate::index;
 use crate::ledger::{self, Grant, TaskGrant};
 use crate::limits::SearchLimits;
+use crate::memo::{Verdict, VerdictMemo};
 use crate::policy::{self, Policy, Score, ScoreContext};
 use crate::request::{CompiledGroup, CompiledJob, GpuNeed};
 use crate::rng::{SeededRng, mix};
 use crate::state::{ClusterState, NodeIdx};
-use gantry_types::{Reason, ReasonCount, TopologyLevel, add_reason, add_reasons};
+use gantry_types::{Reason, ReasonCount, TopologyLevel, add_reason, add_reason_ref, add_reasons};
 
 /// Work counters, summed over decisions (for benchmarks and metrics).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,6 +44,8 @@ pub(crate) struct Placer<'a> {
     /// Per node: (version + 1, fragmentation) of the last computation, when the type
     /// distribution is fixed; `None` when it is being learned (values would go stale).
     pub frag_cache: Option<&'a mut Vec<(u32, u64)>>,
+    /// Per-node verdicts for single tasks (see `memo`); `None` where they may not be reused.
+    pub verdicts: Option<&'a mut VerdictMemo>,
     pub rng: SeededRng,
     pub decision_seed: u64,
     /// Tasks applied so far in this decision (the gang's transaction).
@@ -55,6 +58,7 @@ pub(crate) struct Placer<'a> {
 }
 
 impl<'a> Placer<'a> {
+    #[allow(clippy::too_many_arguments)] // the decision's inputs, each borrowed from the engine
     pub fn new(
         state: &'a mut ClusterState,
         policy: Policy,
@@ -62,6 +66,7 @@ impl<'a> Placer<'a> {
         shapes: &'a [(Shape, u64)],
         rack_nodes: &'a [Vec<NodeIdx>],
         frag_cache: Option<&'a mut Vec<(u32, u64)>>,
+        verdicts: Option<&'a mut VerdictMemo>,
         decision_seed: u64,
     ) -> Placer<'a> {
         Placer {
@@ -71,6 +76,7 @@ impl<'a> Placer<'a> {
             shapes,
             rack_nodes,
             frag_cache,
+            verdicts,
             rng: SeededRng::new(decision_seed),
             decision_seed,
             applied: Vec::new(),
@@ -269,6 +275,10 @@ impl<'a> Placer<'a> {
         let (mut visited, mut feasible, mut stopped_early) = (0u32, 0u32, false);
         let mut reasons = Vec::new();
         let mut skipped: Vec<(u16, u32)> = Vec::new();
+        // A node's verdict depends on nothing but the node and the task here (see `memo`).
+        let memo_usable = matches!(scope, NodeScope::All) && gpus == GpuScope::Any && gang_racks.is_empty();
+        let random_gpu = self.policy.random_gpu();
+        let fingerprint = group.fingerprint;
         for node in candidates {
             if visited >= self.limits.nodes_visited_max || feasible >= self.limits.feasible_nodes_max {
                 stopped_early = true;
@@ -282,60 +292,68 @@ impl<'a> Placer<'a> {
                 continue;
             }
             visited += 1;
-            if let Err(reason) = fit::options(state, node, group, gpus, &mut self.options) {
+            // Spreading policies break node ties by a seeded hash of the node alone, so every
+            // node has one chance whatever its number of GPUs; packing policies by node order
+            // (first visited wins: they walk from node 0).
+            let hash = if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8)) } else { 0 };
+            let version = state.nodes[node as usize].version.0;
+            let remembered = if memo_usable {
+                self.verdicts.as_deref().and_then(|m| m.get(node, version, fingerprint))
+            } else {
+                None
+            };
+            let fresh = match remembered {
+                Some(Verdict::Unfit(reason)) => {
+                    add_reason_ref(&mut reasons, reason);
+                    continue;
+                }
+                Some(Verdict::Best(score, option)) => {
+                    feasible += 1;
+                    if beats(&best, score, hash) {
+                        best = Some(((*score, hash), node));
+                        self.best_option.clone_from(option);
+                    }
+                    continue;
+                }
+                Some(Verdict::Tied(node_keys, tied)) => {
+                    feasible += 1;
+                    let (score, option) = pick_at_random(node_keys, tied, node, self.decision_seed);
+                    if beats(&best, &score, hash) {
+                        best = Some(((score, hash), node));
+                        self.best_option.clone_from(option);
+                    }
+                    continue;
+                }
+                None => fit::options(state, node, group, gpus, &mut self.options),
+            };
+            if let Err(reason) = fresh {
+                if memo_usable && let Some(memo) = self.verdicts.as_deref_mut() {
+                    memo.put(node, version, fingerprint, Verdict::Unfit(reason.clone()));
+                }
                 add_reason(&mut reasons, reason);
                 continue;
             }
             feasible += 1;
             self.stats.options_scored += self.options.len() as u64;
-            let frag_before = match self.frag_cache.as_deref_mut() {
-                Some(cache) if ctx.policy.needs_shapes() => {
-                    let version = state.nodes[node as usize].version.0.wrapping_add(1);
-                    let entry = &mut cache[node as usize];
-                    if entry.0 != version {
-                        *entry = (version, policy::fragmentation_before(state, node, &ctx));
-                    }
-                    entry.1
-                }
-                _ => policy::fragmentation_before(state, node, &ctx),
+            let verdict = if random_gpu {
+                let (node_keys, tied) = tied_of_node(state, node, group, &ctx, &self.options);
+                Verdict::Tied(node_keys, tied)
+            } else {
+                let (score, index) =
+                    best_of_node(state, node, group, &ctx, &self.options, self.frag_cache.as_deref_mut());
+                Verdict::Best(score, self.options[index].clone())
             };
-            // Options on GPUs with the same free compute lead to the same state: score the
-            // first of each (lowest GPU index, which wins ties anyway), unless GPUs are drawn
-            // at random.
-            let mut seen_free: smallvec::SmallVec<[u32; 8]> = smallvec::SmallVec::new();
-            for (i, option) in self.options.iter().enumerate() {
-                if let [Grant::Mps { gpu, .. } | Grant::TimeSlice { gpu, .. }] = option.grants.as_slice()
-                    && !self.policy.random_gpu()
-                {
-                    let free = state.hot[*gpu as usize].frag_free as u32;
-                    if seen_free.contains(&free) {
-                        continue;
-                    }
-                    seen_free.push(free);
-                }
-                let score = policy::score(state, node, group, option, &ctx, frag_before);
-                // Node keys, then a seeded hash of the node (random tie-break between nodes),
-                // then option keys; a complete tie keeps the first option (lowest GPU index),
-                // except for policies that pick a node's GPU at random.
-                // Packing policies break node ties by node order (first visited wins: they walk
-                // from node 0); spreading ones by a seeded hash of the node alone, so every
-                // node has one chance whatever its number of GPUs. A policy that picks GPUs at
-                // random draws the GPU within the chosen node by a second hash.
-                let hash = if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8)) } else { 0 };
-                let mut option_keys = score.option;
-                if self.policy.random_gpu() {
-                    option_keys[0] = (mix(self.decision_seed ^ ((node as u64) << 8) ^ (i as u64 + 1)) >> 1) as i64;
-                }
-                let key = (Score { node: score.node, option: [0, 0] }, hash);
-                let better = match &best {
-                    None => true,
-                    Some(((s, t), _)) => (key.0.node, key.1, option_keys) > (s.node, *t, s.option),
-                };
-                let score = Score { node: score.node, option: option_keys };
-                if better {
-                    best = Some(((score, key.1), node));
-                    self.best_option.clone_from(option);
-                }
+            let (score, option) = match &verdict {
+                Verdict::Best(score, option) => (*score, option),
+                Verdict::Tied(node_keys, tied) => pick_at_random(node_keys, tied, node, self.decision_seed),
+                Verdict::Unfit(_) => unreachable!("the filter passed"),
+            };
+            if beats(&best, &score, hash) {
+                best = Some(((score, hash), node));
+                self.best_option.clone_from(option);
+            }
+            if memo_usable && let Some(memo) = self.verdicts.as_deref_mut() {
+                memo.put(node, version, fingerprint, verdict);
             }
         }
         self.stats.nodes_visited += visited as u64;
@@ -506,4 +524,99 @@ pub(crate) fn observe(model: &mut FragModel, job: &CompiledJob) {
             }
         }
     }
+}
+
+/// Does a node whose best is `score` (tie-break `hash`) beat the best so far? Node keys, then
+/// the node tie-break, then option keys; a complete tie keeps the earlier node.
+fn beats(best: &Option<((Score, u64), NodeIdx)>, score: &Score, hash: u64) -> bool {
+    match best {
+        None => true,
+        Some(((s, t), _)) => (score.node, hash, score.option) > (s.node, *t, s.option),
+    }
+}
+
+/// For policies that draw a node's GPU at random: the node's highest node keys and every
+/// option reaching them, with its index (the draw is per decision, so it cannot be kept).
+fn tied_of_node(
+    state: &ClusterState,
+    node: NodeIdx,
+    group: &CompiledGroup,
+    ctx: &ScoreContext<'_>,
+    options: &[TaskOption],
+) -> ([i64; 5], Vec<(u32, TaskOption)>) {
+    let mut top: Option<[i64; 5]> = None;
+    let mut tied = Vec::new();
+    for (i, option) in options.iter().enumerate() {
+        let keys = policy::score(state, node, group, option, ctx, 0).node;
+        if top.is_none_or(|t| keys > t) {
+            top = Some(keys);
+            tied.clear();
+        }
+        if top == Some(keys) {
+            tied.push((i as u32, option.clone()));
+        }
+    }
+    (top.expect("a node that passed the filter has at least one option"), tied)
+}
+
+/// The decision's draw among a node's tied options: a seeded hash of (node, option index),
+/// highest wins, the first on a tie.
+fn pick_at_random<'t>(
+    node_keys: &[i64; 5],
+    tied: &'t [(u32, TaskOption)],
+    node: NodeIdx,
+    decision_seed: u64,
+) -> (Score, &'t TaskOption) {
+    let mut pick: Option<(i64, &TaskOption)> = None;
+    for (i, option) in tied {
+        let draw = (mix(decision_seed ^ ((node as u64) << 8) ^ (*i as u64 + 1)) >> 1) as i64;
+        if pick.is_none_or(|(d, _)| draw > d) {
+            pick = Some((draw, option));
+        }
+    }
+    let (draw, option) = pick.expect("at least one tied option");
+    (Score { node: *node_keys, option: [draw, 0] }, option)
+}
+
+/// The best of `options` on `node` (the first of the highest (node keys, option keys)) and
+/// its score. Within one node the seeded node hash is the same for every option, so comparing
+/// without it picks the same option the fleet-wide comparison would.
+fn best_of_node(
+    state: &ClusterState,
+    node: NodeIdx,
+    group: &CompiledGroup,
+    ctx: &ScoreContext<'_>,
+    options: &[TaskOption],
+    frag_cache: Option<&mut Vec<(u32, u64)>>,
+) -> (Score, usize) {
+    let frag_before = match frag_cache {
+        Some(cache) if ctx.policy.needs_shapes() => {
+            let version = state.nodes[node as usize].version.0.wrapping_add(1);
+            let entry = &mut cache[node as usize];
+            if entry.0 != version {
+                *entry = (version, policy::fragmentation_before(state, node, ctx));
+            }
+            entry.1
+        }
+        _ => policy::fragmentation_before(state, node, ctx),
+    };
+    // Options on GPUs with the same free compute lead to the same state: score the first
+    // of each (lowest GPU index, which wins ties anyway). (Policies drawing GPUs at random
+    // go through `tied_of_node` instead.)
+    let mut seen_free: smallvec::SmallVec<[u32; 8]> = smallvec::SmallVec::new();
+    let mut node_best: Option<(Score, usize)> = None;
+    for (i, option) in options.iter().enumerate() {
+        if let [Grant::Mps { gpu, .. } | Grant::TimeSlice { gpu, .. }] = option.grants.as_slice() {
+            let free = state.hot[*gpu as usize].frag_free as u32;
+            if seen_free.contains(&free) {
+                continue;
+            }
+            seen_free.push(free);
+        }
+        let score = policy::score(state, node, group, option, ctx, frag_before);
+        if node_best.as_ref().is_none_or(|(b, _)| (score.node, score.option) > (b.node, b.option)) {
+            node_best = Some((score, i));
+        }
+    }
+    node_best.expect("a node that passed the filter has at least one option")
 }

@@ -62,6 +62,9 @@ pub struct CompiledGroup {
     pub signature_ok: Vec<bool>,
     /// Bits of every MIG profile index this group's profile has on some class (quick reject).
     pub mig_any_mask: u32,
+    /// Everything a node's verdict for one task depends on, hashed (see `memo`): groups with
+    /// the same requirements share it, whatever their job.
+    pub fingerprint: u64,
 }
 
 /// A job ready to place.
@@ -151,9 +154,28 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                 selector: r.selector.clone(),
                 signature_ok: Vec::new(),
                 mig_any_mask: 0,
+                fingerprint: 0,
             };
             group.mig_any_mask = group.mig_profile.iter().flatten().fold(0, |m, &p| m | 1 << p);
             group.signature_ok = state.signatures.iter().map(|sig| statically_feasible(state, &group, sig)).collect();
+            let requirements = format!(
+                "{:?}",
+                (
+                    group.cpu,
+                    group.memory,
+                    &group.gpu,
+                    group.isolation,
+                    group.topology,
+                    &group.tolerations,
+                    &group.class_ok,
+                    &group.class_model_ok,
+                    &group.mig_profile,
+                    &group.models_wanted,
+                    &group.selector,
+                    &group.signature_ok,
+                )
+            );
+            group.fingerprint = crate::memo::fingerprint(requirements.as_bytes());
             Ok(group)
         })
         .collect::<Result<Vec<_>, EngineError>>()?;

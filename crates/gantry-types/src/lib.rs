@@ -13,5 +13,5 @@ pub mod quantity;
 
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{GpuRequest, Isolation, Job, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel};
-pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reasons};
+pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};

@@ -222,6 +222,17 @@ pub fn add_reasons(summary: &mut Vec<ReasonCount>, reason: Reason, count: u32) {
     }
 }
 
+/// Like [`add_reason`], for a borrowed reason: cloned only when its kind is new to the
+/// summary (the engine's memo answers most nodes with a remembered reason).
+pub fn add_reason_ref(summary: &mut Vec<ReasonCount>, reason: &Reason) {
+    if let Some(entry) = summary.iter_mut().find(|e| e.reason.same_kind(reason)) {
+        entry.reason.absorb(reason);
+        entry.count += 1;
+    } else {
+        summary.push(ReasonCount { reason: reason.clone(), count: 1 });
+    }
+}
+
 impl fmt::Display for Reason {
     /// Short, lowercase, no trailing period (STYLE: user-facing messages).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,7 +1,7 @@
 //! Safety properties, checked on random fleets and random streams of place/release.
 
 use gantry_catalog::Catalog;
-use gantry_engine::{Engine, EngineConfig, Policy, SearchLimits, state::Units};
+use gantry_engine::{Engine, EngineConfig, Policy, SearchLimits, Shape, state::Units};
 use gantry_types::{
     Bytes, Fleet, Gpu, GpuMode, GpuRequest, Isolation, Job, MigInstanceSpec, MilliCpu, MilliGpu, Node, ShareMode,
     TaskGroup, TaskResources, Topology, TopologyLevel,
@@ -143,7 +143,10 @@ fn new_engine(fleet: &Fleet, policy: Policy, seed: u64) -> Engine {
 
 /// Run ops, checking after each one; returns the decisions for determinism checks.
 fn run(fleet: &Fleet, policy: Policy, seed: u64, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
-    let mut engine = new_engine(fleet, policy, seed);
+    run_engine(new_engine(fleet, policy, seed), ops)
+}
+
+fn run_engine(mut engine: Engine, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
     let mut log = Vec::new();
     for op in ops {
         match op {
@@ -222,5 +225,31 @@ proptest! {
             engine.release(id).expect("just placed");
         }
         prop_assert!(engine.state() == &before);
+    }
+
+    /// The per-node verdict memo is invisible: with a fixed FGD type distribution (where it is
+    /// on for every policy), decisions and refusal reasons are the same with it and without.
+    #[test]
+    fn the_verdict_memo_never_changes_a_decision(fleet in fleet_strategy(), pool in proptest::collection::vec(job_strategy(0), 1..4), picks in proptest::collection::vec((any::<usize>(), 0..4u8), 1..60), policy in proptest::sample::select(Policy::ALL.to_vec()), seed in any::<u64>(), exhaustive in any::<bool>()) {
+        // Few job kinds, placed again and again: the memo's case.
+        let ops: Vec<Op> = picks
+            .iter()
+            .enumerate()
+            .map(|(i, &(n, kind))| match kind {
+                0 => Op::Release(n),
+                _ => Op::Place(Job { name: format!("j{i}"), ..pool[n % pool.len()].clone() }),
+            })
+            .collect();
+        let any = u64::MAX;
+        let shapes = vec![
+            (Shape { milli: 500, count: 1, cpu: 1000, classes: any }, 3),
+            (Shape { milli: 1000, count: 2, cpu: 0, classes: any }, 1),
+            (Shape { milli: 0, count: 0, cpu: 2000, classes: any }, 1),
+        ];
+        let limits = if exhaustive { SearchLimits::exhaustive() } else { SearchLimits::default() };
+        let config = EngineConfig { policy, seed, limits, shapes: Some(shapes) };
+        let with = Engine::new(&fleet, Catalog::embedded(), config.clone()).expect("valid fleet");
+        let without = Engine::new(&fleet, Catalog::embedded(), config).expect("valid fleet").without_verdict_memo();
+        prop_assert_eq!(run_engine(with, &ops)?, run_engine(without, &ops)?);
     }
 }
