@@ -1,4 +1,4 @@
-//! gantry's file formats: the fleet file and the workload file, in TOML, and the native trace
+//! gantry's file formats: the fleet, workload and queue files, in TOML, and the native trace
 //! (JSON lines of job specs with arrival and duration).
 //!
 //! The key decision: files are parsed into private "as written" structs with
@@ -10,12 +10,16 @@
 mod error;
 mod fleet;
 mod quantity;
+mod queues;
 mod trace;
 mod workload;
 
 pub use error::SpecError;
 pub use fleet::{FLEET_NODES_MAX, MPS_CLIENTS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for};
 pub use quantity::{MEMORY_MAX, Quantity};
+pub use queues::{
+    HALF_LIFE_DEFAULT_S, QUEUE_DEPTH_MAX, QUEUE_WEIGHT_MAX, QUEUES_MAX, STARVATION_DEFAULT_S, parse_queues,
+};
 pub use trace::{TRACE_LINE_BYTES_MAX, TRACE_SECONDS_MAX, Trace, TraceJob, parse_trace_line, read_trace};
 pub use workload::{GPUS_PER_TASK_MAX, JOBS_MAX, PRIORITY_RANGE, REPLICAS_MAX, parse_workload};
 

@@ -291,3 +291,122 @@ fn an_empty_or_unreadable_trace_is_refused() {
     let err = crate::read_trace(&b"\xff\xfe\n"[..], catalog(), false).expect_err("refused").to_string();
     assert_eq!(err, "line 1: not UTF-8 text");
 }
+
+const QUEUES: &str = r#"
+[fair_share]
+half_life = "2d"
+starvation = "12h"
+
+[billing]
+"H100-SXM5-80GB" = 2.0
+
+[[queue]]                 # a child may come before its parent
+name = "vision"
+parent = "research"
+quota = [{ flavor = "H100-SXM5-80GB", guaranteed = 4, limit = 8 }]
+
+[[queue]]
+name = "research"
+weight = 2
+quota = [{ flavor = "h100-sxm5-80gb", guaranteed = 8, limit = 16, lend = false, borrow = 4 }, { flavor = "milli", guaranteed = 2.5 }]
+
+[[queue]]
+name = "prod"
+"#;
+
+#[test]
+fn a_queue_tree_parses_with_parents_first() {
+    let tree = crate::parse_queues(QUEUES, catalog()).expect("valid queue file");
+    let names: Vec<&str> = tree.queues.iter().map(|q| q.name.as_str()).collect();
+    assert_eq!(names, ["research", "prod", "vision"]);
+    assert_eq!((tree.half_life_s, tree.starvation_s), (2 * 86_400, 12 * 3600));
+    assert_eq!(tree.billing_milli, [("H100-SXM5-80GB".to_string(), 2000)]);
+    let research = &tree.queues[0];
+    assert_eq!((research.parent, research.weight), (None, 2));
+    let h100 = &research.quotas[0];
+    assert_eq!(h100.flavor, gantry_types::Flavor::Model("H100-SXM5-80GB".into()), "name resolved to the canonical id");
+    assert_eq!((h100.guaranteed_milli, h100.limit_milli, h100.lend, h100.borrow_milli), (8000, 16_000, false, 4000));
+    assert_eq!(research.quotas[1].guaranteed_milli, 2500);
+    assert_eq!(tree.queues[2].parent, Some(0));
+    assert_eq!(tree.queues[2].quotas[0].borrow_milli, 4000, "borrow defaults to limit − guaranteed");
+    let defaults = crate::parse_queues("[[queue]]\nname = \"a\"\n", catalog()).expect("minimal file");
+    assert_eq!(
+        (defaults.half_life_s, defaults.starvation_s),
+        (crate::HALF_LIFE_DEFAULT_S, crate::STARVATION_DEFAULT_S)
+    );
+}
+
+#[test]
+fn bad_queue_files_name_the_queue_and_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("no queues", "", "queue: the file has no queues"),
+        ("unknown key", "[[queue]]\nname = \"a\"\nshare = 3\n", "unknown field `share`"),
+        (
+            "unknown parent",
+            "[[queue]]\nname = \"a\"\nparent = \"org\"\n",
+            "queue \"a\" / parent: unknown queue \"org\"",
+        ),
+        (
+            "cycle",
+            "[[queue]]\nname = \"a\"\nparent = \"b\"\n[[queue]]\nname = \"b\"\nparent = \"a\"\n",
+            "queue parents form a cycle: a → b → a",
+        ),
+        ("self parent", "[[queue]]\nname = \"a\"\nparent = \"a\"\n", "cycle: a → a"),
+        ("duplicate", "[[queue]]\nname = \"a\"\n[[queue]]\nname = \"a\"\n", "queue \"a\": queue name used twice"),
+        ("empty name", "[[queue]]\nname = \"\"\n", "queue \"\" / name"),
+        ("weight", "[[queue]]\nname = \"a\"\nweight = 0\n", "queue \"a\" / weight: 0 is out of range"),
+        (
+            "unknown flavor",
+            "[[queue]]\nname = \"a\"\nquota = [{ flavor = \"Z9000\", guaranteed = 1 }]\n",
+            "queue \"a\" / quota \"Z9000\" / flavor: unknown GPU model \"Z9000\"",
+        ),
+        (
+            "limit below guarantee",
+            "[[queue]]\nname = \"a\"\nquota = [{ flavor = \"milli\", guaranteed = 4, limit = 2 }]\n",
+            "limit 2 is below guaranteed 4",
+        ),
+        (
+            "negative quota",
+            "[[queue]]\nname = \"a\"\nquota = [{ flavor = \"milli\", guaranteed = -1 }]\n",
+            "guaranteed: -1 is outside",
+        ),
+        (
+            "flavor twice",
+            "[[queue]]\nname = \"a\"\nquota = [{ flavor = \"milli\" }, { flavor = \"milli\" }]\n",
+            "flavor given twice",
+        ),
+        (
+            "children exceed parent",
+            "[[queue]]\nname = \"org\"\nquota = [{ flavor = \"A100-SXM4-80GB\", guaranteed = 4 }]\n\
+             [[queue]]\nname = \"x\"\nparent = \"org\"\nquota = [{ flavor = \"A100-SXM4-80GB\", guaranteed = 3 }]\n\
+             [[queue]]\nname = \"y\"\nparent = \"org\"\nquota = [{ flavor = \"A100-SXM4-80GB\", guaranteed = 2 }]\n",
+            "queue \"org\" / quota \"A100-SXM4-80GB\" / guaranteed: its children (x, y) are guaranteed 5 GPUs, more than its 4",
+        ),
+        (
+            "bad duration",
+            "[fair_share]\nhalf_life = \"3 weeks\"\n[[queue]]\nname = \"a\"\n",
+            "fair_share.half_life: unknown unit",
+        ),
+        (
+            "zero duration",
+            "[fair_share]\nstarvation = 0\n[[queue]]\nname = \"a\"\n",
+            "fair_share.starvation: 0 s is outside",
+        ),
+        ("billing", "[billing]\n\"A100-SXM4-80GB\" = -2\n[[queue]]\nname = \"a\"\n", "is outside (0, 1000]"),
+        ("billing pool", "[billing]\nmilli = 2\n[[queue]]\nname = \"a\"\n", "per GPU model, not the milli pool"),
+    ];
+    for (name, text, expected) in cases {
+        let err = crate::parse_queues(text, catalog()).expect_err(name).to_string();
+        assert!(err.contains(expected), "{name}: {err}");
+    }
+    let deep: String = (0..10)
+        .map(|i| {
+            if i == 0 {
+                "[[queue]]\nname = \"q0\"\n".to_string()
+            } else {
+                format!("[[queue]]\nname = \"q{i}\"\nparent = \"q{}\"\n", i - 1)
+            }
+        })
+        .collect();
+    assert!(crate::parse_queues(&deep, catalog()).expect_err("too deep").to_string().contains("deeper than 8 levels"));
+}

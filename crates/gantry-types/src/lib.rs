@@ -10,8 +10,10 @@ pub mod fleet;
 pub mod job;
 pub mod outcome;
 pub mod quantity;
+pub mod queue;
 
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{GpuRequest, Isolation, Job, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel};
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
+pub use queue::{Flavor, QueueSpec, QueueTree, Quota};

@@ -1,0 +1,277 @@
+//! The queue file (`queues.toml`): the queue tree (org → team → project), fair-share weights,
+//! quotas per flavor, the usage half-life, the starvation bound and GPU billing weights.
+//!
+//! Checked whole before anything uses it: unknown parents, parent cycles, duplicate names,
+//! unknown flavors, a limit below its guarantee, children guaranteed more than their parent
+//! holds — each an error naming the queue and the field. See docs/formats.md.
+
+use crate::error::{SpecError, from_toml};
+use crate::fleet::{SPEC_BYTES_MAX, unknown_model};
+use gantry_catalog::Catalog;
+use gantry_types::{Flavor, QueueSpec, QueueTree, Quota};
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most queues one tree may hold.
+pub const QUEUES_MAX: usize = 10_000;
+/// Deepest tree (org → team → project is 3).
+pub const QUEUE_DEPTH_MAX: usize = 8;
+/// Largest fair-share weight.
+pub const QUEUE_WEIGHT_MAX: i64 = 1_000_000;
+/// Largest quota, in GPUs.
+const QUOTA_GPUS_MAX: f64 = 1_000_000.0;
+/// Defaults: usage halves weekly; nothing waits more than three days before going first.
+pub const HALF_LIFE_DEFAULT_S: u64 = 7 * 86_400;
+pub const STARVATION_DEFAULT_S: u64 = 3 * 86_400;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueFile {
+    fair_share: Option<FairShareEntry>,
+    billing: Option<BTreeMap<String, f64>>,
+    #[serde(default)]
+    queue: Vec<QueueEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FairShareEntry {
+    half_life: Option<Duration>,
+    starvation: Option<Duration>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Duration {
+    Seconds(i64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueEntry {
+    name: String,
+    parent: Option<String>,
+    weight: Option<i64>,
+    #[serde(default)]
+    quota: Vec<QuotaEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaEntry {
+    flavor: String,
+    guaranteed: Option<f64>,
+    limit: Option<f64>,
+    lend: Option<bool>,
+    borrow: Option<f64>,
+}
+
+/// Seconds from `90`, `"90s"`, `"30m"`, `"12h"`, `"7d"`.
+fn seconds(field: &str, d: &Duration) -> Result<u64, SpecError> {
+    let value = match d {
+        Duration::Seconds(s) => *s as f64,
+        Duration::Text(t) => {
+            let t = t.trim();
+            let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
+            let scale = match unit.trim() {
+                "" | "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                "d" => 86_400.0,
+                other => {
+                    return Err(SpecError::new(field, format!("unknown unit {other:?} in {t:?}"))
+                        .hint("write seconds, or a number with s, m, h or d: \"7d\""));
+                }
+            };
+            let n: f64 = num.parse().map_err(|_| {
+                SpecError::new(field, format!("{t:?} is not a duration")).hint("e.g. \"7d\", \"12h\", 3600")
+            })?;
+            n * scale
+        }
+    };
+    if !value.is_finite() || value < 1.0 || value > 100.0 * 365.0 * 86_400.0 {
+        return Err(SpecError::new(field, format!("{value} s is outside 1 s..=100 years")));
+    }
+    Ok(value.round() as u64)
+}
+
+fn gpus_to_milli(field: &str, value: f64) -> Result<u64, SpecError> {
+    if !value.is_finite() || !(0.0..=QUOTA_GPUS_MAX).contains(&value) {
+        return Err(SpecError::new(field, format!("{value} is outside 0..={QUOTA_GPUS_MAX} GPUs")));
+    }
+    Ok((value * 1000.0).round() as u64)
+}
+
+fn flavor(field: &str, name: &str, catalog: &Catalog) -> Result<Flavor, SpecError> {
+    if name == "milli" {
+        return Ok(Flavor::MilliPool);
+    }
+    match catalog.lookup(name) {
+        Some(id) => Ok(Flavor::Model(catalog.model(id).id.clone())),
+        None => Err(unknown_model(field, name, catalog)
+            .hint("a flavor is a GPU model from `gantry catalog`, or \"milli\" for the milli-GPU share pool")),
+    }
+}
+
+/// Parse and validate a queue file.
+pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecError> {
+    if text.len() > SPEC_BYTES_MAX {
+        return Err(SpecError::new("", format!("queue file is {} bytes, the limit is {SPEC_BYTES_MAX}", text.len())));
+    }
+    let file: QueueFile = toml::from_str(text).map_err(|e| from_toml("queue", e))?;
+    if file.queue.is_empty() {
+        return Err(
+            SpecError::new("queue", "the file has no queues").hint("add a [[queue]] table; see docs/formats.md")
+        );
+    }
+    if file.queue.len() > QUEUES_MAX {
+        return Err(SpecError::new("queue", format!("{} queues, the limit is {QUEUES_MAX}", file.queue.len())));
+    }
+    let fair = file.fair_share.unwrap_or(FairShareEntry { half_life: None, starvation: None });
+    let half_life_s = fair.half_life.as_ref().map(|d| seconds("fair_share.half_life", d)).transpose()?;
+    let starvation_s = fair.starvation.as_ref().map(|d| seconds("fair_share.starvation", d)).transpose()?;
+    let mut billing_milli = Vec::new();
+    for (model, weight) in file.billing.unwrap_or_default() {
+        let field = format!("billing.{model:?}");
+        let Flavor::Model(id) = flavor(&field, &model, catalog)? else {
+            return Err(SpecError::new(field, "billing weights are per GPU model, not the milli pool"));
+        };
+        if !weight.is_finite() || weight <= 0.0 || weight > 1000.0 {
+            return Err(SpecError::new(field, format!("{weight} is outside (0, 1000]"))
+                .hint("one GPU-hour of this model, in reference GPU-hours (e.g. 2.0)"));
+        }
+        billing_milli.push((id, (weight * 1000.0).round().max(1.0) as u32));
+    }
+
+    // Names first, so parents may be declared in any order.
+    let mut index: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, q) in file.queue.iter().enumerate() {
+        let name = q.name.trim();
+        if name.is_empty() || name != q.name || name.chars().any(|c| c.is_control() || c == ',') {
+            return Err(SpecError::new(
+                format!("queue {:?} / name", q.name),
+                "empty, padded or with a control character or comma",
+            )
+            .hint("queue names are plain words like \"research\" or \"team-a\""));
+        }
+        if index.insert(name, i).is_some() {
+            return Err(SpecError::new(format!("queue {name:?}"), "queue name used twice"));
+        }
+    }
+    let mut parent_of: Vec<Option<usize>> = Vec::with_capacity(file.queue.len());
+    for q in &file.queue {
+        parent_of.push(match &q.parent {
+            None => None,
+            Some(p) => Some(*index.get(p.as_str()).ok_or_else(|| {
+                SpecError::new(format!("queue {:?} / parent", q.name), format!("unknown queue {p:?}"))
+                    .hint("a parent must be another [[queue]] of this file")
+            })?),
+        });
+    }
+    // Depth of each queue; a walk longer than the queue count is a cycle.
+    let mut depth = vec![0usize; file.queue.len()];
+    for (i, q) in file.queue.iter().enumerate() {
+        let (mut at, mut path) = (i, vec![q.name.as_str()]);
+        while let Some(p) = parent_of[at] {
+            path.push(file.queue[p].name.as_str());
+            if p == i || path.len() > file.queue.len() {
+                return Err(SpecError::new(
+                    format!("queue {:?} / parent", q.name),
+                    format!("queue parents form a cycle: {}", path.join(" → ")),
+                ));
+            }
+            at = p;
+        }
+        depth[i] = path.len();
+        if depth[i] > QUEUE_DEPTH_MAX {
+            return Err(SpecError::new(format!("queue {:?}", q.name), format!("deeper than {QUEUE_DEPTH_MAX} levels")));
+        }
+    }
+    // Parents before children (stable by depth), indices remapped.
+    let mut order: Vec<usize> = (0..file.queue.len()).collect();
+    order.sort_by_key(|&i| depth[i]);
+    let mut new_index = vec![0usize; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let mut queues = Vec::with_capacity(order.len());
+    for &old in &order {
+        let q = &file.queue[old];
+        let at = format!("queue {:?}", q.name);
+        let weight = crate::quantity::count(
+            &format!("{at} / weight"),
+            q.weight.unwrap_or(1),
+            1,
+            QUEUE_WEIGHT_MAX,
+            "a fair-share weight is a whole number ≥ 1 (default 1)",
+        )?;
+        let mut quotas: Vec<Quota> = Vec::new();
+        for entry in &q.quota {
+            let field = format!("{at} / quota {:?}", entry.flavor);
+            let flavor = flavor(&format!("{field} / flavor"), &entry.flavor, catalog)?;
+            if quotas.iter().any(|x| x.flavor == flavor) {
+                return Err(SpecError::new(field, "flavor given twice"));
+            }
+            let guaranteed = gpus_to_milli(&format!("{field} / guaranteed"), entry.guaranteed.unwrap_or(0.0))?;
+            let limit = match entry.limit {
+                Some(l) => gpus_to_milli(&format!("{field} / limit"), l)?,
+                None => u64::MAX,
+            };
+            if limit < guaranteed {
+                return Err(SpecError::new(
+                    format!("{field} / limit"),
+                    format!("limit {} is below guaranteed {}", limit as f64 / 1000.0, guaranteed as f64 / 1000.0),
+                ));
+            }
+            let borrow = match entry.borrow {
+                Some(b) => gpus_to_milli(&format!("{field} / borrow"), b)?,
+                None => limit.saturating_sub(guaranteed),
+            };
+            quotas.push(Quota {
+                flavor,
+                guaranteed_milli: guaranteed,
+                limit_milli: limit,
+                lend: entry.lend.unwrap_or(true),
+                borrow_milli: borrow,
+            });
+        }
+        queues.push(QueueSpec { name: q.name.clone(), parent: parent_of[old].map(|p| new_index[p]), weight, quotas });
+    }
+    // Children's guarantees must fit in their parent's, flavor by flavor.
+    for (p, parent) in queues.iter().enumerate() {
+        for quota in &parent.quotas {
+            let children: Vec<&QueueSpec> = queues.iter().filter(|q| q.parent == Some(p)).collect();
+            let sum: u64 = children
+                .iter()
+                .flat_map(|c| c.quotas.iter().filter(|x| x.flavor == quota.flavor))
+                .map(|x| x.guaranteed_milli)
+                .sum();
+            if sum > quota.guaranteed_milli {
+                let names: BTreeSet<&str> = children.iter().map(|c| c.name.as_str()).collect();
+                return Err(SpecError::new(
+                    format!("queue {:?} / quota {} / guaranteed", parent.name, flavor_name(&quota.flavor)),
+                    format!(
+                        "its children ({}) are guaranteed {} GPUs, more than its {}",
+                        names.into_iter().collect::<Vec<_>>().join(", "),
+                        sum as f64 / 1000.0,
+                        quota.guaranteed_milli as f64 / 1000.0
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(QueueTree {
+        queues,
+        half_life_s: half_life_s.unwrap_or(HALF_LIFE_DEFAULT_S),
+        starvation_s: starvation_s.unwrap_or(STARVATION_DEFAULT_S),
+        billing_milli,
+    })
+}
+
+fn flavor_name(flavor: &Flavor) -> String {
+    match flavor {
+        Flavor::Model(m) => format!("{m:?}"),
+        Flavor::MilliPool => "\"milli\"".into(),
+    }
+}

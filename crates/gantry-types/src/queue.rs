@@ -1,0 +1,70 @@
+//! The queue tree (org → team → project): who shares the fleet, with what weight and what
+//! quota. Validated by `gantry-spec`; ordered and charged by the engine's `queue` module.
+
+use serde::{Deserialize, Serialize};
+
+/// What a quota counts: GPUs of one catalog model (by canonical id), or milli-GPU of shares on
+/// any model (the milli-GPU pool).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flavor {
+    Model(String),
+    MilliPool,
+}
+
+/// A queue's quota for one flavor, in milli-GPU.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Quota {
+    pub flavor: Flavor,
+    /// Always available to the queue (reclaimed from borrowers when it asks).
+    pub guaranteed_milli: u64,
+    /// Never more than this, borrowing included.
+    pub limit_milli: u64,
+    /// May idle guaranteed capacity be lent to other queues of the cohort?
+    pub lend: bool,
+    /// Most it may borrow beyond its guarantee.
+    pub borrow_milli: u64,
+}
+
+/// One queue of the tree. `parent` indexes `QueueTree::queues` (parents come first).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueSpec {
+    pub name: String,
+    pub parent: Option<usize>,
+    /// Fair-share weight among its siblings, ≥ 1.
+    pub weight: u32,
+    pub quotas: Vec<Quota>,
+}
+
+/// The whole tree with its fair-share settings.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueTree {
+    /// Queues, every parent before its children.
+    pub queues: Vec<QueueSpec>,
+    /// Usage halves every this many seconds.
+    pub half_life_s: u64,
+    /// A job pending this long goes before fair-share order (the starvation guard).
+    pub starvation_s: u64,
+    /// Weight of one GPU-hour per catalog model id, in thousandths (an H100-hour worth two
+    /// A100-hours: 2000 against 1000); models not listed weigh 1000.
+    pub billing_milli: Vec<(String, u32)>,
+}
+
+impl QueueTree {
+    /// Index of the queue with this name.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.queues.iter().position(|q| q.name == name)
+    }
+
+    /// A flat tree: one queue per name, weight 1, no quotas (what a trace without a queue file
+    /// gets: each tenant its own queue).
+    pub fn flat<'a>(names: impl IntoIterator<Item = &'a str>, half_life_s: u64, starvation_s: u64) -> QueueTree {
+        let mut queues: Vec<QueueSpec> = Vec::new();
+        for name in names {
+            if !queues.iter().any(|q| q.name == name) {
+                queues.push(QueueSpec { name: name.to_string(), parent: None, weight: 1, quotas: Vec::new() });
+            }
+        }
+        QueueTree { queues, half_life_s, starvation_s, billing_milli: Vec::new() }
+    }
+}
