@@ -90,7 +90,7 @@ fn seconds(field: &str, d: &Duration) -> Result<u64, SpecError> {
             n * scale
         }
     };
-    if !value.is_finite() || value < 1.0 || value > 100.0 * 365.0 * 86_400.0 {
+    if !value.is_finite() || !(1.0..=100.0 * 365.0 * 86_400.0).contains(&value) {
         return Err(SpecError::new(field, format!("{value} s is outside 1 s..=100 years")));
     }
     Ok(value.round() as u64)
