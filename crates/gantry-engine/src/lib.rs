@@ -11,6 +11,7 @@
 //! inside a transaction; a job's tasks commit together or are rolled back (gang). Work per
 //! decision is bounded by [`SearchLimits`].
 
+pub mod fairshare;
 pub mod fit;
 pub mod frag;
 pub mod index;
@@ -142,6 +143,37 @@ impl Engine {
 
     pub fn allocations(&self) -> &BTreeMap<AllocId, Allocation> {
         &self.allocations
+    }
+
+    /// Billing weight (thousandths) of a GPU's model: listed ones from `billing_milli`
+    /// (catalog id → weight), others 1000.
+    fn billing_weight(&self, gpu: state::GpuIdx, billing_milli: &[(String, u32)]) -> u64 {
+        let id = &self.catalog.model(self.state.gpus[gpu as usize].model).id;
+        billing_milli.iter().find(|(m, _)| m == id).map_or(1000, |&(_, w)| w as u64)
+    }
+
+    /// What an allocation holds, in fair share's units: billing-weighted milli-GPU, milli-CPU,
+    /// MiB of memory.
+    pub fn held(&self, id: AllocId, billing_milli: &[(String, u32)]) -> Option<fairshare::Resources> {
+        let allocation = self.allocations.get(&id)?;
+        let mut held = [0u64; fairshare::RESOURCES];
+        for task in &allocation.tasks {
+            held[1] += task.cpu as u64;
+            held[2] += task.memory >> 20;
+            for grant in &task.grants {
+                let milli = ledger::grant_milli(&self.state, grant) as u64;
+                held[0] += milli * self.billing_weight(grant.gpu(), billing_milli) / 1000;
+            }
+        }
+        Some(held)
+    }
+
+    /// The fleet's totals in fair share's units.
+    pub fn capacity(&self, billing_milli: &[(String, u32)]) -> fairshare::Resources {
+        let gpu = (0..self.state.gpus.len()).map(|g| self.billing_weight(g as state::GpuIdx, billing_milli)).sum();
+        let cpu = self.state.nodes.iter().map(|n| n.cpu_total as u64).sum();
+        let memory = self.state.nodes.iter().map(|n| n.memory_total >> 20).sum();
+        [gpu, cpu, memory]
     }
 
     /// Device classes (bit = class index) whose model matches any pattern; all when empty.

@@ -15,13 +15,14 @@
 use crate::alibaba::{TraceNode, TracePod};
 use crate::trace::{SimFleet, compile_pods, typical_shapes};
 use gantry_catalog::Catalog;
+use gantry_engine::fairshare::{Candidate, FairShare, Resources};
 use gantry_engine::rng::mix;
 use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
 use gantry_spec::TraceJob;
-use gantry_types::Fleet;
+use gantry_types::{Fleet, QueueTree};
 use serde::Serialize;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// Pods tried past a blocked queue head per scheduling pass: bounds the work per event.
 pub const BACKFILL_SCAN_MAX: usize = 32;
@@ -44,6 +45,8 @@ pub struct Sample {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ReplayResult {
     pub policy: String,
+    /// Queue order: `fifo` or `fair-share`.
+    pub order: String,
     pub seed: u64,
     /// Jobs in the trace (pods, for the Alibaba trace).
     pub pods: usize,
@@ -54,6 +57,8 @@ pub struct ReplayResult {
     pub delay_p50_s: u64,
     pub delay_p90_s: u64,
     pub delay_p99_s: u64,
+    /// Longest wait of a started job, seconds.
+    pub delay_max_s: u64,
     /// Time-averaged allocation and utilization between the first and the last arrival, %.
     pub mean_alloc_pct: f64,
     pub mean_util_pct: f64,
@@ -61,6 +66,10 @@ pub struct ReplayResult {
     pub peak_alloc_pct: f64,
     /// Each tenant's share of the GPU time allocated, %.
     pub tenant_gpu_share_pct: BTreeMap<String, f64>,
+    /// Jain's fairness index of GPU time among the tenants wanting GPUs, per window of 1/20 of
+    /// the arrival span (windows with at least two such tenants): mean and lowest.
+    pub jain_mean: Option<f64>,
+    pub jain_min: Option<f64>,
     pub series: Vec<Sample>,
 }
 
@@ -101,6 +110,7 @@ pub struct SimJob {
     pub duration_s: Option<u64>,
     /// Busy share of its GPUs, 0..=1; `None` = drawn with the seed.
     pub utilization: Option<f64>,
+    pub priority: i32,
     pub job: CompiledJob,
 }
 
@@ -115,6 +125,7 @@ pub fn run(
     policy: Policy,
     seed: u64,
     compress: u64,
+    order: &Order,
 ) -> Result<ReplayResult, EngineError> {
     let ordered: Vec<TraceNode> = node_order.iter().map(|&i| nodes[i].clone()).collect();
     let fleet = SimFleet::from_trace(&ordered);
@@ -137,10 +148,11 @@ pub fn run(
                 _ => None,
             },
             utilization: None,
+            priority: 0,
             job,
         })
         .collect();
-    Ok(replay(&mut engine, &jobs, seed, compress))
+    replay(&mut engine, &jobs, seed, compress, order).map_err(EngineError::Job)
 }
 
 /// Replay a native trace on `fleet` (FGD's task types learned from the jobs placed).
@@ -151,6 +163,7 @@ pub fn run_trace(
     policy: Policy,
     seed: u64,
     compress: u64,
+    order: &Order,
 ) -> Result<ReplayResult, EngineError> {
     let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: None };
     let mut engine = Engine::new(fleet, catalog, config)?;
@@ -163,15 +176,53 @@ pub fn run_trace(
                 arrival_s: t.arrival_s,
                 duration_s: t.duration_s,
                 utilization: t.utilization,
+                priority: t.job.priority,
                 job: engine.compile(&t.job)?,
             })
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
-    Ok(replay(&mut engine, &jobs, seed, compress))
+    replay(&mut engine, &jobs, seed, compress, order).map_err(EngineError::Job)
 }
 
-/// The replay loop over `engine` (empty at the start). Same jobs, engine and seed ⇒ same result.
-pub fn replay(engine: &mut Engine, jobs: &[SimJob], seed: u64, compress: u64) -> ReplayResult {
+/// How the waiting queue is ordered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// One FIFO queue (priority ignored), bounded backfill past a blocked head.
+    Fifo,
+    /// The engine's fair share over this queue tree: the starvation guard, priority, then the
+    /// lowest weighted dominant share down the tree, then age; within a queue, priority then
+    /// age, with the same bounded backfill per queue. Every job's queue must be in the tree.
+    FairShare(QueueTree),
+}
+
+impl Order {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Order::Fifo => "fifo",
+            Order::FairShare(_) => "fair-share",
+        }
+    }
+}
+
+/// Windows over the arrival span in which Jain's fairness index of GPU time is taken.
+pub const JAIN_WINDOWS: usize = 20;
+
+/// Jain's index of `x`: 1 when all are equal, 1/n when one has everything.
+fn jain(x: &[f64]) -> Option<f64> {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    (!x.is_empty() && squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
+}
+
+/// The replay loop over `engine` (empty at the start). Same jobs, engine, order and seed ⇒
+/// same result. Fails only if a job's queue is not in the fair-share tree.
+pub fn replay(
+    engine: &mut Engine,
+    jobs: &[SimJob],
+    seed: u64,
+    compress: u64,
+    order: &Order,
+) -> Result<ReplayResult, String> {
     let compress = compress.max(1);
     let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
     let origin = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
@@ -183,22 +234,54 @@ pub fn replay(engine: &mut Engine, jobs: &[SimJob], seed: u64, compress: u64) ->
     let end = jobs.iter().map(|j| arrival_of(j) + j.duration_s.unwrap_or(0)).max().unwrap_or(start).max(start + 1);
     let step = ((last_arrival - start) / SAMPLES as u64).max(1);
 
+    // Queues: one FIFO, or the tree's; tenants for fairness figures are the jobs' queues.
+    let mut fair = match order {
+        Order::Fifo => None,
+        Order::FairShare(tree) => Some(FairShare::new(tree.clone(), engine.capacity(&tree.billing_milli))),
+    };
+    let queue_of: Vec<usize> = match &fair {
+        None => vec![0; jobs.len()],
+        Some(fs) => jobs
+            .iter()
+            .map(|j| fs.tree().find(&j.tenant).ok_or_else(|| format!("job {:?}: unknown queue {:?}", j.name, j.tenant)))
+            .collect::<Result<_, _>>()?,
+    };
+    let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
+    let billing: Vec<(String, u32)> = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
+    let tenants: Vec<String> = {
+        let mut t: Vec<String> = jobs.iter().map(|j| j.tenant.clone()).collect();
+        t.sort();
+        t.dedup();
+        t
+    };
+    let tenant_of: Vec<usize> =
+        jobs.iter().map(|j| tenants.binary_search(&j.tenant).expect("every tenant is listed")).collect();
+
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
     for (i, j) in jobs.iter().enumerate() {
         events.push(Reverse((arrival_of(j), Event::Arrive { job: i })));
     }
-    let mut queue: VecDeque<usize> = VecDeque::new();
+    // Per queue: pending jobs by (priority high first, arrival, file order).
+    let mut pending: Vec<BTreeSet<(Reverse<i32>, u64, usize)>> = vec![BTreeSet::new(); queue_count];
+    let mut pending_count = 0usize;
     let mut started: u64 = 0;
     let mut delays = Vec::new();
     let mut running_util = 0.0f64; // milli-GPU in use (simulated)
     let mut running: u64 = 0;
-    let mut granted: BTreeMap<usize, u64> = BTreeMap::new(); // job → milli-GPU allocated
+    let mut granted: BTreeMap<usize, (u64, Resources)> = BTreeMap::new(); // job → (milli-GPU, held)
     let mut tenant_gpu_s: BTreeMap<String, f64> = BTreeMap::new();
+    let mut tenant_running = vec![0u64; tenants.len()];
+    let mut tenant_pending = vec![0usize; tenants.len()];
+    let window_s = ((last_arrival - start) as f64 / JAIN_WINDOWS as f64).max(1.0);
+    let mut window_gpu_s = vec![vec![0.0f64; tenants.len()]; JAIN_WINDOWS];
+    let mut window_active = vec![vec![false; tenants.len()]; JAIN_WINDOWS];
     let mut series = Vec::with_capacity(SAMPLES + 1);
     let (mut area_alloc, mut area_util, mut last_t) = (0.0f64, 0.0f64, start);
     let mut peak_alloc = 0.0f64;
     let mut next_sample = start;
     let utilization = |job: usize| jobs[job].utilization.unwrap_or_else(|| drawn_utilization(seed, job));
+    let use_priority = fair.is_some();
+    let priority = |job: usize| if use_priority { jobs[job].priority } else { 0 };
 
     while let Some(Reverse((t, event))) = events.pop() {
         // Integrate the state that held until now, and sample the series.
@@ -207,71 +290,125 @@ pub fn replay(engine: &mut Engine, jobs: &[SimJob], seed: u64, compress: u64) ->
         let counted = t.min(last_arrival).saturating_sub(last_t.min(last_arrival)) as f64;
         area_alloc += alloc_now * counted;
         area_util += running_util * counted;
+        // Per-tenant GPU time, window by window.
+        let (mut from, to) = ((last_t - start) as f64, (t.min(last_arrival) - start) as f64);
+        while from < to {
+            let w = ((from / window_s) as usize).min(JAIN_WINDOWS - 1);
+            let until = (((w + 1) as f64) * window_s).min(to);
+            for (k, &milli) in tenant_running.iter().enumerate() {
+                window_gpu_s[w][k] += milli as f64 / 1000.0 * (until - from);
+            }
+            from = if until > from { until } else { to };
+        }
         while next_sample <= t && series.len() <= SAMPLES {
             series.push(Sample {
                 time_s: next_sample,
                 alloc_pct: alloc_now / capacity * 100.0,
                 util_pct: running_util / capacity * 100.0,
                 running,
-                queued: queue.len() as u64,
+                queued: pending_count as u64,
             });
             next_sample += step;
         }
         last_t = t;
         match event {
-            Event::Arrive { job } => queue.push_back(job),
+            Event::Arrive { job } => {
+                pending[queue_of[job]].insert((Reverse(priority(job)), arrival_of(&jobs[job]), job));
+                pending_count += 1;
+                tenant_pending[tenant_of[job]] += 1;
+            }
             Event::Depart { job, alloc } => {
                 engine.release(alloc).expect("a running job's allocation exists");
                 running -= 1;
-                running_util -= granted.remove(&job).unwrap_or(0) as f64 * utilization(job);
+                let (milli, held) = granted.remove(&job).unwrap_or((0, [0; 3]));
+                running_util -= milli as f64 * utilization(job);
+                tenant_running[tenant_of[job]] -= milli;
+                if let Some(fs) = fair.as_mut() {
+                    fs.stop(queue_of[job], held, t);
+                }
             }
         }
-        // Scheduling pass: FIFO, then bounded backfill past a blocked head.
-        let mut blocked = false;
-        let mut scanned = 0;
-        let mut i = 0;
-        while i < queue.len() {
-            if blocked {
-                if scanned >= BACKFILL_SCAN_MAX {
-                    break;
+        // Scheduling pass: pick the next queue's first untried job (FIFO: the one queue); after
+        // a queue's first refusal, at most BACKFILL_SCAN_MAX more of its jobs are tried.
+        let mut blocked = vec![false; queue_count];
+        let mut scanned = vec![0usize; queue_count];
+        let mut refused: BTreeSet<usize> = BTreeSet::new();
+        loop {
+            let mut candidates: Vec<(Candidate, usize)> = Vec::new();
+            for (q, set) in pending.iter().enumerate() {
+                if blocked[q] && scanned[q] >= BACKFILL_SCAN_MAX {
+                    continue;
                 }
-                scanned += 1;
+                if let Some(&(Reverse(p), arrived, job)) = set.iter().find(|(_, _, j)| !refused.contains(j)) {
+                    candidates.push((Candidate { queue: q, priority: p, submitted_s: arrived }, job));
+                }
             }
-            let job = queue[i];
+            let pick = match fair.as_mut() {
+                None => (!candidates.is_empty()).then_some(0),
+                Some(fs) => fs.pick(&candidates.iter().map(|(c, _)| *c).collect::<Vec<_>>(), t),
+            };
+            let Some(pick) = pick else { break };
+            let (candidate, job) = candidates[pick];
+            let q = candidate.queue;
+            if blocked[q] {
+                scanned[q] += 1;
+            }
             let before = engine.state().used_milli();
             match engine.place(&jobs[job].job) {
                 Ok(alloc) => {
-                    queue.remove(i);
+                    pending[q].remove(&(Reverse(candidate.priority), candidate.submitted_s, job));
+                    pending_count -= 1;
+                    tenant_pending[tenant_of[job]] -= 1;
                     let milli = engine.state().used_milli() - before;
+                    let held = engine.held(alloc, &billing).expect("just placed");
+                    if let Some(fs) = fair.as_mut() {
+                        fs.start(q, held, t);
+                    }
                     let j = &jobs[job];
                     delays.push(t - arrival_of(j));
                     started += 1;
                     running += 1;
-                    granted.insert(job, milli);
+                    granted.insert(job, (milli, held));
                     running_util += milli as f64 * utilization(job);
+                    tenant_running[tenant_of[job]] += milli;
                     let duration = j.duration_s.unwrap_or_else(|| end.saturating_sub(t));
                     *tenant_gpu_s.entry(j.tenant.clone()).or_default() += milli as f64 / 1000.0 * duration as f64;
                     events.push(Reverse((t + duration, Event::Depart { job, alloc })));
                 }
                 Err(_) => {
-                    blocked = true;
-                    i += 1;
+                    refused.insert(job);
+                    blocked[q] = true;
                 }
+            }
+        }
+        // Who wanted GPUs in this window (waiting or holding).
+        if t < last_arrival {
+            let w = (((t - start) as f64 / window_s) as usize).min(JAIN_WINDOWS - 1);
+            for k in 0..tenants.len() {
+                window_active[w][k] |= tenant_pending[k] > 0 || tenant_running[k] > 0;
             }
         }
     }
     let span = (last_arrival - start) as f64;
     delays.sort_unstable();
     let total_gpu_s: f64 = tenant_gpu_s.values().sum();
-    ReplayResult {
+    let jains: Vec<f64> = (0..JAIN_WINDOWS)
+        .filter_map(|w| {
+            let x: Vec<f64> = (0..tenants.len()).filter(|&k| window_active[w][k]).map(|k| window_gpu_s[w][k]).collect();
+            if x.len() < 2 { None } else { jain(&x) }
+        })
+        .collect();
+    Ok(ReplayResult {
         policy: engine.config().policy.name().to_string(),
+        order: order.name().to_string(),
         seed,
         pods: jobs.len(),
         started,
-        never_started: queue.len() as u64,
+        never_started: pending_count as u64,
         delay_p50_s: percentile(&delays, 0.50),
         delay_p90_s: percentile(&delays, 0.90),
         delay_p99_s: percentile(&delays, 0.99),
+        delay_max_s: delays.last().copied().unwrap_or(0),
         mean_alloc_pct: area_alloc / span / capacity * 100.0,
         mean_util_pct: area_util / span / capacity * 100.0,
         peak_alloc_pct: peak_alloc.max(engine.state().used_milli() as f64) / capacity * 100.0,
@@ -279,6 +416,8 @@ pub fn replay(engine: &mut Engine, jobs: &[SimJob], seed: u64, compress: u64) ->
             .into_iter()
             .map(|(k, v)| (k, if total_gpu_s > 0.0 { v / total_gpu_s * 100.0 } else { 0.0 }))
             .collect(),
+        jain_mean: (!jains.is_empty()).then(|| jains.iter().sum::<f64>() / jains.len() as f64),
+        jain_min: jains.iter().copied().reduce(f64::min),
         series,
-    }
+    })
 }

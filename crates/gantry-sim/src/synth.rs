@@ -21,15 +21,40 @@ use serde_json::{Value, json};
 pub struct SynthConfig {
     pub jobs: u32,
     pub seed: u64,
-    /// Tenants `team-0` .. `team-{n-1}`, equal weight; each job's queue is its tenant.
+    /// Tenants `team-0` .. `team-{n-1}`; each job's queue is its tenant.
     pub tenants: u32,
+    /// Relative submission rates of the tenants (missing ones weigh 1); empty = equal.
+    pub tenant_mix: Vec<u32>,
     /// Offered GPU load as a share of the fleet's capacity (0.9 = 90 %).
     pub load: f64,
+    pub mix: Mix,
+}
+
+/// Which job mix to draw from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mix {
+    /// Training gangs, training, evaluation, inference, MPS services, notebooks.
+    #[default]
+    Default,
+    /// Short whole-GPU batch jobs (1, 2 or 4 GPUs, about an hour): many small jobs per GPU
+    /// of fleet, so fairness over hours can be measured without gangs blocking the view.
+    Batch,
+}
+
+impl std::str::FromStr for Mix {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Mix, String> {
+        match s {
+            "default" => Ok(Mix::Default),
+            "batch" => Ok(Mix::Batch),
+            other => Err(format!("unknown mix {other:?} (default, batch)")),
+        }
+    }
 }
 
 impl Default for SynthConfig {
     fn default() -> Self {
-        SynthConfig { jobs: 1000, seed: 42, tenants: 4, load: 0.9 }
+        SynthConfig { jobs: 1000, seed: 42, tenants: 4, tenant_mix: Vec::new(), load: 0.9, mix: Mix::Default }
     }
 }
 
@@ -52,6 +77,13 @@ const KINDS: &[Kind] = &[
     Kind { name: "infer", weight: 31, median_s: 60.0 * 60.0, sigma: 1.0, util: (0.15, 0.6) },
     Kind { name: "svc-mps", weight: 15, median_s: 3.0 * 3600.0, sigma: 0.7, util: (0.3, 0.7) },
     Kind { name: "notebook", weight: 25, median_s: 45.0 * 60.0, sigma: 0.8, util: (0.02, 0.3) },
+];
+
+/// The batch mix (weights sum to 100).
+const BATCH_KINDS: &[Kind] = &[
+    Kind { name: "batch-1", weight: 50, median_s: 3600.0, sigma: 0.5, util: (0.6, 0.95) },
+    Kind { name: "batch-2", weight: 30, median_s: 3600.0, sigma: 0.5, util: (0.6, 0.95) },
+    Kind { name: "batch-4", weight: 20, median_s: 3600.0, sigma: 0.5, util: (0.6, 0.95) },
 ];
 
 /// Draws of a shape before giving up on a kind the fleet cannot hold.
@@ -92,6 +124,11 @@ fn shape(kind: &str, name: &str, tenant: &str, d: &mut Draw<'_>) -> Value {
             job
         }
         "eval" => json!({"name": name, "queue": tenant, "cpu": 8, "memory": "64GiB", "gpu": {"count": 1}}),
+        "batch-1" | "batch-2" | "batch-4" => {
+            let count: u32 = kind[6..].parse().expect("batch-N");
+            json!({"name": name, "queue": tenant, "cpu": 4 * count, "memory": format!("{}GiB", 32 * count),
+                   "gpu": {"count": count}})
+        }
         "infer" => json!({"name": name, "queue": tenant, "cpu": 4, "memory": "32GiB",
                           "gpu": {"memory": d.pick(&["8GiB", "10GiB", "16GiB", "20GiB", "40GiB"])}}),
         "svc-mps" => json!({"name": name, "queue": tenant, "cpu": 2, "memory": "16GiB",
@@ -101,10 +138,36 @@ fn shape(kind: &str, name: &str, tenant: &str, d: &mut Draw<'_>) -> Value {
     }
 }
 
+/// A tenant drawn by the configured mix.
+fn pick_tenant(rng: &mut SeededRng, config: &SynthConfig) -> u32 {
+    if config.tenant_mix.is_empty() {
+        return rng.below(config.tenants as u64) as u32;
+    }
+    let weight = |t: u32| config.tenant_mix.get(t as usize).copied().unwrap_or(1) as u64;
+    let total: u64 = (0..config.tenants).map(weight).sum();
+    let mut draw = rng.below(total.max(1));
+    for t in 0..config.tenants {
+        if draw < weight(t) {
+            return t;
+        }
+        draw -= weight(t);
+    }
+    config.tenants - 1
+}
+
 /// Generate the trace as JSON lines (one per job, in arrival order, each ending in `\n`).
 pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) -> Result<String, String> {
     if config.jobs == 0 || config.tenants == 0 {
         return Err("--jobs and --tenants must be at least 1".into());
+    }
+    if config.tenant_mix.len() > config.tenants as usize
+        || config.tenant_mix.iter().all(|&w| w == 0) && !config.tenant_mix.is_empty()
+    {
+        return Err(format!(
+            "--tenant-mix gives {} weights for {} tenants (or all zero)",
+            config.tenant_mix.len(),
+            config.tenants
+        ));
     }
     if !(config.load.is_finite() && config.load > 0.0 && config.load <= 100.0) {
         return Err(format!("--load {} must be in (0, 100]", config.load));
@@ -115,14 +178,18 @@ pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) 
         return Err("the fleet has no GPUs".into());
     }
     let mut rng = SeededRng::new(config.seed);
-    let total_weight: u64 = KINDS.iter().map(|k| k.weight).sum();
+    let kinds = match config.mix {
+        Mix::Default => KINDS,
+        Mix::Batch => BATCH_KINDS,
+    };
+    let total_weight: u64 = kinds.iter().map(|k| k.weight).sum();
     // (job line without arrival, GPU milli × seconds it offers)
     let mut drawn: Vec<(Value, f64)> = Vec::with_capacity(config.jobs as usize);
     let mut unfit: Vec<&str> = Vec::new();
     while drawn.len() < config.jobs as usize {
         let i = drawn.len();
         let mut pick = rng.below(total_weight);
-        let kind = KINDS
+        let kind = kinds
             .iter()
             .find(|k| {
                 if pick < k.weight {
@@ -136,7 +203,7 @@ pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) 
             continue;
         }
         let mut d = Draw(&mut rng);
-        let tenant = format!("team-{}", d.0.below(config.tenants as u64));
+        let tenant = format!("team-{}", pick_tenant(d.0, config));
         let duration = (kind.median_s * (kind.sigma * d.normal()).exp()).round().clamp(60.0, 14.0 * 86_400.0) as u64;
         let utilization = ((kind.util.0 + (kind.util.1 - kind.util.0) * d.unit()) * 100.0).round() / 100.0;
         let mut placed = None;
@@ -157,7 +224,7 @@ pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) 
             Some(p) => drawn.push(p),
             None => unfit.push(kind.name),
         }
-        if unfit.len() == KINDS.len() {
+        if unfit.len() == kinds.len() {
             return Err("no job of the synthetic mix fits this fleet".into());
         }
     }

@@ -51,6 +51,15 @@ pub struct SimArgs {
     /// metrics over time; the only one for --trace).
     #[arg(long, value_parser = ["fgd", "time-replay"])]
     protocol: Option<String>,
+    /// time-replay: how the waiting queue is ordered: `fifo` (arrival order), or `fair-share`
+    /// (starvation guard, priority, then the lowest weighted dominant share down the queue
+    /// tree, then age; the tree from --queues, else one queue per tenant).
+    #[arg(long, default_value = "fifo", value_parser = ["fifo", "fair-share"])]
+    order: String,
+    /// time-replay with --order fair-share: the queue file (TOML, docs/formats.md): tree,
+    /// weights, half-life, starvation bound, billing weights.
+    #[arg(long, value_name = "FILE")]
+    queues: Option<PathBuf>,
     /// time-replay: divide the time between arrivals by this factor (durations unchanged).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     compress: u64,
@@ -393,7 +402,13 @@ fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()>
         if args.compress != 1 {
             bail!("--compress applies to --protocol time-replay; Protocol A has no clock");
         }
+        if args.order != "fifo" || args.queues.is_some() {
+            bail!("--order and --queues apply to --protocol time-replay; Protocol A has no queue");
+        }
         return Ok(());
+    }
+    if args.queues.is_some() && args.order != "fair-share" {
+        bail!("--queues is read by --order fair-share");
     }
     let given = [
         ("--arrivals", args.arrivals.is_some()),
@@ -416,12 +431,13 @@ fn time_replay(
 ) -> anyhow::Result<ExitCode> {
     let mut traces = Vec::new();
     for (name, pods) in lists {
+        let order = queue_order(args, pods.iter().map(|p| if p.qos.is_empty() { "default" } else { p.qos.as_str() }))?;
         let mut runs = Vec::new();
         for &policy in &args.policy {
             for seed in args.seed..args.seed + args.seeds as u64 {
-                let order = protocol_a::seeded_node_order(nodes, seed);
                 let started = std::time::Instant::now();
-                let r = protocol_b::run(nodes, pods, &order, policy, seed, args.compress)?;
+                let nodes_order = protocol_a::seeded_node_order(nodes, seed);
+                let r = protocol_b::run(nodes, pods, &nodes_order, policy, seed, args.compress, &order)?;
                 print_replay(args, name, &r, started.elapsed().as_secs_f64());
                 runs.push(r);
             }
@@ -446,16 +462,52 @@ fn native_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitC
         eprintln!("skipped {skipped} trace lines: {}", reasons.join("; "));
     }
     let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
+    let order = queue_order(args, jobs.iter().map(|j| j.job.queue.as_str()))?;
+    if let protocol_b::Order::FairShare(tree) = &order
+        && let Some(j) = jobs.iter().find(|j| tree.find(&j.job.queue).is_none())
+    {
+        bail!(
+            "{}: line {} / job {:?}: unknown queue {:?} (not in {})",
+            path.display(),
+            j.line,
+            j.job.name,
+            j.job.queue,
+            args.queues.as_ref().map_or_else(|| "the queue file".into(), |q| q.display().to_string())
+        );
+    }
     let mut runs = Vec::new();
     for &policy in &args.policy {
         for seed in args.seed..args.seed + args.seeds as u64 {
             let started = std::time::Instant::now();
-            let r = protocol_b::run_trace(&fleet, catalog, &jobs, policy, seed, args.compress)?;
+            let r = protocol_b::run_trace(&fleet, catalog, &jobs, policy, seed, args.compress, &order)?;
             print_replay(args, &name, &r, started.elapsed().as_secs_f64());
             runs.push(r);
         }
     }
     finish_replay(args, &[(name, runs)])
+}
+
+/// The queue order for a time replay: FIFO, or fair share over --queues (else one queue per
+/// tenant of the trace, default half-life and starvation bound).
+fn queue_order<'a>(args: &SimArgs, tenants: impl Iterator<Item = &'a str>) -> anyhow::Result<protocol_b::Order> {
+    if args.order == "fifo" {
+        return Ok(protocol_b::Order::Fifo);
+    }
+    let tree = match &args.queues {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read queue file {}", path.display()))?;
+            gantry_spec::parse_queues(&text, gantry_catalog::Catalog::embedded())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => {
+            let mut names: Vec<&str> = tenants.collect();
+            names.sort_unstable();
+            names.dedup();
+            gantry_types::QueueTree::flat(names, gantry_spec::HALF_LIFE_DEFAULT_S, gantry_spec::STARVATION_DEFAULT_S)
+        }
+    };
+    Ok(protocol_b::Order::FairShare(tree))
 }
 
 fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: f64) {
@@ -464,8 +516,9 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
     }
     let tenants: Vec<String> = r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{t} {s:.1}%")).collect();
     println!(
-        "{name} {:<14} seed {}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}  ({secs:.2}s)",
+        "{name} {:<14} {} seed {}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s max {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}{}  ({secs:.2}s)",
         r.policy,
+        r.order,
         r.seed,
         r.started,
         r.pods,
@@ -473,10 +526,12 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         r.delay_p50_s,
         r.delay_p90_s,
         r.delay_p99_s,
+        r.delay_max_s,
         r.mean_alloc_pct,
         r.peak_alloc_pct,
         r.mean_util_pct,
-        tenants.join(", ")
+        tenants.join(", "),
+        r.jain_mean.map(|j| format!(", Jain {j:.3} (min {:.3})", r.jain_min.unwrap_or(j))).unwrap_or_default()
     );
 }
 

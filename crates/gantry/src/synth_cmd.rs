@@ -12,8 +12,11 @@ pub const EXAMPLES: &str = "Examples:
   gantry sim --trace trace.jsonl --policy default,best-fit --report out/
   # sized for your own fleet, overloaded (jobs queue)
   gantry synth --fleet fleet.toml --jobs 50000 --tenants 8 --load 1.2 --out big.jsonl
+  # one tenant submitting four times as much as two others, the fleet oversubscribed
+  gantry synth --jobs 3000 --tenants 3 --tenant-mix 4,1,1 --load 2 --out skewed.jsonl
+  gantry sim --trace skewed.jsonl --order fifo && gantry sim --trace skewed.jsonl --order fair-share
 
-Mix (share of jobs): training gangs 2-4 x 8 GPUs 3 %, training 1-8 GPUs 14 %, evaluation
+Default mix (share of jobs): training gangs 2-4 x 8 GPUs 3 %, training 1-8 GPUs 14 %, evaluation
 1 GPU 12 %, inference by GPU memory 31 %, MPS services 15 %, time-sliced notebooks 25 %.
 Durations are log-normal per kind; utilization is drawn per kind. Format: docs/formats.md.";
 
@@ -31,6 +34,14 @@ pub struct SynthArgs {
     /// Number of tenants (team-0, team-1, ...), equal weight; a job's queue is its tenant.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     tenants: u32,
+    /// Relative submission rates per tenant, comma-separated (e.g. 4,1,1: team-0 submits four
+    /// times as often); tenants not listed weigh 1.
+    #[arg(long, value_delimiter = ',', value_name = "W,W,...")]
+    tenant_mix: Vec<u32>,
+    /// Job mix: `default` (the mix below) or `batch` (1/2/4-GPU jobs of about an hour: many
+    /// small jobs, for fairness experiments).
+    #[arg(long, default_value = "default", value_parser = parse_mix)]
+    mix: synth::Mix,
     /// Offered GPU load as a share of the fleet's capacity (1.0 = exactly full on average).
     #[arg(long, default_value_t = 0.9)]
     load: f64,
@@ -39,10 +50,21 @@ pub struct SynthArgs {
     out: Option<PathBuf>,
 }
 
+fn parse_mix(s: &str) -> Result<synth::Mix, String> {
+    s.parse()
+}
+
 pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
-    let config = SynthConfig { jobs: args.jobs, seed: args.seed, tenants: args.tenants, load: args.load };
+    let config = SynthConfig {
+        jobs: args.jobs,
+        seed: args.seed,
+        tenants: args.tenants,
+        tenant_mix: args.tenant_mix,
+        load: args.load,
+        mix: args.mix,
+    };
     let text = synth::generate(&fleet, catalog, &config).map_err(|e| anyhow::anyhow!("{fleet_name}: {e}"))?;
     match &args.out {
         Some(path) => {

@@ -1,6 +1,7 @@
 //! The simulator's tests: one binary, modules by theme.
 
 mod bad_input;
+mod fairness;
 mod native;
 mod protocol;
 mod reference;

@@ -4,7 +4,7 @@
 use gantry_catalog::Catalog;
 use gantry_engine::{Engine, EngineConfig, Policy};
 use gantry_sim::native::check_fits;
-use gantry_sim::protocol_b::run_trace;
+use gantry_sim::protocol_b::{Order, run_trace};
 use gantry_sim::synth::{SynthConfig, generate};
 use gantry_spec::{parse_fleet, read_trace};
 use gantry_types::Fleet;
@@ -34,7 +34,7 @@ fn a_job_waits_for_capacity_and_shares_follow_gpu_time() {
     let catalog = Catalog::embedded();
     let trace = read_trace(text.as_bytes(), catalog, false).expect("trace");
     let f = fleet(FLEET);
-    let r = run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, 1).expect("replays");
+    let r = run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, 1, &Order::Fifo).expect("replays");
     assert_eq!((r.started, r.never_started, r.pods), (3, 0, 3));
     assert_eq!((r.delay_p50_s, r.delay_p99_s), (0, 90));
     // GPU time: x 2 GPUs × 100 s = 200; y 1 × 50 + 1 × 100 = 150.
@@ -45,7 +45,11 @@ fn a_job_waits_for_capacity_and_shares_follow_gpu_time() {
     let at = |t: u64| r.series.iter().rev().find(|s| s.time_s <= t).expect("sampled");
     assert_eq!((at(50).alloc_pct, at(50).util_pct, at(50).queued), (100.0, 100.0, 1));
     assert_eq!((at(120).alloc_pct, at(120).util_pct), (50.0, 25.0));
-    assert_eq!(r, run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, 1).expect("replays"), "deterministic");
+    assert_eq!(
+        r,
+        run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, 1, &Order::Fifo).expect("replays"),
+        "deterministic"
+    );
 }
 
 #[test]
@@ -68,7 +72,8 @@ fn jobs_the_empty_fleet_cannot_hold_are_refused_or_skipped() {
 fn the_synthetic_trace_is_seeded_fits_the_fleet_and_offers_the_load_asked() {
     let catalog = Catalog::embedded();
     let demo = fleet(include_str!("../../../../examples/demo-fleet.toml"));
-    let config = SynthConfig { jobs: 3000, seed: 9, tenants: 5, load: 0.8 };
+    let config =
+        SynthConfig { jobs: 3000, seed: 9, tenants: 5, tenant_mix: Vec::new(), load: 0.8, mix: Default::default() };
     let text = generate(&demo, catalog, &config).expect("generates");
     assert_eq!(text, generate(&demo, catalog, &config).expect("generates"), "same seed, same bytes");
     assert_ne!(text, generate(&demo, catalog, &SynthConfig { seed: 10, ..config.clone() }).expect("generates"));

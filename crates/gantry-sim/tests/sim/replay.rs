@@ -22,7 +22,7 @@ c,1000,1024,1,250,,BE,Running,200,300,200
 ";
     let pods = alibaba::read_pods(&fixture("r-pods.csv", pods), Mode::Strict, &mut Skipped::default()).expect("pods");
     let order = seeded_node_order(&nodes, 1);
-    let r = protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 1).expect("replays");
+    let r = protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 1, &protocol_b::Order::Fifo).expect("replays");
     assert_eq!((r.started, r.never_started), (3, 0));
     // b arrives at 10 while a holds the only GPU until 100: it waits 90 s; a and c wait 0.
     assert_eq!((r.delay_p50_s, r.delay_p99_s), (0, 90));
@@ -30,8 +30,13 @@ c,1000,1024,1,250,,BE,Running,200,300,200
     let ls = r.tenant_gpu_share_pct["LS"];
     assert!((ls - 100.0 / 175.0 * 100.0).abs() < 1e-9, "{ls}");
     assert!(r.peak_alloc_pct <= 100.0 && r.peak_alloc_pct >= 99.9, "{}", r.peak_alloc_pct);
-    assert_eq!(r, protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 1).expect("replays"), "deterministic");
+    assert_eq!(
+        r,
+        protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 1, &protocol_b::Order::Fifo).expect("replays"),
+        "deterministic"
+    );
     // Compressing the arrivals by 10 puts c at t = 20, behind b: it waits for a too.
-    let squeezed = protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 10).expect("replays");
+    let squeezed =
+        protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 10, &protocol_b::Order::Fifo).expect("replays");
     assert!(squeezed.delay_p99_s >= 80, "{squeezed:?}");
 }

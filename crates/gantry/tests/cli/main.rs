@@ -270,3 +270,39 @@ fn sim_trace_refuses_bad_input_and_mismatched_flags() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--load 0 must be in (0, 100]"), "{}", stderr(&out));
 }
+
+#[test]
+fn sim_orders_the_queue_by_fair_share_from_a_queue_file() {
+    let dir = temp_dir("sim-fair");
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("fixture");
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let trace = write(
+        "t.jsonl",
+        r#"{"arrival_s": 0, "duration_s": 100, "job": {"name": "a", "queue": "x", "gpu": {"count": 1}}}
+{"arrival_s": 1, "duration_s": 100, "job": {"name": "b", "queue": "y", "priority": 5, "gpu": {"count": 1}}}
+"#,
+    );
+    let queues = write(
+        "q.toml",
+        "[fair_share]\nhalf_life = \"1h\"\n[[queue]]\nname = \"x\"\n[[queue]]\nname = \"y\"\nweight = 2\n",
+    );
+    let out = gantry(&["sim", "--trace", &trace, "--order", "fair-share", "--queues", &queues, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(runs[0]["order"], "fair-share");
+    assert_eq!(runs[0]["started"], 2);
+    // A queue file that breaks a rule, a job in no queue, --queues without fair share.
+    let cyclic = write("c.toml", "[[queue]]\nname = \"x\"\nparent = \"y\"\n[[queue]]\nname = \"y\"\nparent = \"x\"\n");
+    let out = gantry(&["sim", "--trace", &trace, "--order", "fair-share", "--queues", &cyclic]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("queue parents form a cycle"), "{}", stderr(&out));
+    let only_x = write("x.toml", "[[queue]]\nname = \"x\"\n");
+    let out = gantry(&["sim", "--trace", &trace, "--order", "fair-share", "--queues", &only_x]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("line 2 / job \"b\": unknown queue \"y\""), "{}", stderr(&out));
+    let out = gantry(&["sim", "--trace", &trace, "--queues", &queues]);
+    assert!(stderr(&out).contains("--queues is read by --order fair-share"), "{}", stderr(&out));
+}
