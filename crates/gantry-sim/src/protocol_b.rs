@@ -15,6 +15,7 @@
 use crate::alibaba::{TraceNode, TracePod};
 use crate::trace::{SimFleet, compile_pods, typical_shapes};
 use gantry_catalog::Catalog;
+use gantry_engine::backfill::{Running, Shadow};
 use gantry_engine::fairshare::{Candidate, FairShare, Resources};
 use gantry_engine::rng::mix;
 use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
@@ -47,6 +48,12 @@ pub struct ReplayResult {
     pub policy: String,
     /// Queue order: `fifo` or `fair-share`.
     pub order: String,
+    /// Backfill: `off`, `greedy` or `reserve`.
+    pub backfill: String,
+    /// Jobs that were given a reserved start, and those that started after the first start
+    /// they were promised (with FIFO order and exact durations, backfill must keep this 0).
+    pub reserved: u64,
+    pub reserved_late: u64,
     pub seed: u64,
     /// Jobs in the trace (pods, for the Alibaba trace).
     pub pods: usize,
@@ -124,8 +131,7 @@ pub fn run(
     node_order: &[usize],
     policy: Policy,
     seed: u64,
-    compress: u64,
-    order: &Order,
+    options: &ReplayOptions,
 ) -> Result<ReplayResult, EngineError> {
     let ordered: Vec<TraceNode> = node_order.iter().map(|&i| nodes[i].clone()).collect();
     let fleet = SimFleet::from_trace(&ordered);
@@ -152,7 +158,7 @@ pub fn run(
             job,
         })
         .collect();
-    replay(&mut engine, &jobs, seed, compress, order).map_err(EngineError::Job)
+    replay(&mut engine, &jobs, seed, options).map_err(EngineError::Job)
 }
 
 /// Replay a native trace on `fleet` (FGD's task types learned from the jobs placed).
@@ -162,8 +168,7 @@ pub fn run_trace(
     trace: &[TraceJob],
     policy: Policy,
     seed: u64,
-    compress: u64,
-    order: &Order,
+    options: &ReplayOptions,
 ) -> Result<ReplayResult, EngineError> {
     let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: None };
     let mut engine = Engine::new(fleet, catalog, config)?;
@@ -181,7 +186,7 @@ pub fn run_trace(
             })
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
-    replay(&mut engine, &jobs, seed, compress, order).map_err(EngineError::Job)
+    replay(&mut engine, &jobs, seed, options).map_err(EngineError::Job)
 }
 
 /// How the waiting queue is ordered.
@@ -204,6 +209,79 @@ impl Order {
     }
 }
 
+/// What may start past a blocked job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backfill {
+    /// Nothing: a queue waits behind its blocked head.
+    Off,
+    /// Up to `BACKFILL_SCAN_MAX` later jobs of the queue, whatever that does to the blocked
+    /// one (no reservation: big jobs can starve).
+    Greedy,
+    /// EASY backfill: the first blocked job of a pass gets a reserved start (the engine's
+    /// `earliest_start`, from running jobs' ends); a later job starts only if it fits and
+    /// does not delay it (`Engine::delays`); at most `BACKFILL_SCAN_MAX` later jobs per queue
+    /// are tried. (Reserving for more than one job needs each reservation planned around the
+    /// earlier ones' future occupancy; not built.)
+    Reserve,
+}
+
+impl Backfill {
+    pub fn name(&self) -> String {
+        match self {
+            Backfill::Off => "off".into(),
+            Backfill::Greedy => "greedy".into(),
+            Backfill::Reserve => "reserve".into(),
+        }
+    }
+}
+
+/// How a replay runs: arrival compression, queue order, backfill.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Divide the time between arrivals by this (durations unchanged); 1 = as traced.
+    pub compress: u64,
+    pub order: Order,
+    pub backfill: Backfill,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions { compress: 1, order: Order::Fifo, backfill: Backfill::Greedy }
+    }
+}
+
+fn running_list(running_ends: &BTreeMap<AllocId, Option<u64>>) -> Vec<Running> {
+    running_ends.iter().map(|(&alloc, &end_s)| Running { alloc, end_s }).collect()
+}
+
+/// The reserved start for `job` (blocked at `now`) and the fleet at that start: the previous
+/// pass's start if it was for the same job and the job still fits then (cheap, and still exact:
+/// backfill never delays it and nothing ends later than planned), else the engine's earliest
+/// start. A start at `now` is kept too: capacity freed this second by departures not yet
+/// processed is what it waits for. `None` if it would never fit.
+fn reserve(
+    engine: &Engine,
+    compiled: &CompiledJob,
+    job: usize,
+    running_ends: &BTreeMap<AllocId, Option<u64>>,
+    now: u64,
+    last: &mut Option<(usize, u64)>,
+) -> Option<((usize, u64), Shadow)> {
+    let running = running_list(running_ends);
+    if let Some((previous, start_s)) = *last
+        && previous == job
+        && start_s >= now
+    {
+        let mut shadow = engine.shadow_at(&running, start_s);
+        if shadow.fits(compiled) {
+            return Some(((job, start_s), shadow));
+        }
+    }
+    let start_s = engine.earliest_start(compiled, &running, now)?;
+    *last = Some((job, start_s));
+    Some(((job, start_s), engine.shadow_at(&running, start_s)))
+}
+
 /// Windows over the arrival span in which Jain's fairness index of GPU time is taken.
 pub const JAIN_WINDOWS: usize = 20;
 
@@ -220,10 +298,11 @@ pub fn replay(
     engine: &mut Engine,
     jobs: &[SimJob],
     seed: u64,
-    compress: u64,
-    order: &Order,
+    options: &ReplayOptions,
 ) -> Result<ReplayResult, String> {
-    let compress = compress.max(1);
+    let compress = options.compress.max(1);
+    let order = &options.order;
+    let backfill = options.backfill;
     let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
     let origin = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
     let arrival_of = |j: &SimJob| origin + (j.arrival_s - origin) / compress;
@@ -275,6 +354,12 @@ pub fn replay(
     let window_s = ((last_arrival - start) as f64 / JAIN_WINDOWS as f64).max(1.0);
     let mut window_gpu_s = vec![vec![0.0f64; tenants.len()]; JAIN_WINDOWS];
     let mut window_active = vec![vec![false; tenants.len()]; JAIN_WINDOWS];
+    // Running allocations and when they end (for reservations), and the first start each
+    // blocked job was promised.
+    let mut running_ends: BTreeMap<AllocId, Option<u64>> = BTreeMap::new();
+    let mut promised: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut last_reservation: Option<(usize, u64)> = None;
+    let mut late = 0u64;
     let mut series = Vec::with_capacity(SAMPLES + 1);
     let (mut area_alloc, mut area_util, mut last_t) = (0.0f64, 0.0f64, start);
     let mut peak_alloc = 0.0f64;
@@ -319,6 +404,7 @@ pub fn replay(
             }
             Event::Depart { job, alloc } => {
                 engine.release(alloc).expect("a running job's allocation exists");
+                running_ends.remove(&alloc);
                 running -= 1;
                 let (milli, held) = granted.remove(&job).unwrap_or((0, [0; 3]));
                 running_util -= milli as f64 * utilization(job);
@@ -329,14 +415,21 @@ pub fn replay(
             }
         }
         // Scheduling pass: pick the next queue's first untried job (FIFO: the one queue); after
-        // a queue's first refusal, at most BACKFILL_SCAN_MAX more of its jobs are tried.
+        // a queue's first refusal, later jobs are tried as the backfill mode allows.
+        let scan_max = match backfill {
+            Backfill::Off => 0,
+            Backfill::Greedy | Backfill::Reserve => BACKFILL_SCAN_MAX,
+        };
         let mut blocked = vec![false; queue_count];
         let mut scanned = vec![0usize; queue_count];
         let mut refused: BTreeSet<usize> = BTreeSet::new();
+        // The pass's reservation (job, start) and the fleet at its start.
+        let mut reservation: Option<(usize, u64)> = None;
+        let mut shadow: Option<Shadow> = None;
         loop {
             let mut candidates: Vec<(Candidate, usize)> = Vec::new();
             for (q, set) in pending.iter().enumerate() {
-                if blocked[q] && scanned[q] >= BACKFILL_SCAN_MAX {
+                if blocked[q] && scanned[q] >= scan_max {
                     continue;
                 }
                 if let Some(&(Reverse(p), arrived, job)) = set.iter().find(|(_, _, j)| !refused.contains(j)) {
@@ -353,9 +446,20 @@ pub fn replay(
             if blocked[q] {
                 scanned[q] += 1;
             }
+            let duration = jobs[job].duration_s;
+            // Past the reservation, a job that would still run at the reserved start must leave
+            // room for the reserved job then, on the GPUs it actually got.
+            let check = reservation.filter(|&(_, start_s)| duration.is_none_or(|d| t + d > start_s));
             let before = engine.state().used_milli();
-            match engine.place(&jobs[job].job) {
-                Ok(alloc) => {
+            let mut placed = engine.place(&jobs[job].job).ok();
+            if let (Some(alloc), Some((reserved, _)), Some(shadow)) = (placed, check, shadow.as_mut())
+                && shadow.delays(engine, alloc, &jobs[reserved].job)
+            {
+                engine.release(alloc).expect("just placed");
+                placed = None;
+            }
+            match placed {
+                Some(alloc) => {
                     pending[q].remove(&(Reverse(candidate.priority), candidate.submitted_s, job));
                     pending_count -= 1;
                     tenant_pending[tenant_of[job]] -= 1;
@@ -364,6 +468,9 @@ pub fn replay(
                     if let Some(fs) = fair.as_mut() {
                         fs.start(q, held, t);
                     }
+                    if promised.get(&job).is_some_and(|&p| t > p) {
+                        late += 1;
+                    }
                     let j = &jobs[job];
                     delays.push(t - arrival_of(j));
                     started += 1;
@@ -371,13 +478,23 @@ pub fn replay(
                     granted.insert(job, (milli, held));
                     running_util += milli as f64 * utilization(job);
                     tenant_running[tenant_of[job]] += milli;
-                    let duration = j.duration_s.unwrap_or_else(|| end.saturating_sub(t));
+                    let duration = duration.unwrap_or_else(|| end.saturating_sub(t));
+                    running_ends.insert(alloc, j.duration_s.map(|_| t + duration));
                     *tenant_gpu_s.entry(j.tenant.clone()).or_default() += milli as f64 / 1000.0 * duration as f64;
                     events.push(Reverse((t + duration, Event::Depart { job, alloc })));
                 }
-                Err(_) => {
+                None => {
                     refused.insert(job);
                     blocked[q] = true;
+                    if backfill == Backfill::Reserve
+                        && reservation.is_none()
+                        && let Some((reserved, fleet_then)) =
+                            reserve(engine, &jobs[job].job, job, &running_ends, t, &mut last_reservation)
+                    {
+                        promised.entry(job).or_insert(reserved.1);
+                        reservation = Some(reserved);
+                        shadow = Some(fleet_then);
+                    }
                 }
             }
         }
@@ -401,6 +518,9 @@ pub fn replay(
     Ok(ReplayResult {
         policy: engine.config().policy.name().to_string(),
         order: order.name().to_string(),
+        backfill: backfill.name(),
+        reserved: promised.len() as u64,
+        reserved_late: late,
         seed,
         pods: jobs.len(),
         started,

@@ -56,6 +56,12 @@ pub struct SimArgs {
     /// tree, then age; the tree from --queues, else one queue per tenant).
     #[arg(long, default_value = "fifo", value_parser = ["fifo", "fair-share"])]
     order: String,
+    /// time-replay: what may start past a blocked job: `off` (nothing), `greedy` (up to 32
+    /// later jobs, no reservation: big jobs can starve) or `reserve` (EASY: the first blocked
+    /// job gets a reserved start from running jobs' ends; a later job starts only if it does
+    /// not delay it).
+    #[arg(long, default_value = "greedy", value_parser = ["off", "greedy", "reserve"])]
+    backfill: String,
     /// time-replay with --order fair-share: the queue file (TOML, docs/formats.md): tree,
     /// weights, half-life, starvation bound, billing weights.
     #[arg(long, value_name = "FILE")]
@@ -402,8 +408,8 @@ fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()>
         if args.compress != 1 {
             bail!("--compress applies to --protocol time-replay; Protocol A has no clock");
         }
-        if args.order != "fifo" || args.queues.is_some() {
-            bail!("--order and --queues apply to --protocol time-replay; Protocol A has no queue");
+        if args.order != "fifo" || args.queues.is_some() || args.backfill != "greedy" {
+            bail!("--order, --queues and --backfill apply to --protocol time-replay; Protocol A has no queue");
         }
         return Ok(());
     }
@@ -437,7 +443,7 @@ fn time_replay(
             for seed in args.seed..args.seed + args.seeds as u64 {
                 let started = std::time::Instant::now();
                 let nodes_order = protocol_a::seeded_node_order(nodes, seed);
-                let r = protocol_b::run(nodes, pods, &nodes_order, policy, seed, args.compress, &order)?;
+                let r = protocol_b::run(nodes, pods, &nodes_order, policy, seed, &replay_options(args, &order))?;
                 print_replay(args, name, &r, started.elapsed().as_secs_f64());
                 runs.push(r);
             }
@@ -479,7 +485,7 @@ fn native_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitC
     for &policy in &args.policy {
         for seed in args.seed..args.seed + args.seeds as u64 {
             let started = std::time::Instant::now();
-            let r = protocol_b::run_trace(&fleet, catalog, &jobs, policy, seed, args.compress, &order)?;
+            let r = protocol_b::run_trace(&fleet, catalog, &jobs, policy, seed, &replay_options(args, &order))?;
             print_replay(args, &name, &r, started.elapsed().as_secs_f64());
             runs.push(r);
         }
@@ -510,15 +516,28 @@ fn queue_order<'a>(args: &SimArgs, tenants: impl Iterator<Item = &'a str>) -> an
     Ok(protocol_b::Order::FairShare(tree))
 }
 
+fn replay_options(args: &SimArgs, order: &protocol_b::Order) -> protocol_b::ReplayOptions {
+    protocol_b::ReplayOptions {
+        compress: args.compress,
+        order: order.clone(),
+        backfill: match args.backfill.as_str() {
+            "off" => protocol_b::Backfill::Off,
+            "reserve" => protocol_b::Backfill::Reserve,
+            _ => protocol_b::Backfill::Greedy,
+        },
+    }
+}
+
 fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: f64) {
     if args.json {
         return;
     }
     let tenants: Vec<String> = r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{t} {s:.1}%")).collect();
     println!(
-        "{name} {:<14} {} seed {}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s max {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}{}  ({secs:.2}s)",
+        "{name} {:<14} {} backfill {} seed {}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s max {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}{}  ({secs:.2}s)",
         r.policy,
         r.order,
+        r.backfill,
         r.seed,
         r.started,
         r.pods,
@@ -533,6 +552,9 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         tenants.join(", "),
         r.jain_mean.map(|j| format!(", Jain {j:.3} (min {:.3})", r.jain_min.unwrap_or(j))).unwrap_or_default()
     );
+    if r.reserved > 0 {
+        println!("  {} jobs got a reserved start; {} started later than first promised", r.reserved, r.reserved_late);
+    }
 }
 
 /// JSON and the report folder for time replays.

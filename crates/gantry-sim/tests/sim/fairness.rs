@@ -8,7 +8,7 @@
 
 use gantry_catalog::Catalog;
 use gantry_engine::Policy;
-use gantry_sim::protocol_b::{Order, ReplayResult, run_trace};
+use gantry_sim::protocol_b::{Order, ReplayOptions, ReplayResult, run_trace};
 use gantry_sim::synth::{Mix, SynthConfig, generate};
 use gantry_spec::{parse_fleet, read_trace};
 use gantry_types::QueueTree;
@@ -20,7 +20,15 @@ fn replay(order: &Order) -> ReplayResult {
     let catalog = Catalog::embedded();
     let fleet = parse_fleet(FLEET, catalog).expect("fixture fleet");
     let trace = read_trace(SKEWED.as_bytes(), catalog, false).expect("fixture trace");
-    run_trace(&fleet, catalog, &trace.jobs, Policy::Default, 42, 1, order).expect("replays")
+    run_trace(
+        &fleet,
+        catalog,
+        &trace.jobs,
+        Policy::Default,
+        42,
+        &ReplayOptions { order: order.clone(), ..Default::default() },
+    )
+    .expect("replays")
 }
 
 #[test]
@@ -52,8 +60,15 @@ fn a_job_in_a_queue_the_tree_lacks_is_an_error() {
     let catalog = Catalog::embedded();
     let fleet = parse_fleet(FLEET, catalog).expect("fixture fleet");
     let trace = read_trace(SKEWED.as_bytes(), catalog, false).expect("fixture trace");
-    let err = run_trace(&fleet, catalog, &trace.jobs, Policy::Default, 42, 1, &Order::FairShare(tree))
-        .expect_err("team-2 has no queue")
-        .to_string();
+    let err = run_trace(
+        &fleet,
+        catalog,
+        &trace.jobs,
+        Policy::Default,
+        42,
+        &ReplayOptions { order: Order::FairShare(tree), ..Default::default() },
+    )
+    .expect_err("team-2 has no queue")
+    .to_string();
     assert!(err.contains("unknown queue \"team-2\""), "{err}");
 }

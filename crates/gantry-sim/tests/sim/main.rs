@@ -1,5 +1,6 @@
 //! The simulator's tests: one binary, modules by theme.
 
+mod backfill;
 mod bad_input;
 mod fairness;
 mod native;

@@ -4,7 +4,7 @@
 use gantry_catalog::Catalog;
 use gantry_engine::{Engine, EngineConfig, Policy};
 use gantry_sim::native::check_fits;
-use gantry_sim::protocol_b::{Order, run_trace};
+use gantry_sim::protocol_b::{ReplayOptions, run_trace};
 use gantry_sim::synth::{SynthConfig, generate};
 use gantry_spec::{parse_fleet, read_trace};
 use gantry_types::Fleet;
@@ -34,7 +34,7 @@ fn a_job_waits_for_capacity_and_shares_follow_gpu_time() {
     let catalog = Catalog::embedded();
     let trace = read_trace(text.as_bytes(), catalog, false).expect("trace");
     let f = fleet(FLEET);
-    let r = run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, 1, &Order::Fifo).expect("replays");
+    let r = run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, &ReplayOptions::default()).expect("replays");
     assert_eq!((r.started, r.never_started, r.pods), (3, 0, 3));
     assert_eq!((r.delay_p50_s, r.delay_p99_s), (0, 90));
     // GPU time: x 2 GPUs × 100 s = 200; y 1 × 50 + 1 × 100 = 150.
@@ -47,7 +47,7 @@ fn a_job_waits_for_capacity_and_shares_follow_gpu_time() {
     assert_eq!((at(120).alloc_pct, at(120).util_pct), (50.0, 25.0));
     assert_eq!(
         r,
-        run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, 1, &Order::Fifo).expect("replays"),
+        run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, &ReplayOptions::default()).expect("replays"),
         "deterministic"
     );
 }

@@ -22,7 +22,8 @@ c,1000,1024,1,250,,BE,Running,200,300,200
 ";
     let pods = alibaba::read_pods(&fixture("r-pods.csv", pods), Mode::Strict, &mut Skipped::default()).expect("pods");
     let order = seeded_node_order(&nodes, 1);
-    let r = protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 1, &protocol_b::Order::Fifo).expect("replays");
+    let r =
+        protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, &protocol_b::ReplayOptions::default()).expect("replays");
     assert_eq!((r.started, r.never_started), (3, 0));
     // b arrives at 10 while a holds the only GPU until 100: it waits 90 s; a and c wait 0.
     assert_eq!((r.delay_p50_s, r.delay_p99_s), (0, 90));
@@ -32,11 +33,18 @@ c,1000,1024,1,250,,BE,Running,200,300,200
     assert!(r.peak_alloc_pct <= 100.0 && r.peak_alloc_pct >= 99.9, "{}", r.peak_alloc_pct);
     assert_eq!(
         r,
-        protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 1, &protocol_b::Order::Fifo).expect("replays"),
+        protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, &protocol_b::ReplayOptions::default()).expect("replays"),
         "deterministic"
     );
     // Compressing the arrivals by 10 puts c at t = 20, behind b: it waits for a too.
-    let squeezed =
-        protocol_b::run(&nodes, &pods, &order, Policy::Fgd, 1, 10, &protocol_b::Order::Fifo).expect("replays");
+    let squeezed = protocol_b::run(
+        &nodes,
+        &pods,
+        &order,
+        Policy::Fgd,
+        1,
+        &protocol_b::ReplayOptions { compress: 10, ..Default::default() },
+    )
+    .expect("replays");
     assert!(squeezed.delay_p99_s >= 80, "{squeezed:?}");
 }

@@ -306,3 +306,27 @@ fn sim_orders_the_queue_by_fair_share_from_a_queue_file() {
     let out = gantry(&["sim", "--trace", &trace, "--queues", &queues]);
     assert!(stderr(&out).contains("--queues is read by --order fair-share"), "{}", stderr(&out));
 }
+
+#[test]
+fn sim_backfill_modes_report_reservations() {
+    let dir = temp_dir("sim-backfill");
+    let trace = dir.join("t.jsonl");
+    std::fs::write(
+        &trace,
+        r#"{"arrival_s": 0, "duration_s": 100, "job": {"name": "a", "gpu": {"count": 8}, "model": "H100*"}}
+{"arrival_s": 0, "duration_s": 100, "job": {"name": "b", "gpu": {"count": 8}, "model": "H100*"}}
+{"arrival_s": 10, "duration_s": 50, "job": {"name": "gang", "task": [{"name": "w", "replicas": 2, "gpu": {"count": 8}, "model": "H100*"}]}}
+{"arrival_s": 20, "duration_s": 500, "job": {"name": "long", "gpu": {"count": 4}, "model": "H100*"}}
+"#,
+    )
+    .expect("fixture");
+    let t = trace.to_str().expect("utf-8 path");
+    let out = gantry(&["sim", "--trace", t, "--backfill", "reserve", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!((runs[0]["backfill"].as_str(), runs[0]["reserved_late"].as_u64()), (Some("reserve"), Some(0)));
+    assert!(runs[0]["reserved"].as_u64().expect("count") >= 1);
+    let out = gantry(&["sim", "--trace", t, "--backfill", "sometimes"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("possible values: off, greedy, reserve"), "{}", stderr(&out));
+}
