@@ -22,6 +22,7 @@ mod memo;
 mod place;
 pub use place::SearchStats;
 pub mod policy;
+pub mod quota;
 pub mod request;
 pub mod rng;
 pub mod state;

@@ -17,10 +17,11 @@ use crate::trace::{SimFleet, compile_pods, typical_shapes};
 use gantry_catalog::Catalog;
 use gantry_engine::backfill::{Running, Shadow};
 use gantry_engine::fairshare::{Candidate, FairShare, Resources};
+use gantry_engine::quota::QuotaBook;
 use gantry_engine::rng::mix;
 use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
 use gantry_spec::TraceJob;
-use gantry_types::{Fleet, QueueTree};
+use gantry_types::{Flavor, Fleet, QueueTree};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -54,6 +55,9 @@ pub struct ReplayResult {
     /// they were promised (with FIFO order and exact durations, backfill must keep this 0).
     pub reserved: u64,
     pub reserved_late: u64,
+    /// Jobs that were refused at least once because their queue's quota (or an ancestor's)
+    /// would have been exceeded.
+    pub quota_waited: u64,
     pub seed: u64,
     /// Jobs in the trace (pods, for the Alibaba trace).
     pub pods: usize,
@@ -359,6 +363,13 @@ pub fn replay(
     let mut running_ends: BTreeMap<AllocId, Option<u64>> = BTreeMap::new();
     let mut promised: BTreeMap<usize, u64> = BTreeMap::new();
     let mut last_reservation: Option<(usize, u64)> = None;
+    // Quotas, where the tree declares any; jobs that ever waited on one.
+    let mut quotas = match order {
+        Order::FairShare(tree) => Some(QuotaBook::new(tree.clone())).filter(QuotaBook::has_quotas),
+        Order::Fifo => None,
+    };
+    let mut quota_demand: BTreeMap<usize, Vec<(Flavor, u64)>> = BTreeMap::new();
+    let mut quota_waited: BTreeSet<usize> = BTreeSet::new();
     let mut late = 0u64;
     let mut series = Vec::with_capacity(SAMPLES + 1);
     let (mut area_alloc, mut area_util, mut last_t) = (0.0f64, 0.0f64, start);
@@ -412,6 +423,9 @@ pub fn replay(
                 if let Some(fs) = fair.as_mut() {
                     fs.stop(queue_of[job], held, t);
                 }
+                if let (Some(book), Some(demand)) = (quotas.as_mut(), quota_demand.remove(&job)) {
+                    book.refund(queue_of[job], &demand);
+                }
             }
         }
         // Scheduling pass: pick the next queue's first untried job (FIFO: the one queue); after
@@ -452,6 +466,16 @@ pub fn replay(
             let check = reservation.filter(|&(_, start_s)| duration.is_none_or(|d| t + d > start_s));
             let before = engine.state().used_milli();
             let mut placed = engine.place(&jobs[job].job).ok();
+            // Quota: the queue (and its ancestors) may take what this placement gives it.
+            let mut demand = Vec::new();
+            if let (Some(alloc), Some(book)) = (placed, quotas.as_ref()) {
+                demand = engine.quota_demand(alloc).expect("just placed");
+                if book.check(q, &demand).is_err() {
+                    engine.release(alloc).expect("just placed");
+                    placed = None;
+                    quota_waited.insert(job);
+                }
+            }
             if let (Some(alloc), Some((reserved, _)), Some(shadow)) = (placed, check, shadow.as_mut())
                 && shadow.delays(engine, alloc, &jobs[reserved].job)
             {
@@ -468,6 +492,10 @@ pub fn replay(
                     if let Some(fs) = fair.as_mut() {
                         fs.start(q, held, t);
                     }
+                    if let Some(book) = quotas.as_mut() {
+                        book.charge(q, &demand);
+                    }
+                    quota_demand.insert(job, demand);
                     if promised.get(&job).is_some_and(|&p| t > p) {
                         late += 1;
                     }
@@ -521,6 +549,7 @@ pub fn replay(
         backfill: backfill.name(),
         reserved: promised.len() as u64,
         reserved_late: late,
+        quota_waited: quota_waited.len() as u64,
         seed,
         pods: jobs.len(),
         started,

@@ -72,3 +72,18 @@ fn a_job_in_a_queue_the_tree_lacks_is_an_error() {
     .to_string();
     assert!(err.contains("unknown queue \"team-2\""), "{err}");
 }
+
+#[test]
+fn a_quota_limit_holds_back_the_heavy_tenant() {
+    let catalog = Catalog::embedded();
+    let queues = "[[queue]]\nname = \"team-0\"\nquota = [{ flavor = \"A100-SXM4-80GB\", guaranteed = 16, limit = 16 }]\n\
+                  [[queue]]\nname = \"team-1\"\n[[queue]]\nname = \"team-2\"\n";
+    let tree = gantry_spec::parse_queues(queues, catalog).expect("queue file");
+    let limited = replay(&Order::FairShare(tree));
+    let free = replay(&Order::FairShare(QueueTree::flat(["team-0", "team-1", "team-2"], 7 * 86_400, 3 * 86_400)));
+    assert_eq!(limited.started, 1500);
+    assert_eq!(free.quota_waited, 0);
+    assert!(limited.quota_waited > 100, "team-0 waits on its quota: {}", limited.quota_waited);
+    // Capacity team-0 may not use stays idle while the others have nothing queued.
+    assert!(limited.mean_alloc_pct < free.mean_alloc_pct, "{} vs {}", limited.mean_alloc_pct, free.mean_alloc_pct);
+}

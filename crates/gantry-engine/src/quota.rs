@@ -1,0 +1,195 @@
+//! Quota admission: may a queue take what a placement would give it?
+//!
+//! A placement's demand is counted per flavor — GPUs of a catalog model (whole GPUs and MIG
+//! instances, in milli-GPU) or the milli-GPU pool (MPS and time-slice shares) — and checked
+//! against the queue's quota and every ancestor's: usage after the job must stay within the
+//! `limit`, and what exceeds the `guaranteed` amount (borrowed from the cohort) within
+//! `borrow`. Flavors a queue declares no quota for are not limited at that queue. Usage of a
+//! queue includes its descendants'.
+//!
+//! Not built yet: lending accounting across the cohort (idle guaranteed capacity is simply
+//! what the fleet has free), and reclaim (preempting borrowers when an owner asks for its
+//! guarantee) — they come with preemption.
+
+use crate::{AllocId, Engine};
+use gantry_types::{Flavor, QueueTree};
+use std::collections::BTreeMap;
+
+/// Why a queue may not take a placement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaExceeded {
+    /// The queue whose quota would be broken (the job's or an ancestor).
+    pub queue: String,
+    pub flavor: Flavor,
+    /// In milli-GPU: in use, asked, and the bound.
+    pub used: u64,
+    pub asked: u64,
+    pub bound: u64,
+    /// `limit` or `borrow`.
+    pub rule: &'static str,
+}
+
+impl std::fmt::Display for QuotaExceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let flavor = match &self.flavor {
+            Flavor::Model(m) => m.clone(),
+            Flavor::MilliPool => "shared milli-GPU".into(),
+        };
+        let gpus = |m: u64| m as f64 / 1000.0;
+        write!(
+            f,
+            "queue {} would exceed its {} for {flavor}: {} in use + {} asked > {}",
+            self.queue,
+            self.rule,
+            gpus(self.used),
+            gpus(self.asked),
+            gpus(self.bound)
+        )
+    }
+}
+
+/// Per-queue usage by flavor, against the tree's quotas.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaBook {
+    tree: QueueTree,
+    usage: Vec<BTreeMap<Flavor, u64>>,
+}
+
+impl QuotaBook {
+    pub fn new(tree: QueueTree) -> QuotaBook {
+        let usage = vec![BTreeMap::new(); tree.queues.len()];
+        QuotaBook { tree, usage }
+    }
+
+    /// Does any queue declare a quota? (If not, admission never refuses.)
+    pub fn has_quotas(&self) -> bool {
+        self.tree.queues.iter().any(|q| !q.quotas.is_empty())
+    }
+
+    fn ancestry(&self, queue: usize) -> Vec<usize> {
+        let mut path = vec![queue];
+        while let Some(p) = self.tree.queues[*path.last().expect("non-empty")].parent {
+            path.push(p);
+        }
+        path
+    }
+
+    /// Check `demand` for `queue` and its ancestors.
+    pub fn check(&self, queue: usize, demand: &[(Flavor, u64)]) -> Result<(), QuotaExceeded> {
+        for q in self.ancestry(queue) {
+            let spec = &self.tree.queues[q];
+            for (flavor, asked) in demand {
+                let Some(quota) = spec.quotas.iter().find(|x| &x.flavor == flavor) else { continue };
+                let used = self.usage[q].get(flavor).copied().unwrap_or(0);
+                let after = used + asked;
+                let exceeded = |rule, bound| QuotaExceeded {
+                    queue: spec.name.clone(),
+                    flavor: flavor.clone(),
+                    used,
+                    asked: *asked,
+                    bound,
+                    rule,
+                };
+                if after > quota.limit_milli {
+                    return Err(exceeded("limit", quota.limit_milli));
+                }
+                if after.saturating_sub(quota.guaranteed_milli) > quota.borrow_milli {
+                    return Err(exceeded("borrow", quota.guaranteed_milli.saturating_add(quota.borrow_milli)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Record (or, `sign` false, return) `demand` for `queue` and its ancestors.
+    fn book(&mut self, queue: usize, demand: &[(Flavor, u64)], charge: bool) {
+        for q in self.ancestry(queue) {
+            for (flavor, amount) in demand {
+                let used = self.usage[q].entry(flavor.clone()).or_default();
+                *used = if charge { *used + amount } else { used.saturating_sub(*amount) };
+            }
+        }
+    }
+
+    pub fn charge(&mut self, queue: usize, demand: &[(Flavor, u64)]) {
+        self.book(queue, demand, true);
+    }
+
+    pub fn refund(&mut self, queue: usize, demand: &[(Flavor, u64)]) {
+        self.book(queue, demand, false);
+    }
+
+    /// In use by `queue` (descendants included), milli-GPU of `flavor`.
+    pub fn used(&self, queue: usize, flavor: &Flavor) -> u64 {
+        self.usage[queue].get(flavor).copied().unwrap_or(0)
+    }
+}
+
+impl Engine {
+    /// What an allocation counts against quotas, by flavor (milli-GPU).
+    pub fn quota_demand(&self, id: AllocId) -> Option<Vec<(Flavor, u64)>> {
+        let allocation = self.allocations.get(&id)?;
+        let mut demand: BTreeMap<Flavor, u64> = BTreeMap::new();
+        for task in &allocation.tasks {
+            for grant in &task.grants {
+                let flavor = match grant {
+                    crate::ledger::Grant::Mps { .. } | crate::ledger::Grant::TimeSlice { .. } => Flavor::MilliPool,
+                    _ => Flavor::Model(self.catalog.model(self.state.gpus[grant.gpu() as usize].model).id.clone()),
+                };
+                *demand.entry(flavor).or_default() += crate::ledger::grant_milli(&self.state, grant) as u64;
+            }
+        }
+        Some(demand.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_types::{QueueSpec, Quota};
+
+    fn quota(flavor: Flavor, guaranteed: u64, limit: u64, borrow: u64) -> Quota {
+        Quota { flavor, guaranteed_milli: guaranteed, limit_milli: limit, lend: true, borrow_milli: borrow }
+    }
+
+    #[test]
+    fn limits_and_borrowing_hold_for_the_queue_and_its_ancestors() {
+        let a100 = Flavor::Model("A100-SXM4-80GB".into());
+        let tree = QueueTree {
+            queues: vec![
+                QueueSpec {
+                    name: "org".into(),
+                    parent: None,
+                    weight: 1,
+                    quotas: vec![quota(a100.clone(), 8000, 10_000, 2000)],
+                },
+                QueueSpec {
+                    name: "team".into(),
+                    parent: Some(0),
+                    weight: 1,
+                    quotas: vec![quota(a100.clone(), 4000, 16_000, 1000)],
+                },
+                QueueSpec { name: "free".into(), parent: Some(0), weight: 1, quotas: Vec::new() },
+            ],
+            half_life_s: 3600,
+            starvation_s: 86_400,
+            billing_milli: Vec::new(),
+        };
+        let mut book = QuotaBook::new(tree);
+        let gpus = |n: u64| vec![(a100.clone(), n * 1000)];
+        assert!(book.check(1, &gpus(5)).is_ok(), "4 guaranteed + 1 borrowed");
+        let err = book.check(1, &gpus(6)).expect_err("borrows 2 > 1");
+        assert_eq!((err.queue.as_str(), err.rule), ("team", "borrow"));
+        assert_eq!(err.to_string(), "queue team would exceed its borrow for A100-SXM4-80GB: 0 in use + 6 asked > 5");
+        book.charge(1, &gpus(5));
+        assert_eq!(book.used(0, &a100), 5000, "the parent counts its children");
+        // "free" has no quota of its own, but the org's limit (10) binds it.
+        assert!(book.check(2, &gpus(5)).is_ok());
+        let err = book.check(2, &gpus(6)).expect_err("org limit");
+        assert_eq!((err.queue.as_str(), err.rule), ("org", "limit"));
+        // Other flavors are not limited where no quota names them.
+        assert!(book.check(1, &[(Flavor::MilliPool, 50_000)]).is_ok());
+        book.refund(1, &gpus(5));
+        assert_eq!((book.used(0, &a100), book.used(1, &a100)), (0, 0));
+    }
+}
