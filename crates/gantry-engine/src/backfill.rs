@@ -22,7 +22,7 @@ impl Engine {
     /// A copy to plan on: same state, policy and decision counter; no allocations (releases
     /// on it go through [`Engine::release_on`] with this engine's records) and no verdict memo
     /// (large; planning copies are short-lived).
-    fn planning_copy(&self) -> Engine {
+    pub(crate) fn planning_copy(&self) -> Engine {
         Engine {
             catalog: self.catalog,
             state: self.state.clone(),
@@ -39,7 +39,7 @@ impl Engine {
     }
 
     /// Undo this engine's allocation `id` on a planning copy's state.
-    fn release_on(&self, copy: &mut Engine, id: AllocId) {
+    pub(crate) fn release_on(&self, copy: &mut Engine, id: AllocId) {
         for task in self.allocations[&id].tasks.iter().rev() {
             crate::ledger::revert(&mut copy.state, task);
         }

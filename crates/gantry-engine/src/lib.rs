@@ -22,6 +22,7 @@ mod memo;
 mod place;
 pub use place::SearchStats;
 pub mod policy;
+pub mod preempt;
 pub mod quota;
 pub mod request;
 pub mod rng;
@@ -76,7 +77,7 @@ pub struct Allocation {
 }
 
 /// The engine: fleet state, ledger of allocations, policy.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Engine {
     catalog: &'static Catalog,
     state: ClusterState,

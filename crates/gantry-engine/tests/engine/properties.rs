@@ -252,4 +252,55 @@ proptest! {
         let without = Engine::new(&fleet, Catalog::embedded(), config).expect("valid fleet").without_verdict_memo();
         prop_assert_eq!(run_engine(with, &ops)?, run_engine(without, &ops)?);
     }
+
+    /// Preemption frees exactly what is needed: the preemptor fits with the victims gone, each
+    /// victim is one it has a right to stop, and putting back any single victim leaves no room
+    /// (checked on clones with the public place/release, not with the planner's own helpers).
+    /// When no plan is found, stopping every eligible job would not make room either.
+    #[test]
+    fn preemption_never_evicts_a_victim_that_was_not_needed(fleet in fleet_strategy(), pool in proptest::collection::vec(job_strategy(0), 1..4), picks in proptest::collection::vec(any::<usize>(), 1..30), traits in proptest::collection::vec((-3i32..3, any::<bool>(), any::<bool>(), 0u64..3), 30), preemptor in job_strategy(77), priority in -3i32..4, within_guarantee in any::<bool>()) {
+        use gantry_engine::preempt::{Right, Victim};
+        let config = EngineConfig { policy: Policy::BestFit, seed: 1, limits: SearchLimits::exhaustive(), shapes: None };
+        let mut engine = Engine::new(&fleet, Catalog::embedded(), config).expect("valid fleet");
+        for (i, &n) in picks.iter().enumerate() {
+            let job = Job { name: format!("r{i}"), ..pool[n % pool.len()].clone() };
+            let _ = engine.place(&engine.compile(&job).expect("compiles"));
+        }
+        let victims: Vec<Victim> = engine
+            .allocations()
+            .keys()
+            .enumerate()
+            .map(|(i, &alloc)| {
+                let (priority, preemptible, borrower, min_left) = traits[i % traits.len()];
+                Victim { alloc, priority, preemptible: preemptible || i % 3 == 0, borrower, work_lost_s: i as u64, min_runtime_left_s: min_left % 2 }
+            })
+            .collect();
+        let right = Right { priority, within_guarantee };
+        let job = engine.compile(&preemptor).expect("compiles");
+        let without = |gone: &[u64]| {
+            let mut copy = engine.clone();
+            for &a in gone {
+                copy.release(a).expect("a live allocation");
+            }
+            copy.place(&job).is_ok()
+        };
+        match engine.plan_preemption(&job, right, &victims) {
+            Some(chosen) => {
+                for a in &chosen {
+                    let v = victims.iter().find(|v| v.alloc == *a).expect("a known victim");
+                    let entitled = v.priority < priority || (within_guarantee && v.borrower);
+                    prop_assert!(v.preemptible && v.min_runtime_left_s == 0 && entitled, "{v:?} is not the preemptor's to stop");
+                }
+                prop_assert!(without(&chosen), "the preemptor does not fit after {chosen:?}");
+                for i in 0..chosen.len() {
+                    let rest: Vec<u64> = chosen.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &a)| a).collect();
+                    prop_assert!(!without(&rest), "victim {} was not needed", chosen[i]);
+                }
+            }
+            None => {
+                let all: Vec<u64> = victims.iter().filter(|v| v.eligible(right)).map(|v| v.alloc).collect();
+                prop_assert!(!without(&all), "a plan existed: stopping every eligible job makes room");
+            }
+        }
+    }
 }

@@ -382,3 +382,73 @@ mode = "mps"
     let share = big as f64 / draws as f64;
     assert!((0.06..=0.20).contains(&share), "big node won {share:.2} of the draws, expected about 0.125");
 }
+
+/// Preemption picks the cheapest victims that make room: borrowers before owners when the
+/// preemptor reclaims its guarantee; lower priority first; never a non-preemptible job or one
+/// inside its minimum runtime; and only as many as needed.
+#[test]
+fn preemption_picks_the_cheapest_sufficient_victims() {
+    use gantry_engine::preempt::{Right, Victim};
+    let fleet =
+        "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
+    let mut engine = engine(fleet, Policy::BestFit);
+    let one = jobs("[[job]]\nname = \"x\"\ngpu = { count = 1 }\n").remove(0);
+    let ids: Vec<u64> = (0..4)
+        .map(|i| {
+            let job = gantry_types::Job { name: format!("r{i}"), ..one.clone() };
+            engine.place(&engine.compile(&job).expect("compiles")).expect("fits")
+        })
+        .collect();
+    let victim = |i: usize, priority, borrower| Victim {
+        alloc: ids[i],
+        priority,
+        preemptible: true,
+        borrower,
+        work_lost_s: 100 * i as u64,
+        min_runtime_left_s: 0,
+    };
+    let two = jobs("[[job]]\nname = \"p\"\ngpu = { count = 2 }\n").remove(0);
+    let two = engine.compile(&two).expect("compiles");
+    let cases: Vec<(&str, Right, Vec<Victim>, Option<Vec<u64>>)> = vec![
+        (
+            "lower priority first, fewest needed",
+            Right { priority: 5, within_guarantee: false },
+            vec![victim(0, 1, false), victim(1, -1, false), victim(2, 0, false), victim(3, 9, false)],
+            Some(vec![ids[1], ids[2]]),
+        ),
+        (
+            "reclaiming a guarantee takes borrowers first, even of higher priority",
+            Right { priority: 0, within_guarantee: true },
+            vec![victim(0, 3, true), victim(1, -1, false), victim(2, 3, true), victim(3, 3, false)],
+            Some(vec![ids[0], ids[2]]),
+        ),
+        (
+            "less work lost breaks ties",
+            Right { priority: 5, within_guarantee: false },
+            vec![victim(3, 0, false), victim(2, 0, false), victim(1, 0, false), victim(0, 0, false)],
+            Some(vec![ids[0], ids[1]]),
+        ),
+        (
+            "never non-preemptible or inside minimum runtime",
+            Right { priority: 5, within_guarantee: false },
+            vec![
+                Victim { preemptible: false, ..victim(0, 0, false) },
+                Victim { min_runtime_left_s: 60, ..victim(1, 0, false) },
+                victim(2, 0, false),
+                victim(3, 7, false),
+            ],
+            None,
+        ),
+    ];
+    for (name, right, victims, expected) in cases {
+        let mut plan = engine.plan_preemption(&two, right, &victims);
+        if let Some(p) = plan.as_mut() {
+            p.sort_unstable();
+        }
+        let mut expected = expected;
+        if let Some(e) = expected.as_mut() {
+            e.sort_unstable();
+        }
+        assert_eq!(plan, expected, "{name}");
+    }
+}
