@@ -213,7 +213,6 @@ pub fn replay_csv(traces: &[(String, ReplayRuns<'_>)]) -> String {
 /// (its first seed: series of different seeds are not averaged point by point).
 pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
     let mut lines = Vec::new();
-    let mut seen: Vec<&str> = Vec::new();
     let origin = runs.iter().filter_map(|r| r.series.first()).map(|s| s.time_s).min().unwrap_or(0);
     let span_s = runs.iter().filter_map(|r| r.series.last()).map(|s| s.time_s - origin).max().unwrap_or(0);
     let (unit, div) = if span_s >= 2 * 86_400 {
@@ -223,21 +222,40 @@ pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
     } else {
         ("minutes", 60.0)
     };
+    // One colour per (policy, order, backfill) variant, its first seed; what all runs share
+    // goes in the title, so legends stay short.
+    let vary_order = runs.iter().any(|r| r.order != runs[0].order);
+    let vary_backfill = runs.iter().any(|r| r.backfill != runs[0].backfill);
+    let label = |run: &ReplayResult| {
+        let mut l = run.policy.clone();
+        if vary_order {
+            l += &format!(" {}", run.order);
+        }
+        if vary_backfill {
+            l += &format!(" bf:{}", run.backfill);
+        }
+        l
+    };
+    let title = match runs.first() {
+        Some(r) if !vary_order && !vary_backfill => format!("{title} (order {}, backfill {})", r.order, r.backfill),
+        _ => title.to_string(),
+    };
+    let mut seen: Vec<String> = Vec::new();
     for run in runs {
-        if seen.contains(&run.policy.as_str()) {
+        if seen.contains(&label(run)) {
             continue;
         }
-        seen.push(&run.policy);
+        seen.push(label(run));
         let color = COLORS[(seen.len() - 1) % COLORS.len()];
         let at = |s: &crate::protocol_b::Sample| (s.time_s - origin) as f64 / div;
         lines.push(Line {
-            label: format!("{} allocated {:.1}%", run.policy, run.mean_alloc_pct),
+            label: format!("{} allocated {:.1}%", label(run), run.mean_alloc_pct),
             color,
             dashed: false,
             points: run.series.iter().map(|s| (at(s), s.alloc_pct)).collect(),
         });
         lines.push(Line {
-            label: format!("{} used {:.1}%", run.policy, run.mean_util_pct),
+            label: format!("{} used {:.1}%", label(run), run.mean_util_pct),
             color,
             dashed: true,
             points: run.series.iter().map(|s| (at(s), s.util_pct)).collect(),
@@ -245,7 +263,7 @@ pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
     }
     let x_max = span_s as f64 / div;
     let step = nice_step(x_max);
-    line_chart(title, &format!("time since the first arrival ({unit})"), "% of GPU capacity", x_max, step, &lines)
+    line_chart(&title, &format!("time since the first arrival ({unit})"), "% of GPU capacity", x_max, step, &lines)
 }
 
 /// A grid step giving about 5–10 ticks over `0..max`.
@@ -275,9 +293,10 @@ pub fn replay_html(title: &str, traces: &[(String, ReplayRuns<'_>)]) -> String {
         escape(title)
     );
     page.push_str(
-        "<h2>Summary</h2><table><tr><th>trace</th><th>policy</th><th>seed</th><th>started</th><th>never started</th>\
-         <th>wait p50 (s)</th><th>wait p90 (s)</th><th>wait p99 (s)</th><th>mean allocated %</th><th>mean used %</th>\
-         <th>peak allocated %</th><th>GPU time by tenant</th></tr>",
+        "<h2>Summary</h2><table><tr><th>trace</th><th>policy</th><th>order</th><th>backfill</th><th>seed</th>\
+         <th>started</th><th>never started</th><th>wait p50 (s)</th><th>wait p90 (s)</th><th>wait p99 (s)</th>\
+         <th>longest wait (s)</th><th>mean allocated %</th><th>mean used %</th><th>peak allocated %</th>\
+         <th>Jain (mean of windows)</th><th>GPU time by tenant</th></tr>",
     );
     for (trace, runs) in traces {
         for r in runs {
@@ -285,10 +304,12 @@ pub fn replay_html(title: &str, traces: &[(String, ReplayRuns<'_>)]) -> String {
                 r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{} {s:.1}%", escape(t))).collect();
             let _ = write!(
                 page,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td style=\"text-align:left\">{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
                 escape(trace),
                 escape(&r.policy),
+                escape(&r.order),
+                escape(&r.backfill),
                 r.seed,
                 r.started,
                 r.pods,
@@ -296,9 +317,11 @@ pub fn replay_html(title: &str, traces: &[(String, ReplayRuns<'_>)]) -> String {
                 r.delay_p50_s,
                 r.delay_p90_s,
                 r.delay_p99_s,
+                r.delay_max_s,
                 r.mean_alloc_pct,
                 r.mean_util_pct,
                 r.peak_alloc_pct,
+                r.jain_mean.map(|j| format!("{j:.3}")).unwrap_or_default(),
                 tenants.join(", ")
             );
         }
