@@ -87,6 +87,7 @@ fn job(name: &str, replicas: u32, gpu: GpuRequest, isolation: Isolation, topolog
         queue: "bench".into(),
         priority: 0,
         groups: vec![TaskGroup { name: "t".into(), replicas, resources }],
+        lifecycle: Default::default(),
     }
 }
 

@@ -17,11 +17,12 @@ use crate::trace::{SimFleet, compile_pods, typical_shapes};
 use gantry_catalog::Catalog;
 use gantry_engine::backfill::{Running, Shadow};
 use gantry_engine::fairshare::{Candidate, FairShare, Resources};
+use gantry_engine::preempt::{Right, Victim};
 use gantry_engine::quota::QuotaBook;
 use gantry_engine::rng::mix;
 use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
 use gantry_spec::TraceJob;
-use gantry_types::{Flavor, Fleet, QueueTree};
+use gantry_types::{Flavor, Fleet, Lifecycle, QueueTree};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -58,6 +59,10 @@ pub struct ReplayResult {
     /// Jobs that were refused at least once because their queue's quota (or an ancestor's)
     /// would have been exceeded.
     pub quota_waited: u64,
+    /// Running jobs stopped for a higher-priority one (`preempt`), and the GPU time they had
+    /// run when stopped (lost: no checkpoints are modelled).
+    pub preemptions: u64,
+    pub preempted_gpu_s_lost: f64,
     pub seed: u64,
     /// Jobs in the trace (pods, for the Alibaba trace).
     pub pods: usize,
@@ -88,6 +93,11 @@ pub struct ReplayResult {
 enum Event {
     /// A running pod ends (ordered before arrivals at the same second: capacity first).
     Depart {
+        job: usize,
+        alloc: AllocId,
+    },
+    /// The grace period of a preempted job is over: it is killed and waits again.
+    Kill {
         job: usize,
         alloc: AllocId,
     },
@@ -122,6 +132,7 @@ pub struct SimJob {
     /// Busy share of its GPUs, 0..=1; `None` = drawn with the seed.
     pub utilization: Option<f64>,
     pub priority: i32,
+    pub lifecycle: Lifecycle,
     pub job: CompiledJob,
 }
 
@@ -159,6 +170,7 @@ pub fn run(
             },
             utilization: None,
             priority: 0,
+            lifecycle: Lifecycle::default(),
             job,
         })
         .collect();
@@ -186,6 +198,7 @@ pub fn run_trace(
                 duration_s: t.duration_s,
                 utilization: t.utilization,
                 priority: t.job.priority,
+                lifecycle: t.job.lifecycle,
                 job: engine.compile(&t.job)?,
             })
         })
@@ -246,11 +259,14 @@ pub struct ReplayOptions {
     pub compress: u64,
     pub order: Order,
     pub backfill: Backfill,
+    /// Stop lower-priority preemptible jobs for the first job a pass cannot start (needs
+    /// `Order::FairShare`, where priority orders the queue).
+    pub preempt: bool,
 }
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        ReplayOptions { compress: 1, order: Order::Fifo, backfill: Backfill::Greedy }
+        ReplayOptions { compress: 1, order: Order::Fifo, backfill: Backfill::Greedy, preempt: false }
     }
 }
 
@@ -305,6 +321,9 @@ pub fn replay(
     options: &ReplayOptions,
 ) -> Result<ReplayResult, String> {
     let compress = options.compress.max(1);
+    if options.preempt && options.order == Order::Fifo {
+        return Err("preemption needs fair-share order (FIFO ignores priority)".into());
+    }
     let order = &options.order;
     let backfill = options.backfill;
     let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
@@ -370,6 +389,13 @@ pub fn replay(
     };
     let mut quota_demand: BTreeMap<usize, Vec<(Flavor, u64)>> = BTreeMap::new();
     let mut quota_waited: BTreeSet<usize> = BTreeSet::new();
+    // Preemption: when each running allocation started and is planned to end, its job, the
+    // ones signalled and in their grace period, and what was lost.
+    let mut started_of: BTreeMap<AllocId, (u64, u64)> = BTreeMap::new();
+    let mut job_of_alloc: BTreeMap<AllocId, usize> = BTreeMap::new();
+    let mut terminating: BTreeSet<AllocId> = BTreeSet::new();
+    let mut ever_started: BTreeSet<usize> = BTreeSet::new();
+    let (mut preemptions, mut lost_gpu_s) = (0u64, 0.0f64);
     let mut late = 0u64;
     let mut series = Vec::with_capacity(SAMPLES + 1);
     let (mut area_alloc, mut area_util, mut last_t) = (0.0f64, 0.0f64, start);
@@ -413,9 +439,13 @@ pub fn replay(
                 pending_count += 1;
                 tenant_pending[tenant_of[job]] += 1;
             }
-            Event::Depart { job, alloc } => {
+            Event::Depart { job, alloc } | Event::Kill { job, alloc } => {
+                // A job killed earlier still has its planned departure queued: nothing to do.
+                let Some(&(started_at, planned_end)) = started_of.get(&alloc) else { continue };
                 engine.release(alloc).expect("a running job's allocation exists");
                 running_ends.remove(&alloc);
+                started_of.remove(&alloc);
+                terminating.remove(&alloc);
                 running -= 1;
                 let (milli, held) = granted.remove(&job).unwrap_or((0, [0; 3]));
                 running_util -= milli as f64 * utilization(job);
@@ -425,6 +455,17 @@ pub fn replay(
                 }
                 if let (Some(book), Some(demand)) = (quotas.as_mut(), quota_demand.remove(&job)) {
                     book.refund(queue_of[job], &demand);
+                }
+                if matches!(event, Event::Kill { .. }) {
+                    // Its work is lost (no checkpoints modelled) and it waits again, with its
+                    // original arrival; the GPU time it was credited past now is taken back.
+                    preemptions += 1;
+                    lost_gpu_s += milli as f64 / 1000.0 * (t - started_at) as f64;
+                    *tenant_gpu_s.entry(jobs[job].tenant.clone()).or_default() -=
+                        milli as f64 / 1000.0 * planned_end.saturating_sub(t) as f64;
+                    pending[queue_of[job]].insert((Reverse(priority(job)), arrival_of(&jobs[job]), job));
+                    pending_count += 1;
+                    tenant_pending[tenant_of[job]] += 1;
                 }
             }
         }
@@ -440,6 +481,7 @@ pub fn replay(
         // The pass's reservation (job, start) and the fleet at its start.
         let mut reservation: Option<(usize, u64)> = None;
         let mut shadow: Option<Shadow> = None;
+        let mut first_refused: Option<usize> = None;
         loop {
             let mut candidates: Vec<(Candidate, usize)> = Vec::new();
             for (q, set) in pending.iter().enumerate() {
@@ -500,20 +542,26 @@ pub fn replay(
                         late += 1;
                     }
                     let j = &jobs[job];
-                    delays.push(t - arrival_of(j));
-                    started += 1;
+                    // A preempted job that starts again keeps its first wait.
+                    if ever_started.insert(job) {
+                        delays.push(t - arrival_of(j));
+                        started += 1;
+                    }
                     running += 1;
                     granted.insert(job, (milli, held));
                     running_util += milli as f64 * utilization(job);
                     tenant_running[tenant_of[job]] += milli;
                     let duration = duration.unwrap_or_else(|| end.saturating_sub(t));
                     running_ends.insert(alloc, j.duration_s.map(|_| t + duration));
+                    started_of.insert(alloc, (t, t + duration));
+                    job_of_alloc.insert(alloc, job);
                     *tenant_gpu_s.entry(j.tenant.clone()).or_default() += milli as f64 / 1000.0 * duration as f64;
                     events.push(Reverse((t + duration, Event::Depart { job, alloc })));
                 }
                 None => {
                     refused.insert(job);
                     blocked[q] = true;
+                    first_refused.get_or_insert(job);
                     if backfill == Backfill::Reserve
                         && reservation.is_none()
                         && let Some((reserved, fleet_then)) =
@@ -523,6 +571,37 @@ pub fn replay(
                         reservation = Some(reserved);
                         shadow = Some(fleet_then);
                     }
+                }
+            }
+        }
+        // Preemption: the first job the pass could not start may stop lower-priority work
+        // (one preemption in flight at a time; the victims are signalled now and killed when
+        // their grace period ends, and the preemptor, first by priority, starts then).
+        if options.preempt
+            && terminating.is_empty()
+            && let Some(job) = first_refused
+        {
+            let victims: Vec<Victim> = started_of
+                .iter()
+                .map(|(&alloc, &(started_at, _))| {
+                    let victim = &jobs[job_of_alloc[&alloc]];
+                    let ran = t - started_at;
+                    Victim {
+                        alloc,
+                        priority: victim.priority,
+                        preemptible: victim.lifecycle.preemptible,
+                        borrower: false,
+                        work_lost_s: ran,
+                        min_runtime_left_s: victim.lifecycle.min_runtime_s.saturating_sub(ran),
+                    }
+                })
+                .collect();
+            let right = Right { priority: jobs[job].priority, within_guarantee: false };
+            if let Some(chosen) = engine.plan_preemption(&jobs[job].job, right, &victims) {
+                for alloc in chosen {
+                    let victim = job_of_alloc[&alloc];
+                    terminating.insert(alloc);
+                    events.push(Reverse((t + jobs[victim].lifecycle.grace_s, Event::Kill { job: victim, alloc })));
                 }
             }
         }
@@ -550,6 +629,8 @@ pub fn replay(
         reserved: promised.len() as u64,
         reserved_late: late,
         quota_waited: quota_waited.len() as u64,
+        preemptions,
+        preempted_gpu_s_lost: lost_gpu_s,
         seed,
         pods: jobs.len(),
         started,

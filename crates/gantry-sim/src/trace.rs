@@ -104,6 +104,7 @@ pub fn job_for(pod: &TracePod, name: String) -> Job {
         queue: if pod.qos.is_empty() { "default".into() } else { pod.qos.clone() },
         priority: 0,
         groups: vec![TaskGroup { name: "main".into(), replicas: 1, resources }],
+        lifecycle: Default::default(),
     }
 }
 

@@ -125,3 +125,40 @@ mod tests {
         }
     }
 }
+
+/// A duration as written: seconds, or a number with s, m, h or d.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Duration {
+    Seconds(i64),
+    Text(String),
+}
+
+/// Seconds from `90`, `"90s"`, `"30m"`, `"12h"`, `"7d"`.
+pub(crate) fn seconds(field: &str, d: &Duration, min: u64) -> Result<u64, SpecError> {
+    let value = match d {
+        Duration::Seconds(s) => *s as f64,
+        Duration::Text(t) => {
+            let t = t.trim();
+            let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
+            let scale = match unit.trim() {
+                "" | "s" => 1.0,
+                "m" => 60.0,
+                "h" => 3600.0,
+                "d" => 86_400.0,
+                other => {
+                    return Err(SpecError::new(field, format!("unknown unit {other:?} in {t:?}"))
+                        .hint("write seconds, or a number with s, m, h or d: \"7d\""));
+                }
+            };
+            let n: f64 = num.parse().map_err(|_| {
+                SpecError::new(field, format!("{t:?} is not a duration")).hint("e.g. \"7d\", \"12h\", 3600")
+            })?;
+            n * scale
+        }
+    };
+    if !value.is_finite() || !(min as f64..=100.0 * 365.0 * 86_400.0).contains(&value) {
+        return Err(SpecError::new(field, format!("{value} s is outside {min} s..=100 years")));
+    }
+    Ok(value.round() as u64)
+}

@@ -7,6 +7,7 @@
 
 use crate::error::{SpecError, from_toml};
 use crate::fleet::{SPEC_BYTES_MAX, unknown_model};
+use crate::quantity::{Duration, seconds};
 use gantry_catalog::Catalog;
 use gantry_types::{Flavor, QueueSpec, QueueTree, Quota};
 use serde::Deserialize;
@@ -41,13 +42,6 @@ struct FairShareEntry {
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
-enum Duration {
-    Seconds(i64),
-    Text(String),
-}
-
-#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct QueueEntry {
     name: String,
@@ -65,35 +59,6 @@ struct QuotaEntry {
     limit: Option<f64>,
     lend: Option<bool>,
     borrow: Option<f64>,
-}
-
-/// Seconds from `90`, `"90s"`, `"30m"`, `"12h"`, `"7d"`.
-fn seconds(field: &str, d: &Duration) -> Result<u64, SpecError> {
-    let value = match d {
-        Duration::Seconds(s) => *s as f64,
-        Duration::Text(t) => {
-            let t = t.trim();
-            let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
-            let scale = match unit.trim() {
-                "" | "s" => 1.0,
-                "m" => 60.0,
-                "h" => 3600.0,
-                "d" => 86_400.0,
-                other => {
-                    return Err(SpecError::new(field, format!("unknown unit {other:?} in {t:?}"))
-                        .hint("write seconds, or a number with s, m, h or d: \"7d\""));
-                }
-            };
-            let n: f64 = num.parse().map_err(|_| {
-                SpecError::new(field, format!("{t:?} is not a duration")).hint("e.g. \"7d\", \"12h\", 3600")
-            })?;
-            n * scale
-        }
-    };
-    if !value.is_finite() || !(1.0..=100.0 * 365.0 * 86_400.0).contains(&value) {
-        return Err(SpecError::new(field, format!("{value} s is outside 1 s..=100 years")));
-    }
-    Ok(value.round() as u64)
 }
 
 fn gpus_to_milli(field: &str, value: f64) -> Result<u64, SpecError> {
@@ -129,8 +94,8 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
         return Err(SpecError::new("queue", format!("{} queues, the limit is {QUEUES_MAX}", file.queue.len())));
     }
     let fair = file.fair_share.unwrap_or(FairShareEntry { half_life: None, starvation: None });
-    let half_life_s = fair.half_life.as_ref().map(|d| seconds("fair_share.half_life", d)).transpose()?;
-    let starvation_s = fair.starvation.as_ref().map(|d| seconds("fair_share.starvation", d)).transpose()?;
+    let half_life_s = fair.half_life.as_ref().map(|d| seconds("fair_share.half_life", d, 1)).transpose()?;
+    let starvation_s = fair.starvation.as_ref().map(|d| seconds("fair_share.starvation", d, 1)).transpose()?;
     let mut billing_milli = Vec::new();
     for (model, weight) in file.billing.unwrap_or_default() {
         let field = format!("billing.{model:?}");

@@ -410,3 +410,22 @@ fn bad_queue_files_name_the_queue_and_field() {
         .collect();
     assert!(crate::parse_queues(&deep, catalog()).expect_err("too deep").to_string().contains("deeper than 8 levels"));
 }
+
+#[test]
+fn job_lifecycle_fields_parse_with_defaults_and_errors() {
+    let jobs = crate::parse_workload(
+        "[[job]]\nname = \"a\"\npreemptible = false\nmin_runtime = \"10m\"\ngrace = 90\n[[job]]\nname = \"b\"\n",
+        catalog(),
+    )
+    .expect("valid workload");
+    assert_eq!(jobs[0].lifecycle, gantry_types::Lifecycle { preemptible: false, min_runtime_s: 600, grace_s: 90 });
+    assert_eq!(jobs[1].lifecycle, gantry_types::Lifecycle::default());
+    for (text, expected) in [
+        ("[[job]]\nname = \"a\"\ngrace = \"5 weeks\"\n", "job \"a\" / grace: unknown unit"),
+        ("[[job]]\nname = \"a\"\nmin_runtime = -1\n", "job \"a\" / min_runtime: -1 s is outside 0 s..=100 years"),
+        ("[[job]]\nname = \"a\"\npreemptible = \"no\"\n", "invalid type"),
+    ] {
+        let err = crate::parse_workload(text, catalog()).expect_err(text).to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}

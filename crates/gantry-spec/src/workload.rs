@@ -39,6 +39,9 @@ pub(crate) struct JobEntry {
     queue: Option<String>,
     priority: Option<i64>,
     count: Option<i64>,
+    preemptible: Option<bool>,
+    min_runtime: Option<crate::quantity::Duration>,
+    grace: Option<crate::quantity::Duration>,
     #[serde(default)]
     task: Vec<TaskEntry>,
     // Single-group shorthand: the task fields, written at job level. They repeat TaskEntry's
@@ -181,7 +184,23 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
         return Err(SpecError::new(at, format!("{total} tasks, the limit is {REPLICAS_MAX} per job")));
     }
     let queue = entry.queue.unwrap_or_else(|| "default".into());
-    let job = Job { name: entry.name.clone(), queue, priority: priority as i32, groups };
+    let defaults = gantry_types::Lifecycle::default();
+    let lifecycle = gantry_types::Lifecycle {
+        preemptible: entry.preemptible.unwrap_or(defaults.preemptible),
+        min_runtime_s: entry
+            .min_runtime
+            .as_ref()
+            .map(|d| quantity::seconds(&format!("{at} / min_runtime"), d, 0))
+            .transpose()?
+            .unwrap_or(defaults.min_runtime_s),
+        grace_s: entry
+            .grace
+            .as_ref()
+            .map(|d| quantity::seconds(&format!("{at} / grace"), d, 0))
+            .transpose()?
+            .unwrap_or(defaults.grace_s),
+    };
+    let job = Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle };
     Ok(match entry.count {
         None => vec![job],
         Some(n) => {

@@ -11,6 +11,30 @@ pub struct Job {
     pub queue: String,
     pub priority: i32,
     pub groups: Vec<TaskGroup>,
+    /// How the job may be stopped for others.
+    #[serde(default)]
+    pub lifecycle: Lifecycle,
+}
+
+/// Whether and how a running job may be preempted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lifecycle {
+    /// May be stopped for a job with a right to the capacity (higher priority, or a queue
+    /// reclaiming its guarantee). Default true, as Kubernetes pods are.
+    pub preemptible: bool,
+    /// Not stopped before it has run this long, seconds.
+    pub min_runtime_s: u64,
+    /// Between the stop signal and the kill, seconds.
+    pub grace_s: u64,
+}
+
+/// Default grace period between the stop signal and the kill (Kubernetes' default too).
+pub const GRACE_DEFAULT_S: u64 = 30;
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Lifecycle { preemptible: true, min_runtime_s: 0, grace_s: GRACE_DEFAULT_S }
+    }
 }
 
 impl Job {

@@ -13,7 +13,10 @@ pub mod quantity;
 pub mod queue;
 
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
-pub use job::{GpuRequest, Isolation, Job, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel};
+pub use job::{
+    GRACE_DEFAULT_S, GpuRequest, Isolation, Job, Lifecycle, ModelPattern, ShareMode, TaskGroup, TaskResources,
+    Topology, TopologyLevel,
+};
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
 pub use queue::{Flavor, QueueSpec, QueueTree, Quota};

@@ -62,6 +62,10 @@ pub struct SimArgs {
     /// not delay it).
     #[arg(long, default_value = "greedy", value_parser = ["off", "greedy", "reserve"])]
     backfill: String,
+    /// time-replay with --order fair-share: stop lower-priority preemptible jobs (signal, then
+    /// kill after their grace period; they wait again) for the first job a pass cannot start.
+    #[arg(long)]
+    preempt: bool,
     /// time-replay with --order fair-share: the queue file (TOML, docs/formats.md): tree,
     /// weights, half-life, starvation bound, billing weights.
     #[arg(long, value_name = "FILE")]
@@ -408,13 +412,18 @@ fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()>
         if args.compress != 1 {
             bail!("--compress applies to --protocol time-replay; Protocol A has no clock");
         }
-        if args.order != "fifo" || args.queues.is_some() || args.backfill != "greedy" {
-            bail!("--order, --queues and --backfill apply to --protocol time-replay; Protocol A has no queue");
+        if args.order != "fifo" || args.queues.is_some() || args.backfill != "greedy" || args.preempt {
+            bail!(
+                "--order, --queues, --backfill and --preempt apply to --protocol time-replay; Protocol A has no queue"
+            );
         }
         return Ok(());
     }
     if args.queues.is_some() && args.order != "fair-share" {
         bail!("--queues is read by --order fair-share");
+    }
+    if args.preempt && args.order != "fair-share" {
+        bail!("--preempt needs --order fair-share (FIFO ignores priority)");
     }
     let given = [
         ("--arrivals", args.arrivals.is_some()),
@@ -525,6 +534,7 @@ fn replay_options(args: &SimArgs, order: &protocol_b::Order) -> protocol_b::Repl
             "reserve" => protocol_b::Backfill::Reserve,
             _ => protocol_b::Backfill::Greedy,
         },
+        preempt: args.preempt,
     }
 }
 
@@ -552,6 +562,9 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         tenants.join(", "),
         r.jain_mean.map(|j| format!(", Jain {j:.3} (min {:.3})", r.jain_min.unwrap_or(j))).unwrap_or_default()
     );
+    if r.preemptions > 0 {
+        println!("  {} preemptions, {:.0} GPU-hours of work lost", r.preemptions, r.preempted_gpu_s_lost / 3600.0);
+    }
     if r.reserved > 0 {
         println!("  {} jobs got a reserved start; {} started later than first promised", r.reserved, r.reserved_late);
     }

@@ -4,6 +4,7 @@ mod backfill;
 mod bad_input;
 mod fairness;
 mod native;
+mod preemption;
 mod protocol;
 mod reference;
 mod replay;
