@@ -2,21 +2,12 @@
 //! reserved start (checked on every start: a reserved job that starts after its first
 //! promise is counted), and backfill raises allocation over none.
 
+use crate::TWO_A100;
 use gantry_catalog::Catalog;
 use gantry_engine::Policy;
 use gantry_sim::protocol_b::{Backfill, ReplayOptions, ReplayResult, run_trace};
 use gantry_sim::synth::{SynthConfig, generate};
 use gantry_spec::{parse_fleet, read_trace};
-
-const TWO_GPUS: &str = r#"
-[[node]]
-name = "n"
-cpu = 64
-memory = "512GiB"
-[node.gpus]
-model = "A100-SXM4-80GB"
-count = 2
-"#;
 
 fn replay(fleet: &str, trace: &str, backfill: Backfill) -> ReplayResult {
     let catalog = Catalog::embedded();
@@ -35,16 +26,16 @@ fn a_reservation_keeps_a_long_job_from_jumping_the_queue() {
 {"arrival_s": 20, "duration_s": 50, "job": {"name": "c", "gpu": {"count": 1}}}
 {"arrival_s": 30, "duration_s": 200, "job": {"name": "d", "gpu": {"count": 1}}}
 "#;
-    let reserve = replay(TWO_GPUS, trace, Backfill::Reserve);
+    let reserve = replay(TWO_A100, trace, Backfill::Reserve);
     // b starts at 100 as promised (waits 90); c is backfilled at 20; d, refused at 70 since it
     // would run past 100, is promised b's end (150) once b starts, and gets it.
     assert_eq!((reserve.reserved, reserve.reserved_late), (2, 0));
     assert_eq!(reserve.delay_max_s, 120, "d waits 30 → 150");
     // Greedy lets d take c's GPU at 70, and b waits until d ends at 270.
-    let greedy = replay(TWO_GPUS, trace, Backfill::Greedy);
+    let greedy = replay(TWO_A100, trace, Backfill::Greedy);
     assert_eq!(greedy.delay_max_s, 260, "b waits 10 → 270");
     // No backfill: c waits behind b too.
-    let off = replay(TWO_GPUS, trace, Backfill::Off);
+    let off = replay(TWO_A100, trace, Backfill::Off);
     assert_eq!(off.started, 4);
     assert!(off.delay_p50_s > reserve.delay_p50_s);
 }

@@ -20,6 +20,10 @@ pub fn fixture(name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// One node with two whole A100-80GB GPUs: the smallest fleet where jobs wait for each other.
+pub const TWO_A100: &str =
+    "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
+
 pub const NODES: &str = "sn,cpu_milli,memory_mib,gpu,model
 node-a,96000,393216,8,G2
 node-b,104000,524288,2,T4

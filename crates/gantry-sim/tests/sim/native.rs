@@ -1,6 +1,7 @@
 //! Native traces (JSON lines on a fleet file): replay semantics, fit checks and the synthetic
 //! generator's promises (determinism, every job fits, offered load as asked).
 
+use crate::TWO_A100;
 use gantry_catalog::Catalog;
 use gantry_engine::{Engine, EngineConfig, Policy};
 use gantry_sim::native::check_fits;
@@ -8,16 +9,6 @@ use gantry_sim::protocol_b::{ReplayOptions, run_trace};
 use gantry_sim::synth::{SynthConfig, generate};
 use gantry_spec::{parse_fleet, read_trace};
 use gantry_types::Fleet;
-
-const FLEET: &str = r#"
-[[node]]
-name = "n"
-cpu = 64
-memory = "512GiB"
-[node.gpus]
-model = "A100-SXM4-80GB"
-count = 2
-"#;
 
 fn fleet(text: &str) -> Fleet {
     parse_fleet(text, Catalog::embedded()).expect("fleet")
@@ -33,7 +24,7 @@ fn a_job_waits_for_capacity_and_shares_follow_gpu_time() {
 "#;
     let catalog = Catalog::embedded();
     let trace = read_trace(text.as_bytes(), catalog, false).expect("trace");
-    let f = fleet(FLEET);
+    let f = fleet(TWO_A100);
     let r = run_trace(&f, catalog, &trace.jobs, Policy::Default, 1, &ReplayOptions::default()).expect("replays");
     assert_eq!((r.started, r.never_started, r.pods), (3, 0, 3));
     assert_eq!((r.delay_p50_s, r.delay_p99_s), (0, 90));
@@ -59,7 +50,7 @@ fn jobs_the_empty_fleet_cannot_hold_are_refused_or_skipped() {
 {"arrival_s": 2, "duration_s": 10, "job": {"name": "mig", "gpu": {"mig": "1g.10gb"}}}
 "#;
     let catalog = Catalog::embedded();
-    let f = fleet(FLEET);
+    let f = fleet(TWO_A100);
     let jobs = read_trace(text.as_bytes(), catalog, false).expect("trace").jobs;
     let err = check_fits(&f, catalog, jobs.clone(), false).expect_err("strict refuses");
     assert!(err.starts_with("line 2 / job \"big\": can never run on this fleet, even empty: "), "{err}");

@@ -2,18 +2,16 @@
 //! grace period; non-preemptible jobs and jobs inside their minimum runtime are left alone;
 //! victims wait again and their work is counted as lost.
 
+use crate::TWO_A100;
 use gantry_catalog::Catalog;
 use gantry_engine::Policy;
 use gantry_sim::protocol_b::{Order, ReplayOptions, ReplayResult, run_trace};
 use gantry_spec::{parse_fleet, read_trace};
 use gantry_types::QueueTree;
 
-const TWO_GPUS: &str =
-    "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
-
 fn replay(trace: &str, preempt: bool) -> ReplayResult {
     let catalog = Catalog::embedded();
-    let fleet = parse_fleet(TWO_GPUS, catalog).expect("fleet");
+    let fleet = parse_fleet(TWO_A100, catalog).expect("fleet");
     let trace = read_trace(trace.as_bytes(), catalog, false).expect("trace");
     let order = Order::FairShare(QueueTree::flat(["low", "high"], 86_400, 30 * 86_400));
     let options = ReplayOptions { order, preempt, ..Default::default() };
