@@ -88,6 +88,7 @@ fn job(name: &str, replicas: u32, gpu: GpuRequest, isolation: Isolation, topolog
         priority: 0,
         groups: vec![TaskGroup { name: "t".into(), replicas, resources }],
         lifecycle: Default::default(),
+        after: Vec::new(),
     }
 }
 

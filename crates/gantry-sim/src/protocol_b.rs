@@ -22,7 +22,7 @@ use gantry_engine::quota::QuotaBook;
 use gantry_engine::rng::mix;
 use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
 use gantry_spec::TraceJob;
-use gantry_types::{Flavor, Fleet, Lifecycle, QueueTree};
+use gantry_types::{Dependency, DependencyKind, Flavor, Fleet, Lifecycle, QueueTree};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -63,6 +63,11 @@ pub struct ReplayResult {
     /// run when stopped (lost: no checkpoints are modelled).
     pub preemptions: u64,
     pub preempted_gpu_s_lost: f64,
+    /// Jobs dropped because a dependency can never be met (afternotok on a job that ended:
+    /// failures are not modelled; or a dependency on a job not in the replay), and jobs still
+    /// waiting on dependencies at the end.
+    pub dependency_never: u64,
+    pub waiting_on_dependencies: u64,
     pub seed: u64,
     /// Jobs in the trace (pods, for the Alibaba trace).
     pub pods: usize,
@@ -133,6 +138,8 @@ pub struct SimJob {
     pub utilization: Option<f64>,
     pub priority: i32,
     pub lifecycle: Lifecycle,
+    /// Jobs (by name) that must have ended first.
+    pub after: Vec<Dependency>,
     pub job: CompiledJob,
 }
 
@@ -171,6 +178,7 @@ pub fn run(
             utilization: None,
             priority: 0,
             lifecycle: Lifecycle::default(),
+            after: Vec::new(),
             job,
         })
         .collect();
@@ -199,6 +207,7 @@ pub fn run_trace(
                 utilization: t.utilization,
                 priority: t.job.priority,
                 lifecycle: t.job.lifecycle,
+                after: t.job.after.clone(),
                 job: engine.compile(&t.job)?,
             })
         })
@@ -395,6 +404,34 @@ pub fn replay(
     let mut job_of_alloc: BTreeMap<AllocId, usize> = BTreeMap::new();
     let mut terminating: BTreeSet<AllocId> = BTreeSet::new();
     let mut ever_started: BTreeSet<usize> = BTreeSet::new();
+    // Dependencies by index; a job naming one that is not in the replay can never start.
+    let index_of: BTreeMap<&str, usize> = jobs.iter().enumerate().map(|(i, j)| (j.name.as_str(), i)).collect();
+    let mut dependency_never = 0u64;
+    let mut unknown_dependency: BTreeSet<usize> = BTreeSet::new();
+    let deps: Vec<Vec<(DependencyKind, usize)>> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            j.after
+                .iter()
+                .filter_map(|d| match index_of.get(d.job.as_str()) {
+                    Some(&k) => Some((d.kind, k)),
+                    None => {
+                        unknown_dependency.insert(i);
+                        None
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let mut finished = vec![false; jobs.len()];
+    let mut eligible_at: Vec<u64> = jobs.iter().map(arrival_of).collect();
+    let mut waiting_on_deps: BTreeSet<usize> = BTreeSet::new();
+    // No failures are modelled: an afternotok dependency that has ended can never be met, nor
+    // can one on a job that is not in the replay.
+    let never_satisfiable = |d: &[(DependencyKind, usize)], finished: &[bool]| {
+        d.iter().any(|&(kind, k)| kind == DependencyKind::AfterNotOk && finished[k])
+    };
     let (mut preemptions, mut lost_gpu_s) = (0u64, 0.0f64);
     let mut late = 0u64;
     let mut series = Vec::with_capacity(SAMPLES + 1);
@@ -434,10 +471,18 @@ pub fn replay(
         }
         last_t = t;
         match event {
+            Event::Arrive { job } if unknown_dependency.contains(&job) => dependency_never += 1,
             Event::Arrive { job } => {
-                pending[queue_of[job]].insert((Reverse(priority(job)), arrival_of(&jobs[job]), job));
-                pending_count += 1;
-                tenant_pending[tenant_of[job]] += 1;
+                if deps[job].iter().all(|&(_, d)| finished[d]) && !never_satisfiable(&deps[job], &finished) {
+                    eligible_at[job] = t;
+                    pending[queue_of[job]].insert((Reverse(priority(job)), t, job));
+                    pending_count += 1;
+                    tenant_pending[tenant_of[job]] += 1;
+                } else if never_satisfiable(&deps[job], &finished) {
+                    dependency_never += 1;
+                } else {
+                    waiting_on_deps.insert(job);
+                }
             }
             Event::Depart { job, alloc } | Event::Kill { job, alloc } => {
                 // A job killed earlier still has its planned departure queued: nothing to do.
@@ -456,6 +501,24 @@ pub fn replay(
                 if let (Some(book), Some(demand)) = (quotas.as_mut(), quota_demand.remove(&job)) {
                     book.refund(queue_of[job], &demand);
                 }
+                if matches!(event, Event::Depart { .. }) {
+                    // It ended (successfully: failures are not modelled); wake its dependents.
+                    finished[job] = true;
+                    let woken: Vec<usize> =
+                        waiting_on_deps.iter().copied().filter(|&w| deps[w].iter().any(|&(_, d)| d == job)).collect();
+                    for w in woken {
+                        if never_satisfiable(&deps[w], &finished) {
+                            waiting_on_deps.remove(&w);
+                            dependency_never += 1;
+                        } else if deps[w].iter().all(|&(_, d)| finished[d]) {
+                            waiting_on_deps.remove(&w);
+                            eligible_at[w] = t;
+                            pending[queue_of[w]].insert((Reverse(priority(w)), t, w));
+                            pending_count += 1;
+                            tenant_pending[tenant_of[w]] += 1;
+                        }
+                    }
+                }
                 if matches!(event, Event::Kill { .. }) {
                     // Its work is lost (no checkpoints modelled) and it waits again, with its
                     // original arrival; the GPU time it was credited past now is taken back.
@@ -463,7 +526,7 @@ pub fn replay(
                     lost_gpu_s += milli as f64 / 1000.0 * (t - started_at) as f64;
                     *tenant_gpu_s.entry(jobs[job].tenant.clone()).or_default() -=
                         milli as f64 / 1000.0 * planned_end.saturating_sub(t) as f64;
-                    pending[queue_of[job]].insert((Reverse(priority(job)), arrival_of(&jobs[job]), job));
+                    pending[queue_of[job]].insert((Reverse(priority(job)), eligible_at[job], job));
                     pending_count += 1;
                     tenant_pending[tenant_of[job]] += 1;
                 }
@@ -544,7 +607,7 @@ pub fn replay(
                     let j = &jobs[job];
                     // A preempted job that starts again keeps its first wait.
                     if ever_started.insert(job) {
-                        delays.push(t - arrival_of(j));
+                        delays.push(t - eligible_at[job]);
                         started += 1;
                     }
                     running += 1;
@@ -631,6 +694,8 @@ pub fn replay(
         quota_waited: quota_waited.len() as u64,
         preemptions,
         preempted_gpu_s_lost: lost_gpu_s,
+        dependency_never,
+        waiting_on_dependencies: waiting_on_deps.len() as u64,
         seed,
         pods: jobs.len(),
         started,

@@ -105,6 +105,7 @@ pub fn job_for(pod: &TracePod, name: String) -> Job {
         priority: 0,
         groups: vec![TaskGroup { name: "main".into(), replicas: 1, resources }],
         lifecycle: Default::default(),
+        after: Vec::new(),
     }
 }
 

@@ -429,3 +429,35 @@ fn job_lifecycle_fields_parse_with_defaults_and_errors() {
         assert!(err.contains(expected), "{text}: {err}");
     }
 }
+
+#[test]
+fn dependencies_parse_and_cycles_or_unknown_jobs_are_refused() {
+    use gantry_types::{Dependency, DependencyKind};
+    let jobs = crate::parse_workload(
+        "[[job]]\nname = \"prep\"\n[[job]]\nname = \"train\"\nafter = [\"afterok:prep\"]\n\
+         [[job]]\nname = \"report\"\nafter = [\"afterany:train\", \"afternotok:prep\", \"prep\"]\n",
+        catalog(),
+    )
+    .expect("valid workload");
+    assert_eq!(jobs[1].after, [Dependency { kind: DependencyKind::AfterOk, job: "prep".into() }]);
+    assert_eq!(
+        jobs[2].after.iter().map(|d| d.kind).collect::<Vec<_>>(),
+        [DependencyKind::AfterAny, DependencyKind::AfterNotOk, DependencyKind::AfterOk]
+    );
+    for (text, expected) in [
+        ("[[job]]\nname = \"a\"\nafter = [\"before:b\"]\n", "job \"a\" / after: unknown dependency kind \"before\""),
+        ("[[job]]\nname = \"a\"\nafter = [\"afterok:\"]\n", "names no job"),
+        ("[[job]]\nname = \"a\"\nafter = [\"ghost\"]\n", "job \"a\" / after: unknown job \"ghost\""),
+        ("[[job]]\nname = \"a\"\nafter = [\"a\"]\n", "dependency cycle: a → a"),
+        (
+            "[[job]]\nname = \"a\"\nafter = [\"c\"]\n[[job]]\nname = \"b\"\nafter = [\"a\"]\n[[job]]\nname = \"c\"\nafter = [\"b\"]\n",
+            "dependency cycle: a → c → b → a",
+        ),
+    ] {
+        let err = crate::parse_workload(text, catalog()).expect_err(text).to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+    let cyclic = "{\"arrival_s\": 0, \"job\": {\"name\": \"x\", \"after\": [\"y\"]}}\n{\"arrival_s\": 1, \"job\": {\"name\": \"y\", \"after\": [\"afterany:x\"]}}\n";
+    let err = crate::read_trace(cyclic.as_bytes(), catalog(), true).expect_err("cycle").to_string();
+    assert!(err.contains("dependency cycle: x → y → x"), "{err}");
+}

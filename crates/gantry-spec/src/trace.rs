@@ -152,6 +152,11 @@ pub fn read_trace(reader: impl BufRead, catalog: &Catalog, lenient: bool) -> Res
             },
         ));
     }
+    // Dependencies name jobs of the trace and form no cycle (in lenient mode too: a cycle is
+    // not a bad line but a bad trace).
+    crate::workload::check_dependencies(
+        trace.jobs.iter().map(|j| (&j.job, format!("line {} / job {:?}", j.line, j.job.name))),
+    )?;
     trace.jobs.sort_by_key(|j| j.arrival_s);
     Ok(trace)
 }

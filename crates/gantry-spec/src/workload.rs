@@ -10,8 +10,8 @@ use crate::fleet::{SPEC_BYTES_MAX, unknown_model};
 use crate::quantity::{self, Quantity};
 use gantry_catalog::Catalog;
 use gantry_types::{
-    Bytes, GpuRequest, Isolation, Job, MilliCpu, MilliGpu, ModelPattern, ShareMode, TaskGroup, TaskResources, Topology,
-    TopologyLevel,
+    Bytes, Dependency, DependencyKind, GpuRequest, Isolation, Job, MilliCpu, MilliGpu, ModelPattern, ShareMode,
+    TaskGroup, TaskResources, Topology, TopologyLevel,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,6 +40,7 @@ pub(crate) struct JobEntry {
     priority: Option<i64>,
     count: Option<i64>,
     preemptible: Option<bool>,
+    after: Option<Vec<String>>,
     min_runtime: Option<crate::quantity::Duration>,
     grace: Option<crate::quantity::Duration>,
     #[serde(default)]
@@ -99,6 +100,77 @@ enum OneOrMany {
     Many(Vec<String>),
 }
 
+/// `"afterok:prep"` (Slurm's form; a bare name means afterok).
+fn dependency(field: &str, text: &str) -> Result<Dependency, SpecError> {
+    let (kind, job) = match text.split_once(':') {
+        Some(("afterok", j)) => (DependencyKind::AfterOk, j),
+        Some(("afterany", j)) => (DependencyKind::AfterAny, j),
+        Some(("afternotok", j)) => (DependencyKind::AfterNotOk, j),
+        Some((other, _)) => {
+            return Err(SpecError::new(field, format!("unknown dependency kind {other:?}"))
+                .hint("afterok:JOB, afterany:JOB or afternotok:JOB"));
+        }
+        None => (DependencyKind::AfterOk, text),
+    };
+    if job.trim().is_empty() {
+        return Err(SpecError::new(field, format!("{text:?} names no job")));
+    }
+    Ok(Dependency { kind, job: job.to_string() })
+}
+
+/// Every dependency names a job of the set, and none is part of a cycle (`a → b → a`).
+pub(crate) fn check_dependencies<'a>(jobs: impl Iterator<Item = (&'a Job, String)> + Clone) -> Result<(), SpecError> {
+    let index: BTreeMap<&str, usize> = jobs.clone().enumerate().map(|(i, (j, _))| (j.name.as_str(), i)).collect();
+    let list: Vec<(&Job, String)> = jobs.collect();
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); list.len()];
+    for (i, (job, at)) in list.iter().enumerate() {
+        for d in &job.after {
+            match index.get(d.job.as_str()) {
+                Some(&j) => edges[i].push(j),
+                None => {
+                    return Err(SpecError::new(format!("{at} / after"), format!("unknown job {:?}", d.job))
+                        .hint("a dependency names another job of the same file"));
+                }
+            }
+        }
+    }
+    // Iterative depth-first search with colours: 1 = on the path, 2 = done.
+    let mut colour = vec![0u8; list.len()];
+    for start in 0..list.len() {
+        if colour[start] != 0 {
+            continue;
+        }
+        let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+        colour[start] = 1;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            if let Some(&to) = edges[node].get(*next) {
+                *next += 1;
+                match colour[to] {
+                    0 => {
+                        colour[to] = 1;
+                        stack.push((to, 0));
+                    }
+                    1 => {
+                        let from = stack.iter().position(|&(n, _)| n == to).expect("on the path");
+                        let mut names: Vec<&str> =
+                            stack[from..].iter().map(|&(n, _)| list[n].0.name.as_str()).collect();
+                        names.push(list[to].0.name.as_str());
+                        return Err(SpecError::new(
+                            format!("{} / after", list[to].1),
+                            format!("dependency cycle: {}", names.join(" → ")),
+                        ));
+                    }
+                    _ => {}
+                }
+            } else {
+                colour[node] = 2;
+                stack.pop();
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Parse and validate a workload file into jobs, in file order.
 pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
     if text.len() > SPEC_BYTES_MAX {
@@ -127,6 +199,7 @@ pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecErr
             }
         }
     }
+    check_dependencies(jobs.iter().map(|j| (j, format!("job {:?}", j.name))))?;
     Ok(jobs)
 }
 
@@ -200,7 +273,9 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
             .transpose()?
             .unwrap_or(defaults.grace_s),
     };
-    let job = Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle };
+    let after =
+        entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;
+    let job = Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after };
     Ok(match entry.count {
         None => vec![job],
         Some(n) => {

@@ -14,6 +14,26 @@ pub struct Job {
     /// How the job may be stopped for others.
     #[serde(default)]
     pub lifecycle: Lifecycle,
+    /// Jobs that must have ended (in the given way) before this one may start.
+    #[serde(default)]
+    pub after: Vec<Dependency>,
+}
+
+/// Slurm's dependency kinds: start after the named job ended successfully, in any way, or
+/// unsuccessfully.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DependencyKind {
+    AfterOk,
+    AfterAny,
+    AfterNotOk,
+}
+
+/// One dependency of a job on another, by name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Dependency {
+    pub kind: DependencyKind,
+    pub job: String,
 }
 
 /// Whether and how a running job may be preempted.

@@ -14,8 +14,8 @@ pub mod queue;
 
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
-    GRACE_DEFAULT_S, GpuRequest, Isolation, Job, Lifecycle, ModelPattern, ShareMode, TaskGroup, TaskResources,
-    Topology, TopologyLevel,
+    Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, Lifecycle, ModelPattern, ShareMode,
+    TaskGroup, TaskResources, Topology, TopologyLevel,
 };
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};

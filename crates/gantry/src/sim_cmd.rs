@@ -562,6 +562,12 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         tenants.join(", "),
         r.jain_mean.map(|j| format!(", Jain {j:.3} (min {:.3})", r.jain_min.unwrap_or(j))).unwrap_or_default()
     );
+    if r.dependency_never + r.waiting_on_dependencies > 0 {
+        println!(
+            "  {} jobs dropped (a dependency can never be met), {} still waiting on dependencies",
+            r.dependency_never, r.waiting_on_dependencies
+        );
+    }
     if r.preemptions > 0 {
         println!("  {} preemptions, {:.0} GPU-hours of work lost", r.preemptions, r.preempted_gpu_s_lost / 3600.0);
     }

@@ -118,7 +118,14 @@ fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
         for (i, g) in groups.iter_mut().enumerate() {
             g.name = format!("g{i}");
         }
-        Job { name: format!("job{index}"), queue: "q".into(), priority: 0, groups, lifecycle: Default::default() }
+        Job {
+            name: format!("job{index}"),
+            queue: "q".into(),
+            priority: 0,
+            groups,
+            lifecycle: Default::default(),
+            after: Vec::new(),
+        }
     })
 }
 

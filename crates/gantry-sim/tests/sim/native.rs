@@ -90,3 +90,26 @@ fn the_synthetic_trace_is_seeded_fits_the_fleet_and_offers_the_load_asked() {
     // Utilization below allocation: no kind keeps its GPUs fully busy.
     assert!(trace.jobs.iter().all(|j| j.utilization.is_some_and(|u| u > 0.0 && u < 1.0)));
 }
+
+#[test]
+fn dependencies_hold_a_job_until_the_ones_it_names_have_ended() {
+    // b may start only after a (100 s); c only if a fails, which never happens here; d after b.
+    let text = r#"{"arrival_s": 0, "duration_s": 100, "job": {"name": "a", "gpu": {"count": 1}}}
+{"arrival_s": 0, "duration_s": 50, "job": {"name": "b", "after": ["afterok:a"], "gpu": {"count": 1}}}
+{"arrival_s": 0, "duration_s": 50, "job": {"name": "c", "after": ["afternotok:a"], "gpu": {"count": 1}}}
+{"arrival_s": 10, "duration_s": 50, "job": {"name": "d", "after": ["afterany:b"], "gpu": {"count": 1}}}
+"#;
+    let catalog = Catalog::embedded();
+    let trace = read_trace(text.as_bytes(), catalog, false).expect("trace");
+    let r = run_trace(&fleet(TWO_A100), catalog, &trace.jobs, Policy::Default, 1, &ReplayOptions::default())
+        .expect("replays");
+    assert_eq!((r.started, r.dependency_never, r.waiting_on_dependencies, r.never_started), (3, 1, 0, 0));
+    // Waits count from when a job became eligible: nobody waited for a GPU.
+    assert_eq!(r.delay_max_s, 0);
+    // Two GPUs, yet never more than one busy: each job waited for the one before.
+    assert!(
+        r.series.iter().all(|s| s.alloc_pct <= 50.0),
+        "{:?}",
+        r.series.iter().map(|s| s.alloc_pct).collect::<Vec<_>>()
+    );
+}
