@@ -68,6 +68,10 @@ pub struct ReplayResult {
     /// waiting on dependencies at the end.
     pub dependency_never: u64,
     pub waiting_on_dependencies: u64,
+    /// Job-seconds spent waiting, by why (as of each scheduling pass): `resources: <engine
+    /// reason kind>`, `quota`, `reservation (...)`, `queue order (...)`, `dependency`,
+    /// `preemption (...)`.
+    pub wait_job_s_by_reason: BTreeMap<String, u64>,
     pub seed: u64,
     /// Jobs in the trace (pods, for the Alibaba trace).
     pub pods: usize,
@@ -404,6 +408,9 @@ pub fn replay(
     let mut job_of_alloc: BTreeMap<AllocId, usize> = BTreeMap::new();
     let mut terminating: BTreeSet<AllocId> = BTreeSet::new();
     let mut ever_started: BTreeSet<usize> = BTreeSet::new();
+    // Waiting jobs by reason after the last pass, and job-seconds waited by reason.
+    let mut waiting_now: BTreeMap<String, u64> = BTreeMap::new();
+    let mut wait_job_s: BTreeMap<String, u64> = BTreeMap::new();
     // Dependencies by index; a job naming one that is not in the replay can never start.
     let index_of: BTreeMap<&str, usize> = jobs.iter().enumerate().map(|(i, j)| (j.name.as_str(), i)).collect();
     let mut dependency_never = 0u64;
@@ -468,6 +475,9 @@ pub fn replay(
                 queued: pending_count as u64,
             });
             next_sample += step;
+        }
+        for (reason, &n) in &waiting_now {
+            *wait_job_s.entry(reason.clone()).or_default() += n * (t - last_t);
         }
         last_t = t;
         match event {
@@ -545,6 +555,7 @@ pub fn replay(
         let mut reservation: Option<(usize, u64)> = None;
         let mut shadow: Option<Shadow> = None;
         let mut first_refused: Option<usize> = None;
+        let mut why: BTreeMap<usize, String> = BTreeMap::new();
         loop {
             let mut candidates: Vec<(Candidate, usize)> = Vec::new();
             for (q, set) in pending.iter().enumerate() {
@@ -570,7 +581,19 @@ pub fn replay(
             // room for the reserved job then, on the GPUs it actually got.
             let check = reservation.filter(|&(_, start_s)| duration.is_none_or(|d| t + d > start_s));
             let before = engine.state().used_milli();
-            let mut placed = engine.place(&jobs[job].job).ok();
+            let mut placed = match engine.place(&jobs[job].job) {
+                Ok(alloc) => Some(alloc),
+                Err(reasons) => {
+                    // The engine's leading reason, by kind (its figures vary node by node).
+                    let kind = reasons
+                        .first()
+                        .and_then(|r| serde_json::to_value(&r.reason).ok())
+                        .and_then(|v| v.get("reason").and_then(|k| k.as_str()).map(str::to_string))
+                        .unwrap_or_else(|| "unknown".into());
+                    why.insert(job, format!("resources: {kind}"));
+                    None
+                }
+            };
             // Quota: the queue (and its ancestors) may take what this placement gives it.
             let mut demand = Vec::new();
             if let (Some(alloc), Some(book)) = (placed, quotas.as_ref()) {
@@ -579,6 +602,7 @@ pub fn replay(
                     engine.release(alloc).expect("just placed");
                     placed = None;
                     quota_waited.insert(job);
+                    why.insert(job, "quota".into());
                 }
             }
             if let (Some(alloc), Some((reserved, _)), Some(shadow)) = (placed, check, shadow.as_mut())
@@ -586,6 +610,7 @@ pub fn replay(
             {
                 engine.release(alloc).expect("just placed");
                 placed = None;
+                why.insert(job, "reservation (would delay a reserved start)".into());
             }
             match placed {
                 Some(alloc) => {
@@ -668,6 +693,21 @@ pub fn replay(
                 }
             }
         }
+        // Why each job still waits, held until the next event.
+        waiting_now.clear();
+        for set in &pending {
+            for &(_, _, job) in set {
+                let reason = if options.preempt && first_refused == Some(job) && !terminating.is_empty() {
+                    "preemption (victims in their grace period)".to_string()
+                } else {
+                    why.get(&job).cloned().unwrap_or_else(|| "queue order (not reached this pass)".to_string())
+                };
+                *waiting_now.entry(reason).or_default() += 1;
+            }
+        }
+        if !waiting_on_deps.is_empty() {
+            waiting_now.insert("dependency".into(), waiting_on_deps.len() as u64);
+        }
         // Who wanted GPUs in this window (waiting or holding).
         if t < last_arrival {
             let w = (((t - start) as f64 / window_s) as usize).min(JAIN_WINDOWS - 1);
@@ -696,6 +736,7 @@ pub fn replay(
         preempted_gpu_s_lost: lost_gpu_s,
         dependency_never,
         waiting_on_dependencies: waiting_on_deps.len() as u64,
+        wait_job_s_by_reason: wait_job_s,
         seed,
         pods: jobs.len(),
         started,

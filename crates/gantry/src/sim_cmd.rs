@@ -562,6 +562,14 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         tenants.join(", "),
         r.jain_mean.map(|j| format!(", Jain {j:.3} (min {:.3})", r.jain_min.unwrap_or(j))).unwrap_or_default()
     );
+    let waited: u64 = r.wait_job_s_by_reason.values().sum();
+    if waited > 0 {
+        let mut by: Vec<(&String, &u64)> = r.wait_job_s_by_reason.iter().collect();
+        by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        let top: Vec<String> =
+            by.iter().take(4).map(|(why, s)| format!("{why} {:.0}%", **s as f64 / waited as f64 * 100.0)).collect();
+        println!("  waiting, by why (share of job-time): {}", top.join(", "));
+    }
     if r.dependency_never + r.waiting_on_dependencies > 0 {
         println!(
             "  {} jobs dropped (a dependency can never be met), {} still waiting on dependencies",

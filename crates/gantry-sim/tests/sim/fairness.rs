@@ -84,6 +84,7 @@ fn a_quota_limit_holds_back_the_heavy_tenant() {
     assert_eq!(limited.started, 1500);
     assert_eq!(free.quota_waited, 0);
     assert!(limited.quota_waited > 100, "team-0 waits on its quota: {}", limited.quota_waited);
+    assert!(limited.wait_job_s_by_reason.get("quota").is_some_and(|&s| s > 0), "{:?}", limited.wait_job_s_by_reason);
     // Capacity team-0 may not use stays idle while the others have nothing queued.
     assert!(limited.mean_alloc_pct < free.mean_alloc_pct, "{} vs {}", limited.mean_alloc_pct, free.mean_alloc_pct);
 }

@@ -106,6 +106,8 @@ fn dependencies_hold_a_job_until_the_ones_it_names_have_ended() {
     assert_eq!((r.started, r.dependency_never, r.waiting_on_dependencies, r.never_started), (3, 1, 0, 0));
     // Waits count from when a job became eligible: nobody waited for a GPU.
     assert_eq!(r.delay_max_s, 0);
+    // On dependencies: b 100 s, c 100 s (until a ended and c was dropped), d 140 s (10 → 150).
+    assert_eq!(r.wait_job_s_by_reason.get("dependency"), Some(&340), "{:?}", r.wait_job_s_by_reason);
     // Two GPUs, yet never more than one busy: each job waited for the one before.
     assert!(
         r.series.iter().all(|s| s.alloc_pct <= 50.0),
