@@ -1,102 +1,17 @@
-//! Protocol B — time replay: jobs arrive at their arrival time and run for their duration
-//! once placed; a job that does not fit waits in a FIFO queue and is retried whenever
-//! capacity frees. Measures allocation and (simulated) utilization over time, queueing delay,
-//! and each tenant's share of GPU time (the job's queue; for the Alibaba trace, the pod's QoS
-//! class).
-//!
-//! One replay loop ([`replay`]) over [`SimJob`]s; two adapters feed it: the Alibaba trace
-//! ([`run`]: pods with creation and deletion times on the trace's nodes) and the native trace
-//! ([`run_trace`]: job specs from JSON lines on a fleet file).
-//!
-//! The queue is FIFO with bounded backfill: after the head fails, up to `BACKFILL_SCAN_MAX`
-//! later pods are tried (no reservation yet: the queue-policy work adds that). Everything runs
-//! on a virtual clock in trace seconds; same trace, policy and seed ⇒ same result.
+//! The replay loop: events on a virtual clock, scheduling passes, and the measurements.
 
-use crate::alibaba::{TraceNode, TracePod};
-use crate::trace::{SimFleet, compile_pods, typical_shapes};
-use gantry_catalog::Catalog;
+use super::SimJob;
+use super::options::{BACKFILL_SCAN_MAX, Backfill, Order, ReplayOptions};
+use super::result::{JAIN_WINDOWS, ReplayResult, SAMPLES, Sample, jain, percentile};
 use gantry_engine::backfill::{Running, Shadow};
 use gantry_engine::fairshare::{Candidate, FairShare, Resources};
 use gantry_engine::preempt::{Right, Victim};
 use gantry_engine::quota::QuotaBook;
 use gantry_engine::rng::mix;
-use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
-use gantry_spec::TraceJob;
-use gantry_types::{Dependency, DependencyKind, Flavor, Fleet, Lifecycle, QueueTree};
-use serde::Serialize;
+use gantry_engine::{AllocId, CompiledJob, Engine};
+use gantry_types::{DependencyKind, Flavor};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
-
-/// Pods tried past a blocked queue head per scheduling pass: bounds the work per event.
-pub const BACKFILL_SCAN_MAX: usize = 32;
-/// Points of the time series (evenly spaced over the trace's span).
-pub const SAMPLES: usize = 200;
-
-/// One point of the time series.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Sample {
-    pub time_s: u64,
-    /// GPU compute handed out, % of capacity.
-    pub alloc_pct: f64,
-    /// GPU compute actually used (simulated), % of capacity.
-    pub util_pct: f64,
-    pub running: u64,
-    pub queued: u64,
-}
-
-/// Outcome of a time replay.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ReplayResult {
-    pub policy: String,
-    /// Queue order: `fifo` or `fair-share`.
-    pub order: String,
-    /// Backfill: `off`, `greedy` or `reserve`.
-    pub backfill: String,
-    /// Jobs that were given a reserved start, and those that started after the first start
-    /// they were promised (with FIFO order and exact durations, backfill must keep this 0).
-    pub reserved: u64,
-    pub reserved_late: u64,
-    /// Jobs that were refused at least once because their queue's quota (or an ancestor's)
-    /// would have been exceeded.
-    pub quota_waited: u64,
-    /// Running jobs stopped for a higher-priority one (`preempt`), and the GPU time they had
-    /// run when stopped (lost: no checkpoints are modelled).
-    pub preemptions: u64,
-    pub preempted_gpu_s_lost: f64,
-    /// Jobs dropped because a dependency can never be met (afternotok on a job that ended:
-    /// failures are not modelled; or a dependency on a job not in the replay), and jobs still
-    /// waiting on dependencies at the end.
-    pub dependency_never: u64,
-    pub waiting_on_dependencies: u64,
-    /// Job-seconds spent waiting, by why (as of each scheduling pass): `resources: <engine
-    /// reason kind>`, `quota`, `reservation (...)`, `queue order (...)`, `dependency`,
-    /// `preemption (...)`.
-    pub wait_job_s_by_reason: BTreeMap<String, u64>,
-    pub seed: u64,
-    /// Jobs in the trace (pods, for the Alibaba trace).
-    pub pods: usize,
-    pub started: u64,
-    /// Pods still queued when the trace ended.
-    pub never_started: u64,
-    /// Queueing delay of started pods, seconds.
-    pub delay_p50_s: u64,
-    pub delay_p90_s: u64,
-    pub delay_p99_s: u64,
-    /// Longest wait of a started job, seconds.
-    pub delay_max_s: u64,
-    /// Time-averaged allocation and utilization between the first and the last arrival, %.
-    pub mean_alloc_pct: f64,
-    pub mean_util_pct: f64,
-    /// Highest allocation reached, %.
-    pub peak_alloc_pct: f64,
-    /// Each tenant's share of the GPU time allocated, %.
-    pub tenant_gpu_share_pct: BTreeMap<String, f64>,
-    /// Jain's fairness index of GPU time among the tenants wanting GPUs, per window of 1/20 of
-    /// the arrival span (windows with at least two such tenants): mean and lowest.
-    pub jain_mean: Option<f64>,
-    pub jain_min: Option<f64>,
-    pub series: Vec<Sample>,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
@@ -119,168 +34,6 @@ enum Event {
 /// [0.2, 1.0), stable per job.
 fn drawn_utilization(seed: u64, job: usize) -> f64 {
     0.2 + 0.8 * (mix(seed ^ (job as u64).wrapping_mul(0x9E37_79B9)) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
-/// One job of a replay, ready for the engine.
-#[derive(Debug)]
-pub struct SimJob {
-    pub name: String,
-    /// Whose GPU time it is (the job's queue).
-    pub tenant: String,
-    /// Seconds on the trace's clock.
-    pub arrival_s: u64,
-    /// Run time once started; `None` = until the replay ends.
-    pub duration_s: Option<u64>,
-    /// Busy share of its GPUs, 0..=1; `None` = drawn with the seed.
-    pub utilization: Option<f64>,
-    pub priority: i32,
-    pub lifecycle: Lifecycle,
-    /// Jobs (by name) that must have ended first.
-    pub after: Vec<Dependency>,
-    pub job: CompiledJob,
-}
-
-/// Replay the Alibaba trace's `pods` (with creation times; pods without one arrive with the
-/// first, without a deletion time run to the end) on `nodes` in `node_order`. `compress`
-/// divides the time between arrivals (not the pods' durations): the Alibaba trace spreads
-/// 8,152 pods over 149 days, a mean load of 0.2 %, so a useful replay compresses it.
-pub fn run(
-    nodes: &[TraceNode],
-    pods: &[TracePod],
-    node_order: &[usize],
-    policy: Policy,
-    seed: u64,
-    options: &ReplayOptions,
-) -> Result<ReplayResult, EngineError> {
-    let ordered: Vec<TraceNode> = node_order.iter().map(|&i| nodes[i].clone()).collect();
-    let fleet = SimFleet::from_trace(&ordered);
-    let probe = Engine::new(&fleet.fleet, fleet.catalog, EngineConfig::default())?;
-    let shapes = typical_shapes(&probe, pods, 95);
-    // A live-like bounded search: a replay makes many more attempts than Protocol A.
-    let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: Some(shapes) };
-    let mut engine = Engine::new(&fleet.fleet, fleet.catalog, config)?;
-    let compiled = compile_pods(&engine, pods)?;
-    let origin = pods.iter().filter_map(|p| p.creation_s).min().unwrap_or(0);
-    let jobs: Vec<SimJob> = pods
-        .iter()
-        .zip(compiled)
-        .map(|(p, job)| SimJob {
-            name: p.name.clone(),
-            tenant: if p.qos.is_empty() { "default".to_string() } else { p.qos.clone() },
-            arrival_s: p.creation_s.unwrap_or(origin),
-            duration_s: match (p.creation_s, p.deletion_s) {
-                (Some(c), Some(d)) => Some(d.saturating_sub(c)),
-                _ => None,
-            },
-            utilization: None,
-            priority: 0,
-            lifecycle: Lifecycle::default(),
-            after: Vec::new(),
-            job,
-        })
-        .collect();
-    replay(&mut engine, &jobs, seed, options).map_err(EngineError::Job)
-}
-
-/// Replay a native trace on `fleet` (FGD's task types learned from the jobs placed).
-pub fn run_trace(
-    fleet: &Fleet,
-    catalog: &'static Catalog,
-    trace: &[TraceJob],
-    policy: Policy,
-    seed: u64,
-    options: &ReplayOptions,
-) -> Result<ReplayResult, EngineError> {
-    let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: None };
-    let mut engine = Engine::new(fleet, catalog, config)?;
-    let jobs = trace
-        .iter()
-        .map(|t| {
-            Ok(SimJob {
-                name: t.job.name.clone(),
-                tenant: t.job.queue.clone(),
-                arrival_s: t.arrival_s,
-                duration_s: t.duration_s,
-                utilization: t.utilization,
-                priority: t.job.priority,
-                lifecycle: t.job.lifecycle,
-                after: t.job.after.clone(),
-                job: engine.compile(&t.job)?,
-            })
-        })
-        .collect::<Result<Vec<_>, EngineError>>()?;
-    replay(&mut engine, &jobs, seed, options).map_err(EngineError::Job)
-}
-
-/// How the waiting queue is ordered.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Order {
-    /// One FIFO queue (priority ignored), bounded backfill past a blocked head.
-    Fifo,
-    /// The engine's fair share over this queue tree: the starvation guard, priority, then the
-    /// lowest weighted dominant share down the tree, then age; within a queue, priority then
-    /// age, with the same bounded backfill per queue. Every job's queue must be in the tree.
-    FairShare(QueueTree),
-}
-
-impl Order {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Order::Fifo => "fifo",
-            Order::FairShare(_) => "fair-share",
-        }
-    }
-}
-
-/// What may start past a blocked job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Backfill {
-    /// Nothing: a queue waits behind its blocked head.
-    Off,
-    /// Up to `BACKFILL_SCAN_MAX` later jobs of the queue, whatever that does to the blocked
-    /// one (no reservation: big jobs can starve).
-    Greedy,
-    /// EASY backfill: the first blocked job of a pass gets a reserved start (the engine's
-    /// `earliest_start`, from running jobs' ends); a later job starts only if it fits and
-    /// does not delay it (`Engine::delays`); at most `BACKFILL_SCAN_MAX` later jobs per queue
-    /// are tried. (Reserving for more than one job needs each reservation planned around the
-    /// earlier ones' future occupancy; not built.)
-    Reserve,
-}
-
-impl Backfill {
-    pub fn name(&self) -> String {
-        match self {
-            Backfill::Off => "off".into(),
-            Backfill::Greedy => "greedy".into(),
-            Backfill::Reserve => "reserve".into(),
-        }
-    }
-}
-
-/// How a replay runs: arrival compression, queue order, backfill.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReplayOptions {
-    /// Divide the time between arrivals by this (durations unchanged); 1 = as traced.
-    pub compress: u64,
-    pub order: Order,
-    pub backfill: Backfill,
-    /// Stop lower-priority preemptible jobs for the first job a pass cannot start (needs
-    /// `Order::FairShare`, where priority orders the queue).
-    pub preempt: bool,
-}
-
-impl Default for ReplayOptions {
-    fn default() -> Self {
-        ReplayOptions { compress: 1, order: Order::Fifo, backfill: Backfill::Greedy, preempt: false }
-    }
 }
 
 fn running_list(running_ends: &BTreeMap<AllocId, Option<u64>>) -> Vec<Running> {
@@ -313,16 +66,6 @@ fn reserve(
     let start_s = engine.earliest_start(compiled, &running, now)?;
     *last = Some((job, start_s));
     Some(((job, start_s), engine.shadow_at(&running, start_s)))
-}
-
-/// Windows over the arrival span in which Jain's fairness index of GPU time is taken.
-pub const JAIN_WINDOWS: usize = 20;
-
-/// Jain's index of `x`: 1 when all are equal, 1/n when one has everything.
-fn jain(x: &[f64]) -> Option<f64> {
-    let sum: f64 = x.iter().sum();
-    let squares: f64 = x.iter().map(|v| v * v).sum();
-    (!x.is_empty() && squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
 }
 
 /// The replay loop over `engine` (empty at the start). Same jobs, engine, order and seed ⇒

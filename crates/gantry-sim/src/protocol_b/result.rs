@@ -1,0 +1,90 @@
+//! What a replay measures, and the small statistics behind it.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Points of the time series (evenly spaced over the trace's span).
+pub const SAMPLES: usize = 200;
+
+/// One point of the time series.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    pub time_s: u64,
+    /// GPU compute handed out, % of capacity.
+    pub alloc_pct: f64,
+    /// GPU compute actually used (simulated), % of capacity.
+    pub util_pct: f64,
+    pub running: u64,
+    pub queued: u64,
+}
+
+/// Outcome of a time replay.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ReplayResult {
+    pub policy: String,
+    /// Queue order: `fifo` or `fair-share`.
+    pub order: String,
+    /// Backfill: `off`, `greedy` or `reserve`.
+    pub backfill: String,
+    /// Jobs that were given a reserved start, and those that started after the first start
+    /// they were promised (with FIFO order and exact durations, backfill must keep this 0).
+    pub reserved: u64,
+    pub reserved_late: u64,
+    /// Jobs that were refused at least once because their queue's quota (or an ancestor's)
+    /// would have been exceeded.
+    pub quota_waited: u64,
+    /// Running jobs stopped for a higher-priority one (`preempt`), and the GPU time they had
+    /// run when stopped (lost: no checkpoints are modelled).
+    pub preemptions: u64,
+    pub preempted_gpu_s_lost: f64,
+    /// Jobs dropped because a dependency can never be met (afternotok on a job that ended:
+    /// failures are not modelled; or a dependency on a job not in the replay), and jobs still
+    /// waiting on dependencies at the end.
+    pub dependency_never: u64,
+    pub waiting_on_dependencies: u64,
+    /// Job-seconds spent waiting, by why (as of each scheduling pass): `resources: <engine
+    /// reason kind>`, `quota`, `reservation (...)`, `queue order (...)`, `dependency`,
+    /// `preemption (...)`.
+    pub wait_job_s_by_reason: BTreeMap<String, u64>,
+    pub seed: u64,
+    /// Jobs in the trace (pods, for the Alibaba trace).
+    pub pods: usize,
+    pub started: u64,
+    /// Pods still queued when the trace ended.
+    pub never_started: u64,
+    /// Queueing delay of started pods, seconds.
+    pub delay_p50_s: u64,
+    pub delay_p90_s: u64,
+    pub delay_p99_s: u64,
+    /// Longest wait of a started job, seconds.
+    pub delay_max_s: u64,
+    /// Time-averaged allocation and utilization between the first and the last arrival, %.
+    pub mean_alloc_pct: f64,
+    pub mean_util_pct: f64,
+    /// Highest allocation reached, %.
+    pub peak_alloc_pct: f64,
+    /// Each tenant's share of the GPU time allocated, %.
+    pub tenant_gpu_share_pct: BTreeMap<String, f64>,
+    /// Jain's fairness index of GPU time among the tenants wanting GPUs, per window of 1/20 of
+    /// the arrival span (windows with at least two such tenants): mean and lowest.
+    pub jain_mean: Option<f64>,
+    pub jain_min: Option<f64>,
+    pub series: Vec<Sample>,
+}
+
+/// Windows over the arrival span in which Jain's fairness index of GPU time is taken.
+pub const JAIN_WINDOWS: usize = 20;
+
+/// Jain's index of `x`: 1 when all are equal, 1/n when one has everything.
+pub(super) fn jain(x: &[f64]) -> Option<f64> {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    (!x.is_empty() && squares > 0.0).then(|| sum * sum / (x.len() as f64 * squares))
+}
+
+pub(super) fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
