@@ -36,8 +36,22 @@ fn drawn_utilization(seed: u64, job: usize) -> f64 {
     0.2 + 0.8 * (mix(seed ^ (job as u64).wrapping_mul(0x9E37_79B9)) >> 11) as f64 / (1u64 << 53) as f64
 }
 
-fn running_list(running_ends: &BTreeMap<AllocId, Option<u64>>) -> Vec<Running> {
-    running_ends.iter().map(|(&alloc, &end_s)| Running { alloc, end_s }).collect()
+/// A running allocation: whose, since when, until when, and what it holds.
+struct RunningJob {
+    job: usize,
+    started_at: u64,
+    /// When its departure is scheduled.
+    planned_end: u64,
+    /// Its end as planning may count on (`None`: the job has no duration, it runs to the end).
+    limit_end: Option<u64>,
+    /// Milli-GPU granted, fair share's units, and quota demand.
+    milli: u64,
+    held: Resources,
+    demand: Vec<(Flavor, u64)>,
+}
+
+fn running_list(running: &BTreeMap<AllocId, RunningJob>) -> Vec<Running> {
+    running.iter().map(|(&alloc, r)| Running { alloc, end_s: r.limit_end }).collect()
 }
 
 /// The reserved start for `job` (blocked at `now`) and the fleet at that start: the previous
@@ -49,11 +63,11 @@ fn reserve(
     engine: &Engine,
     compiled: &CompiledJob,
     job: usize,
-    running_ends: &BTreeMap<AllocId, Option<u64>>,
+    running_jobs: &BTreeMap<AllocId, RunningJob>,
     now: u64,
     last: &mut Option<(usize, u64)>,
 ) -> Option<((usize, u64), Shadow)> {
-    let running = running_list(running_ends);
+    let running = running_list(running_jobs);
     if let Some((previous, start_s)) = *last
         && previous == job
         && start_s >= now
@@ -125,17 +139,14 @@ pub fn replay(
     let mut started: u64 = 0;
     let mut delays = Vec::new();
     let mut running_util = 0.0f64; // milli-GPU in use (simulated)
-    let mut running: u64 = 0;
-    let mut granted: BTreeMap<usize, (u64, Resources)> = BTreeMap::new(); // job → (milli-GPU, held)
+    let mut running_jobs: BTreeMap<AllocId, RunningJob> = BTreeMap::new();
     let mut tenant_gpu_s: BTreeMap<String, f64> = BTreeMap::new();
     let mut tenant_running = vec![0u64; tenants.len()];
     let mut tenant_pending = vec![0usize; tenants.len()];
     let window_s = ((last_arrival - start) as f64 / JAIN_WINDOWS as f64).max(1.0);
     let mut window_gpu_s = vec![vec![0.0f64; tenants.len()]; JAIN_WINDOWS];
     let mut window_active = vec![vec![false; tenants.len()]; JAIN_WINDOWS];
-    // Running allocations and when they end (for reservations), and the first start each
-    // blocked job was promised.
-    let mut running_ends: BTreeMap<AllocId, Option<u64>> = BTreeMap::new();
+    // The first start each blocked job was promised.
     let mut promised: BTreeMap<usize, u64> = BTreeMap::new();
     let mut last_reservation: Option<(usize, u64)> = None;
     // Quotas, where the tree declares any; jobs that ever waited on one.
@@ -143,12 +154,8 @@ pub fn replay(
         Order::FairShare(tree) => Some(QuotaBook::new(tree.clone())).filter(QuotaBook::has_quotas),
         Order::Fifo => None,
     };
-    let mut quota_demand: BTreeMap<usize, Vec<(Flavor, u64)>> = BTreeMap::new();
     let mut quota_waited: BTreeSet<usize> = BTreeSet::new();
-    // Preemption: when each running allocation started and is planned to end, its job, the
-    // ones signalled and in their grace period, and what was lost.
-    let mut started_of: BTreeMap<AllocId, (u64, u64)> = BTreeMap::new();
-    let mut job_of_alloc: BTreeMap<AllocId, usize> = BTreeMap::new();
+    // Preemption: allocations signalled and in their grace period, and what was lost.
     let mut terminating: BTreeSet<AllocId> = BTreeSet::new();
     let mut ever_started: BTreeSet<usize> = BTreeSet::new();
     // Waiting jobs by reason after the last pass, and job-seconds waited by reason.
@@ -214,7 +221,7 @@ pub fn replay(
                 time_s: next_sample,
                 alloc_pct: alloc_now / capacity * 100.0,
                 util_pct: running_util / capacity * 100.0,
-                running,
+                running: running_jobs.len() as u64,
                 queued: pending_count as u64,
             });
             next_sample += step;
@@ -239,20 +246,17 @@ pub fn replay(
             }
             Event::Depart { job, alloc } | Event::Kill { job, alloc } => {
                 // A job killed earlier still has its planned departure queued: nothing to do.
-                let Some(&(started_at, planned_end)) = started_of.get(&alloc) else { continue };
+                let Some(ended) = running_jobs.remove(&alloc) else { continue };
                 engine.release(alloc).expect("a running job's allocation exists");
-                running_ends.remove(&alloc);
-                started_of.remove(&alloc);
                 terminating.remove(&alloc);
-                running -= 1;
-                let (milli, held) = granted.remove(&job).unwrap_or((0, [0; 3]));
+                let milli = ended.milli;
                 running_util -= milli as f64 * utilization(job);
                 tenant_running[tenant_of[job]] -= milli;
                 if let Some(fs) = fair.as_mut() {
-                    fs.stop(queue_of[job], held, t);
+                    fs.stop(queue_of[job], ended.held, t);
                 }
-                if let (Some(book), Some(demand)) = (quotas.as_mut(), quota_demand.remove(&job)) {
-                    book.refund(queue_of[job], &demand);
+                if let Some(book) = quotas.as_mut() {
+                    book.refund(queue_of[job], &ended.demand);
                 }
                 if matches!(event, Event::Depart { .. }) {
                     // It ended (successfully: failures are not modelled); wake its dependents.
@@ -276,9 +280,9 @@ pub fn replay(
                     // Its work is lost (no checkpoints modelled) and it waits again, with its
                     // original arrival; the GPU time it was credited past now is taken back.
                     preemptions += 1;
-                    lost_gpu_s += milli as f64 / 1000.0 * (t - started_at) as f64;
+                    lost_gpu_s += milli as f64 / 1000.0 * (t - ended.started_at) as f64;
                     *tenant_gpu_s.entry(jobs[job].tenant.clone()).or_default() -=
-                        milli as f64 / 1000.0 * planned_end.saturating_sub(t) as f64;
+                        milli as f64 / 1000.0 * ended.planned_end.saturating_sub(t) as f64;
                     pending[queue_of[job]].insert((Reverse(priority(job)), eligible_at[job], job));
                     pending_count += 1;
                     tenant_pending[tenant_of[job]] += 1;
@@ -368,7 +372,6 @@ pub fn replay(
                     if let Some(book) = quotas.as_mut() {
                         book.charge(q, &demand);
                     }
-                    quota_demand.insert(job, demand);
                     if promised.get(&job).is_some_and(|&p| t > p) {
                         late += 1;
                     }
@@ -378,14 +381,21 @@ pub fn replay(
                         delays.push(t - eligible_at[job]);
                         started += 1;
                     }
-                    running += 1;
-                    granted.insert(job, (milli, held));
                     running_util += milli as f64 * utilization(job);
                     tenant_running[tenant_of[job]] += milli;
                     let duration = duration.unwrap_or_else(|| end.saturating_sub(t));
-                    running_ends.insert(alloc, j.duration_s.map(|_| t + duration));
-                    started_of.insert(alloc, (t, t + duration));
-                    job_of_alloc.insert(alloc, job);
+                    running_jobs.insert(
+                        alloc,
+                        RunningJob {
+                            job,
+                            started_at: t,
+                            planned_end: t + duration,
+                            limit_end: j.duration_s.map(|_| t + duration),
+                            milli,
+                            held,
+                            demand: std::mem::take(&mut demand),
+                        },
+                    );
                     *tenant_gpu_s.entry(j.tenant.clone()).or_default() += milli as f64 / 1000.0 * duration as f64;
                     events.push(Reverse((t + duration, Event::Depart { job, alloc })));
                 }
@@ -396,7 +406,7 @@ pub fn replay(
                     if backfill == Backfill::Reserve
                         && reservation.is_none()
                         && let Some((reserved, fleet_then)) =
-                            reserve(engine, &jobs[job].job, job, &running_ends, t, &mut last_reservation)
+                            reserve(engine, &jobs[job].job, job, &running_jobs, t, &mut last_reservation)
                     {
                         promised.entry(job).or_insert(reserved.1);
                         reservation = Some(reserved);
@@ -412,11 +422,11 @@ pub fn replay(
             && terminating.is_empty()
             && let Some(job) = first_refused
         {
-            let victims: Vec<Victim> = started_of
+            let victims: Vec<Victim> = running_jobs
                 .iter()
-                .map(|(&alloc, &(started_at, _))| {
-                    let victim = &jobs[job_of_alloc[&alloc]];
-                    let ran = t - started_at;
+                .map(|(&alloc, r)| {
+                    let victim = &jobs[r.job];
+                    let ran = t - r.started_at;
                     Victim {
                         alloc,
                         priority: victim.priority,
@@ -430,7 +440,7 @@ pub fn replay(
             let right = Right { priority: jobs[job].priority, within_guarantee: false };
             if let Some(chosen) = engine.plan_preemption(&jobs[job].job, right, &victims) {
                 for alloc in chosen {
-                    let victim = job_of_alloc[&alloc];
+                    let victim = running_jobs[&alloc].job;
                     terminating.insert(alloc);
                     events.push(Reverse((t + jobs[victim].lifecycle.grace_s, Event::Kill { job: victim, alloc })));
                 }
