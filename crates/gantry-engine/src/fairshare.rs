@@ -111,7 +111,8 @@ impl FairShare {
     /// A job of `queue` started holding `amount` at `now`; charged to the queue and its
     /// ancestors.
     pub fn start(&mut self, queue: usize, amount: Resources, now: u64) {
-        for q in self.paths[queue].clone() {
+        for i in 0..self.paths[queue].len() {
+            let q = self.paths[queue][i];
             self.advance(q, now);
             for (running, add) in self.usage[q].running.iter_mut().zip(amount) {
                 *running += add;
@@ -121,7 +122,8 @@ impl FairShare {
 
     /// A job of `queue` that held `amount` ended at `now`.
     pub fn stop(&mut self, queue: usize, amount: Resources, now: u64) {
-        for q in self.paths[queue].clone() {
+        for i in 0..self.paths[queue].len() {
+            let q = self.paths[queue][i];
             self.advance(q, now);
             for (running, sub) in self.usage[q].running.iter_mut().zip(amount) {
                 *running = running.saturating_sub(sub);
@@ -182,17 +184,19 @@ impl FairShare {
             return a.priority > b.priority;
         }
         if a.queue != b.queue {
-            let (pa, pb) = (self.paths[a.queue].clone(), self.paths[b.queue].clone());
-            let level = pa.iter().zip(&pb).position(|(x, y)| x != y);
-            match level {
-                Some(l) => {
-                    let (share_a, share_b) = (self.share(pa[l], now), self.share(pb[l], now));
+            let (pa, pb) = (&self.paths[a.queue], &self.paths[b.queue]);
+            // The first differing siblings on the two paths, or none if one is an ancestor.
+            let siblings = pa.iter().zip(pb).find(|(x, y)| x != y).map(|(&x, &y)| (x, y));
+            let (depth_a, depth_b) = (pa.len(), pb.len());
+            match siblings {
+                Some((x, y)) => {
+                    let (share_a, share_b) = (self.share(x, now), self.share(y, now));
                     if share_a != share_b {
                         return share_a < share_b;
                     }
                 }
                 // One queue is an ancestor of the other: the ancestor's own jobs go first.
-                None if pa.len() != pb.len() => return pa.len() < pb.len(),
+                None if depth_a != depth_b => return depth_a < depth_b,
                 None => {}
             }
         }
