@@ -233,13 +233,13 @@ pub fn replay(
         match event {
             Event::Arrive { job } if unknown_dependency.contains(&job) => dependency_never += 1,
             Event::Arrive { job } => {
-                if deps[job].iter().all(|&(_, d)| finished[d]) && !never_satisfiable(&deps[job], &finished) {
+                if never_satisfiable(&deps[job], &finished) {
+                    dependency_never += 1;
+                } else if deps[job].iter().all(|&(_, d)| finished[d]) {
                     eligible_at[job] = t;
                     pending[queue_of[job]].insert((Reverse(priority(job)), t, job));
                     pending_count += 1;
                     tenant_pending[tenant_of[job]] += 1;
-                } else if never_satisfiable(&deps[job], &finished) {
-                    dependency_never += 1;
                 } else {
                     waiting_on_deps.insert(job);
                 }
