@@ -89,6 +89,7 @@ fn job(name: &str, replicas: u32, gpu: GpuRequest, isolation: Isolation, topolog
         groups: vec![TaskGroup { name: "t".into(), replicas, resources }],
         lifecycle: Default::default(),
         after: Vec::new(),
+        control: Default::default(),
     }
 }
 

@@ -8,6 +8,14 @@
 //! jobs end at their time limit (`end_s`); a job without one never ends as far as planning
 //! knows. Earliest start searches the number of running jobs released in end order (fitting
 //! only gets easier as more is released, so the search is a bisection).
+//!
+//! Several blocked jobs are reserved in order ([`Engine::reserve_next`]): each one's start is
+//! planned on the fleet as it will be then — running jobs that ended released, earlier
+//! reservations that still run applied on the GPUs the plan gave them — and no earlier than
+//! the reservation before it. That ordering keeps the plan consistent (every reservation was
+//! planned around everything that overlaps it) and makes fitting monotone in time again, so
+//! each start is still a bisection. Whether a candidate delays any of them is answered by
+//! planning them again with the candidate running ([`Engine::replan`]).
 
 use crate::{AllocId, CompiledJob, Engine};
 
@@ -91,6 +99,93 @@ impl Engine {
     }
 }
 
+/// A planned reservation: when the job starts, until when it holds its GPUs (`None`: no time
+/// limit, as far as planning knows it never ends), and what the plan gave it.
+#[derive(Clone, Debug)]
+pub struct Reservation {
+    pub start_s: u64,
+    pub end_s: Option<u64>,
+    tasks: Vec<crate::ledger::TaskGrant>,
+}
+
+impl Engine {
+    /// The fleet at `t` as planned: running jobs that end by `t` released, `earlier`
+    /// reservations still running at `t` applied.
+    fn planned_at(&self, running: &[Running], earlier: &[Reservation], t: u64) -> Engine {
+        let mut copy = self.shadow_at(running, t).engine;
+        for r in earlier {
+            if r.start_s <= t && r.end_s.is_none_or(|e| e > t) {
+                for task in &r.tasks {
+                    crate::ledger::apply(&mut copy.state, task);
+                }
+            }
+        }
+        copy
+    }
+
+    /// Reserve `job` (holding its GPUs for `limit_s` once started, `None` = no limit) after
+    /// the `earlier` reservations: the first time, no earlier than `now` or the last earlier
+    /// start, at which it fits the planned fleet. `None` if it would never fit.
+    pub fn reserve_next(
+        &self,
+        job: &CompiledJob,
+        limit_s: Option<u64>,
+        running: &[Running],
+        earlier: &[Reservation],
+        now: u64,
+    ) -> Option<Reservation> {
+        let from = earlier.iter().map(|r| r.start_s).max().unwrap_or(now).max(now);
+        let mut times: Vec<u64> = running
+            .iter()
+            .filter_map(|r| r.end_s)
+            .chain(earlier.iter().filter_map(|r| r.end_s))
+            .filter(|&e| e > from)
+            .collect();
+        times.push(from);
+        times.sort_unstable();
+        times.dedup();
+        let attempt = |t: u64| -> Option<Vec<crate::ledger::TaskGrant>> {
+            let mut copy = self.planned_at(running, earlier, t);
+            let id = copy.place(job).ok()?;
+            Some(copy.allocations.remove(&id).expect("just placed").tasks)
+        };
+        // Fitting only gets easier with time from `from` on (things end, nothing starts), so
+        // find the first time that fits by bisection.
+        let last = times.len() - 1;
+        attempt(times[last])?;
+        let (mut lo, mut hi) = (0usize, last);
+        if let Some(tasks) = attempt(times[0]) {
+            return Some(Reservation { start_s: times[0], end_s: limit_s.map(|d| times[0] + d), tasks });
+        }
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if attempt(times[mid]).is_some() { hi = mid } else { lo = mid }
+        }
+        let tasks = attempt(times[hi]).expect("fits at hi");
+        Some(Reservation { start_s: times[hi], end_s: limit_s.map(|d| times[hi] + d), tasks })
+    }
+
+    /// Plan `jobs` (with their limits) in order from scratch: each reservation, or `None` for
+    /// a job that would never fit (it does not hold up the ones after it).
+    pub fn replan(
+        &self,
+        jobs: &[(&CompiledJob, Option<u64>)],
+        running: &[Running],
+        now: u64,
+    ) -> Vec<Option<Reservation>> {
+        let mut planned: Vec<Reservation> = Vec::new();
+        jobs.iter()
+            .map(|&(job, limit)| {
+                let r = self.reserve_next(job, limit, running, &planned, now);
+                if let Some(r) = &r {
+                    planned.push(r.clone());
+                }
+                r
+            })
+            .collect()
+    }
+}
+
 /// The fleet at a reservation's start, as far as planning knows: what still runs then,
 /// plus backfilled jobs that will still be running.
 #[derive(Debug)]
@@ -99,6 +194,25 @@ pub struct Shadow {
 }
 
 impl Shadow {
+    /// Do all of `jobs` fit here together (nothing kept)?
+    pub fn fits_all(&mut self, jobs: &[&CompiledJob]) -> bool {
+        let mut placed = Vec::new();
+        let mut all = true;
+        for job in jobs {
+            match self.engine.place(job) {
+                Ok(id) => placed.push(id),
+                Err(_) => {
+                    all = false;
+                    break;
+                }
+            }
+        }
+        for id in placed.into_iter().rev() {
+            self.engine.release(id).expect("just placed");
+        }
+        all
+    }
+
     /// Does `job` fit here (nothing kept)?
     pub fn fits(&mut self, job: &CompiledJob) -> bool {
         match self.engine.place(job) {

@@ -218,6 +218,8 @@ mod tests {
             half_life_s,
             starvation_s: 1_000_000,
             billing_milli: Vec::new(),
+            user_default: Default::default(),
+            users: Vec::new(),
         }
     }
 

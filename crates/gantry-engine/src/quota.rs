@@ -7,9 +7,10 @@
 //! `borrow`. Flavors a queue declares no quota for are not limited at that queue. Usage of a
 //! queue includes its descendants'.
 //!
-//! Not built yet: lending accounting across the cohort (idle guaranteed capacity is simply
-//! what the fleet has free), and reclaim (preempting borrowers when an owner asks for its
-//! guarantee) — they come with preemption.
+//! Reclaim — an owner asking for its guarantee stops borrowers — is the preemption planner's
+//! job (`preempt`): [`QuotaBook::within_guarantee`] gives the owner its right,
+//! [`QuotaBook::borrowing`] marks the victims. Not built: `lend = false` (idle guaranteed
+//! capacity is always lendable here).
 
 use crate::{AllocId, Engine};
 use gantry_types::{Flavor, QueueTree};
@@ -119,6 +120,26 @@ impl QuotaBook {
         self.book(queue, demand, false);
     }
 
+    /// Guaranteed to `queue` for `flavor` (0 where it declares no quota for it).
+    pub fn guaranteed(&self, queue: usize, flavor: &Flavor) -> u64 {
+        self.tree.queues[queue].quotas.iter().find(|q| &q.flavor == flavor).map_or(0, |q| q.guaranteed_milli)
+    }
+
+    /// Would `milli` more stay within `queue`'s guarantee for some flavor it has one for?
+    /// (Before placement the flavor is not known; reclaim then plans on the real fleet.)
+    pub fn within_guarantee(&self, queue: usize, milli: u64) -> bool {
+        self.tree.queues[queue]
+            .quotas
+            .iter()
+            .any(|q| q.guaranteed_milli > 0 && self.used(queue, &q.flavor) + milli <= q.guaranteed_milli)
+    }
+
+    /// Does `queue` run above its guarantee in a flavor of `demand` (is that capacity
+    /// borrowed)?
+    pub fn borrowing(&self, queue: usize, demand: &[(Flavor, u64)]) -> bool {
+        demand.iter().any(|(flavor, _)| self.used(queue, flavor) > self.guaranteed(queue, flavor))
+    }
+
     /// In use by `queue` (descendants included), milli-GPU of `flavor`.
     pub fn used(&self, queue: usize, flavor: &Flavor) -> u64 {
         self.usage[queue].get(flavor).copied().unwrap_or(0)
@@ -174,6 +195,8 @@ mod tests {
             half_life_s: 3600,
             starvation_s: 86_400,
             billing_milli: Vec::new(),
+            user_default: Default::default(),
+            users: Vec::new(),
         };
         let mut book = QuotaBook::new(tree);
         let gpus = |n: u64| vec![(a100.clone(), n * 1000)];

@@ -78,6 +78,22 @@ impl CompiledJob {
     pub fn task_count(&self) -> u32 {
         self.groups.iter().map(|g| g.replicas).sum()
     }
+
+    /// Milli-GPU the job will hold, before placement: exact for whole GPUs and shares; a MIG
+    /// instance or a memory-only request counts as a whole GPU (its unit is chosen at
+    /// placement), so the figure errs high.
+    pub fn milli_at_most(&self) -> u64 {
+        self.groups
+            .iter()
+            .map(|g| {
+                let per_task = match g.gpu {
+                    GpuNeed::Mig { .. } | GpuNeed::Memory { .. } => 1000,
+                    _ => g.gpu.milli(),
+                };
+                g.replicas as u64 * per_task as u64
+            })
+            .sum()
+    }
 }
 
 /// Compile `job` for `state`. Fails on requests no fleet could ever serve as written (a bad

@@ -106,6 +106,7 @@ pub fn job_for(pod: &TracePod, name: String) -> Job {
         groups: vec![TaskGroup { name: "main".into(), replicas: 1, resources }],
         lifecycle: Default::default(),
         after: Vec::new(),
+        control: Default::default(),
     }
 }
 

@@ -9,7 +9,7 @@ use crate::error::{SpecError, from_toml};
 use crate::fleet::{SPEC_BYTES_MAX, unknown_model};
 use crate::quantity::{Duration, seconds};
 use gantry_catalog::Catalog;
-use gantry_types::{Flavor, QueueSpec, QueueTree, Quota};
+use gantry_types::{Flavor, QueueSpec, QueueTree, Quota, UserLimit};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -32,6 +32,44 @@ struct QueueFile {
     billing: Option<BTreeMap<String, f64>>,
     #[serde(default)]
     queue: Vec<QueueEntry>,
+    user_limits: Option<UserLimitEntry>,
+    #[serde(default)]
+    user: Vec<UserEntry>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UserLimitEntry {
+    max_running_jobs: Option<i64>,
+    max_gpus: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserEntry {
+    name: String,
+    max_running_jobs: Option<i64>,
+    max_gpus: Option<f64>,
+}
+
+/// Most `[[user]]` overrides one file may hold.
+pub const USERS_MAX: usize = 100_000;
+
+fn user_limit(at: &str, max_running_jobs: Option<i64>, max_gpus: Option<f64>) -> Result<UserLimit, SpecError> {
+    Ok(UserLimit {
+        max_running_jobs: max_running_jobs
+            .map(|n| {
+                crate::quantity::count(
+                    &format!("{at} / max_running_jobs"),
+                    n,
+                    0,
+                    1_000_000,
+                    "jobs one user may run at once (0 = none)",
+                )
+            })
+            .transpose()?,
+        max_gpus_milli: max_gpus.map(|g| gpus_to_milli(&format!("{at} / max_gpus"), g)).transpose()?,
+    })
 }
 
 #[derive(Deserialize)]
@@ -226,7 +264,25 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
             }
         }
     }
+    let defaults = file.user_limits.unwrap_or_default();
+    let user_default = user_limit("user_limits", defaults.max_running_jobs, defaults.max_gpus)?;
+    if file.user.len() > USERS_MAX {
+        return Err(SpecError::new("user", format!("{} users, the limit is {USERS_MAX}", file.user.len())));
+    }
+    let mut users: Vec<(String, UserLimit)> = Vec::new();
+    for u in &file.user {
+        let at = format!("user {:?}", u.name);
+        if u.name.trim().is_empty() || u.name.trim() != u.name || u.name.chars().any(char::is_control) {
+            return Err(SpecError::new(format!("{at} / name"), "empty, padded or with a control character"));
+        }
+        if users.iter().any(|(n, _)| n == &u.name) {
+            return Err(SpecError::new(at, "user listed twice"));
+        }
+        users.push((u.name.clone(), user_limit(&at, u.max_running_jobs, u.max_gpus)?));
+    }
     Ok(QueueTree {
+        user_default,
+        users,
         queues,
         half_life_s: half_life_s.unwrap_or(HALF_LIFE_DEFAULT_S),
         starvation_s: starvation_s.unwrap_or(STARVATION_DEFAULT_S),

@@ -10,8 +10,8 @@ use crate::fleet::{SPEC_BYTES_MAX, unknown_model};
 use crate::quantity::{self, Quantity};
 use gantry_catalog::Catalog;
 use gantry_types::{
-    Bytes, Dependency, DependencyKind, GpuRequest, Isolation, Job, MilliCpu, MilliGpu, ModelPattern, ShareMode,
-    TaskGroup, TaskResources, Topology, TopologyLevel,
+    ArrayElement, Bytes, Dependency, DependencyKind, GpuRequest, Isolation, Job, JobControl, MilliCpu, MilliGpu,
+    ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -43,6 +43,10 @@ pub(crate) struct JobEntry {
     after: Option<Vec<String>>,
     min_runtime: Option<crate::quantity::Duration>,
     grace: Option<crate::quantity::Duration>,
+    user: Option<String>,
+    time_limit: Option<crate::quantity::Duration>,
+    hold: Option<bool>,
+    array: Option<ArraySpec>,
     #[serde(default)]
     task: Vec<TaskEntry>,
     // Single-group shorthand: the task fields, written at job level. They repeat TaskEntry's
@@ -93,6 +97,64 @@ struct TopologyEntry {
     required: Option<bool>,
 }
 
+/// `array = 8` (indices 0..=7) or `array = "0-15%4"` (Slurm's form: ranges and single
+/// indices separated by commas, `%N` = at most N elements running at once).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum ArraySpec {
+    Count(i64),
+    Text(String),
+}
+
+/// Highest array index (Slurm's default MaxArraySize is 1001; ours is larger, still bounded).
+pub const ARRAY_INDEX_MAX: u32 = 100_000;
+
+/// The indices and throttle of an array spec.
+fn array_indices(field: &str, spec: &ArraySpec) -> Result<(Vec<u32>, Option<u32>), SpecError> {
+    let hint = "array = 8, or \"0-15\", \"1,3,5-7\", \"0-99%10\" (at most 10 running at once)";
+    let (list, throttle) = match spec {
+        ArraySpec::Count(n) => {
+            let n = quantity::count(field, *n, 1, ARRAY_INDEX_MAX as i64 + 1, "array = N makes elements 0..N-1")?;
+            return Ok(((0..n).collect(), None));
+        }
+        ArraySpec::Text(text) => match text.split_once('%') {
+            Some((list, t)) => {
+                let t: u32 = t
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|&t| t >= 1)
+                    .ok_or_else(|| SpecError::new(field, format!("%{t} is not a count ≥ 1")).hint(hint))?;
+                (list, Some(t))
+            }
+            None => (text.as_str(), None),
+        },
+    };
+    let index = |s: &str| -> Result<u32, SpecError> {
+        s.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&i| i <= ARRAY_INDEX_MAX)
+            .ok_or_else(|| SpecError::new(field, format!("{s:?} is not an index 0..={ARRAY_INDEX_MAX}")).hint(hint))
+    };
+    let mut indices = BTreeSet::new();
+    for item in list.split(',') {
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (index(a)?, index(b)?);
+                if a > b {
+                    return Err(SpecError::new(field, format!("range {item:?} runs backwards")).hint(hint));
+                }
+                indices.extend(a..=b);
+            }
+            None => {
+                indices.insert(index(item)?);
+            }
+        }
+    }
+    Ok((indices.into_iter().collect(), throttle))
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum OneOrMany {
@@ -118,15 +180,28 @@ fn dependency(field: &str, text: &str) -> Result<Dependency, SpecError> {
     Ok(Dependency { kind, job: job.to_string() })
 }
 
+/// What a dependency's name stands for: a job by its name, and an array by its name (all its
+/// elements). A job named like an array counts as both.
+pub fn dependency_index<'a>(jobs: impl Iterator<Item = &'a Job>) -> BTreeMap<&'a str, Vec<usize>> {
+    let mut index: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, job) in jobs.enumerate() {
+        index.entry(job.name.as_str()).or_default().push(i);
+        if let Some(a) = &job.control.array {
+            index.entry(a.array.as_str()).or_default().push(i);
+        }
+    }
+    index
+}
+
 /// Every dependency names a job of the set, and none is part of a cycle (`a → b → a`).
 pub(crate) fn check_dependencies<'a>(jobs: impl Iterator<Item = (&'a Job, String)> + Clone) -> Result<(), SpecError> {
-    let index: BTreeMap<&str, usize> = jobs.clone().enumerate().map(|(i, (j, _))| (j.name.as_str(), i)).collect();
     let list: Vec<(&Job, String)> = jobs.collect();
+    let index = dependency_index(list.iter().map(|(j, _)| *j));
     let mut edges: Vec<Vec<usize>> = vec![Vec::new(); list.len()];
     for (i, (job, at)) in list.iter().enumerate() {
         for d in &job.after {
             match index.get(d.job.as_str()) {
-                Some(&j) => edges[i].push(j),
+                Some(targets) => edges[i].extend(targets),
                 None => {
                     return Err(SpecError::new(format!("{at} / after"), format!("unknown job {:?}", d.job))
                         .hint("a dependency names another job of the same file"));
@@ -275,13 +350,41 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
     };
     let after =
         entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;
-    let job = Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after };
-    Ok(match entry.count {
-        None => vec![job],
-        Some(n) => {
+    let user = match entry.user {
+        None => None,
+        Some(u) if u.trim().is_empty() || u.trim() != u || u.chars().any(char::is_control) || u.len() > 64 => {
+            return Err(SpecError::new(format!("{at} / user"), format!("{u:?} is not a user name"))
+                .hint("a plain name of at most 64 characters, like \"alice\""));
+        }
+        Some(u) => Some(u),
+    };
+    let time_limit_s =
+        entry.time_limit.as_ref().map(|d| quantity::seconds(&format!("{at} / time_limit"), d, 1)).transpose()?;
+    let control = JobControl { user, time_limit_s, hold: entry.hold.unwrap_or(false), array: None };
+    let job = Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after, control };
+    Ok(match (entry.count, &entry.array) {
+        (Some(_), Some(_)) => {
+            return Err(SpecError::new(at, "both count and array").hint(
+                "count makes independent copies (name-0, name-1, ...); array makes elements name[0], name[1], ... \
+                 that a dependency can name together and a %N throttle can limit",
+            ));
+        }
+        (None, None) => vec![job],
+        (Some(n), None) => {
             let n =
                 quantity::count(&format!("{at} / count"), n, 1, JOBS_MAX, "count makes that many copies of the job")?;
             (0..n).map(|i| Job { name: format!("{}-{i}", entry.name), ..job.clone() }).collect()
+        }
+        (None, Some(spec)) => {
+            let (indices, max_running) = array_indices(&format!("{at} / array"), spec)?;
+            indices
+                .into_iter()
+                .map(|index| {
+                    let mut element = Job { name: format!("{}[{index}]", entry.name), ..job.clone() };
+                    element.control.array = Some(ArrayElement { array: entry.name.clone(), index, max_running });
+                    element
+                })
+                .collect()
         }
     })
 }

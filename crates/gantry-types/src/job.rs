@@ -17,6 +17,32 @@ pub struct Job {
     /// Jobs that must have ended (in the given way) before this one may start.
     #[serde(default)]
     pub after: Vec<Dependency>,
+    /// Who submitted it, its time limit, a hold, its place in an array.
+    #[serde(default)]
+    pub control: JobControl,
+}
+
+/// What the submitter controls about when and how long a job runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobControl {
+    /// The submitting user, for per-user limits (`None`: no user limits apply).
+    pub user: Option<String>,
+    /// The job is ended when it has run this long; planning (backfill, estimates) counts on it.
+    pub time_limit_s: Option<u64>,
+    /// Held: never started until released.
+    pub hold: bool,
+    /// This job is one element of an array.
+    pub array: Option<ArrayElement>,
+}
+
+/// One element of a job array (Slurm's `--array=0-15%4`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayElement {
+    /// The array's name (what a dependency on the whole array names).
+    pub array: String,
+    pub index: u32,
+    /// At most this many elements of the array run at once (`%N`).
+    pub max_running: Option<u32>,
 }
 
 /// Slurm's dependency kinds: start after the named job ended successfully, in any way, or

@@ -9,14 +9,16 @@
 pub mod fleet;
 pub mod job;
 pub mod outcome;
+pub mod pending;
 pub mod quantity;
 pub mod queue;
 
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
-    Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, Lifecycle, ModelPattern, ShareMode,
-    TaskGroup, TaskResources, Topology, TopologyLevel,
+    ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,
+    ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel,
 };
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
+pub use pending::{PendingJob, PendingReason};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
-pub use queue::{Flavor, QueueSpec, QueueTree, Quota};
+pub use queue::{Flavor, QueueSpec, QueueTree, Quota, UserLimit};

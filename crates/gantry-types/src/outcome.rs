@@ -162,6 +162,28 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// The reason's kind, as serialized (`insufficient-whole-gpus`).
+    pub fn kind(&self) -> &'static str {
+        use Reason::*;
+        match self {
+            GpuModelMismatch { .. } => "gpu-model-mismatch",
+            SelectorRejected { .. } => "selector-rejected",
+            TaintNotTolerated { .. } => "taint-not-tolerated",
+            InsufficientCpu { .. } => "insufficient-cpu",
+            InsufficientMemory { .. } => "insufficient-memory",
+            InsufficientWholeGpus { .. } => "insufficient-whole-gpus",
+            MigNotSupported { .. } => "mig-not-supported",
+            MigProfileUnavailable { .. } => "mig-profile-unavailable",
+            InsufficientShare { .. } => "insufficient-share",
+            InsufficientGpuMemory { .. } => "insufficient-gpu-memory",
+            MpsClientsExhausted { .. } => "mps-clients-exhausted",
+            IsolationForbidsMode { .. } => "isolation-forbids-mode",
+            TopologyUnsatisfiable { .. } => "topology-unsatisfiable",
+            GangIncomplete { .. } => "gang-incomplete",
+            SearchLimitReached { .. } => "search-limit-reached",
+        }
+    }
+
     /// Reasons of the same kind and request collapse into one line in summaries; this is the
     /// part that must match (the "available" side is merged by keeping the closest value).
     fn same_kind(&self, other: &Reason) -> bool {
@@ -292,5 +314,19 @@ mod tests {
         assert_eq!(summary.len(), 2);
         assert_eq!(summary[0].count, 2);
         assert_eq!(summary[0].reason, Reason::InsufficientWholeGpus { need: 4, free: 3 });
+    }
+
+    #[test]
+    fn kind_is_the_serialized_tag() {
+        let reasons = [
+            Reason::InsufficientWholeGpus { need: 8, free: 2 },
+            Reason::MigProfileUnavailable { profile: "1g.10gb".into() },
+            Reason::SearchLimitReached { nodes_visited: 3 },
+            Reason::TopologyUnsatisfiable { within: TopologyLevel::Nvlink, need: 4 },
+        ];
+        for r in reasons {
+            let v = serde_json::to_value(&r).unwrap();
+            assert_eq!(v["reason"].as_str(), Some(r.kind()));
+        }
     }
 }

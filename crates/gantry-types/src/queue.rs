@@ -48,12 +48,30 @@ pub struct QueueTree {
     /// Weight of one GPU-hour per catalog model id, in thousandths (an H100-hour worth two
     /// A100-hours: 2000 against 1000); models not listed weigh 1000.
     pub billing_milli: Vec<(String, u32)>,
+    /// Limits every user has, and per-user overrides (each replaces the default whole).
+    #[serde(default)]
+    pub user_default: UserLimit,
+    #[serde(default)]
+    pub users: Vec<(String, UserLimit)>,
+}
+
+/// What one user may hold at once, across all queues.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserLimit {
+    pub max_running_jobs: Option<u32>,
+    /// Milli-GPU (whole GPUs, MIG instances and shares alike).
+    pub max_gpus_milli: Option<u64>,
 }
 
 impl QueueTree {
     /// Index of the queue with this name.
     pub fn find(&self, name: &str) -> Option<usize> {
         self.queues.iter().position(|q| q.name == name)
+    }
+
+    /// The limits that apply to `user`.
+    pub fn user_limit(&self, user: &str) -> UserLimit {
+        self.users.iter().find(|(u, _)| u == user).map_or(self.user_default, |(_, l)| *l)
     }
 
     /// A flat tree: one queue per name, weight 1, no quotas (what a trace without a queue file
@@ -65,6 +83,13 @@ impl QueueTree {
                 queues.push(QueueSpec { name: name.to_string(), parent: None, weight: 1, quotas: Vec::new() });
             }
         }
-        QueueTree { queues, half_life_s, starvation_s, billing_milli: Vec::new() }
+        QueueTree {
+            queues,
+            half_life_s,
+            starvation_s,
+            billing_milli: Vec::new(),
+            user_default: UserLimit::default(),
+            users: Vec::new(),
+        }
     }
 }

@@ -57,15 +57,29 @@ pub struct SimArgs {
     #[arg(long, default_value = "fifo", value_parser = ["fifo", "fair-share"])]
     order: String,
     /// time-replay: what may start past a blocked job: `off` (nothing), `greedy` (up to 32
-    /// later jobs, no reservation: big jobs can starve) or `reserve` (EASY: the first blocked
-    /// job gets a reserved start from running jobs' ends; a later job starts only if it does
-    /// not delay it).
+    /// later jobs, no reservation: big jobs can starve) or `reserve` (the first
+    /// --reserve-depth blocked jobs get reserved starts from running jobs' time limits; a
+    /// later job starts only if it delays none of them).
     #[arg(long, default_value = "greedy", value_parser = ["off", "greedy", "reserve"])]
     backfill: String,
-    /// time-replay with --order fair-share: stop lower-priority preemptible jobs (signal, then
-    /// kill after their grace period; they wait again) for the first job a pass cannot start.
+    /// time-replay with --backfill reserve: how many blocked jobs get a reserved start per
+    /// pass (1 = EASY backfill; more plans each around the ones before it, and costs more).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=protocol_b::RESERVE_DEPTH_MAX as u64))]
+    reserve_depth: u64,
+    /// time-replay with --order fair-share: jobs a pass cannot start may stop preemptible work
+    /// they have a right to (lower priority; borrowers, when their queue is within its
+    /// guarantee; their own priority or lower, once waiting past the starvation bound):
+    /// signal, then kill after the grace period; the victims wait again.
     #[arg(long)]
     preempt: bool,
+    /// time-replay: stop at this second of the replay clock and show every waiting job with
+    /// its reason and estimated start (as `why` will).
+    #[arg(long, value_name = "SECONDS")]
+    until: Option<u64>,
+    /// time-replay: print the jobs still waiting at the end (or at --until), why, and their
+    /// estimated start.
+    #[arg(long)]
+    why: bool,
     /// time-replay with --order fair-share: the queue file (TOML, docs/formats.md): tree,
     /// weights, half-life, starvation bound, billing weights.
     #[arg(long, value_name = "FILE")]
@@ -412,12 +426,23 @@ fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()>
         if args.compress != 1 {
             bail!("--compress applies to --protocol time-replay; Protocol A has no clock");
         }
-        if args.order != "fifo" || args.queues.is_some() || args.backfill != "greedy" || args.preempt {
+        if args.order != "fifo"
+            || args.queues.is_some()
+            || args.backfill != "greedy"
+            || args.preempt
+            || args.reserve_depth != 1
+            || args.until.is_some()
+            || args.why
+        {
             bail!(
-                "--order, --queues, --backfill and --preempt apply to --protocol time-replay; Protocol A has no queue"
+                "--order, --queues, --backfill, --reserve-depth, --preempt, --until and --why apply to --protocol \
+                 time-replay; Protocol A has no queue"
             );
         }
         return Ok(());
+    }
+    if args.reserve_depth != 1 && args.backfill != "reserve" {
+        bail!("--reserve-depth needs --backfill reserve");
     }
     if args.queues.is_some() && args.order != "fair-share" {
         bail!("--queues is read by --order fair-share");
@@ -535,6 +560,28 @@ fn replay_options(args: &SimArgs, order: &protocol_b::Order) -> protocol_b::Repl
             _ => protocol_b::Backfill::Greedy,
         },
         preempt: args.preempt,
+        reserve_depth: args.reserve_depth as usize,
+        until_s: args.until,
+    }
+}
+
+/// Most waiting jobs `--why` lists (the JSON has them all).
+const WHY_ROWS_MAX: usize = 50;
+
+fn print_pending(r: &protocol_b::ReplayResult) {
+    let at = r.stopped_at_s.map_or_else(|| "at the end".to_string(), |t| format!("at t={t}s"));
+    if r.pending.is_empty() {
+        println!("  nothing waiting {at}");
+        return;
+    }
+    println!("  {} jobs waiting {at}:", r.pending.len());
+    println!("    {:<24} {:<12} {:>10} {:>10}  why", "job", "queue", "since", "estimate");
+    for p in r.pending.iter().take(WHY_ROWS_MAX) {
+        let estimate = p.estimate_s.map_or_else(|| "-".to_string(), |e| format!("{e}s"));
+        println!("    {:<24} {:<12} {:>10} {:>10}  {}", p.job, p.queue, format!("{}s", p.since_s), estimate, p.reason);
+    }
+    if r.pending.len() > WHY_ROWS_MAX {
+        println!("    ... {} more (--json lists them all)", r.pending.len() - WHY_ROWS_MAX);
     }
 }
 
@@ -577,10 +624,25 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         );
     }
     if r.preemptions > 0 {
-        println!("  {} preemptions, {:.0} GPU-hours of work lost", r.preemptions, r.preempted_gpu_s_lost / 3600.0);
+        let by: Vec<String> = r.preemptions_by_right.iter().map(|(why, n)| format!("{n} for {why}")).collect();
+        println!(
+            "  {} preemptions ({}), {:.1} GPU-hours of work lost",
+            r.preemptions,
+            by.join(", "),
+            r.preempted_gpu_s_lost / 3600.0
+        );
     }
     if r.reserved > 0 {
         println!("  {} jobs got a reserved start; {} started later than first promised", r.reserved, r.reserved_late);
+    }
+    if r.time_limit_ended + r.held + r.user_limit_waited > 0 {
+        println!(
+            "  {} jobs stopped at their time limit, {} held, {} waited on a per-user limit",
+            r.time_limit_ended, r.held, r.user_limit_waited
+        );
+    }
+    if args.why || r.stopped_at_s.is_some() {
+        print_pending(r);
     }
 }
 

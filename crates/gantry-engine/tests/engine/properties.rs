@@ -125,6 +125,7 @@ fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
             groups,
             lifecycle: Default::default(),
             after: Vec::new(),
+            control: Default::default(),
         }
     })
 }
@@ -279,10 +280,10 @@ proptest! {
             .enumerate()
             .map(|(i, &alloc)| {
                 let (priority, preemptible, borrower, min_left) = traits[i % traits.len()];
-                Victim { alloc, priority, preemptible: preemptible || i % 3 == 0, borrower, work_lost_s: i as u64, min_runtime_left_s: min_left % 2 }
+                Victim { alloc, priority, preemptible: preemptible || i % 3 == 0, borrower, work_lost_s: i as u64, min_runtime_left_s: min_left % 2, started_starved: false }
             })
             .collect();
-        let right = Right { priority, within_guarantee };
+        let right = Right { priority, within_guarantee, starving: false };
         let job = engine.compile(&preemptor).expect("compiles");
         let without = |gone: &[u64]| {
             let mut copy = engine.clone();

@@ -406,31 +406,43 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
         borrower,
         work_lost_s: 100 * i as u64,
         min_runtime_left_s: 0,
+        started_starved: false,
     };
     let two = jobs("[[job]]\nname = \"p\"\ngpu = { count = 2 }\n").remove(0);
     let two = engine.compile(&two).expect("compiles");
     let cases: Vec<(&str, Right, Vec<Victim>, Option<Vec<u64>>)> = vec![
         (
             "lower priority first, fewest needed",
-            Right { priority: 5, within_guarantee: false },
+            Right { priority: 5, within_guarantee: false, starving: false },
             vec![victim(0, 1, false), victim(1, -1, false), victim(2, 0, false), victim(3, 9, false)],
             Some(vec![ids[1], ids[2]]),
         ),
         (
             "reclaiming a guarantee takes borrowers first, even of higher priority",
-            Right { priority: 0, within_guarantee: true },
+            Right { priority: 0, within_guarantee: true, starving: false },
             vec![victim(0, 3, true), victim(1, -1, false), victim(2, 3, true), victim(3, 3, false)],
             Some(vec![ids[0], ids[2]]),
         ),
         (
+            "a starving job stops its own priority or lower, never work that itself started starved",
+            Right { priority: 0, within_guarantee: false, starving: true },
+            vec![
+                Victim { started_starved: true, ..victim(0, 0, false) },
+                victim(1, 1, false),
+                victim(2, 0, false),
+                victim(3, -1, false),
+            ],
+            Some(vec![ids[3], ids[2]]),
+        ),
+        (
             "less work lost breaks ties",
-            Right { priority: 5, within_guarantee: false },
+            Right { priority: 5, within_guarantee: false, starving: false },
             vec![victim(3, 0, false), victim(2, 0, false), victim(1, 0, false), victim(0, 0, false)],
             Some(vec![ids[0], ids[1]]),
         ),
         (
             "never non-preemptible or inside minimum runtime",
-            Right { priority: 5, within_guarantee: false },
+            Right { priority: 5, within_guarantee: false, starving: false },
             vec![
                 Victim { preemptible: false, ..victim(0, 0, false) },
                 Victim { min_runtime_left_s: 60, ..victim(1, 0, false) },

@@ -10,23 +10,27 @@
 //!
 //! How the waiting queue is ordered, what may pass a blocked job and whether jobs may be
 //! preempted are [`ReplayOptions`] (`options.rs`); what is measured is [`ReplayResult`]
-//! (`result.rs`); the loop is `replay.rs`. Everything runs on a virtual clock in trace seconds;
+//! (`result.rs`); the loop and its state are `replay.rs`, one scheduling pass `pass.rs`,
+//! preemption `rights.rs`. Everything runs on a virtual clock in trace seconds;
 //! same trace, options, policy and seed ⇒ same result.
 
 mod options;
+mod pass;
 mod replay;
 mod result;
+mod rights;
 
-pub use options::{BACKFILL_SCAN_MAX, Backfill, Order, ReplayOptions};
+pub use options::{BACKFILL_SCAN_MAX, Backfill, Order, RESERVE_DEPTH_MAX, ReplayOptions};
 pub use replay::replay;
 pub use result::{JAIN_WINDOWS, ReplayResult, SAMPLES, Sample};
+pub use rights::PREEMPTORS_MAX;
 
 use crate::alibaba::{TraceNode, TracePod};
 use crate::trace::{SimFleet, compile_pods, typical_shapes};
 use gantry_catalog::Catalog;
 use gantry_engine::{CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
 use gantry_spec::TraceJob;
-use gantry_types::{Dependency, Fleet, Lifecycle};
+use gantry_types::{Dependency, Fleet, JobControl, Lifecycle};
 
 /// One job of a replay, ready for the engine.
 #[derive(Debug)]
@@ -44,6 +48,8 @@ pub struct SimJob {
     pub lifecycle: Lifecycle,
     /// Jobs (by name) that must have ended first.
     pub after: Vec<Dependency>,
+    /// User, time limit, hold, array.
+    pub control: JobControl,
     pub job: CompiledJob,
 }
 
@@ -83,6 +89,7 @@ pub fn run(
             priority: 0,
             lifecycle: Lifecycle::default(),
             after: Vec::new(),
+            control: JobControl::default(),
             job,
         })
         .collect();
@@ -112,6 +119,7 @@ pub fn run_trace(
                 priority: t.job.priority,
                 lifecycle: t.job.lifecycle,
                 after: t.job.after.clone(),
+                control: t.job.control.clone(),
                 job: engine.compile(&t.job)?,
             })
         })

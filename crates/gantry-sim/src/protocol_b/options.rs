@@ -32,11 +32,11 @@ pub enum Backfill {
     /// Up to `BACKFILL_SCAN_MAX` later jobs of the queue, whatever that does to the blocked
     /// one (no reservation: big jobs can starve).
     Greedy,
-    /// EASY backfill: the first blocked job of a pass gets a reserved start (the engine's
-    /// `earliest_start`, from running jobs' ends); a later job starts only if it fits and
-    /// does not delay it (`Engine::delays`); at most `BACKFILL_SCAN_MAX` later jobs per queue
-    /// are tried. (Reserving for more than one job needs each reservation planned around the
-    /// earlier ones' future occupancy; not built.)
+    /// Backfill with reservations: the first `reserve_depth` jobs of a pass blocked for lack
+    /// of resources get reserved starts (from running jobs' time limits, each planned around
+    /// the ones before it); a later job starts only if it fits and moves no reserved start
+    /// later; at most `BACKFILL_SCAN_MAX` later jobs per queue are tried. Depth 1 is EASY
+    /// backfill.
     Reserve,
 }
 
@@ -57,13 +57,29 @@ pub struct ReplayOptions {
     pub compress: u64,
     pub order: Order,
     pub backfill: Backfill,
-    /// Stop lower-priority preemptible jobs for the first job a pass cannot start (needs
+    /// Let jobs a pass cannot start stop work they have a right to: lower priority, borrowed
+    /// guarantee, or anything of their priority once starving (see `rights.rs`; needs
     /// `Order::FairShare`, where priority orders the queue).
     pub preempt: bool,
+    /// Blocked jobs given a reserved start per pass (`Backfill::Reserve`), ≥ 1.
+    pub reserve_depth: usize,
+    /// Stop the replay at this time (replay clock): the result then lists every waiting job
+    /// with its reason and estimate as of that moment.
+    pub until_s: Option<u64>,
 }
+
+/// Most reservations per pass.
+pub const RESERVE_DEPTH_MAX: usize = 64;
 
 impl Default for ReplayOptions {
     fn default() -> Self {
-        ReplayOptions { compress: 1, order: Order::Fifo, backfill: Backfill::Greedy, preempt: false }
+        ReplayOptions {
+            compress: 1,
+            order: Order::Fifo,
+            backfill: Backfill::Greedy,
+            preempt: false,
+            reserve_depth: 1,
+            until_s: None,
+        }
     }
 }

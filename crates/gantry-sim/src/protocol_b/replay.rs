@@ -1,20 +1,23 @@
 //! The replay loop: events on a virtual clock, scheduling passes, and the measurements.
+//!
+//! [`replay`] drives a [`Replay`]: each event (an arrival, a departure, the kill at the end of
+//! a grace period) changes the state, then one scheduling pass (`pass.rs`) starts what it can
+//! and, with preemption on, plans stops for jobs with a right to capacity (`rights.rs`).
 
 use super::SimJob;
-use super::options::{BACKFILL_SCAN_MAX, Backfill, Order, ReplayOptions};
+use super::options::{Order, ReplayOptions};
 use super::result::{JAIN_WINDOWS, ReplayResult, SAMPLES, Sample, jain, percentile};
-use gantry_engine::backfill::{Running, Shadow};
-use gantry_engine::fairshare::{Candidate, FairShare, Resources};
-use gantry_engine::preempt::{Right, Victim};
+use gantry_engine::backfill::Reservation;
+use gantry_engine::fairshare::{FairShare, Resources};
 use gantry_engine::quota::QuotaBook;
 use gantry_engine::rng::mix;
-use gantry_engine::{AllocId, CompiledJob, Engine};
-use gantry_types::{DependencyKind, Flavor};
+use gantry_engine::{AllocId, Engine};
+use gantry_types::{DependencyKind, Flavor, PendingJob, PendingReason};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Event {
+pub(super) enum Event {
     /// A running pod ends (ordered before arrivals at the same second: capacity first).
     Depart {
         job: usize,
@@ -37,49 +40,107 @@ fn drawn_utilization(seed: u64, job: usize) -> f64 {
 }
 
 /// A running allocation: whose, since when, until when, and what it holds.
-struct RunningJob {
-    job: usize,
-    started_at: u64,
+pub(super) struct RunningJob {
+    pub(super) job: usize,
+    pub(super) started_at: u64,
     /// When its departure is scheduled.
-    planned_end: u64,
-    /// Its end as planning may count on (`None`: the job has no duration, it runs to the end).
-    limit_end: Option<u64>,
+    pub(super) planned_end: u64,
+    /// Its end as planning may count on: its time limit, else (an oracle) its duration;
+    /// `None`: neither, it runs to the end.
+    pub(super) limit_end: Option<u64>,
+    /// It is stopped at its time limit (before its work was done).
+    pub(super) hits_limit: bool,
+    /// It had waited past the starvation bound when it started.
+    pub(super) started_starved: bool,
     /// Milli-GPU granted, fair share's units, and quota demand.
-    milli: u64,
-    held: Resources,
-    demand: Vec<(Flavor, u64)>,
+    pub(super) milli: u64,
+    pub(super) held: Resources,
+    pub(super) demand: Vec<(Flavor, u64)>,
 }
 
-fn running_list(running: &BTreeMap<AllocId, RunningJob>) -> Vec<Running> {
-    running.iter().map(|(&alloc, r)| Running { alloc, end_s: r.limit_end }).collect()
-}
+/// Everything a replay tracks. Fields are grouped: the jobs and their clock, the queues,
+/// what runs, what waits and why, and the measurements.
+pub(super) struct Replay<'a> {
+    pub(super) engine: &'a mut Engine,
+    pub(super) jobs: &'a [SimJob],
+    pub(super) options: &'a ReplayOptions,
+    pub(super) seed: u64,
+    /// The replay clock's landmarks.
+    start: u64,
+    last_arrival: u64,
+    pub(super) end: u64,
+    step: u64,
+    capacity: f64,
 
-/// The reserved start for `job` (blocked at `now`) and the fleet at that start: the previous
-/// pass's start if it was for the same job and the job still fits then (cheap, and still exact:
-/// backfill never delays it and nothing ends later than planned), else the engine's earliest
-/// start. A start at `now` is kept too: capacity freed this second by departures not yet
-/// processed is what it waits for. `None` if it would never fit.
-fn reserve(
-    engine: &Engine,
-    compiled: &CompiledJob,
-    job: usize,
-    running_jobs: &BTreeMap<AllocId, RunningJob>,
-    now: u64,
-    last: &mut Option<(usize, u64)>,
-) -> Option<((usize, u64), Shadow)> {
-    let running = running_list(running_jobs);
-    if let Some((previous, start_s)) = *last
-        && previous == job
-        && start_s >= now
-    {
-        let mut shadow = engine.shadow_at(&running, start_s);
-        if shadow.fits(compiled) {
-            return Some(((job, start_s), shadow));
-        }
-    }
-    let start_s = engine.earliest_start(compiled, &running, now)?;
-    *last = Some((job, start_s));
-    Some(((job, start_s), engine.shadow_at(&running, start_s)))
+    // Queues: fair share (or one FIFO), each job's queue, quotas, per-user limits.
+    pub(super) fair: Option<FairShare>,
+    pub(super) queue_of: Vec<usize>,
+    pub(super) queue_count: usize,
+    pub(super) billing: Vec<(String, u32)>,
+    pub(super) quotas: Option<QuotaBook>,
+    pub(super) starvation_s: Option<u64>,
+    /// Per user: running jobs and milli-GPU held.
+    pub(super) user_running: BTreeMap<String, (u32, u64)>,
+    pub(super) array_running: BTreeMap<String, u32>,
+
+    // Waiting: per queue, pending jobs by (priority high first, eligible since, file order).
+    pub(super) pending: Vec<BTreeSet<(Reverse<i32>, u64, usize)>>,
+    pub(super) pending_count: usize,
+    pub(super) held_jobs: BTreeSet<usize>,
+    pub(super) eligible_at: Vec<u64>,
+    pub(super) deps: Vec<Vec<(DependencyKind, usize)>>,
+    /// How each job ended: `Some(true)` completed, `Some(false)` failed (its time limit).
+    pub(super) ended_ok: Vec<Option<bool>>,
+    pub(super) waiting_on_deps: BTreeSet<usize>,
+    pub(super) unknown_dependency: BTreeSet<usize>,
+    /// Why each pending job waits (as of the last pass) and its estimated start.
+    pub(super) reason: BTreeMap<usize, PendingReason>,
+    pub(super) estimate: BTreeMap<usize, u64>,
+
+    // Running.
+    pub(super) events: BinaryHeap<Reverse<(u64, Event)>>,
+    pub(super) running_jobs: BTreeMap<AllocId, RunningJob>,
+    pub(super) ever_started: BTreeSet<usize>,
+    /// Preemption: allocations in their grace period, and the jobs waiting for them (with
+    /// the victims they wait for and when the last grace period ends).
+    pub(super) terminating: BTreeSet<AllocId>,
+    pub(super) awaiting: BTreeMap<usize, (Vec<AllocId>, u64)>,
+    /// The depth-1 reservation of the previous pass (reused while it still holds).
+    pub(super) last_reservation: Option<(usize, u64)>,
+    /// Depth > 1: the last pass's reservations.
+    pub(super) plans: Vec<(usize, Reservation)>,
+
+    // Measurements.
+    pub(super) started: u64,
+    pub(super) delays: Vec<u64>,
+    pub(super) delay_max_by_queue: BTreeMap<String, u64>,
+    pub(super) promised: BTreeMap<usize, u64>,
+    pub(super) late: u64,
+    pub(super) quota_waited: BTreeSet<usize>,
+    pub(super) user_limit_waited: BTreeSet<usize>,
+    pub(super) preemptions_by_right: BTreeMap<String, u64>,
+    /// Why each terminating allocation is being stopped.
+    pub(super) stop_cause: BTreeMap<AllocId, &'static str>,
+    lost_gpu_s: f64,
+    time_limit_ended: u64,
+    dependency_never: u64,
+    pub(super) running_util: f64,
+    tenants: Vec<String>,
+    tenant_of: Vec<usize>,
+    pub(super) tenant_gpu_s: BTreeMap<String, f64>,
+    pub(super) tenant_running: Vec<u64>,
+    pub(super) tenant_pending: Vec<usize>,
+    window_s: f64,
+    window_gpu_s: Vec<Vec<f64>>,
+    window_active: Vec<Vec<bool>>,
+    waiting_now: BTreeMap<String, u64>,
+    wait_job_s: BTreeMap<String, u64>,
+    series: Vec<Sample>,
+    area_alloc: f64,
+    area_util: f64,
+    last_t: u64,
+    peak_alloc: f64,
+    next_sample: u64,
 }
 
 /// The replay loop over `engine` (empty at the start). Same jobs, engine, order and seed ⇒
@@ -90,423 +151,486 @@ pub fn replay(
     seed: u64,
     options: &ReplayOptions,
 ) -> Result<ReplayResult, String> {
-    let compress = options.compress.max(1);
     if options.preempt && options.order == Order::Fifo {
         return Err("preemption needs fair-share order (FIFO ignores priority)".into());
     }
-    let order = &options.order;
-    let backfill = options.backfill;
-    let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
-    let origin = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
-    let arrival_of = |j: &SimJob| origin + (j.arrival_s - origin) / compress;
-    let start = origin;
-    // Means are taken over the arrival window: long-running jobs are censored at the trace's
-    // end, and averaging over their tail would dilute the busy period to nothing.
-    let last_arrival = jobs.iter().map(arrival_of).max().unwrap_or(start).max(start + 1);
-    let end = jobs.iter().map(|j| arrival_of(j) + j.duration_s.unwrap_or(0)).max().unwrap_or(start).max(start + 1);
-    let step = ((last_arrival - start) / SAMPLES as u64).max(1);
-
-    // Queues: one FIFO, or the tree's; tenants for fairness figures are the jobs' queues.
-    let mut fair = match order {
-        Order::Fifo => None,
-        Order::FairShare(tree) => Some(FairShare::new(tree.clone(), engine.capacity(&tree.billing_milli))),
-    };
-    let queue_of: Vec<usize> = match &fair {
-        None => vec![0; jobs.len()],
-        Some(fs) => jobs
-            .iter()
-            .map(|j| fs.tree().find(&j.tenant).ok_or_else(|| format!("job {:?}: unknown queue {:?}", j.name, j.tenant)))
-            .collect::<Result<_, _>>()?,
-    };
-    let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
-    let billing: Vec<(String, u32)> = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
-    let tenants: Vec<String> = {
-        let mut t: Vec<String> = jobs.iter().map(|j| j.tenant.clone()).collect();
-        t.sort();
-        t.dedup();
-        t
-    };
-    let tenant_of: Vec<usize> =
-        jobs.iter().map(|j| tenants.binary_search(&j.tenant).expect("every tenant is listed")).collect();
-
-    let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
-    for (i, j) in jobs.iter().enumerate() {
-        events.push(Reverse((arrival_of(j), Event::Arrive { job: i })));
-    }
-    // Per queue: pending jobs by (priority high first, arrival, file order).
-    let mut pending: Vec<BTreeSet<(Reverse<i32>, u64, usize)>> = vec![BTreeSet::new(); queue_count];
-    let mut pending_count = 0usize;
-    let mut started: u64 = 0;
-    let mut delays = Vec::new();
-    let mut running_util = 0.0f64; // milli-GPU in use (simulated)
-    let mut running_jobs: BTreeMap<AllocId, RunningJob> = BTreeMap::new();
-    let mut tenant_gpu_s: BTreeMap<String, f64> = BTreeMap::new();
-    let mut tenant_running = vec![0u64; tenants.len()];
-    let mut tenant_pending = vec![0usize; tenants.len()];
-    let window_s = ((last_arrival - start) as f64 / JAIN_WINDOWS as f64).max(1.0);
-    let mut window_gpu_s = vec![vec![0.0f64; tenants.len()]; JAIN_WINDOWS];
-    let mut window_active = vec![vec![false; tenants.len()]; JAIN_WINDOWS];
-    // The first start each blocked job was promised.
-    let mut promised: BTreeMap<usize, u64> = BTreeMap::new();
-    let mut last_reservation: Option<(usize, u64)> = None;
-    // Quotas, where the tree declares any; jobs that ever waited on one.
-    let mut quotas = match order {
-        Order::FairShare(tree) => Some(QuotaBook::new(tree.clone())).filter(QuotaBook::has_quotas),
-        Order::Fifo => None,
-    };
-    let mut quota_waited: BTreeSet<usize> = BTreeSet::new();
-    // Preemption: allocations signalled and in their grace period, and what was lost.
-    let mut terminating: BTreeSet<AllocId> = BTreeSet::new();
-    let mut ever_started: BTreeSet<usize> = BTreeSet::new();
-    // Waiting jobs by reason after the last pass, and job-seconds waited by reason.
-    let mut waiting_now: BTreeMap<String, u64> = BTreeMap::new();
-    let mut wait_job_s: BTreeMap<String, u64> = BTreeMap::new();
-    // Dependencies by index; a job naming one that is not in the replay can never start.
-    let index_of: BTreeMap<&str, usize> = jobs.iter().enumerate().map(|(i, j)| (j.name.as_str(), i)).collect();
-    let mut dependency_never = 0u64;
-    let mut unknown_dependency: BTreeSet<usize> = BTreeSet::new();
-    let deps: Vec<Vec<(DependencyKind, usize)>> = jobs
-        .iter()
-        .enumerate()
-        .map(|(i, j)| {
-            j.after
-                .iter()
-                .filter_map(|d| match index_of.get(d.job.as_str()) {
-                    Some(&k) => Some((d.kind, k)),
-                    None => {
-                        unknown_dependency.insert(i);
-                        None
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    let mut finished = vec![false; jobs.len()];
-    let mut eligible_at: Vec<u64> = jobs.iter().map(arrival_of).collect();
-    let mut waiting_on_deps: BTreeSet<usize> = BTreeSet::new();
-    // No failures are modelled: an afternotok dependency that has ended can never be met, nor
-    // can one on a job that is not in the replay.
-    let never_satisfiable = |d: &[(DependencyKind, usize)], finished: &[bool]| {
-        d.iter().any(|&(kind, k)| kind == DependencyKind::AfterNotOk && finished[k])
-    };
-    let (mut preemptions, mut lost_gpu_s) = (0u64, 0.0f64);
-    let mut late = 0u64;
-    let mut series = Vec::with_capacity(SAMPLES + 1);
-    let (mut area_alloc, mut area_util, mut last_t) = (0.0f64, 0.0f64, start);
-    let mut peak_alloc = 0.0f64;
-    let mut next_sample = start;
-    let utilization = |job: usize| jobs[job].utilization.unwrap_or_else(|| drawn_utilization(seed, job));
-    let use_priority = fair.is_some();
-    let priority = |job: usize| if use_priority { jobs[job].priority } else { 0 };
-
-    while let Some(Reverse((t, event))) = events.pop() {
-        // Integrate the state that held until now, and sample the series.
-        let alloc_now = engine.state().used_milli() as f64;
-        peak_alloc = peak_alloc.max(alloc_now);
-        let counted = t.min(last_arrival).saturating_sub(last_t.min(last_arrival)) as f64;
-        area_alloc += alloc_now * counted;
-        area_util += running_util * counted;
-        // Per-tenant GPU time, window by window.
-        let (mut from, to) = ((last_t - start) as f64, (t.min(last_arrival) - start) as f64);
-        while from < to {
-            let w = ((from / window_s) as usize).min(JAIN_WINDOWS - 1);
-            let until = (((w + 1) as f64) * window_s).min(to);
-            for (k, &milli) in tenant_running.iter().enumerate() {
-                window_gpu_s[w][k] += milli as f64 / 1000.0 * (until - from);
-            }
-            from = if until > from { until } else { to };
+    let mut sim = Replay::new(engine, jobs, seed, options)?;
+    let mut stopped_at = None;
+    while let Some(Reverse((t, event))) = sim.events.pop() {
+        if options.until_s.is_some_and(|until| t > until) {
+            stopped_at = options.until_s;
+            break;
         }
-        while next_sample <= t && series.len() <= SAMPLES {
-            series.push(Sample {
-                time_s: next_sample,
-                alloc_pct: alloc_now / capacity * 100.0,
-                util_pct: running_util / capacity * 100.0,
-                running: running_jobs.len() as u64,
-                queued: pending_count as u64,
-            });
-            next_sample += step;
-        }
-        for (reason, &n) in &waiting_now {
-            *wait_job_s.entry(reason.clone()).or_default() += n * (t - last_t);
-        }
-        last_t = t;
+        sim.integrate(t);
         match event {
-            Event::Arrive { job } if unknown_dependency.contains(&job) => dependency_never += 1,
-            Event::Arrive { job } => {
-                if never_satisfiable(&deps[job], &finished) {
-                    dependency_never += 1;
-                } else if deps[job].iter().all(|&(_, d)| finished[d]) {
-                    eligible_at[job] = t;
-                    pending[queue_of[job]].insert((Reverse(priority(job)), t, job));
-                    pending_count += 1;
-                    tenant_pending[tenant_of[job]] += 1;
-                } else {
-                    waiting_on_deps.insert(job);
-                }
+            Event::Arrive { job } => sim.arrive(job, t),
+            Event::Depart { job, alloc } => sim.end(job, alloc, t, false),
+            Event::Kill { job, alloc } => sim.end(job, alloc, t, true),
+        }
+        let refused = sim.pass(t);
+        sim.preempt(t, &refused);
+        sim.record_waiting(t);
+    }
+    if let Some(until) = stopped_at {
+        sim.integrate(until);
+    }
+    Ok(sim.finish(stopped_at))
+}
+
+impl<'a> Replay<'a> {
+    fn new(engine: &'a mut Engine, jobs: &'a [SimJob], seed: u64, options: &'a ReplayOptions) -> Result<Self, String> {
+        let compress = options.compress.max(1);
+        let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
+        let origin = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
+        let arrival: Vec<u64> = jobs.iter().map(|j| origin + (j.arrival_s - origin) / compress).collect();
+        let start = origin;
+        // Means are taken over the arrival window (or up to `until`): long-running jobs are
+        // censored at the trace's end, and averaging over their tail would dilute the busy
+        // period to nothing.
+        let mut last_arrival = arrival.iter().copied().max().unwrap_or(start).max(start + 1);
+        if let Some(until) = options.until_s {
+            last_arrival = last_arrival.min(until.max(start + 1));
+        }
+        let end = jobs
+            .iter()
+            .zip(&arrival)
+            .map(|(j, &a)| a + j.duration_s.unwrap_or(0))
+            .max()
+            .unwrap_or(start)
+            .max(start + 1);
+        let step = ((last_arrival - start) / SAMPLES as u64).max(1);
+
+        let fair = match &options.order {
+            Order::Fifo => None,
+            Order::FairShare(tree) => Some(FairShare::new(tree.clone(), engine.capacity(&tree.billing_milli))),
+        };
+        let queue_of: Vec<usize> = match &fair {
+            None => vec![0; jobs.len()],
+            Some(fs) => jobs
+                .iter()
+                .map(|j| {
+                    fs.tree().find(&j.tenant).ok_or_else(|| format!("job {:?}: unknown queue {:?}", j.name, j.tenant))
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
+        let billing = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
+        let quotas = match &options.order {
+            Order::FairShare(tree) => Some(QuotaBook::new(tree.clone())).filter(QuotaBook::has_quotas),
+            Order::Fifo => None,
+        };
+        let starvation_s = match &options.order {
+            Order::FairShare(tree) => Some(tree.starvation_s),
+            Order::Fifo => None,
+        };
+        let mut tenants: Vec<String> = jobs.iter().map(|j| j.tenant.clone()).collect();
+        tenants.sort();
+        tenants.dedup();
+        let tenant_of: Vec<usize> =
+            jobs.iter().map(|j| tenants.binary_search(&j.tenant).expect("every tenant is listed")).collect();
+
+        // Dependencies by index: a name stands for a job, or for every element of an array.
+        let mut index: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, j) in jobs.iter().enumerate() {
+            index.entry(j.name.as_str()).or_default().push(i);
+            if let Some(a) = &j.control.array {
+                index.entry(a.array.as_str()).or_default().push(i);
             }
-            Event::Depart { job, alloc } | Event::Kill { job, alloc } => {
-                // A job killed earlier still has its planned departure queued: nothing to do.
-                let Some(ended) = running_jobs.remove(&alloc) else { continue };
-                engine.release(alloc).expect("a running job's allocation exists");
-                terminating.remove(&alloc);
-                let milli = ended.milli;
-                running_util -= milli as f64 * utilization(job);
-                tenant_running[tenant_of[job]] -= milli;
-                if let Some(fs) = fair.as_mut() {
-                    fs.stop(queue_of[job], ended.held, t);
-                }
-                if let Some(book) = quotas.as_mut() {
-                    book.refund(queue_of[job], &ended.demand);
-                }
-                if matches!(event, Event::Depart { .. }) {
-                    // It ended (successfully: failures are not modelled); wake its dependents.
-                    finished[job] = true;
-                    let woken: Vec<usize> =
-                        waiting_on_deps.iter().copied().filter(|&w| deps[w].iter().any(|&(_, d)| d == job)).collect();
-                    for w in woken {
-                        if never_satisfiable(&deps[w], &finished) {
-                            waiting_on_deps.remove(&w);
-                            dependency_never += 1;
-                        } else if deps[w].iter().all(|&(_, d)| finished[d]) {
-                            waiting_on_deps.remove(&w);
-                            eligible_at[w] = t;
-                            pending[queue_of[w]].insert((Reverse(priority(w)), t, w));
-                            pending_count += 1;
-                            tenant_pending[tenant_of[w]] += 1;
+        }
+        let mut unknown_dependency = BTreeSet::new();
+        let deps: Vec<Vec<(DependencyKind, usize)>> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let mut list = Vec::new();
+                for d in &j.after {
+                    match index.get(d.job.as_str()) {
+                        Some(targets) => list.extend(targets.iter().map(|&k| (d.kind, k))),
+                        None => {
+                            unknown_dependency.insert(i);
                         }
                     }
                 }
-                if matches!(event, Event::Kill { .. }) {
-                    // Its work is lost (no checkpoints modelled) and it waits again, with its
-                    // original arrival; the GPU time it was credited past now is taken back.
-                    preemptions += 1;
-                    lost_gpu_s += milli as f64 / 1000.0 * (t - ended.started_at) as f64;
-                    *tenant_gpu_s.entry(jobs[job].tenant.clone()).or_default() -=
-                        milli as f64 / 1000.0 * ended.planned_end.saturating_sub(t) as f64;
-                    pending[queue_of[job]].insert((Reverse(priority(job)), eligible_at[job], job));
-                    pending_count += 1;
-                    tenant_pending[tenant_of[job]] += 1;
-                }
-            }
+                list
+            })
+            .collect();
+
+        let mut events = BinaryHeap::new();
+        for (i, &a) in arrival.iter().enumerate() {
+            events.push(Reverse((a, Event::Arrive { job: i })));
         }
-        // Scheduling pass: pick the next queue's first untried job (FIFO: the one queue); after
-        // a queue's first refusal, later jobs are tried as the backfill mode allows.
-        let scan_max = match backfill {
-            Backfill::Off => 0,
-            Backfill::Greedy | Backfill::Reserve => BACKFILL_SCAN_MAX,
-        };
-        let mut blocked = vec![false; queue_count];
-        let mut scanned = vec![0usize; queue_count];
-        let mut refused: BTreeSet<usize> = BTreeSet::new();
-        // The pass's reservation (job, start) and the fleet at its start.
-        let mut reservation: Option<(usize, u64)> = None;
-        let mut shadow: Option<Shadow> = None;
-        let mut first_refused: Option<usize> = None;
-        let mut why: BTreeMap<usize, String> = BTreeMap::new();
-        loop {
-            let mut candidates: Vec<(Candidate, usize)> = Vec::new();
-            for (q, set) in pending.iter().enumerate() {
-                if blocked[q] && scanned[q] >= scan_max {
-                    continue;
-                }
-                if let Some(&(Reverse(p), arrived, job)) = set.iter().find(|(_, _, j)| !refused.contains(j)) {
-                    candidates.push((Candidate { queue: q, priority: p, submitted_s: arrived }, job));
-                }
+        let window_s = ((last_arrival - start) as f64 / JAIN_WINDOWS as f64).max(1.0);
+        Ok(Replay {
+            eligible_at: arrival,
+            start,
+            last_arrival,
+            end,
+            step,
+            capacity,
+            fair,
+            queue_of,
+            queue_count,
+            billing,
+            quotas,
+            starvation_s,
+            user_running: BTreeMap::new(),
+            array_running: BTreeMap::new(),
+            pending: vec![BTreeSet::new(); queue_count],
+            pending_count: 0,
+            held_jobs: BTreeSet::new(),
+            deps,
+            ended_ok: vec![None; jobs.len()],
+            waiting_on_deps: BTreeSet::new(),
+            unknown_dependency,
+            reason: BTreeMap::new(),
+            estimate: BTreeMap::new(),
+            events,
+            running_jobs: BTreeMap::new(),
+            ever_started: BTreeSet::new(),
+            terminating: BTreeSet::new(),
+            awaiting: BTreeMap::new(),
+            last_reservation: None,
+            plans: Vec::new(),
+            started: 0,
+            delays: Vec::new(),
+            delay_max_by_queue: BTreeMap::new(),
+            promised: BTreeMap::new(),
+            late: 0,
+            quota_waited: BTreeSet::new(),
+            user_limit_waited: BTreeSet::new(),
+            preemptions_by_right: BTreeMap::new(),
+            stop_cause: BTreeMap::new(),
+            lost_gpu_s: 0.0,
+            time_limit_ended: 0,
+            dependency_never: 0,
+            running_util: 0.0,
+            tenant_running: vec![0; tenants.len()],
+            tenant_pending: vec![0; tenants.len()],
+            window_gpu_s: vec![vec![0.0; tenants.len()]; JAIN_WINDOWS],
+            window_active: vec![vec![false; tenants.len()]; JAIN_WINDOWS],
+            tenants,
+            tenant_of,
+            tenant_gpu_s: BTreeMap::new(),
+            window_s,
+            waiting_now: BTreeMap::new(),
+            wait_job_s: BTreeMap::new(),
+            series: Vec::with_capacity(SAMPLES + 1),
+            area_alloc: 0.0,
+            area_util: 0.0,
+            last_t: start,
+            peak_alloc: 0.0,
+            next_sample: start,
+            engine,
+            jobs,
+            options,
+            seed,
+        })
+    }
+
+    pub(super) fn utilization(&self, job: usize) -> f64 {
+        self.jobs[job].utilization.unwrap_or_else(|| drawn_utilization(self.seed, job))
+    }
+
+    /// A job's priority as the order sees it (FIFO ignores priority).
+    pub(super) fn priority(&self, job: usize) -> i32 {
+        if self.fair.is_some() { self.jobs[job].priority } else { 0 }
+    }
+
+    /// Integrate the state that held until `t`, and sample the series.
+    fn integrate(&mut self, t: u64) {
+        let (start, last_arrival) = (self.start, self.last_arrival);
+        let alloc_now = self.engine.state().used_milli() as f64;
+        self.peak_alloc = self.peak_alloc.max(alloc_now);
+        let counted = t.min(last_arrival).saturating_sub(self.last_t.min(last_arrival)) as f64;
+        self.area_alloc += alloc_now * counted;
+        self.area_util += self.running_util * counted;
+        // Per-tenant GPU time, window by window.
+        let (mut from, to) = ((self.last_t.min(last_arrival) - start) as f64, (t.min(last_arrival) - start) as f64);
+        while from < to {
+            let w = ((from / self.window_s) as usize).min(JAIN_WINDOWS - 1);
+            let until = (((w + 1) as f64) * self.window_s).min(to);
+            for (k, &milli) in self.tenant_running.iter().enumerate() {
+                self.window_gpu_s[w][k] += milli as f64 / 1000.0 * (until - from);
             }
-            let pick = match fair.as_mut() {
-                None => (!candidates.is_empty()).then_some(0),
-                Some(fs) => fs.pick(&candidates.iter().map(|(c, _)| *c).collect::<Vec<_>>(), t),
-            };
-            let Some(pick) = pick else { break };
-            let (candidate, job) = candidates[pick];
-            let q = candidate.queue;
-            if blocked[q] {
-                scanned[q] += 1;
-            }
-            let duration = jobs[job].duration_s;
-            // Past the reservation, a job that would still run at the reserved start must leave
-            // room for the reserved job then, on the GPUs it actually got.
-            let check = reservation.filter(|&(_, start_s)| duration.is_none_or(|d| t + d > start_s));
-            let before = engine.state().used_milli();
-            let mut placed = match engine.place(&jobs[job].job) {
-                Ok(alloc) => Some(alloc),
-                Err(reasons) => {
-                    // The engine's leading reason, by kind (its figures vary node by node).
-                    let kind = reasons
-                        .first()
-                        .and_then(|r| serde_json::to_value(&r.reason).ok())
-                        .and_then(|v| v.get("reason").and_then(|k| k.as_str()).map(str::to_string))
-                        .unwrap_or_else(|| "unknown".into());
-                    why.insert(job, format!("resources: {kind}"));
-                    None
-                }
-            };
-            // Quota: the queue (and its ancestors) may take what this placement gives it.
-            let mut demand = Vec::new();
-            if let (Some(alloc), Some(book)) = (placed, quotas.as_ref()) {
-                demand = engine.quota_demand(alloc).expect("just placed");
-                if book.check(q, &demand).is_err() {
-                    engine.release(alloc).expect("just placed");
-                    placed = None;
-                    quota_waited.insert(job);
-                    why.insert(job, "quota".into());
-                }
-            }
-            if let (Some(alloc), Some((reserved, _)), Some(shadow)) = (placed, check, shadow.as_mut())
-                && shadow.delays(engine, alloc, &jobs[reserved].job)
-            {
-                engine.release(alloc).expect("just placed");
-                placed = None;
-                why.insert(job, "reservation (would delay a reserved start)".into());
-            }
-            match placed {
-                Some(alloc) => {
-                    pending[q].remove(&(Reverse(candidate.priority), candidate.submitted_s, job));
-                    pending_count -= 1;
-                    tenant_pending[tenant_of[job]] -= 1;
-                    let milli = engine.state().used_milli() - before;
-                    let held = engine.held(alloc, &billing).expect("just placed");
-                    if let Some(fs) = fair.as_mut() {
-                        fs.start(q, held, t);
-                    }
-                    if let Some(book) = quotas.as_mut() {
-                        book.charge(q, &demand);
-                    }
-                    if promised.get(&job).is_some_and(|&p| t > p) {
-                        late += 1;
-                    }
-                    let j = &jobs[job];
-                    // A preempted job that starts again keeps its first wait.
-                    if ever_started.insert(job) {
-                        delays.push(t - eligible_at[job]);
-                        started += 1;
-                    }
-                    running_util += milli as f64 * utilization(job);
-                    tenant_running[tenant_of[job]] += milli;
-                    let duration = duration.unwrap_or_else(|| end.saturating_sub(t));
-                    running_jobs.insert(
-                        alloc,
-                        RunningJob {
-                            job,
-                            started_at: t,
-                            planned_end: t + duration,
-                            limit_end: j.duration_s.map(|_| t + duration),
-                            milli,
-                            held,
-                            demand: std::mem::take(&mut demand),
-                        },
-                    );
-                    *tenant_gpu_s.entry(j.tenant.clone()).or_default() += milli as f64 / 1000.0 * duration as f64;
-                    events.push(Reverse((t + duration, Event::Depart { job, alloc })));
-                }
-                None => {
-                    refused.insert(job);
-                    blocked[q] = true;
-                    first_refused.get_or_insert(job);
-                    if backfill == Backfill::Reserve
-                        && reservation.is_none()
-                        && let Some((reserved, fleet_then)) =
-                            reserve(engine, &jobs[job].job, job, &running_jobs, t, &mut last_reservation)
-                    {
-                        promised.entry(job).or_insert(reserved.1);
-                        reservation = Some(reserved);
-                        shadow = Some(fleet_then);
-                    }
-                }
-            }
+            from = if until > from { until } else { to };
         }
-        // Preemption: the first job the pass could not start may stop lower-priority work
-        // (one preemption in flight at a time; the victims are signalled now and killed when
-        // their grace period ends, and the preemptor, first by priority, starts then).
-        if options.preempt
-            && terminating.is_empty()
-            && let Some(job) = first_refused
-        {
-            let victims: Vec<Victim> = running_jobs
-                .iter()
-                .map(|(&alloc, r)| {
-                    let victim = &jobs[r.job];
-                    let ran = t - r.started_at;
-                    Victim {
-                        alloc,
-                        priority: victim.priority,
-                        preemptible: victim.lifecycle.preemptible,
-                        borrower: false,
-                        work_lost_s: ran,
-                        min_runtime_left_s: victim.lifecycle.min_runtime_s.saturating_sub(ran),
-                    }
-                })
-                .collect();
-            let right = Right { priority: jobs[job].priority, within_guarantee: false };
-            if let Some(chosen) = engine.plan_preemption(&jobs[job].job, right, &victims) {
-                for alloc in chosen {
-                    let victim = running_jobs[&alloc].job;
-                    terminating.insert(alloc);
-                    events.push(Reverse((t + jobs[victim].lifecycle.grace_s, Event::Kill { job: victim, alloc })));
-                }
-            }
+        while self.next_sample <= t && self.series.len() <= SAMPLES {
+            self.series.push(Sample {
+                time_s: self.next_sample,
+                alloc_pct: alloc_now / self.capacity * 100.0,
+                util_pct: self.running_util / self.capacity * 100.0,
+                running: self.running_jobs.len() as u64,
+                queued: self.pending_count as u64,
+            });
+            self.next_sample += self.step;
         }
-        // Why each job still waits, held until the next event.
-        waiting_now.clear();
-        for set in &pending {
-            for &(_, _, job) in set {
-                let reason = if options.preempt && first_refused == Some(job) && !terminating.is_empty() {
-                    "preemption (victims in their grace period)".to_string()
-                } else {
-                    why.get(&job).cloned().unwrap_or_else(|| "queue order (not reached this pass)".to_string())
-                };
-                *waiting_now.entry(reason).or_default() += 1;
-            }
+        for (reason, &n) in &self.waiting_now {
+            *self.wait_job_s.entry(reason.clone()).or_default() += n * (t - self.last_t);
         }
-        if !waiting_on_deps.is_empty() {
-            waiting_now.insert("dependency".into(), waiting_on_deps.len() as u64);
+        self.last_t = t;
+    }
+
+    /// Can this dependency list never be met? (A job it names is not in the replay, or ended
+    /// the wrong way: afterok on a failure, afternotok on a success.)
+    fn never_satisfiable(&self, job: usize) -> bool {
+        self.unknown_dependency.contains(&job)
+            || self.deps[job].iter().any(|&(kind, k)| match (kind, self.ended_ok[k]) {
+                (DependencyKind::AfterOk, Some(false)) | (DependencyKind::AfterNotOk, Some(true)) => true,
+                _ => false,
+            })
+    }
+
+    fn dependencies_met(&self, job: usize) -> bool {
+        self.deps[job].iter().all(|&(_, k)| self.ended_ok[k].is_some())
+    }
+
+    /// Put `job` in its queue, eligible since `since`.
+    fn enqueue(&mut self, job: usize, since: u64) {
+        let key = (Reverse(self.priority(job)), since, job);
+        self.pending[self.queue_of[job]].insert(key);
+        self.pending_count += 1;
+        self.tenant_pending[self.tenant_of[job]] += 1;
+    }
+
+    pub(super) fn dequeue(&mut self, job: usize, priority: i32, since: u64) {
+        self.pending[self.queue_of[job]].remove(&(Reverse(priority), since, job));
+        self.pending_count -= 1;
+        self.tenant_pending[self.tenant_of[job]] -= 1;
+        self.reason.remove(&job);
+        self.estimate.remove(&job);
+    }
+
+    fn arrive(&mut self, job: usize, t: u64) {
+        if self.jobs[job].control.hold {
+            // Nothing in a replay releases a hold: the job waits to the end, reported.
+            self.held_jobs.insert(job);
+        } else if self.never_satisfiable(job) {
+            self.dependency_never += 1;
+        } else if self.dependencies_met(job) {
+            self.eligible_at[job] = t;
+            self.enqueue(job, t);
+        } else {
+            self.waiting_on_deps.insert(job);
         }
-        // Who wanted GPUs in this window (waiting or holding).
-        if t < last_arrival {
-            let w = (((t - start) as f64 / window_s) as usize).min(JAIN_WINDOWS - 1);
-            for k in 0..tenants.len() {
-                window_active[w][k] |= tenant_pending[k] > 0 || tenant_running[k] > 0;
+    }
+
+    /// A running job ends: departed (done, or stopped at its time limit) or killed after its
+    /// grace period (it waits again).
+    fn end(&mut self, job: usize, alloc: AllocId, t: u64, killed: bool) {
+        // A job killed earlier still has its planned departure queued: nothing to do.
+        let Some(ended) = self.running_jobs.remove(&alloc) else { return };
+        self.engine.release(alloc).expect("a running job's allocation exists");
+        self.terminating.remove(&alloc);
+        let milli = ended.milli;
+        self.running_util -= milli as f64 * self.utilization(job);
+        self.tenant_running[self.tenant_of[job]] -= milli;
+        if let Some(fs) = self.fair.as_mut() {
+            fs.stop(self.queue_of[job], ended.held, t);
+        }
+        if let Some(book) = self.quotas.as_mut() {
+            book.refund(self.queue_of[job], &ended.demand);
+        }
+        if let Some(user) = &self.jobs[job].control.user {
+            let entry = self.user_running.entry(user.clone()).or_default();
+            entry.0 -= 1;
+            entry.1 -= milli;
+        }
+        if let Some(a) = &self.jobs[job].control.array {
+            *self.array_running.get_mut(&a.array).expect("counted at start") -= 1;
+        }
+        if killed {
+            // Its work is lost (no checkpoints modelled) and it waits again, with its
+            // original eligibility; the GPU time it was credited past now is taken back.
+            let cause = self.stop_cause.remove(&alloc).unwrap_or("priority");
+            *self.preemptions_by_right.entry(cause.to_string()).or_default() += 1;
+            self.lost_gpu_s += milli as f64 / 1000.0 * (t - ended.started_at) as f64;
+            *self.tenant_gpu_s.entry(self.jobs[job].tenant.clone()).or_default() -=
+                milli as f64 / 1000.0 * ended.planned_end.saturating_sub(t) as f64;
+            self.enqueue(job, self.eligible_at[job]);
+            return;
+        }
+        // Done; a job stopped at its time limit failed (Slurm's TIMEOUT).
+        if ended.hits_limit {
+            self.time_limit_ended += 1;
+        }
+        self.ended_ok[job] = Some(!ended.hits_limit);
+        let woken: Vec<usize> =
+            self.waiting_on_deps.iter().copied().filter(|&w| self.deps[w].iter().any(|&(_, d)| d == job)).collect();
+        for w in woken {
+            if self.never_satisfiable(w) {
+                self.waiting_on_deps.remove(&w);
+                self.dependency_never += 1;
+            } else if self.dependencies_met(w) {
+                self.waiting_on_deps.remove(&w);
+                self.eligible_at[w] = t;
+                self.enqueue(w, t);
             }
         }
     }
-    let span = (last_arrival - start) as f64;
-    delays.sort_unstable();
-    let total_gpu_s: f64 = tenant_gpu_s.values().sum();
-    let jains: Vec<f64> = (0..JAIN_WINDOWS)
-        .filter_map(|w| {
-            let x: Vec<f64> = (0..tenants.len()).filter(|&k| window_active[w][k]).map(|k| window_gpu_s[w][k]).collect();
-            if x.len() < 2 { None } else { jain(&x) }
-        })
-        .collect();
-    Ok(ReplayResult {
-        policy: engine.config().policy.name().to_string(),
-        order: order.name().to_string(),
-        backfill: backfill.name(),
-        reserved: promised.len() as u64,
-        reserved_late: late,
-        quota_waited: quota_waited.len() as u64,
-        preemptions,
-        preempted_gpu_s_lost: lost_gpu_s,
-        dependency_never,
-        waiting_on_dependencies: waiting_on_deps.len() as u64,
-        wait_job_s_by_reason: wait_job_s,
-        seed,
-        pods: jobs.len(),
-        started,
-        never_started: pending_count as u64,
-        delay_p50_s: percentile(&delays, 0.50),
-        delay_p90_s: percentile(&delays, 0.90),
-        delay_p99_s: percentile(&delays, 0.99),
-        delay_max_s: delays.last().copied().unwrap_or(0),
-        mean_alloc_pct: area_alloc / span / capacity * 100.0,
-        mean_util_pct: area_util / span / capacity * 100.0,
-        peak_alloc_pct: peak_alloc.max(engine.state().used_milli() as f64) / capacity * 100.0,
-        tenant_gpu_share_pct: tenant_gpu_s
-            .into_iter()
-            .map(|(k, v)| (k, if total_gpu_s > 0.0 { v / total_gpu_s * 100.0 } else { 0.0 }))
-            .collect(),
-        jain_mean: (!jains.is_empty()).then(|| jains.iter().sum::<f64>() / jains.len() as f64),
-        jain_min: jains.iter().copied().reduce(f64::min),
-        series,
-    })
+
+    /// Start `job` on `alloc` at `t` (every check passed).
+    pub(super) fn start(&mut self, job: usize, alloc: AllocId, milli: u64, demand: Vec<(Flavor, u64)>, t: u64) {
+        let q = self.queue_of[job];
+        self.awaiting.remove(&job);
+        let held = self.engine.held(alloc, &self.billing).expect("just placed");
+        if let Some(fs) = self.fair.as_mut() {
+            fs.start(q, held, t);
+        }
+        if let Some(book) = self.quotas.as_mut() {
+            book.charge(q, &demand);
+        }
+        if self.promised.get(&job).is_some_and(|&p| t > p) {
+            self.late += 1;
+        }
+        let j = &self.jobs[job];
+        let waited = t - self.eligible_at[job];
+        // A preempted job that starts again keeps its first wait.
+        if self.ever_started.insert(job) {
+            self.delays.push(waited);
+            let max = self.delay_max_by_queue.entry(j.tenant.clone()).or_default();
+            *max = (*max).max(waited);
+            self.started += 1;
+        }
+        self.running_util += milli as f64 * self.utilization(job);
+        self.tenant_running[self.tenant_of[job]] += milli;
+        if let Some(user) = &j.control.user {
+            let entry = self.user_running.entry(user.clone()).or_default();
+            entry.0 += 1;
+            entry.1 += milli;
+        }
+        if let Some(a) = &j.control.array {
+            *self.array_running.entry(a.array.clone()).or_default() += 1;
+        }
+        let limit = j.control.time_limit_s;
+        let work = j.duration_s.unwrap_or_else(|| self.end.saturating_sub(t));
+        let run = limit.map_or(work, |l| l.min(work));
+        self.running_jobs.insert(
+            alloc,
+            RunningJob {
+                job,
+                started_at: t,
+                planned_end: t + run,
+                limit_end: limit.or(j.duration_s).map(|d| t + d),
+                hits_limit: limit.is_some_and(|l| l < work),
+                started_starved: self.starvation_s.is_some_and(|s| waited >= s),
+                milli,
+                held,
+                demand,
+            },
+        );
+        *self.tenant_gpu_s.entry(j.tenant.clone()).or_default() += milli as f64 / 1000.0 * run as f64;
+        self.events.push(Reverse((t + run, Event::Depart { job, alloc })));
+    }
+
+    /// Why each job still waits, held until the next event.
+    fn record_waiting(&mut self, t: u64) {
+        self.waiting_now.clear();
+        for set in &self.pending {
+            for &(_, _, job) in set {
+                let kind = self.reason.get(&job).map_or_else(|| "queue-order".to_string(), PendingReason::kind);
+                *self.waiting_now.entry(kind).or_default() += 1;
+            }
+        }
+        if !self.waiting_on_deps.is_empty() {
+            self.waiting_now.insert("dependency".into(), self.waiting_on_deps.len() as u64);
+        }
+        if !self.held_jobs.is_empty() {
+            self.waiting_now.insert("held".into(), self.held_jobs.len() as u64);
+        }
+        // Who wanted GPUs in this window (waiting or holding).
+        if t < self.last_arrival {
+            let w = (((t - self.start) as f64 / self.window_s) as usize).min(JAIN_WINDOWS - 1);
+            for k in 0..self.tenants.len() {
+                self.window_active[w][k] |= self.tenant_pending[k] > 0 || self.tenant_running[k] > 0;
+            }
+        }
+    }
+
+    /// Every job not running or done, with its reason and estimate (what `why` shows).
+    fn explain(&self) -> Vec<PendingJob> {
+        let mut out = Vec::new();
+        let entry = |job: usize, reason: PendingReason, estimate_s: Option<u64>| PendingJob {
+            job: self.jobs[job].name.clone(),
+            queue: self.jobs[job].tenant.clone(),
+            since_s: self.eligible_at[job],
+            reason,
+            estimate_s,
+        };
+        for set in &self.pending {
+            for &(_, _, job) in set {
+                let reason = self.reason.get(&job).cloned().unwrap_or(PendingReason::QueueOrder);
+                out.push(entry(job, reason, self.estimate.get(&job).copied()));
+            }
+        }
+        for &job in &self.waiting_on_deps {
+            let waiting_on: Vec<String> = self.deps[job]
+                .iter()
+                .filter(|&&(_, k)| self.ended_ok[k].is_none())
+                .map(|&(_, k)| self.jobs[k].name.clone())
+                .collect();
+            out.push(entry(job, PendingReason::Dependency { waiting_on }, None));
+        }
+        for &job in &self.held_jobs {
+            out.push(entry(job, PendingReason::Held, None));
+        }
+        out.sort_by(|a, b| (a.since_s, &a.job).cmp(&(b.since_s, &b.job)));
+        out
+    }
+
+    fn finish(mut self, stopped_at: Option<u64>) -> ReplayResult {
+        let span = (self.last_arrival - self.start) as f64;
+        self.delays.sort_unstable();
+        let total_gpu_s: f64 = self.tenant_gpu_s.values().sum();
+        let jains: Vec<f64> = (0..JAIN_WINDOWS)
+            .filter_map(|w| {
+                let x: Vec<f64> = (0..self.tenants.len())
+                    .filter(|&k| self.window_active[w][k])
+                    .map(|k| self.window_gpu_s[w][k])
+                    .collect();
+                if x.len() < 2 { None } else { jain(&x) }
+            })
+            .collect();
+        let pending = self.explain();
+        let delays = &self.delays;
+        ReplayResult {
+            policy: self.engine.config().policy.name().to_string(),
+            order: self.options.order.name().to_string(),
+            backfill: self.options.backfill.name(),
+            reserve_depth: self.options.reserve_depth as u64,
+            stopped_at_s: stopped_at,
+            reserved: self.promised.len() as u64,
+            reserved_late: self.late,
+            quota_waited: self.quota_waited.len() as u64,
+            user_limit_waited: self.user_limit_waited.len() as u64,
+            preemptions: self.preemptions_by_right.values().sum(),
+            preemptions_by_right: self.preemptions_by_right,
+            preempted_gpu_s_lost: self.lost_gpu_s,
+            time_limit_ended: self.time_limit_ended,
+            held: self.held_jobs.len() as u64,
+            dependency_never: self.dependency_never,
+            waiting_on_dependencies: self.waiting_on_deps.len() as u64,
+            wait_job_s_by_reason: self.wait_job_s,
+            seed: self.seed,
+            pods: self.jobs.len(),
+            started: self.started,
+            never_started: self.pending_count as u64,
+            delay_p50_s: percentile(delays, 0.50),
+            delay_p90_s: percentile(delays, 0.90),
+            delay_p99_s: percentile(delays, 0.99),
+            delay_max_s: delays.last().copied().unwrap_or(0),
+            delay_max_by_queue_s: self.delay_max_by_queue,
+            mean_alloc_pct: self.area_alloc / span / self.capacity * 100.0,
+            mean_util_pct: self.area_util / span / self.capacity * 100.0,
+            peak_alloc_pct: self.peak_alloc.max(self.engine.state().used_milli() as f64) / self.capacity * 100.0,
+            tenant_gpu_share_pct: self
+                .tenant_gpu_s
+                .into_iter()
+                .map(|(k, v)| (k, if total_gpu_s > 0.0 { v / total_gpu_s * 100.0 } else { 0.0 }))
+                .collect(),
+            jain_mean: (!jains.is_empty()).then(|| jains.iter().sum::<f64>() / jains.len() as f64),
+            jain_min: jains.iter().copied().reduce(f64::min),
+            pending,
+            series: self.series,
+        }
+    }
 }

@@ -24,8 +24,11 @@ pub struct ReplayResult {
     pub policy: String,
     /// Queue order: `fifo` or `fair-share`.
     pub order: String,
-    /// Backfill: `off`, `greedy` or `reserve`.
+    /// Backfill: `off`, `greedy` or `reserve`, and reservations per pass.
     pub backfill: String,
+    pub reserve_depth: u64,
+    /// Where the replay was stopped (`until`), if it was.
+    pub stopped_at_s: Option<u64>,
     /// Jobs that were given a reserved start, and those that started after the first start
     /// they were promised (with FIFO order and exact durations, backfill must keep this 0).
     pub reserved: u64,
@@ -33,18 +36,27 @@ pub struct ReplayResult {
     /// Jobs that were refused at least once because their queue's quota (or an ancestor's)
     /// would have been exceeded.
     pub quota_waited: u64,
-    /// Running jobs stopped for a higher-priority one (`preempt`), and the GPU time they had
-    /// run when stopped (lost: no checkpoints are modelled).
+    /// Jobs refused at least once by a per-user limit.
+    pub user_limit_waited: u64,
+    /// Running jobs stopped for another (`preempt`), in all and by the preemptor's right
+    /// (`priority`, `guarantee`, `starvation`), and the GPU time they had run when stopped
+    /// (lost: no checkpoints are modelled).
     pub preemptions: u64,
+    pub preemptions_by_right: BTreeMap<String, u64>,
     pub preempted_gpu_s_lost: f64,
+    /// Jobs stopped at their time limit before their work was done (they count as failed
+    /// for dependencies), and jobs held (never started: nothing releases a hold in a replay).
+    pub time_limit_ended: u64,
+    pub held: u64,
     /// Jobs dropped because a dependency can never be met (afternotok on a job that ended:
     /// failures are not modelled; or a dependency on a job not in the replay), and jobs still
     /// waiting on dependencies at the end.
     pub dependency_never: u64,
     pub waiting_on_dependencies: u64,
-    /// Job-seconds spent waiting, by why (as of each scheduling pass): `resources: <engine
-    /// reason kind>`, `quota`, `reservation (...)`, `queue order (...)`, `dependency`,
-    /// `preemption (...)`.
+    /// Job-seconds spent waiting, by why (as of each scheduling pass): the kind of the
+    /// job's pending reason (`PendingReason::kind`: `resources: <engine reason>`, `quota`,
+    /// `user-limit`, `array-throttle`, `reservation`, `queue-order`, `dependency`, `held`,
+    /// `preempting`).
     pub wait_job_s_by_reason: BTreeMap<String, u64>,
     pub seed: u64,
     /// Jobs in the trace (pods, for the Alibaba trace).
@@ -56,8 +68,9 @@ pub struct ReplayResult {
     pub delay_p50_s: u64,
     pub delay_p90_s: u64,
     pub delay_p99_s: u64,
-    /// Longest wait of a started job, seconds.
+    /// Longest wait of a started job, seconds; and per queue (tenant).
     pub delay_max_s: u64,
+    pub delay_max_by_queue_s: BTreeMap<String, u64>,
     /// Time-averaged allocation and utilization between the first and the last arrival, %.
     pub mean_alloc_pct: f64,
     pub mean_util_pct: f64,
@@ -69,6 +82,9 @@ pub struct ReplayResult {
     /// the arrival span (windows with at least two such tenants): mean and lowest.
     pub jain_mean: Option<f64>,
     pub jain_min: Option<f64>,
+    /// Every job waiting when the replay ended or was stopped, with its reason and, where a
+    /// reservation was made, its estimated start (what `why` shows).
+    pub pending: Vec<gantry_types::PendingJob>,
     pub series: Vec<Sample>,
 }
 

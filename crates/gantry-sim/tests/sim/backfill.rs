@@ -34,7 +34,7 @@ fn a_reservation_keeps_a_long_job_from_jumping_the_queue() {
     // Why they waited: b for GPUs (until 100), d first for GPUs (30 → 70), then for the
     // reservation (70 → 100), then for GPUs again (100 → 150).
     let why = &reserve.wait_job_s_by_reason;
-    assert_eq!(why.get("reservation (would delay a reserved start)"), Some(&30), "{why:?}");
+    assert_eq!(why.get("reservation"), Some(&30), "{why:?}");
     assert_eq!(why.get("resources: insufficient-whole-gpus"), Some(&(90 + 40 + 50)), "{why:?}");
     // Greedy lets d take c's GPU at 70, and b waits until d ends at 270.
     let greedy = replay(TWO_A100, trace, Backfill::Greedy);

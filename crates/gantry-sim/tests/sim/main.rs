@@ -2,6 +2,7 @@
 
 mod backfill;
 mod bad_input;
+mod controls;
 mod fairness;
 mod native;
 mod preemption;

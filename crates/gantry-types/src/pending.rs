@@ -1,0 +1,113 @@
+//! Why a job is not running yet. Every pending job carries one typed reason — the first thing
+//! that stopped it in the last scheduling pass — and, where the planner made one, an estimate
+//! of its start. The simulator reports them and the CLI's `why` prints them; they are data,
+//! formatted only for display (DESIGN §3 rule 4).
+
+use crate::outcome::ReasonCount;
+use crate::queue::Flavor;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The first thing that kept a job from starting.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "kebab-case")]
+pub enum PendingReason {
+    /// Held by its submitter or an admin; never started until released.
+    Held,
+    /// Dependencies not yet met (names of the jobs still to end).
+    Dependency { waiting_on: Vec<String> },
+    /// Jobs ahead of it in priority and fair-share order took the pass (it was not tried).
+    QueueOrder,
+    /// Its queue, or an ancestor, would go over a quota.
+    Quota { queue: String, flavor: Flavor, rule: String, used_milli: u64, asked_milli: u64, bound_milli: u64 },
+    /// Its user would go over a per-user limit (`running-jobs` or `gpus`).
+    UserLimit { user: String, limit: String, used: u64, bound: u64 },
+    /// Its array already runs as many elements as it allows.
+    ArrayThrottle { array: String, max_running: u32 },
+    /// No node can hold it now: the engine's reasons, with on how many nodes each applied.
+    Resources { reasons: Vec<ReasonCount> },
+    /// It would fit, but starting it would delay a job with a reserved start.
+    Reservation { job: String, start_s: u64 },
+    /// Lower-priority or borrowing jobs are being stopped for it; it starts when they are gone.
+    Preempting { victims: u32, until_s: u64 },
+}
+
+impl PendingReason {
+    /// A short stable name for the kind, for counting (`resources: insufficient-whole-gpus`).
+    pub fn kind(&self) -> String {
+        match self {
+            PendingReason::Held => "held".into(),
+            PendingReason::Dependency { .. } => "dependency".into(),
+            PendingReason::QueueOrder => "queue-order".into(),
+            PendingReason::Quota { .. } => "quota".into(),
+            PendingReason::UserLimit { .. } => "user-limit".into(),
+            PendingReason::ArrayThrottle { .. } => "array-throttle".into(),
+            PendingReason::Resources { reasons } => match reasons.first() {
+                Some(r) => format!("resources: {}", r.reason.kind()),
+                None => "resources".into(),
+            },
+            PendingReason::Reservation { .. } => "reservation".into(),
+            PendingReason::Preempting { .. } => "preempting".into(),
+        }
+    }
+}
+
+fn gpus(milli: u64) -> String {
+    let g = milli as f64 / 1000.0;
+    if g.fract() == 0.0 { format!("{g:.0}") } else { format!("{g:.3}") }
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::Held => write!(f, "held (release it to let it start)"),
+            PendingReason::Dependency { waiting_on } => write!(f, "waiting for {} to end", waiting_on.join(", ")),
+            PendingReason::QueueOrder => write!(f, "jobs ahead in priority and fair-share order go first"),
+            PendingReason::Quota { queue, flavor, rule, used_milli, asked_milli, bound_milli } => {
+                let flavor = match flavor {
+                    Flavor::Model(m) => m.clone(),
+                    Flavor::MilliPool => "shared milli-GPU".into(),
+                };
+                write!(
+                    f,
+                    "queue {queue} would exceed its {rule} for {flavor}: {} in use + {} asked > {} GPUs",
+                    gpus(*used_milli),
+                    gpus(*asked_milli),
+                    gpus(*bound_milli)
+                )
+            }
+            PendingReason::UserLimit { user, limit, used, bound } => match limit.as_str() {
+                "gpus" => write!(f, "user {user} holds {} GPUs, the limit is {}", gpus(*used), gpus(*bound)),
+                _ => write!(f, "user {user} runs {used} jobs, the limit is {bound}"),
+            },
+            PendingReason::ArrayThrottle { array, max_running } => {
+                write!(f, "array {array} already runs {max_running} elements (its %{max_running} limit)")
+            }
+            PendingReason::Resources { reasons } => {
+                write!(f, "no node can hold it now")?;
+                for (i, r) in reasons.iter().take(3).enumerate() {
+                    write!(f, "{} {} on {} node(s)", if i == 0 { ":" } else { ";" }, r.reason, r.count)?;
+                }
+                Ok(())
+            }
+            PendingReason::Reservation { job, start_s } => {
+                write!(f, "starting now would delay job {job}, reserved to start at t={start_s}s")
+            }
+            PendingReason::Preempting { victims, until_s } => {
+                write!(f, "{victims} job(s) are being stopped for it (grace period ends at t={until_s}s)")
+            }
+        }
+    }
+}
+
+/// One pending job as `why` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingJob {
+    pub job: String,
+    pub queue: String,
+    /// Since when it has been eligible (arrived, dependencies met), seconds.
+    pub since_s: u64,
+    pub reason: PendingReason,
+    /// Its expected start, where the planner reserved one (seconds on the same clock).
+    pub estimate_s: Option<u64>,
+}
