@@ -461,3 +461,58 @@ fn dependencies_parse_and_cycles_or_unknown_jobs_are_refused() {
     let err = crate::read_trace(cyclic.as_bytes(), catalog(), true).expect_err("cycle").to_string();
     assert!(err.contains("dependency cycle: x → y → x"), "{err}");
 }
+
+#[test]
+fn job_controls_parse_arrays_expand_and_bad_values_name_the_field() {
+    let jobs = crate::parse_workload(
+        "[[job]]\nname = \"sweep\"\narray = \"0-2,7%2\"\nuser = \"alice\"\ntime_limit = \"2h\"\nhold = true\n\
+         [[job]]\nname = \"report\"\nafter = [\"afterok:sweep\"]\n",
+        catalog(),
+    )
+    .expect("valid workload");
+    let names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["sweep[0]", "sweep[1]", "sweep[2]", "sweep[7]", "report"]);
+    let c = &jobs[3].control;
+    assert_eq!((c.user.as_deref(), c.time_limit_s, c.hold), (Some("alice"), Some(7200), true));
+    assert_eq!(c.array, Some(gantry_types::ArrayElement { array: "sweep".into(), index: 7, max_running: Some(2) }));
+    assert_eq!(jobs[4].control, gantry_types::JobControl::default());
+    let eight = crate::parse_workload("[[job]]\nname = \"a\"\narray = 8\n", catalog()).expect("array = N");
+    assert_eq!(eight.len(), 8);
+    for (text, expected) in [
+        ("[[job]]\nname = \"a\"\narray = \"3-1\"\n", "job \"a\" / array: range \"3-1\" runs backwards"),
+        ("[[job]]\nname = \"a\"\narray = \"0-9%0\"\n", "job \"a\" / array: %0 is not a count ≥ 1"),
+        ("[[job]]\nname = \"a\"\narray = \"x\"\n", "job \"a\" / array: \"x\" is not an index"),
+        ("[[job]]\nname = \"a\"\narray = \"0-100001\"\n", "is not an index 0..=100000"),
+        ("[[job]]\nname = \"a\"\narray = 0\n", "job \"a\" / array: 0 is out of range"),
+        ("[[job]]\nname = \"a\"\narray = 2\ncount = 2\n", "job \"a\": both count and array"),
+        ("[[job]]\nname = \"a\"\nuser = \" bob\"\n", "job \"a\" / user: \" bob\" is not a user name"),
+        ("[[job]]\nname = \"a\"\ntime_limit = 0\n", "job \"a\" / time_limit: 0 s is outside"),
+        ("[[job]]\nname = \"a\"\nhold = \"yes\"\n", "invalid type"),
+        ("[[job]]\nname = \"a\"\nafter = [\"afterok:nope\"]\n", "unknown job \"nope\""),
+    ] {
+        let err = crate::parse_workload(text, catalog()).expect_err(text).to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}
+
+#[test]
+fn user_limits_parse_and_bad_ones_name_the_field() {
+    let tree = crate::parse_queues(
+        "[[queue]]\nname = \"a\"\n[user_limits]\nmax_running_jobs = 4\n[[user]]\nname = \"bob\"\nmax_gpus = 2.5\n",
+        catalog(),
+    )
+    .expect("valid");
+    assert_eq!(tree.user_limit("alice"), gantry_types::UserLimit { max_running_jobs: Some(4), max_gpus_milli: None });
+    assert_eq!(tree.user_limit("bob"), gantry_types::UserLimit { max_running_jobs: None, max_gpus_milli: Some(2500) });
+    for (text, expected) in [
+        ("[user_limits]\nmax_running_jobs = -1\n", "user_limits / max_running_jobs: -1 is out of range"),
+        ("[[user]]\nname = \"bob\"\nmax_gpus = -3\n", "user \"bob\" / max_gpus: -3 is outside"),
+        ("[[user]]\nname = \"bob\"\n[[user]]\nname = \"bob\"\n", "user \"bob\": user listed twice"),
+        ("[[user]]\nname = \"\"\n", "user \"\" / name: empty"),
+        ("[user_limits]\nmax_jobs = 3\n", "unknown field `max_jobs`"),
+    ] {
+        let text = format!("[[queue]]\nname = \"a\"\n{text}");
+        let err = crate::parse_queues(&text, catalog()).expect_err(&text).to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}

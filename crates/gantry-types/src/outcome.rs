@@ -325,7 +325,7 @@ mod tests {
             Reason::TopologyUnsatisfiable { within: TopologyLevel::Nvlink, need: 4 },
         ];
         for r in reasons {
-            let v = serde_json::to_value(&r).unwrap();
+            let v = serde_json::to_value(&r).expect("serializes");
             assert_eq!(v["reason"].as_str(), Some(r.kind()));
         }
     }

@@ -132,14 +132,14 @@ fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Place(Job),
+    Place(Box<Job>),
     /// Release the n-th live allocation (modulo how many there are).
     Release(usize),
 }
 
 fn ops_strategy() -> impl Strategy<Value = Vec<Op>> {
     proptest::collection::vec(
-        prop_oneof![3 => any::<u16>().prop_map(|i| i as usize).prop_flat_map(job_strategy).prop_map(Op::Place), 1 => any::<usize>().prop_map(Op::Release)],
+        prop_oneof![3 => any::<u16>().prop_map(|i| i as usize).prop_flat_map(job_strategy).prop_map(|j| Op::Place(Box::new(j))), 1 => any::<usize>().prop_map(Op::Release)],
         1..40,
     )
 }
@@ -245,7 +245,7 @@ proptest! {
             .enumerate()
             .map(|(i, &(n, kind))| match kind {
                 0 => Op::Release(n),
-                _ => Op::Place(Job { name: format!("j{i}"), ..pool[n % pool.len()].clone() }),
+                _ => Op::Place(Box::new(Job { name: format!("j{i}"), ..pool[n % pool.len()].clone() })),
             })
             .collect();
         let any = u64::MAX;

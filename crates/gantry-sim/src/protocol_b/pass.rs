@@ -238,7 +238,14 @@ impl Replay<'_> {
                 return refuse(self.engine, reason, true);
             }
         }
-        // A job that would still run at a reserved start must leave room for it.
+        // Capacity being freed for a preemptor is its own: nothing else may take it.
+        if protect_preemptors && !self.preemptors_fit(t) {
+            let (&k, (_, until)) = self.awaiting.iter().next().expect("some preemptor waits");
+            let reason = PendingReason::Reservation { job: self.jobs[k].name.clone(), start_s: *until };
+            return refuse(self.engine, reason, false);
+        }
+        // A job that would still run at a reserved start must leave room for it. (Last: a
+        // candidate these checks keep is recorded in the shadow or the plans.)
         let end = self.planned_length(job).map(|d| t + d);
         if let Some(((reserved, start_s), shadow)) = reservations.one.as_mut()
             && end.is_none_or(|e| e > *start_s)
@@ -265,12 +272,6 @@ impl Replay<'_> {
             for ((_, plan), new) in reservations.plans.iter_mut().zip(again) {
                 *plan = new.expect("none delayed");
             }
-        }
-        // Capacity being freed for a preemptor is its own: nothing else may take it.
-        if protect_preemptors && !self.preemptors_fit(t) {
-            let (&k, (_, until)) = self.awaiting.iter().next().expect("some preemptor waits");
-            let reason = PendingReason::Reservation { job: self.jobs[k].name.clone(), start_s: *until };
-            return refuse(self.engine, reason, false);
         }
         Ok((alloc, milli, demand))
     }

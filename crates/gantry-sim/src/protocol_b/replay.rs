@@ -31,6 +31,11 @@ pub(super) enum Event {
     Arrive {
         job: usize,
     },
+    /// A pending job reaches the starvation bound (with preemption on): a pass runs then, so
+    /// the guard acts on time even when nothing else happens.
+    Starving {
+        job: usize,
+    },
 }
 
 /// Simulated utilization of a job's allocation where the trace gives none: a seeded draw in
@@ -166,6 +171,7 @@ pub fn replay(
             Event::Arrive { job } => sim.arrive(job, t),
             Event::Depart { job, alloc } => sim.end(job, alloc, t, false),
             Event::Kill { job, alloc } => sim.end(job, alloc, t, true),
+            Event::Starving { .. } => {}
         }
         let refused = sim.pass(t);
         sim.preempt(t, &refused);
@@ -374,9 +380,11 @@ impl<'a> Replay<'a> {
     /// the wrong way: afterok on a failure, afternotok on a success.)
     fn never_satisfiable(&self, job: usize) -> bool {
         self.unknown_dependency.contains(&job)
-            || self.deps[job].iter().any(|&(kind, k)| match (kind, self.ended_ok[k]) {
-                (DependencyKind::AfterOk, Some(false)) | (DependencyKind::AfterNotOk, Some(true)) => true,
-                _ => false,
+            || self.deps[job].iter().any(|&(kind, k)| {
+                matches!(
+                    (kind, self.ended_ok[k]),
+                    (DependencyKind::AfterOk, Some(false)) | (DependencyKind::AfterNotOk, Some(true))
+                )
             })
     }
 
@@ -388,6 +396,11 @@ impl<'a> Replay<'a> {
     fn enqueue(&mut self, job: usize, since: u64) {
         let key = (Reverse(self.priority(job)), since, job);
         self.pending[self.queue_of[job]].insert(key);
+        if self.options.preempt
+            && let Some(bound) = self.starvation_s
+        {
+            self.events.push(Reverse((since + bound, Event::Starving { job })));
+        }
         self.pending_count += 1;
         self.tenant_pending[self.tenant_of[job]] += 1;
     }

@@ -1,12 +1,13 @@
 //! Preemption in the time replay: a higher-priority job gets capacity within its victims'
 //! grace period; non-preemptible jobs and jobs inside their minimum runtime are left alone;
-//! victims wait again and their work is counted as lost.
+//! victims wait again and their work is counted as lost. A queue within its guarantee
+//! reclaims it from borrowers; a job past the starvation bound may stop work too.
 
 use crate::TWO_A100;
 use gantry_catalog::Catalog;
 use gantry_engine::Policy;
-use gantry_sim::protocol_b::{Order, ReplayOptions, ReplayResult, run_trace};
-use gantry_spec::{parse_fleet, read_trace};
+use gantry_sim::protocol_b::{Backfill, Order, ReplayOptions, ReplayResult, run_trace};
+use gantry_spec::{parse_fleet, parse_queues, read_trace};
 use gantry_types::QueueTree;
 
 fn replay(trace: &str, preempt: bool) -> ReplayResult {
@@ -51,4 +52,68 @@ fn protected_jobs_are_never_stopped() {
     // Equal priority gives no right to preempt.
     let same = base("", "").replace("\"priority\": 10", "\"priority\": 0");
     assert_eq!(replay(&same, true).preemptions, 0);
+}
+
+/// The queue-policy validations on the committed fixtures (written by
+/// `tools/queue-fixtures.py`; numbers in docs/PERFORMANCE.md).
+fn fixture_replay(trace: &str, queues: &str, backfill: Backfill, preempt: bool) -> ReplayResult {
+    let catalog = Catalog::embedded();
+    let fleet = parse_fleet(include_str!("../fixtures/fair-fleet.toml"), catalog).expect("fixture fleet");
+    let trace = read_trace(trace.as_bytes(), catalog, false).expect("fixture trace");
+    let order = Order::FairShare(parse_queues(queues, catalog).expect("fixture queues"));
+    let options = ReplayOptions { order, backfill, preempt, ..Default::default() };
+    run_trace(&fleet, catalog, &trace.jobs, Policy::Default, 42, &options).expect("replays")
+}
+
+#[test]
+fn a_queue_within_its_guarantee_gets_it_within_the_grace_period_by_reclaim() {
+    // team-a borrows the whole fleet; team-b submits within its guarantee (half) later.
+    let (trace, queues) = (include_str!("../fixtures/reclaim.jsonl"), include_str!("../fixtures/reclaim-queues.toml"));
+    let without = fixture_replay(trace, queues, Backfill::Greedy, false);
+    assert!(without.delay_max_by_queue_s["team-b"] > 3600, "{:?}", without.delay_max_by_queue_s);
+    let with = fixture_replay(trace, queues, Backfill::Greedy, true);
+    assert!(
+        with.delay_max_by_queue_s["team-b"] <= gantry_types::GRACE_DEFAULT_S,
+        "every team-b job starts within one pass plus the grace period: {:?}",
+        with.delay_max_by_queue_s
+    );
+    assert_eq!(with.preemptions_by_right.keys().collect::<Vec<_>>(), ["guarantee"], "only borrowers are stopped");
+    assert_eq!((with.started, with.never_started), (120, 0), "the victims run again later");
+    // With reservations too (a backfill check must never see capacity kept for a preemptor).
+    for depth in [1, 4] {
+        let catalog = Catalog::embedded();
+        let fleet = parse_fleet(include_str!("../fixtures/fair-fleet.toml"), catalog).expect("fixture fleet");
+        let jobs = read_trace(trace.as_bytes(), catalog, false).expect("fixture trace").jobs;
+        let order = Order::FairShare(parse_queues(queues, catalog).expect("fixture queues"));
+        let options = ReplayOptions {
+            order,
+            backfill: Backfill::Reserve,
+            reserve_depth: depth,
+            preempt: true,
+            ..Default::default()
+        };
+        let r = run_trace(&fleet, catalog, &jobs, Policy::Default, 42, &options).expect("replays");
+        assert!(r.delay_max_by_queue_s["team-b"] <= gantry_types::GRACE_DEFAULT_S, "depth {depth}: {r:?}");
+    }
+}
+
+#[test]
+fn with_preemption_no_job_waits_beyond_the_starvation_bound_plus_grace() {
+    // Wide 8-GPU jobs starve behind a stream of 1-GPU jobs under greedy backfill.
+    let (trace, queues) =
+        (include_str!("../fixtures/starvation.jsonl"), include_str!("../fixtures/starvation-queues.toml"));
+    let bound = parse_queues(queues, Catalog::embedded()).expect("queues").starvation_s;
+    let without = fixture_replay(trace, queues, Backfill::Greedy, false);
+    assert!(without.delay_max_s > 2 * bound, "wide jobs starve: {:?}", without.delay_max_by_queue_s);
+    let with = fixture_replay(trace, queues, Backfill::Greedy, true);
+    assert!(
+        with.delay_max_s <= bound + gantry_types::GRACE_DEFAULT_S,
+        "max wait {} s, bound {bound} s: {:?}",
+        with.delay_max_s,
+        with.delay_max_by_queue_s
+    );
+    assert!(with.preemptions_by_right.get("starvation").is_some_and(|&n| n > 0));
+    // Reservations keep wide jobs within the bound here without stopping anything.
+    let reserve = fixture_replay(trace, queues, Backfill::Reserve, true);
+    assert!(reserve.delay_max_s <= bound, "{:?}", reserve.delay_max_by_queue_s);
 }

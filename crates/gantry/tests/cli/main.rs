@@ -329,4 +329,24 @@ fn sim_backfill_modes_report_reservations() {
     let out = gantry(&["sim", "--trace", t, "--backfill", "sometimes"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("possible values: off, greedy, reserve"), "{}", stderr(&out));
+    // Stopped at 30 s: the gang waits with its reason and the start reserved for it.
+    let out = gantry(&["sim", "--trace", t, "--backfill", "reserve", "--reserve-depth", "2", "--until", "30"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("jobs waiting at t=30s"), "{text}");
+    assert!(
+        text.lines().any(|l| l.contains("gang") && l.contains("100s") && l.contains("no node can hold it now")),
+        "{text}"
+    );
+    for (flags, expected) in [
+        (vec!["--reserve-depth", "2"], "--reserve-depth needs --backfill reserve"),
+        (vec!["--backfill", "reserve", "--reserve-depth", "0"], "0 is not in 1..=64"),
+        (vec!["--until", "soon"], "invalid value 'soon' for '--until <SECONDS>'"),
+    ] {
+        let mut args = vec!["sim", "--trace", t];
+        args.extend(flags);
+        let out = gantry(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(expected), "{args:?}: {}", stderr(&out));
+    }
 }
