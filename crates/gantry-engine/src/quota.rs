@@ -9,8 +9,9 @@
 //!
 //! Reclaim — an owner asking for its guarantee stops borrowers — is the preemption planner's
 //! job (`preempt`): [`QuotaBook::within_guarantee`] gives the owner its right,
-//! [`QuotaBook::borrowing`] marks the victims. Not built: `lend = false` (idle guaranteed
-//! capacity is always lendable here).
+//! [`QuotaBook::borrowing`] marks the victims. A queue with `lend = false` keeps its idle
+//! guarantee: given the fleet's capacity (`with_capacity`), no other queue may take a flavor
+//! past capacity minus the idle guarantees held back.
 
 use crate::{AllocId, Engine};
 use gantry_types::{Flavor, QueueTree};
@@ -54,12 +55,67 @@ impl std::fmt::Display for QuotaExceeded {
 pub struct QuotaBook {
     tree: QueueTree,
     usage: Vec<BTreeMap<Flavor, u64>>,
+    /// The fleet's milli-GPU per flavor, where known (`with_capacity`): what `lend = false`
+    /// is checked against.
+    capacity: BTreeMap<Flavor, u64>,
 }
 
 impl QuotaBook {
     pub fn new(tree: QueueTree) -> QuotaBook {
         let usage = vec![BTreeMap::new(); tree.queues.len()];
-        QuotaBook { tree, usage }
+        QuotaBook { tree, usage, capacity: BTreeMap::new() }
+    }
+
+    /// Know the fleet's capacity per flavor (`Engine::flavor_capacity`), so that idle
+    /// guaranteed capacity a queue does not lend (`lend = false`) is kept from the others.
+    pub fn with_capacity(mut self, capacity: Vec<(Flavor, u64)>) -> QuotaBook {
+        self.capacity = capacity.into_iter().collect();
+        self
+    }
+
+    /// Is `a` an ancestor of `b`, or `b` itself?
+    fn encloses(&self, a: usize, b: usize) -> bool {
+        self.ancestry(b).contains(&a)
+    }
+
+    /// Check that `demand` by `queue` leaves every non-lending queue's idle guarantee free:
+    /// in use by all roots + asked + what non-lending queues outside `queue`'s line hold back
+    /// must stay within the fleet's capacity of that flavor.
+    fn check_lending(&self, queue: usize, demand: &[(Flavor, u64)]) -> Result<(), QuotaExceeded> {
+        for (flavor, asked) in demand {
+            let Some(&capacity) = self.capacity.get(flavor) else { continue };
+            let mut held_back = 0u64;
+            let mut holder = None;
+            for (q, spec) in self.tree.queues.iter().enumerate() {
+                if self.encloses(q, queue) || self.encloses(queue, q) {
+                    continue;
+                }
+                if let Some(quota) = spec.quotas.iter().find(|x| &x.flavor == flavor && !x.lend) {
+                    let idle = quota.guaranteed_milli.saturating_sub(self.used(q, flavor));
+                    if idle > 0 {
+                        held_back += idle;
+                        holder.get_or_insert(q);
+                    }
+                }
+            }
+            let in_use: u64 = (0..self.tree.queues.len())
+                .filter(|&q| self.tree.queues[q].parent.is_none())
+                .map(|q| self.used(q, flavor))
+                .sum();
+            if let Some(h) = holder
+                && in_use + asked + held_back > capacity
+            {
+                return Err(QuotaExceeded {
+                    queue: self.tree.queues[h].name.clone(),
+                    flavor: flavor.clone(),
+                    used: in_use,
+                    asked: *asked,
+                    bound: capacity.saturating_sub(held_back),
+                    rule: "unlent guarantee",
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Does any queue declare a quota? (If not, admission never refuses.)
@@ -75,8 +131,9 @@ impl QuotaBook {
         path
     }
 
-    /// Check `demand` for `queue` and its ancestors.
+    /// Check `demand` for `queue` and its ancestors, and against guarantees others keep.
     pub fn check(&self, queue: usize, demand: &[(Flavor, u64)]) -> Result<(), QuotaExceeded> {
+        self.check_lending(queue, demand)?;
         for q in self.ancestry(queue) {
             let spec = &self.tree.queues[q];
             for (flavor, asked) in demand {
@@ -147,6 +204,17 @@ impl QuotaBook {
 }
 
 impl Engine {
+    /// The fleet's milli-GPU per flavor: each catalog model's GPUs, and every GPU for the
+    /// milli-GPU pool.
+    pub fn flavor_capacity(&self) -> Vec<(Flavor, u64)> {
+        let mut capacity: BTreeMap<Flavor, u64> = BTreeMap::new();
+        for gpu in &self.state.gpus {
+            *capacity.entry(Flavor::Model(self.catalog.model(gpu.model).id.clone())).or_default() += 1000;
+            *capacity.entry(Flavor::MilliPool).or_default() += 1000;
+        }
+        capacity.into_iter().collect()
+    }
+
     /// What an allocation counts against quotas, by flavor (milli-GPU).
     pub fn quota_demand(&self, id: AllocId) -> Option<Vec<(Flavor, u64)>> {
         let allocation = self.allocations.get(&id)?;
@@ -214,5 +282,34 @@ mod tests {
         assert!(book.check(1, &[(Flavor::MilliPool, 50_000)]).is_ok());
         book.refund(1, &gpus(5));
         assert_eq!((book.used(0, &a100), book.used(1, &a100)), (0, 0));
+    }
+
+    #[test]
+    fn a_queue_that_does_not_lend_keeps_its_idle_guarantee() {
+        let a100 = Flavor::Model("A100-SXM4-80GB".into());
+        let keeper = Quota { lend: false, ..quota(a100.clone(), 4000, 8000, 4000) };
+        let tree = QueueTree {
+            queues: vec![
+                QueueSpec { name: "keeper".into(), parent: None, weight: 1, quotas: vec![keeper] },
+                QueueSpec { name: "other".into(), parent: None, weight: 1, quotas: Vec::new() },
+            ],
+            half_life_s: 3600,
+            starvation_s: 86_400,
+            billing_milli: Vec::new(),
+            user_default: Default::default(),
+            users: Vec::new(),
+        };
+        let mut book = QuotaBook::new(tree).with_capacity(vec![(a100.clone(), 8000)]);
+        let gpus = |n: u64| vec![(a100.clone(), n * 1000)];
+        assert!(book.check(1, &gpus(4)).is_ok(), "the 4 not guaranteed to keeper");
+        let err = book.check(1, &gpus(5)).expect_err("would take keeper's idle guarantee");
+        assert_eq!((err.queue.as_str(), err.rule), ("keeper", "unlent guarantee"));
+        book.charge(0, &gpus(2));
+        assert!(book.check(1, &gpus(5)).is_err(), "2 of keeper's 4 still idle: 2 + 2 + 5 > 8");
+        assert!(book.check(1, &gpus(4)).is_ok());
+        assert!(book.check(0, &gpus(6)).is_ok(), "keeper itself may use everything");
+        // Without knowing the fleet, lending is not checked.
+        let blind = QuotaBook::new(book.tree.clone());
+        assert!(blind.check(1, &gpus(8)).is_ok());
     }
 }

@@ -222,7 +222,9 @@ impl<'a> Replay<'a> {
         let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
         let billing = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
         let quotas = match &options.order {
-            Order::FairShare(tree) => Some(QuotaBook::new(tree.clone())).filter(QuotaBook::has_quotas),
+            Order::FairShare(tree) => {
+                Some(QuotaBook::new(tree.clone()).with_capacity(engine.flavor_capacity())).filter(QuotaBook::has_quotas)
+            }
             Order::Fifo => None,
         };
         let starvation_s = match &options.order {
