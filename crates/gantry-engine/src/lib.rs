@@ -26,6 +26,7 @@ pub mod preempt;
 pub mod quota;
 pub mod request;
 pub mod rng;
+pub mod sched;
 pub mod state;
 
 use gantry_catalog::Catalog;

@@ -6,4 +6,5 @@
 mod boundary;
 mod properties;
 mod scenarios;
+mod scheduler;
 mod support;

@@ -10,20 +10,18 @@
 //!
 //! How the waiting queue is ordered, what may pass a blocked job and whether jobs may be
 //! preempted are [`ReplayOptions`] (`options.rs`); what is measured is [`ReplayResult`]
-//! (`result.rs`); the loop and its state are `replay.rs`, one scheduling pass `pass.rs`,
-//! preemption `rights.rs`. Everything runs on a virtual clock in trace seconds;
+//! (`result.rs`); the loop is `replay.rs`, over the engine's `Scheduler` (the same cycle the
+//! live controller runs). Everything runs on a virtual clock in trace seconds;
 //! same trace, options, policy and seed ⇒ same result.
 
 mod options;
-mod pass;
 mod replay;
 mod result;
-mod rights;
 
+pub use gantry_engine::sched::PREEMPTORS_MAX;
 pub use options::{BACKFILL_SCAN_MAX, Backfill, Order, RESERVE_DEPTH_MAX, ReplayOptions};
 pub use replay::replay;
 pub use result::{JAIN_WINDOWS, ReplayResult, SAMPLES, Sample};
-pub use rights::PREEMPTORS_MAX;
 
 use crate::alibaba::{TraceNode, TracePod};
 use crate::trace::{SimFleet, compile_pods, typical_shapes};
@@ -71,7 +69,7 @@ pub fn run(
     let shapes = typical_shapes(&probe, pods, 95);
     // A live-like bounded search: a replay makes many more attempts than Protocol A.
     let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: Some(shapes) };
-    let mut engine = Engine::new(&fleet.fleet, fleet.catalog, config)?;
+    let engine = Engine::new(&fleet.fleet, fleet.catalog, config)?;
     let compiled = compile_pods(&engine, pods)?;
     let origin = pods.iter().filter_map(|p| p.creation_s).min().unwrap_or(0);
     let jobs: Vec<SimJob> = pods
@@ -93,7 +91,7 @@ pub fn run(
             job,
         })
         .collect();
-    replay(&mut engine, &jobs, seed, options).map_err(EngineError::Job)
+    replay(engine, jobs, seed, options).map_err(EngineError::Job)
 }
 
 /// Replay a native trace on `fleet` (FGD's task types learned from the jobs placed).
@@ -106,7 +104,7 @@ pub fn run_trace(
     options: &ReplayOptions,
 ) -> Result<ReplayResult, EngineError> {
     let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: None };
-    let mut engine = Engine::new(fleet, catalog, config)?;
+    let engine = Engine::new(fleet, catalog, config)?;
     let jobs = trace
         .iter()
         .map(|t| {
@@ -124,5 +122,5 @@ pub fn run_trace(
             })
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
-    replay(&mut engine, &jobs, seed, options).map_err(EngineError::Job)
+    replay(engine, jobs, seed, options).map_err(EngineError::Job)
 }

@@ -1,0 +1,502 @@
+//! The scheduling cycle: which waiting jobs start now, which running jobs are stopped for
+//! others, and why every other job waits — on top of the placement engine, pure and
+//! deterministic like it. The live controller and the simulator both drive a [`Scheduler`]:
+//! they submit jobs, report ends and kills, and call [`Scheduler::cycle`] with the time; the
+//! scheduler answers with [`Decision`]s (start this job on this allocation; stop that one,
+//! killing it when its grace period ends) and never carries anything out itself.
+//!
+//! What it composes: the queue order (one FIFO, or hierarchical fair share with priority and
+//! a starvation guard — `fairshare`), admission (array throttles, per-user limits, quotas with
+//! borrowing and lending — `quota`), backfill with reservations (`backfill`; one pass is
+//! `pass.rs`) and preemption by right (priority, guarantee, starvation — `preempt`; the
+//! scheduler's side is `rights.rs`). Every job that does not start carries a typed
+//! [`PendingReason`] and, where one was reserved, an estimated start.
+
+mod pass;
+mod rights;
+
+use crate::backfill::Reservation;
+use crate::fairshare::{FairShare, Resources};
+use crate::quota::QuotaBook;
+use crate::{AllocId, CompiledJob, Engine};
+use gantry_types::{DependencyKind, Flavor, JobControl, Lifecycle, PendingJob, PendingReason, QueueTree};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+
+pub use rights::PREEMPTORS_MAX;
+
+/// The caller's name for a job (a trace index, a database id).
+pub type JobId = u64;
+
+/// Jobs tried past a queue's blocked head per cycle: bounds the work per cycle.
+pub const BACKFILL_SCAN_MAX: usize = 32;
+/// Most reservations per cycle.
+pub const RESERVE_DEPTH_MAX: usize = 64;
+
+/// How the waiting queue is ordered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// One FIFO queue (priority ignored), bounded backfill past a blocked head.
+    Fifo,
+    /// The engine's fair share over this queue tree: the starvation guard, priority, then the
+    /// lowest weighted dominant share down the tree, then age; within a queue, priority then
+    /// age, with the same bounded backfill per queue. Every job's queue must be in the tree.
+    FairShare(QueueTree),
+}
+
+impl Order {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Order::Fifo => "fifo",
+            Order::FairShare(_) => "fair-share",
+        }
+    }
+}
+
+/// What may start past a blocked job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backfill {
+    /// Nothing: a queue waits behind its blocked head.
+    Off,
+    /// Up to `BACKFILL_SCAN_MAX` later jobs of the queue, whatever that does to the blocked
+    /// one (no reservation: big jobs can starve).
+    Greedy,
+    /// Backfill with reservations: the first `reserve_depth` jobs of a cycle blocked for lack
+    /// of resources get reserved starts (from running jobs' planned ends, each planned around
+    /// the ones before it); a later job starts only if it fits and moves no reserved start
+    /// later; at most `BACKFILL_SCAN_MAX` later jobs per queue are tried. Depth 1 is EASY
+    /// backfill.
+    Reserve,
+}
+
+impl Backfill {
+    pub fn name(&self) -> String {
+        match self {
+            Backfill::Off => "off".into(),
+            Backfill::Greedy => "greedy".into(),
+            Backfill::Reserve => "reserve".into(),
+        }
+    }
+}
+
+/// How a scheduler decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    pub order: Order,
+    pub backfill: Backfill,
+    /// Blocked jobs given a reserved start per cycle (`Backfill::Reserve`), 1..=64.
+    pub reserve_depth: usize,
+    /// Let jobs a cycle cannot start stop work they have a right to (needs fair share).
+    pub preempt: bool,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { order: Order::Fifo, backfill: Backfill::Greedy, reserve_depth: 1, preempt: false }
+    }
+}
+
+/// A job as the scheduler needs it.
+#[derive(Debug)]
+pub struct SchedJob {
+    pub name: String,
+    pub queue: String,
+    pub priority: i32,
+    pub lifecycle: Lifecycle,
+    pub control: JobControl,
+    /// How long planning may count on it holding its GPUs once started: its time limit, else
+    /// an estimate; `None` = for ever as far as planning knows.
+    pub planned_length_s: Option<u64>,
+    /// Jobs (by id) that must have ended in the given way first.
+    pub after: Vec<(DependencyKind, JobId)>,
+    pub compiled: CompiledJob,
+}
+
+/// What became of a submitted (or requeued) job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Waiting in its queue; with preemption on, when it will reach the starvation bound (a
+    /// cycle should run then).
+    Queued { starving_at: Option<u64> },
+    /// Held: waits until released.
+    Held,
+    /// Waits for its dependencies.
+    Dependencies,
+    /// A dependency can never be met: dropped.
+    Never,
+}
+
+/// What a cycle decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// `job` starts now on allocation `alloc` (already taken in the engine), holding `milli`
+    /// milli-GPU; it had been eligible since `eligible_since`.
+    Start { job: JobId, alloc: AllocId, milli: u64, eligible_since: u64 },
+    /// Signal `job` (running on `alloc`) to stop now and kill it at `kill_at`; `cause` is the
+    /// preemptor's right: `priority`, `guarantee` or `starvation`.
+    Stop { job: JobId, alloc: AllocId, kill_at: u64, cause: &'static str },
+}
+
+/// A running job as the scheduler tracks it.
+#[derive(Debug)]
+struct RunningJob {
+    job: JobId,
+    started_at: u64,
+    /// Its end as planning counts on it (`None`: for ever).
+    limit_end: Option<u64>,
+    started_starved: bool,
+    milli: u64,
+    held: Resources,
+    demand: Vec<(Flavor, u64)>,
+}
+
+/// One submitted job and where it stands.
+#[derive(Debug)]
+struct Entry {
+    job: SchedJob,
+    queue: usize,
+    /// Since when it has been eligible (submitted, dependencies met).
+    eligible_at: u64,
+}
+
+/// Counters over a scheduler's life, for reports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Jobs promised a reserved start (their first promise), and those that started later.
+    pub promised: BTreeMap<JobId, u64>,
+    pub late: u64,
+    /// Jobs refused at least once by a quota, by a per-user limit.
+    pub quota_waited: BTreeSet<JobId>,
+    pub user_limit_waited: BTreeSet<JobId>,
+}
+
+/// The scheduling cycle's state: the engine, the queues, what runs, what waits and why.
+#[derive(Debug)]
+pub struct Scheduler {
+    engine: Engine,
+    config: SchedulerConfig,
+    jobs: BTreeMap<JobId, Entry>,
+    fair: Option<FairShare>,
+    quotas: Option<QuotaBook>,
+    starvation_s: Option<u64>,
+    queue_count: usize,
+    billing: Vec<(String, u32)>,
+    /// Per user: running jobs and milli-GPU held; per array: running elements.
+    user_running: BTreeMap<String, (u32, u64)>,
+    array_running: BTreeMap<String, u32>,
+    /// Per queue: pending jobs by (priority high first, eligible since, id).
+    pending: Vec<BTreeSet<(Reverse<i32>, u64, JobId)>>,
+    pending_count: usize,
+    held: BTreeSet<JobId>,
+    waiting_on_deps: BTreeSet<JobId>,
+    /// How each ended job ended: true = completed.
+    ended: BTreeMap<JobId, bool>,
+    reason: BTreeMap<JobId, PendingReason>,
+    estimate: BTreeMap<JobId, u64>,
+    running: BTreeMap<AllocId, RunningJob>,
+    /// Preemption: allocations in their grace period (and why), and the jobs waiting for
+    /// them (their victims and when the last grace period ends).
+    terminating: BTreeMap<AllocId, &'static str>,
+    awaiting: BTreeMap<JobId, (Vec<AllocId>, u64)>,
+    /// The depth-1 reservation of the previous cycle (reused while it still holds).
+    last_reservation: Option<(JobId, u64)>,
+    plans: Vec<(JobId, Reservation)>,
+    stats: SchedStats,
+}
+
+impl Scheduler {
+    /// A scheduler over `engine` (its allocations, if any, are not the scheduler's).
+    pub fn new(engine: Engine, config: SchedulerConfig) -> Scheduler {
+        let fair = match &config.order {
+            Order::Fifo => None,
+            Order::FairShare(tree) => Some(FairShare::new(tree.clone(), engine.capacity(&tree.billing_milli))),
+        };
+        let quotas = match &config.order {
+            Order::FairShare(tree) => {
+                Some(QuotaBook::new(tree.clone()).with_capacity(engine.flavor_capacity())).filter(QuotaBook::has_quotas)
+            }
+            Order::Fifo => None,
+        };
+        let starvation_s = match &config.order {
+            Order::FairShare(tree) => Some(tree.starvation_s),
+            Order::Fifo => None,
+        };
+        let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
+        let billing = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
+        Scheduler {
+            engine,
+            config,
+            jobs: BTreeMap::new(),
+            fair,
+            quotas,
+            starvation_s,
+            queue_count,
+            billing,
+            user_running: BTreeMap::new(),
+            array_running: BTreeMap::new(),
+            pending: vec![BTreeSet::new(); queue_count],
+            pending_count: 0,
+            held: BTreeSet::new(),
+            waiting_on_deps: BTreeSet::new(),
+            ended: BTreeMap::new(),
+            reason: BTreeMap::new(),
+            estimate: BTreeMap::new(),
+            running: BTreeMap::new(),
+            terminating: BTreeMap::new(),
+            awaiting: BTreeMap::new(),
+            last_reservation: None,
+            plans: Vec::new(),
+            stats: SchedStats::default(),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> &SchedStats {
+        &self.stats
+    }
+
+    /// Jobs waiting in queues (not held, not waiting on dependencies).
+    pub fn queued(&self) -> usize {
+        self.pending_count
+    }
+
+    /// Jobs held, and jobs waiting on dependencies.
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    pub fn waiting_on_dependencies(&self) -> usize {
+        self.waiting_on_deps.len()
+    }
+
+    /// The running job on `alloc`, and when it started.
+    pub fn running(&self, alloc: AllocId) -> Option<(JobId, u64)> {
+        self.running.get(&alloc).map(|r| (r.job, r.started_at))
+    }
+
+    /// A job's priority as the order sees it (FIFO ignores priority).
+    fn priority(&self, job: JobId) -> i32 {
+        if self.fair.is_some() { self.jobs[&job].job.priority } else { 0 }
+    }
+
+    fn never_satisfiable(&self, job: JobId) -> bool {
+        self.jobs[&job].job.after.iter().any(|&(kind, k)| {
+            matches!(
+                (kind, self.ended.get(&k)),
+                (DependencyKind::AfterOk, Some(false)) | (DependencyKind::AfterNotOk, Some(true))
+            )
+        })
+    }
+
+    fn dependencies_met(&self, job: JobId) -> bool {
+        self.jobs[&job].job.after.iter().all(|(_, k)| self.ended.contains_key(k))
+    }
+
+    /// Put `job` in its queue, eligible since `since`.
+    fn enqueue(&mut self, job: JobId, since: u64) -> Admission {
+        let key = (Reverse(self.priority(job)), since, job);
+        self.pending[self.jobs[&job].queue].insert(key);
+        self.pending_count += 1;
+        let starving_at = match (self.config.preempt, self.starvation_s) {
+            (true, Some(bound)) => Some(since + bound),
+            _ => None,
+        };
+        Admission::Queued { starving_at }
+    }
+
+    fn dequeue(&mut self, job: JobId, priority: i32, since: u64) {
+        self.pending[self.jobs[&job].queue].remove(&(Reverse(priority), since, job));
+        self.pending_count -= 1;
+        self.reason.remove(&job);
+        self.estimate.remove(&job);
+    }
+
+    /// Submit `job` as `id` at `now`. Fails on an id used before or a queue the tree lacks.
+    pub fn submit(&mut self, id: JobId, job: SchedJob, now: u64) -> Result<Admission, String> {
+        if self.jobs.contains_key(&id) {
+            return Err(format!("job id {id} submitted twice"));
+        }
+        let queue = match &self.fair {
+            None => 0,
+            Some(fs) => fs
+                .tree()
+                .find(&job.queue)
+                .ok_or_else(|| format!("job {:?}: unknown queue {:?}", job.name, job.queue))?,
+        };
+        let hold = job.control.hold;
+        self.jobs.insert(id, Entry { job, queue, eligible_at: now });
+        Ok(if hold {
+            self.held.insert(id);
+            Admission::Held
+        } else if self.never_satisfiable(id) {
+            Admission::Never
+        } else if self.dependencies_met(id) {
+            self.enqueue(id, now)
+        } else {
+            self.waiting_on_deps.insert(id);
+            Admission::Dependencies
+        })
+    }
+
+    /// Stop tracking a running allocation: release it and give back what it held.
+    fn stop_running(&mut self, alloc: AllocId, now: u64) -> Option<RunningJob> {
+        let ended = self.running.remove(&alloc)?;
+        self.engine.release(alloc).expect("a running job's allocation exists");
+        let entry = &self.jobs[&ended.job];
+        if let Some(fs) = self.fair.as_mut() {
+            fs.stop(entry.queue, ended.held, now);
+        }
+        if let Some(book) = self.quotas.as_mut() {
+            book.refund(entry.queue, &ended.demand);
+        }
+        if let Some(user) = &entry.job.control.user {
+            let used = self.user_running.entry(user.clone()).or_default();
+            used.0 -= 1;
+            used.1 -= ended.milli;
+        }
+        if let Some(a) = &entry.job.control.array {
+            *self.array_running.get_mut(&a.array).expect("counted at start") -= 1;
+        }
+        Some(ended)
+    }
+
+    /// The job on `alloc` ended at `now`: completed (`ok`) or failed (e.g. stopped at its time
+    /// limit). Returns the dependents that became eligible (with their admission) and those
+    /// that can now never run; `None` if `alloc` is not running.
+    pub fn ended(&mut self, alloc: AllocId, ok: bool, now: u64) -> Option<Vec<(JobId, Admission)>> {
+        let ended = self.stop_running(alloc, now)?;
+        self.terminating.remove(&alloc);
+        let job = ended.job;
+        self.ended.insert(job, ok);
+        let woken: Vec<JobId> = self
+            .waiting_on_deps
+            .iter()
+            .copied()
+            .filter(|w| self.jobs[w].job.after.iter().any(|&(_, d)| d == job))
+            .collect();
+        let mut out = Vec::new();
+        for w in woken {
+            if self.never_satisfiable(w) {
+                self.waiting_on_deps.remove(&w);
+                out.push((w, Admission::Never));
+            } else if self.dependencies_met(w) {
+                self.waiting_on_deps.remove(&w);
+                self.jobs.get_mut(&w).expect("submitted").eligible_at = now;
+                let admission = self.enqueue(w, now);
+                out.push((w, admission));
+            }
+        }
+        Some(out)
+    }
+
+    /// The job on `alloc` was killed (its grace period over): it waits again with its original
+    /// eligibility. Returns it, why it was stopped and its admission; `None` if not running.
+    pub fn killed(&mut self, alloc: AllocId, now: u64) -> Option<(JobId, &'static str, Admission)> {
+        let ended = self.stop_running(alloc, now)?;
+        let cause = self.terminating.remove(&alloc).unwrap_or("priority");
+        let since = self.jobs[&ended.job].eligible_at;
+        let admission = self.enqueue(ended.job, since);
+        Some((ended.job, cause, admission))
+    }
+
+    /// Record `job` started on `alloc` at `now` (every check passed).
+    fn start(&mut self, job: JobId, alloc: AllocId, milli: u64, demand: Vec<(Flavor, u64)>, now: u64) {
+        self.awaiting.remove(&job);
+        let entry = &self.jobs[&job];
+        let q = entry.queue;
+        let held = self.engine.held(alloc, &self.billing).expect("just placed");
+        if let Some(fs) = self.fair.as_mut() {
+            fs.start(q, held, now);
+        }
+        if let Some(book) = self.quotas.as_mut() {
+            book.charge(q, &demand);
+        }
+        if self.stats.promised.get(&job).is_some_and(|&p| now > p) {
+            self.stats.late += 1;
+        }
+        if let Some(user) = &entry.job.control.user {
+            let used = self.user_running.entry(user.clone()).or_default();
+            used.0 += 1;
+            used.1 += milli;
+        }
+        if let Some(a) = &entry.job.control.array {
+            *self.array_running.entry(a.array.clone()).or_default() += 1;
+        }
+        let waited = now - entry.eligible_at;
+        self.running.insert(
+            alloc,
+            RunningJob {
+                job,
+                started_at: now,
+                limit_end: entry.job.planned_length_s.map(|d| now + d),
+                started_starved: self.starvation_s.is_some_and(|s| waited >= s),
+                milli,
+                held,
+                demand,
+            },
+        );
+    }
+
+    /// Job counts by the kind of their pending reason (`PendingReason::kind`), as the last
+    /// cycle left them; held jobs and jobs waiting on dependencies included.
+    pub fn waiting_by_kind(&self) -> BTreeMap<String, u64> {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for set in &self.pending {
+            for &(_, _, job) in set {
+                let kind = self.reason.get(&job).map_or_else(|| "queue-order".to_string(), PendingReason::kind);
+                *out.entry(kind).or_default() += 1;
+            }
+        }
+        if !self.waiting_on_deps.is_empty() {
+            out.insert("dependency".into(), self.waiting_on_deps.len() as u64);
+        }
+        if !self.held.is_empty() {
+            out.insert("held".into(), self.held.len() as u64);
+        }
+        out
+    }
+
+    /// Every job not running or done, with its reason and estimate (what `why` shows),
+    /// oldest first.
+    pub fn pending(&self) -> Vec<PendingJob> {
+        let entry = |job: JobId, reason: PendingReason, estimate_s: Option<u64>| {
+            let e = &self.jobs[&job];
+            PendingJob {
+                job: e.job.name.clone(),
+                queue: e.job.queue.clone(),
+                since_s: e.eligible_at,
+                reason,
+                estimate_s,
+            }
+        };
+        let mut out = Vec::new();
+        for set in &self.pending {
+            for &(_, _, job) in set {
+                let reason = self.reason.get(&job).cloned().unwrap_or(PendingReason::QueueOrder);
+                out.push(entry(job, reason, self.estimate.get(&job).copied()));
+            }
+        }
+        for &job in &self.waiting_on_deps {
+            let waiting_on: Vec<String> = self.jobs[&job]
+                .job
+                .after
+                .iter()
+                .filter(|(_, k)| !self.ended.contains_key(k))
+                .map(|(_, k)| self.jobs.get(k).map_or_else(|| format!("#{k}"), |e| e.job.name.clone()))
+                .collect();
+            out.push(entry(job, PendingReason::Dependency { waiting_on }, None));
+        }
+        for &job in &self.held {
+            out.push(entry(job, PendingReason::Held, None));
+        }
+        out.sort_by(|a, b| (a.since_s, &a.job).cmp(&(b.since_s, &b.job)));
+        out
+    }
+}
