@@ -180,6 +180,34 @@ impl Engine {
         [gpu, cpu, memory]
     }
 
+    /// What each node class (the GPUs of one model) has free, and whether `job` accepts it:
+    /// the "resources by node class" part of a pending job's explanation. Linear in GPUs.
+    pub fn free_by_class(&self, job: &CompiledJob) -> Vec<gantry_types::ClassFree> {
+        let mut by_model: BTreeMap<String, gantry_types::ClassFree> = BTreeMap::new();
+        let mut per_node: BTreeMap<(String, state::NodeIdx), u32> = BTreeMap::new();
+        for gpu in &self.state.gpus {
+            let model = self.catalog.model(gpu.model).id.clone();
+            let accepted = job.groups.iter().any(|g| g.class_ok.get(gpu.class as usize).copied().unwrap_or(false));
+            let entry = by_model.entry(model.clone()).or_insert_with(|| gantry_types::ClassFree {
+                model: model.clone(),
+                accepted: false,
+                nodes: 0,
+                max_whole_free_on_node: 0,
+                free_milli: 0,
+            });
+            entry.accepted |= accepted;
+            entry.free_milli += gpu.free_milli() as u64;
+            let whole = per_node.entry((model, gpu.node)).or_default();
+            *whole += gpu.wholly_free() as u32;
+        }
+        for ((model, _), whole) in per_node {
+            let entry = by_model.get_mut(&model).expect("counted above");
+            entry.nodes += 1;
+            entry.max_whole_free_on_node = entry.max_whole_free_on_node.max(whole);
+        }
+        by_model.into_values().collect()
+    }
+
     /// Device classes (bit = class index) whose model matches any pattern; all when empty.
     /// Builds the `classes` of a FGD task type from a model constraint.
     pub fn class_mask(&self, patterns: &[gantry_types::ModelPattern]) -> u64 {

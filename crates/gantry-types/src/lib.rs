@@ -19,6 +19,6 @@ pub use job::{
     ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel,
 };
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
-pub use pending::{PendingJob, PendingReason};
+pub use pending::{ClassFree, PendingJob, PendingReason};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
 pub use queue::{Flavor, QueueSpec, QueueTree, Quota, UserLimit};

@@ -24,8 +24,13 @@ pub enum PendingReason {
     UserLimit { user: String, limit: String, used: u64, bound: u64 },
     /// Its array already runs as many elements as it allows.
     ArrayThrottle { array: String, max_running: u32 },
-    /// No node can hold it now: the engine's reasons, with on how many nodes each applied.
-    Resources { reasons: Vec<ReasonCount> },
+    /// No node can hold it now: the engine's reasons, with on how many nodes each applied,
+    /// and (filled in when explained) what each node class — GPU model — has free.
+    Resources {
+        reasons: Vec<ReasonCount>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        by_class: Vec<ClassFree>,
+    },
     /// It would fit, but starting it would delay a job with a reserved start.
     Reservation { job: String, start_s: u64 },
     /// Lower-priority or borrowing jobs are being stopped for it; it starts when they are gone.
@@ -42,7 +47,7 @@ impl PendingReason {
             PendingReason::Quota { .. } => "quota".into(),
             PendingReason::UserLimit { .. } => "user-limit".into(),
             PendingReason::ArrayThrottle { .. } => "array-throttle".into(),
-            PendingReason::Resources { reasons } => match reasons.first() {
+            PendingReason::Resources { reasons, .. } => match reasons.first() {
                 Some(r) => format!("resources: {}", r.reason.kind()),
                 None => "resources".into(),
             },
@@ -83,10 +88,26 @@ impl fmt::Display for PendingReason {
             PendingReason::ArrayThrottle { array, max_running } => {
                 write!(f, "array {array} already runs {max_running} elements (its %{max_running} limit)")
             }
-            PendingReason::Resources { reasons } => {
+            PendingReason::Resources { reasons, by_class } => {
                 write!(f, "no node can hold it now")?;
                 for (i, r) in reasons.iter().take(3).enumerate() {
                     write!(f, "{} {} on {} node(s)", if i == 0 { ":" } else { ";" }, r.reason, r.count)?;
+                }
+                let accepted: Vec<String> = by_class
+                    .iter()
+                    .filter(|c| c.accepted)
+                    .map(|c| {
+                        format!(
+                            "{}: {} free, at most {} whole on one of {} node(s)",
+                            c.model,
+                            gpus(c.free_milli),
+                            c.max_whole_free_on_node,
+                            c.nodes
+                        )
+                    })
+                    .collect();
+                if !accepted.is_empty() {
+                    write!(f, " [{}]", accepted.join("; "))?;
                 }
                 Ok(())
             }
@@ -98,6 +119,18 @@ impl fmt::Display for PendingReason {
             }
         }
     }
+}
+
+/// What one node class (the nodes with GPUs of one model) has free, for a job's explanation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassFree {
+    pub model: String,
+    /// Does the job accept this model (its model patterns and selector)?
+    pub accepted: bool,
+    pub nodes: u32,
+    /// Most wholly free GPUs of this model on one node, and free milli-GPU across the class.
+    pub max_whole_free_on_node: u32,
+    pub free_milli: u64,
 }
 
 /// One pending job as `why` shows it.

@@ -345,6 +345,39 @@ impl Scheduler {
         })
     }
 
+    /// Hold a waiting job: it leaves its queue and never starts until released.
+    pub fn hold(&mut self, id: JobId) -> Result<(), String> {
+        let Some(entry) = self.jobs.get(&id) else { return Err(format!("no job {id}")) };
+        if self.held.contains(&id) {
+            return Ok(());
+        }
+        let key = (Reverse(self.priority(id)), entry.eligible_at, id);
+        if self.pending[entry.queue].contains(&key) {
+            self.dequeue(id, key.0.0, key.1);
+        } else if !self.waiting_on_deps.remove(&id) {
+            return Err(format!("job {:?} is not waiting (running or done)", entry.job.name));
+        }
+        self.held.insert(id);
+        Ok(())
+    }
+
+    /// Release a held job at `now`: it becomes eligible then (or waits for its dependencies).
+    pub fn release(&mut self, id: JobId, now: u64) -> Result<Admission, String> {
+        let Some(entry) = self.jobs.get_mut(&id) else { return Err(format!("no job {id}")) };
+        if !self.held.remove(&id) {
+            return Err(format!("job {:?} is not held", entry.job.name));
+        }
+        entry.eligible_at = now;
+        Ok(if self.never_satisfiable(id) {
+            Admission::Never
+        } else if self.dependencies_met(id) {
+            self.enqueue(id, now)
+        } else {
+            self.waiting_on_deps.insert(id);
+            Admission::Dependencies
+        })
+    }
+
     /// Stop tracking a running allocation: release it and give back what it held.
     fn stop_running(&mut self, alloc: AllocId, now: u64) -> Option<RunningJob> {
         let ended = self.running.remove(&alloc)?;
@@ -464,7 +497,7 @@ impl Scheduler {
     }
 
     /// Every job not running or done, with its reason and estimate (what `why` shows),
-    /// oldest first.
+    /// oldest first. A job short of resources also gets what each node class has free now.
     pub fn pending(&self) -> Vec<PendingJob> {
         let entry = |job: JobId, reason: PendingReason, estimate_s: Option<u64>| {
             let e = &self.jobs[&job];
@@ -479,7 +512,10 @@ impl Scheduler {
         let mut out = Vec::new();
         for set in &self.pending {
             for &(_, _, job) in set {
-                let reason = self.reason.get(&job).cloned().unwrap_or(PendingReason::QueueOrder);
+                let mut reason = self.reason.get(&job).cloned().unwrap_or(PendingReason::QueueOrder);
+                if let PendingReason::Resources { by_class, .. } = &mut reason {
+                    *by_class = self.engine.free_by_class(&self.jobs[&job].job.compiled);
+                }
                 out.push(entry(job, reason, self.estimate.get(&job).copied()));
             }
         }

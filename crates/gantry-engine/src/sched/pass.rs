@@ -204,10 +204,10 @@ impl Scheduler {
         let protect_preemptors =
             !self.awaiting.is_empty() && !self.awaiting.contains_key(&job) && self.preemptors_fit(now);
         let before = self.engine.state().used_milli();
-        let alloc = self
-            .engine
-            .place(&self.jobs[&job].job.compiled)
-            .map_err(|reasons| Refusal { reason: PendingReason::Resources { reasons }, blocks_queue: true })?;
+        let alloc = self.engine.place(&self.jobs[&job].job.compiled).map_err(|reasons| Refusal {
+            reason: PendingReason::Resources { reasons, by_class: Vec::new() },
+            blocks_queue: true,
+        })?;
         let milli = self.engine.state().used_milli() - before;
         let refuse = |engine: &mut Engine, reason: PendingReason, blocks_queue: bool| {
             engine.release(alloc).expect("just placed");

@@ -56,6 +56,22 @@ fn a_cycle_starts_what_fits_reserves_the_head_and_explains_the_rest() {
             ("wide".to_string(), Some(100), "resources: insufficient-whole-gpus".to_string())
         ]
     );
+    // Resources by node class: what the A100 nodes have free now.
+    let wide = s.pending().into_iter().find(|p| p.job == "wide").expect("waits");
+    let PendingReason::Resources { by_class, .. } = &wide.reason else { panic!("{:?}", wide.reason) };
+    let a100 = gantry_types::ClassFree {
+        model: "A100-SXM4-80GB".into(),
+        accepted: true,
+        nodes: 1,
+        max_whole_free_on_node: 0,
+        free_milli: 0,
+    };
+    assert_eq!(by_class, &[a100]);
+    assert!(
+        wide.reason.to_string().ends_with("[A100-SXM4-80GB: 0 free, at most 0 whole on one of 1 node(s)]"),
+        "{}",
+        wide.reason
+    );
     assert_eq!(s.submit(2, job(&s, "again", "default", 1, 0, 1), 10), Err("job id 2 submitted twice".into()));
     // a ends at 100 (short at 70): wide starts as promised.
     let short_alloc = s.engine().allocations().keys().copied().find(|&k| k != a_alloc).expect("short runs");
@@ -108,4 +124,13 @@ fn dependencies_and_holds_keep_jobs_out_of_the_queue() {
     assert_eq!(woken, [(2, Admission::Queued { starving_at: None }), (3, Admission::Never)]);
     assert_eq!(started(&s.cycle(10)), [2]);
     assert_eq!(s.pending().iter().map(|p| p.reason.clone()).collect::<Vec<_>>(), [PendingReason::Held]);
+    // Released, it is eligible from then on; holding a queued job takes it out again.
+    assert_eq!(s.release(4, 15), Ok(Admission::Queued { starving_at: None }));
+    assert_eq!(s.release(4, 15), Err("job \"held\" is not held".into()));
+    s.hold(4).expect("queued");
+    assert_eq!(started(&s.cycle(15)), Vec::<u64>::new(), "held again");
+    s.release(4, 20).expect("held");
+    assert_eq!(started(&s.cycle(20)), [4]);
+    assert_eq!(s.hold(4), Err("job \"held\" is not waiting (running or done)".into()));
+    assert_eq!(s.hold(99), Err("no job 99".into()));
 }
