@@ -105,7 +105,7 @@ impl Engine {
 pub struct Reservation {
     pub start_s: u64,
     pub end_s: Option<u64>,
-    tasks: Vec<crate::ledger::TaskGrant>,
+    pub(crate) tasks: Vec<crate::ledger::TaskGrant>,
 }
 
 impl Engine {

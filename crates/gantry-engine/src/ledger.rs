@@ -99,6 +99,52 @@ pub fn revert(state: &mut ClusterState, task: &TaskGrant) {
     );
 }
 
+/// Could `grant` be taken on `node` now (what `take` would assert)?
+fn can_take(state: &ClusterState, node: NodeIdx, grant: &Grant) -> bool {
+    let Some(gpu) = state.gpus.get(grant.gpu() as usize) else { return false };
+    let (milli, memory) = match (grant, &gpu.units) {
+        (Grant::Whole { .. }, Units::Mig { .. }) => return false,
+        (Grant::Whole { .. }, _) => return gpu.node == node && gpu.idle(),
+        (Grant::Mig { slot, .. }, Units::Mig { slots }) => match slots.get(*slot as usize) {
+            Some(s) if !s.taken => (s.milli, s.memory),
+            _ => return false,
+        },
+        (Grant::Mps { milli, memory, .. }, Units::Mps { max_clients }) => {
+            if gpu.exclusive || gpu.clients >= *max_clients {
+                return false;
+            }
+            (*milli, *memory)
+        }
+        (Grant::TimeSlice { replicas, milli, memory, .. }, Units::TimeSlice { replicas: total, .. }) => {
+            if gpu.exclusive || gpu.clients + replicas > *total {
+                return false;
+            }
+            (*milli, *memory)
+        }
+        _ => return false,
+    };
+    gpu.node == node && gpu.used_milli + milli <= 1000 && gpu.used_memory + memory <= gpu.memory_total
+}
+
+/// Apply `tasks` if every one of them still fits as granted, else change nothing. For
+/// carrying out a plan made on a copy of this state (a reservation's exact GPUs).
+pub fn try_apply_all(state: &mut ClusterState, tasks: &[TaskGrant]) -> bool {
+    for (i, task) in tasks.iter().enumerate() {
+        let node = &state.nodes[task.node as usize];
+        let fits = node.cpu_free >= task.cpu
+            && node.memory_free >= task.memory
+            && task.grants.iter().all(|g| can_take(state, task.node, g));
+        if !fits {
+            for done in tasks[..i].iter().rev() {
+                revert(state, done);
+            }
+            return false;
+        }
+        apply(state, task);
+    }
+    true
+}
+
 fn take(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
     let gpu = &mut state.gpus[grant.gpu() as usize];
     assert_eq!(gpu.node, node, "grant names a GPU of another node");

@@ -272,6 +272,19 @@ impl Engine {
         Ok(id)
     }
 
+    /// Commit `job` on exactly these grants (a plan made on a copy of this engine), if they
+    /// are all still free; `None` changes nothing. Counts as a decision.
+    pub fn place_exact(&mut self, job: &CompiledJob, tasks: &[TaskGrant]) -> Option<AllocId> {
+        self.decisions += 1;
+        if !ledger::try_apply_all(&mut self.state, tasks) {
+            return None;
+        }
+        let id = self.next_alloc;
+        self.next_alloc += 1;
+        self.allocations.insert(id, Allocation { job: job.name.clone(), tasks: tasks.to_vec() });
+        Some(id)
+    }
+
     /// Release a committed allocation; capacity returns exactly.
     pub fn release(&mut self, id: AllocId) -> Result<Allocation, EngineError> {
         let allocation = self.allocations.remove(&id).ok_or(EngineError::UnknownAllocation(id))?;

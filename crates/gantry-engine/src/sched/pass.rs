@@ -122,6 +122,10 @@ impl Scheduler {
                     // Kept off capacity freed for a preemptor: it may preempt in turn.
                     let preemptor_kept = matches!(&reason, PendingReason::Reservation { job: k, .. }
                         if self.awaiting.keys().any(|a| &self.jobs[a].job.name == k));
+                    // Deeper reservations also go to jobs that fit now but would delay an
+                    // earlier one: they are ahead in the queue, and a later cycle would
+                    // otherwise reserve them ahead of (and push back) what was promised.
+                    let delayed = matches!(reason, PendingReason::Reservation { .. });
                     self.reason.insert(job, reason);
                     if blocks_queue {
                         blocked[q] = true;
@@ -129,10 +133,12 @@ impl Scheduler {
                     if preemptor_kept {
                         short.push(job);
                     }
-                    if !resources {
+                    if resources {
+                        short.push(job);
+                    }
+                    if !(resources || (delayed && depth > 1)) {
                         continue;
                     }
-                    short.push(job);
                     if depth == 1 && reservations.one.is_none() {
                         reservations.one = self.reserve_one(job, now);
                         if let Some(((_, start_s), _)) = &reservations.one {

@@ -134,3 +134,24 @@ fn dependencies_and_holds_keep_jobs_out_of_the_queue() {
     assert_eq!(s.hold(4), Err("job \"held\" is not waiting (running or done)".into()));
     assert_eq!(s.hold(99), Err("no job 99".into()));
 }
+
+#[test]
+fn a_plan_is_carried_out_on_its_exact_gpus_or_not_at_all() {
+    let mut planner = engine(TWO_GPUS, Policy::BestFit);
+    let one = jobs("[[job]]\nname = \"x\"\ngpu = { count = 1 }\n").remove(0);
+    let one = planner.compile(&one).expect("compiles");
+    let id = planner.place(&one).expect("fits");
+    let tasks = planner.allocations()[&id].tasks.clone();
+    // The same GPU is busy on the live engine: nothing is taken.
+    let mut live = engine(TWO_GPUS, Policy::BestFit);
+    let busy = live.place(&one).expect("fits");
+    let before = live.state().used_milli();
+    assert_eq!(live.place_exact(&one, &tasks), None);
+    assert_eq!(live.state().used_milli(), before);
+    live.check_invariants().expect("unchanged");
+    // Freed, the exact grants are taken.
+    live.release(busy).expect("held");
+    let exact = live.place_exact(&one, &tasks).expect("free again");
+    assert_eq!(live.allocations()[&exact].tasks, tasks);
+    live.check_invariants().expect("consistent");
+}

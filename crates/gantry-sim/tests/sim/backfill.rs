@@ -57,6 +57,13 @@ fn backfill_never_delays_a_reserved_start_and_raises_allocation() {
         let reserve = replay(demo, &trace, Backfill::Reserve);
         assert!(reserve.reserved > 10, "seed {seed}: {} reservations", reserve.reserved);
         assert_eq!(reserve.reserved_late, 0, "seed {seed}: a backfilled job delayed a reserved start");
+        // Deeper reservations keep every promise too (each planned around the ones before it).
+        let catalog = Catalog::embedded();
+        let jobs = read_trace(trace.as_bytes(), catalog, false).expect("trace").jobs;
+        let options = ReplayOptions { backfill: Backfill::Reserve, reserve_depth: 4, ..Default::default() };
+        let deep = run_trace(&fleet, catalog, &jobs, Policy::Default, 1, &options).expect("replays");
+        assert!(deep.reserved > reserve.reserved, "seed {seed}: more jobs get a promise");
+        assert_eq!(deep.reserved_late, 0, "seed {seed}: a depth-4 promise was broken");
         assert!(
             reserve.mean_alloc_pct > off.mean_alloc_pct + 5.0,
             "seed {seed}: reserve {:.1} % vs off {:.1} %",
