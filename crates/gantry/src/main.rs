@@ -40,7 +40,24 @@ enum Command {
     Validate(place_cmd::ValidateArgs),
 }
 
+/// Output cut short by a closed pipe (`gantry sim ... | head`) ends the program quietly, as
+/// other command-line tools do: `println!` panics on a broken pipe, and this hook turns that
+/// one panic into a clean exit (without unsafe code to restore SIGPIPE).
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message =
+            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        if message.is_some_and(|m| m.contains("Broken pipe")) {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Place(args) => place_cmd::run(args),

@@ -350,3 +350,18 @@ fn sim_backfill_modes_report_reservations() {
         assert!(stderr(&out).contains(expected), "{args:?}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn a_closed_pipe_ends_the_output_quietly() {
+    // As `gantry catalog | head -1`: the reader is gone before gantry writes.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .arg("catalog")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
