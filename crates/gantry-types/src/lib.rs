@@ -6,6 +6,7 @@
 //! is (`gantry-spec` for files, `gantry-catalog` for MIG geometry); these types only promise
 //! their units.
 
+pub mod event;
 pub mod fleet;
 pub mod job;
 pub mod outcome;
@@ -13,6 +14,7 @@ pub mod pending;
 pub mod quantity;
 pub mod queue;
 
+pub use event::{Ending, Event, JobState, TaskStart};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
     ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,

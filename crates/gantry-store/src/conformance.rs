@@ -1,0 +1,102 @@
+//! The one conformance suite every [`Store`] backend must pass (the SQLite backend runs it in
+//! `tests/`; the PostgreSQL backend will run the same functions). Each check takes a fresh,
+//! empty store from `make` and panics with a message naming what broke.
+
+use crate::{Store, StoreError};
+use gantry_types::{Ending, Event, Job, JobState, TaskStart};
+
+fn job(name: &str) -> Job {
+    Job {
+        name: name.into(),
+        queue: "default".into(),
+        priority: 0,
+        groups: Vec::new(),
+        lifecycle: Default::default(),
+        after: Vec::new(),
+        control: Default::default(),
+    }
+}
+
+fn submitted(id: u64, name: &str) -> Event {
+    Event::Submitted { id, at_s: id * 10, job: job(name) }
+}
+
+fn started(id: u64, at_s: u64) -> Event {
+    let task = TaskStart { group: "main".into(), replica: 0, node: "n1".into(), devices: vec!["GPU-0".into()] };
+    Event::Started { id, at_s, tasks: vec![task] }
+}
+
+fn ended(id: u64, at_s: u64, ending: Ending) -> Event {
+    Event::Ended { id, at_s, ending, exit_code: (ending == Ending::Failed).then_some(3) }
+}
+
+/// A job's life: submitted → started → requeued → started → completed; rows follow the log.
+pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    assert_eq!(store.next_job_id().expect("next id"), 1, "an empty store starts at 1");
+    store.append(&[submitted(1, "a"), submitted(2, "b")]).expect("submits");
+    assert_eq!(store.next_job_id().expect("next id"), 3);
+    store.append(&[started(1, 20)]).expect("starts");
+    store.append(&[Event::Requeued { id: 1, at_s: 25, why: "preempted".into() }]).expect("requeues");
+    store.append(&[started(1, 30), ended(1, 40, Ending::Completed)]).expect("runs and ends");
+    store.append(&[ended(2, 41, Ending::Cancelled)]).expect("cancelled while pending");
+    let a = store.job(1).expect("reads").expect("exists");
+    assert_eq!((a.state, a.started_at_s, a.ended_at_s, a.requeues), (JobState::Completed, Some(30), Some(40), 1));
+    assert_eq!(a.tasks[0].devices, ["GPU-0"]);
+    assert_eq!((a.name.as_str(), a.queue.as_str()), ("a", "default"));
+    assert_eq!(store.job(2).expect("reads").expect("exists").state, JobState::Cancelled);
+    assert_eq!(store.job(3).expect("reads"), None);
+    assert_eq!(store.jobs(&[JobState::Completed]).expect("lists").len(), 1);
+    assert_eq!(store.jobs(&[]).expect("lists").len(), 2);
+    let log = store.events_after(0, 100).expect("log");
+    assert_eq!(log.len(), 7);
+    assert!(log.windows(2).all(|w| w[0].0 < w[1].0), "sequence numbers increase");
+    assert_eq!(store.events_after(log[4].0, 100).expect("log").len(), 2);
+}
+
+/// An event that does not fit the job's state is refused, and its whole batch with it.
+pub fn conflicts_roll_back_the_batch<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    store.append(&[submitted(1, "a")]).expect("submits");
+    let before = store.events_after(0, 100).expect("log").len();
+    let cases: Vec<(&str, Vec<Event>, &str)> = vec![
+        (
+            "submitted twice",
+            vec![submitted(2, "b"), submitted(1, "a")],
+            "cannot apply submitted to a job that is pending",
+        ),
+        ("ended before it ran", vec![submitted(2, "b"), ended(1, 5, Ending::Completed)], "cannot apply ended"),
+        ("started twice", vec![started(1, 5), started(1, 6)], "cannot apply started to a job that is running"),
+        ("unknown job", vec![started(9, 5)], "job 9: cannot apply started to a job that is unknown"),
+    ];
+    for (name, events, expected) in cases {
+        let err = store.append(&events).expect_err(name);
+        assert!(matches!(err, StoreError::Conflict { .. }), "{name}: {err}");
+        assert!(err.to_string().contains(expected), "{name}: {err}");
+        assert_eq!(store.events_after(0, 100).expect("log").len(), before, "{name}: nothing written");
+        assert_eq!(store.job(2).expect("reads"), None, "{name}: no half-applied job");
+        assert_eq!(store.job(1).expect("reads").expect("exists").state, JobState::Pending, "{name}");
+    }
+    store.append(&[started(1, 5), ended(1, 6, Ending::Failed)]).expect("a valid batch still applies");
+    let err = store.append(&[ended(1, 7, Ending::Completed)]).expect_err("final states are final");
+    assert!(err.to_string().contains("to a job that is failed"), "{err}");
+}
+
+/// The state tables can be derived again from the log alone, identically.
+pub fn state_is_derived_from_the_log<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    for id in 1..=20 {
+        store.append(&[submitted(id, &format!("j{id}"))]).expect("submits");
+        if id % 2 == 0 {
+            store.append(&[started(id, 100 + id)]).expect("starts");
+        }
+        if id % 4 == 0 {
+            store
+                .append(&[ended(id, 200 + id, if id % 8 == 0 { Ending::Failed } else { Ending::Completed })])
+                .expect("ends");
+        }
+    }
+    let before = store.jobs(&[]).expect("lists");
+    store.rebuild().expect("rebuilds");
+    assert_eq!(store.jobs(&[]).expect("lists"), before);
+}

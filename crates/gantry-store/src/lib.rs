@@ -1,0 +1,87 @@
+//! The live system's store. The event log is the source of truth; the `jobs` table is derived
+//! from it in the same transaction, so a crash leaves either both or neither (DESIGN §3 rule 3).
+//! An event that does not fit the job's state (starting a job twice, ending one that never
+//! ran) is refused and the whole batch is rolled back: nothing is half-applied.
+//!
+//! [`Store`] is the boundary the controller writes through; every backend must pass the one
+//! [`conformance`] suite. [`SqliteStore`] is the embedded default (WAL, `synchronous=FULL`:
+//! an append that returned is on disk).
+
+pub mod conformance;
+mod sqlite;
+
+use gantry_types::{Event, Job, JobState, TaskStart};
+use serde::{Deserialize, Serialize};
+
+pub use sqlite::SqliteStore;
+
+/// What can go wrong in the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The event does not fit the job's state; nothing of its batch was written.
+    #[error("job {id}: cannot apply {event} to a job that is {state}")]
+    Conflict { id: u64, event: &'static str, state: String },
+    #[error("store: {0}")]
+    Backend(String),
+    #[error("store data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// A job as the state table holds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    pub id: u64,
+    pub name: String,
+    pub queue: String,
+    pub state: JobState,
+    pub submitted_at_s: u64,
+    pub started_at_s: Option<u64>,
+    pub ended_at_s: Option<u64>,
+    pub exit_code: Option<i32>,
+    /// Times it was stopped for another and requeued.
+    pub requeues: u32,
+    pub job: Job,
+    /// Where its tasks run (or last ran).
+    pub tasks: Vec<TaskStart>,
+}
+
+/// The boundary the controller writes through. One writer at a time.
+pub trait Store {
+    /// Append `events` in order, all or none, updating the derived state in the same
+    /// transaction. Returns the sequence number of the last one.
+    fn append(&mut self, events: &[Event]) -> Result<u64, StoreError>;
+    /// Up to `limit` events after sequence number `seq`, in order.
+    fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<(u64, Event)>, StoreError>;
+    fn job(&self, id: u64) -> Result<Option<JobRow>, StoreError>;
+    /// Jobs in any of `states` (all jobs if empty), by id.
+    fn jobs(&self, states: &[JobState]) -> Result<Vec<JobRow>, StoreError>;
+    /// The id the next submitted job should get (one more than any seen).
+    fn next_job_id(&self) -> Result<u64, StoreError>;
+    /// Derive the state tables again from the event log alone.
+    fn rebuild(&mut self) -> Result<(), StoreError>;
+}
+
+/// The state a job moves to on `event`, or a conflict. `current` is `None` for a job the
+/// store has never seen.
+pub fn transition(current: Option<JobState>, event: &Event) -> Result<JobState, StoreError> {
+    use JobState::*;
+    let next = match (current, event) {
+        (None, Event::Submitted { .. }) => Some(Pending),
+        (Some(Pending), Event::Started { .. }) => Some(Running),
+        (Some(Running), Event::Requeued { .. }) => Some(Pending),
+        (Some(Pending), Event::Ended { ending: gantry_types::Ending::Cancelled, .. }) => Some(Cancelled),
+        (Some(Running), Event::Ended { ending, .. }) => Some(ending.state()),
+        _ => None,
+    };
+    next.ok_or_else(|| StoreError::Conflict {
+        id: event.job_id(),
+        event: event.kind(),
+        state: current.map_or("unknown", JobState::name).to_string(),
+    })
+}

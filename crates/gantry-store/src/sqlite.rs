@@ -1,0 +1,246 @@
+//! The embedded backend: one SQLite file in the data directory, WAL journal, `synchronous =
+//! FULL` (an append that returned survives a power cut), the event log and the `jobs` table
+//! in one transaction per append.
+
+use crate::{JobRow, Store, StoreError, transition};
+use gantry_types::{Event, JobState, TaskStart};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use std::path::Path;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS events (
+    seq    INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id INTEGER NOT NULL,
+    kind   TEXT    NOT NULL,
+    at_s   INTEGER NOT NULL,
+    body   TEXT    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id             INTEGER PRIMARY KEY,
+    name           TEXT    NOT NULL,
+    queue          TEXT    NOT NULL,
+    state          TEXT    NOT NULL,
+    submitted_at_s INTEGER NOT NULL,
+    started_at_s   INTEGER,
+    ended_at_s     INTEGER,
+    exit_code      INTEGER,
+    requeues       INTEGER NOT NULL DEFAULT 0,
+    job            TEXT    NOT NULL,
+    tasks          TEXT    NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, id);
+";
+
+/// The schema this code writes (`PRAGMA user_version`).
+const SCHEMA_VERSION: i64 = 1;
+
+/// SQLite behind the [`Store`] trait.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+}
+
+fn int(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Backend(format!("{v} does not fit in a SQLite integer")))
+}
+
+fn uint(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative value {v}")))
+}
+
+fn state_of(text: &str) -> Result<JobState, StoreError> {
+    serde_json::from_value(serde_json::Value::String(text.to_string()))
+        .map_err(|_| StoreError::Corrupt(format!("unknown job state {text:?}")))
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let conn =
+            Connection::open(path).map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?;
+        Self::init(conn)
+    }
+
+    /// A store that lives in memory only (tests, dry runs).
+    pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<SqliteStore, StoreError> {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::Corrupt(format!(
+                "the store was written by a newer gantry (schema {version}, this one knows {SCHEMA_VERSION})"
+            )));
+        }
+        conn.execute_batch(SCHEMA)?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+        Ok(SqliteStore { conn })
+    }
+
+    /// Apply one event to the state table inside `tx`.
+    fn apply(tx: &Transaction<'_>, event: &Event) -> Result<(), StoreError> {
+        let id = int(event.job_id())?;
+        let current: Option<String> =
+            tx.query_row("SELECT state FROM jobs WHERE id = ?1", params![id], |r| r.get(0)).optional()?;
+        let current = current.as_deref().map(state_of).transpose()?;
+        let next = transition(current, event)?.name();
+        match event {
+            Event::Submitted { at_s, job, .. } => {
+                let body = serde_json::to_string(job).map_err(|e| StoreError::Backend(e.to_string()))?;
+                tx.execute(
+                    "INSERT INTO jobs (id, name, queue, state, submitted_at_s, job) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![id, job.name, job.queue, next, int(*at_s)?, body],
+                )?;
+            }
+            Event::Started { at_s, tasks, .. } => {
+                let tasks = serde_json::to_string(tasks).map_err(|e| StoreError::Backend(e.to_string()))?;
+                tx.execute(
+                    "UPDATE jobs SET state = ?2, started_at_s = ?3, tasks = ?4 WHERE id = ?1",
+                    params![id, next, int(*at_s)?, tasks],
+                )?;
+            }
+            Event::Ended { at_s, exit_code, .. } => {
+                tx.execute(
+                    "UPDATE jobs SET state = ?2, ended_at_s = ?3, exit_code = ?4 WHERE id = ?1",
+                    params![id, next, int(*at_s)?, exit_code],
+                )?;
+            }
+            Event::Requeued { .. } => {
+                tx.execute("UPDATE jobs SET state = ?2, requeues = requeues + 1 WHERE id = ?1", params![id, next])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
+        Ok(Raw {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            queue: r.get(2)?,
+            state: r.get(3)?,
+            submitted: r.get(4)?,
+            started: r.get(5)?,
+            ended: r.get(6)?,
+            exit_code: r.get(7)?,
+            requeues: r.get(8)?,
+            job: r.get(9)?,
+            tasks: r.get(10)?,
+        })
+    }
+
+    fn decode(raw: Raw) -> Result<JobRow, StoreError> {
+        let id = raw.id;
+        let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("job {id}: {what}: {e}"));
+        Ok(JobRow {
+            id: uint(id)?,
+            name: raw.name,
+            queue: raw.queue,
+            state: state_of(&raw.state)?,
+            submitted_at_s: uint(raw.submitted)?,
+            started_at_s: raw.started.map(uint).transpose()?,
+            ended_at_s: raw.ended.map(uint).transpose()?,
+            exit_code: raw.exit_code,
+            requeues: u32::try_from(raw.requeues).map_err(|_| StoreError::Corrupt(format!("job {id}: requeues")))?,
+            job: serde_json::from_str(&raw.job).map_err(|e| corrupt("spec", e))?,
+            tasks: serde_json::from_str::<Vec<TaskStart>>(&raw.tasks).map_err(|e| corrupt("tasks", e))?,
+        })
+    }
+}
+
+/// One `jobs` row as SQLite returns it.
+struct Raw {
+    id: i64,
+    name: String,
+    queue: String,
+    state: String,
+    submitted: i64,
+    started: Option<i64>,
+    ended: Option<i64>,
+    exit_code: Option<i32>,
+    requeues: i64,
+    job: String,
+    tasks: String,
+}
+
+const COLUMNS: &str =
+    "id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks";
+
+impl Store for SqliteStore {
+    fn append(&mut self, events: &[Event]) -> Result<u64, StoreError> {
+        let tx = self.conn.transaction()?;
+        let mut last = 0;
+        for event in events {
+            Self::apply(&tx, event)?;
+            let body = serde_json::to_string(event).map_err(|e| StoreError::Backend(e.to_string()))?;
+            let at = match event {
+                Event::Submitted { at_s, .. }
+                | Event::Started { at_s, .. }
+                | Event::Ended { at_s, .. }
+                | Event::Requeued { at_s, .. } => *at_s,
+            };
+            tx.execute(
+                "INSERT INTO events (job_id, kind, at_s, body) VALUES (?1, ?2, ?3, ?4)",
+                params![int(event.job_id())?, event.kind(), int(at)?, body],
+            )?;
+            last = uint(tx.last_insert_rowid())?;
+        }
+        tx.commit()?;
+        Ok(last)
+    }
+
+    fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<(u64, Event)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT seq, body FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+        let rows = stmt
+            .query_map(params![int(seq)?, int(limit as u64)?], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        rows.map(|r| {
+            let (seq, body) = r?;
+            let event = serde_json::from_str(&body).map_err(|e| StoreError::Corrupt(format!("event {seq}: {e}")))?;
+            Ok((uint(seq)?, event))
+        })
+        .collect()
+    }
+
+    fn job(&self, id: u64) -> Result<Option<JobRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"))?;
+        stmt.query_row(params![int(id)?], Self::row).optional()?.map(Self::decode).transpose()
+    }
+
+    fn jobs(&self, states: &[JobState]) -> Result<Vec<JobRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id"))?;
+        let rows = stmt.query_map([], Self::row)?;
+        let mut out = Vec::new();
+        for raw in rows {
+            let row = Self::decode(raw?)?;
+            if states.is_empty() || states.contains(&row.state) {
+                out.push(row);
+            }
+        }
+        Ok(out)
+    }
+
+    fn next_job_id(&self) -> Result<u64, StoreError> {
+        let max: Option<i64> = self.conn.query_row("SELECT MAX(id) FROM jobs", [], |r| r.get(0))?;
+        Ok(max.map(uint).transpose()?.map_or(1, |m| m + 1))
+    }
+
+    fn rebuild(&mut self) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute("DELETE FROM jobs", [])?;
+        {
+            let mut stmt = tx.prepare("SELECT seq, body FROM events ORDER BY seq")?;
+            let rows: Vec<(i64, String)> =
+                stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+            for (seq, body) in rows {
+                let event: Event =
+                    serde_json::from_str(&body).map_err(|e| StoreError::Corrupt(format!("event {seq}: {e}")))?;
+                Self::apply(&tx, &event)?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}

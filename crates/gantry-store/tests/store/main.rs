@@ -1,0 +1,68 @@
+//! The store's tests: the conformance suite against SQLite (a file and in memory), and what
+//! only a file can show — appends survive reopening; a newer schema is refused.
+
+use gantry_store::{SqliteStore, Store, conformance};
+use gantry_types::{Event, JobState};
+use std::path::PathBuf;
+
+fn temp_db(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gantry-store-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join("gantry.db")
+}
+
+fn file_store(name: &str) -> impl FnMut() -> SqliteStore {
+    let mut n = 0;
+    let name = name.to_string();
+    move || {
+        n += 1;
+        SqliteStore::open(&temp_db(&format!("{name}-{n}"))).expect("opens")
+    }
+}
+
+fn memory() -> SqliteStore {
+    SqliteStore::open_in_memory().expect("opens")
+}
+
+#[test]
+fn sqlite_passes_the_conformance_suite() {
+    conformance::lifecycle(memory);
+    conformance::conflicts_roll_back_the_batch(memory);
+    conformance::state_is_derived_from_the_log(memory);
+    conformance::lifecycle(file_store("lifecycle"));
+    conformance::conflicts_roll_back_the_batch(file_store("conflicts"));
+    conformance::state_is_derived_from_the_log(file_store("derived"));
+}
+
+#[test]
+fn appends_survive_reopening_and_a_newer_schema_is_refused() {
+    let path = temp_db("reopen");
+    {
+        let mut store = SqliteStore::open(&path).expect("opens");
+        let job = job();
+        store.append(&[Event::Submitted { id: 1, at_s: 5, job }]).expect("submits");
+    }
+    let store = SqliteStore::open(&path).expect("reopens");
+    assert_eq!(store.job(1).expect("reads").expect("kept").state, JobState::Pending);
+    assert_eq!(store.next_job_id().expect("next"), 2);
+    drop(store);
+    // Mark the file as written by a future schema.
+    rusqlite::Connection::open(&path).expect("opens").pragma_update(None, "user_version", 99).expect("bumps");
+    let err = SqliteStore::open(&path).expect_err("newer schema");
+    assert!(err.to_string().contains("written by a newer gantry (schema 99"), "{err}");
+    let err = SqliteStore::open(std::path::Path::new("/nonexistent-dir/x/gantry.db")).expect_err("bad path");
+    assert!(err.to_string().contains("cannot open /nonexistent-dir/x/gantry.db"), "{err}");
+}
+
+fn job() -> gantry_types::Job {
+    gantry_types::Job {
+        name: "a".into(),
+        queue: "default".into(),
+        priority: 0,
+        groups: Vec::new(),
+        lifecycle: Default::default(),
+        after: Vec::new(),
+        control: Default::default(),
+    }
+}
