@@ -90,6 +90,7 @@ fn job(name: &str, replicas: u32, gpu: GpuRequest, isolation: Isolation, topolog
         lifecycle: Default::default(),
         after: Vec::new(),
         control: Default::default(),
+        run: Default::default(),
     }
 }
 

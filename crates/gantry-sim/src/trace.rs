@@ -107,6 +107,7 @@ pub fn job_for(pod: &TracePod, name: String) -> Job {
         lifecycle: Default::default(),
         after: Vec::new(),
         control: Default::default(),
+        run: Default::default(),
     }
 }
 

@@ -516,3 +516,33 @@ fn user_limits_parse_and_bad_ones_name_the_field() {
         assert!(err.contains(expected), "{text}: {err}");
     }
 }
+
+#[test]
+fn run_fields_parse_and_bad_ones_name_the_field() {
+    let jobs = crate::parse_workload(
+        "[[job]]\nname = \"a\"\ncommand = \"echo $CUDA_VISIBLE_DEVICES\"\nenv = { LR = \"0.1\" }\nworkdir = \"/tmp\"\n\
+         [[job]]\nname = \"b\"\ncommand = [\"python\", \"train.py\"]\n",
+        catalog(),
+    )
+    .expect("valid");
+    assert_eq!(jobs[0].run.command, ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"]);
+    assert_eq!(jobs[0].run.env, [("LR".to_string(), "0.1".to_string())]);
+    assert_eq!(jobs[0].run.workdir.as_deref(), Some("/tmp"));
+    assert_eq!(jobs[1].run.command, ["python", "train.py"]);
+    for (text, expected) in [
+        ("command = \"  \"", "job \"a\" / command: empty command"),
+        ("command = []", "job \"a\" / command: empty program name"),
+        ("env = { \"1X\" = \"v\" }", "job \"a\" / env: \"1X\" is not a variable name"),
+        ("env = { CUDA_VISIBLE_DEVICES = \"0\" }", "CUDA_VISIBLE_DEVICES is set by gantry"),
+        ("env = { GANTRY_RANK = \"0\" }", "GANTRY_RANK is set by gantry"),
+        ("workdir = \"\"", "job \"a\" / workdir: empty working directory"),
+        ("command = 3", "did not match any variant"),
+    ] {
+        let text = format!("[[job]]\nname = \"a\"\n{text}\n");
+        let err = crate::parse_workload(&text, catalog()).expect_err(&text).to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+    let long = format!("[[job]]\nname = \"a\"\ncommand = \"{}\"\n", "x".repeat(70_000));
+    let err = crate::parse_workload(&long, catalog()).expect_err("long").to_string();
+    assert!(err.contains("the limit is 65536"), "{err}");
+}

@@ -47,6 +47,9 @@ pub(crate) struct JobEntry {
     time_limit: Option<crate::quantity::Duration>,
     hold: Option<bool>,
     array: Option<ArraySpec>,
+    command: Option<OneOrMany>,
+    env: Option<BTreeMap<String, String>>,
+    workdir: Option<String>,
     #[serde(default)]
     task: Vec<TaskEntry>,
     // Single-group shorthand: the task fields, written at job level. They repeat TaskEntry's
@@ -361,7 +364,9 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
     let time_limit_s =
         entry.time_limit.as_ref().map(|d| quantity::seconds(&format!("{at} / time_limit"), d, 1)).transpose()?;
     let control = JobControl { user, time_limit_s, hold: entry.hold.unwrap_or(false), array: None };
-    let job = Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after, control };
+    let run = parse_run(at, entry.command.take(), entry.env.take(), entry.workdir.take())?;
+    let job =
+        Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after, control, run };
     Ok(match (entry.count, &entry.array) {
         (Some(_), Some(_)) => {
             return Err(SpecError::new(at, "both count and array").hint(
@@ -387,6 +392,64 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
                 .collect()
         }
     })
+}
+
+/// Longest command line, environment or working directory accepted (bytes, all together).
+pub const RUN_BYTES_MAX: usize = 64 * 1024;
+
+/// `command = "python train.py"` (run by `sh -c`) or `command = ["python", "train.py"]`;
+/// `env = { KEY = "value" }`; `workdir = "/path"`.
+fn parse_run(
+    at: &str,
+    command: Option<OneOrMany>,
+    env: Option<BTreeMap<String, String>>,
+    workdir: Option<String>,
+) -> Result<gantry_types::Run, SpecError> {
+    let command = match command {
+        None => Vec::new(),
+        Some(OneOrMany::One(line)) if line.trim().is_empty() => {
+            return Err(SpecError::new(format!("{at} / command"), "empty command"));
+        }
+        Some(OneOrMany::One(line)) => vec!["sh".into(), "-c".into(), line],
+        Some(OneOrMany::Many(argv)) => {
+            if argv.first().is_none_or(|p| p.trim().is_empty()) {
+                return Err(SpecError::new(format!("{at} / command"), "empty program name")
+                    .hint("command = [\"python\", \"train.py\"] or command = \"python train.py\""));
+            }
+            argv
+        }
+    };
+    let env: Vec<(String, String)> = env.unwrap_or_default().into_iter().collect();
+    for (key, _) in &env {
+        let valid = !key.is_empty()
+            && !key.starts_with(|c: char| c.is_ascii_digit())
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(SpecError::new(format!("{at} / env"), format!("{key:?} is not a variable name"))
+                .hint("letters, digits and _, not starting with a digit"));
+        }
+        if key.starts_with("GANTRY_") || key == "CUDA_VISIBLE_DEVICES" || key == "NVIDIA_VISIBLE_DEVICES" {
+            return Err(SpecError::new(format!("{at} / env"), format!("{key} is set by gantry"))
+                .hint("gantry sets the device list and GANTRY_* for each task"));
+        }
+    }
+    let size: usize = command.iter().map(String::len).sum::<usize>()
+        + env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        + workdir.as_ref().map_or(0, String::len);
+    if size > RUN_BYTES_MAX {
+        return Err(SpecError::new(
+            at,
+            format!("command, env and workdir take {size} bytes, the limit is {RUN_BYTES_MAX}"),
+        ));
+    }
+    let nul = command.iter().chain(env.iter().map(|(_, v)| v)).chain(workdir.iter()).any(|s| s.contains('\0'));
+    if nul {
+        return Err(SpecError::new(at, "a NUL byte in command, env or workdir"));
+    }
+    if workdir.as_ref().is_some_and(|w| w.trim().is_empty()) {
+        return Err(SpecError::new(format!("{at} / workdir"), "empty working directory"));
+    }
+    Ok(gantry_types::Run { command, env, workdir })
 }
 
 fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Result<TaskGroup, SpecError> {

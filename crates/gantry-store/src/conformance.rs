@@ -14,6 +14,7 @@ fn job(name: &str) -> Job {
         lifecycle: Default::default(),
         after: Vec::new(),
         control: Default::default(),
+        run: Default::default(),
     }
 }
 

@@ -20,6 +20,20 @@ pub struct Job {
     /// Who submitted it, its time limit, a hold, its place in an array.
     #[serde(default)]
     pub control: JobControl,
+    /// What each task runs (the live system; the simulator ignores it).
+    #[serde(default)]
+    pub run: Run,
+}
+
+/// The process every task of a job runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Run {
+    /// Program and arguments; empty = a placeholder that reports its devices and exits.
+    pub command: Vec<String>,
+    /// Extra environment, on top of what gantry sets (devices, ranks).
+    pub env: Vec<(String, String)>,
+    /// Working directory (default: the agent's job directory).
+    pub workdir: Option<String>,
 }
 
 /// What the submitter controls about when and how long a job runs.

@@ -18,7 +18,7 @@ pub use event::{Ending, Event, JobState, TaskStart};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
     ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,
-    ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel,
+    ModelPattern, Run, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel,
 };
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use pending::{ClassFree, PendingJob, PendingReason};

@@ -126,6 +126,7 @@ fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
             lifecycle: Default::default(),
             after: Vec::new(),
             control: Default::default(),
+            run: Default::default(),
         }
     })
 }

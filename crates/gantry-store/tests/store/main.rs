@@ -64,5 +64,6 @@ fn job() -> gantry_types::Job {
         lifecycle: Default::default(),
         after: Vec::new(),
         control: Default::default(),
+        run: Default::default(),
     }
 }
