@@ -305,6 +305,11 @@ impl Engine {
         }
     }
 
+    /// Where allocation `id` (of `job`) put each task, in the public form; `None` if unknown.
+    pub fn placement(&self, id: AllocId, job: &CompiledJob) -> Option<Vec<TaskPlacement>> {
+        self.allocations.contains_key(&id).then(|| self.describe(id, job))
+    }
+
     fn describe(&self, id: AllocId, job: &CompiledJob) -> Vec<TaskPlacement> {
         let allocation = &self.allocations[&id];
         allocation

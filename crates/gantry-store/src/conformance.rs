@@ -19,7 +19,7 @@ fn job(name: &str) -> Job {
 }
 
 fn submitted(id: u64, name: &str) -> Event {
-    Event::Submitted { id, at_s: id * 10, job: job(name) }
+    Event::Submitted { id, at_s: id * 10, job: Box::new(job(name)) }
 }
 
 fn started(id: u64, at_s: u64) -> Event {

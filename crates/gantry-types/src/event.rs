@@ -76,7 +76,7 @@ pub struct TaskStart {
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
     /// A job was accepted (validated, compiled against the fleet) as `id`.
-    Submitted { id: u64, at_s: u64, job: Job },
+    Submitted { id: u64, at_s: u64, job: Box<Job> },
     /// The scheduler started it: its tasks and where they run.
     Started { id: u64, at_s: u64, tasks: Vec<TaskStart> },
     /// It ended (ran, or was cancelled or lost), with the first non-zero exit code if any.

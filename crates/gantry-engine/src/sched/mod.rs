@@ -378,6 +378,44 @@ impl Scheduler {
         })
     }
 
+    /// Cancel a job that is not running: it leaves its queue, hold or dependency wait for good
+    /// and counts as failed for its dependents (returned as [`Scheduler::ended`] returns
+    /// them). A running job is stopped by its runner instead, then reported with `ended`.
+    pub fn cancel_waiting(&mut self, id: JobId, now: u64) -> Result<Vec<(JobId, Admission)>, String> {
+        let Some(entry) = self.jobs.get(&id) else { return Err(format!("no job {id}")) };
+        if self.ended.contains_key(&id) {
+            return Err(format!("job {:?} has ended", entry.job.name));
+        }
+        if self.running.values().any(|r| r.job == id) {
+            return Err(format!("job {:?} is running", entry.job.name));
+        }
+        let key = (Reverse(self.priority(id)), entry.eligible_at, id);
+        if self.pending[entry.queue].contains(&key) {
+            self.dequeue(id, key.0.0, key.1);
+        }
+        self.held.remove(&id);
+        self.waiting_on_deps.remove(&id);
+        self.awaiting.remove(&id);
+        self.ended.insert(id, false);
+        Ok(self.wake_dependents(id, now))
+    }
+
+    /// The allocation `job` runs on, if it runs.
+    pub fn allocation_of(&self, job: JobId) -> Option<AllocId> {
+        self.running.iter().find(|(_, r)| r.job == job).map(|(&alloc, _)| alloc)
+    }
+
+    /// Where a running allocation's tasks are, in the public form.
+    pub fn placement(&self, alloc: AllocId) -> Option<Vec<gantry_types::TaskPlacement>> {
+        let r = self.running.get(&alloc)?;
+        self.engine.placement(alloc, &self.jobs[&r.job].job.compiled)
+    }
+
+    /// The spec-level facts about a submitted job: its name, queue and planned length.
+    pub fn job(&self, id: JobId) -> Option<&SchedJob> {
+        self.jobs.get(&id).map(|e| &e.job)
+    }
+
     /// Stop tracking a running allocation: release it and give back what it held.
     fn stop_running(&mut self, alloc: AllocId, now: u64) -> Option<RunningJob> {
         let ended = self.running.remove(&alloc)?;
@@ -408,6 +446,11 @@ impl Scheduler {
         self.terminating.remove(&alloc);
         let job = ended.job;
         self.ended.insert(job, ok);
+        Some(self.wake_dependents(job, now))
+    }
+
+    /// Dependents of `job` (just ended) that became eligible, or can now never run.
+    fn wake_dependents(&mut self, job: JobId, now: u64) -> Vec<(JobId, Admission)> {
         let woken: Vec<JobId> = self
             .waiting_on_deps
             .iter()
@@ -426,7 +469,7 @@ impl Scheduler {
                 out.push((w, admission));
             }
         }
-        Some(out)
+        out
     }
 
     /// The job on `alloc` was killed (its grace period over): it waits again with its original
@@ -499,40 +542,51 @@ impl Scheduler {
     /// Every job not running or done, with its reason and estimate (what `why` shows),
     /// oldest first. A job short of resources also gets what each node class has free now.
     pub fn pending(&self) -> Vec<PendingJob> {
-        let entry = |job: JobId, reason: PendingReason, estimate_s: Option<u64>| {
-            let e = &self.jobs[&job];
-            PendingJob {
-                job: e.job.name.clone(),
-                queue: e.job.queue.clone(),
-                since_s: e.eligible_at,
-                reason,
-                estimate_s,
-            }
+        self.pending_by_id().into_iter().map(|(_, p)| p).collect()
+    }
+
+    /// [`Scheduler::pending`] with each job's id.
+    pub fn pending_by_id(&self) -> Vec<(JobId, PendingJob)> {
+        let mut ids: Vec<JobId> = self.pending.iter().flat_map(|set| set.iter().map(|&(_, _, job)| job)).collect();
+        ids.extend(&self.waiting_on_deps);
+        ids.extend(&self.held);
+        let mut out: Vec<(JobId, PendingJob)> =
+            ids.into_iter().filter_map(|id| self.why(id).map(|p| (id, p))).collect();
+        out.sort_by(|a, b| (a.1.since_s, &a.1.job, a.0).cmp(&(b.1.since_s, &b.1.job, b.0)));
+        out
+    }
+
+    /// Why job `id` waits, and its estimate; `None` if it is not waiting.
+    pub fn why(&self, id: JobId) -> Option<PendingJob> {
+        let e = self.jobs.get(&id)?;
+        let entry = |reason: PendingReason, estimate_s: Option<u64>| PendingJob {
+            job: e.job.name.clone(),
+            queue: e.job.queue.clone(),
+            since_s: e.eligible_at,
+            reason,
+            estimate_s,
         };
-        let mut out = Vec::new();
-        for set in &self.pending {
-            for &(_, _, job) in set {
-                let mut reason = self.reason.get(&job).cloned().unwrap_or(PendingReason::QueueOrder);
-                if let PendingReason::Resources { by_class, .. } = &mut reason {
-                    *by_class = self.engine.free_by_class(&self.jobs[&job].job.compiled);
-                }
-                out.push(entry(job, reason, self.estimate.get(&job).copied()));
-            }
+        if self.held.contains(&id) {
+            return Some(entry(PendingReason::Held, None));
         }
-        for &job in &self.waiting_on_deps {
-            let waiting_on: Vec<String> = self.jobs[&job]
+        if self.waiting_on_deps.contains(&id) {
+            let waiting_on: Vec<String> = e
                 .job
                 .after
                 .iter()
                 .filter(|(_, k)| !self.ended.contains_key(k))
-                .map(|(_, k)| self.jobs.get(k).map_or_else(|| format!("#{k}"), |e| e.job.name.clone()))
+                .map(|(_, k)| self.jobs.get(k).map_or_else(|| format!("#{k}"), |d| d.job.name.clone()))
                 .collect();
-            out.push(entry(job, PendingReason::Dependency { waiting_on }, None));
+            return Some(entry(PendingReason::Dependency { waiting_on }, None));
         }
-        for &job in &self.held {
-            out.push(entry(job, PendingReason::Held, None));
+        let key = (Reverse(self.priority(id)), e.eligible_at, id);
+        if !self.pending[e.queue].contains(&key) {
+            return None;
         }
-        out.sort_by(|a, b| (a.since_s, &a.job).cmp(&(b.since_s, &b.job)));
-        out
+        let mut reason = self.reason.get(&id).cloned().unwrap_or(PendingReason::QueueOrder);
+        if let PendingReason::Resources { by_class, .. } = &mut reason {
+            *by_class = self.engine.free_by_class(&e.job.compiled);
+        }
+        Some(entry(reason, self.estimate.get(&id).copied()))
     }
 }

@@ -41,7 +41,7 @@ fn appends_survive_reopening_and_a_newer_schema_is_refused() {
     {
         let mut store = SqliteStore::open(&path).expect("opens");
         let job = job();
-        store.append(&[Event::Submitted { id: 1, at_s: 5, job }]).expect("submits");
+        store.append(&[Event::Submitted { id: 1, at_s: 5, job: Box::new(job) }]).expect("submits");
     }
     let store = SqliteStore::open(&path).expect("reopens");
     assert_eq!(store.job(1).expect("reads").expect("kept").state, JobState::Pending);

@@ -1,0 +1,337 @@
+//! The controller's synchronous core: the store (source of truth), the engine's scheduler,
+//! and the one applier through which every change goes. The async edges (HTTP, processes)
+//! call into it under one lock; it never blocks on I/O other than the store's commit.
+//!
+//! Order of effects, so a crash at any instant loses nothing and runs nothing twice: an event
+//! is committed to the store *before* it is acted on (a job is `started` in the log before
+//! its processes are launched); on restart, jobs the log says were running are marked `lost`
+//! (the in-process agent that ran them is gone), never started again.
+
+use gantry_catalog::Catalog;
+use gantry_engine::sched::{Admission, Decision, JobId, SchedJob, Scheduler, SchedulerConfig};
+use gantry_engine::{AllocId, Engine, EngineConfig};
+use gantry_store::{JobRow, SqliteStore, Store, StoreError};
+use gantry_types::{Ending, Event, Fleet, GpuGrant, Job, JobState, PendingJob, TaskPlacement, TaskStart};
+use std::collections::BTreeMap;
+
+/// What an API call can get wrong; each maps to a 4xx or 5xx.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Conflict { .. } => ApiError::Conflict(e.to_string()),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// One task to launch: which job, which task, what it gets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub job: u64,
+    pub job_name: String,
+    pub group: String,
+    pub replica: u32,
+    pub rank: u32,
+    pub world_size: u32,
+    pub node: String,
+    /// GPU or MIG UUIDs (`CUDA_VISIBLE_DEVICES`).
+    pub devices: Vec<String>,
+    /// For an MPS share: (active thread percentage, pinned memory limit in bytes).
+    pub mps: Option<(u32, u64)>,
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+    pub time_limit_s: Option<u64>,
+    pub grace_s: u64,
+}
+
+/// A running job's tasks as the runner tracks them.
+#[derive(Debug)]
+struct Runs {
+    alloc: AllocId,
+    tasks_left: u32,
+    /// First non-zero exit code seen, if any.
+    failed: Option<i32>,
+    timed_out: bool,
+    cancelled: bool,
+}
+
+/// What the runner should do after a change.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub launch: Vec<Launch>,
+    /// Jobs whose processes should be signalled now and killed after the grace period.
+    pub stop: Vec<(u64, u64)>,
+}
+
+/// The controller: store + scheduler + the jobs it is running.
+#[derive(Debug)]
+pub struct Controller {
+    store: SqliteStore,
+    scheduler: Scheduler,
+    catalog: &'static Catalog,
+    /// (node, GPU index) → UUID.
+    uuids: BTreeMap<(String, u32), String>,
+    running: BTreeMap<u64, Runs>,
+}
+
+/// A job as `queue` and `show` list it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobView {
+    #[serde(flatten)]
+    pub row: JobRow,
+    /// Why it waits and when it may start, while it is pending.
+    pub pending: Option<PendingJob>,
+}
+
+impl Controller {
+    /// Open the controller on `store` for `fleet`, recovering what the store holds: pending
+    /// jobs wait again, jobs that were running are marked lost.
+    pub fn open(store: SqliteStore, fleet: &Fleet, catalog: &'static Catalog, now: u64) -> Result<Controller, String> {
+        let engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
+        let uuids = fleet
+            .nodes
+            .iter()
+            .flat_map(|n| n.gpus.iter().map(move |g| ((n.name.clone(), g.index), g.uuid.clone())))
+            .collect();
+        let mut controller = Controller {
+            store,
+            scheduler: Scheduler::new(engine, SchedulerConfig::default()),
+            catalog,
+            uuids,
+            running: BTreeMap::new(),
+        };
+        let rows = controller.store.jobs(&[JobState::Pending, JobState::Running]).map_err(|e| e.to_string())?;
+        for row in rows {
+            if row.state == JobState::Running {
+                let lost = Event::Ended { id: row.id, at_s: now, ending: Ending::Lost, exit_code: None };
+                controller.store.append(&[lost]).map_err(|e| e.to_string())?;
+                continue;
+            }
+            // A job the fleet can no longer hold (the fleet file changed) is failed, with why.
+            if let Err(e) = controller.admit(row.id, &row.job, row.submitted_at_s) {
+                let failed = Event::Ended { id: row.id, at_s: now, ending: Ending::Failed, exit_code: None };
+                controller.store.append(&[failed]).map_err(|e| e.to_string())?;
+                tracing::warn!(job = row.id, error = %e, "pending job dropped on restart");
+            }
+        }
+        Ok(controller)
+    }
+
+    fn admit(&mut self, id: u64, job: &Job, at_s: u64) -> Result<Admission, ApiError> {
+        let compiled = self.scheduler.engine().compile(job).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let sched = SchedJob {
+            name: job.name.clone(),
+            queue: job.queue.clone(),
+            priority: job.priority,
+            lifecycle: job.lifecycle,
+            control: job.control.clone(),
+            planned_length_s: job.control.time_limit_s,
+            after: Vec::new(),
+            compiled,
+        };
+        self.scheduler.submit(id, sched, at_s).map_err(ApiError::BadRequest)
+    }
+
+    /// Accept a workload file's jobs, all or none: each is checked against the fleet (a job no
+    /// node could ever hold is refused with the engine's reasons) before anything is stored.
+    pub fn submit(&mut self, workload: &str, now: u64) -> Result<Vec<u64>, ApiError> {
+        let jobs =
+            gantry_spec::parse_workload(workload, self.catalog).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        if jobs.is_empty() {
+            return Err(ApiError::BadRequest("the workload has no jobs".into()));
+        }
+        if jobs.iter().any(|j| !j.after.is_empty()) {
+            return Err(ApiError::BadRequest("dependencies (after) are not supported by the live service yet".into()));
+        }
+        // Could each ever run here? Placed on an empty copy of the fleet.
+        for job in &jobs {
+            let mut empty = self.scheduler.engine().clone();
+            for alloc in empty.allocations().keys().copied().collect::<Vec<_>>() {
+                empty.release(alloc).map_err(|e| ApiError::Internal(e.to_string()))?;
+            }
+            let compiled = empty.compile(job).map_err(|e| ApiError::BadRequest(format!("job {:?}: {e}", job.name)))?;
+            if let Err(reasons) = empty.place(&compiled) {
+                let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
+                return Err(ApiError::BadRequest(format!(
+                    "job {:?} can never run on this fleet: {}",
+                    job.name,
+                    why.join("; ")
+                )));
+            }
+        }
+        let first = self.store.next_job_id()?;
+        let events: Vec<Event> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, job)| Event::Submitted { id: first + i as u64, at_s: now, job: Box::new(job.clone()) })
+            .collect();
+        self.store.append(&events)?;
+        let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
+        for (id, job) in ids.iter().zip(&jobs) {
+            self.admit(*id, job, now)?;
+        }
+        Ok(ids)
+    }
+
+    /// The device UUIDs and MPS settings a task's grants give it.
+    fn devices(&self, task: &TaskPlacement) -> (Vec<String>, Option<(u32, u64)>) {
+        let mut devices = Vec::new();
+        let mut mps = None;
+        for grant in &task.gpus {
+            let uuid = self.uuids.get(&(task.node.clone(), grant.gpu())).cloned().unwrap_or_default();
+            match grant {
+                GpuGrant::Whole { .. } | GpuGrant::TimeSlice { .. } => devices.push(uuid),
+                GpuGrant::Mig { profile, start, .. } => {
+                    devices.push(format!("MIG-{}-{profile}-{start}", uuid.trim_start_matches("GPU-")));
+                }
+                GpuGrant::Mps { active_thread_percentage, memory, .. } => {
+                    devices.push(uuid);
+                    mps = Some((*active_thread_percentage, memory.0));
+                }
+            }
+        }
+        (devices, mps)
+    }
+
+    /// Run a scheduling cycle: commit each start to the store, then hand its tasks to the
+    /// runner (the applier: a start is re-checked against the store's state by the commit).
+    pub fn cycle(&mut self, now: u64) -> Result<Effects, ApiError> {
+        let mut effects = Effects::default();
+        for decision in self.scheduler.cycle(now) {
+            match decision {
+                Decision::Start { job, alloc, .. } => {
+                    let placement = self
+                        .scheduler
+                        .placement(alloc)
+                        .ok_or_else(|| ApiError::Internal("placed job vanished".into()))?;
+                    let row = self
+                        .store
+                        .job(job)?
+                        .ok_or_else(|| ApiError::Internal(format!("job {job} not in the store")))?;
+                    let world = placement.len() as u32;
+                    let mut launches = Vec::new();
+                    let mut starts = Vec::new();
+                    for (rank, task) in placement.iter().enumerate() {
+                        let (devices, mps) = self.devices(task);
+                        starts.push(TaskStart {
+                            group: task.group.clone(),
+                            replica: task.replica,
+                            node: task.node.clone(),
+                            devices: devices.clone(),
+                        });
+                        launches.push(Launch {
+                            job,
+                            job_name: row.name.clone(),
+                            group: task.group.clone(),
+                            replica: task.replica,
+                            rank: rank as u32,
+                            world_size: world,
+                            node: task.node.clone(),
+                            devices,
+                            mps,
+                            command: row.job.run.command.clone(),
+                            env: row.job.run.env.clone(),
+                            workdir: row.job.run.workdir.clone(),
+                            time_limit_s: row.job.control.time_limit_s,
+                            grace_s: row.job.lifecycle.grace_s,
+                        });
+                    }
+                    if let Err(e) = self.store.append(&[Event::Started { id: job, at_s: now, tasks: starts }]) {
+                        // The store says no (cancelled meanwhile): give the capacity back.
+                        self.scheduler.ended(alloc, false, now);
+                        tracing::warn!(job, error = %e, "start refused by the store");
+                        continue;
+                    }
+                    self.running.insert(
+                        job,
+                        Runs { alloc, tasks_left: world, failed: None, timed_out: false, cancelled: false },
+                    );
+                    effects.launch.extend(launches);
+                }
+                Decision::Stop { job, .. } => {
+                    // Preemption is off in the live service for now (SchedulerConfig::default).
+                    effects.stop.push((job, 0));
+                }
+            }
+        }
+        Ok(effects)
+    }
+
+    /// A task of `job` exited (`code`: its exit code, `None` if killed by a signal).
+    pub fn task_exited(&mut self, job: u64, code: Option<i32>, timed_out: bool, now: u64) -> Result<(), ApiError> {
+        let Some(runs) = self.running.get_mut(&job) else { return Ok(()) };
+        runs.tasks_left -= 1;
+        runs.timed_out |= timed_out;
+        if code != Some(0) && runs.failed.is_none() {
+            runs.failed = Some(code.unwrap_or(-1));
+        }
+        if runs.tasks_left > 0 {
+            return Ok(());
+        }
+        let runs = self.running.remove(&job).expect("present");
+        let ending = if runs.cancelled {
+            Ending::Cancelled
+        } else if runs.timed_out {
+            Ending::TimedOut
+        } else if runs.failed.is_some() {
+            Ending::Failed
+        } else {
+            Ending::Completed
+        };
+        self.store.append(&[Event::Ended { id: job, at_s: now, ending, exit_code: runs.failed }])?;
+        self.scheduler.ended(runs.alloc, ending == Ending::Completed, now);
+        Ok(())
+    }
+
+    /// Cancel a job: a waiting one ends now; a running one is stopped (the runner signals its
+    /// tasks; it ends when they have exited). Returns whether the runner must stop it.
+    pub fn cancel(&mut self, id: u64, now: u64) -> Result<bool, ApiError> {
+        let row = self.store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+        match row.state {
+            JobState::Pending => {
+                self.scheduler.cancel_waiting(id as JobId, now).map_err(ApiError::Conflict)?;
+                self.store.append(&[Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None }])?;
+                Ok(false)
+            }
+            JobState::Running => {
+                if let Some(runs) = self.running.get_mut(&id) {
+                    runs.cancelled = true;
+                }
+                Ok(true)
+            }
+            state => Err(ApiError::Conflict(format!("job {id} has already ended ({})", state.name()))),
+        }
+    }
+
+    pub fn job(&self, id: u64) -> Result<JobView, ApiError> {
+        let row = self.store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+        let pending = self.scheduler.why(id);
+        Ok(JobView { row, pending })
+    }
+
+    pub fn jobs(&self, states: &[JobState]) -> Result<Vec<JobView>, ApiError> {
+        let mut pending: BTreeMap<JobId, PendingJob> = self.scheduler.pending_by_id().into_iter().collect();
+        Ok(self
+            .store
+            .jobs(states)?
+            .into_iter()
+            .map(|row| {
+                let why = pending.remove(&row.id);
+                JobView { row, pending: why }
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,135 @@
+//! The controller (`gantry serve`): the REST API, the scheduling loop over the engine's
+//! `Scheduler`, the store, and — with `--local` — the in-process agent that runs every task
+//! as a real process.
+//!
+//! One lock around the [`controller::Controller`] (store + scheduler): the API and the loop
+//! take it briefly; processes run outside it. The loop wakes on a submit, a cancel, a task's
+//! exit, or a tick, runs one cycle, and launches what it decided.
+
+pub mod api;
+pub mod client;
+pub mod controller;
+pub mod runner;
+
+use gantry_catalog::Catalog;
+use gantry_store::SqliteStore;
+use gantry_types::Fleet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+/// Seconds since the Unix epoch: the controller's clock (the engine only ever gets it as an
+/// argument).
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Holds `gantry.db` and `jobs/<id>/` (task logs).
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub fleet: Fleet,
+    /// How often a cycle runs with nothing else happening.
+    pub tick: Duration,
+}
+
+/// What the API handlers share.
+#[derive(Clone, Debug)]
+pub struct Shared {
+    pub controller: Arc<Mutex<controller::Controller>>,
+    pub runner: runner::Runner,
+    pub wake: Arc<Notify>,
+    pub data_dir: PathBuf,
+}
+
+/// A started controller: where it listens, and how to stop it.
+#[derive(Debug)]
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    scheduler: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stop accepting requests, finish those in flight, stop the loop. Running tasks keep
+    /// running (they are in their own process groups); the next start marks them lost.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = self.server.await;
+        self.scheduler.abort();
+    }
+}
+
+/// Open the store, recover, bind and start serving.
+pub async fn start(config: ServeConfig) -> Result<Running, String> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
+    let store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
+    let controller = controller::Controller::open(store, &config.fleet, Catalog::embedded(), now_s())?;
+    let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
+    let shared = Shared {
+        controller: Arc::new(Mutex::new(controller)),
+        runner: runner::Runner::new(config.data_dir.clone(), exits_tx),
+        wake: Arc::new(Notify::new()),
+        data_dir: config.data_dir.clone(),
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+
+    let loop_shared = shared.clone();
+    let tick = config.tick;
+    let scheduler = tokio::spawn(async move {
+        loop {
+            let mut ended = Vec::new();
+            tokio::select! {
+                _ = loop_shared.wake.notified() => {}
+                exit = exits.recv() => match exit {
+                    Some(exit) => ended.push(exit),
+                    None => return,
+                },
+                _ = tokio::time::sleep(tick) => {}
+            }
+            while let Ok(exit) = exits.try_recv() {
+                ended.push(exit);
+            }
+            let effects = {
+                let mut controller = loop_shared.controller.lock().expect("not poisoned");
+                for exit in ended {
+                    if let Err(e) = controller.task_exited(exit.job, exit.code, exit.timed_out, now_s()) {
+                        tracing::error!(job = exit.job, error = %e, "recording a task's exit failed");
+                    }
+                }
+                match controller.cycle(now_s()) {
+                    Ok(effects) => effects,
+                    Err(e) => {
+                        tracing::error!(error = %e, "scheduling cycle failed");
+                        continue;
+                    }
+                }
+            };
+            for launch in effects.launch {
+                loop_shared.runner.launch(launch);
+            }
+        }
+    });
+
+    let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let app = api::router(shared);
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = shutdown_rx.await;
+            })
+            .await
+    });
+    Ok(Running { addr, shutdown: Some(shutdown_tx), server, scheduler })
+}

@@ -1,0 +1,160 @@
+//! The in-process agent's runner: each task is a real process in its own process group, with
+//! its devices and ranks in the environment, stdout and stderr in the data directory, its time
+//! limit enforced (SIGTERM to the group, SIGKILL after the grace period), and its exit reported
+//! to the scheduling loop.
+
+use crate::controller::Launch;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A task ended: its job, exit code (`None`: killed by a signal), whether its time limit
+/// ended it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exit {
+    pub job: u64,
+    pub code: Option<i32>,
+    pub timed_out: bool,
+}
+
+/// What a task runs when its job names no command: it says what it got, briefly.
+const PLACEHOLDER: &str = "echo \"gantry task $GANTRY_RANK/$GANTRY_WORLD_SIZE of job $GANTRY_JOB_ID on $GANTRY_NODE: \
+CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"; sleep 2";
+
+/// Where job `id`'s task logs go.
+pub fn job_dir(data_dir: &Path, id: u64) -> PathBuf {
+    data_dir.join("jobs").join(id.to_string())
+}
+
+/// Launches and signals task processes.
+#[derive(Clone, Debug)]
+pub struct Runner {
+    data_dir: PathBuf,
+    exits: mpsc::Sender<Exit>,
+    /// Running process groups per job.
+    groups: Arc<Mutex<BTreeMap<u64, Vec<i32>>>>,
+}
+
+fn signal_group(pgid: i32, signal: Signal) {
+    // Never 0 or below: killpg(0) would signal the controller's own group.
+    if pgid > 0 {
+        // ESRCH (already gone) is the normal race with a task that just exited.
+        let _ = killpg(Pid::from_raw(pgid), signal);
+    }
+}
+
+impl Runner {
+    pub fn new(data_dir: PathBuf, exits: mpsc::Sender<Exit>) -> Runner {
+        Runner { data_dir, exits, groups: Arc::default() }
+    }
+
+    /// Start one task; its exit is sent on the exits channel.
+    pub fn launch(&self, l: Launch) {
+        let runner = self.clone();
+        tokio::spawn(async move {
+            let exit = runner.run(&l).await;
+            let _ = runner.exits.send(exit).await;
+        });
+    }
+
+    async fn run(&self, l: &Launch) -> Exit {
+        let failed = |code| Exit { job: l.job, code: Some(code), timed_out: false };
+        let dir = job_dir(&self.data_dir, l.job);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            tracing::error!(job = l.job, error = %e, "cannot create the job directory");
+            return failed(126);
+        }
+        let base = format!("{}-{}", l.group, l.replica);
+        let (Ok(out), Ok(err)) = (
+            std::fs::File::create(dir.join(format!("{base}.out"))),
+            std::fs::File::create(dir.join(format!("{base}.err"))),
+        ) else {
+            return failed(126);
+        };
+        let argv: Vec<String> =
+            if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
+        let devices = l.devices.join(",");
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("CUDA_VISIBLE_DEVICES", &devices)
+            .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { devices.as_str() })
+            .env("GANTRY_JOB_ID", l.job.to_string())
+            .env("GANTRY_JOB_NAME", &l.job_name)
+            .env("GANTRY_TASK_GROUP", &l.group)
+            .env("GANTRY_TASK_INDEX", l.replica.to_string())
+            .env("GANTRY_RANK", l.rank.to_string())
+            .env("GANTRY_WORLD_SIZE", l.world_size.to_string())
+            .env("GANTRY_NODE", &l.node)
+            .env("GANTRY_MASTER_ADDR", "127.0.0.1")
+            .env("GANTRY_MASTER_PORT", (29_500 + l.job % 10_000).to_string())
+            .current_dir(l.workdir.as_deref().map_or(dir.clone(), PathBuf::from))
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .kill_on_drop(false);
+        if let Some((percentage, memory)) = l.mps {
+            cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", percentage.to_string())
+                .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", format!("{}={}M", devices, memory >> 20))
+                .env("CUDA_MPS_PIPE_DIRECTORY", self.data_dir.join("mps").join(&l.node));
+        }
+        let mut child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::write(
+                    dir.join(format!("{base}.err")),
+                    format!("gantry: cannot start {:?}: {e}\n", argv[0]),
+                );
+                return failed(127);
+            }
+        };
+        let pgid = child.id().map_or(0, |p| p as i32);
+        self.groups.lock().expect("not poisoned").entry(l.job).or_default().push(pgid);
+        let limit = l.time_limit_s.map(Duration::from_secs);
+        let mut timed_out = false;
+        let status = match limit {
+            None => child.wait().await,
+            Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    timed_out = true;
+                    signal_group(pgid, Signal::SIGTERM);
+                    match tokio::time::timeout(Duration::from_secs(l.grace_s), child.wait()).await {
+                        Ok(status) => status,
+                        Err(_) => {
+                            signal_group(pgid, Signal::SIGKILL);
+                            child.wait().await
+                        }
+                    }
+                }
+            },
+        };
+        if let Some(list) = self.groups.lock().expect("not poisoned").get_mut(&l.job) {
+            list.retain(|&g| g != pgid);
+        }
+        // The task's own children go with it.
+        signal_group(pgid, Signal::SIGKILL);
+        let code = status.ok().and_then(|s| s.code());
+        Exit { job: l.job, code, timed_out }
+    }
+
+    /// Stop every task of `job`: SIGTERM to each process group now, SIGKILL after `grace`.
+    pub fn stop(&self, job: u64, grace: Duration) {
+        let groups: Vec<i32> = self.groups.lock().expect("not poisoned").get(&job).cloned().unwrap_or_default();
+        for &pgid in &groups {
+            signal_group(pgid, Signal::SIGTERM);
+        }
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            for pgid in groups {
+                signal_group(pgid, Signal::SIGKILL);
+            }
+        });
+    }
+}

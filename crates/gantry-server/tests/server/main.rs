@@ -1,0 +1,189 @@
+//! The controller with real processes on loopback: submit → running → completed (the task
+//! prints the devices it got, checked against the placement), bad requests change nothing,
+//! cancel and time limits end the whole process group, and a restart loses or runs nothing
+//! twice.
+
+use gantry_server::client::request;
+use gantry_server::{ServeConfig, start};
+use gantry_types::JobState;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const FLEET: &str =
+    "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
+
+struct Server {
+    rt: tokio::runtime::Runtime,
+    running: Option<gantry_server::Running>,
+    url: String,
+    data: PathBuf,
+}
+
+impl Server {
+    fn start_in(data: PathBuf) -> Server {
+        let fleet = gantry_spec::parse_fleet(FLEET, gantry_catalog::Catalog::embedded()).expect("fleet");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+        let config = ServeConfig {
+            data_dir: data.clone(),
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            fleet,
+            tick: Duration::from_millis(100),
+        };
+        let running = rt.block_on(start(config)).expect("starts");
+        let url = format!("http://{}", running.addr);
+        Server { rt, running: Some(running), url, data }
+    }
+
+    fn new(name: &str) -> Server {
+        let data = std::env::temp_dir().join(format!("gantry-server-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        Server::start_in(data)
+    }
+
+    fn stop(mut self) -> PathBuf {
+        let running = self.running.take().expect("running");
+        self.rt.block_on(running.shutdown());
+        self.data.clone()
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, text) = request(&self.url, method, path, body).expect("reaches the server");
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    fn submit(&self, workload: &str) -> Vec<u64> {
+        let (status, body) = self.call("POST", "/v1/jobs", Some(workload));
+        assert_eq!(status, 201, "{body}");
+        body["ids"].as_array().expect("ids").iter().map(|v| v.as_u64().expect("id")).collect()
+    }
+
+    fn state(&self, id: u64) -> (JobState, Value) {
+        let (status, body) = self.call("GET", &format!("/v1/jobs/{id}"), None);
+        assert_eq!(status, 200, "{body}");
+        (serde_json::from_value(body["state"].clone()).expect("state"), body)
+    }
+
+    /// Poll until job `id` is in `want` (real processes take real time; 20 s at most).
+    fn wait_for(&self, id: u64, want: JobState) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (state, body) = self.state(id);
+            if state == want {
+                return body;
+            }
+            assert!(Instant::now() < deadline, "job {id} still {state:?}, wanted {want:?}: {body}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn a_job_runs_as_a_process_that_sees_its_devices() {
+    let server = Server::new("runs");
+    let ids = server.submit(
+        "[[job]]\nname = \"probe\"\ngpu = { count = 1 }\ncommand = \"echo devices=$CUDA_VISIBLE_DEVICES rank=$GANTRY_RANK/$GANTRY_WORLD_SIZE\"\n",
+    );
+    let done = server.wait_for(ids[0], JobState::Completed);
+    let devices = done["tasks"][0]["devices"].as_array().expect("devices").clone();
+    assert_eq!(devices.len(), 1);
+    let uuid = devices[0].as_str().expect("uuid");
+    assert!(uuid.starts_with("GPU-"), "{uuid}");
+    let (status, logs) = request(&server.url, "GET", &format!("/v1/jobs/{}/logs", ids[0]), None).expect("logs");
+    assert_eq!(status, 200);
+    assert!(logs.contains(&format!("devices={uuid} rank=0/1")), "{logs}");
+    assert_eq!(done["exit_code"], Value::Null);
+    // A failing command fails the job with its exit code.
+    let bad = server.submit("[[job]]\nname = \"bad\"\ncommand = \"exit 7\"\n");
+    let failed = server.wait_for(bad[0], JobState::Failed);
+    assert_eq!(failed["exit_code"], 7);
+    server.stop();
+}
+
+#[test]
+fn bad_requests_are_4xx_with_a_reason_and_change_nothing() {
+    let server = Server::new("bad");
+    let cases: Vec<(&str, &str, Option<String>, u16, &str)> = vec![
+        ("POST", "/v1/jobs", Some("[[job]]\nname = 3\n".into()), 400, "not a valid workload file"),
+        ("POST", "/v1/jobs", Some("[[job]]\nname = \"a\"\ncolour = \"red\"\n".into()), 400, "unknown field `colour`"),
+        ("POST", "/v1/jobs", Some(String::new()), 400, "the workload has no jobs"),
+        (
+            "POST",
+            "/v1/jobs",
+            Some("[[job]]\nname = \"huge\"\ngpu = { count = 8 }\n".into()),
+            400,
+            "can never run on this fleet",
+        ),
+        (
+            "POST",
+            "/v1/jobs",
+            Some("[[job]]\nname = \"ok\"\n[[job]]\nname = \"ok\"\n".into()),
+            400,
+            "job name used twice",
+        ),
+        ("POST", "/v1/jobs", Some(format!("# {}\n", "x".repeat(2 << 20))), 413, ""),
+        ("GET", "/v1/jobs/abc", None, 400, "\"abc\" is not a job id"),
+        ("GET", "/v1/jobs/99", None, 404, "no job 99"),
+        ("DELETE", "/v1/jobs/99", None, 404, "no job 99"),
+        ("GET", "/v1/jobs?state=sleeping", None, 400, "unknown state \"sleeping\""),
+    ];
+    for (method, path, body, status, expected) in cases {
+        let (got, reply) = server.call(method, path, body.as_deref());
+        assert_eq!(got, status, "{method} {path}: {reply}");
+        let text = reply["error"].as_str().map_or_else(|| reply.to_string(), str::to_string);
+        assert!(text.contains(expected), "{method} {path}: {reply}");
+    }
+    let (_, all) = server.call("GET", "/v1/jobs", None);
+    assert_eq!(all, Value::Array(Vec::new()), "nothing was stored");
+    server.stop();
+}
+
+#[test]
+fn cancel_and_time_limits_end_the_whole_process_group() {
+    let server = Server::new("stop");
+    // Each task starts a child that would outlive it if only the task's own pid were killed.
+    let marker = server.data.join("survivor");
+    let workload = format!(
+        "[[job]]\nname = \"long\"\ngpu = {{ count = 1 }}\ngrace = 1\ncommand = \"(sleep 3; touch {m}) & sleep 60\"\n\
+         [[job]]\nname = \"limited\"\ngpu = {{ count = 1 }}\ntime_limit = 1\ngrace = 1\ncommand = \"(sleep 3; touch {m}) & sleep 60\"\n",
+        m = marker.display()
+    );
+    let ids = server.submit(&workload);
+    server.wait_for(ids[0], JobState::Running);
+    let (status, reply) = server.call("DELETE", &format!("/v1/jobs/{}", ids[0]), None);
+    assert_eq!((status, reply["status"].as_str()), (200, Some("stopping")), "{reply}");
+    server.wait_for(ids[0], JobState::Cancelled);
+    server.wait_for(ids[1], JobState::Failed);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!marker.exists(), "a child of a stopped task survived");
+    // A waiting job is cancelled at once; a finished one cannot be.
+    let waiting = server.submit("[[job]]\nname = \"held\"\nhold = true\n");
+    let (status, reply) = server.call("DELETE", &format!("/v1/jobs/{}", waiting[0]), None);
+    assert_eq!((status, reply["status"].as_str()), (200, Some("cancelled")), "{reply}");
+    let (status, reply) = server.call("DELETE", &format!("/v1/jobs/{}", waiting[0]), None);
+    assert_eq!(status, 409, "{reply}");
+    server.stop();
+}
+
+#[test]
+fn a_restart_marks_running_jobs_lost_and_runs_pending_ones_once() {
+    let server = Server::new("restart");
+    let ids = server.submit(&format!(
+        "[[job]]\nname = \"busy\"\ngpu = {{ count = 2 }}\ncommand = \"sleep 30\"\n\
+         [[job]]\nname = \"next\"\ngpu = {{ count = 2 }}\ncommand = \"echo ran >> next.count\"\nworkdir = \"{}\"\n",
+        server.data.display()
+    ));
+    server.wait_for(ids[0], JobState::Running);
+    let (state, why) = server.state(ids[1]);
+    assert_eq!(state, JobState::Pending);
+    assert!(why["pending"]["reason"]["reason"] == "resources", "{why}");
+    let data = server.stop();
+    let server = Server::start_in(data);
+    assert_eq!(server.state(ids[0]).0, JobState::Lost, "never started again");
+    server.wait_for(ids[1], JobState::Completed);
+    let (_, all) = server.call("GET", "/v1/jobs?state=completed,lost", None);
+    assert_eq!(all.as_array().expect("list").len(), 2);
+    let runs = std::fs::read_to_string(server.data.join("next.count")).expect("the task's own record");
+    assert_eq!(runs, "ran\n", "exactly once, by the task's own side effect");
+    server.stop();
+}
