@@ -1,10 +1,13 @@
-//! `gantry`: the one binary. Today: `place` (a dry run of the placement engine on a fleet and
-//! a workload), `catalog` (GPU models and MIG geometry), `validate` (check spec files),
-//! `sim` (replay a trace) and `synth` (write a synthetic trace). The live service and the
-//! planner arrive as further subcommands.
+//! `gantry`: the one binary. `place` (a dry run of the placement engine on a fleet and a
+//! workload), `catalog` (GPU models and MIG geometry), `validate` (check spec files), `sim`
+//! (replay a trace), `synth` (write a synthetic trace); the live service: `serve --local`
+//! and, against it, `submit`, `queue`, `show`, `why`, `cancel`, `logs`. The planner arrives
+//! as further subcommands.
 
 mod catalog_cmd;
+mod jobs_cmd;
 mod place_cmd;
+mod serve_cmd;
 mod sim_cmd;
 mod synth_cmd;
 
@@ -35,6 +38,24 @@ enum Command {
     /// notebooks, every job able to run on the fleet, arrivals paced to a target load.
     #[command(after_help = synth_cmd::EXAMPLES)]
     Synth(synth_cmd::SynthArgs),
+    /// Run the controller (with `--local`, also the agent for this machine): REST API, store,
+    /// scheduling loop; tasks run as real processes.
+    #[command(after_help = serve_cmd::EXAMPLES)]
+    Serve(serve_cmd::ServeArgs),
+    /// Submit a workload file's jobs to a running controller.
+    #[command(after_help = jobs_cmd::EXAMPLES)]
+    Submit(jobs_cmd::SubmitArgs),
+    /// List jobs (pending and running by default) with why each waits.
+    #[command(after_help = jobs_cmd::EXAMPLES)]
+    Queue(jobs_cmd::QueueArgs),
+    /// One job: state, where its tasks run, why it waits.
+    Show(jobs_cmd::JobArgs),
+    /// Why a job is not running yet, and when it is expected to start.
+    Why(jobs_cmd::JobArgs),
+    /// Cancel a job (a running one is signalled, then killed after its grace period).
+    Cancel(jobs_cmd::JobArgs),
+    /// A job's task output (stdout and stderr).
+    Logs(jobs_cmd::JobArgs),
     /// Check a fleet file and/or a workload file without placing anything.
     #[command(after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml")]
     Validate(place_cmd::ValidateArgs),
@@ -65,6 +86,13 @@ fn main() -> ExitCode {
         Command::Validate(args) => place_cmd::validate(args),
         Command::Sim(args) => sim_cmd::run(*args),
         Command::Synth(args) => synth_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(args),
+        Command::Submit(args) => jobs_cmd::submit(args),
+        Command::Queue(args) => jobs_cmd::queue(args),
+        Command::Show(args) => jobs_cmd::show(args),
+        Command::Why(args) => jobs_cmd::why(args),
+        Command::Cancel(args) => jobs_cmd::cancel(args),
+        Command::Logs(args) => jobs_cmd::logs(args),
     };
     match result {
         Ok(code) => code,

@@ -365,3 +365,63 @@ fn a_closed_pipe_ends_the_output_quietly() {
     assert_eq!(out.status.code(), Some(0));
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
 }
+
+/// `gantry serve --local` as a user runs it, driven by the CLI: submit --wait, queue, why,
+/// show, logs, cancel; Ctrl-C stops it.
+#[test]
+fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
+    use std::io::BufRead;
+    let dir = temp_dir("serve-local");
+    let data = dir.join("data");
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["serve", "--local", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut banner = String::new();
+    std::io::BufReader::new(server.stderr.as_mut().expect("stderr")).read_line(&mut banner).expect("banner");
+    let url = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("address in the banner").to_string();
+    let cli = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--server", url.as_str()]);
+        gantry(&all)
+    };
+    let job = dir.join("job.toml");
+    std::fs::write(
+        &job,
+        "[[job]]\nname = \"probe\"\ngpu = { count = 1 }\nmodel = \"L4*\"\ncommand = \"echo got $CUDA_VISIBLE_DEVICES\"\n\
+         [[job]]\nname = \"parked\"\nhold = true\n",
+    )
+    .expect("job file");
+    let job = job.to_str().expect("utf-8");
+    let out = cli(&["submit", job]);
+    assert!(stdout(&out).contains("submitted 2 job(s): 1 2"), "{}{}", stdout(&out), stderr(&out));
+    let why = cli(&["why", "2"]);
+    assert_eq!(stdout(&why).trim(), "job 2 waits: held (release it to let it start)");
+    let queue = stdout(&cli(&["queue"]));
+    assert!(queue.lines().any(|l| l.contains("parked") && l.contains("pending") && l.contains("held")), "{queue}");
+    // --wait on a job that completes, after the first has run.
+    std::fs::write(dir.join("again.toml"), "[[job]]\nname = \"again\"\ncommand = \"true\"\n").expect("file");
+    let wait = cli(&["submit", dir.join("again.toml").to_str().expect("utf-8"), "--wait"]);
+    assert_eq!(wait.status.code(), Some(0), "{}", stderr(&wait));
+    assert!(stderr(&wait).contains("job 3 again: completed"), "{}", stderr(&wait));
+    let show = stdout(&cli(&["show", "1", "--json"]));
+    let probe: serde_json::Value = serde_json::from_str(&show).expect("JSON");
+    let device = probe["tasks"][0]["devices"][0].as_str().expect("a device").to_string();
+    let logs = stdout(&cli(&["logs", "1"]));
+    assert!(logs.contains(&format!("got {device}")), "{logs}");
+    assert!(stdout(&cli(&["show", "1"])).contains("task main/0 on l4"), "the L4 node");
+    assert_eq!(stdout(&cli(&["cancel", "2"])).trim(), "job 2: cancelled");
+    let again = cli(&["cancel", "2"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(stderr(&again).contains("job 2 has already ended (cancelled) (HTTP 409)"), "{}", stderr(&again));
+    let missing = cli(&["why", "42"]);
+    assert!(stderr(&missing).contains("no job 42 (HTTP 404)"), "{}", stderr(&missing));
+    // Ctrl-C stops it cleanly.
+    let status = std::process::Command::new("kill").args(["-INT", &server.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+    assert!(server.wait().expect("exits").success());
+    let down = cli(&["queue"]);
+    assert!(stderr(&down).contains("cannot reach the gantry controller"), "{}", stderr(&down));
+}

@@ -1,0 +1,257 @@
+//! The CLI's side of the live service, in Slurm's habits: `submit`, `queue`, `show`, `why`,
+//! `cancel`, `logs`, talking to a controller over its REST API.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gantry_server::client::request;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+pub const EXAMPLES: &str = "Examples:
+  gantry submit examples/demo-workload.toml
+  gantry submit job.toml --wait
+  gantry queue --state pending,running
+  gantry why 12
+  gantry logs 12
+  gantry cancel 12";
+
+#[derive(Args, Clone)]
+pub struct ServerArg {
+    /// The controller (default: $GANTRY_SERVER, else http://127.0.0.1:8177).
+    #[arg(long, value_name = "URL", global = true)]
+    server: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+impl ServerArg {
+    fn url(&self) -> String {
+        self.server
+            .clone()
+            .or_else(|| std::env::var("GANTRY_SERVER").ok())
+            .unwrap_or_else(|| format!("http://{}", crate::serve_cmd::DEFAULT_LISTEN))
+    }
+
+    /// Call the API; a 4xx/5xx becomes an error with the controller's message.
+    fn call(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Value> {
+        let (status, text) = request(&self.url(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status >= 400 {
+            let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
+            bail!("{message} (HTTP {status})");
+        }
+        Ok(value)
+    }
+}
+
+#[derive(Args)]
+pub struct SubmitArgs {
+    /// Workload file (TOML, docs/formats.md): one or more [[job]] tables.
+    file: PathBuf,
+    /// Wait until every submitted job has ended; exit 1 if any did not complete.
+    #[arg(long)]
+    wait: bool,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Args)]
+pub struct QueueArgs {
+    /// Only jobs in these states (comma-separated: pending, running, completed, failed,
+    /// cancelled, lost); default: pending and running.
+    #[arg(long, value_name = "STATES")]
+    state: Option<String>,
+    /// Every job, ended ones included.
+    #[arg(long, conflicts_with = "state")]
+    all: bool,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Args)]
+pub struct JobArgs {
+    /// Job id (as `submit` and `queue` print it).
+    id: u64,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Seconds since the Unix epoch as `2026-11-21 19:41:26 UTC` (days to civil date: Howard
+/// Hinnant's algorithm), `-` when absent.
+fn utc(v: &Value) -> String {
+    let Some(t) = v.as_u64() else { return "-".into() };
+    let (days, secs) = ((t / 86_400) as i64, t % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+fn reason_text(pending: &Value) -> String {
+    // The typed reason as the controller serialized it; formatted here for display.
+    serde_json::from_value::<gantry_types::PendingReason>(pending["reason"].clone())
+        .map(|r| r.to_string())
+        .unwrap_or_else(|_| pending["reason"].to_string())
+}
+
+pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    let reply =
+        args.server.call("POST", "/v1/jobs", Some(&text)).with_context(|| format!("{}", args.file.display()))?;
+    let ids: Vec<u64> = reply["ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+    if args.server.json {
+        println!("{reply}");
+    } else {
+        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
+        println!("submitted {} job(s): {}", ids.len(), list.join(" "));
+    }
+    if !args.wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let started = Instant::now();
+    let mut all_completed = true;
+    for id in ids {
+        loop {
+            let job = args.server.call("GET", &format!("/v1/jobs/{id}"), None)?;
+            let state = cell(&job["state"]);
+            if !matches!(state.as_str(), "pending" | "running") {
+                eprintln!("job {id} {}: {state} after {:.0} s", cell(&job["name"]), started.elapsed().as_secs_f64());
+                all_completed &= state == "completed";
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+    Ok(if all_completed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+pub fn queue(args: QueueArgs) -> anyhow::Result<ExitCode> {
+    let filter = if args.all { String::new() } else { args.state.unwrap_or_else(|| "pending,running".into()) };
+    let path = if filter.is_empty() { "/v1/jobs".to_string() } else { format!("/v1/jobs?state={filter}") };
+    let jobs = args.server.call("GET", &path, None)?;
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let list = jobs.as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        println!("no jobs{}", if filter.is_empty() { String::new() } else { format!(" ({filter})") });
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:>6}  {:<24} {:<12} {:<10} {:<20}  REASON", "ID", "NAME", "QUEUE", "STATE", "NODES");
+    for job in list {
+        let nodes: Vec<String> = job["tasks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| cell(&t["node"]))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let reason = if job["pending"].is_null() { String::new() } else { reason_text(&job["pending"]) };
+        println!(
+            "{:>6}  {:<24} {:<12} {:<10} {:<20}  {}",
+            cell(&job["id"]),
+            cell(&job["name"]),
+            cell(&job["queue"]),
+            cell(&job["state"]),
+            if nodes.is_empty() { "-".into() } else { nodes.join(",") },
+            reason
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn show(args: JobArgs) -> anyhow::Result<ExitCode> {
+    let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&job)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("job {} {} (queue {}): {}", args.id, cell(&job["name"]), cell(&job["queue"]), cell(&job["state"]));
+    println!("  submitted {}", utc(&job["submitted_at_s"]));
+    println!("  started   {}", utc(&job["started_at_s"]));
+    println!("  ended     {}  exit code {}", utc(&job["ended_at_s"]), cell(&job["exit_code"]));
+    for task in job["tasks"].as_array().into_iter().flatten() {
+        let devices: Vec<String> = task["devices"].as_array().into_iter().flatten().map(cell).collect();
+        println!(
+            "  task {}/{} on {}: {}",
+            cell(&task["group"]),
+            cell(&task["replica"]),
+            cell(&task["node"]),
+            devices.join(",")
+        );
+    }
+    if !job["pending"].is_null() {
+        println!("  waiting: {}", reason_text(&job["pending"]));
+        if !job["pending"]["estimate_s"].is_null() {
+            println!("  expected start: {}", utc(&job["pending"]["estimate_s"]));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
+    let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&job["pending"])?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if job["pending"].is_null() {
+        println!("job {} is {}: not waiting", args.id, cell(&job["state"]));
+    } else {
+        let estimate = if job["pending"]["estimate_s"].is_null() {
+            String::new()
+        } else {
+            format!(" (expected start {})", utc(&job["pending"]["estimate_s"]))
+        };
+        println!("job {} waits: {}{estimate}", args.id, reason_text(&job["pending"]));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn cancel(args: JobArgs) -> anyhow::Result<ExitCode> {
+    let reply = args.server.call("DELETE", &format!("/v1/jobs/{}", args.id), None)?;
+    if args.server.json {
+        println!("{reply}");
+    } else {
+        println!("job {}: {}", args.id, cell(&reply["status"]));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn logs(args: JobArgs) -> anyhow::Result<ExitCode> {
+    let text = args.server.call("GET", &format!("/v1/jobs/{}/logs", args.id), None)?;
+    print!("{}", cell(&text));
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_seconds_read_as_utc_dates() {
+        assert_eq!(utc(&Value::from(0u64)), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(&Value::from(951_782_400u64)), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(&Value::from(1_795_290_086u64)), "2026-11-21 19:41:26 UTC");
+        assert_eq!(utc(&Value::Null), "-");
+    }
+}

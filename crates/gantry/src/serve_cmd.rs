@@ -1,0 +1,74 @@
+//! `gantry serve --local`: the controller with its in-process agent on this machine, the
+//! bundled demo fleet (or `--fleet`) standing in for GPUs until NVML discovery lands.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub const EXAMPLES: &str = "Examples:
+  # controller + local agent on the demo fleet; data in ~/.local/share/gantry
+  gantry serve --local
+  # then, from another shell
+  gantry submit examples/demo-workload.toml
+  gantry queue
+  gantry why 3";
+
+/// Where the controller listens by default (the CLI's default server too).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8177";
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Run the agent in this process, on this machine (the only kind so far).
+    #[arg(long)]
+    local: bool,
+    /// Data directory: the store (gantry.db) and task logs. Default: $GANTRY_DATA, else
+    /// ~/.local/share/gantry.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// Address to listen on (plain HTTP; keep it on loopback until authentication lands).
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+    /// Fleet file (TOML, docs/formats.md); default: the bundled demo fleet, simulated GPUs.
+    #[arg(long, value_name = "FILE")]
+    fleet: Option<PathBuf>,
+}
+
+fn default_data_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("GANTRY_DATA") {
+        return Ok(PathBuf::from(dir));
+    }
+    let home = std::env::var_os("HOME").context("neither --data, $GANTRY_DATA nor $HOME is set")?;
+    Ok(PathBuf::from(home).join(".local/share/gantry"))
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if !args.local {
+        bail!("remote agents are not built yet: run `gantry serve --local` (controller and agent in one process)");
+    }
+    let catalog = gantry_catalog::Catalog::embedded();
+    let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
+    let data_dir = match args.data {
+        Some(dir) => dir,
+        None => default_data_dir()?,
+    };
+    let config = gantry_server::ServeConfig {
+        data_dir: data_dir.clone(),
+        listen: args.listen,
+        fleet,
+        tick: std::time::Duration::from_secs(1),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    rt.block_on(async move {
+        let running = gantry_server::start(config).await.map_err(|e| anyhow::anyhow!(e))?;
+        eprintln!(
+            "gantry controller on http://{} — {fleet_name}, data in {}\n  submit: gantry submit FILE   watch: gantry queue   stop: Ctrl-C",
+            running.addr,
+            data_dir.display()
+        );
+        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        eprintln!("stopping (running tasks keep running; a restart marks them lost)");
+        running.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
