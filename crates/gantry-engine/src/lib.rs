@@ -285,6 +285,50 @@ impl Engine {
         Some(id)
     }
 
+    /// Take again exactly what a recorded placement (this engine's public form, e.g. from the
+    /// store after a restart) held, if all of it is free; `None` changes nothing. How a
+    /// restarted controller re-adopts jobs that kept running.
+    pub fn place_recorded(&mut self, job: &CompiledJob, placement: &[TaskPlacement]) -> Option<AllocId> {
+        let mut tasks = Vec::with_capacity(placement.len());
+        for t in placement {
+            let node = self.state.info.iter().position(|n| n.name == t.node)? as state::NodeIdx;
+            let group = job.groups.iter().position(|g| g.name == t.group)?;
+            let gpu_on_node = |index: u32| {
+                self.state.gpus.iter().position(|g| g.node == node && g.index == index).map(|g| g as state::GpuIdx)
+            };
+            let mut grants = Vec::with_capacity(t.gpus.len());
+            for g in &t.gpus {
+                let idx = gpu_on_node(g.gpu())?;
+                grants.push(match g {
+                    GpuGrant::Whole { .. } => Grant::Whole { gpu: idx },
+                    GpuGrant::Mig { profile, start, .. } => {
+                        let gpu = &self.state.gpus[idx as usize];
+                        let state::Units::Mig { slots } = &gpu.units else { return None };
+                        let geometry = self.catalog.model(gpu.model).mig.as_ref()?;
+                        let slot = slots.iter().position(|s| {
+                            s.start == *start && geometry.profiles[s.profile as usize].name == *profile
+                        })?;
+                        Grant::Mig { gpu: idx, slot: slot as u8 }
+                    }
+                    GpuGrant::Mps { milli, memory, .. } => Grant::Mps { gpu: idx, milli: milli.0, memory: memory.0 },
+                    GpuGrant::TimeSlice { replicas, milli, memory, .. } => {
+                        Grant::TimeSlice { gpu: idx, replicas: *replicas, milli: milli.0, memory: memory.0 }
+                    }
+                });
+            }
+            tasks.push(TaskGrant {
+                group: group as u32,
+                replica: t.replica,
+                tag: state::task_tag(&job.groups[group].gpu).map(|k| k as u8),
+                node,
+                cpu: t.cpu.0,
+                memory: t.memory.0,
+                grants,
+            });
+        }
+        self.place_exact(job, &tasks)
+    }
+
     /// Release a committed allocation; capacity returns exactly.
     pub fn release(&mut self, id: AllocId) -> Result<Allocation, EngineError> {
         let allocation = self.allocations.remove(&id).ok_or(EngineError::UnknownAllocation(id))?;

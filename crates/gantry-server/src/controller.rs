@@ -66,6 +66,21 @@ struct Runs {
     failed: Option<i32>,
     timed_out: bool,
     cancelled: bool,
+    lost: bool,
+}
+
+impl Runs {
+    fn new(alloc: AllocId, tasks: u32) -> Runs {
+        Runs { alloc, tasks_left: tasks, failed: None, timed_out: false, cancelled: false, lost: false }
+    }
+}
+
+/// A task that was running when the controller stopped, for the runner to watch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recovered {
+    pub job: u64,
+    pub group: String,
+    pub replica: u32,
 }
 
 /// What the runner should do after a change.
@@ -85,6 +100,8 @@ pub struct Controller {
     /// (node, GPU index) → UUID.
     uuids: BTreeMap<(String, u32), String>,
     running: BTreeMap<u64, Runs>,
+    /// Tasks re-adopted at open, until the runner takes them.
+    recovered: Vec<Recovered>,
 }
 
 /// A job as `queue` and `show` list it.
@@ -98,7 +115,9 @@ pub struct JobView {
 
 impl Controller {
     /// Open the controller on `store` for `fleet`, recovering what the store holds: pending
-    /// jobs wait again, jobs that were running are marked lost.
+    /// jobs wait again; jobs that were running are re-adopted on exactly their recorded
+    /// placement (the runner then watches their tasks: see [`Controller::take_recovered`]),
+    /// or marked lost if that cannot be.
     pub fn open(store: SqliteStore, fleet: &Fleet, catalog: &'static Catalog, now: u64) -> Result<Controller, String> {
         let engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
         let uuids = fleet
@@ -112,12 +131,16 @@ impl Controller {
             catalog,
             uuids,
             running: BTreeMap::new(),
+            recovered: Vec::new(),
         };
         let rows = controller.store.jobs(&[JobState::Pending, JobState::Running]).map_err(|e| e.to_string())?;
         for row in rows {
             if row.state == JobState::Running {
-                let lost = Event::Ended { id: row.id, at_s: now, ending: Ending::Lost, exit_code: None };
-                controller.store.append(&[lost]).map_err(|e| e.to_string())?;
+                if let Err(e) = controller.readopt(&row, now) {
+                    tracing::warn!(job = row.id, error = %e, "a running job could not be re-adopted: lost");
+                    let lost = Event::Ended { id: row.id, at_s: now, ending: Ending::Lost, exit_code: None };
+                    controller.store.append(&[lost]).map_err(|e| e.to_string())?;
+                }
                 continue;
             }
             // A job the fleet can no longer hold (the fleet file changed) is failed, with why.
@@ -128,6 +151,40 @@ impl Controller {
             }
         }
         Ok(controller)
+    }
+
+    /// Take a job that was running at the last stop back on its recorded placement.
+    fn readopt(&mut self, row: &JobRow, now: u64) -> Result<(), String> {
+        let placement: Vec<TaskPlacement> =
+            row.tasks.iter().map(|t| t.placement.clone().ok_or("no recorded placement")).collect::<Result<_, _>>()?;
+        let sched = self.sched_job(&row.job).map_err(|e| e.to_string())?;
+        let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
+        self.running.insert(row.id, Runs::new(alloc, placement.len() as u32));
+        self.recovered.extend(row.tasks.iter().map(|t| Recovered {
+            job: row.id,
+            group: t.group.clone(),
+            replica: t.replica,
+        }));
+        Ok(())
+    }
+
+    /// Tasks re-adopted when the controller opened, for the runner to watch (once).
+    pub fn take_recovered(&mut self) -> Vec<Recovered> {
+        std::mem::take(&mut self.recovered)
+    }
+
+    fn sched_job(&self, job: &Job) -> Result<SchedJob, ApiError> {
+        let compiled = self.scheduler.engine().compile(job).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        Ok(SchedJob {
+            name: job.name.clone(),
+            queue: job.queue.clone(),
+            priority: job.priority,
+            lifecycle: job.lifecycle,
+            control: job.control.clone(),
+            planned_length_s: job.control.time_limit_s,
+            after: Vec::new(),
+            compiled,
+        })
     }
 
     fn admit(&mut self, id: u64, job: &Job, at_s: u64) -> Result<Admission, ApiError> {
@@ -231,6 +288,7 @@ impl Controller {
                             replica: task.replica,
                             node: task.node.clone(),
                             devices: devices.clone(),
+                            placement: Some(task.clone()),
                         });
                         launches.push(Launch {
                             job,
@@ -255,10 +313,7 @@ impl Controller {
                         tracing::warn!(job, error = %e, "start refused by the store");
                         continue;
                     }
-                    self.running.insert(
-                        job,
-                        Runs { alloc, tasks_left: world, failed: None, timed_out: false, cancelled: false },
-                    );
+                    self.running.insert(job, Runs::new(alloc, world));
                     effects.launch.extend(launches);
                 }
                 Decision::Stop { job, .. } => {
@@ -270,12 +325,21 @@ impl Controller {
         Ok(effects)
     }
 
-    /// A task of `job` exited (`code`: its exit code, `None` if killed by a signal).
-    pub fn task_exited(&mut self, job: u64, code: Option<i32>, timed_out: bool, now: u64) -> Result<(), ApiError> {
+    /// A task of `job` exited (`code`: its exit code, `None` if killed by a signal; `lost`: it
+    /// vanished without an exit recorded).
+    pub fn task_exited(
+        &mut self,
+        job: u64,
+        code: Option<i32>,
+        timed_out: bool,
+        lost: bool,
+        now: u64,
+    ) -> Result<(), ApiError> {
         let Some(runs) = self.running.get_mut(&job) else { return Ok(()) };
         runs.tasks_left -= 1;
         runs.timed_out |= timed_out;
-        if code != Some(0) && runs.failed.is_none() {
+        runs.lost |= lost;
+        if !lost && code != Some(0) && runs.failed.is_none() {
             runs.failed = Some(code.unwrap_or(-1));
         }
         if runs.tasks_left > 0 {
@@ -284,6 +348,8 @@ impl Controller {
         let runs = self.running.remove(&job).expect("present");
         let ending = if runs.cancelled {
             Ending::Cancelled
+        } else if runs.lost && runs.failed.is_none() {
+            Ending::Lost
         } else if runs.timed_out {
             Ending::TimedOut
         } else if runs.failed.is_some() {

@@ -57,7 +57,7 @@ pub struct Running {
 
 impl Running {
     /// Stop accepting requests, finish those in flight, stop the loop. Running tasks keep
-    /// running (they are in their own process groups); the next start marks them lost.
+    /// running (they are in their own process groups); the next start re-adopts them.
     pub async fn shutdown(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -72,7 +72,8 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
     let store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
-    let controller = controller::Controller::open(store, &config.fleet, Catalog::embedded(), now_s())?;
+    let mut controller = controller::Controller::open(store, &config.fleet, Catalog::embedded(), now_s())?;
+    let recovered = controller.take_recovered();
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
     let shared = Shared {
         controller: Arc::new(Mutex::new(controller)),
@@ -80,6 +81,9 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
         wake: Arc::new(Notify::new()),
         data_dir: config.data_dir.clone(),
     };
+    for task in recovered {
+        shared.runner.watch(task.job, runner::task_base(&config.data_dir, task.job, &task.group, task.replica));
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
@@ -104,7 +108,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
             let effects = {
                 let mut controller = loop_shared.controller.lock().expect("not poisoned");
                 for exit in ended {
-                    if let Err(e) = controller.task_exited(exit.job, exit.code, exit.timed_out, now_s()) {
+                    if let Err(e) = controller.task_exited(exit.job, exit.code, exit.timed_out, exit.lost, now_s()) {
                         tracing::error!(job = exit.job, error = %e, "recording a task's exit failed");
                     }
                 }

@@ -14,12 +14,35 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// A task ended: its job, exit code (`None`: killed by a signal), whether its time limit
-/// ended it.
+/// ended it, and whether it vanished without a trace (re-adopted after a restart, then gone
+/// with no exit recorded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Exit {
     pub job: u64,
     pub code: Option<i32>,
     pub timed_out: bool,
+    pub lost: bool,
+}
+
+/// Runs the task's command and records its exit code in `$GANTRY_EXIT_FILE`, so a controller
+/// that restarts while the task runs can learn how it ended (`$0` is a label, `$@` the argv).
+const WRAPPER: &str = "\"$@\"; code=$?; echo $code > \"$GANTRY_EXIT_FILE.tmp\" && mv \"$GANTRY_EXIT_FILE.tmp\" \"$GANTRY_EXIT_FILE\"; exit $code";
+
+/// One task's files: `<group>-<replica>.{out,err,pid,exit}` in the job's directory.
+pub fn task_base(data_dir: &Path, job: u64, group: &str, replica: u32) -> PathBuf {
+    job_dir(data_dir, job).join(format!("{group}-{replica}"))
+}
+
+fn with_ext(base: &Path, ext: &str) -> PathBuf {
+    let mut name = base.as_os_str().to_owned();
+    name.push(".");
+    name.push(ext);
+    PathBuf::from(name)
+}
+
+/// Is a process group still there?
+fn group_alive(pgid: i32) -> bool {
+    pgid > 0 && !matches!(killpg(Pid::from_raw(pgid), None), Err(nix::errno::Errno::ESRCH))
 }
 
 /// What a task runs when its job names no command: it says what it got, briefly.
@@ -38,6 +61,9 @@ pub struct Runner {
     exits: mpsc::Sender<Exit>,
     /// Running process groups per job.
     groups: Arc<Mutex<BTreeMap<u64, Vec<i32>>>>,
+    /// Jobs asked to stop, with their grace period: a task that starts after the request (its
+    /// launch was already on the way) is stopped as soon as it exists.
+    stopping: Arc<Mutex<BTreeMap<u64, Duration>>>,
 }
 
 fn signal_group(pgid: i32, signal: Signal) {
@@ -50,7 +76,7 @@ fn signal_group(pgid: i32, signal: Signal) {
 
 impl Runner {
     pub fn new(data_dir: PathBuf, exits: mpsc::Sender<Exit>) -> Runner {
-        Runner { data_dir, exits, groups: Arc::default() }
+        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default() }
     }
 
     /// Start one task; its exit is sent on the exits channel.
@@ -63,24 +89,27 @@ impl Runner {
     }
 
     async fn run(&self, l: &Launch) -> Exit {
-        let failed = |code| Exit { job: l.job, code: Some(code), timed_out: false };
+        let failed = |code| Exit { job: l.job, code: Some(code), timed_out: false, lost: false };
         let dir = job_dir(&self.data_dir, l.job);
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::error!(job = l.job, error = %e, "cannot create the job directory");
             return failed(126);
         }
-        let base = format!("{}-{}", l.group, l.replica);
-        let (Ok(out), Ok(err)) = (
-            std::fs::File::create(dir.join(format!("{base}.out"))),
-            std::fs::File::create(dir.join(format!("{base}.err"))),
-        ) else {
+        let base = task_base(&self.data_dir, l.job, &l.group, l.replica);
+        let (Ok(out), Ok(err)) =
+            (std::fs::File::create(with_ext(&base, "out")), std::fs::File::create(with_ext(&base, "err")))
+        else {
             return failed(126);
         };
         let argv: Vec<String> =
             if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
         let devices = l.devices.join(",");
-        let mut cmd = tokio::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(WRAPPER)
+            .arg("gantry-task")
+            .args(&argv)
+            .env("GANTRY_EXIT_FILE", with_ext(&base, "exit"))
             .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("CUDA_VISIBLE_DEVICES", &devices)
             .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { devices.as_str() })
@@ -107,15 +136,18 @@ impl Runner {
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
-                let _ = std::fs::write(
-                    dir.join(format!("{base}.err")),
-                    format!("gantry: cannot start {:?}: {e}\n", argv[0]),
-                );
+                let _ =
+                    std::fs::write(with_ext(&base, "err"), format!("gantry: cannot start sh for {:?}: {e}\n", argv[0]));
                 return failed(127);
             }
         };
         let pgid = child.id().map_or(0, |p| p as i32);
+        let _ = std::fs::write(with_ext(&base, "pid"), pgid.to_string());
         self.groups.lock().expect("not poisoned").entry(l.job).or_default().push(pgid);
+        let stop_now = self.stopping.lock().expect("not poisoned").get(&l.job).copied();
+        if let Some(grace) = stop_now {
+            stop_groups(vec![pgid], grace);
+        }
         let limit = l.time_limit_s.map(Duration::from_secs);
         let mut timed_out = false;
         let status = match limit {
@@ -141,20 +173,65 @@ impl Runner {
         // The task's own children go with it.
         signal_group(pgid, Signal::SIGKILL);
         let code = status.ok().and_then(|s| s.code());
-        Exit { job: l.job, code, timed_out }
+        Exit { job: l.job, code, timed_out, lost: false }
     }
 
-    /// Stop every task of `job`: SIGTERM to each process group now, SIGKILL after `grace`.
-    pub fn stop(&self, job: u64, grace: Duration) {
-        let groups: Vec<i32> = self.groups.lock().expect("not poisoned").get(&job).cloned().unwrap_or_default();
-        for &pgid in &groups {
-            signal_group(pgid, Signal::SIGTERM);
-        }
+    /// Watch a task started before a restart until it ends: its exit file says how; a process
+    /// group that is gone without one is lost. Its group can be signalled meanwhile.
+    pub fn watch(&self, job: u64, base: PathBuf) {
+        let runner = self.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            for pgid in groups {
-                signal_group(pgid, Signal::SIGKILL);
+            let pgid: i32 =
+                std::fs::read_to_string(with_ext(&base, "pid")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+            if pgid > 0 {
+                runner.groups.lock().expect("not poisoned").entry(job).or_default().push(pgid);
+                let stop_now = runner.stopping.lock().expect("not poisoned").get(&job).copied();
+                if let Some(grace) = stop_now {
+                    stop_groups(vec![pgid], grace);
+                }
             }
+            let exit_code = || -> Option<i32> {
+                std::fs::read_to_string(with_ext(&base, "exit")).ok().and_then(|t| t.trim().parse().ok())
+            };
+            let exit = loop {
+                if let Some(code) = exit_code() {
+                    break Exit { job, code: Some(code), timed_out: false, lost: false };
+                }
+                if !group_alive(pgid) {
+                    // It may have written its exit file just before going.
+                    break match exit_code() {
+                        Some(code) => Exit { job, code: Some(code), timed_out: false, lost: false },
+                        None => Exit { job, code: None, timed_out: false, lost: true },
+                    };
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            if let Some(list) = runner.groups.lock().expect("not poisoned").get_mut(&job) {
+                list.retain(|&g| g != pgid);
+            }
+            let _ = runner.exits.send(exit).await;
         });
     }
+
+    /// Stop every task of `job`, those still starting included: SIGTERM to each process
+    /// group now, SIGKILL after `grace`.
+    pub fn stop(&self, job: u64, grace: Duration) {
+        // Under the groups lock, so a task registering now either is listed or sees the request.
+        let groups = self.groups.lock().expect("not poisoned");
+        self.stopping.lock().expect("not poisoned").insert(job, grace);
+        stop_groups(groups.get(&job).cloned().unwrap_or_default(), grace);
+    }
+}
+
+/// SIGTERM to each group now, SIGKILL after `grace`.
+fn stop_groups(groups: Vec<i32>, grace: Duration) {
+    for &pgid in &groups {
+        signal_group(pgid, Signal::SIGTERM);
+    }
+    tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        for pgid in groups {
+            signal_group(pgid, Signal::SIGKILL);
+        }
+    });
 }

@@ -23,7 +23,13 @@ fn submitted(id: u64, name: &str) -> Event {
 }
 
 fn started(id: u64, at_s: u64) -> Event {
-    let task = TaskStart { group: "main".into(), replica: 0, node: "n1".into(), devices: vec!["GPU-0".into()] };
+    let task = TaskStart {
+        group: "main".into(),
+        replica: 0,
+        node: "n1".into(),
+        devices: vec!["GPU-0".into()],
+        placement: None,
+    };
     Event::Started { id, at_s, tasks: vec![task] }
 }
 

@@ -69,6 +69,10 @@ pub struct TaskStart {
     pub node: String,
     /// `CUDA_VISIBLE_DEVICES` as handed to the task (GPU or MIG UUIDs).
     pub devices: Vec<String>,
+    /// The engine's placement of the task, so a restarted controller can take exactly that
+    /// capacity again for a task that kept running.
+    #[serde(default)]
+    pub placement: Option<crate::outcome::TaskPlacement>,
 }
 
 /// One entry of the event log.

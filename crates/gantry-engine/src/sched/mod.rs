@@ -482,6 +482,49 @@ impl Scheduler {
         Some((ended.job, cause, admission))
     }
 
+    /// Take over a job that was already running when this scheduler was built (a restarted
+    /// controller re-adopting it): it takes exactly its recorded `placement` again (refused if
+    /// that is not free) and holds it since `started_at`, counted in fair share, quotas and
+    /// limits as if this scheduler had started it. Returns its allocation.
+    pub fn adopt(
+        &mut self,
+        id: JobId,
+        job: SchedJob,
+        placement: &[gantry_types::TaskPlacement],
+        started_at: u64,
+        now: u64,
+    ) -> Result<AllocId, String> {
+        if self.jobs.contains_key(&id) {
+            return Err(format!("job id {id} submitted twice"));
+        }
+        let alloc = self
+            .engine
+            .place_recorded(&job.compiled, placement)
+            .ok_or_else(|| format!("job {:?}: its recorded placement is not free on this fleet", job.name))?;
+        let queue = match &self.fair {
+            None => 0,
+            Some(fs) => fs
+                .tree()
+                .find(&job.queue)
+                .ok_or_else(|| format!("job {:?}: unknown queue {:?}", job.name, job.queue))?,
+        };
+        self.jobs.insert(id, Entry { job, queue, eligible_at: started_at });
+        let milli: u64 = self
+            .engine
+            .allocations()
+            .get(&alloc)
+            .map(|a| a.tasks.iter().map(|t| t.milli(self.engine.state()) as u64).sum())
+            .ok_or_else(|| format!("no allocation {alloc}"))?;
+        let demand = self.engine.quota_demand(alloc).unwrap_or_default();
+        // Counted from now (fair share's clock only moves forward); planning knows its real start.
+        self.start(id, alloc, milli, demand, now);
+        let planned = self.jobs[&id].job.planned_length_s;
+        let running = self.running.get_mut(&alloc).expect("just started");
+        running.started_at = started_at.min(now);
+        running.limit_end = planned.map(|d| running.started_at + d);
+        Ok(alloc)
+    }
+
     /// Record `job` started on `alloc` at `now` (every check passed).
     fn start(&mut self, job: JobId, alloc: AllocId, milli: u64, demand: Vec<(Flavor, u64)>, now: u64) {
         self.awaiting.remove(&job);

@@ -166,24 +166,37 @@ fn cancel_and_time_limits_end_the_whole_process_group() {
 }
 
 #[test]
-fn a_restart_marks_running_jobs_lost_and_runs_pending_ones_once() {
+fn a_restart_readopts_running_tasks_and_runs_every_job_once() {
     let server = Server::new("restart");
+    let dir = server.data.display().to_string();
     let ids = server.submit(&format!(
-        "[[job]]\nname = \"busy\"\ngpu = {{ count = 2 }}\ncommand = \"sleep 30\"\n\
-         [[job]]\nname = \"next\"\ngpu = {{ count = 2 }}\ncommand = \"echo ran >> next.count\"\nworkdir = \"{}\"\n",
-        server.data.display()
+        "[[job]]\nname = \"busy\"\ngpu = {{ count = 2 }}\ncommand = \"sleep 2; echo ran >> busy.count\"\nworkdir = \"{dir}\"\n\
+         [[job]]\nname = \"next\"\ngpu = {{ count = 2 }}\ncommand = \"echo ran >> next.count\"\nworkdir = \"{dir}\"\n"
     ));
     server.wait_for(ids[0], JobState::Running);
     let (state, why) = server.state(ids[1]);
     assert_eq!(state, JobState::Pending);
     assert!(why["pending"]["reason"]["reason"] == "resources", "{why}");
+    // The controller stops while busy runs; its task keeps running and is taken back.
     let data = server.stop();
     let server = Server::start_in(data);
-    assert_eq!(server.state(ids[0]).0, JobState::Lost, "never started again");
+    assert_eq!(server.state(ids[0]).0, JobState::Running, "re-adopted, not started again");
+    assert_eq!(server.state(ids[1]).0, JobState::Pending, "its GPUs are still taken");
+    server.wait_for(ids[0], JobState::Completed);
     server.wait_for(ids[1], JobState::Completed);
-    let (_, all) = server.call("GET", "/v1/jobs?state=completed,lost", None);
-    assert_eq!(all.as_array().expect("list").len(), 2);
-    let runs = std::fs::read_to_string(server.data.join("next.count")).expect("the task's own record");
-    assert_eq!(runs, "ran\n", "exactly once, by the task's own side effect");
+    for name in ["busy", "next"] {
+        let runs = std::fs::read_to_string(server.data.join(format!("{name}.count"))).expect("the task's own record");
+        assert_eq!(runs, "ran\n", "{name} ran exactly once, by its own side effect");
+    }
+    // A task that dies while the controller is down, leaving no exit behind, is lost.
+    let victim = server.submit("[[job]]\nname = \"victim\"\ncommand = \"sleep 60\"\n");
+    server.wait_for(victim[0], JobState::Running);
+    let data = server.stop();
+    let pid_file = data.join("jobs").join(victim[0].to_string()).join("main-0.pid");
+    let pgid = std::fs::read_to_string(&pid_file).expect("pid file").trim().to_string();
+    let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pgid}")]).status().expect("kill");
+    assert!(killed.success());
+    let server = Server::start_in(data);
+    server.wait_for(victim[0], JobState::Lost);
     server.stop();
 }
