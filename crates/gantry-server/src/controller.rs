@@ -102,6 +102,8 @@ pub struct Controller {
     running: BTreeMap<u64, Runs>,
     /// Tasks re-adopted at open, until the runner takes them.
     recovered: Vec<Recovered>,
+    /// The fleet with nothing running: could a submitted job ever run here?
+    empty: Engine,
 }
 
 /// A job as `queue` and `show` list it.
@@ -118,8 +120,15 @@ impl Controller {
     /// jobs wait again; jobs that were running are re-adopted on exactly their recorded
     /// placement (the runner then watches their tasks: see [`Controller::take_recovered`]),
     /// or marked lost if that cannot be.
-    pub fn open(store: SqliteStore, fleet: &Fleet, catalog: &'static Catalog, now: u64) -> Result<Controller, String> {
+    pub fn open(
+        store: SqliteStore,
+        fleet: &Fleet,
+        catalog: &'static Catalog,
+        data_dir: &std::path::Path,
+        now: u64,
+    ) -> Result<Controller, String> {
         let engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
+        let empty = engine.clone();
         let uuids = fleet
             .nodes
             .iter()
@@ -132,10 +141,26 @@ impl Controller {
             uuids,
             running: BTreeMap::new(),
             recovered: Vec::new(),
+            empty,
         };
         let rows = controller.store.jobs(&[JobState::Pending, JobState::Running]).map_err(|e| e.to_string())?;
         for row in rows {
             if row.state == JobState::Running {
+                // Started in the log, but no task ever ran (the controller stopped between
+                // committing the start and launching): it simply waits again.
+                let launched = row.tasks.iter().any(|t| {
+                    crate::runner::with_ext(&crate::runner::task_base(data_dir, row.id, &t.group, t.replica), "pid")
+                        .exists()
+                });
+                if !launched {
+                    let requeued =
+                        Event::Requeued { id: row.id, at_s: now, why: "never launched before a restart".into() };
+                    controller.store.append(&[requeued]).map_err(|e| e.to_string())?;
+                    if let Err(e) = controller.admit(row.id, &row.job, row.submitted_at_s) {
+                        tracing::warn!(job = row.id, error = %e, "requeued job dropped on restart");
+                    }
+                    continue;
+                }
                 if let Err(e) = controller.readopt(&row, now) {
                     tracing::warn!(job = row.id, error = %e, "a running job could not be re-adopted: lost");
                     let lost = Event::Ended { id: row.id, at_s: now, ending: Ending::Lost, exit_code: None };
@@ -213,20 +238,22 @@ impl Controller {
         if jobs.iter().any(|j| !j.after.is_empty()) {
             return Err(ApiError::BadRequest("dependencies (after) are not supported by the live service yet".into()));
         }
-        // Could each ever run here? Placed on an empty copy of the fleet.
+        // Could each ever run here? Placed, then released, on the empty fleet.
         for job in &jobs {
-            let mut empty = self.scheduler.engine().clone();
-            for alloc in empty.allocations().keys().copied().collect::<Vec<_>>() {
-                empty.release(alloc).map_err(|e| ApiError::Internal(e.to_string()))?;
-            }
-            let compiled = empty.compile(job).map_err(|e| ApiError::BadRequest(format!("job {:?}: {e}", job.name)))?;
-            if let Err(reasons) = empty.place(&compiled) {
-                let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
-                return Err(ApiError::BadRequest(format!(
-                    "job {:?} can never run on this fleet: {}",
-                    job.name,
-                    why.join("; ")
-                )));
+            let compiled =
+                self.empty.compile(job).map_err(|e| ApiError::BadRequest(format!("job {:?}: {e}", job.name)))?;
+            match self.empty.place(&compiled) {
+                Ok(alloc) => {
+                    self.empty.release(alloc).map_err(|e| ApiError::Internal(e.to_string()))?;
+                }
+                Err(reasons) => {
+                    let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
+                    return Err(ApiError::BadRequest(format!(
+                        "job {:?} can never run on this fleet: {}",
+                        job.name,
+                        why.join("; ")
+                    )));
+                }
             }
         }
         let first = self.store.next_job_id()?;

@@ -72,7 +72,8 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
     let store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
-    let mut controller = controller::Controller::open(store, &config.fleet, Catalog::embedded(), now_s())?;
+    let mut controller =
+        controller::Controller::open(store, &config.fleet, Catalog::embedded(), &config.data_dir, now_s())?;
     let recovered = controller.take_recovered();
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
     let shared = Shared {

@@ -24,16 +24,18 @@ pub struct Exit {
     pub lost: bool,
 }
 
-/// Runs the task's command and records its exit code in `$GANTRY_EXIT_FILE`, so a controller
-/// that restarts while the task runs can learn how it ended (`$0` is a label, `$@` the argv).
-const WRAPPER: &str = "\"$@\"; code=$?; echo $code > \"$GANTRY_EXIT_FILE.tmp\" && mv \"$GANTRY_EXIT_FILE.tmp\" \"$GANTRY_EXIT_FILE\"; exit $code";
+/// Records the task's process group in `$GANTRY_PID_FILE` first thing, runs its command and
+/// records the exit code in `$GANTRY_EXIT_FILE`, so a controller that restarts while the task
+/// runs can find it and learn how it ended (`$0` is a label, `$@` the argv).
+const WRAPPER: &str = "echo $$ > \"$GANTRY_PID_FILE\"; \"$@\"; code=$?; echo $code > \"$GANTRY_EXIT_FILE.tmp\" && mv \"$GANTRY_EXIT_FILE.tmp\" \"$GANTRY_EXIT_FILE\"; exit $code";
 
 /// One task's files: `<group>-<replica>.{out,err,pid,exit}` in the job's directory.
 pub fn task_base(data_dir: &Path, job: u64, group: &str, replica: u32) -> PathBuf {
     job_dir(data_dir, job).join(format!("{group}-{replica}"))
 }
 
-fn with_ext(base: &Path, ext: &str) -> PathBuf {
+/// The file `ext` of a task (`pid`, `exit`, `out`, `err`).
+pub fn with_ext(base: &Path, ext: &str) -> PathBuf {
     let mut name = base.as_os_str().to_owned();
     name.push(".");
     name.push(ext);
@@ -110,6 +112,7 @@ impl Runner {
             .arg("gantry-task")
             .args(&argv)
             .env("GANTRY_EXIT_FILE", with_ext(&base, "exit"))
+            .env("GANTRY_PID_FILE", with_ext(&base, "pid"))
             .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("CUDA_VISIBLE_DEVICES", &devices)
             .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { devices.as_str() })
@@ -142,7 +145,6 @@ impl Runner {
             }
         };
         let pgid = child.id().map_or(0, |p| p as i32);
-        let _ = std::fs::write(with_ext(&base, "pid"), pgid.to_string());
         self.groups.lock().expect("not poisoned").entry(l.job).or_default().push(pgid);
         let stop_now = self.stopping.lock().expect("not poisoned").get(&l.job).copied();
         if let Some(grace) = stop_now {

@@ -425,3 +425,61 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let down = cli(&["queue"]);
     assert!(stderr(&down).contains("cannot reach the gantry controller"), "{}", stderr(&down));
 }
+
+/// Start `gantry serve --local` on `data`; returns the process and its URL.
+fn serve(data: &std::path::Path) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["serve", "--local", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut banner = String::new();
+    std::io::BufReader::new(server.stderr.as_mut().expect("stderr")).read_line(&mut banner).expect("banner");
+    let url = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("address in the banner").to_string();
+    (server, url)
+}
+
+/// The controller killed with SIGKILL at several moments of a 500-job run, restarted each
+/// time: every job completes, and exactly once — counted from the tasks' own output.
+#[test]
+fn a_controller_killed_mid_run_loses_and_repeats_nothing() {
+    let dir = temp_dir("kill-9");
+    let data = dir.join("data");
+    let ran = dir.join("ran.log");
+    let workload = dir.join("many.toml");
+    std::fs::write(
+        &workload,
+        format!(
+            "[[job]]\nname = \"many\"\ncount = 500\ngpu = {{ count = 1 }}\ncommand = \"echo $GANTRY_JOB_ID >> {}\"\n",
+            ran.display()
+        ),
+    )
+    .expect("workload");
+    let (mut server, url) = serve(&data);
+    let out = gantry(&["submit", workload.to_str().expect("utf-8"), "--server", &url]);
+    assert!(stdout(&out).contains("submitted 500 job(s)"), "{}", stderr(&out));
+    let completed = |url: &str| -> usize {
+        let out = gantry(&["queue", "--state", "completed", "--json", "--server", url]);
+        serde_json::from_str::<serde_json::Value>(&stdout(&out)).map_or(0, |v| v.as_array().map_or(0, Vec::len))
+    };
+    let mut url = url;
+    for pause_ms in [150, 400, 90, 250] {
+        std::thread::sleep(std::time::Duration::from_millis(pause_ms));
+        server.kill().expect("SIGKILL");
+        server.wait().expect("reaped");
+        (server, url) = serve(&data);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while completed(&url) < 500 {
+        assert!(std::time::Instant::now() < deadline, "only {} of 500 completed", completed(&url));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    server.kill().expect("stops");
+    server.wait().expect("reaped");
+    let text = std::fs::read_to_string(&ran).expect("the tasks' own record");
+    let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=500).collect::<Vec<u64>>(), "every job ran exactly once");
+}
