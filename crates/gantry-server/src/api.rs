@@ -2,13 +2,16 @@
 //! read a job's task logs. Every error is a 4xx/5xx with `{"error": "..."}`; a refused
 //! request changes nothing.
 
+use crate::auth::{Principal, bearer};
 use crate::controller::{ApiError, JobView};
 use crate::{Shared, now_s};
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use gantry_store::{Role, TokenRecord};
 use gantry_types::JobState;
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +24,8 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         (status, Json(ErrorBody { error: self.to_string() })).into_response()
@@ -50,24 +55,59 @@ pub struct Cancelled {
     pub status: String,
 }
 
+/// `POST /v1/tokens`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewToken {
+    pub name: String,
+    pub role: Role,
+    #[serde(default)]
+    pub queues: Vec<String>,
+}
+
+/// The one time a secret is shown.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TokenSecret {
+    pub name: String,
+    pub secret: String,
+}
+
+fn who(shared: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let header = headers.get(axum::http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
+    let secret = bearer(header)?;
+    shared.controller.lock().expect("not poisoned").authenticate(secret)
+}
+
 pub fn router(shared: Shared) -> axum::Router {
     axum::Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show).delete(cancel))
         .route("/v1/jobs/{id}/logs", get(logs))
+        .route("/v1/tokens", post(create_token).get(list_tokens))
+        .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(shared)
 }
 
 /// `POST /v1/jobs`: the body is a workload file (TOML, docs/formats.md).
-async fn submit(State(shared): State<Shared>, body: String) -> Result<(StatusCode, Json<Submitted>), ApiError> {
-    let ids = shared.controller.lock().expect("not poisoned").submit(&body, now_s())?;
+async fn submit(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<(StatusCode, Json<Submitted>), ApiError> {
+    let who = who(&shared, &headers)?;
+    let ids = shared.controller.lock().expect("not poisoned").submit(&who, &body, now_s())?;
     shared.wake.notify_one();
     Ok((StatusCode::CREATED, Json(Submitted { ids })))
 }
 
-async fn list(State(shared): State<Shared>, Query(q): Query<ListQuery>) -> Result<Json<Vec<JobView>>, ApiError> {
+async fn list(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Vec<JobView>>, ApiError> {
+    let who = who(&shared, &headers)?;
     let mut states = Vec::new();
     for name in q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
         let state: JobState = serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
@@ -77,23 +117,33 @@ async fn list(State(shared): State<Shared>, Query(q): Query<ListQuery>) -> Resul
         })?;
         states.push(state);
     }
-    Ok(Json(shared.controller.lock().expect("not poisoned").jobs(&states)?))
+    Ok(Json(shared.controller.lock().expect("not poisoned").jobs(&who, &states)?))
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
     text.parse().map_err(|_| ApiError::BadRequest(format!("{text:?} is not a job id")))
 }
 
-async fn show(State(shared): State<Shared>, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
-    Ok(Json(shared.controller.lock().expect("not poisoned").job(job_id(&id)?)?))
+async fn show(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let who = who(&shared, &headers)?;
+    Ok(Json(shared.controller.lock().expect("not poisoned").job(&who, job_id(&id)?)?))
 }
 
-async fn cancel(State(shared): State<Shared>, Path(id): Path<String>) -> Result<Json<Cancelled>, ApiError> {
+async fn cancel(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Cancelled>, ApiError> {
+    let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
     let (stop, grace) = {
         let mut controller = shared.controller.lock().expect("not poisoned");
-        let stop = controller.cancel(id, now_s())?;
-        (stop, controller.job(id)?.row.job.lifecycle.grace_s)
+        let stop = controller.cancel(&who, id, now_s())?;
+        (stop, controller.job(&who, id)?.row.job.lifecycle.grace_s)
     };
     if stop {
         shared.runner.stop(id, std::time::Duration::from_secs(grace));
@@ -103,9 +153,10 @@ async fn cancel(State(shared): State<Shared>, Path(id): Path<String>) -> Result<
 }
 
 /// `GET /v1/jobs/{id}/logs`: every task's stdout then stderr, each under a header line.
-async fn logs(State(shared): State<Shared>, Path(id): Path<String>) -> Result<String, ApiError> {
+async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Result<String, ApiError> {
+    let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
-    let view = shared.controller.lock().expect("not poisoned").job(id)?;
+    let view = shared.controller.lock().expect("not poisoned").job(&who, id)?;
     let dir = crate::runner::job_dir(&shared.data_dir, id);
     let mut text = String::new();
     for task in &view.row.tasks {
@@ -118,4 +169,32 @@ async fn logs(State(shared): State<Shared>, Path(id): Path<String>) -> Result<St
         }
     }
     Ok(text)
+}
+
+/// `POST /v1/tokens` (admin): `{"name", "role": "admin|member|read-only", "queues": [...]}`.
+async fn create_token(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<(StatusCode, Json<TokenSecret>), ApiError> {
+    who(&shared, &headers)?.admin_only("creating tokens")?;
+    let new: NewToken = serde_json::from_str(&body).map_err(|e| ApiError::BadRequest(format!("token request: {e}")))?;
+    let secret =
+        shared.controller.lock().expect("not poisoned").create_token(&new.name, new.role, new.queues, now_s())?;
+    Ok((StatusCode::CREATED, Json(TokenSecret { name: new.name, secret })))
+}
+
+async fn list_tokens(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<TokenRecord>>, ApiError> {
+    who(&shared, &headers)?.admin_only("listing tokens")?;
+    Ok(Json(shared.controller.lock().expect("not poisoned").tokens()?))
+}
+
+async fn revoke_token(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    who(&shared, &headers)?.admin_only("revoking tokens")?;
+    shared.controller.lock().expect("not poisoned").revoke_token(&name)?;
+    Ok(StatusCode::NO_CONTENT)
 }

@@ -21,15 +21,26 @@ fn authority(server: &str) -> Result<&str, String> {
     Ok(rest)
 }
 
-/// Send `method path` with an optional body; returns the status code and the body text.
-pub fn request(server: &str, method: &str, path: &str, body: Option<&str>) -> Result<(u16, String), String> {
+/// Send `method path` with an optional body and bearer token; returns the status code and the
+/// body text.
+pub fn request(
+    server: &str,
+    token: Option<&str>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> Result<(u16, String), String> {
     let host = authority(server)?;
     let mut stream = TcpStream::connect(host)
         .map_err(|e| format!("cannot reach the gantry controller at {server}: {e} (is `gantry serve` running?)"))?;
     stream.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
     let body = body.unwrap_or("");
+    if token.is_some_and(|t| t.contains(['\r', '\n'])) {
+        return Err("the token contains a line break".into());
+    }
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(body.as_bytes())).map_err(|e| e.to_string())?;

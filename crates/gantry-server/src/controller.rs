@@ -7,10 +7,11 @@
 //! its processes are launched); on restart, jobs the log says were running are marked `lost`
 //! (the in-process agent that ran them is gone), never started again.
 
+use crate::auth::{self, Principal};
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Admission, Decision, JobId, SchedJob, Scheduler, SchedulerConfig};
 use gantry_engine::{AllocId, Engine, EngineConfig};
-use gantry_store::{JobRow, SqliteStore, Store, StoreError};
+use gantry_store::{JobRow, Role, SqliteStore, Store, StoreError, TokenRecord};
 use gantry_types::{Ending, Event, Fleet, GpuGrant, Job, JobState, PendingJob, TaskPlacement, TaskStart};
 use std::collections::BTreeMap;
 
@@ -24,13 +25,17 @@ pub enum ApiError {
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
     Internal(String),
 }
 
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Conflict { .. } => ApiError::Conflict(e.to_string()),
+            StoreError::Conflict { .. } | StoreError::TokenExists(_) => ApiError::Conflict(e.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }
@@ -227,13 +232,72 @@ impl Controller {
         self.scheduler.submit(id, sched, at_s).map_err(ApiError::BadRequest)
     }
 
+    /// Who holds this secret?
+    pub fn authenticate(&self, secret: &str) -> Result<Principal, ApiError> {
+        let record = self.store.token_by_hash(&auth::hash(secret))?;
+        record.map(Principal::from).ok_or_else(|| ApiError::Unauthorized("unknown or revoked token".into()))
+    }
+
+    /// On a store without tokens, create the `admin` token and write its secret to
+    /// `admin.token` in `data_dir`; returns that path if it did.
+    pub fn bootstrap_admin(
+        &mut self,
+        data_dir: &std::path::Path,
+        now: u64,
+    ) -> Result<Option<std::path::PathBuf>, String> {
+        if !self.store.tokens().map_err(|e| e.to_string())?.is_empty() {
+            return Ok(None);
+        }
+        let path = data_dir.join("admin.token");
+        // A stale file from an earlier store would not match any token: replace it.
+        let _ = std::fs::remove_file(&path);
+        let secret = auth::new_secret()?;
+        let record = TokenRecord {
+            name: "admin".into(),
+            role: Role::Admin,
+            queues: Vec::new(),
+            hash: auth::hash(&secret),
+            created_at_s: now,
+        };
+        self.store.put_token(&record).map_err(|e| e.to_string())?;
+        auth::write_secret_file(&path, &secret)?;
+        Ok(Some(path))
+    }
+
+    /// Create a token; returns its secret (shown once, stored only hashed).
+    pub fn create_token(&mut self, name: &str, role: Role, queues: Vec<String>, now: u64) -> Result<String, ApiError> {
+        auth::check_name(name)?;
+        if role == Role::Member && queues.is_empty() {
+            return Err(ApiError::BadRequest("a member token needs at least one queue".into()));
+        }
+        if role != Role::Member && !queues.is_empty() {
+            return Err(ApiError::BadRequest("queues apply to member tokens only".into()));
+        }
+        let secret = auth::new_secret().map_err(ApiError::Internal)?;
+        let record = TokenRecord { name: name.into(), role, queues, hash: auth::hash(&secret), created_at_s: now };
+        self.store.put_token(&record)?;
+        Ok(secret)
+    }
+
+    /// Every token, without its hash.
+    pub fn tokens(&self) -> Result<Vec<TokenRecord>, ApiError> {
+        Ok(self.store.tokens()?.into_iter().map(|t| TokenRecord { hash: String::new(), ..t }).collect())
+    }
+
+    pub fn revoke_token(&mut self, name: &str) -> Result<(), ApiError> {
+        if self.store.revoke_token(name)? { Ok(()) } else { Err(ApiError::NotFound(format!("no token {name:?}"))) }
+    }
+
     /// Accept a workload file's jobs, all or none: each is checked against the fleet (a job no
     /// node could ever hold is refused with the engine's reasons) before anything is stored.
-    pub fn submit(&mut self, workload: &str, now: u64) -> Result<Vec<u64>, ApiError> {
+    pub fn submit(&mut self, who: &Principal, workload: &str, now: u64) -> Result<Vec<u64>, ApiError> {
         let jobs =
             gantry_spec::parse_workload(workload, self.catalog).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if jobs.is_empty() {
             return Err(ApiError::BadRequest("the workload has no jobs".into()));
+        }
+        for job in &jobs {
+            who.acts_on(&job.queue)?;
         }
         if jobs.iter().any(|j| !j.after.is_empty()) {
             return Err(ApiError::BadRequest("dependencies (after) are not supported by the live service yet".into()));
@@ -391,8 +455,9 @@ impl Controller {
 
     /// Cancel a job: a waiting one ends now; a running one is stopped (the runner signals its
     /// tasks; it ends when they have exited). Returns whether the runner must stop it.
-    pub fn cancel(&mut self, id: u64, now: u64) -> Result<bool, ApiError> {
+    pub fn cancel(&mut self, who: &Principal, id: u64, now: u64) -> Result<bool, ApiError> {
         let row = self.store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+        who.acts_on(&row.queue)?;
         match row.state {
             JobState::Pending => {
                 self.scheduler.cancel_waiting(id as JobId, now).map_err(ApiError::Conflict)?;
@@ -409,18 +474,25 @@ impl Controller {
         }
     }
 
-    pub fn job(&self, id: u64) -> Result<JobView, ApiError> {
+    pub fn job(&self, who: &Principal, id: u64) -> Result<JobView, ApiError> {
         let row = self.store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+        if !who.sees(&row.queue) {
+            return Err(ApiError::Forbidden(format!(
+                "job {id} is in queue {:?}, not one of token {:?}'s",
+                row.queue, who.name
+            )));
+        }
         let pending = self.scheduler.why(id);
         Ok(JobView { row, pending })
     }
 
-    pub fn jobs(&self, states: &[JobState]) -> Result<Vec<JobView>, ApiError> {
+    pub fn jobs(&self, who: &Principal, states: &[JobState]) -> Result<Vec<JobView>, ApiError> {
         let mut pending: BTreeMap<JobId, PendingJob> = self.scheduler.pending_by_id().into_iter().collect();
         Ok(self
             .store
             .jobs(states)?
             .into_iter()
+            .filter(|row| who.sees(&row.queue))
             .map(|row| {
                 let why = pending.remove(&row.id);
                 JobView { row, pending: why }

@@ -7,6 +7,7 @@
 //! exit, or a tick, runs one cycle, and launches what it decided.
 
 pub mod api;
+pub mod auth;
 pub mod client;
 pub mod controller;
 pub mod runner;
@@ -50,6 +51,8 @@ pub struct Shared {
 #[derive(Debug)]
 pub struct Running {
     pub addr: SocketAddr,
+    /// Where the first admin token was written, if this start created it.
+    pub admin_token_file: Option<PathBuf>,
     shutdown: Option<oneshot::Sender<()>>,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
@@ -75,6 +78,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     let mut controller =
         controller::Controller::open(store, &config.fleet, Catalog::embedded(), &config.data_dir, now_s())?;
     let recovered = controller.take_recovered();
+    let admin_token_file = controller.bootstrap_admin(&config.data_dir, now_s())?;
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
     let shared = Shared {
         controller: Arc::new(Mutex::new(controller)),
@@ -136,5 +140,5 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
             })
             .await
     });
-    Ok(Running { addr, shutdown: Some(shutdown_tx), server, scheduler })
+    Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), server, scheduler })
 }

@@ -2,7 +2,7 @@
 //! `tests/`; the PostgreSQL backend will run the same functions). Each check takes a fresh,
 //! empty store from `make` and panics with a message naming what broke.
 
-use crate::{Store, StoreError};
+use crate::{Role, Store, StoreError, TokenRecord};
 use gantry_types::{Ending, Event, Job, JobState, TaskStart};
 
 fn job(name: &str) -> Job {
@@ -106,4 +106,26 @@ pub fn state_is_derived_from_the_log<S: Store>(mut make: impl FnMut() -> S) {
     let before = store.jobs(&[]).expect("lists");
     store.rebuild().expect("rebuilds");
     assert_eq!(store.jobs(&[]).expect("lists"), before);
+}
+
+/// Tokens: kept by hash, names unique, revocable.
+pub fn tokens<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    let token = |name: &str, hash: &str, role| TokenRecord {
+        name: name.into(),
+        role,
+        queues: if role == Role::Member { vec!["research".into()] } else { Vec::new() },
+        hash: hash.into(),
+        created_at_s: 7,
+    };
+    store.put_token(&token("root", "aa", Role::Admin)).expect("adds");
+    store.put_token(&token("alice", "bb", Role::Member)).expect("adds");
+    let err = store.put_token(&token("alice", "cc", Role::ReadOnly)).expect_err("same name");
+    assert!(matches!(err, StoreError::TokenExists(_)), "{err}");
+    assert_eq!(store.token_by_hash("bb").expect("reads"), Some(token("alice", "bb", Role::Member)));
+    assert_eq!(store.token_by_hash("zz").expect("reads"), None);
+    assert_eq!(store.tokens().expect("lists").iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["alice", "root"]);
+    assert!(store.revoke_token("alice").expect("revokes"));
+    assert!(!store.revoke_token("alice").expect("revokes"), "gone already");
+    assert_eq!(store.token_by_hash("bb").expect("reads"), None);
 }

@@ -21,6 +21,9 @@ pub enum StoreError {
     /// The event does not fit the job's state; nothing of its batch was written.
     #[error("job {id}: cannot apply {event} to a job that is {state}")]
     Conflict { id: u64, event: &'static str, state: String },
+    /// A token with this name exists already.
+    #[error("a token named {0:?} exists already")]
+    TokenExists(String),
     #[error("store: {0}")]
     Backend(String),
     #[error("store data is corrupt: {0}")]
@@ -51,6 +54,30 @@ pub struct JobRow {
     pub tasks: Vec<TaskStart>,
 }
 
+/// What an API token may do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Everything, tokens and configuration included.
+    Admin,
+    /// Submit to, see and cancel the jobs of its queues.
+    Member,
+    /// See everything, change nothing.
+    ReadOnly,
+}
+
+/// An API token as stored: its secret only as a SHA-256 hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenRecord {
+    pub name: String,
+    pub role: Role,
+    /// The queues a member may use (empty for other roles).
+    pub queues: Vec<String>,
+    /// Hex SHA-256 of the secret.
+    pub hash: String,
+    pub created_at_s: u64,
+}
+
 /// The boundary the controller writes through. One writer at a time.
 pub trait Store {
     /// Append `events` in order, all or none, updating the derived state in the same
@@ -65,6 +92,13 @@ pub trait Store {
     fn next_job_id(&self) -> Result<u64, StoreError>;
     /// Derive the state tables again from the event log alone.
     fn rebuild(&mut self) -> Result<(), StoreError>;
+    /// Add a token; its name must be new (a conflict otherwise).
+    fn put_token(&mut self, token: &TokenRecord) -> Result<(), StoreError>;
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError>;
+    /// Every token, by name.
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+    /// Remove the token called `name`; whether there was one.
+    fn revoke_token(&mut self, name: &str) -> Result<bool, StoreError>;
 }
 
 /// The state a job moves to on `event`, or a conflict. `current` is `None` for a job the

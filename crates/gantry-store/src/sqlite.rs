@@ -2,7 +2,7 @@
 //! FULL` (an append that returned survives a power cut), the event log and the `jobs` table
 //! in one transaction per append.
 
-use crate::{JobRow, Store, StoreError, transition};
+use crate::{JobRow, Role, Store, StoreError, TokenRecord, transition};
 use gantry_types::{Event, JobState, TaskStart};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use std::path::Path;
@@ -29,10 +29,18 @@ CREATE TABLE IF NOT EXISTS jobs (
     tasks          TEXT    NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, id);
+CREATE TABLE IF NOT EXISTS tokens (
+    name         TEXT    PRIMARY KEY,
+    role         TEXT    NOT NULL,
+    queues       TEXT    NOT NULL,
+    hash         TEXT    NOT NULL UNIQUE,
+    created_at_s INTEGER NOT NULL
+);
 ";
 
-/// The schema this code writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+/// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`; a version-1 store
+/// gets the table when opened.
+const SCHEMA_VERSION: i64 = 2;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -227,6 +235,36 @@ impl Store for SqliteStore {
         Ok(max.map(uint).transpose()?.map_or(1, |m| m + 1))
     }
 
+    fn put_token(&mut self, token: &TokenRecord) -> Result<(), StoreError> {
+        let role = serde_json::to_value(token.role).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let queues = serde_json::to_string(&token.queues).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let inserted = self.conn.execute(
+            "INSERT OR IGNORE INTO tokens (name, role, queues, hash, created_at_s) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![token.name, role.as_str(), queues, token.hash, int(token.created_at_s)?],
+        )?;
+        if inserted == 0 {
+            return Err(StoreError::TokenExists(token.name.clone()));
+        }
+        Ok(())
+    }
+
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT name, role, queues, hash, created_at_s FROM tokens WHERE hash = ?1")?;
+        stmt.query_row(params![hash], token_row).optional()?.map(decode_token).transpose()
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT name, role, queues, hash, created_at_s FROM tokens ORDER BY name")?;
+        let rows = stmt.query_map([], token_row)?;
+        rows.map(|r| decode_token(r?)).collect()
+    }
+
+    fn revoke_token(&mut self, name: &str) -> Result<bool, StoreError> {
+        Ok(self.conn.execute("DELETE FROM tokens WHERE name = ?1", params![name])? > 0)
+    }
+
     fn rebuild(&mut self) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         tx.execute("DELETE FROM jobs", [])?;
@@ -243,4 +281,18 @@ impl Store for SqliteStore {
         tx.commit()?;
         Ok(())
     }
+}
+
+type RawToken = (String, String, String, String, i64);
+
+fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+}
+
+fn decode_token((name, role, queues, hash, created): RawToken) -> Result<TokenRecord, StoreError> {
+    let role: Role = serde_json::from_value(serde_json::Value::String(role.clone()))
+        .map_err(|_| StoreError::Corrupt(format!("token {name:?}: unknown role {role:?}")))?;
+    let queues: Vec<String> =
+        serde_json::from_str(&queues).map_err(|e| StoreError::Corrupt(format!("token {name:?}: queues: {e}")))?;
+    Ok(TokenRecord { name, role, queues, hash, created_at_s: uint(created)? })
 }

@@ -22,6 +22,10 @@ pub struct ServerArg {
     /// The controller (default: $GANTRY_SERVER, else http://127.0.0.1:8177).
     #[arg(long, value_name = "URL", global = true)]
     server: Option<String>,
+    /// API token (default: $GANTRY_TOKEN, else the local admin token `gantry serve --local`
+    /// wrote to its data directory).
+    #[arg(long, value_name = "TOKEN", global = true)]
+    token: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -35,9 +39,19 @@ impl ServerArg {
             .unwrap_or_else(|| format!("http://{}", crate::serve_cmd::DEFAULT_LISTEN))
     }
 
+    fn token(&self) -> Option<String> {
+        if let Some(t) = self.token.clone().or_else(|| std::env::var("GANTRY_TOKEN").ok()) {
+            return Some(t);
+        }
+        let data = crate::serve_cmd::default_data_dir().ok()?;
+        std::fs::read_to_string(data.join("admin.token")).ok().map(|t| t.trim().to_string())
+    }
+
     /// Call the API; a 4xx/5xx becomes an error with the controller's message.
     fn call(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Value> {
-        let (status, text) = request(&self.url(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;
+        let token = self.token();
+        let (status, text) =
+            request(&self.url(), token.as_deref(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status >= 400 {
             let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
@@ -254,4 +268,62 @@ mod tests {
         assert_eq!(utc(&Value::from(1_795_290_086u64)), "2026-11-21 19:41:26 UTC");
         assert_eq!(utc(&Value::Null), "-");
     }
+}
+
+#[derive(Args)]
+pub struct TokenArgs {
+    #[command(subcommand)]
+    action: TokenAction,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(clap::Subcommand)]
+enum TokenAction {
+    /// Create a token and print its secret (shown once).
+    Create {
+        name: String,
+        /// admin, member (needs --queue) or read-only.
+        #[arg(long, value_parser = ["admin", "member", "read-only"])]
+        role: String,
+        /// Queues a member may use, comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        queue: Vec<String>,
+    },
+    /// List tokens (names, roles, queues; never secrets).
+    List,
+    /// Revoke a token; it stops working at once.
+    Revoke { name: String },
+}
+
+pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
+    match args.action {
+        TokenAction::Create { name, role, queue } => {
+            let body = serde_json::json!({ "name": name, "role": role, "queues": queue }).to_string();
+            let reply = args.server.call("POST", "/v1/tokens", Some(&body))?;
+            if args.server.json {
+                println!("{reply}");
+            } else {
+                println!("{}", cell(&reply["secret"]));
+                eprintln!("token {name:?} created; this is the only time its secret is shown");
+            }
+        }
+        TokenAction::List => {
+            let list = args.server.call("GET", "/v1/tokens", None)?;
+            if args.server.json {
+                println!("{}", serde_json::to_string_pretty(&list)?);
+            } else {
+                println!("{:<24} {:<10} QUEUES", "NAME", "ROLE");
+                for t in list.as_array().into_iter().flatten() {
+                    let queues: Vec<String> = t["queues"].as_array().into_iter().flatten().map(cell).collect();
+                    println!("{:<24} {:<10} {}", cell(&t["name"]), cell(&t["role"]), queues.join(","));
+                }
+            }
+        }
+        TokenAction::Revoke { name } => {
+            args.server.call("DELETE", &format!("/v1/tokens/{name}"), None)?;
+            println!("token {name:?} revoked");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

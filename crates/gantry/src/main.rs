@@ -56,6 +56,8 @@ enum Command {
     Cancel(jobs_cmd::JobArgs),
     /// A job's task output (stdout and stderr).
     Logs(jobs_cmd::JobArgs),
+    /// Manage API tokens (admin): create, list, revoke.
+    Token(jobs_cmd::TokenArgs),
     /// Check a fleet file and/or a workload file without placing anything.
     #[command(after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml")]
     Validate(place_cmd::ValidateArgs),
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Command::Why(args) => jobs_cmd::why(args),
         Command::Cancel(args) => jobs_cmd::cancel(args),
         Command::Logs(args) => jobs_cmd::logs(args),
+        Command::Token(args) => jobs_cmd::token(args),
     };
     match result {
         Ok(code) => code,

@@ -34,7 +34,7 @@ pub struct ServeArgs {
     fleet: Option<PathBuf>,
 }
 
-fn default_data_dir() -> anyhow::Result<PathBuf> {
+pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("GANTRY_DATA") {
         return Ok(PathBuf::from(dir));
     }
@@ -66,6 +66,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             running.addr,
             data_dir.display()
         );
+        if let Some(path) = &running.admin_token_file {
+            eprintln!(
+                "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",
+                path.display()
+            );
+        }
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         eprintln!("stopping (running tasks keep running; a restart marks them lost)");
         running.shutdown().await;

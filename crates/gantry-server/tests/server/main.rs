@@ -18,6 +18,8 @@ struct Server {
     running: Option<gantry_server::Running>,
     url: String,
     data: PathBuf,
+    /// The admin secret the first start wrote.
+    token: String,
 }
 
 impl Server {
@@ -32,7 +34,8 @@ impl Server {
         };
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
-        Server { rt, running: Some(running), url, data }
+        let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+        Server { rt, running: Some(running), url, data, token }
     }
 
     fn new(name: &str) -> Server {
@@ -48,7 +51,11 @@ impl Server {
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
-        let (status, text) = request(&self.url, method, path, body).expect("reaches the server");
+        self.call_as(Some(&self.token.clone()), method, path, body)
+    }
+
+    fn call_as(&self, token: Option<&str>, method: &str, path: &str, body: Option<&str>) -> (u16, Value) {
+        let (status, text) = request(&self.url, token, method, path, body).expect("reaches the server");
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
@@ -89,7 +96,8 @@ fn a_job_runs_as_a_process_that_sees_its_devices() {
     assert_eq!(devices.len(), 1);
     let uuid = devices[0].as_str().expect("uuid");
     assert!(uuid.starts_with("GPU-"), "{uuid}");
-    let (status, logs) = request(&server.url, "GET", &format!("/v1/jobs/{}/logs", ids[0]), None).expect("logs");
+    let (status, logs) =
+        request(&server.url, Some(&server.token), "GET", &format!("/v1/jobs/{}/logs", ids[0]), None).expect("logs");
     assert_eq!(status, 200);
     assert!(logs.contains(&format!("devices={uuid} rank=0/1")), "{logs}");
     assert_eq!(done["exit_code"], Value::Null);
@@ -198,5 +206,71 @@ fn a_restart_readopts_running_tasks_and_runs_every_job_once() {
     assert!(killed.success());
     let server = Server::start_in(data);
     server.wait_for(victim[0], JobState::Lost);
+    server.stop();
+}
+
+#[test]
+fn tokens_and_roles_decide_who_sees_and_does_what() {
+    let server = Server::new("auth");
+    // No token, a malformed one, an unknown one: 401, nothing stored.
+    for (token, expected) in [(None, "missing token"), (Some("nonsense"), "unknown or revoked token")] {
+        let (status, reply) = server.call_as(token, "POST", "/v1/jobs", Some("[[job]]\nname = \"x\"\n"));
+        assert_eq!(status, 401, "{reply}");
+        assert!(reply["error"].as_str().expect("error").contains(expected), "{reply}");
+    }
+    let token = |name: &str, body: &str| -> String {
+        let (status, reply) = server.call("POST", "/v1/tokens", Some(body));
+        assert_eq!(status, 201, "{name}: {reply}");
+        assert_eq!(reply["name"], name);
+        reply["secret"].as_str().expect("secret").to_string()
+    };
+    let alice = token("alice", r#"{"name": "alice", "role": "member", "queues": ["research"]}"#);
+    let reader = token("reader", r#"{"name": "reader", "role": "read-only"}"#);
+    let (status, reply) = server.call("POST", "/v1/tokens", Some(r#"{"name": "alice", "role": "admin"}"#));
+    assert_eq!(status, 409, "{reply}");
+    for (body, expected) in [
+        (r#"{"name": "bob", "role": "member"}"#, "a member token needs at least one queue"),
+        (r#"{"name": "bob", "role": "root"}"#, "unknown variant `root`"),
+        (r#"{"name": "b o b", "role": "admin"}"#, "is not a token name"),
+        (r#"{"name": "bob", "role": "admin", "colour": 1}"#, "unknown field `colour`"),
+        ("not json", "token request"),
+    ] {
+        let (status, reply) = server.call("POST", "/v1/tokens", Some(body));
+        assert_eq!(status, 400, "{body}: {reply}");
+        assert!(reply["error"].as_str().expect("error").contains(expected), "{body}: {reply}");
+    }
+    // A member submits to its queues only, and sees only their jobs.
+    let research = "[[job]]\nname = \"r\"\nqueue = \"research\"\nhold = true\n";
+    let prod = "[[job]]\nname = \"p\"\nqueue = \"prod\"\nhold = true\n";
+    let (status, reply) = server.call_as(Some(&alice), "POST", "/v1/jobs", Some(prod));
+    assert_eq!(status, 403, "{reply}");
+    assert_eq!(reply["error"], "token \"alice\" is a member of research, not of queue \"prod\"");
+    let (status, mine) = server.call_as(Some(&alice), "POST", "/v1/jobs", Some(research));
+    assert_eq!(status, 201, "{mine}");
+    let theirs = server.submit(prod);
+    let (_, seen) = server.call_as(Some(&alice), "GET", "/v1/jobs", None);
+    assert_eq!(seen.as_array().expect("list").len(), 1, "alice sees only research: {seen}");
+    let (status, _) = server.call_as(Some(&alice), "GET", &format!("/v1/jobs/{}", theirs[0]), None);
+    assert_eq!(status, 403);
+    let (status, _) = server.call_as(Some(&alice), "DELETE", &format!("/v1/jobs/{}", theirs[0]), None);
+    assert_eq!(status, 403);
+    // Read-only sees everything and changes nothing; only admins manage tokens.
+    let (_, all) = server.call_as(Some(&reader), "GET", "/v1/jobs", None);
+    assert_eq!(all.as_array().expect("list").len(), 2);
+    let (status, reply) = server.call_as(Some(&reader), "POST", "/v1/jobs", Some(research));
+    assert_eq!((status, reply["error"].as_str()), (403, Some("token \"reader\" is read-only")));
+    let (status, _) = server.call_as(Some(&alice), "GET", "/v1/tokens", None);
+    assert_eq!(status, 403);
+    let (_, listed) = server.call("GET", "/v1/tokens", None);
+    let names: Vec<&str> = listed.as_array().expect("list").iter().map(|t| t["name"].as_str().expect("name")).collect();
+    assert_eq!(names, ["admin", "alice", "reader"]);
+    assert!(listed.as_array().expect("list").iter().all(|t| t["hash"] == ""), "hashes stay in the store");
+    // Revoked, a token stops working at once.
+    let (status, _) = server.call("DELETE", "/v1/tokens/alice", None);
+    assert_eq!(status, 204);
+    let (status, _) = server.call_as(Some(&alice), "GET", "/v1/jobs", None);
+    assert_eq!(status, 401);
+    let (_, count) = server.call("GET", "/v1/jobs", None);
+    assert_eq!(count.as_array().expect("list").len(), 2, "refused requests stored nothing");
     server.stop();
 }

@@ -30,9 +30,11 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::lifecycle(memory);
     conformance::conflicts_roll_back_the_batch(memory);
     conformance::state_is_derived_from_the_log(memory);
+    conformance::tokens(memory);
     conformance::lifecycle(file_store("lifecycle"));
     conformance::conflicts_roll_back_the_batch(file_store("conflicts"));
     conformance::state_is_derived_from_the_log(file_store("derived"));
+    conformance::tokens(file_store("tokens"));
 }
 
 #[test]

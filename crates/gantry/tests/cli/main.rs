@@ -382,9 +382,10 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let mut banner = String::new();
     std::io::BufReader::new(server.stderr.as_mut().expect("stderr")).read_line(&mut banner).expect("banner");
     let url = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("address in the banner").to_string();
+    let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
     let cli = |args: &[&str]| {
         let mut all = args.to_vec();
-        all.extend(["--server", url.as_str()]);
+        all.extend(["--server", url.as_str(), "--token", token.as_str()]);
         gantry(&all)
     };
     let job = dir.join("job.toml");
@@ -418,6 +419,19 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     assert!(stderr(&again).contains("job 2 has already ended (cancelled) (HTTP 409)"), "{}", stderr(&again));
     let missing = cli(&["why", "42"]);
     assert!(stderr(&missing).contains("no job 42 (HTTP 404)"), "{}", stderr(&missing));
+    // Tokens: a member of research sees none of the default queue's jobs; no token, no entry.
+    let created = cli(&["token", "create", "alice", "--role", "member", "--queue", "research"]);
+    let secret = stdout(&created).trim().to_string();
+    assert!(secret.starts_with("gty_"), "{}", stderr(&created));
+    assert!(
+        stdout(&cli(&["token", "list"]))
+            .lines()
+            .any(|l| l.starts_with("alice") && l.contains("member") && l.contains("research"))
+    );
+    let as_alice = gantry(&["queue", "--all", "--server", url.as_str(), "--token", secret.as_str()]);
+    assert_eq!(stdout(&as_alice).trim(), "no jobs", "{}", stderr(&as_alice));
+    let anonymous = gantry(&["queue", "--server", url.as_str(), "--token", ""]);
+    assert!(stderr(&anonymous).contains("(HTTP 401)"), "{}", stderr(&anonymous));
     // Ctrl-C stops it cleanly.
     let status = std::process::Command::new("kill").args(["-INT", &server.id().to_string()]).status().expect("kill");
     assert!(status.success());
@@ -458,10 +472,11 @@ fn a_controller_killed_mid_run_loses_and_repeats_nothing() {
     )
     .expect("workload");
     let (mut server, url) = serve(&data);
-    let out = gantry(&["submit", workload.to_str().expect("utf-8"), "--server", &url]);
+    let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    let out = gantry(&["submit", workload.to_str().expect("utf-8"), "--server", &url, "--token", &token]);
     assert!(stdout(&out).contains("submitted 500 job(s)"), "{}", stderr(&out));
     let completed = |url: &str| -> usize {
-        let out = gantry(&["queue", "--state", "completed", "--json", "--server", url]);
+        let out = gantry(&["queue", "--state", "completed", "--json", "--server", url, "--token", &token]);
         serde_json::from_str::<serde_json::Value>(&stdout(&out)).map_or(0, |v| v.as_array().map_or(0, Vec::len))
     };
     let mut url = url;
