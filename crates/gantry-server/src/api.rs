@@ -145,11 +145,11 @@ async fn cancel(
         let stop = controller.cancel(&who, id, now_s())?;
         (stop, controller.job(&who, id)?.row.job.lifecycle.grace_s)
     };
-    if stop {
-        shared.runner.stop(id, std::time::Duration::from_secs(grace));
+    if let Some(attempt) = stop {
+        shared.runner.stop(id, attempt, std::time::Duration::from_secs(grace));
     }
     shared.wake.notify_one();
-    Ok(Json(Cancelled { id, status: if stop { "stopping" } else { "cancelled" }.into() }))
+    Ok(Json(Cancelled { id, status: if stop.is_some() { "stopping" } else { "cancelled" }.into() }))
 }
 
 /// `GET /v1/jobs/{id}/logs`: every task's stdout then stderr, each under a header line.

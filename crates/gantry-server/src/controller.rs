@@ -60,23 +60,39 @@ pub struct Launch {
     pub workdir: Option<String>,
     pub time_limit_s: Option<u64>,
     pub grace_s: u64,
+    /// Which run of the job this is (0, then one more per requeue).
+    pub attempt: u32,
 }
 
 /// A running job's tasks as the runner tracks them.
 #[derive(Debug)]
 struct Runs {
     alloc: AllocId,
+    /// Which run of the job (its requeues so far).
+    attempt: u32,
     tasks_left: u32,
     /// First non-zero exit code seen, if any.
     failed: Option<i32>,
     timed_out: bool,
     cancelled: bool,
     lost: bool,
+    /// Being stopped for another job (the preemptor's right): it waits again when its tasks
+    /// have exited.
+    preempted: Option<&'static str>,
 }
 
 impl Runs {
-    fn new(alloc: AllocId, tasks: u32) -> Runs {
-        Runs { alloc, tasks_left: tasks, failed: None, timed_out: false, cancelled: false, lost: false }
+    fn new(alloc: AllocId, attempt: u32, tasks: u32) -> Runs {
+        Runs {
+            alloc,
+            attempt,
+            tasks_left: tasks,
+            failed: None,
+            timed_out: false,
+            cancelled: false,
+            lost: false,
+            preempted: None,
+        }
     }
 }
 
@@ -92,8 +108,9 @@ pub struct Recovered {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Effects {
     pub launch: Vec<Launch>,
-    /// Jobs whose processes should be signalled now and killed after the grace period.
-    pub stop: Vec<(u64, u64)>,
+    /// Jobs whose processes should be signalled now and killed after the grace period:
+    /// (job, attempt, grace seconds).
+    pub stop: Vec<(u64, u32, u64)>,
 }
 
 /// The controller: store + scheduler + the jobs it is running.
@@ -129,6 +146,7 @@ impl Controller {
         store: SqliteStore,
         fleet: &Fleet,
         catalog: &'static Catalog,
+        scheduling: SchedulerConfig,
         data_dir: &std::path::Path,
         now: u64,
     ) -> Result<Controller, String> {
@@ -141,7 +159,7 @@ impl Controller {
             .collect();
         let mut controller = Controller {
             store,
-            scheduler: Scheduler::new(engine, SchedulerConfig::default()),
+            scheduler: Scheduler::new(engine, scheduling),
             catalog,
             uuids,
             running: BTreeMap::new(),
@@ -189,7 +207,7 @@ impl Controller {
             row.tasks.iter().map(|t| t.placement.clone().ok_or("no recorded placement")).collect::<Result<_, _>>()?;
         let sched = self.sched_job(&row.job).map_err(|e| e.to_string())?;
         let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
-        self.running.insert(row.id, Runs::new(alloc, placement.len() as u32));
+        self.running.insert(row.id, Runs::new(alloc, row.requeues, placement.len() as u32));
         self.recovered.extend(row.tasks.iter().map(|t| Recovered {
             job: row.id,
             group: t.group.clone(),
@@ -218,17 +236,7 @@ impl Controller {
     }
 
     fn admit(&mut self, id: u64, job: &Job, at_s: u64) -> Result<Admission, ApiError> {
-        let compiled = self.scheduler.engine().compile(job).map_err(|e| ApiError::BadRequest(e.to_string()))?;
-        let sched = SchedJob {
-            name: job.name.clone(),
-            queue: job.queue.clone(),
-            priority: job.priority,
-            lifecycle: job.lifecycle,
-            control: job.control.clone(),
-            planned_length_s: job.control.time_limit_s,
-            after: Vec::new(),
-            compiled,
-        };
+        let sched = self.sched_job(job)?;
         self.scheduler.submit(id, sched, at_s).map_err(ApiError::BadRequest)
     }
 
@@ -298,6 +306,12 @@ impl Controller {
         }
         for job in &jobs {
             who.acts_on(&job.queue)?;
+            if !self.scheduler.knows_queue(&job.queue) {
+                return Err(ApiError::BadRequest(format!(
+                    "job {:?}: unknown queue {:?} (not in the controller's queue file)",
+                    job.name, job.queue
+                )));
+            }
         }
         if jobs.iter().any(|j| !j.after.is_empty()) {
             return Err(ApiError::BadRequest("dependencies (after) are not supported by the live service yet".into()));
@@ -396,6 +410,7 @@ impl Controller {
                             workdir: row.job.run.workdir.clone(),
                             time_limit_s: row.job.control.time_limit_s,
                             grace_s: row.job.lifecycle.grace_s,
+                            attempt: row.requeues,
                         });
                     }
                     if let Err(e) = self.store.append(&[Event::Started { id: job, at_s: now, tasks: starts }]) {
@@ -404,12 +419,15 @@ impl Controller {
                         tracing::warn!(job, error = %e, "start refused by the store");
                         continue;
                     }
-                    self.running.insert(job, Runs::new(alloc, world));
+                    self.running.insert(job, Runs::new(alloc, row.requeues, world));
                     effects.launch.extend(launches);
                 }
-                Decision::Stop { job, .. } => {
-                    // Preemption is off in the live service for now (SchedulerConfig::default).
-                    effects.stop.push((job, 0));
+                Decision::Stop { job, cause, .. } => {
+                    let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
+                    if let Some(runs) = self.running.get_mut(&job) {
+                        runs.preempted = Some(cause);
+                        effects.stop.push((job, runs.attempt, grace));
+                    }
                 }
             }
         }
@@ -437,6 +455,12 @@ impl Controller {
             return Ok(());
         }
         let runs = self.running.remove(&job).expect("present");
+        if let (Some(cause), false) = (runs.preempted, runs.cancelled) {
+            // Stopped for another: it waits again, in its queue, with its original place.
+            self.store.append(&[Event::Requeued { id: job, at_s: now, why: format!("preempted ({cause})") }])?;
+            self.scheduler.killed(runs.alloc, now);
+            return Ok(());
+        }
         let ending = if runs.cancelled {
             Ending::Cancelled
         } else if runs.lost && runs.failed.is_none() {
@@ -454,21 +478,21 @@ impl Controller {
     }
 
     /// Cancel a job: a waiting one ends now; a running one is stopped (the runner signals its
-    /// tasks; it ends when they have exited). Returns whether the runner must stop it.
-    pub fn cancel(&mut self, who: &Principal, id: u64, now: u64) -> Result<bool, ApiError> {
+    /// tasks; it ends when they have exited). Returns the run the runner must stop, if any.
+    pub fn cancel(&mut self, who: &Principal, id: u64, now: u64) -> Result<Option<u32>, ApiError> {
         let row = self.store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
         who.acts_on(&row.queue)?;
         match row.state {
             JobState::Pending => {
                 self.scheduler.cancel_waiting(id as JobId, now).map_err(ApiError::Conflict)?;
                 self.store.append(&[Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None }])?;
-                Ok(false)
+                Ok(None)
             }
             JobState::Running => {
                 if let Some(runs) = self.running.get_mut(&id) {
                     runs.cancelled = true;
                 }
-                Ok(true)
+                Ok(Some(row.requeues))
             }
             state => Err(ApiError::Conflict(format!("job {id} has already ended ({})", state.name()))),
         }

@@ -36,6 +36,8 @@ pub struct ServeConfig {
     pub fleet: Fleet,
     /// How often a cycle runs with nothing else happening.
     pub tick: Duration,
+    /// Queue order, backfill, preemption (the engine's scheduler settings).
+    pub scheduling: gantry_engine::sched::SchedulerConfig,
 }
 
 /// What the API handlers share.
@@ -75,8 +77,14 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
     let store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
-    let mut controller =
-        controller::Controller::open(store, &config.fleet, Catalog::embedded(), &config.data_dir, now_s())?;
+    let mut controller = controller::Controller::open(
+        store,
+        &config.fleet,
+        Catalog::embedded(),
+        config.scheduling.clone(),
+        &config.data_dir,
+        now_s(),
+    )?;
     let recovered = controller.take_recovered();
     let admin_token_file = controller.bootstrap_admin(&config.data_dir, now_s())?;
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
@@ -125,6 +133,9 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
                     }
                 }
             };
+            for (job, attempt, grace) in effects.stop {
+                loop_shared.runner.stop(job, attempt, Duration::from_secs(grace));
+            }
             for launch in effects.launch {
                 loop_shared.runner.launch(launch);
             }

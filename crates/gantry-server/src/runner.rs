@@ -63,9 +63,10 @@ pub struct Runner {
     exits: mpsc::Sender<Exit>,
     /// Running process groups per job.
     groups: Arc<Mutex<BTreeMap<u64, Vec<i32>>>>,
-    /// Jobs asked to stop, with their grace period: a task that starts after the request (its
-    /// launch was already on the way) is stopped as soon as it exists.
-    stopping: Arc<Mutex<BTreeMap<u64, Duration>>>,
+    /// Jobs asked to stop — which run of them (attempt) and the grace period: a task of that
+    /// run that starts after the request (its launch was already on the way) is stopped as
+    /// soon as it exists; a later run (the job was preempted and requeued) is not.
+    stopping: Arc<Mutex<BTreeMap<u64, (u32, Duration)>>>,
 }
 
 fn signal_group(pgid: i32, signal: Signal) {
@@ -98,6 +99,10 @@ impl Runner {
             return failed(126);
         }
         let base = task_base(&self.data_dir, l.job, &l.group, l.replica);
+        // A run before this one (the job was preempted and started again) left its files.
+        for ext in ["exit", "pid"] {
+            let _ = std::fs::remove_file(with_ext(&base, ext));
+        }
         let (Ok(out), Ok(err)) =
             (std::fs::File::create(with_ext(&base, "out")), std::fs::File::create(with_ext(&base, "err")))
         else {
@@ -147,7 +152,9 @@ impl Runner {
         let pgid = child.id().map_or(0, |p| p as i32);
         self.groups.lock().expect("not poisoned").entry(l.job).or_default().push(pgid);
         let stop_now = self.stopping.lock().expect("not poisoned").get(&l.job).copied();
-        if let Some(grace) = stop_now {
+        if let Some((attempt, grace)) = stop_now
+            && attempt == l.attempt
+        {
             stop_groups(vec![pgid], grace);
         }
         let limit = l.time_limit_s.map(Duration::from_secs);
@@ -188,7 +195,7 @@ impl Runner {
             if pgid > 0 {
                 runner.groups.lock().expect("not poisoned").entry(job).or_default().push(pgid);
                 let stop_now = runner.stopping.lock().expect("not poisoned").get(&job).copied();
-                if let Some(grace) = stop_now {
+                if let Some((_, grace)) = stop_now {
                     stop_groups(vec![pgid], grace);
                 }
             }
@@ -215,12 +222,12 @@ impl Runner {
         });
     }
 
-    /// Stop every task of `job`, those still starting included: SIGTERM to each process
-    /// group now, SIGKILL after `grace`.
-    pub fn stop(&self, job: u64, grace: Duration) {
+    /// Stop every task of run `attempt` of `job`, those still starting included: SIGTERM to
+    /// each process group now, SIGKILL after `grace`.
+    pub fn stop(&self, job: u64, attempt: u32, grace: Duration) {
         // Under the groups lock, so a task registering now either is listed or sees the request.
         let groups = self.groups.lock().expect("not poisoned");
-        self.stopping.lock().expect("not poisoned").insert(job, grace);
+        self.stopping.lock().expect("not poisoned").insert(job, (attempt, grace));
         stop_groups(groups.get(&job).cloned().unwrap_or_default(), grace);
     }
 }

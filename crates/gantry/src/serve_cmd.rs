@@ -32,6 +32,19 @@ pub struct ServeArgs {
     /// Fleet file (TOML, docs/formats.md); default: the bundled demo fleet, simulated GPUs.
     #[arg(long, value_name = "FILE")]
     fleet: Option<PathBuf>,
+    /// Queue file (TOML, docs/formats.md): fair share between its queues, quotas, per-user
+    /// limits. Without it: one FIFO queue, priority ignored.
+    #[arg(long, value_name = "FILE")]
+    queues: Option<PathBuf>,
+    /// What may start past a blocked job: off, greedy, or reserve (the blocked job gets a
+    /// reserved start that later jobs may not delay).
+    #[arg(long, default_value = "reserve", value_parser = ["off", "greedy", "reserve"])]
+    backfill: String,
+    /// With --queues: let waiting jobs stop preemptible work they have a right to (lower
+    /// priority, a borrower of their queue's guarantee, or, past the starvation bound, their
+    /// own priority); victims are signalled, killed after their grace period, and wait again.
+    #[arg(long, requires = "queues")]
+    preempt: bool,
 }
 
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
@@ -48,6 +61,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
+    let order = match &args.queues {
+        None => gantry_engine::sched::Order::Fifo,
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read queue file {}", path.display()))?;
+            let tree =
+                gantry_spec::parse_queues(&text, catalog).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            gantry_engine::sched::Order::FairShare(tree)
+        }
+    };
+    let scheduling = gantry_engine::sched::SchedulerConfig {
+        order,
+        backfill: match args.backfill.as_str() {
+            "off" => gantry_engine::sched::Backfill::Off,
+            "greedy" => gantry_engine::sched::Backfill::Greedy,
+            _ => gantry_engine::sched::Backfill::Reserve,
+        },
+        reserve_depth: 1,
+        preempt: args.preempt,
+    };
     let data_dir = match args.data {
         Some(dir) => dir,
         None => default_data_dir()?,
@@ -57,6 +90,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         listen: args.listen,
         fleet,
         tick: std::time::Duration::from_secs(1),
+        scheduling,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {

@@ -262,6 +262,11 @@ impl Scheduler {
         &self.stats
     }
 
+    /// Does the queue order know queue `name` (FIFO knows every name)?
+    pub fn knows_queue(&self, name: &str) -> bool {
+        self.fair.as_ref().is_none_or(|fs| fs.tree().find(name).is_some())
+    }
+
     /// Jobs waiting in queues (not held, not waiting on dependencies).
     pub fn queued(&self) -> usize {
         self.pending_count

@@ -24,6 +24,10 @@ struct Server {
 
 impl Server {
     fn start_in(data: PathBuf) -> Server {
+        Server::start_with(data, gantry_engine::sched::SchedulerConfig::default())
+    }
+
+    fn start_with(data: PathBuf, scheduling: gantry_engine::sched::SchedulerConfig) -> Server {
         let fleet = gantry_spec::parse_fleet(FLEET, gantry_catalog::Catalog::embedded()).expect("fleet");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let config = ServeConfig {
@@ -31,6 +35,7 @@ impl Server {
             listen: "127.0.0.1:0".parse().expect("addr"),
             fleet,
             tick: Duration::from_millis(100),
+            scheduling,
         };
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
@@ -272,5 +277,40 @@ fn tokens_and_roles_decide_who_sees_and_does_what() {
     assert_eq!(status, 401);
     let (_, count) = server.call("GET", "/v1/jobs", None);
     assert_eq!(count.as_array().expect("list").len(), 2, "refused requests stored nothing");
+    server.stop();
+}
+
+#[test]
+fn a_higher_priority_job_preempts_the_victim_waits_again_and_finishes_later() {
+    use gantry_engine::sched::{Order, SchedulerConfig};
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-preempt", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let tree = gantry_types::QueueTree::flat(["low", "high"], 3600, 86_400);
+    let config = SchedulerConfig { order: Order::FairShare(tree), preempt: true, ..SchedulerConfig::default() };
+    let server = Server::start_with(data, config);
+    let dir = server.data.display().to_string();
+    let (status, reply) = server.call("POST", "/v1/jobs", Some("[[job]]\nname = \"x\"\nqueue = \"nope\"\n"));
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply["error"].as_str().expect("error").contains("unknown queue \"nope\""), "{reply}");
+    assert_eq!(server.call("GET", "/v1/jobs", None).1, Value::Array(Vec::new()), "nothing stored");
+    // The low job holds both GPUs; each run appends a line, and the second one ends at once.
+    let low = server.submit(&format!(
+        "[[job]]\nname = \"low\"\nqueue = \"low\"\ngpu = {{ count = 2 }}\ngrace = 1\nworkdir = \"{dir}\"\n\
+         command = \"echo run >> low.runs; [ $(wc -l < low.runs) -ge 2 ] && exit 0; sleep 60\"\n"
+    ));
+    server.wait_for(low[0], JobState::Running);
+    let runs = server.data.join("low.runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !runs.exists() {
+        assert!(Instant::now() < deadline, "the low job's task never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let high = server.submit(
+        "[[job]]\nname = \"urgent\"\nqueue = \"high\"\npriority = 10\ngpu = { count = 1 }\ncommand = \"true\"\n",
+    );
+    server.wait_for(high[0], JobState::Completed);
+    let done = server.wait_for(low[0], JobState::Completed);
+    assert_eq!(done["requeues"], 1, "stopped once for the urgent job: {done}");
+    assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\nrun\n", "signalled, then run again once");
     server.stop();
 }
