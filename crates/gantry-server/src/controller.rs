@@ -166,6 +166,11 @@ impl Controller {
             recovered: Vec::new(),
             empty,
         };
+        for row in controller.store.jobs(&[]).map_err(|e| e.to_string())? {
+            if row.state.is_final() {
+                controller.scheduler.record_ended(row.id, row.state == JobState::Completed);
+            }
+        }
         let rows = controller.store.jobs(&[JobState::Pending, JobState::Running]).map_err(|e| e.to_string())?;
         for row in rows {
             if row.state == JobState::Running {
@@ -192,7 +197,11 @@ impl Controller {
                 continue;
             }
             // A job the fleet can no longer hold (the fleet file changed) is failed, with why.
-            if let Err(e) = controller.admit(row.id, &row.job, row.submitted_at_s) {
+            let admitted = controller.admit(row.id, &row.job, row.submitted_at_s);
+            if let Ok(admission) = admitted {
+                controller.settle(vec![(row.id, admission)], now).map_err(|e| e.to_string())?;
+            }
+            if let Err(e) = admitted {
                 let failed = Event::Ended { id: row.id, at_s: now, ending: Ending::Failed, exit_code: None };
                 controller.store.append(&[failed]).map_err(|e| e.to_string())?;
                 tracing::warn!(job = row.id, error = %e, "pending job dropped on restart");
@@ -223,6 +232,17 @@ impl Controller {
 
     fn sched_job(&self, job: &Job) -> Result<SchedJob, ApiError> {
         let compiled = self.scheduler.engine().compile(job).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let after = job
+            .after
+            .iter()
+            .map(|d| {
+                d.job
+                    .strip_prefix('#')
+                    .and_then(|id| id.parse().ok())
+                    .map(|id| (d.kind, id))
+                    .ok_or_else(|| ApiError::Internal(format!("stored dependency {:?} is not resolved", d.job)))
+            })
+            .collect::<Result<_, _>>()?;
         Ok(SchedJob {
             name: job.name.clone(),
             queue: job.queue.clone(),
@@ -230,9 +250,52 @@ impl Controller {
             lifecycle: job.lifecycle,
             control: job.control.clone(),
             planned_length_s: job.control.time_limit_s,
-            after: Vec::new(),
+            after,
             compiled,
         })
+    }
+
+    /// Dependencies name jobs of the same file (an array's name: all its elements), else the
+    /// latest earlier job of that name; stored resolved, as `#<id>`.
+    fn resolve_dependencies(&self, mut jobs: Vec<Job>, first: u64) -> Result<Vec<Job>, ApiError> {
+        if jobs.iter().all(|j| j.after.is_empty()) {
+            return Ok(jobs);
+        }
+        let local: BTreeMap<String, Vec<usize>> =
+            gantry_spec::dependency_index(jobs.iter()).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let earlier = self.store.jobs(&[])?;
+        for job in &mut jobs {
+            let mut resolved = Vec::new();
+            for d in &job.after {
+                let ids: Vec<u64> = match local.get(d.job.as_str()) {
+                    Some(indices) => indices.iter().map(|&i| first + i as u64).collect(),
+                    None => match earlier.iter().rev().find(|r| r.name == d.job) {
+                        Some(row) => vec![row.id],
+                        None => {
+                            return Err(ApiError::BadRequest(format!(
+                                "job {:?} / after: unknown job {:?} (not in this file, not submitted before)",
+                                job.name, d.job
+                            )));
+                        }
+                    },
+                };
+                resolved
+                    .extend(ids.into_iter().map(|id| gantry_types::Dependency { kind: d.kind, job: format!("#{id}") }));
+            }
+            job.after = resolved;
+        }
+        Ok(jobs)
+    }
+
+    /// A job whose dependency can never be met ends, cancelled, with the store saying why.
+    fn settle(&mut self, admissions: Vec<(u64, Admission)>, now: u64) -> Result<(), ApiError> {
+        for (id, admission) in admissions {
+            if admission == Admission::Never {
+                self.store.append(&[Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None }])?;
+                tracing::info!(job = id, "cancelled: a dependency can never be met");
+            }
+        }
+        Ok(())
     }
 
     fn admit(&mut self, id: u64, job: &Job, at_s: u64) -> Result<Admission, ApiError> {
@@ -300,7 +363,7 @@ impl Controller {
     /// node could ever hold is refused with the engine's reasons) before anything is stored.
     pub fn submit(&mut self, who: &Principal, workload: &str, now: u64) -> Result<Vec<u64>, ApiError> {
         let jobs =
-            gantry_spec::parse_workload(workload, self.catalog).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+            gantry_spec::parse_submission(workload, self.catalog).map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if jobs.is_empty() {
             return Err(ApiError::BadRequest("the workload has no jobs".into()));
         }
@@ -313,9 +376,8 @@ impl Controller {
                 )));
             }
         }
-        if jobs.iter().any(|j| !j.after.is_empty()) {
-            return Err(ApiError::BadRequest("dependencies (after) are not supported by the live service yet".into()));
-        }
+        let first = self.store.next_job_id()?;
+        let jobs = self.resolve_dependencies(jobs, first)?;
         // Could each ever run here? Placed, then released, on the empty fleet.
         for job in &jobs {
             let compiled =
@@ -334,7 +396,6 @@ impl Controller {
                 }
             }
         }
-        let first = self.store.next_job_id()?;
         let events: Vec<Event> = jobs
             .iter()
             .enumerate()
@@ -342,9 +403,11 @@ impl Controller {
             .collect();
         self.store.append(&events)?;
         let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
+        let mut admissions = Vec::new();
         for (id, job) in ids.iter().zip(&jobs) {
-            self.admit(*id, job, now)?;
+            admissions.push((*id, self.admit(*id, job, now)?));
         }
+        self.settle(admissions, now)?;
         Ok(ids)
     }
 
@@ -473,8 +536,8 @@ impl Controller {
             Ending::Completed
         };
         self.store.append(&[Event::Ended { id: job, at_s: now, ending, exit_code: runs.failed }])?;
-        self.scheduler.ended(runs.alloc, ending == Ending::Completed, now);
-        Ok(())
+        let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
+        self.settle(woken, now)
     }
 
     /// Cancel a job: a waiting one ends now; a running one is stopped (the runner signals its
@@ -484,8 +547,9 @@ impl Controller {
         who.acts_on(&row.queue)?;
         match row.state {
             JobState::Pending => {
-                self.scheduler.cancel_waiting(id as JobId, now).map_err(ApiError::Conflict)?;
+                let woken = self.scheduler.cancel_waiting(id as JobId, now).map_err(ApiError::Conflict)?;
                 self.store.append(&[Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None }])?;
+                self.settle(woken, now)?;
                 Ok(None)
             }
             JobState::Running => {

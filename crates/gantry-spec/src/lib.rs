@@ -21,7 +21,9 @@ pub use queues::{
     HALF_LIFE_DEFAULT_S, QUEUE_DEPTH_MAX, QUEUE_WEIGHT_MAX, QUEUES_MAX, STARVATION_DEFAULT_S, parse_queues,
 };
 pub use trace::{TRACE_LINE_BYTES_MAX, TRACE_SECONDS_MAX, Trace, TraceJob, parse_trace_line, read_trace};
-pub use workload::{GPUS_PER_TASK_MAX, JOBS_MAX, PRIORITY_RANGE, REPLICAS_MAX, parse_workload};
+pub use workload::{
+    GPUS_PER_TASK_MAX, JOBS_MAX, PRIORITY_RANGE, REPLICAS_MAX, dependency_index, parse_submission, parse_workload,
+};
 
 #[cfg(test)]
 mod tests;

@@ -198,6 +198,15 @@ pub fn dependency_index<'a>(jobs: impl Iterator<Item = &'a Job>) -> BTreeMap<&'a
 
 /// Every dependency names a job of the set, and none is part of a cycle (`a → b → a`).
 pub(crate) fn check_dependencies<'a>(jobs: impl Iterator<Item = (&'a Job, String)> + Clone) -> Result<(), SpecError> {
+    check_dependencies_in(jobs, false)
+}
+
+/// As [`check_dependencies`]; with `external`, a name not in the set is left for the caller to
+/// resolve (a live service's earlier jobs) instead of refused.
+fn check_dependencies_in<'a>(
+    jobs: impl Iterator<Item = (&'a Job, String)> + Clone,
+    external: bool,
+) -> Result<(), SpecError> {
     let list: Vec<(&Job, String)> = jobs.collect();
     let index = dependency_index(list.iter().map(|(j, _)| *j));
     let mut edges: Vec<Vec<usize>> = vec![Vec::new(); list.len()];
@@ -205,6 +214,7 @@ pub(crate) fn check_dependencies<'a>(jobs: impl Iterator<Item = (&'a Job, String
         for d in &job.after {
             match index.get(d.job.as_str()) {
                 Some(targets) => edges[i].extend(targets),
+                None if external => {}
                 None => {
                     return Err(SpecError::new(format!("{at} / after"), format!("unknown job {:?}", d.job))
                         .hint("a dependency names another job of the same file"));
@@ -251,6 +261,16 @@ pub(crate) fn check_dependencies<'a>(jobs: impl Iterator<Item = (&'a Job, String
 
 /// Parse and validate a workload file into jobs, in file order.
 pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
+    parse_workload_in(text, catalog, false)
+}
+
+/// As [`parse_workload`], for a submission to a live service: a dependency may name a job
+/// submitted earlier (not in this file); the service resolves it. Cycles are still refused.
+pub fn parse_submission(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
+    parse_workload_in(text, catalog, true)
+}
+
+fn parse_workload_in(text: &str, catalog: &Catalog, external: bool) -> Result<Vec<Job>, SpecError> {
     if text.len() > SPEC_BYTES_MAX {
         return Err(SpecError::new(
             "",
@@ -277,7 +297,7 @@ pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecErr
             }
         }
     }
-    check_dependencies(jobs.iter().map(|j| (j, format!("job {:?}", j.name))))?;
+    check_dependencies_in(jobs.iter().map(|j| (j, format!("job {:?}", j.name))), external)?;
     Ok(jobs)
 }
 

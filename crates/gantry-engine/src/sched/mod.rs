@@ -262,6 +262,12 @@ impl Scheduler {
         &self.stats
     }
 
+    /// Tell the scheduler how a job it never ran ended (a restarted controller seeding the
+    /// outcomes that later jobs' dependencies look at).
+    pub fn record_ended(&mut self, id: JobId, ok: bool) {
+        self.ended.entry(id).or_insert(ok);
+    }
+
     /// Does the queue order know queue `name` (FIFO knows every name)?
     pub fn knows_queue(&self, name: &str) -> bool {
         self.fair.as_ref().is_none_or(|fs| fs.tree().find(name).is_some())

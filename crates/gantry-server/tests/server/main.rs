@@ -28,7 +28,11 @@ impl Server {
     }
 
     fn start_with(data: PathBuf, scheduling: gantry_engine::sched::SchedulerConfig) -> Server {
-        let fleet = gantry_spec::parse_fleet(FLEET, gantry_catalog::Catalog::embedded()).expect("fleet");
+        Server::start_full(data, scheduling, FLEET)
+    }
+
+    fn start_full(data: PathBuf, scheduling: gantry_engine::sched::SchedulerConfig, fleet: &str) -> Server {
+        let fleet = gantry_spec::parse_fleet(fleet, gantry_catalog::Catalog::embedded()).expect("fleet");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let config = ServeConfig {
             data_dir: data.clone(),
@@ -312,5 +316,51 @@ fn a_higher_priority_job_preempts_the_victim_waits_again_and_finishes_later() {
     let done = server.wait_for(low[0], JobState::Completed);
     assert_eq!(done["requeues"], 1, "stopped once for the urgent job: {done}");
     assert_eq!(std::fs::read_to_string(&runs).expect("runs"), "run\nrun\n", "signalled, then run again once");
+    server.stop();
+}
+
+#[test]
+fn a_gang_starts_all_or_nothing_and_dependencies_order_jobs() {
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-gang", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let two_nodes = FLEET.replace("name = \"n1\"", "name = \"n\"\ncount = 2");
+    let server = Server::start_full(data, Default::default(), &two_nodes);
+    let dir = server.data.display().to_string();
+    // One GPU busy: a 4-task gang (one GPU each) cannot start on the 3 left, and none of it runs.
+    let blocker = server.submit("[[job]]\nname = \"blocker\"\ngpu = { count = 1 }\ncommand = \"sleep 1\"\n");
+    server.wait_for(blocker[0], JobState::Running);
+    let gang = server.submit(&format!(
+        "[[job]]\nname = \"gang\"\nworkdir = \"{dir}\"\ncommand = \"echo $GANTRY_RANK/$GANTRY_WORLD_SIZE $CUDA_VISIBLE_DEVICES >> gang.log\"\n\
+         [[job.task]]\nname = \"worker\"\nreplicas = 4\ngpu = {{ count = 1 }}\n"
+    ));
+    let (state, waiting) = server.state(gang[0]);
+    assert_eq!(state, JobState::Pending, "{waiting}");
+    assert!(!server.data.join("gang.log").exists(), "no task of the gang ran alone");
+    let done = server.wait_for(gang[0], JobState::Completed);
+    let mut lines: Vec<String> =
+        std::fs::read_to_string(server.data.join("gang.log")).expect("log").lines().map(str::to_string).collect();
+    lines.sort();
+    let ranks: Vec<&str> = lines.iter().map(|l| l.split_whitespace().next().expect("rank")).collect();
+    assert_eq!(ranks, ["0/4", "1/4", "2/4", "3/4"]);
+    let devices: std::collections::BTreeSet<&str> =
+        lines.iter().map(|l| l.split_whitespace().nth(1).expect("device")).collect();
+    assert_eq!(devices.len(), 4, "four different GPUs: {lines:?}");
+    assert_eq!(done["tasks"].as_array().expect("tasks").len(), 4);
+    // Dependencies: within a file, and on a job submitted earlier, by name.
+    let ids = server.submit(&format!(
+        "[[job]]\nname = \"prep\"\nworkdir = \"{dir}\"\ncommand = \"echo prep >> order.log\"\n\
+         [[job]]\nname = \"train\"\nafter = [\"afterok:prep\"]\nworkdir = \"{dir}\"\ncommand = \"echo train >> order.log\"\n\
+         [[job]]\nname = \"cleanup\"\nafter = [\"afternotok:prep\"]\ncommand = \"true\"\n"
+    ));
+    server.wait_for(ids[1], JobState::Completed);
+    server.wait_for(ids[2], JobState::Cancelled);
+    let report = server.submit(&format!(
+        "[[job]]\nname = \"report\"\nafter = [\"train\"]\nworkdir = \"{dir}\"\ncommand = \"echo report >> order.log\"\n"
+    ));
+    server.wait_for(report[0], JobState::Completed);
+    assert_eq!(std::fs::read_to_string(server.data.join("order.log")).expect("log"), "prep\ntrain\nreport\n");
+    let (status, reply) = server.call("POST", "/v1/jobs", Some("[[job]]\nname = \"x\"\nafter = [\"ghost\"]\n"));
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply["error"].as_str().expect("error").contains("unknown job \"ghost\""), "{reply}");
     server.stop();
 }
