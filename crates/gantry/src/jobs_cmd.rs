@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 pub const EXAMPLES: &str = "Examples:
   gantry submit examples/demo-workload.toml
   gantry submit job.toml --wait
+  gantry submit --gpus 2 --queue research --time 2:00:00 -- python train.py --lr 3e-4
   gantry queue --state pending,running
   gantry why 12
   gantry logs 12
@@ -63,9 +64,42 @@ impl ServerArg {
 
 #[derive(Args)]
 pub struct SubmitArgs {
-    /// Workload file (TOML, docs/formats.md): one or more [[job]] tables.
-    file: PathBuf,
+    /// Workload file (TOML, docs/formats.md): one or more [[job]] tables. Or give a command
+    /// after `--` with --gpus and friends.
+    #[arg(required_unless_present = "command")]
+    file: Option<PathBuf>,
     /// Wait until every submitted job has ended; exit 1 if any did not complete.
+    #[arg(long)]
+    wait: bool,
+    /// With a command: GPUs in all (`--gpus 2`, or `--gpus h100:2` for a model).
+    #[arg(long, value_name = "[TYPE:]N", conflicts_with = "file")]
+    gpus: Option<String>,
+    /// With a command: the queue (default: "default").
+    #[arg(long, conflicts_with = "file")]
+    queue: Option<String>,
+    /// With a command: the job's name (default: the program's name).
+    #[arg(long, conflicts_with = "file")]
+    name: Option<String>,
+    /// With a command: time limit, Slurm style (minutes, HH:MM:SS, D-HH:MM).
+    #[arg(long, conflicts_with = "file")]
+    time: Option<String>,
+    /// With a command: tasks (a gang: all start together or none does).
+    #[arg(long, conflicts_with = "file")]
+    ntasks: Option<String>,
+    /// The command to run, after `--` (run as given, no shell).
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Args)]
+pub struct SbatchArgs {
+    /// A batch script with `#SBATCH` lines (--job-name, --gres=gpu[:type]:N, --nodes,
+    /// --ntasks-per-node, --ntasks, --cpus-per-task, --mem, --time, --partition, --account,
+    /// --qos); it runs with its `#!` interpreter (default sh).
+    script: PathBuf,
+    /// Wait until the job has ended; exit 1 if it did not complete.
     #[arg(long)]
     wait: bool,
     #[command(flatten)]
@@ -126,24 +160,76 @@ fn reason_text(pending: &Value) -> String {
 }
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    let text = std::fs::read_to_string(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
-    let reply =
-        args.server.call("POST", "/v1/jobs", Some(&text)).with_context(|| format!("{}", args.file.display()))?;
+    let (what, text) = match &args.file {
+        Some(file) => {
+            if !args.command.is_empty() {
+                bail!("give a workload file or a command after --, not both");
+            }
+            let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+            (file.display().to_string(), text)
+        }
+        None => {
+            let mut request = crate::sbatch::Request::default();
+            for (option, value) in [
+                ("--gpus", &args.gpus),
+                ("--account", &args.queue),
+                ("--job-name", &args.name),
+                ("--time", &args.time),
+                ("--ntasks", &args.ntasks),
+            ] {
+                if let Some(v) = value {
+                    request.apply(option, Some(v)).map_err(|e| anyhow::anyhow!(e))?;
+                }
+            }
+            let program = std::path::Path::new(&args.command[0])
+                .file_name()
+                .map_or_else(|| "job".to_string(), |n| n.to_string_lossy().into_owned());
+            let job = request.job(&program, args.command.clone()).map_err(|e| anyhow::anyhow!(e))?;
+            ("the command".to_string(), crate::sbatch::workload(job))
+        }
+    };
+    send(&args.server, &what, &text, args.wait)
+}
+
+pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(&args.script).with_context(|| format!("cannot read {}", args.script.display()))?;
+    let request = crate::sbatch::parse_script(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
+    for option in &request.ignored {
+        eprintln!("note: {option} is not honoured; gantry keeps task output itself (gantry logs ID)");
+    }
+    let interpreter = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("#!"))
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| "sh".into());
+    let mut command: Vec<String> = interpreter.split_whitespace().map(str::to_string).collect();
+    command.extend(["-c".to_string(), text.clone()]);
+    let name = args.script.file_stem().map_or_else(|| "batch".to_string(), |n| n.to_string_lossy().into_owned());
+    let job = request.job(&name, command).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
+    send(&args.server, &args.script.display().to_string(), &crate::sbatch::workload(job), args.wait)
+}
+
+/// Submit a workload text, print the ids, optionally wait for the jobs to end.
+fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Result<ExitCode> {
+    let reply = server.call("POST", "/v1/jobs", Some(text)).with_context(|| what.to_string())?;
     let ids: Vec<u64> = reply["ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
-    if args.server.json {
+    if server.json {
         println!("{reply}");
     } else {
         let list: Vec<String> = ids.iter().map(u64::to_string).collect();
         println!("submitted {} job(s): {}", ids.len(), list.join(" "));
     }
-    if !args.wait {
+    if !wait {
         return Ok(ExitCode::SUCCESS);
     }
     let started = Instant::now();
     let mut all_completed = true;
     for id in ids {
         loop {
-            let job = args.server.call("GET", &format!("/v1/jobs/{id}"), None)?;
+            let job = server.call("GET", &format!("/v1/jobs/{id}"), None)?;
             let state = cell(&job["state"]);
             if !matches!(state.as_str(), "pending" | "running") {
                 eprintln!("job {id} {}: {state} after {:.0} s", cell(&job["name"]), started.elapsed().as_secs_f64());

@@ -7,6 +7,7 @@
 mod catalog_cmd;
 mod jobs_cmd;
 mod place_cmd;
+mod sbatch;
 mod serve_cmd;
 mod sim_cmd;
 mod synth_cmd;
@@ -45,6 +46,9 @@ enum Command {
     /// Submit a workload file's jobs to a running controller.
     #[command(after_help = jobs_cmd::EXAMPLES)]
     Submit(jobs_cmd::SubmitArgs),
+    /// Submit a batch script with `#SBATCH` lines, as Slurm's sbatch does.
+    #[command(after_help = "Examples:\n  gantry sbatch train.sh\n  gantry sbatch train.sh --wait")]
+    Sbatch(jobs_cmd::SbatchArgs),
     /// List jobs (pending and running by default) with why each waits.
     #[command(after_help = jobs_cmd::EXAMPLES)]
     Queue(jobs_cmd::QueueArgs),
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Synth(args) => synth_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args),
         Command::Submit(args) => jobs_cmd::submit(args),
+        Command::Sbatch(args) => jobs_cmd::sbatch(args),
         Command::Queue(args) => jobs_cmd::queue(args),
         Command::Show(args) => jobs_cmd::show(args),
         Command::Why(args) => jobs_cmd::why(args),

@@ -370,22 +370,14 @@ fn a_closed_pipe_ends_the_output_quietly() {
 /// show, logs, cancel; Ctrl-C stops it.
 #[test]
 fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
-    use std::io::BufRead;
     let dir = temp_dir("serve-local");
     let data = dir.join("data");
-    let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
-        .args(["serve", "--local", "--listen", "127.0.0.1:0", "--data"])
-        .arg(&data)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut banner = String::new();
-    std::io::BufReader::new(server.stderr.as_mut().expect("stderr")).read_line(&mut banner).expect("banner");
-    let url = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("address in the banner").to_string();
+    let (mut server, url) = serve(&data);
     let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
     let cli = |args: &[&str]| {
-        let mut all = args.to_vec();
-        all.extend(["--server", url.as_str(), "--token", token.as_str()]);
+        // Before any `--`: what follows it is the job's command.
+        let mut all = vec![args[0], "--server", url.as_str(), "--token", token.as_str()];
+        all.extend(&args[1..]);
         gantry(&all)
     };
     let job = dir.join("job.toml");
@@ -419,6 +411,32 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     assert!(stderr(&again).contains("job 2 has already ended (cancelled) (HTTP 409)"), "{}", stderr(&again));
     let missing = cli(&["why", "42"]);
     assert!(stderr(&missing).contains("no job 42 (HTTP 404)"), "{}", stderr(&missing));
+    // Slurm habits: a batch script, and a command line.
+    let script = dir.join("batchy.sh");
+    std::fs::write(&script, "#!/bin/sh\n#SBATCH --job-name=batchy --gres=gpu:l4:1\n#SBATCH --time=5 --output=x.log\necho from-sbatch on $CUDA_VISIBLE_DEVICES\n")
+        .expect("script");
+    let batch = cli(&["sbatch", script.to_str().expect("utf-8"), "--wait"]);
+    assert_eq!(batch.status.code(), Some(0), "{}", stderr(&batch));
+    assert!(stderr(&batch).contains("--output=x.log is not honoured"), "{}", stderr(&batch));
+    let id = stdout(&batch).split_whitespace().last().expect("id").to_string();
+    assert!(stdout(&cli(&["logs", &id])).contains("from-sbatch on GPU-"), "the script ran with its GPU");
+    let direct = cli(&[
+        "submit",
+        "--gpus",
+        "1",
+        "--name",
+        "direct",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        "echo direct $GANTRY_WORLD_SIZE",
+    ]);
+    assert_eq!(direct.status.code(), Some(0), "{}", stderr(&direct));
+    let id = stdout(&direct).split_whitespace().last().expect("id").to_string();
+    assert!(stdout(&cli(&["logs", &id])).contains("direct 1"));
+    let bad = cli(&["submit", "--gpus", "zero", "--", "true"]);
+    assert!(stderr(&bad).contains("--gpus=zero: not a count"), "{}", stderr(&bad));
     // Tokens: a member of research sees none of the default queue's jobs; no token, no entry.
     let created = cli(&["token", "create", "alice", "--role", "member", "--queue", "research"]);
     let secret = stdout(&created).trim().to_string();
@@ -433,26 +451,39 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let anonymous = gantry(&["queue", "--server", url.as_str(), "--token", ""]);
     assert!(stderr(&anonymous).contains("(HTTP 401)"), "{}", stderr(&anonymous));
     // Ctrl-C stops it cleanly.
-    let status = std::process::Command::new("kill").args(["-INT", &server.id().to_string()]).status().expect("kill");
+    let status = std::process::Command::new("kill").args(["-INT", &server.0.id().to_string()]).status().expect("kill");
     assert!(status.success());
-    assert!(server.wait().expect("exits").success());
+    assert!(server.0.wait().expect("exits").success());
     let down = cli(&["queue"]);
     assert!(stderr(&down).contains("cannot reach the gantry controller"), "{}", stderr(&down));
 }
 
+/// A `gantry serve` process that is killed when the test ends, passing or not (a server left
+/// behind would keep the test harness's output open).
+struct ServeGuard(std::process::Child);
+
+impl Drop for ServeGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Start `gantry serve --local` on `data`; returns the process and its URL.
-fn serve(data: &std::path::Path) -> (std::process::Child, String) {
+fn serve(data: &std::path::Path) -> (ServeGuard, String) {
     use std::io::BufRead;
     let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(["serve", "--local", "--listen", "127.0.0.1:0", "--data"])
         .arg(data)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("starts");
     let mut banner = String::new();
     std::io::BufReader::new(server.stderr.as_mut().expect("stderr")).read_line(&mut banner).expect("banner");
     let url = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("address in the banner").to_string();
-    (server, url)
+    (ServeGuard(server), url)
 }
 
 /// The controller killed with SIGKILL at several moments of a 500-job run, restarted each
@@ -482,8 +513,8 @@ fn a_controller_killed_mid_run_loses_and_repeats_nothing() {
     let mut url = url;
     for pause_ms in [150, 400, 90, 250] {
         std::thread::sleep(std::time::Duration::from_millis(pause_ms));
-        server.kill().expect("SIGKILL");
-        server.wait().expect("reaped");
+        server.0.kill().expect("SIGKILL");
+        server.0.wait().expect("reaped");
         (server, url) = serve(&data);
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -491,8 +522,7 @@ fn a_controller_killed_mid_run_loses_and_repeats_nothing() {
         assert!(std::time::Instant::now() < deadline, "only {} of 500 completed", completed(&url));
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    server.kill().expect("stops");
-    server.wait().expect("reaped");
+    drop(server);
     let text = std::fs::read_to_string(&ran).expect("the tasks' own record");
     let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
     ids.sort_unstable();

@@ -1,0 +1,272 @@
+//! `gantry sbatch script.sh` and `gantry submit --gpus N -- command`: Slurm habits translated
+//! into a gantry workload file (a `[[job]]` table), which the controller then validates like
+//! any other. Supported `#SBATCH` options: `--job-name/-J`, `--gres=gpu[:type]:N`, `--gpus`,
+//! `--nodes/-N`, `--ntasks-per-node`, `--ntasks/-n`, `--cpus-per-task/-c`, `--mem`, `--time/-t`,
+//! `--partition/-p`, `--account/-A`, `--qos`, `--output/-o`, `--error/-e` (both noted, not
+//! honoured: gantry keeps logs itself); anything else is an error naming the line.
+
+use toml::{Table, Value};
+
+/// Priorities for Slurm QOS names (gantry has priorities, not QOS objects).
+pub const QOS_PRIORITY: [(&str, i64); 4] = [("low", -100), ("normal", 0), ("high", 100), ("urgent", 1000)];
+
+/// What a script or the command line asks for, before it becomes a job table.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    pub name: Option<String>,
+    pub queue: Option<String>,
+    pub priority: Option<i64>,
+    /// GPUs per node (`--gres`) or in all (`--gpus`), and an optional model.
+    pub gpus_per_node: Option<u32>,
+    pub gpus_total: Option<u32>,
+    pub gpu_type: Option<String>,
+    pub nodes: Option<u32>,
+    pub tasks_per_node: Option<u32>,
+    pub tasks: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    pub memory: Option<String>,
+    pub time: Option<String>,
+    /// Options accepted but not honoured, for a notice.
+    pub ignored: Vec<String>,
+}
+
+fn number(option: &str, value: &str) -> Result<u32, String> {
+    value.trim().parse::<u32>().ok().filter(|&n| n >= 1).ok_or_else(|| format!("{option}={value}: not a count ≥ 1"))
+}
+
+/// Slurm's time formats: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S` → seconds.
+pub fn slurm_time(value: &str) -> Result<u64, String> {
+    let bad = || format!("--time={value}: use minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]");
+    let (days, rest) = match value.split_once('-') {
+        Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
+        None => (0, value),
+    };
+    let parts: Vec<u64> = rest.split(':').map(|p| p.parse::<u64>().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let seconds = match (value.contains('-'), parts.as_slice()) {
+        (false, [m]) => m * 60,
+        (false, [m, s]) => m * 60 + s,
+        (false, [h, m, s]) => h * 3600 + m * 60 + s,
+        (true, [h]) => h * 3600,
+        (true, [h, m]) => h * 3600 + m * 60,
+        (true, [h, m, s]) => h * 3600 + m * 60 + s,
+        _ => return Err(bad()),
+    };
+    let total = days * 86_400 + seconds;
+    if total == 0 { Err(format!("--time={value}: a time limit must be more than 0")) } else { Ok(total) }
+}
+
+impl Request {
+    /// Apply one option (`--name=value`, `--name value` already joined, or `-X value`).
+    pub fn apply(&mut self, option: &str, value: Option<&str>) -> Result<(), String> {
+        fn need<'v>(option: &str, v: Option<&'v str>) -> Result<&'v str, String> {
+            v.filter(|v| !v.is_empty()).ok_or_else(|| format!("{option} needs a value"))
+        }
+        match option {
+            "--job-name" | "-J" => self.name = Some(need(option, value)?.to_string()),
+            "--partition" | "-p" => self.queue = self.queue.take().or(Some(need(option, value)?.to_string())),
+            "--account" | "-A" => self.queue = Some(need(option, value)?.to_string()),
+            "--qos" => {
+                let v = need(option, value)?;
+                let p = QOS_PRIORITY.iter().find(|(n, _)| *n == v).ok_or_else(|| {
+                    format!("--qos={v}: unknown QOS (gantry maps low, normal, high, urgent to priorities)")
+                })?;
+                self.priority = Some(p.1);
+            }
+            "--gres" => {
+                let v = need(option, value)?;
+                let parts: Vec<&str> = v.split(':').collect();
+                match parts.as_slice() {
+                    ["gpu", n] => self.gpus_per_node = Some(number(option, n)?),
+                    ["gpu", t, n] => {
+                        self.gpu_type = Some(t.to_string());
+                        self.gpus_per_node = Some(number(option, n)?);
+                    }
+                    _ => return Err(format!("--gres={v}: use gpu:N or gpu:TYPE:N")),
+                }
+            }
+            "--gpus" | "-G" => {
+                let v = need(option, value)?;
+                match v.split_once(':') {
+                    Some((t, n)) => {
+                        self.gpu_type = Some(t.to_string());
+                        self.gpus_total = Some(number(option, n)?);
+                    }
+                    None => self.gpus_total = Some(number(option, v)?),
+                }
+            }
+            "--nodes" | "-N" => self.nodes = Some(number(option, need(option, value)?)?),
+            "--ntasks-per-node" => self.tasks_per_node = Some(number(option, need(option, value)?)?),
+            "--ntasks" | "-n" => self.tasks = Some(number(option, need(option, value)?)?),
+            "--cpus-per-task" | "-c" => self.cpus_per_task = Some(number(option, need(option, value)?)?),
+            "--mem" => {
+                let v = need(option, value)?;
+                // Slurm's default unit is MiB; K/M/G/T suffixes.
+                let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+                let unit = match unit.to_ascii_uppercase().as_str() {
+                    "" | "M" => "MiB",
+                    "K" => "KiB",
+                    "G" => "GiB",
+                    "T" => "TiB",
+                    _ => return Err(format!("--mem={v}: use a size with K, M, G or T")),
+                };
+                number(option, digits)?;
+                self.memory = Some(format!("{digits}{unit}"));
+            }
+            "--time" | "-t" => {
+                let v = need(option, value)?;
+                slurm_time(v)?;
+                self.time = Some(v.to_string());
+            }
+            "--output" | "-o" | "--error" | "-e" => self.ignored.push(format!("{option}={}", value.unwrap_or(""))),
+            other => return Err(format!("{other}: not supported by gantry sbatch")),
+        }
+        Ok(())
+    }
+
+    /// The `[[job]]` table for `command`.
+    pub fn job(&self, default_name: &str, command: Vec<String>) -> Result<Table, String> {
+        let nodes = self.nodes.unwrap_or(1);
+        let tasks = match (self.tasks, self.tasks_per_node) {
+            (Some(n), _) => n,
+            (None, Some(per)) => per * nodes,
+            (None, None) => nodes,
+        };
+        let per_node_tasks = tasks.div_ceil(nodes);
+        let gpus_per_task = match (self.gpus_per_node, self.gpus_total) {
+            (Some(_), Some(_)) => return Err("give --gres or --gpus, not both".into()),
+            (Some(g), None) => {
+                if g % per_node_tasks != 0 {
+                    return Err(format!(
+                        "--gres=gpu:{g} per node does not divide among {per_node_tasks} tasks per node"
+                    ));
+                }
+                g / per_node_tasks
+            }
+            (None, Some(g)) => {
+                if g % tasks != 0 {
+                    return Err(format!("--gpus={g} does not divide among {tasks} tasks"));
+                }
+                g / tasks
+            }
+            (None, None) => 0,
+        };
+        let mut job = Table::new();
+        job.insert("name".into(), Value::String(self.name.clone().unwrap_or_else(|| default_name.to_string())));
+        if let Some(q) = &self.queue {
+            job.insert("queue".into(), Value::String(q.clone()));
+        }
+        if let Some(p) = self.priority {
+            job.insert("priority".into(), Value::Integer(p));
+        }
+        if let Some(t) = &self.time {
+            job.insert("time_limit".into(), Value::Integer(slurm_time(t)? as i64));
+        }
+        job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
+        let mut task = Table::new();
+        task.insert("name".into(), Value::String("task".into()));
+        task.insert("replicas".into(), Value::Integer(tasks as i64));
+        if let Some(c) = self.cpus_per_task {
+            task.insert("cpu".into(), Value::Integer(c as i64));
+        }
+        if let Some(m) = &self.memory {
+            task.insert("memory".into(), Value::String(m.clone()));
+        }
+        if gpus_per_task > 0 {
+            let mut gpu = Table::new();
+            gpu.insert("count".into(), Value::Integer(gpus_per_task as i64));
+            task.insert("gpu".into(), Value::Table(gpu));
+            if let Some(t) = &self.gpu_type {
+                task.insert("model".into(), Value::String(format!("{t}*")));
+            }
+        }
+        job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
+        Ok(job)
+    }
+}
+
+/// Read a batch script's `#SBATCH` lines (those before the first command).
+pub fn parse_script(text: &str) -> Result<Request, String> {
+    let mut request = Request::default();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || (line.starts_with('#') && !line.starts_with("#SBATCH")) {
+            continue;
+        }
+        let Some(rest) = line.strip_prefix("#SBATCH") else { break };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let mut k = 0;
+        while k < words.len() {
+            let word = words[k];
+            if word.starts_with('#') {
+                break;
+            }
+            let (option, value) = match word.split_once('=') {
+                Some((o, v)) => (o, Some(v)),
+                None if word.starts_with('-') && k + 1 < words.len() && !words[k + 1].starts_with('-') => {
+                    k += 1;
+                    (word, Some(words[k]))
+                }
+                None => (word, None),
+            };
+            request.apply(option, value).map_err(|e| format!("line {}: {e}", i + 1))?;
+            k += 1;
+        }
+    }
+    Ok(request)
+}
+
+/// The workload file (TOML text) for one job table.
+pub fn workload(job: Table) -> String {
+    let mut file = Table::new();
+    file.insert("job".into(), Value::Array(vec![Value::Table(job)]));
+    toml::to_string(&file).expect("a table serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_script_becomes_a_job() {
+        let script = "#!/bin/bash\n#SBATCH --job-name=train\n#SBATCH --gres=gpu:h100:8 --nodes=2\n#SBATCH --ntasks-per-node=8\n#SBATCH -t 1-02:00:00 --account research\n#SBATCH --qos=high\n#SBATCH --output=out.log\nsrun python train.py\n#SBATCH --ignored-after-commands\n";
+        let r = parse_script(script).expect("valid");
+        assert_eq!(r.name.as_deref(), Some("train"));
+        assert_eq!(
+            (r.gpus_per_node, r.gpu_type.as_deref(), r.nodes, r.tasks_per_node),
+            (Some(8), Some("h100"), Some(2), Some(8))
+        );
+        assert_eq!((r.queue.as_deref(), r.priority, r.ignored.len()), (Some("research"), Some(100), 1));
+        let job = r.job("script", vec!["/bin/bash".into(), "-c".into(), "srun".into()]).expect("job");
+        let text = workload(job);
+        let parsed = gantry_spec::parse_workload(&text, gantry_catalog::Catalog::embedded()).expect("a valid workload");
+        assert_eq!(parsed[0].task_count(), 16);
+        assert_eq!(parsed[0].control.time_limit_s, Some(93_600));
+        assert_eq!(parsed[0].priority, 100);
+    }
+
+    #[test]
+    fn bad_options_name_the_line() {
+        for (script, expected) in [
+            ("#SBATCH --gres=fpga:2\n", "line 1: --gres=fpga:2: use gpu:N or gpu:TYPE:N"),
+            ("\n#SBATCH --time=abc\n", "line 2: --time=abc: use minutes"),
+            ("#SBATCH --time=0\n", "a time limit must be more than 0"),
+            ("#SBATCH --qos=gold\n", "unknown QOS"),
+            ("#SBATCH --exclusive\n", "--exclusive: not supported by gantry sbatch"),
+            ("#SBATCH --nodes=0\n", "--nodes=0: not a count ≥ 1"),
+            ("#SBATCH --mem=12X\n", "use a size with K, M, G or T"),
+            ("#SBATCH --job-name\n", "--job-name needs a value"),
+        ] {
+            let err = parse_script(script).expect_err(script);
+            assert!(err.contains(expected), "{script}: {err}");
+        }
+        let r = parse_script("#SBATCH --gres=gpu:3 --ntasks-per-node=2\n").expect("parses");
+        assert!(r.job("x", vec!["true".into()]).expect_err("3 GPUs over 2 tasks").contains("does not divide"));
+    }
+
+    #[test]
+    fn slurm_times_read_as_seconds() {
+        for (text, seconds) in [("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172_800), ("1-1:30", 91_800)] {
+            assert_eq!(slurm_time(text), Ok(seconds), "{text}");
+        }
+    }
+}
