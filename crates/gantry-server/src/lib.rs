@@ -38,6 +38,8 @@ pub struct ServeConfig {
     pub tick: Duration,
     /// Queue order, backfill, preemption (the engine's scheduler settings).
     pub scheduling: gantry_engine::sched::SchedulerConfig,
+    /// Simulate tasks instead of running processes: each lasts this long (benchmarks).
+    pub simulate_tasks: Option<Duration>,
 }
 
 /// What the API handlers share.
@@ -90,7 +92,10 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
     let shared = Shared {
         controller: Arc::new(Mutex::new(controller)),
-        runner: runner::Runner::new(config.data_dir.clone(), exits_tx),
+        runner: match config.simulate_tasks {
+            None => runner::Runner::new(config.data_dir.clone(), exits_tx),
+            Some(duration) => runner::Runner::simulated(config.data_dir.clone(), exits_tx, duration),
+        },
         wake: Arc::new(Notify::new()),
         data_dir: config.data_dir.clone(),
     };

@@ -67,6 +67,9 @@ pub struct Runner {
     /// run that starts after the request (its launch was already on the way) is stopped as
     /// soon as it exists; a later run (the job was preempted and requeued) is not.
     stopping: Arc<Mutex<BTreeMap<u64, (u32, Duration)>>>,
+    /// Simulated tasks (benchmarks, demos of big fleets): no process; each "runs" this long
+    /// and exits 0.
+    simulate: Option<Duration>,
 }
 
 fn signal_group(pgid: i32, signal: Signal) {
@@ -79,14 +82,25 @@ fn signal_group(pgid: i32, signal: Signal) {
 
 impl Runner {
     pub fn new(data_dir: PathBuf, exits: mpsc::Sender<Exit>) -> Runner {
-        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default() }
+        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default(), simulate: None }
+    }
+
+    /// A runner whose tasks are simulated: each lasts `duration`, no process is started.
+    pub fn simulated(data_dir: PathBuf, exits: mpsc::Sender<Exit>, duration: Duration) -> Runner {
+        Runner { simulate: Some(duration), ..Runner::new(data_dir, exits) }
     }
 
     /// Start one task; its exit is sent on the exits channel.
     pub fn launch(&self, l: Launch) {
         let runner = self.clone();
         tokio::spawn(async move {
-            let exit = runner.run(&l).await;
+            let exit = match runner.simulate {
+                Some(duration) => {
+                    tokio::time::sleep(duration).await;
+                    Exit { job: l.job, code: Some(0), timed_out: false, lost: false }
+                }
+                None => runner.run(&l).await,
+            };
             let _ = runner.exits.send(exit).await;
         });
     }

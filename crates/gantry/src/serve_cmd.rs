@@ -91,6 +91,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         fleet,
         tick: std::time::Duration::from_secs(1),
         scheduling,
+        simulate_tasks: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {

@@ -40,6 +40,7 @@ impl Server {
             fleet,
             tick: Duration::from_millis(100),
             scheduling,
+            simulate_tasks: None,
         };
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
