@@ -40,6 +40,9 @@ pub use policy::Policy;
 pub use request::CompiledJob;
 pub use state::ClusterState;
 
+/// The taint a drained node carries.
+pub const DRAIN_TAINT: &str = "gantry.io/drained";
+
 /// Errors in what the engine was given (not "does not fit", which is a [`JobOutcome`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
@@ -327,6 +330,41 @@ impl Engine {
             });
         }
         self.place_exact(job, &tasks)
+    }
+
+    /// Drain (or resume) a node: a drained node carries the taint `gantry.io/drained` (effect
+    /// NoSchedule), so nothing new is placed there while what runs keeps running. Returns
+    /// whether anything changed; an unknown node is an error.
+    pub fn set_drained(&mut self, node: &str, drained: bool) -> Result<bool, EngineError> {
+        let idx = self
+            .state
+            .info
+            .iter()
+            .position(|n| n.name == node)
+            .ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
+        let taints = &mut self.state.info[idx].taints;
+        let present = taints.iter().any(|t| t.key == DRAIN_TAINT);
+        if present == drained {
+            return Ok(false);
+        }
+        if drained {
+            taints.push(gantry_types::Taint {
+                key: DRAIN_TAINT.into(),
+                value: String::new(),
+                effect: "NoSchedule".into(),
+            });
+        } else {
+            taints.retain(|t| t.key != DRAIN_TAINT);
+        }
+        self.state.nodes[idx].has_taints = !self.state.info[idx].taints.is_empty();
+        // A new node version: remembered verdicts for it no longer apply.
+        self.state.refresh_summary(idx as state::NodeIdx);
+        Ok(true)
+    }
+
+    /// Is this node drained?
+    pub fn is_drained(&self, node: &str) -> bool {
+        self.state.info.iter().any(|n| n.name == node && n.taints.iter().any(|t| t.key == DRAIN_TAINT))
     }
 
     /// Release a committed allocation; capacity returns exactly.

@@ -3,7 +3,7 @@
 //! request changes nothing.
 
 use crate::auth::{Principal, bearer};
-use crate::controller::{ApiError, JobView};
+use crate::controller::{ApiError, JobView, NodeView};
 use crate::{Shared, now_s};
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -84,6 +84,9 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show).delete(cancel))
         .route("/v1/jobs/{id}/logs", get(logs))
+        .route("/v1/nodes", get(nodes))
+        .route("/v1/nodes/{name}/drain", post(drain))
+        .route("/v1/nodes/{name}/resume", post(resume))
         .route("/v1/tokens", post(create_token).get(list_tokens))
         .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
@@ -197,4 +200,38 @@ async fn revoke_token(
     who(&shared, &headers)?.admin_only("revoking tokens")?;
     shared.controller.lock().expect("not poisoned").revoke_token(&name)?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+async fn nodes(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<NodeView>>, ApiError> {
+    who(&shared, &headers)?;
+    Ok(Json(shared.controller.lock().expect("not poisoned").nodes()?))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Drained {
+    pub node: String,
+    pub drained: bool,
+    /// Whether this call changed anything.
+    pub changed: bool,
+}
+
+async fn drain(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Drained>, ApiError> {
+    let who = who(&shared, &headers)?;
+    let changed = shared.controller.lock().expect("not poisoned").set_drained(&who, &name, true)?;
+    Ok(Json(Drained { node: name, drained: true, changed }))
+}
+
+async fn resume(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Drained>, ApiError> {
+    let who = who(&shared, &headers)?;
+    let changed = shared.controller.lock().expect("not poisoned").set_drained(&who, &name, false)?;
+    shared.wake.notify_one();
+    Ok(Json(Drained { node: name, drained: false, changed }))
 }

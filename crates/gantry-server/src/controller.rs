@@ -128,6 +128,27 @@ pub struct Controller {
     empty: Engine,
 }
 
+/// A node as `gantry nodes` shows it: its GPUs, what each holds, which jobs run there.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NodeView {
+    pub name: String,
+    pub drained: bool,
+    pub gpus: Vec<GpuView>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GpuView {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    /// whole, mig, mps or time-slice.
+    pub mode: String,
+    /// Compute handed out, milli-GPU of 1000.
+    pub allocated_milli: u32,
+    /// Running jobs holding part or all of it.
+    pub jobs: Vec<u64>,
+}
+
 /// A job as `queue` and `show` list it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct JobView {
@@ -166,6 +187,11 @@ impl Controller {
             recovered: Vec::new(),
             empty,
         };
+        for node in controller.store.drained().map_err(|e| e.to_string())? {
+            if let Err(e) = controller.scheduler.set_drained(&node, true) {
+                tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
+            }
+        }
         for row in controller.store.jobs(&[]).map_err(|e| e.to_string())? {
             if row.state.is_final() {
                 controller.scheduler.record_ended(row.id, row.state == JobState::Completed);
@@ -301,6 +327,48 @@ impl Controller {
     fn admit(&mut self, id: u64, job: &Job, at_s: u64) -> Result<Admission, ApiError> {
         let sched = self.sched_job(job)?;
         self.scheduler.submit(id, sched, at_s).map_err(ApiError::BadRequest)
+    }
+
+    /// Every node with its GPUs and the running jobs on them.
+    pub fn nodes(&self) -> Result<Vec<NodeView>, ApiError> {
+        let engine = self.scheduler.engine();
+        let state = engine.state();
+        let mut on_gpu: BTreeMap<(String, u32), Vec<u64>> = BTreeMap::new();
+        for row in self.store.jobs(&[JobState::Running])? {
+            for task in &row.tasks {
+                for grant in task.placement.iter().flat_map(|p| p.gpus.iter()) {
+                    on_gpu.entry((task.node.clone(), grant.gpu())).or_default().push(row.id);
+                }
+            }
+        }
+        let mut nodes: Vec<NodeView> = state
+            .info
+            .iter()
+            .map(|n| NodeView { name: n.name.clone(), drained: engine.is_drained(&n.name), gpus: Vec::new() })
+            .collect();
+        for gpu in &state.gpus {
+            let node = &mut nodes[gpu.node as usize];
+            let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
+            jobs.dedup();
+            node.gpus.push(GpuView {
+                index: gpu.index,
+                uuid: gpu.uuid.clone(),
+                model: self.catalog.model(gpu.model).id.clone(),
+                mode: format!("{:?}", gpu.units.kind()).to_ascii_lowercase().replace("timeslice", "time-slice"),
+                allocated_milli: gpu.used_milli,
+                jobs,
+            });
+        }
+        Ok(nodes)
+    }
+
+    /// Drain (nothing new starts there; what runs keeps running) or resume a node; remembered
+    /// across restarts.
+    pub fn set_drained(&mut self, who: &Principal, node: &str, drained: bool) -> Result<bool, ApiError> {
+        who.admin_only(if drained { "draining a node" } else { "resuming a node" })?;
+        let changed = self.scheduler.set_drained(node, drained).map_err(ApiError::NotFound)?;
+        self.store.set_drained(node, drained)?;
+        Ok(changed)
     }
 
     /// Who holds this secret?

@@ -129,3 +129,16 @@ pub fn tokens<S: Store>(mut make: impl FnMut() -> S) {
     assert!(!store.revoke_token("alice").expect("revokes"), "gone already");
     assert_eq!(store.token_by_hash("bb").expect("reads"), None);
 }
+
+/// Drained nodes: kept, idempotent, undone by resume.
+pub fn drained_nodes<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    assert_eq!(store.drained().expect("reads"), Vec::<String>::new());
+    store.set_drained("b", true).expect("drains");
+    store.set_drained("a", true).expect("drains");
+    store.set_drained("a", true).expect("again is fine");
+    assert_eq!(store.drained().expect("reads"), ["a", "b"]);
+    store.set_drained("a", false).expect("resumes");
+    store.set_drained("zz", false).expect("resuming an undrained node is fine");
+    assert_eq!(store.drained().expect("reads"), ["b"]);
+}

@@ -99,6 +99,10 @@ pub trait Store {
     fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
     /// Remove the token called `name`; whether there was one.
     fn revoke_token(&mut self, name: &str) -> Result<bool, StoreError>;
+    /// Record a node as drained (or not): it survives restarts.
+    fn set_drained(&mut self, node: &str, drained: bool) -> Result<(), StoreError>;
+    /// The drained nodes, by name.
+    fn drained(&self) -> Result<Vec<String>, StoreError>;
 }
 
 /// The state a job moves to on `event`, or a conflict. `current` is `None` for a job the

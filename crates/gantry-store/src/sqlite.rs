@@ -36,11 +36,14 @@ CREATE TABLE IF NOT EXISTS tokens (
     hash         TEXT    NOT NULL UNIQUE,
     created_at_s INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS drained (
+    node TEXT PRIMARY KEY
+);
 ";
 
-/// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`; a version-1 store
-/// gets the table when opened.
-const SCHEMA_VERSION: i64 = 2;
+/// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`; an
+/// older store gets the new tables when opened.
+const SCHEMA_VERSION: i64 = 3;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -263,6 +266,21 @@ impl Store for SqliteStore {
 
     fn revoke_token(&mut self, name: &str) -> Result<bool, StoreError> {
         Ok(self.conn.execute("DELETE FROM tokens WHERE name = ?1", params![name])? > 0)
+    }
+
+    fn set_drained(&mut self, node: &str, drained: bool) -> Result<(), StoreError> {
+        if drained {
+            self.conn.execute("INSERT OR IGNORE INTO drained (node) VALUES (?1)", params![node])?;
+        } else {
+            self.conn.execute("DELETE FROM drained WHERE node = ?1", params![node])?;
+        }
+        Ok(())
+    }
+
+    fn drained(&self) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT node FROM drained ORDER BY node")?;
+        let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn rebuild(&mut self) -> Result<(), StoreError> {

@@ -413,3 +413,59 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+#[derive(Args)]
+pub struct NodesArgs {
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// Node name (as `gantry nodes` prints it).
+    node: String,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+/// `gantry nodes`: every node, its GPUs' mode and allocation, the jobs on them.
+pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
+    let nodes = args.server.call("GET", "/v1/nodes", None)?;
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&nodes)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    for node in nodes.as_array().into_iter().flatten() {
+        let gpus = node["gpus"].as_array().cloned().unwrap_or_default();
+        let allocated: u64 = gpus.iter().filter_map(|g| g["allocated_milli"].as_u64()).sum();
+        println!(
+            "{}{}  {} GPUs, {:.2} allocated",
+            cell(&node["name"]),
+            if node["drained"] == true { " (drained)" } else { "" },
+            gpus.len(),
+            allocated as f64 / 1000.0
+        );
+        for g in gpus {
+            let jobs: Vec<String> = g["jobs"].as_array().into_iter().flatten().map(cell).collect();
+            println!(
+                "  gpu{:<3} {:<16} {:<10} {:>5.2}  {}",
+                cell(&g["index"]),
+                cell(&g["model"]),
+                cell(&g["mode"]),
+                g["allocated_milli"].as_u64().unwrap_or(0) as f64 / 1000.0,
+                if jobs.is_empty() { String::new() } else { format!("jobs {}", jobs.join(",")) }
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gantry drain NODE` / `gantry resume NODE` (admin).
+pub fn drain(args: NodeArgs, drained: bool) -> anyhow::Result<ExitCode> {
+    let verb = if drained { "drain" } else { "resume" };
+    let reply = args.server.call("POST", &format!("/v1/nodes/{}/{verb}", args.node), None)?;
+    let state = if drained { "drained: nothing new starts there" } else { "resumed" };
+    let note = if reply["changed"] == false { " (already)" } else { "" };
+    println!("node {} {state}{note}", args.node);
+    Ok(ExitCode::SUCCESS)
+}

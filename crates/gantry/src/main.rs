@@ -60,6 +60,12 @@ enum Command {
     Cancel(jobs_cmd::JobArgs),
     /// A job's task output (stdout and stderr).
     Logs(jobs_cmd::JobArgs),
+    /// Every node: its GPUs' mode, allocation, and the jobs on them.
+    Nodes(jobs_cmd::NodesArgs),
+    /// Drain a node (admin): nothing new starts there; what runs keeps running.
+    Drain(jobs_cmd::NodeArgs),
+    /// Resume a drained node (admin).
+    Resume(jobs_cmd::NodeArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
     /// Check a fleet file and/or a workload file without placing anything.
@@ -101,6 +107,9 @@ fn main() -> ExitCode {
         Command::Cancel(args) => jobs_cmd::cancel(args),
         Command::Logs(args) => jobs_cmd::logs(args),
         Command::Token(args) => jobs_cmd::token(args),
+        Command::Nodes(args) => jobs_cmd::nodes(args),
+        Command::Drain(args) => jobs_cmd::drain(args, true),
+        Command::Resume(args) => jobs_cmd::drain(args, false),
     };
     match result {
         Ok(code) => code,

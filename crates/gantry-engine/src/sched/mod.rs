@@ -268,6 +268,12 @@ impl Scheduler {
         self.ended.entry(id).or_insert(ok);
     }
 
+    /// Drain or resume a node (see [`Engine::set_drained`]).
+    pub fn set_drained(&mut self, node: &str, drained: bool) -> Result<bool, String> {
+        self.last_reservation = None;
+        self.engine.set_drained(node, drained).map_err(|e| e.to_string())
+    }
+
     /// Does the queue order know queue `name` (FIFO knows every name)?
     pub fn knows_queue(&self, name: &str) -> bool {
         self.fair.as_ref().is_none_or(|fs| fs.tree().find(name).is_some())

@@ -155,3 +155,21 @@ fn a_plan_is_carried_out_on_its_exact_gpus_or_not_at_all() {
     assert_eq!(live.allocations()[&exact].tasks, tasks);
     live.check_invariants().expect("consistent");
 }
+
+#[test]
+fn a_drained_node_takes_nothing_new_until_resumed() {
+    let mut engine = engine(TWO_GPUS, Policy::BestFit);
+    let one = jobs("[[job]]\nname = \"x\"\ngpu = { count = 1 }\n").remove(0);
+    let one = engine.compile(&one).expect("compiles");
+    let running = engine.place(&one).expect("fits");
+    assert_eq!(engine.set_drained("n", true), Ok(true));
+    assert_eq!(engine.set_drained("n", true), Ok(false), "already drained");
+    assert!(engine.is_drained("n"));
+    let reasons = engine.place(&one).expect_err("drained");
+    assert!(reasons[0].reason.to_string().contains("gantry.io/drained"), "{:?}", reasons);
+    engine.release(running).expect("what ran keeps its allocation until it ends");
+    assert_eq!(engine.set_drained("n", false), Ok(true));
+    engine.place(&one).expect("resumed");
+    assert!(engine.set_drained("nope", true).is_err());
+    engine.check_invariants().expect("consistent");
+}

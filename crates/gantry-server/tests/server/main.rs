@@ -365,3 +365,37 @@ fn a_gang_starts_all_or_nothing_and_dependencies_order_jobs() {
     assert!(reply["error"].as_str().expect("error").contains("unknown job \"ghost\""), "{reply}");
     server.stop();
 }
+
+#[test]
+fn nodes_show_their_gpus_and_a_drain_holds_new_work_across_restarts() {
+    let server = Server::new("drain");
+    let busy = server.submit("[[job]]\nname = \"busy\"\ngpu = { count = 1 }\ncommand = \"sleep 2\"\n");
+    server.wait_for(busy[0], JobState::Running);
+    let (status, nodes) = server.call("GET", "/v1/nodes", None);
+    assert_eq!(status, 200, "{nodes}");
+    assert_eq!(nodes[0]["name"], "n1");
+    assert_eq!(nodes[0]["drained"], false);
+    let gpus = nodes[0]["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), 2);
+    let holding: Vec<&Value> = gpus.iter().filter(|g| g["jobs"] == serde_json::json!([busy[0]])).collect();
+    assert_eq!(holding.len(), 1, "one GPU holds the busy job: {nodes}");
+    assert_eq!((holding[0]["allocated_milli"].as_u64(), holding[0]["mode"].as_str()), (Some(1000), Some("whole")));
+    let (status, reply) = server.call("POST", "/v1/nodes/n1/drain", None);
+    assert_eq!((status, reply["changed"].as_bool()), (200, Some(true)), "{reply}");
+    let (status, _) = server.call("POST", "/v1/nodes/ghost/drain", None);
+    assert_eq!(status, 404);
+    let waiting = server.submit("[[job]]\nname = \"later\"\ngpu = { count = 1 }\ncommand = \"true\"\n");
+    server.wait_for(busy[0], JobState::Completed);
+    let (state, why) = server.state(waiting[0]);
+    assert_eq!(state, JobState::Pending, "a drained node takes nothing new: {why}");
+    assert!(why["pending"].to_string().contains("gantry.io/drained"), "{why}");
+    // A restart remembers the drain; resume lets the job run.
+    let data = server.stop();
+    let server = Server::start_in(data);
+    assert_eq!(server.call("GET", "/v1/nodes", None).1[0]["drained"], true);
+    assert_eq!(server.state(waiting[0]).0, JobState::Pending);
+    let (status, _) = server.call("POST", "/v1/nodes/n1/resume", None);
+    assert_eq!(status, 200);
+    server.wait_for(waiting[0], JobState::Completed);
+    server.stop();
+}

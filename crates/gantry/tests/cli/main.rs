@@ -411,6 +411,14 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     assert!(stderr(&again).contains("job 2 has already ended (cancelled) (HTTP 409)"), "{}", stderr(&again));
     let missing = cli(&["why", "42"]);
     assert!(stderr(&missing).contains("no job 42 (HTTP 404)"), "{}", stderr(&missing));
+    // Nodes, drain and resume.
+    let nodes = stdout(&cli(&["nodes"]));
+    assert!(nodes.lines().any(|l| l.starts_with("l4") && l.contains("GPUs")), "{nodes}");
+    assert_eq!(stdout(&cli(&["drain", "l4"])).trim(), "node l4 drained: nothing new starts there");
+    assert!(stdout(&cli(&["nodes"])).contains("l4 (drained)"));
+    assert_eq!(stdout(&cli(&["resume", "l4"])).trim(), "node l4 resumed");
+    let ghost = cli(&["drain", "ghost"]);
+    assert!(stderr(&ghost).contains("no node \"ghost\" (HTTP 404)"), "{}", stderr(&ghost));
     // Slurm habits: a batch script, and a command line.
     let script = dir.join("batchy.sh");
     std::fs::write(&script, "#!/bin/sh\n#SBATCH --job-name=batchy --gres=gpu:l4:1\n#SBATCH --time=5 --output=x.log\necho from-sbatch on $CUDA_VISIBLE_DEVICES\n")
