@@ -471,6 +471,7 @@ impl Controller {
             .collect();
         self.store.append(&events)?;
         let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
+        tracing::info!(token = %who.name, jobs = ids.len(), first, "submitted");
         let mut admissions = Vec::new();
         for (id, job) in ids.iter().zip(&jobs) {
             admissions.push((*id, self.admit(*id, job, now)?));
@@ -551,6 +552,7 @@ impl Controller {
                         continue;
                     }
                     self.running.insert(job, Runs::new(alloc, row.requeues, world));
+                    tracing::info!(job, name = %row.name, tasks = world, "started");
                     effects.launch.extend(launches);
                 }
                 Decision::Stop { job, cause, .. } => {
@@ -604,6 +606,7 @@ impl Controller {
             Ending::Completed
         };
         self.store.append(&[Event::Ended { id: job, at_s: now, ending, exit_code: runs.failed }])?;
+        tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
         self.settle(woken, now)
     }

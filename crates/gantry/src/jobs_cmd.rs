@@ -337,10 +337,37 @@ pub fn cancel(args: JobArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn logs(args: JobArgs) -> anyhow::Result<ExitCode> {
-    let text = args.server.call("GET", &format!("/v1/jobs/{}/logs", args.id), None)?;
-    print!("{}", cell(&text));
-    Ok(ExitCode::SUCCESS)
+#[derive(Args)]
+pub struct LogsArgs {
+    /// Job id.
+    id: u64,
+    /// Keep printing new output until the job ends.
+    #[arg(long, short)]
+    follow: bool,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let mut shown = 0usize;
+    loop {
+        // Whether it had ended before this read: then this read has everything.
+        let ended = !args.follow || {
+            let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
+            !matches!(cell(&job["state"]).as_str(), "pending" | "running")
+        };
+        let text = cell(&args.server.call("GET", &format!("/v1/jobs/{}/logs", args.id), None)?);
+        if text.len() > shown && text.is_char_boundary(shown) {
+            print!("{}", &text[shown..]);
+            std::io::stdout().flush()?;
+        }
+        shown = shown.max(text.len());
+        if ended {
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 #[cfg(test)]

@@ -58,8 +58,8 @@ enum Command {
     Why(jobs_cmd::JobArgs),
     /// Cancel a job (a running one is signalled, then killed after its grace period).
     Cancel(jobs_cmd::JobArgs),
-    /// A job's task output (stdout and stderr).
-    Logs(jobs_cmd::JobArgs),
+    /// A job's task output (stdout and stderr); -f follows it until the job ends.
+    Logs(jobs_cmd::LogsArgs),
     /// Every node: its GPUs' mode, allocation, and the jobs on them.
     Nodes(jobs_cmd::NodesArgs),
     /// Drain a node (admin): nothing new starts there; what runs keeps running.

@@ -45,6 +45,27 @@ pub struct ServeArgs {
     /// own priority); victims are signalled, killed after their grace period, and wait again.
     #[arg(long, requires = "queues")]
     preempt: bool,
+    /// Log format on stderr: text, or json (one object per line). Level from $RUST_LOG
+    /// (default info).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+}
+
+/// Structured logs on stderr, filtered by $RUST_LOG (default: info for gantry).
+fn init_logs(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal());
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }
 
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
@@ -61,6 +82,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
+    init_logs(&args.log_format);
     let order = match &args.queues {
         None => gantry_engine::sched::Order::Fifo,
         Some(path) => {
@@ -108,7 +130,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             );
         }
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
-        eprintln!("stopping (running tasks keep running; a restart marks them lost)");
+        eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })

@@ -488,9 +488,17 @@ fn serve(data: &std::path::Path) -> (ServeGuard, String) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("starts");
-    let mut banner = String::new();
-    std::io::BufReader::new(server.stderr.as_mut().expect("stderr")).read_line(&mut banner).expect("banner");
-    let url = banner.split_whitespace().find(|w| w.starts_with("http://")).expect("address in the banner").to_string();
+    // Log lines may come first; the banner names the address.
+    let mut reader = std::io::BufReader::new(server.stderr.take().expect("stderr"));
+    let url = loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).expect("stderr") > 0, "gantry serve ended before its banner");
+        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+            break url.to_string();
+        }
+    };
+    // Keep draining its stderr so logging never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
     (ServeGuard(server), url)
 }
 
