@@ -60,6 +60,12 @@ enum Command {
     Cancel(jobs_cmd::JobArgs),
     /// A job's task output (stdout and stderr); -f follows it until the job ends.
     Logs(jobs_cmd::LogsArgs),
+    /// What GPUs NVML finds on this machine (exit 1, with why, when it finds none).
+    Discover {
+        /// Print the node as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Every node: its GPUs' mode, allocation, and the jobs on them.
     Nodes(jobs_cmd::NodesArgs),
     /// Drain a node (admin): nothing new starts there; what runs keeps running.
@@ -108,6 +114,7 @@ fn main() -> ExitCode {
         Command::Logs(args) => jobs_cmd::logs(args),
         Command::Token(args) => jobs_cmd::token(args),
         Command::Nodes(args) => jobs_cmd::nodes(args),
+        Command::Discover { json } => serve_cmd::discover(json),
         Command::Drain(args) => jobs_cmd::drain(args, true),
         Command::Resume(args) => jobs_cmd::drain(args, false),
     };

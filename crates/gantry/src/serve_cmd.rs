@@ -29,7 +29,8 @@ pub struct ServeArgs {
     /// Address to listen on (plain HTTP; keep it on loopback until authentication lands).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: std::net::SocketAddr,
-    /// Fleet file (TOML, docs/formats.md); default: the bundled demo fleet, simulated GPUs.
+    /// Fleet file (TOML, docs/formats.md). Default: this machine's GPUs when NVML finds them,
+    /// else the bundled demo fleet (simulated GPUs; tasks still run as real processes).
     #[arg(long, value_name = "FILE")]
     fleet: Option<PathBuf>,
     /// Queue file (TOML, docs/formats.md): fair share between its queues, quotas, per-user
@@ -68,6 +69,39 @@ fn init_logs(format: &str) {
     }
 }
 
+/// This machine's name (the node name of a discovered fleet).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// `gantry discover`: what NVML finds on this machine.
+pub fn discover(json: bool) -> anyhow::Result<ExitCode> {
+    match gantry_agent::discover::discover(&hostname(), gantry_catalog::Catalog::embedded()) {
+        Ok(found) => {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&found.node)?);
+            } else {
+                println!("{}: {} GPU(s)", found.node.name, found.node.gpus.len());
+                for g in &found.node.gpus {
+                    println!("  gpu{} {} {}", g.index, g.model, g.uuid);
+                }
+                for note in &found.notes {
+                    println!("  note: {note}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(why) => {
+            eprintln!("{why}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("GANTRY_DATA") {
         return Ok(PathBuf::from(dir));
@@ -81,8 +115,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         bail!("remote agents are not built yet: run `gantry serve --local` (controller and agent in one process)");
     }
     let catalog = gantry_catalog::Catalog::embedded();
-    let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
     init_logs(&args.log_format);
+    let (fleet_name, fleet) = match &args.fleet {
+        Some(path) => crate::place_cmd::load_fleet(Some(path), catalog)?,
+        None => match gantry_agent::discover::discover(&hostname(), catalog) {
+            Ok(found) => {
+                for note in &found.notes {
+                    eprintln!("note: {note}");
+                }
+                let gpus = found.node.gpus.len();
+                (format!("this machine ({gpus} GPUs found by NVML)"), gantry_types::Fleet { nodes: vec![found.node] })
+            }
+            Err(why) => {
+                eprintln!("{why}: using the bundled demo fleet (simulated GPUs; --fleet FILE for your own)");
+                crate::place_cmd::load_fleet(None, catalog)?
+            }
+        },
+    };
     let order = match &args.queues {
         None => gantry_engine::sched::Order::Fifo,
         Some(path) => {

@@ -544,3 +544,13 @@ fn a_controller_killed_mid_run_loses_and_repeats_nothing() {
     ids.sort_unstable();
     assert_eq!(ids, (1..=500).collect::<Vec<u64>>(), "every job ran exactly once");
 }
+
+#[test]
+fn discover_says_what_nvml_finds_or_why_not() {
+    let out = gantry(&["discover"]);
+    match out.status.code() {
+        Some(0) => assert!(stdout(&out).contains("GPU(s)"), "{}", stdout(&out)),
+        Some(1) => assert!(stderr(&out).contains("NVML"), "{}", stderr(&out)),
+        other => panic!("unexpected exit {other:?}: {}", stderr(&out)),
+    }
+}
