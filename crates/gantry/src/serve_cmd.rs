@@ -26,9 +26,10 @@ pub struct ServeArgs {
     /// ~/.local/share/gantry.
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
-    /// Address to listen on (plain HTTP; keep it on loopback until authentication lands).
-    #[arg(long, default_value = DEFAULT_LISTEN)]
-    listen: std::net::SocketAddr,
+    /// Address to listen on (plain HTTP: keep it on loopback or a trusted network; default
+    /// 127.0.0.1:8177).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
     /// Fleet file (TOML, docs/formats.md). Default: this machine's GPUs when NVML finds them,
     /// else the bundled demo fleet (simulated GPUs; tasks still run as real processes).
     #[arg(long, value_name = "FILE")]
@@ -39,17 +40,61 @@ pub struct ServeArgs {
     queues: Option<PathBuf>,
     /// What may start past a blocked job: off, greedy, or reserve (the blocked job gets a
     /// reserved start that later jobs may not delay).
-    #[arg(long, default_value = "reserve", value_parser = ["off", "greedy", "reserve"])]
-    backfill: String,
+    #[arg(long, value_parser = ["off", "greedy", "reserve"])]
+    backfill: Option<String>,
     /// With --queues: let waiting jobs stop preemptible work they have a right to (lower
     /// priority, a borrower of their queue's guarantee, or, past the starvation bound, their
     /// own priority); victims are signalled, killed after their grace period, and wait again.
-    #[arg(long, requires = "queues")]
+    #[arg(long)]
     preempt: bool,
     /// Log format on stderr: text, or json (one object per line). Level from $RUST_LOG
     /// (default info).
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    log_format: String,
+    #[arg(long, value_parser = ["text", "json"])]
+    log_format: Option<String>,
+    /// Configuration file (TOML) with any of: listen, data, fleet, queues, backfill, preempt,
+    /// log_format; paths relative to the file. Flags given on the command line win.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// `gantry serve --config FILE`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    listen: Option<std::net::SocketAddr>,
+    data: Option<PathBuf>,
+    fleet: Option<PathBuf>,
+    queues: Option<PathBuf>,
+    backfill: Option<String>,
+    preempt: Option<bool>,
+    log_format: Option<String>,
+}
+
+/// Fill what the command line left out from the configuration file.
+fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
+    let Some(path) = args.config.clone() else { return Ok(args) };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read config {}", path.display()))?;
+    let file: ConfigFile = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message()))?;
+    let base = path.parent().map(PathBuf::from).unwrap_or_default();
+    let relative = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+    for (name, value, allowed) in [
+        ("backfill", &file.backfill, &["off", "greedy", "reserve"][..]),
+        ("log_format", &file.log_format, &["text", "json"][..]),
+    ] {
+        if let Some(v) = value
+            && !allowed.contains(&v.as_str())
+        {
+            bail!("{}: {name} = {v:?}: use one of {}", path.display(), allowed.join(", "));
+        }
+    }
+    args.listen = args.listen.or(file.listen);
+    args.data = args.data.or(file.data.map(relative));
+    args.fleet = args.fleet.or(file.fleet.map(relative));
+    args.queues = args.queues.or(file.queues.map(relative));
+    args.backfill = args.backfill.or(file.backfill);
+    args.preempt |= file.preempt.unwrap_or(false);
+    args.log_format = args.log_format.or(file.log_format);
+    Ok(args)
 }
 
 /// Structured logs on stderr, filtered by $RUST_LOG (default: info for gantry).
@@ -111,11 +156,15 @@ pub fn default_data_dir() -> anyhow::Result<PathBuf> {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let args = merge(args)?;
+    if args.preempt && args.queues.is_none() {
+        bail!("--preempt needs --queues (priority and guarantees come from the queue file)");
+    }
     if !args.local {
         bail!("remote agents are not built yet: run `gantry serve --local` (controller and agent in one process)");
     }
     let catalog = gantry_catalog::Catalog::embedded();
-    init_logs(&args.log_format);
+    init_logs(args.log_format.as_deref().unwrap_or("text"));
     let (fleet_name, fleet) = match &args.fleet {
         Some(path) => crate::place_cmd::load_fleet(Some(path), catalog)?,
         None => match gantry_agent::discover::discover(&hostname(), catalog) {
@@ -144,7 +193,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let scheduling = gantry_engine::sched::SchedulerConfig {
         order,
-        backfill: match args.backfill.as_str() {
+        backfill: match args.backfill.as_deref().unwrap_or("reserve") {
             "off" => gantry_engine::sched::Backfill::Off,
             "greedy" => gantry_engine::sched::Backfill::Greedy,
             _ => gantry_engine::sched::Backfill::Reserve,
@@ -158,7 +207,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let config = gantry_server::ServeConfig {
         data_dir: data_dir.clone(),
-        listen: args.listen,
+        listen: args.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address")),
         fleet,
         tick: std::time::Duration::from_secs(1),
         scheduling,

@@ -554,3 +554,41 @@ fn discover_says_what_nvml_finds_or_why_not() {
         other => panic!("unexpected exit {other:?}: {}", stderr(&out)),
     }
 }
+
+#[test]
+fn serve_reads_a_config_file_and_refuses_a_bad_one() {
+    use std::io::BufRead;
+    let dir = temp_dir("serve-config");
+    std::fs::write(dir.join("gantry.toml"), "listen = \"127.0.0.1:0\"\ndata = \"state\"\nlog_format = \"json\"\n")
+        .expect("config");
+    let mut server = ServeGuard(
+        std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["serve", "--local", "--config"])
+            .arg(dir.join("gantry.toml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("starts"),
+    );
+    let mut reader = std::io::BufReader::new(server.0.stderr.take().expect("stderr"));
+    let banner = loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).expect("stderr") > 0, "no banner");
+        if line.contains("http://") {
+            break line;
+        }
+    };
+    assert!(banner.contains(&format!("data in {}", dir.join("state").display())), "{banner}");
+    assert!(dir.join("state").join("admin.token").exists(), "the data directory is relative to the config file");
+    drop(server);
+    for (text, expected) in [
+        ("backfill = \"sometimes\"\n", "backfill = \"sometimes\": use one of off, greedy, reserve"),
+        ("colour = 1\n", "unknown field `colour`"),
+        ("listen = \"nowhere\"\n", "gantry.toml"),
+    ] {
+        std::fs::write(dir.join("gantry.toml"), text).expect("config");
+        let out = gantry(&["serve", "--local", "--config", dir.join("gantry.toml").to_str().expect("utf-8")]);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(stderr(&out).contains(expected), "{text}: {}", stderr(&out));
+    }
+}
