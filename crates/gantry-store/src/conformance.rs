@@ -5,7 +5,8 @@
 use crate::{Role, Store, StoreError, TokenRecord};
 use gantry_types::{Ending, Event, Job, JobState, TaskStart};
 
-fn job(name: &str) -> Job {
+/// The smallest job the store can hold (no tasks), for backend tests.
+pub fn job(name: &str) -> Job {
     Job {
         name: name.into(),
         queue: "default".into(),

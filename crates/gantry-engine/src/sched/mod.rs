@@ -335,18 +335,23 @@ impl Scheduler {
         self.estimate.remove(&job);
     }
 
-    /// Submit `job` as `id` at `now`. Fails on an id used before or a queue the tree lacks.
-    pub fn submit(&mut self, id: JobId, job: SchedJob, now: u64) -> Result<Admission, String> {
+    /// The queue index for a new job `id`, or why it cannot be taken: an id used before, or a
+    /// queue the tree lacks.
+    fn admissible(&self, id: JobId, job: &SchedJob) -> Result<usize, String> {
         if self.jobs.contains_key(&id) {
             return Err(format!("job id {id} submitted twice"));
         }
-        let queue = match &self.fair {
-            None => 0,
-            Some(fs) => fs
-                .tree()
-                .find(&job.queue)
-                .ok_or_else(|| format!("job {:?}: unknown queue {:?}", job.name, job.queue))?,
-        };
+        match &self.fair {
+            None => Ok(0),
+            Some(fs) => {
+                fs.tree().find(&job.queue).ok_or_else(|| format!("job {:?}: unknown queue {:?}", job.name, job.queue))
+            }
+        }
+    }
+
+    /// Submit `job` as `id` at `now`. Fails on an id used before or a queue the tree lacks.
+    pub fn submit(&mut self, id: JobId, job: SchedJob, now: u64) -> Result<Admission, String> {
+        let queue = self.admissible(id, &job)?;
         let hold = job.control.hold;
         self.jobs.insert(id, Entry { job, queue, eligible_at: now });
         Ok(if hold {
@@ -511,20 +516,11 @@ impl Scheduler {
         started_at: u64,
         now: u64,
     ) -> Result<AllocId, String> {
-        if self.jobs.contains_key(&id) {
-            return Err(format!("job id {id} submitted twice"));
-        }
+        let queue = self.admissible(id, &job)?;
         let alloc = self
             .engine
             .place_recorded(&job.compiled, placement)
             .ok_or_else(|| format!("job {:?}: its recorded placement is not free on this fleet", job.name))?;
-        let queue = match &self.fair {
-            None => 0,
-            Some(fs) => fs
-                .tree()
-                .find(&job.queue)
-                .ok_or_else(|| format!("job {:?}: unknown queue {:?}", job.name, job.queue))?,
-        };
         self.jobs.insert(id, Entry { job, queue, eligible_at: started_at });
         let milli: u64 = self
             .engine

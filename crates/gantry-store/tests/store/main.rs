@@ -44,7 +44,7 @@ fn appends_survive_reopening_and_a_newer_schema_is_refused() {
     let path = temp_db("reopen");
     {
         let mut store = SqliteStore::open(&path).expect("opens");
-        let job = job();
+        let job = conformance::job("a");
         store.append(&[Event::Submitted { id: 1, at_s: 5, job: Box::new(job) }]).expect("submits");
     }
     let store = SqliteStore::open(&path).expect("reopens");
@@ -57,17 +57,4 @@ fn appends_survive_reopening_and_a_newer_schema_is_refused() {
     assert!(err.to_string().contains("written by a newer gantry (schema 99"), "{err}");
     let err = SqliteStore::open(std::path::Path::new("/nonexistent-dir/x/gantry.db")).expect_err("bad path");
     assert!(err.to_string().contains("cannot open /nonexistent-dir/x/gantry.db"), "{err}");
-}
-
-fn job() -> gantry_types::Job {
-    gantry_types::Job {
-        name: "a".into(),
-        queue: "default".into(),
-        priority: 0,
-        groups: Vec::new(),
-        lifecycle: Default::default(),
-        after: Vec::new(),
-        control: Default::default(),
-        run: Default::default(),
-    }
 }
