@@ -357,14 +357,22 @@ impl Scheduler {
         Ok(if hold {
             self.held.insert(id);
             Admission::Held
-        } else if self.never_satisfiable(id) {
+        } else {
+            self.admit(id, now)
+        })
+    }
+
+    /// A job free to go (not held) at `now`: dropped if a dependency can never be met,
+    /// queued if all are met, else waiting for them.
+    fn admit(&mut self, id: JobId, now: u64) -> Admission {
+        if self.never_satisfiable(id) {
             Admission::Never
         } else if self.dependencies_met(id) {
             self.enqueue(id, now)
         } else {
             self.waiting_on_deps.insert(id);
             Admission::Dependencies
-        })
+        }
     }
 
     /// Hold a waiting job: it leaves its queue and never starts until released.
@@ -390,14 +398,7 @@ impl Scheduler {
             return Err(format!("job {:?} is not held", entry.job.name));
         }
         entry.eligible_at = now;
-        Ok(if self.never_satisfiable(id) {
-            Admission::Never
-        } else if self.dependencies_met(id) {
-            self.enqueue(id, now)
-        } else {
-            self.waiting_on_deps.insert(id);
-            Admission::Dependencies
-        })
+        Ok(self.admit(id, now))
     }
 
     /// Cancel a job that is not running: it leaves its queue, hold or dependency wait for good
