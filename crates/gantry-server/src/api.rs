@@ -143,12 +143,8 @@ async fn cancel(
 ) -> Result<Json<Cancelled>, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
-    let (stop, grace) = {
-        let mut controller = shared.controller.lock().expect("not poisoned");
-        let stop = controller.cancel(&who, id, now_s())?;
-        (stop, controller.job(&who, id)?.row.job.lifecycle.grace_s)
-    };
-    if let Some(attempt) = stop {
+    let stop = shared.controller.lock().expect("not poisoned").cancel(&who, id, now_s())?;
+    if let Some((attempt, grace)) = stop {
         shared.runner.stop(id, attempt, std::time::Duration::from_secs(grace));
     }
     shared.wake.notify_one();
@@ -220,9 +216,7 @@ async fn drain(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<Drained>, ApiError> {
-    let who = who(&shared, &headers)?;
-    let changed = shared.controller.lock().expect("not poisoned").set_drained(&who, &name, true)?;
-    Ok(Json(Drained { node: name, drained: true, changed }))
+    set_drained(&shared, &headers, name, true)
 }
 
 async fn resume(
@@ -230,8 +224,13 @@ async fn resume(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<Drained>, ApiError> {
-    let who = who(&shared, &headers)?;
-    let changed = shared.controller.lock().expect("not poisoned").set_drained(&who, &name, false)?;
+    set_drained(&shared, &headers, name, false)
+}
+
+fn set_drained(shared: &Shared, headers: &HeaderMap, node: String, drained: bool) -> Result<Json<Drained>, ApiError> {
+    let who = who(shared, headers)?;
+    let changed = shared.controller.lock().expect("not poisoned").set_drained(&who, &node, drained)?;
+    // A resumed node has room: run a cycle now rather than at the next tick.
     shared.wake.notify_one();
-    Ok(Json(Drained { node: name, drained: false, changed }))
+    Ok(Json(Drained { node, drained, changed }))
 }

@@ -612,8 +612,9 @@ impl Controller {
     }
 
     /// Cancel a job: a waiting one ends now; a running one is stopped (the runner signals its
-    /// tasks; it ends when they have exited). Returns the run the runner must stop, if any.
-    pub fn cancel(&mut self, who: &Principal, id: u64, now: u64) -> Result<Option<u32>, ApiError> {
+    /// tasks; it ends when they have exited). Returns the run the runner must stop and its
+    /// grace period (seconds), if any.
+    pub fn cancel(&mut self, who: &Principal, id: u64, now: u64) -> Result<Option<(u32, u64)>, ApiError> {
         let row = self.store.job(id)?.ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
         who.acts_on(&row.queue)?;
         match row.state {
@@ -627,7 +628,7 @@ impl Controller {
                 if let Some(runs) = self.running.get_mut(&id) {
                     runs.cancelled = true;
                 }
-                Ok(Some(row.requeues))
+                Ok(Some((row.requeues, row.job.lifecycle.grace_s)))
             }
             state => Err(ApiError::Conflict(format!("job {id} has already ended ({})", state.name()))),
         }
@@ -646,15 +647,15 @@ impl Controller {
     }
 
     pub fn jobs(&self, who: &Principal, states: &[JobState]) -> Result<Vec<JobView>, ApiError> {
-        let mut pending: BTreeMap<JobId, PendingJob> = self.scheduler.pending_by_id().into_iter().collect();
+        // Reasons only for the pending jobs listed (explaining one costs a pass over the GPUs).
         Ok(self
             .store
             .jobs(states)?
             .into_iter()
             .filter(|row| who.sees(&row.queue))
             .map(|row| {
-                let why = pending.remove(&row.id);
-                JobView { row, pending: why }
+                let pending = if row.state == JobState::Pending { self.scheduler.why(row.id) } else { None };
+                JobView { row, pending }
             })
             .collect())
     }
