@@ -1,5 +1,7 @@
-//! The node agent's pieces. Today: GPU discovery for this machine ([`discover`]), which
-//! `gantry serve --local` and `gantry discover` use. The remote agent (`gantry agent`) that
-//! registers with a controller over the network comes later.
+//! The node agent's machine-facing pieces: GPU discovery ([`discover`]) and utilization
+//! samples ([`sample`]) through NVML, loaded at run time. The agent's loop itself (register,
+//! heartbeat, run tasks) lives in `gantry-server` beside the runner it shares with the
+//! in-process agent.
 
 pub mod discover;
+pub mod sample;

@@ -43,6 +43,10 @@ pub use state::ClusterState;
 /// The taint a drained node carries.
 pub const DRAIN_TAINT: &str = "gantry.io/drained";
 
+/// The taint a node carries while its agent is not connected (never registered since the
+/// controller started, or silent past the heartbeat timeout).
+pub const NOT_READY_TAINT: &str = "gantry.io/not-ready";
+
 /// Errors in what the engine was given (not "does not fit", which is a [`JobOutcome`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
@@ -336,6 +340,18 @@ impl Engine {
     /// NoSchedule), so nothing new is placed there while what runs keeps running. Returns
     /// whether anything changed; an unknown node is an error.
     pub fn set_drained(&mut self, node: &str, drained: bool) -> Result<bool, EngineError> {
+        self.set_mark(node, DRAIN_TAINT, drained)
+    }
+
+    /// Is this node drained?
+    pub fn is_drained(&self, node: &str) -> bool {
+        self.has_mark(node, DRAIN_TAINT)
+    }
+
+    /// Put on (or take off) one of gantry's own NoSchedule taints ([`DRAIN_TAINT`],
+    /// [`NOT_READY_TAINT`]): nothing new is placed on a marked node; what runs keeps running.
+    /// Returns whether anything changed; an unknown node is an error.
+    pub fn set_mark(&mut self, node: &str, key: &str, on: bool) -> Result<bool, EngineError> {
         let idx = self
             .state
             .info
@@ -343,18 +359,14 @@ impl Engine {
             .position(|n| n.name == node)
             .ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
         let taints = &mut self.state.info[idx].taints;
-        let present = taints.iter().any(|t| t.key == DRAIN_TAINT);
-        if present == drained {
+        let present = taints.iter().any(|t| t.key == key);
+        if present == on {
             return Ok(false);
         }
-        if drained {
-            taints.push(gantry_types::Taint {
-                key: DRAIN_TAINT.into(),
-                value: String::new(),
-                effect: "NoSchedule".into(),
-            });
+        if on {
+            taints.push(gantry_types::Taint { key: key.into(), value: String::new(), effect: "NoSchedule".into() });
         } else {
-            taints.retain(|t| t.key != DRAIN_TAINT);
+            taints.retain(|t| t.key != key);
         }
         self.state.nodes[idx].has_taints = !self.state.info[idx].taints.is_empty();
         // A new node version: remembered verdicts for it no longer apply.
@@ -362,9 +374,9 @@ impl Engine {
         Ok(true)
     }
 
-    /// Is this node drained?
-    pub fn is_drained(&self, node: &str) -> bool {
-        self.state.info.iter().any(|n| n.name == node && n.taints.iter().any(|t| t.key == DRAIN_TAINT))
+    /// Does this node carry the taint `key`?
+    pub fn has_mark(&self, node: &str, key: &str) -> bool {
+        self.state.info.iter().any(|n| n.name == node && n.taints.iter().any(|t| t.key == key))
     }
 
     /// Release a committed allocation; capacity returns exactly.

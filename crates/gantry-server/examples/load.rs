@@ -42,6 +42,7 @@ fn main() {
         tick: Duration::from_secs(1),
         scheduling,
         simulate_tasks: Some(Duration::from_secs(24 * 3600)),
+        agents: gantry_server::controller::Agents::Local,
     };
     let running = rt.block_on(start(config)).expect("starts");
     let url = format!("http://{}", running.addr);

@@ -4,6 +4,7 @@
 
 use crate::auth::{Principal, bearer};
 use crate::controller::{ApiError, JobView, NodeView};
+use crate::wire::{Heartbeat, Orders, Register, Registered, TaskKey, TaskState, WAIT_MS_MAX};
 use crate::{Shared, now_s};
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -89,6 +90,8 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/nodes/{name}/resume", post(resume))
         .route("/v1/tokens", post(create_token).get(list_tokens))
         .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
+        .route("/v1/agents/register", post(register_agent))
+        .route("/v1/agents/{node}/heartbeat", post(heartbeat))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(shared)
 }
@@ -144,10 +147,11 @@ async fn cancel(
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
     let stop = shared.controller.lock().expect("not poisoned").cancel(&who, id, now_s())?;
-    if let Some((attempt, grace)) = stop {
-        shared.runner.stop(id, attempt, std::time::Duration::from_secs(grace));
+    if let (Some((attempt, grace)), Some(runner)) = (stop, &shared.runner) {
+        runner.stop(id, attempt, std::time::Duration::from_secs(grace));
     }
     shared.wake.notify_one();
+    shared.agents_wake.notify_waiters();
     Ok(Json(Cancelled { id, status: if stop.is_some() { "stopping" } else { "cancelled" }.into() }))
 }
 
@@ -158,6 +162,16 @@ async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<S
     let view = shared.controller.lock().expect("not poisoned").job(&who, id)?;
     let dir = crate::runner::job_dir(&shared.data_dir, id);
     let mut text = String::new();
+    if shared.runner.is_none() {
+        // Remote agents keep their tasks' output on their own hosts.
+        for task in &view.row.tasks {
+            text += &format!(
+                "==> {} {}/{}: on node {}, in its agent's data directory: jobs/{id}/{}-{}.out and .err <==\n",
+                view.row.name, task.group, task.replica, task.node, task.group, task.replica
+            );
+        }
+        return Ok(text);
+    }
     for task in &view.row.tasks {
         for stream in ["out", "err"] {
             let path = dir.join(format!("{}-{}.{stream}", task.group, task.replica));
@@ -200,7 +214,7 @@ async fn revoke_token(
 
 async fn nodes(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<NodeView>>, ApiError> {
     who(&shared, &headers)?;
-    Ok(Json(shared.controller.lock().expect("not poisoned").nodes()?))
+    Ok(Json(shared.controller.lock().expect("not poisoned").nodes(now_s())?))
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -233,4 +247,49 @@ fn set_drained(shared: &Shared, headers: &HeaderMap, node: String, drained: bool
     // A resumed node has room: run a cycle now rather than at the next tick.
     shared.wake.notify_one();
     Ok(Json(Drained { node, drained, changed }))
+}
+
+/// `POST /v1/agents/register` (agent or admin token): a remote agent announces its node.
+async fn register_agent(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    body: String,
+) -> Result<Json<Registered>, ApiError> {
+    let who = who(&shared, &headers)?;
+    who.agent_only("registering an agent")?;
+    let reg: Register =
+        serde_json::from_str(&body).map_err(|e| ApiError::BadRequest(format!("agent registration: {e}")))?;
+    let registered = shared.controller.lock().expect("not poisoned").register_agent(&who, reg, now_s())?;
+    shared.wake.notify_one();
+    Ok(Json(registered))
+}
+
+/// `POST /v1/agents/{node}/heartbeat` (agent or admin token): the agent's report in, its
+/// orders out; with nothing to order, held up to `wait_ms` for new orders (a long poll).
+async fn heartbeat(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    body: String,
+) -> Result<Json<Orders>, ApiError> {
+    let who = who(&shared, &headers)?;
+    who.agent_only("heartbeats")?;
+    let beat: Heartbeat = serde_json::from_str(&body).map_err(|e| ApiError::BadRequest(format!("heartbeat: {e}")))?;
+    let wait = std::time::Duration::from_millis(beat.wait_ms.min(WAIT_MS_MAX));
+    let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|t| t.stopping).map(|t| t.key.clone()).collect();
+    let reported_exits = beat.tasks.iter().any(|t| t.state != TaskState::Running);
+    // Listen for new orders before looking, so none slips between the look and the wait.
+    let notified = shared.agents_wake.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    let orders = shared.controller.lock().expect("not poisoned").agent_heartbeat(&who, &node, beat, now_s())?;
+    if reported_exits {
+        // Capacity came back: schedule now rather than at the next tick.
+        shared.wake.notify_one();
+    }
+    if !orders.is_empty() || wait.is_zero() {
+        return Ok(Json(orders));
+    }
+    let _ = tokio::time::timeout(wait, notified).await;
+    Ok(Json(shared.controller.lock().expect("not poisoned").agent_orders(&node, &stopping)))
 }

@@ -1,5 +1,5 @@
 //! API tokens with roles: an admin (everything), a member of some queues (submit to, see and
-//! cancel their jobs), read-only (see everything). Secrets are random 256-bit strings shown
+//! cancel their jobs), read-only (see everything), agent (a node agent: register, heartbeat). Secrets are random 256-bit strings shown
 //! once; the store keeps only their SHA-256 (a secret this long needs no slow hash). The
 //! first start creates an `admin` token and writes its secret to `admin.token` (mode 0600)
 //! in the data directory.
@@ -27,7 +27,11 @@ impl From<TokenRecord> for Principal {
 impl Principal {
     /// May it see jobs of `queue`?
     pub fn sees(&self, queue: &str) -> bool {
-        self.role != Role::Member || self.queues.iter().any(|q| q == queue)
+        match self.role {
+            Role::Admin | Role::ReadOnly => true,
+            Role::Member => self.queues.iter().any(|q| q == queue),
+            Role::Agent => false,
+        }
     }
 
     /// May it submit to or cancel in `queue`?
@@ -41,6 +45,16 @@ impl Principal {
                 if self.queues.is_empty() { "no queue".to_string() } else { self.queues.join(", ") }
             ))),
             Role::ReadOnly => Err(ApiError::Forbidden(format!("token {:?} is read-only", self.name))),
+            Role::Agent => Err(ApiError::Forbidden(format!("token {:?} is an agent's", self.name))),
+        }
+    }
+
+    /// Agent calls: for agent tokens (and admins, for tests and one-box setups).
+    pub fn agent_only(&self, what: &str) -> Result<(), ApiError> {
+        if matches!(self.role, Role::Agent | Role::Admin) {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden(format!("{what} is for agent tokens; token {:?} is not one", self.name)))
         }
     }
 

@@ -8,12 +8,13 @@
 //! (the in-process agent that ran them is gone), never started again.
 
 use crate::auth::{self, Principal};
+use crate::wire::{self, AgentGpu, GpuSample, Heartbeat, Launch, Orders, Register, Registered, StopOrder, TaskKey};
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Admission, Decision, JobId, SchedJob, Scheduler, SchedulerConfig};
 use gantry_engine::{AllocId, Engine, EngineConfig};
 use gantry_store::{JobRow, Role, SqliteStore, Store, StoreError, TokenRecord};
 use gantry_types::{Ending, Event, Fleet, GpuGrant, Job, JobState, PendingJob, TaskPlacement, TaskStart};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What an API call can get wrong; each maps to a 4xx or 5xx.
 #[derive(Debug, thiserror::Error)]
@@ -41,29 +42,6 @@ impl From<StoreError> for ApiError {
     }
 }
 
-/// One task to launch: which job, which task, what it gets.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Launch {
-    pub job: u64,
-    pub job_name: String,
-    pub group: String,
-    pub replica: u32,
-    pub rank: u32,
-    pub world_size: u32,
-    pub node: String,
-    /// GPU or MIG UUIDs (`CUDA_VISIBLE_DEVICES`).
-    pub devices: Vec<String>,
-    /// For an MPS share: (active thread percentage, pinned memory limit in bytes).
-    pub mps: Option<(u32, u64)>,
-    pub command: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub workdir: Option<String>,
-    pub time_limit_s: Option<u64>,
-    pub grace_s: u64,
-    /// Which run of the job this is (0, then one more per requeue).
-    pub attempt: u32,
-}
-
 /// A running job's tasks as the runner tracks them.
 #[derive(Debug)]
 struct Runs {
@@ -71,6 +49,12 @@ struct Runs {
     /// Which run of the job (its requeues so far).
     attempt: u32,
     tasks_left: u32,
+    /// Its tasks: (group, replica) → node.
+    tasks: BTreeMap<(String, u32), String>,
+    /// The tasks whose exits are counted (each once, however often it is reported).
+    exited: BTreeSet<(String, u32)>,
+    /// A stop was ordered (cancel, preemption): the grace period, seconds.
+    stopping: Option<u64>,
     /// First non-zero exit code seen, if any.
     failed: Option<i32>,
     timed_out: bool,
@@ -82,11 +66,14 @@ struct Runs {
 }
 
 impl Runs {
-    fn new(alloc: AllocId, attempt: u32, tasks: u32) -> Runs {
+    fn new(alloc: AllocId, attempt: u32, tasks: &[TaskPlacement]) -> Runs {
         Runs {
             alloc,
             attempt,
-            tasks_left: tasks,
+            tasks_left: tasks.len() as u32,
+            tasks: tasks.iter().map(|t| ((t.group.clone(), t.replica), t.node.clone())).collect(),
+            exited: BTreeSet::new(),
+            stopping: None,
             failed: None,
             timed_out: false,
             cancelled: false,
@@ -96,21 +83,34 @@ impl Runs {
     }
 }
 
-/// A task that was running when the controller stopped, for the runner to watch.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Recovered {
-    pub job: u64,
-    pub group: String,
-    pub replica: u32,
-}
-
-/// What the runner should do after a change.
+/// What the in-process runner should do after a change (with remote agents, launches and
+/// stops wait in the controller for the agents' heartbeats instead).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Effects {
     pub launch: Vec<Launch>,
     /// Jobs whose processes should be signalled now and killed after the grace period:
     /// (job, attempt, grace seconds).
     pub stop: Vec<(u64, u32, u64)>,
+    /// New orders wait for remote agents: wake their held heartbeats.
+    pub agents_have_orders: bool,
+}
+
+/// Who runs the tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Agents {
+    /// The in-process agent runs every node's tasks on this machine (`serve --local`).
+    Local,
+    /// Each node's agent connects over the network (`gantry agent`); a node gets work only
+    /// while its agent heartbeats within this many seconds.
+    Remote { heartbeat_timeout_s: u64 },
+}
+
+/// A connected remote agent.
+#[derive(Clone, Debug)]
+struct AgentLink {
+    last_seen_s: u64,
+    version: String,
+    samples: Vec<GpuSample>,
 }
 
 /// The controller: store + scheduler + the jobs it is running.
@@ -122,8 +122,14 @@ pub struct Controller {
     /// (node, GPU index) → UUID.
     uuids: BTreeMap<(String, u32), String>,
     running: BTreeMap<u64, Runs>,
-    /// Tasks re-adopted at open, until the runner takes them.
-    recovered: Vec<Recovered>,
+    /// Tasks re-adopted at open, until the in-process runner takes them.
+    recovered: Vec<TaskKey>,
+    agents: Agents,
+    /// Remote agents that registered, by node.
+    links: BTreeMap<String, AgentLink>,
+    /// Launches a remote node's agent has not reported yet, by node: repeated in every answer
+    /// to its heartbeats until it does.
+    outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
     /// The fleet with nothing running: could a submitted job ever run here?
     empty: Engine,
 }
@@ -133,6 +139,13 @@ pub struct Controller {
 pub struct NodeView {
     pub name: String,
     pub drained: bool,
+    /// With remote agents: whether this node's agent is connected (it gets work only then).
+    pub ready: bool,
+    /// With remote agents: seconds since its agent's last heartbeat (`None`: never since the
+    /// controller started).
+    pub heartbeat_age_s: Option<u64>,
+    /// With remote agents: the version its agent registered with.
+    pub agent_version: Option<String>,
     pub gpus: Vec<GpuView>,
 }
 
@@ -145,6 +158,10 @@ pub struct GpuView {
     pub mode: String,
     /// Compute handed out, milli-GPU of 1000.
     pub allocated_milli: u32,
+    /// Utilization its agent last sampled, percent (`None`: no sample).
+    pub utilization_pct: Option<u32>,
+    /// Whether that sample was measured (NVML) rather than simulated.
+    pub measured: bool,
     /// Running jobs holding part or all of it.
     pub jobs: Vec<u64>,
 }
@@ -169,6 +186,7 @@ impl Controller {
         catalog: &'static Catalog,
         scheduling: SchedulerConfig,
         data_dir: &std::path::Path,
+        agents: Agents,
         now: u64,
     ) -> Result<Controller, String> {
         let engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
@@ -185,8 +203,17 @@ impl Controller {
             uuids,
             running: BTreeMap::new(),
             recovered: Vec::new(),
+            agents,
+            links: BTreeMap::new(),
+            outbox: BTreeMap::new(),
             empty,
         };
+        if agents != Agents::Local {
+            // No agent has connected to this controller yet.
+            for node in &fleet.nodes {
+                controller.scheduler.set_ready(&node.name, false)?;
+            }
+        }
         for node in controller.store.drained().map_err(|e| e.to_string())? {
             if let Err(e) = controller.scheduler.set_drained(&node, true) {
                 tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
@@ -201,11 +228,13 @@ impl Controller {
         for row in rows {
             if row.state == JobState::Running {
                 // Started in the log, but no task ever ran (the controller stopped between
-                // committing the start and launching): it simply waits again.
-                let launched = row.tasks.iter().any(|t| {
-                    crate::runner::with_ext(&crate::runner::task_base(data_dir, row.id, &t.group, t.replica), "pid")
-                        .exists()
-                });
+                // committing the start and launching): it simply waits again. (A remote
+                // agent says for itself which tasks it launched: see `readopt`.)
+                let launched = agents != Agents::Local
+                    || row.tasks.iter().any(|t| {
+                        crate::runner::with_ext(&crate::runner::task_base(data_dir, row.id, &t.group, t.replica), "pid")
+                            .exists()
+                    });
                 if !launched {
                     let requeued =
                         Event::Requeued { id: row.id, at_s: now, why: "never launched before a restart".into() };
@@ -242,18 +271,66 @@ impl Controller {
             row.tasks.iter().map(|t| t.placement.clone().ok_or("no recorded placement")).collect::<Result<_, _>>()?;
         let sched = self.sched_job(&row.job).map_err(|e| e.to_string())?;
         let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
-        self.running.insert(row.id, Runs::new(alloc, row.requeues, placement.len() as u32));
-        self.recovered.extend(row.tasks.iter().map(|t| Recovered {
-            job: row.id,
-            group: t.group.clone(),
-            replica: t.replica,
-        }));
+        self.running.insert(row.id, Runs::new(alloc, row.requeues, &placement));
+        match self.agents {
+            Agents::Local => self.recovered.extend(row.tasks.iter().map(|t| TaskKey {
+                job: row.id,
+                group: t.group.clone(),
+                replica: t.replica,
+                attempt: row.requeues,
+            })),
+            // Offered again to each agent: one that has the task reports it (and the offer
+            // is withdrawn); one that never got it launches it now.
+            Agents::Remote { .. } => {
+                let (_, launches) = self.launches(row.id, row, &placement);
+                for launch in launches {
+                    self.outbox.entry(launch.node.clone()).or_default().insert(launch.key(), launch);
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Tasks re-adopted when the controller opened, for the runner to watch (once).
-    pub fn take_recovered(&mut self) -> Vec<Recovered> {
+    /// Tasks re-adopted when the controller opened, for the in-process runner to watch (once).
+    pub fn take_recovered(&mut self) -> Vec<TaskKey> {
         std::mem::take(&mut self.recovered)
+    }
+
+    /// What each task of a start is given: the store's record and the agent's launch.
+    fn launches(&self, job: u64, row: &JobRow, placement: &[TaskPlacement]) -> (Vec<TaskStart>, Vec<Launch>) {
+        let world = placement.len() as u32;
+        let master_node = placement.first().map(|t| t.node.clone()).unwrap_or_default();
+        let mut starts = Vec::new();
+        let mut launches = Vec::new();
+        for (rank, task) in placement.iter().enumerate() {
+            let (devices, mps) = self.devices(task);
+            starts.push(TaskStart {
+                group: task.group.clone(),
+                replica: task.replica,
+                node: task.node.clone(),
+                devices: devices.clone(),
+                placement: Some(task.clone()),
+            });
+            launches.push(Launch {
+                job,
+                job_name: row.name.clone(),
+                group: task.group.clone(),
+                replica: task.replica,
+                rank: rank as u32,
+                world_size: world,
+                node: task.node.clone(),
+                master_node: master_node.clone(),
+                devices,
+                mps,
+                command: row.job.run.command.clone(),
+                env: row.job.run.env.clone(),
+                workdir: row.job.run.workdir.clone(),
+                time_limit_s: row.job.control.time_limit_s,
+                grace_s: row.job.lifecycle.grace_s,
+                attempt: row.requeues,
+            });
+        }
+        (starts, launches)
     }
 
     fn sched_job(&self, job: &Job) -> Result<SchedJob, ApiError> {
@@ -329,8 +406,153 @@ impl Controller {
         self.scheduler.submit(id, sched, at_s).map_err(ApiError::BadRequest)
     }
 
+    /// Whether remote agents run the tasks (else the in-process runner does).
+    pub fn agents(&self) -> Agents {
+        self.agents
+    }
+
+    /// A remote agent registers node `reg.node`: the node must be in the fleet, with the same
+    /// GPUs (count and models); the agent's UUIDs replace the fleet file's. The node gets work
+    /// from now on, while the agent heartbeats.
+    pub fn register_agent(&mut self, who: &Principal, reg: Register, now: u64) -> Result<Registered, ApiError> {
+        who.agent_only("registering an agent")?;
+        let Agents::Remote { heartbeat_timeout_s } = self.agents else {
+            return Err(ApiError::Conflict(
+                "this controller runs its own in-process agent (serve --local); remote agents need `gantry serve` without --local".into(),
+            ));
+        };
+        let engine = self.scheduler.engine();
+        let state = engine.state();
+        let Some(node_idx) = state.info.iter().position(|n| n.name == reg.node) else {
+            let names: Vec<&str> = state.info.iter().map(|n| n.name.as_str()).take(20).collect();
+            return Err(ApiError::NotFound(format!(
+                "node {:?} is not in the controller's fleet (it has: {})",
+                reg.node,
+                names.join(", ")
+            )));
+        };
+        let mut expected: Vec<AgentGpu> = state
+            .gpus
+            .iter()
+            .filter(|g| g.node as usize == node_idx)
+            .map(|g| AgentGpu { index: g.index, uuid: String::new(), model: self.catalog.model(g.model).id.clone() })
+            .collect();
+        expected.sort_by_key(|g| g.index);
+        let mut found = reg.gpus.clone();
+        found.sort_by_key(|g| g.index);
+        let shape = |gpus: &[AgentGpu]| gpus.iter().map(|g| format!("{}:{}", g.index, g.model)).collect::<Vec<_>>();
+        if shape(&expected) != shape(&found) {
+            return Err(ApiError::BadRequest(format!(
+                "node {:?}: the agent found GPUs [{}] but the fleet file says [{}]; fix the fleet file (or the agent's inventory)",
+                reg.node,
+                shape(&found).join(", "),
+                shape(&expected).join(", ")
+            )));
+        }
+        if let Some(g) = found.iter().find(|g| g.uuid.is_empty() || g.uuid.len() > 128 || g.uuid.contains([',', '\n']))
+        {
+            return Err(ApiError::BadRequest(format!("node {:?}: GPU {} has no usable UUID", reg.node, g.index)));
+        }
+        for g in &found {
+            self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
+        }
+        let version = reg.version.chars().take(64).collect();
+        let back = self.links.insert(reg.node.clone(), AgentLink { last_seen_s: now, version, samples: Vec::new() });
+        self.scheduler.set_ready(&reg.node, true).map_err(ApiError::Internal)?;
+        tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
+        Ok(Registered { node: reg.node, heartbeat_timeout_s })
+    }
+
+    /// A remote agent's heartbeat: record what it reports (tasks running, exited, lost;
+    /// utilization), then answer with its orders.
+    pub fn agent_heartbeat(
+        &mut self,
+        who: &Principal,
+        node: &str,
+        beat: Heartbeat,
+        now: u64,
+    ) -> Result<Orders, ApiError> {
+        who.agent_only("heartbeats")?;
+        let Some(link) = self.links.get_mut(node) else {
+            return Err(ApiError::Conflict(format!(
+                "no agent is registered for node {node:?} (since the controller started): register first"
+            )));
+        };
+        link.last_seen_s = now;
+        link.samples = beat.samples;
+        if self.scheduler.set_ready(node, true).map_err(ApiError::Internal)? {
+            tracing::info!(node, "agent is back: the node gets work again");
+        }
+        let mut forget = Vec::new();
+        let mut orphans = Vec::new();
+        let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();
+        for report in beat.tasks {
+            if let Some(offers) = self.outbox.get_mut(node) {
+                offers.remove(&report.key);
+            }
+            match report.state {
+                wire::TaskState::Running => {
+                    // Stop orders name a run (job, attempt), so a run this controller has
+                    // is never stopped here, whatever task of it is reported.
+                    let current = self.running.get(&report.key.job).is_some_and(|r| r.attempt == report.key.attempt);
+                    if !current && !report.stopping {
+                        // Not a task this controller runs (its job ended, or an older run):
+                        // it must not hold the GPUs.
+                        orphans.push(report.key);
+                    }
+                }
+                wire::TaskState::Exited { code, timed_out } => {
+                    self.task_exited(&report.key, code, timed_out, false, now)?;
+                    forget.push(report.key);
+                }
+                wire::TaskState::Lost => {
+                    self.task_exited(&report.key, None, false, true, now)?;
+                    forget.push(report.key);
+                }
+            }
+        }
+        let mut orders = self.agent_orders(node, &stopping);
+        orders.forget = forget;
+        for key in orphans {
+            tracing::warn!(node, job = key.job, attempt = key.attempt, "stopping a task this controller does not run");
+            orders.stop.push(StopOrder { job: key.job, attempt: key.attempt, grace_s: gantry_types::GRACE_DEFAULT_S });
+        }
+        orders.stop.sort();
+        orders.stop.dedup();
+        Ok(orders)
+    }
+
+    /// What node `node`'s agent must do now: launch what it has not reported, stop the
+    /// stopping jobs' tasks there (`stopping`: those it already stops).
+    pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
+        let launch = self.outbox.get(node).map(|o| o.values().cloned().collect()).unwrap_or_default();
+        let stop = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.stopping.is_some() && r.tasks.values().any(|n| n == node))
+            .filter(|(job, r)| !stopping.iter().any(|k| k.job == **job && k.attempt == r.attempt))
+            .map(|(&job, r)| StopOrder { job, attempt: r.attempt, grace_s: r.stopping.unwrap_or_default() })
+            .collect();
+        Orders { launch, stop, forget: Vec::new() }
+    }
+
+    /// Nodes whose agent has been silent past the timeout get no new work (what runs there
+    /// keeps its place: the agent may come back and report it). Returns the nodes marked.
+    pub fn check_agents(&mut self, now: u64) -> Vec<String> {
+        let Agents::Remote { heartbeat_timeout_s } = self.agents else { return Vec::new() };
+        let mut silent = Vec::new();
+        for (node, link) in &self.links {
+            let age = now.saturating_sub(link.last_seen_s);
+            if age > heartbeat_timeout_s && self.scheduler.set_ready(node, false).unwrap_or(false) {
+                tracing::warn!(node, silent_s = age, "agent silent past the heartbeat timeout: no new work goes there");
+                silent.push(node.clone());
+            }
+        }
+        silent
+    }
+
     /// Every node with its GPUs and the running jobs on them.
-    pub fn nodes(&self) -> Result<Vec<NodeView>, ApiError> {
+    pub fn nodes(&self, now: u64) -> Result<Vec<NodeView>, ApiError> {
         let engine = self.scheduler.engine();
         let state = engine.state();
         let mut on_gpu: BTreeMap<(String, u32), Vec<u64>> = BTreeMap::new();
@@ -344,18 +566,29 @@ impl Controller {
         let mut nodes: Vec<NodeView> = state
             .info
             .iter()
-            .map(|n| NodeView { name: n.name.clone(), drained: engine.is_drained(&n.name), gpus: Vec::new() })
+            .map(|n| NodeView {
+                name: n.name.clone(),
+                drained: engine.is_drained(&n.name),
+                ready: !engine.has_mark(&n.name, gantry_engine::NOT_READY_TAINT),
+                heartbeat_age_s: self.links.get(&n.name).map(|l| now.saturating_sub(l.last_seen_s)),
+                agent_version: self.links.get(&n.name).map(|l| l.version.clone()),
+                gpus: Vec::new(),
+            })
             .collect();
         for gpu in &state.gpus {
             let node = &mut nodes[gpu.node as usize];
             let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
             jobs.dedup();
+            let sample =
+                self.links.get(&node.name).and_then(|l| l.samples.iter().find(|s| s.index == gpu.index)).copied();
             node.gpus.push(GpuView {
                 index: gpu.index,
                 uuid: gpu.uuid.clone(),
                 model: self.catalog.model(gpu.model).id.clone(),
                 mode: format!("{:?}", gpu.units.kind()).to_ascii_lowercase().replace("timeslice", "time-slice"),
                 allocated_milli: gpu.used_milli,
+                utilization_pct: sample.map(|s| s.utilization_pct),
+                measured: sample.is_some_and(|s| s.measured),
                 jobs,
             });
         }
@@ -516,50 +749,34 @@ impl Controller {
                         .job(job)?
                         .ok_or_else(|| ApiError::Internal(format!("job {job} not in the store")))?;
                     let world = placement.len() as u32;
-                    let mut launches = Vec::new();
-                    let mut starts = Vec::new();
-                    for (rank, task) in placement.iter().enumerate() {
-                        let (devices, mps) = self.devices(task);
-                        starts.push(TaskStart {
-                            group: task.group.clone(),
-                            replica: task.replica,
-                            node: task.node.clone(),
-                            devices: devices.clone(),
-                            placement: Some(task.clone()),
-                        });
-                        launches.push(Launch {
-                            job,
-                            job_name: row.name.clone(),
-                            group: task.group.clone(),
-                            replica: task.replica,
-                            rank: rank as u32,
-                            world_size: world,
-                            node: task.node.clone(),
-                            devices,
-                            mps,
-                            command: row.job.run.command.clone(),
-                            env: row.job.run.env.clone(),
-                            workdir: row.job.run.workdir.clone(),
-                            time_limit_s: row.job.control.time_limit_s,
-                            grace_s: row.job.lifecycle.grace_s,
-                            attempt: row.requeues,
-                        });
-                    }
+                    let (starts, launches) = self.launches(job, &row, &placement);
                     if let Err(e) = self.store.append(&[Event::Started { id: job, at_s: now, tasks: starts }]) {
                         // The store says no (cancelled meanwhile): give the capacity back.
                         self.scheduler.ended(alloc, false, now);
                         tracing::warn!(job, error = %e, "start refused by the store");
                         continue;
                     }
-                    self.running.insert(job, Runs::new(alloc, row.requeues, world));
+                    self.running.insert(job, Runs::new(alloc, row.requeues, &placement));
                     tracing::info!(job, name = %row.name, tasks = world, "started");
-                    effects.launch.extend(launches);
+                    match self.agents {
+                        Agents::Local => effects.launch.extend(launches),
+                        Agents::Remote { .. } => {
+                            for launch in launches {
+                                self.outbox.entry(launch.node.clone()).or_default().insert(launch.key(), launch);
+                            }
+                            effects.agents_have_orders = true;
+                        }
+                    }
                 }
                 Decision::Stop { job, cause, .. } => {
                     let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
                     if let Some(runs) = self.running.get_mut(&job) {
                         runs.preempted = Some(cause);
-                        effects.stop.push((job, runs.attempt, grace));
+                        runs.stopping = Some(grace);
+                        match self.agents {
+                            Agents::Local => effects.stop.push((job, runs.attempt, grace)),
+                            Agents::Remote { .. } => effects.agents_have_orders = true,
+                        }
                     }
                 }
             }
@@ -567,17 +784,23 @@ impl Controller {
         Ok(effects)
     }
 
-    /// A task of `job` exited (`code`: its exit code, `None` if killed by a signal; `lost`: it
-    /// vanished without an exit recorded).
+    /// A task exited (`code`: its exit code, `None` if killed by a signal; `lost`: it vanished
+    /// without an exit recorded). Each task of a run counts once, however often it is
+    /// reported; a report of another run, or of a job not running, changes nothing.
     pub fn task_exited(
         &mut self,
-        job: u64,
+        task: &TaskKey,
         code: Option<i32>,
         timed_out: bool,
         lost: bool,
         now: u64,
     ) -> Result<(), ApiError> {
+        let job = task.job;
         let Some(runs) = self.running.get_mut(&job) else { return Ok(()) };
+        let which = (task.group.clone(), task.replica);
+        if runs.attempt != task.attempt || !runs.tasks.contains_key(&which) || !runs.exited.insert(which) {
+            return Ok(());
+        }
         runs.tasks_left -= 1;
         runs.timed_out |= timed_out;
         runs.lost |= lost;
@@ -627,6 +850,7 @@ impl Controller {
             JobState::Running => {
                 if let Some(runs) = self.running.get_mut(&id) {
                     runs.cancelled = true;
+                    runs.stopping = Some(row.job.lifecycle.grace_s);
                 }
                 Ok(Some((row.requeues, row.job.lifecycle.grace_s)))
             }

@@ -1,16 +1,20 @@
 //! The controller (`gantry serve`): the REST API, the scheduling loop over the engine's
-//! `Scheduler`, the store, and — with `--local` — the in-process agent that runs every task
-//! as a real process.
+//! `Scheduler`, the store, and either the in-process agent that runs every task as a real
+//! process on this machine (`--local`) or remote agents (`gantry agent`, [`agent`]) that
+//! register their nodes and heartbeat over HTTP ([`wire`]).
 //!
 //! One lock around the [`controller::Controller`] (store + scheduler): the API and the loop
 //! take it briefly; processes run outside it. The loop wakes on a submit, a cancel, a task's
-//! exit, or a tick, runs one cycle, and launches what it decided.
+//! exit, or a tick, runs one cycle, and launches what it decided (or leaves it for the
+//! remote agents' next heartbeat, waking those held in a long poll).
 
+pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod client;
 pub mod controller;
 pub mod runner;
+pub mod wire;
 
 use gantry_catalog::Catalog;
 use gantry_store::SqliteStore;
@@ -40,14 +44,20 @@ pub struct ServeConfig {
     pub scheduling: gantry_engine::sched::SchedulerConfig,
     /// Simulate tasks instead of running processes: each lasts this long (benchmarks).
     pub simulate_tasks: Option<Duration>,
+    /// The in-process agent runs the tasks, or remote agents do.
+    pub agents: controller::Agents,
 }
 
 /// What the API handlers share.
 #[derive(Clone, Debug)]
 pub struct Shared {
     pub controller: Arc<Mutex<controller::Controller>>,
-    pub runner: runner::Runner,
+    /// The in-process agent's runner (`None` with remote agents).
+    pub runner: Option<runner::Runner>,
+    /// Wakes the scheduling loop.
     pub wake: Arc<Notify>,
+    /// Wakes remote agents' held heartbeats: there are new orders.
+    pub agents_wake: Arc<Notify>,
     pub data_dir: PathBuf,
 }
 
@@ -78,6 +88,11 @@ impl Running {
 pub async fn start(config: ServeConfig) -> Result<Running, String> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
+    // Absolute: tasks run in their own working directories and write their pid and exit
+    // files by these paths.
+    let mut config = config;
+    config.data_dir = std::fs::canonicalize(&config.data_dir)
+        .map_err(|e| format!("data directory {}: {e}", config.data_dir.display()))?;
     let store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
     let mut controller = controller::Controller::open(
         store,
@@ -85,22 +100,33 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
         Catalog::embedded(),
         config.scheduling.clone(),
         &config.data_dir,
+        config.agents,
         now_s(),
     )?;
     let recovered = controller.take_recovered();
     let admin_token_file = controller.bootstrap_admin(&config.data_dir, now_s())?;
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
+    // Held by the loop too: with remote agents there is no runner, and the channel must not
+    // close (a closed channel would end the loop).
+    let exits_keep = exits_tx.clone();
     let shared = Shared {
         controller: Arc::new(Mutex::new(controller)),
-        runner: match config.simulate_tasks {
-            None => runner::Runner::new(config.data_dir.clone(), exits_tx),
-            Some(duration) => runner::Runner::simulated(config.data_dir.clone(), exits_tx, duration),
+        runner: match (config.agents, config.simulate_tasks) {
+            (controller::Agents::Remote { .. }, _) => None,
+            (controller::Agents::Local, None) => Some(runner::Runner::new(config.data_dir.clone(), exits_tx)),
+            (controller::Agents::Local, Some(duration)) => {
+                Some(runner::Runner::simulated(config.data_dir.clone(), exits_tx, duration))
+            }
         },
         wake: Arc::new(Notify::new()),
+        agents_wake: Arc::new(Notify::new()),
         data_dir: config.data_dir.clone(),
     };
-    for task in recovered {
-        shared.runner.watch(task.job, runner::task_base(&config.data_dir, task.job, &task.group, task.replica));
+    if let Some(runner) = &shared.runner {
+        for task in recovered {
+            let base = runner::task_base(&config.data_dir, task.job, &task.group, task.replica);
+            runner.watch(task, base);
+        }
     }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -110,6 +136,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     let loop_shared = shared.clone();
     let tick = config.tick;
     let scheduler = tokio::spawn(async move {
+        let _exits_keep = exits_keep;
         loop {
             let mut ended = Vec::new();
             tokio::select! {
@@ -126,10 +153,11 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
             let effects = {
                 let mut controller = loop_shared.controller.lock().expect("not poisoned");
                 for exit in ended {
-                    if let Err(e) = controller.task_exited(exit.job, exit.code, exit.timed_out, exit.lost, now_s()) {
-                        tracing::error!(job = exit.job, error = %e, "recording a task's exit failed");
+                    if let Err(e) = controller.task_exited(&exit.key, exit.code, exit.timed_out, exit.lost, now_s()) {
+                        tracing::error!(job = exit.key.job, error = %e, "recording a task's exit failed");
                     }
                 }
+                controller.check_agents(now_s());
                 match controller.cycle(now_s()) {
                     Ok(effects) => effects,
                     Err(e) => {
@@ -138,11 +166,16 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
                     }
                 }
             };
-            for (job, attempt, grace) in effects.stop {
-                loop_shared.runner.stop(job, attempt, Duration::from_secs(grace));
+            if effects.agents_have_orders {
+                loop_shared.agents_wake.notify_waiters();
             }
-            for launch in effects.launch {
-                loop_shared.runner.launch(launch);
+            if let Some(runner) = &loop_shared.runner {
+                for (job, attempt, grace) in effects.stop {
+                    runner.stop(job, attempt, Duration::from_secs(grace));
+                }
+                for launch in effects.launch {
+                    runner.launch(launch);
+                }
             }
         }
     });

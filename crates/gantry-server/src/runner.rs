@@ -3,7 +3,7 @@
 //! limit enforced (SIGTERM to the group, SIGKILL after the grace period), and its exit reported
 //! to the scheduling loop.
 
-use crate::controller::Launch;
+use crate::wire::{Launch, TaskKey};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// A task ended: its job, exit code (`None`: killed by a signal), whether its time limit
+/// A task ended: which, its exit code (`None`: killed by a signal), whether its time limit
 /// ended it, and whether it vanished without a trace (re-adopted after a restart, then gone
 /// with no exit recorded).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exit {
-    pub job: u64,
+    pub key: TaskKey,
     pub code: Option<i32>,
     pub timed_out: bool,
     pub lost: bool,
@@ -42,8 +42,14 @@ pub fn with_ext(base: &Path, ext: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// `GANTRY_MASTER_ADDR`: loopback when the gang's first task is on this node, else that
+/// node's name (fleet node names are expected to resolve as host names).
+fn master_addr(l: &Launch) -> &str {
+    if l.master_node.is_empty() || l.master_node == l.node { "127.0.0.1" } else { &l.master_node }
+}
+
 /// Is a process group still there?
-fn group_alive(pgid: i32) -> bool {
+pub fn group_alive(pgid: i32) -> bool {
     pgid > 0 && !matches!(killpg(Pid::from_raw(pgid), None), Err(nix::errno::Errno::ESRCH))
 }
 
@@ -97,7 +103,7 @@ impl Runner {
             let exit = match runner.simulate {
                 Some(duration) => {
                     tokio::time::sleep(duration).await;
-                    Exit { job: l.job, code: Some(0), timed_out: false, lost: false }
+                    Exit { key: l.key(), code: Some(0), timed_out: false, lost: false }
                 }
                 None => runner.run(&l).await,
             };
@@ -106,7 +112,7 @@ impl Runner {
     }
 
     async fn run(&self, l: &Launch) -> Exit {
-        let failed = |code| Exit { job: l.job, code: Some(code), timed_out: false, lost: false };
+        let failed = |code| Exit { key: l.key(), code: Some(code), timed_out: false, lost: false };
         let dir = job_dir(&self.data_dir, l.job);
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::error!(job = l.job, error = %e, "cannot create the job directory");
@@ -142,7 +148,7 @@ impl Runner {
             .env("GANTRY_RANK", l.rank.to_string())
             .env("GANTRY_WORLD_SIZE", l.world_size.to_string())
             .env("GANTRY_NODE", &l.node)
-            .env("GANTRY_MASTER_ADDR", "127.0.0.1")
+            .env("GANTRY_MASTER_ADDR", master_addr(l))
             .env("GANTRY_MASTER_PORT", (29_500 + l.job % 10_000).to_string())
             .current_dir(l.workdir.as_deref().map_or(dir.clone(), PathBuf::from))
             .stdin(Stdio::null())
@@ -196,13 +202,14 @@ impl Runner {
         // The task's own children go with it.
         signal_group(pgid, Signal::SIGKILL);
         let code = status.ok().and_then(|s| s.code());
-        Exit { job: l.job, code, timed_out, lost: false }
+        Exit { key: l.key(), code, timed_out, lost: false }
     }
 
     /// Watch a task started before a restart until it ends: its exit file says how; a process
     /// group that is gone without one is lost. Its group can be signalled meanwhile.
-    pub fn watch(&self, job: u64, base: PathBuf) {
+    pub fn watch(&self, key: TaskKey, base: PathBuf) {
         let runner = self.clone();
+        let job = key.job;
         tokio::spawn(async move {
             let pgid: i32 =
                 std::fs::read_to_string(with_ext(&base, "pid")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
@@ -218,13 +225,13 @@ impl Runner {
             };
             let exit = loop {
                 if let Some(code) = exit_code() {
-                    break Exit { job, code: Some(code), timed_out: false, lost: false };
+                    break Exit { key, code: Some(code), timed_out: false, lost: false };
                 }
                 if !group_alive(pgid) {
                     // It may have written its exit file just before going.
                     break match exit_code() {
-                        Some(code) => Exit { job, code: Some(code), timed_out: false, lost: false },
-                        None => Exit { job, code: None, timed_out: false, lost: true },
+                        Some(code) => Exit { key, code: Some(code), timed_out: false, lost: false },
+                        None => Exit { key, code: None, timed_out: false, lost: true },
                     };
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;

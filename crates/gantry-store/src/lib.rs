@@ -64,6 +64,8 @@ pub enum Role {
     Member,
     /// See everything, change nothing.
     ReadOnly,
+    /// A node agent: registers its node and heartbeats; sees no jobs.
+    Agent,
 }
 
 /// An API token as stored: its secret only as a SHA-256 hash.

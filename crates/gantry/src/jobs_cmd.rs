@@ -396,8 +396,8 @@ enum TokenAction {
     /// Create a token and print its secret (shown once).
     Create {
         name: String,
-        /// admin, member (needs --queue) or read-only.
-        #[arg(long, value_parser = ["admin", "member", "read-only"])]
+        /// admin, member (needs --queue), read-only, or agent (for `gantry agent`).
+        #[arg(long, value_parser = ["admin", "member", "read-only", "agent"])]
         role: String,
         /// Queues a member may use, comma-separated.
         #[arg(long, value_delimiter = ',')]
@@ -465,21 +465,31 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
     for node in nodes.as_array().into_iter().flatten() {
         let gpus = node["gpus"].as_array().cloned().unwrap_or_default();
         let allocated: u64 = gpus.iter().filter_map(|g| g["allocated_milli"].as_u64()).sum();
-        println!(
-            "{}{}  {} GPUs, {:.2} allocated",
-            cell(&node["name"]),
-            if node["drained"] == true { " (drained)" } else { "" },
-            gpus.len(),
-            allocated as f64 / 1000.0
-        );
+        let mut flags = Vec::new();
+        if node["drained"] == true {
+            flags.push("drained".to_string());
+        }
+        if node["ready"] == false {
+            flags.push(match node["heartbeat_age_s"].as_u64() {
+                Some(age) => format!("not ready: agent silent {age} s"),
+                None => "not ready: no agent yet".into(),
+            });
+        }
+        let flags = if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) };
+        println!("{}{flags}  {} GPUs, {:.2} allocated", cell(&node["name"]), gpus.len(), allocated as f64 / 1000.0);
         for g in gpus {
             let jobs: Vec<String> = g["jobs"].as_array().into_iter().flatten().map(cell).collect();
+            let used = match g["utilization_pct"].as_u64() {
+                Some(pct) => format!("{pct:>3}% used{}", if g["measured"] == true { "" } else { " (sim)" }),
+                None => String::new(),
+            };
             println!(
-                "  gpu{:<3} {:<16} {:<10} {:>5.2}  {}",
+                "  gpu{:<3} {:<16} {:<10} {:>5.2}  {:<14} {}",
                 cell(&g["index"]),
                 cell(&g["model"]),
                 cell(&g["mode"]),
                 g["allocated_milli"].as_u64().unwrap_or(0) as f64 / 1000.0,
+                used,
                 if jobs.is_empty() { String::new() } else { format!("jobs {}", jobs.join(",")) }
             );
         }

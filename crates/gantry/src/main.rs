@@ -4,6 +4,7 @@
 //! and, against it, `submit`, `queue`, `show`, `why`, `cancel`, `logs`. The planner arrives
 //! as further subcommands.
 
+mod agent_cmd;
 mod catalog_cmd;
 mod jobs_cmd;
 mod place_cmd;
@@ -43,6 +44,10 @@ enum Command {
     /// scheduling loop; tasks run as real processes.
     #[command(after_help = serve_cmd::EXAMPLES)]
     Serve(serve_cmd::ServeArgs),
+    /// Run the node agent for this machine: register with a controller (`gantry serve`
+    /// without --local) and run the tasks it places here.
+    #[command(after_help = agent_cmd::EXAMPLES)]
+    Agent(agent_cmd::AgentArgs),
     /// Submit a workload file's jobs to a running controller.
     #[command(after_help = jobs_cmd::EXAMPLES)]
     Submit(jobs_cmd::SubmitArgs),
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim_cmd::run(*args),
         Command::Synth(args) => synth_cmd::run(args),
         Command::Serve(args) => serve_cmd::run(args),
+        Command::Agent(args) => agent_cmd::run(args),
         Command::Submit(args) => jobs_cmd::submit(args),
         Command::Sbatch(args) => jobs_cmd::sbatch(args),
         Command::Queue(args) => jobs_cmd::queue(args),

@@ -1,5 +1,6 @@
-//! `gantry serve --local`: the controller with its in-process agent on this machine, the
-//! bundled demo fleet (or `--fleet`) standing in for GPUs until NVML discovery lands.
+//! `gantry serve`: the controller — with `--local`, also the in-process agent for this
+//! machine (its GPUs through NVML, else the bundled demo fleet); without it, the nodes of
+//! `--fleet` are served by remote agents (`gantry agent`, see agent_cmd.rs).
 
 use anyhow::{Context, bail};
 use clap::Args;
@@ -12,16 +13,24 @@ pub const EXAMPLES: &str = "Examples:
   # then, from another shell
   gantry submit examples/demo-workload.toml
   gantry queue
-  gantry why 3";
+  gantry why 3
+  # controller only: each node of the fleet file runs `gantry agent`
+  gantry serve --fleet fleet.toml --listen 0.0.0.0:8177
+  gantry token create rack1 --role agent   # the agents' token";
 
 /// Where the controller listens by default (the CLI's default server too).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8177";
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Run the agent in this process, on this machine (the only kind so far).
+    /// Run the agent in this process, on this machine. Without it, the fleet file's nodes are
+    /// served by remote agents (`gantry agent`), each getting work while it heartbeats.
     #[arg(long)]
     local: bool,
+    /// With remote agents: a node whose agent is silent this long gets no new work (what
+    /// runs there keeps its place until the agent is back). Default 30.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    agent_timeout: Option<u64>,
     /// Data directory: the store (gantry.db) and task logs. Default: $GANTRY_DATA, else
     /// ~/.local/share/gantry.
     #[arg(long, value_name = "DIR")]
@@ -98,7 +107,7 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
 }
 
 /// Structured logs on stderr, filtered by $RUST_LOG (default: info for gantry).
-fn init_logs(format: &str) {
+pub fn init_logs(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
@@ -160,8 +169,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if args.preempt && args.queues.is_none() {
         bail!("--preempt needs --queues (priority and guarantees come from the queue file)");
     }
-    if !args.local {
-        bail!("remote agents are not built yet: run `gantry serve --local` (controller and agent in one process)");
+    if !args.local && args.fleet.is_none() {
+        bail!(
+            "without --local, agents on other machines serve the nodes of a fleet file: pass --fleet FILE (or run `gantry serve --local`)"
+        );
+    }
+    if args.local && args.agent_timeout.is_some() {
+        bail!("--agent-timeout is for remote agents (serve without --local)");
     }
     let catalog = gantry_catalog::Catalog::embedded();
     init_logs(args.log_format.as_deref().unwrap_or("text"));
@@ -212,7 +226,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tick: std::time::Duration::from_secs(1),
         scheduling,
         simulate_tasks: None,
+        agents: if args.local {
+            gantry_server::controller::Agents::Local
+        } else {
+            gantry_server::controller::Agents::Remote { heartbeat_timeout_s: args.agent_timeout.unwrap_or(30) }
+        },
     };
+    let local = args.local;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {
         let running = gantry_server::start(config).await.map_err(|e| anyhow::anyhow!(e))?;
@@ -221,6 +241,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             running.addr,
             data_dir.display()
         );
+        if !local {
+            eprintln!(
+                "  remote agents: each node runs `gantry agent --server http://{} --token AGENT_TOKEN` (gantry token create NAME --role agent)",
+                running.addr
+            );
+        }
         if let Some(path) = &running.admin_token_file {
             eprintln!(
                 "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",

@@ -274,6 +274,13 @@ impl Scheduler {
         self.engine.set_drained(node, drained).map_err(|e| e.to_string())
     }
 
+    /// Mark a node ready (its agent is connected) or not: nothing new starts on a node that
+    /// is not ready; what runs there keeps running.
+    pub fn set_ready(&mut self, node: &str, ready: bool) -> Result<bool, String> {
+        self.last_reservation = None;
+        self.engine.set_mark(node, crate::NOT_READY_TAINT, !ready).map_err(|e| e.to_string())
+    }
+
     /// Does the queue order know queue `name` (FIFO knows every name)?
     pub fn knows_queue(&self, name: &str) -> bool {
         self.fair.as_ref().is_none_or(|fs| fs.tree().find(name).is_some())

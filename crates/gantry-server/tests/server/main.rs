@@ -32,6 +32,23 @@ impl Server {
     }
 
     fn start_full(data: PathBuf, scheduling: gantry_engine::sched::SchedulerConfig, fleet: &str) -> Server {
+        Server::start_agents(data, scheduling, fleet, gantry_server::controller::Agents::Local)
+    }
+
+    /// A controller whose nodes are served by remote agents.
+    fn remote(name: &str) -> Server {
+        let data = std::env::temp_dir().join(format!("gantry-server-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let agents = gantry_server::controller::Agents::Remote { heartbeat_timeout_s: 30 };
+        Server::start_agents(data, gantry_engine::sched::SchedulerConfig::default(), FLEET, agents)
+    }
+
+    fn start_agents(
+        data: PathBuf,
+        scheduling: gantry_engine::sched::SchedulerConfig,
+        fleet: &str,
+        agents: gantry_server::controller::Agents,
+    ) -> Server {
         let fleet = gantry_spec::parse_fleet(fleet, gantry_catalog::Catalog::embedded()).expect("fleet");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
         let config = ServeConfig {
@@ -41,6 +58,7 @@ impl Server {
             tick: Duration::from_millis(100),
             scheduling,
             simulate_tasks: None,
+            agents,
         };
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
@@ -397,5 +415,108 @@ fn nodes_show_their_gpus_and_a_drain_holds_new_work_across_restarts() {
     let (status, _) = server.call("POST", "/v1/nodes/n1/resume", None);
     assert_eq!(status, 200);
     server.wait_for(waiting[0], JobState::Completed);
+    server.stop();
+}
+
+/// The agent protocol by hand: registration is checked against the fleet, a heartbeat gets
+/// the launch until the agent reports the task, an exit reported twice counts once, and a
+/// task the controller does not run is ordered to stop.
+#[test]
+fn agents_register_against_the_fleet_and_reports_count_once() {
+    let server = Server::remote("agent-protocol");
+    let (status, agent) = server.call("POST", "/v1/tokens", Some(r#"{"name": "rack1", "role": "agent"}"#));
+    assert_eq!(status, 201, "{agent}");
+    let agent = agent["secret"].as_str().expect("secret").to_string();
+    let (_, member) =
+        server.call("POST", "/v1/tokens", Some(r#"{"name": "m", "role": "member", "queues": ["default"]}"#));
+    let member = member["secret"].as_str().expect("secret").to_string();
+    let good = r#"{"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-real-0", "model": "A100-SXM4-80GB"}, {"index": 1, "uuid": "GPU-real-1", "model": "A100-SXM4-80GB"}]}"#;
+    let cases: Vec<(Option<&str>, &str, String, u16, &str)> = vec![
+        (Some(&member), "/v1/agents/register", good.into(), 403, "for agent tokens"),
+        (None, "/v1/agents/register", good.into(), 401, "missing token"),
+        (Some(&agent), "/v1/agents/register", "{".into(), 400, "agent registration"),
+        (
+            Some(&agent),
+            "/v1/agents/register",
+            good.replace("\"node\"", "\"colour\": 1, \"node\""),
+            400,
+            "unknown field `colour`",
+        ),
+        (
+            Some(&agent),
+            "/v1/agents/register",
+            good.replace("n1", "n9"),
+            404,
+            "not in the controller's fleet (it has: n1)",
+        ),
+        (
+            Some(&agent),
+            "/v1/agents/register",
+            good.replace("A100-SXM4-80GB\"}]", "H100-SXM5-80GB\"}]"),
+            400,
+            "the agent found GPUs [0:A100-SXM4-80GB, 1:H100-SXM5-80GB] but the fleet file says [0:A100-SXM4-80GB, 1:A100-SXM4-80GB]",
+        ),
+        (Some(&agent), "/v1/agents/register", good.replace("GPU-real-1", ""), 400, "GPU 1 has no usable UUID"),
+        (Some(&agent), "/v1/agents/n1/heartbeat", r#"{"tasks": []}"#.into(), 409, "register first"),
+        (Some(&agent), "/v1/jobs", "[[job]]\nname = \"x\"\n".into(), 403, "an agent's"),
+    ];
+    for (token, path, body, want, message) in &cases {
+        let (status, reply) = server.call_as(*token, "POST", path, Some(body));
+        assert_eq!(status, *want, "{path} {body}: {reply}");
+        assert!(reply["error"].as_str().expect("error").contains(message), "{path} {body}: {reply}");
+    }
+    // Nothing registered: the job waits, and says why.
+    let ids = server.submit("[[job]]\nname = \"probe\"\ngpu = { count = 1 }\n");
+    std::thread::sleep(Duration::from_millis(300));
+    let (state, body) = server.state(ids[0]);
+    assert_eq!(state, JobState::Pending, "{body}");
+    assert!(body["pending"].to_string().contains("gantry.io/not-ready"), "{body}");
+    let (status, reply) = server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(good));
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["heartbeat_timeout_s"], 30);
+    // The launch comes with the heartbeat (held until the cycle places it), again until the
+    // agent reports the task; it carries the agent's own UUIDs.
+    let beat = |body: &str| -> Value {
+        let (status, reply) = server.call_as(Some(&agent), "POST", "/v1/agents/n1/heartbeat", Some(body));
+        assert_eq!(status, 200, "{body}: {reply}");
+        reply
+    };
+    let orders = beat(r#"{"tasks": [], "wait_ms": 5000}"#);
+    assert_eq!(orders["launch"].as_array().expect("launches").len(), 1, "{orders}");
+    assert_eq!(orders["launch"][0]["devices"][0].as_str().expect("uuid").len(), "GPU-real-0".len(), "{orders}");
+    assert_eq!(beat(r#"{"tasks": []}"#)["launch"], orders["launch"], "repeated until reported");
+    let task = format!(r#""job": {}, "group": "main", "replica": 0, "attempt": 0"#, ids[0]);
+    let running = beat(&format!(
+        r#"{{"tasks": [{{{task}, "state": "running"}}], "samples": [{{"index": 0, "utilization_pct": 71, "memory_used_mib": 900, "measured": true}}]}}"#
+    ));
+    assert_eq!(running["launch"], serde_json::json!([]), "{running}");
+    let (_, nodes) = server.call("GET", "/v1/nodes", None);
+    assert_eq!(nodes[0]["gpus"][0]["utilization_pct"], 71, "{nodes}");
+    assert_eq!(nodes[0]["ready"], true);
+    // A task of a job this controller does not run: stop it.
+    let stray = beat(r#"{"tasks": [{"job": 999, "group": "task", "replica": 0, "attempt": 0, "state": "running"}]}"#);
+    assert_eq!(stray["stop"][0]["job"], 999, "{stray}");
+    // The exit, reported twice: forgotten both times, counted once.
+    for _ in 0..2 {
+        let done = beat(&format!(r#"{{"tasks": [{{{task}, "state": "exited", "code": 0, "timed_out": false}}]}}"#));
+        assert_eq!(done["forget"][0]["job"], ids[0], "{done}");
+    }
+    let (state, body) = server.state(ids[0]);
+    assert_eq!(state, JobState::Completed, "{body}");
+    // Malformed heartbeats change nothing.
+    for body in ["[]", r#"{"tasks": [{"job": "x"}]}"#, r#"{"tasks": [], "extra": 1}"#] {
+        let (status, reply) = server.call_as(Some(&agent), "POST", "/v1/agents/n1/heartbeat", Some(body));
+        assert_eq!(status, 400, "{body}: {reply}");
+    }
+    server.stop();
+}
+
+#[test]
+fn a_local_controller_refuses_remote_agents() {
+    let server = Server::new("local-no-agents");
+    let body = r#"{"node": "n1", "gpus": []}"#;
+    let (status, reply) = server.call("POST", "/v1/agents/register", Some(body));
+    assert_eq!(status, 409, "{reply}");
+    assert!(reply["error"].as_str().expect("error").contains("in-process agent"), "{reply}");
     server.stop();
 }

@@ -479,10 +479,16 @@ impl Drop for ServeGuard {
 
 /// Start `gantry serve --local` on `data`; returns the process and its URL.
 fn serve(data: &std::path::Path) -> (ServeGuard, String) {
+    let data = data.to_str().expect("utf-8");
+    spawn(&["serve", "--local", "--listen", "127.0.0.1:0", "--data", data])
+}
+
+/// Start a long-running `gantry` command (serve, agent); returns the process and the first
+/// URL its banner names (the controller's address).
+fn spawn(args: &[&str]) -> (ServeGuard, String) {
     use std::io::BufRead;
     let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
-        .args(["serve", "--local", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
+        .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -492,9 +498,9 @@ fn serve(data: &std::path::Path) -> (ServeGuard, String) {
     let mut reader = std::io::BufReader::new(server.stderr.take().expect("stderr"));
     let url = loop {
         let mut line = String::new();
-        assert!(reader.read_line(&mut line).expect("stderr") > 0, "gantry serve ended before its banner");
+        assert!(reader.read_line(&mut line).expect("stderr") > 0, "gantry {args:?} ended before its banner");
         if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
-            break url.to_string();
+            break url.trim_end_matches(',').to_string();
         }
     };
     // Keep draining its stderr so logging never blocks on a full pipe.
@@ -591,4 +597,75 @@ fn serve_reads_a_config_file_and_refuses_a_bad_one() {
         assert_eq!(out.status.code(), Some(2), "{text}");
         assert!(stderr(&out).contains(expected), "{text}: {}", stderr(&out));
     }
+}
+
+/// A controller with two remote agents (`gantry agent`, real processes on loopback): every
+/// agent and then the controller are SIGKILLed mid-run and restarted; every job still runs
+/// exactly once (counted from the tasks' own output), re-adopted rather than repeated.
+#[test]
+fn remote_agents_killed_and_restarted_repeat_nothing() {
+    let dir = temp_dir("agents-kill-9");
+    let fleet = dir.join("fleet.toml");
+    std::fs::write(
+        &fleet,
+        "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n\n\
+         [[node]]\nname = \"n2\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n",
+    )
+    .expect("fleet");
+    let ran = dir.join("ran.log");
+    let workload = dir.join("jobs.toml");
+    std::fs::write(
+        &workload,
+        format!(
+            "[[job]]\nname = \"many\"\ncount = 40\ngpu = {{ count = 1 }}\ncommand = \"echo $GANTRY_JOB_ID >> {}; sleep 0.3\"\n",
+            ran.display()
+        ),
+    )
+    .expect("workload");
+    // A fixed port: the agents must find the restarted controller at the same address.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port();
+    let listen = format!("127.0.0.1:{port}");
+    let data = dir.join("controller");
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_string();
+    let controller_args = ["serve", "--fleet", &path(&fleet), "--data", &path(&data), "--listen", &listen];
+    let (mut controller, url) = spawn(&controller_args);
+    let admin = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    let out = gantry(&["token", "create", "rack", "--role", "agent", "--server", &url, "--token", &admin]);
+    let agent_token = stdout(&out).lines().next().expect("the secret").trim().to_string();
+    let agent = |node: &str| -> ServeGuard {
+        let agent_data = path(&dir.join(format!("agent-{node}")));
+        let args = ["agent", "--server", &url, "--token", &agent_token, "--inventory", &path(&fleet), "--node", node];
+        spawn(&[&args[..], &["--data", &agent_data]].concat()).0
+    };
+    let mut agents = [agent("n1"), agent("n2")];
+    let out = gantry(&["submit", &path(&workload), "--server", &url, "--token", &admin]);
+    assert!(stdout(&out).contains("submitted 40 job(s)"), "{}", stderr(&out));
+    let completed = || -> usize {
+        let out = gantry(&["queue", "--state", "completed", "--json", "--server", &url, "--token", &admin]);
+        serde_json::from_str::<serde_json::Value>(&stdout(&out)).map_or(0, |v| v.as_array().map_or(0, Vec::len))
+    };
+    let pause = |ms| std::thread::sleep(std::time::Duration::from_millis(ms));
+    for (i, node) in ["n1", "n2"].into_iter().enumerate() {
+        pause(500);
+        agents[i].0.kill().expect("SIGKILL");
+        agents[i].0.wait().expect("reaped");
+        agents[i] = agent(node);
+    }
+    pause(400);
+    controller.0.kill().expect("SIGKILL");
+    controller.0.wait().expect("reaped");
+    (controller, _) = spawn(&controller_args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while completed() < 40 {
+        assert!(std::time::Instant::now() < deadline, "only {} of 40 completed", completed());
+        pause(200);
+    }
+    let nodes = gantry(&["nodes", "--server", &url, "--token", &admin]);
+    assert!(stdout(&nodes).contains("% used (sim)"), "{}", stdout(&nodes));
+    assert!(!stdout(&nodes).contains("not ready"), "{}", stdout(&nodes));
+    drop((agents, controller));
+    let text = std::fs::read_to_string(&ran).expect("the tasks' own record");
+    let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=40).collect::<Vec<u64>>(), "every job ran exactly once");
 }

@@ -1,0 +1,431 @@
+//! `gantry agent`: the node agent that talks to a controller over the network. It registers
+//! its node (GPUs from NVML or an inventory file), then heartbeats in a loop: each heartbeat
+//! reports every task it knows (running, exited, lost) and a utilization sample, and the
+//! answer carries its orders (launch, stop, forget; see [`crate::wire`]). Tasks run through
+//! the same [`Runner`] as the in-process agent's.
+//!
+//! A task never runs twice: before starting a task the agent *claims* it on disk
+//! (`jobs/<id>/<group>-<replica>.claim-<attempt>`, created exclusively), so a repeated
+//! launch order — the controller repeats it until the task is reported — finds the claim and
+//! reports the task instead. An agent that restarts reads its claims back: a task whose
+//! process group is alive is watched again (re-adopted), one that left an exit file is
+//! reported exited, one that did neither is reported lost.
+
+use crate::client::request;
+use crate::runner::{Exit, Runner, group_alive, task_base, with_ext};
+use crate::wire::{
+    AgentGpu, GpuSample, Heartbeat, Launch, Orders, Register, Registered, TaskKey, TaskReport, TaskState,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// How the agent runs.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// The controller, `http://HOST:PORT`.
+    pub server: String,
+    /// An `agent` (or admin) token.
+    pub token: String,
+    /// The fleet node this agent serves.
+    pub node: String,
+    pub gpus: Vec<AgentGpu>,
+    /// Claims and task logs (`jobs/<id>/`).
+    pub data_dir: PathBuf,
+    /// How long the controller may hold a heartbeat with nothing to order (long poll).
+    pub wait: Duration,
+    /// Pause before trying again after the controller could not be reached.
+    pub retry: Duration,
+}
+
+/// A claim file's content.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Claim {
+    key: TaskKey,
+    devices: Vec<String>,
+    /// The controller has recorded its end; it is no longer reported (the claim stays, so a
+    /// late repeat of its launch still does not run it again).
+    #[serde(default)]
+    forgotten: bool,
+}
+
+/// A task the agent knows.
+#[derive(Debug)]
+struct Tracked {
+    state: TaskState,
+    stopping: bool,
+    devices: Vec<String>,
+}
+
+fn claim_path(data_dir: &Path, key: &TaskKey) -> PathBuf {
+    with_ext(&task_base(data_dir, key.job, &key.group, key.replica), &format!("claim-{}", key.attempt))
+}
+
+/// How a claimed task stands on disk: its exit file, else its process group alive, else
+/// lost. (Only for the latest run claimed on this node: the files are per task, not per run.)
+fn disk_state(base: &Path) -> TaskState {
+    if let Some(code) = std::fs::read_to_string(with_ext(base, "exit")).ok().and_then(|t| t.trim().parse().ok()) {
+        return TaskState::Exited { code: Some(code), timed_out: false };
+    }
+    let pgid: i32 =
+        std::fs::read_to_string(with_ext(base, "pid")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+    if group_alive(pgid) { TaskState::Running } else { TaskState::Lost }
+}
+
+/// Node names go into URL paths: keep them to what needs no escaping.
+pub fn check_node_name(node: &str) -> Result<(), String> {
+    if node.is_empty()
+        || node.len() > 253
+        || !node.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
+        return Err(format!("node name {node:?}: use letters, digits, '-', '_' and '.' (at most 253)"));
+    }
+    Ok(())
+}
+
+/// The agent's state between heartbeats.
+struct Agent {
+    config: AgentConfig,
+    runner: Runner,
+    tasks: BTreeMap<TaskKey, Tracked>,
+    /// Runs ordered to stop (job, attempt), so each order is carried out once.
+    stopped: BTreeSet<(u64, u32)>,
+    sampler: Option<gantry_agent::sample::Sampler>,
+}
+
+impl Agent {
+    /// Read back the claims of an earlier run of this agent: re-adopt, or report.
+    fn recover(&mut self) -> Result<(), String> {
+        let jobs = self.config.data_dir.join("jobs");
+        let Ok(dirs) = std::fs::read_dir(&jobs) else { return Ok(()) };
+        let mut latest: BTreeMap<(u64, String, u32), Claim> = BTreeMap::new();
+        let mut older = Vec::new();
+        for dir in dirs.flatten() {
+            for file in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+                let name = file.file_name().to_string_lossy().into_owned();
+                if !name.contains(".claim-") || name.ends_with(".tmp") {
+                    continue;
+                }
+                let text =
+                    std::fs::read_to_string(file.path()).map_err(|e| format!("{}: {e}", file.path().display()))?;
+                let claim: Claim = serde_json::from_str(&text)
+                    .map_err(|e| format!("{}: not a claim this agent wrote ({e})", file.path().display()))?;
+                if claim.forgotten {
+                    continue;
+                }
+                let task = (claim.key.job, claim.key.group.clone(), claim.key.replica);
+                match latest.get(&task) {
+                    Some(seen) if seen.key.attempt > claim.key.attempt => older.push(claim),
+                    _ => {
+                        if let Some(previous) = latest.insert(task, claim) {
+                            older.push(previous);
+                        }
+                    }
+                }
+            }
+        }
+        // An older run's files were replaced by a later run here: how it ended is unknown.
+        for claim in older {
+            self.tasks.insert(claim.key, Tracked { state: TaskState::Lost, stopping: false, devices: claim.devices });
+        }
+        for claim in latest.into_values() {
+            let base = task_base(&self.config.data_dir, claim.key.job, &claim.key.group, claim.key.replica);
+            let state = disk_state(&base);
+            if state == TaskState::Running {
+                self.runner.watch(claim.key.clone(), base);
+            }
+            tracing::info!(job = claim.key.job, task = %format!("{}/{}", claim.key.group, claim.key.replica), state = ?state, "task from before the restart");
+            self.tasks.insert(claim.key, Tracked { state, stopping: false, devices: claim.devices });
+        }
+        Ok(())
+    }
+
+    fn exited(&mut self, exit: Exit) {
+        if let Some(task) = self.tasks.get_mut(&exit.key) {
+            task.state = if exit.lost {
+                TaskState::Lost
+            } else {
+                TaskState::Exited { code: exit.code, timed_out: exit.timed_out }
+            };
+        }
+    }
+
+    fn heartbeat(&self) -> Heartbeat {
+        let tasks = self
+            .tasks
+            .iter()
+            .map(|(key, t)| TaskReport {
+                key: key.clone(),
+                state: t.state,
+                stopping: t.stopping && t.state == TaskState::Running,
+            })
+            .collect();
+        Heartbeat { tasks, samples: self.samples(), wait_ms: self.config.wait.as_millis() as u64 }
+    }
+
+    /// NVML's numbers where there is a driver; else a busy GPU (a running task holds it)
+    /// reports a steady simulated load, an idle one 0.
+    fn samples(&self) -> Vec<GpuSample> {
+        if let Some(sampler) = &self.sampler {
+            return sampler
+                .sample()
+                .into_iter()
+                .map(|m| GpuSample {
+                    index: m.index,
+                    utilization_pct: m.utilization_pct,
+                    memory_used_mib: m.memory_used_mib,
+                    measured: true,
+                })
+                .collect();
+        }
+        self.config
+            .gpus
+            .iter()
+            .map(|gpu| {
+                let short = gpu.uuid.trim_start_matches("GPU-");
+                let holder = self.tasks.iter().find(|(_, t)| {
+                    t.state == TaskState::Running && t.devices.iter().any(|d| d == &gpu.uuid || d.contains(short))
+                });
+                GpuSample {
+                    index: gpu.index,
+                    utilization_pct: holder.map_or(0, |(k, _)| gantry_agent::sample::simulated_pct(k.job, gpu.index)),
+                    memory_used_mib: 0,
+                    measured: false,
+                }
+            })
+            .collect()
+    }
+
+    fn apply(&mut self, orders: Orders) {
+        for key in orders.forget {
+            if self.tasks.remove(&key).is_some() {
+                self.forget(&key);
+            }
+        }
+        for stop in &orders.stop {
+            if !self.stopped.insert((stop.job, stop.attempt)) {
+                continue;
+            }
+            tracing::info!(job = stop.job, attempt = stop.attempt, grace_s = stop.grace_s, "stopping");
+            for (key, task) in self.tasks.iter_mut() {
+                if key.job == stop.job && key.attempt == stop.attempt {
+                    task.stopping = true;
+                }
+            }
+            // Registered with the runner even before its tasks exist: a launch in this same
+            // answer is stopped as soon as it starts.
+            self.runner.stop(stop.job, stop.attempt, Duration::from_secs(stop.grace_s));
+        }
+        for launch in orders.launch {
+            self.launch(launch);
+        }
+    }
+
+    fn launch(&mut self, launch: Launch) {
+        let key = launch.key();
+        if self.tasks.contains_key(&key) {
+            return;
+        }
+        if launch.node != self.config.node {
+            tracing::warn!(job = key.job, node = %launch.node, "a launch for another node: ignored");
+            return;
+        }
+        let base = task_base(&self.config.data_dir, key.job, &key.group, key.replica);
+        match self.claim(&key, &base, &launch.devices) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Claimed before (this agent restarted, or the task was forgotten): report it
+                // as it stands rather than run it again.
+                let state = disk_state(&base);
+                if state == TaskState::Running {
+                    self.runner.watch(key.clone(), base);
+                }
+                self.tasks.insert(key, Tracked { state, stopping: false, devices: launch.devices });
+                return;
+            }
+            Err(e) => {
+                tracing::error!(job = key.job, error = %e, "cannot claim the task");
+                self.tasks.insert(
+                    key,
+                    Tracked {
+                        state: TaskState::Exited { code: Some(126), timed_out: false },
+                        stopping: false,
+                        devices: Vec::new(),
+                    },
+                );
+                return;
+            }
+        }
+        let stopping = self.stopped.contains(&(key.job, key.attempt));
+        tracing::info!(job = key.job, task = %format!("{}/{}", key.group, key.replica), attempt = key.attempt, "launching");
+        self.tasks.insert(key, Tracked { state: TaskState::Running, stopping, devices: launch.devices.clone() });
+        self.runner.launch(launch);
+    }
+
+    /// Create the claim: `Ok(false)` if it exists already.
+    fn claim(&self, key: &TaskKey, base: &Path, devices: &[String]) -> Result<bool, String> {
+        let path = claim_path(&self.config.data_dir, key);
+        if path.exists() {
+            return Ok(false);
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        // An earlier run's files must not be read as this run's.
+        for ext in ["exit", "pid"] {
+            let _ = std::fs::remove_file(with_ext(base, ext));
+        }
+        let claim = Claim { key: key.clone(), devices: devices.to_vec(), forgotten: false };
+        let text = serde_json::to_string(&claim).map_err(|e| e.to_string())?;
+        use std::io::Write;
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(mut file) => {
+                file.write_all(text.as_bytes()).and_then(|_| file.sync_all()).map_err(|e| e.to_string())?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    fn forget(&self, key: &TaskKey) {
+        let path = claim_path(&self.config.data_dir, key);
+        let Ok(text) = std::fs::read_to_string(&path) else { return };
+        let Ok(mut claim) = serde_json::from_str::<Claim>(&text) else { return };
+        claim.forgotten = true;
+        let tmp = with_ext(&path, "tmp");
+        if let Ok(text) = serde_json::to_string(&claim)
+            && std::fs::write(&tmp, text).is_ok()
+        {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+}
+
+/// One blocking call on a worker thread.
+async fn call(config: &AgentConfig, path: String, body: String) -> Result<(u16, String), String> {
+    let (server, token) = (config.server.clone(), config.token.clone());
+    tokio::task::spawn_blocking(move || request(&server, Some(&token), "POST", &path, Some(&body)))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
+fn error_text(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(String::from))
+        .unwrap_or_else(|| body.trim().to_string())
+}
+
+/// Register with the controller: `Err` for an answer that will not change by retrying
+/// (wrong token, unknown node, GPUs that do not match the fleet file).
+async fn register(config: &AgentConfig) -> Result<Option<Registered>, String> {
+    let reg = Register {
+        node: config.node.clone(),
+        gpus: config.gpus.clone(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+    let body = serde_json::to_string(&reg).map_err(|e| e.to_string())?;
+    match call(config, "/v1/agents/register".into(), body).await {
+        Ok((200, text)) => serde_json::from_str(&text).map(Some).map_err(|e| format!("registration answer: {e}")),
+        Ok((status, text)) if (400..500).contains(&status) => {
+            Err(format!("the controller refused this agent ({status}): {}", error_text(&text)))
+        }
+        Ok((status, text)) => {
+            tracing::warn!(status, error = %error_text(&text), "registration failed; trying again");
+            Ok(None)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "controller unreachable; trying again");
+            Ok(None)
+        }
+    }
+}
+
+/// Run the agent until `shutdown` fires (its tasks keep running: the next start re-adopts
+/// them) or the controller refuses it for good.
+pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), String> {
+    check_node_name(&config.node)?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
+    // Absolute: tasks run in their own working directories and write their pid and exit
+    // files by these paths.
+    let mut config = config;
+    config.data_dir = std::fs::canonicalize(&config.data_dir)
+        .map_err(|e| format!("data directory {}: {e}", config.data_dir.display()))?;
+    let (exits_tx, mut exits) = mpsc::channel::<Exit>(1024);
+    let mut agent = Agent {
+        runner: Runner::new(config.data_dir.clone(), exits_tx),
+        config: config.clone(),
+        tasks: BTreeMap::new(),
+        stopped: BTreeSet::new(),
+        sampler: gantry_agent::sample::Sampler::open(),
+    };
+    agent.recover()?;
+    let path = format!("/v1/agents/{}/heartbeat", config.node);
+    let mut registered = false;
+    let mut unreachable = false;
+    loop {
+        if !registered {
+            tokio::select! {
+                _ = &mut shutdown => return Ok(()),
+                answer = register(&config) => match answer? {
+                    Some(r) => {
+                        tracing::info!(node = %r.node, heartbeat_timeout_s = r.heartbeat_timeout_s, tasks = agent.tasks.len(), "registered");
+                        registered = true;
+                        unreachable = false;
+                    }
+                    None => {
+                        tokio::time::sleep(config.retry).await;
+                        continue;
+                    }
+                },
+            }
+        }
+        while let Ok(exit) = exits.try_recv() {
+            agent.exited(exit);
+        }
+        let body = serde_json::to_string(&agent.heartbeat()).map_err(|e| e.to_string())?;
+        let answer = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            // A task ended while the heartbeat was held: report it now (the held answer is
+            // dropped; its orders come again).
+            exit = exits.recv() => {
+                if let Some(exit) = exit {
+                    agent.exited(exit);
+                }
+                continue;
+            }
+            answer = call(&config, path.clone(), body) => answer,
+        };
+        match answer {
+            Ok((200, text)) => {
+                unreachable = false;
+                match serde_json::from_str::<Orders>(&text) {
+                    Ok(orders) => agent.apply(orders),
+                    Err(e) => tracing::error!(error = %e, "unreadable orders"),
+                }
+            }
+            Ok((409, _)) => {
+                // The controller restarted (it forgets agents): register again.
+                registered = false;
+            }
+            Ok((status @ (401 | 403), text)) => {
+                return Err(format!("the controller refused this agent ({status}): {}", error_text(&text)));
+            }
+            Ok((status, text)) => {
+                tracing::warn!(status, error = %error_text(&text), "heartbeat refused; trying again");
+                tokio::time::sleep(config.retry).await;
+            }
+            Err(e) => {
+                if !unreachable {
+                    tracing::warn!(error = %e, "controller unreachable; tasks keep running, trying again");
+                    unreachable = true;
+                }
+                registered = false;
+                tokio::time::sleep(config.retry).await;
+            }
+        }
+    }
+}

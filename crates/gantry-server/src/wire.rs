@@ -1,0 +1,162 @@
+//! What the controller and a node agent say to each other over HTTP (JSON): the agent
+//! registers its node, then heartbeats; each heartbeat reports every task the agent knows
+//! and a utilization sample, and its answer carries the agent's orders (launch, stop,
+//! forget). Everything is idempotent, so a lost or repeated message is harmless:
+//!
+//! - a launch is repeated in every answer until the agent reports the task; the agent claims
+//!   a task on disk before starting it, so a repeat never starts it twice;
+//! - a task's exit is repeated in every heartbeat until the controller says `forget`; the
+//!   controller counts each task's exit once;
+//! - a stop is repeated while the agent still reports the task running.
+
+use serde::{Deserialize, Serialize};
+
+/// One task of one run of a job: what a launch, a report and a forget name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskKey {
+    pub job: u64,
+    pub group: String,
+    pub replica: u32,
+    /// Which run of the job (0, then one more per requeue).
+    pub attempt: u32,
+}
+
+/// One task to launch: which job, which task, what it gets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Launch {
+    pub job: u64,
+    pub job_name: String,
+    pub group: String,
+    pub replica: u32,
+    pub rank: u32,
+    pub world_size: u32,
+    pub node: String,
+    /// The gang's first task's node (`GANTRY_MASTER_ADDR` when it is not this one).
+    #[serde(default)]
+    pub master_node: String,
+    /// GPU or MIG UUIDs (`CUDA_VISIBLE_DEVICES`).
+    pub devices: Vec<String>,
+    /// For an MPS share: (active thread percentage, pinned memory limit in bytes).
+    pub mps: Option<(u32, u64)>,
+    pub command: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+    pub time_limit_s: Option<u64>,
+    pub grace_s: u64,
+    /// Which run of the job this is (0, then one more per requeue).
+    pub attempt: u32,
+}
+
+impl Launch {
+    pub fn key(&self) -> TaskKey {
+        TaskKey { job: self.job, group: self.group.clone(), replica: self.replica, attempt: self.attempt }
+    }
+}
+
+/// `POST /v1/agents/register`: the node an agent serves and the GPUs it found.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Register {
+    pub node: String,
+    pub gpus: Vec<AgentGpu>,
+    /// The agent's version (`gantry --version`), for the log.
+    #[serde(default)]
+    pub version: String,
+}
+
+/// A GPU as the agent found it (NVML or its inventory file).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentGpu {
+    pub index: u32,
+    pub uuid: String,
+    /// Catalog model id.
+    pub model: String,
+}
+
+/// The controller's answer to a registration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registered {
+    pub node: String,
+    /// Silent longer than this, the node gets no new work until the agent is back.
+    pub heartbeat_timeout_s: u64,
+}
+
+/// How a task the agent knows is doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum TaskState {
+    Running,
+    /// Ended: its exit code (`None`: killed by a signal), and whether its time limit ended it.
+    Exited {
+        code: Option<i32>,
+        timed_out: bool,
+    },
+    /// Gone without an exit recorded (re-adopted after an agent restart, then vanished).
+    Lost,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskReport {
+    #[serde(flatten)]
+    pub key: TaskKey,
+    #[serde(flatten)]
+    pub state: TaskState,
+    /// Running, and the agent is already stopping it (no need to order it again).
+    #[serde(default)]
+    pub stopping: bool,
+}
+
+/// One GPU's utilization when the heartbeat left: measured by NVML, or simulated (a busy
+/// simulated GPU reports a steady made-up load, an idle one 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSample {
+    pub index: u32,
+    /// Percent of time a kernel ran (NVML's `utilization.gpu`).
+    pub utilization_pct: u32,
+    pub memory_used_mib: u64,
+    /// Whether this came from NVML (false: simulated).
+    pub measured: bool,
+}
+
+/// `POST /v1/agents/{node}/heartbeat`.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    pub tasks: Vec<TaskReport>,
+    #[serde(default)]
+    pub samples: Vec<GpuSample>,
+    /// With nothing to order, the controller holds the answer up to this long (a long poll:
+    /// a launch reaches the agent at once rather than at the next heartbeat). At most 10 000.
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+/// Stop a job's tasks of run `attempt` on this node: SIGTERM, SIGKILL after `grace_s`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StopOrder {
+    pub job: u64,
+    pub attempt: u32,
+    pub grace_s: u64,
+}
+
+/// The answer to a heartbeat: what the agent must do.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Orders {
+    pub launch: Vec<Launch>,
+    pub stop: Vec<StopOrder>,
+    /// Ended tasks whose exits the controller has recorded: the agent may stop reporting them.
+    pub forget: Vec<TaskKey>,
+}
+
+impl Orders {
+    pub fn is_empty(&self) -> bool {
+        self.launch.is_empty() && self.stop.is_empty() && self.forget.is_empty()
+    }
+}
+
+/// The longest a heartbeat may ask the controller to hold its answer.
+pub const WAIT_MS_MAX: u64 = 10_000;

@@ -1,0 +1,122 @@
+//! `gantry agent`: the node agent for one machine, talking to a controller over HTTP. Its GPUs
+//! come from NVML, or from an inventory file (a fleet file; `--node` picks the node when it
+//! has several) on machines without a driver.
+
+use anyhow::{Context, bail};
+use clap::Args;
+use gantry_server::wire::AgentGpu;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub const EXAMPLES: &str = "Examples:
+  # on each GPU machine, with a token from `gantry token create NAME --role agent`
+  gantry agent --server http://controller:8177 --token $AGENT_TOKEN
+  # a machine without a driver (or a test): its GPUs from a fleet file's node
+  gantry agent --server http://127.0.0.1:8177 --inventory fleet.toml --node n2 --data /tmp/agent-n2";
+
+#[derive(Args)]
+pub struct AgentArgs {
+    /// The controller (default: $GANTRY_SERVER, else http://127.0.0.1:8177).
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    /// An agent (or admin) token (default: $GANTRY_TOKEN).
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+    /// The node this agent serves, as the controller's fleet file names it. Default: the
+    /// inventory file's only node, else this machine's host name.
+    #[arg(long)]
+    node: Option<String>,
+    /// Take the GPUs from this fleet file's node instead of NVML (no driver here, or a test).
+    #[arg(long, value_name = "FILE")]
+    inventory: Option<PathBuf>,
+    /// Where task claims and logs go. Default: $GANTRY_DATA/agent-NODE, else
+    /// ~/.local/share/gantry/agent-NODE.
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    /// Log format on stderr: text, or json.
+    #[arg(long, value_parser = ["text", "json"])]
+    log_format: Option<String>,
+}
+
+/// The node's name and GPUs: from the inventory file, else NVML.
+fn inventory(args: &AgentArgs) -> anyhow::Result<(String, Vec<AgentGpu>)> {
+    let catalog = gantry_catalog::Catalog::embedded();
+    let node = match &args.inventory {
+        Some(path) => {
+            let (_, fleet) = crate::place_cmd::load_fleet(Some(path), catalog)?;
+            let names: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+            match &args.node {
+                Some(name) => {
+                    fleet.nodes.iter().find(|n| &n.name == name).cloned().with_context(|| {
+                        format!("{}: no node {name:?} (it has: {})", path.display(), names.join(", "))
+                    })?
+                }
+                None if fleet.nodes.len() == 1 => fleet.nodes[0].clone(),
+                None => {
+                    bail!("{} has {} nodes: pick one with --node ({})", path.display(), names.len(), names.join(", "))
+                }
+            }
+        }
+        None => {
+            let name = args.node.clone().unwrap_or_else(crate::serve_cmd::hostname);
+            match gantry_agent::discover::discover(&name, catalog) {
+                Ok(found) => {
+                    for note in &found.notes {
+                        eprintln!("note: {note}");
+                    }
+                    found.node
+                }
+                Err(why) => bail!("{why}: pass --inventory FILE (a fleet file; --node picks its node)"),
+            }
+        }
+    };
+    let gpus =
+        node.gpus.iter().map(|g| AgentGpu { index: g.index, uuid: g.uuid.clone(), model: g.model.clone() }).collect();
+    Ok((node.name, gpus))
+}
+
+pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    let (node, gpus) = inventory(&args)?;
+    gantry_server::agent::check_node_name(&node).map_err(|e| anyhow::anyhow!(e))?;
+    let token = args
+        .token
+        .clone()
+        .or_else(|| std::env::var("GANTRY_TOKEN").ok())
+        .context("no token: pass --token or set $GANTRY_TOKEN (gantry token create NAME --role agent)")?;
+    let server = args
+        .server
+        .clone()
+        .or_else(|| std::env::var("GANTRY_SERVER").ok())
+        .unwrap_or_else(|| format!("http://{}", crate::serve_cmd::DEFAULT_LISTEN));
+    let data_dir = match &args.data {
+        Some(dir) => dir.clone(),
+        None => crate::serve_cmd::default_data_dir()?.join(format!("agent-{node}")),
+    };
+    crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
+    let config = gantry_server::agent::AgentConfig {
+        server: server.clone(),
+        token,
+        node: node.clone(),
+        gpus,
+        data_dir: data_dir.clone(),
+        wait: std::time::Duration::from_secs(5),
+        retry: std::time::Duration::from_secs(1),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    rt.block_on(async move {
+        eprintln!(
+            "gantry agent for node {node} ({} GPUs) → {server}, data in {}; stop: Ctrl-C (tasks keep running)",
+            config.gpus.len(),
+            data_dir.display()
+        );
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                let _ = stop_tx.send(());
+            }
+        });
+        gantry_server::agent::run(config, stop_rx).await.map_err(|e| anyhow::anyhow!(e))?;
+        eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
+        Ok(ExitCode::SUCCESS)
+    })
+}
