@@ -33,23 +33,24 @@ impl IntoResponse for ApiError {
     }
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: String,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Submitted {
     pub ids: Vec<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     /// Comma-separated states (`pending,running`); all when absent.
     state: Option<String>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Cancelled {
     pub id: u64,
     /// `cancelled` (it was waiting) or `stopping` (its tasks are being signalled).
@@ -57,7 +58,7 @@ pub struct Cancelled {
 }
 
 /// `POST /v1/tokens`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
     pub name: String,
@@ -67,7 +68,7 @@ pub struct NewToken {
 }
 
 /// The one time a secret is shown.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenSecret {
     pub name: String,
     pub secret: String,
@@ -79,9 +80,48 @@ fn who(shared: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
     shared.controller.lock().expect("not poisoned").authenticate(secret)
 }
 
+/// `GET /healthz`: no token needed.
+#[utoipa::path(get, path = "/healthz", tag = "service", security(()),
+    responses((status = 200, description = "The controller is up", body = String, content_type = "text/plain")))]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// The API's OpenAPI document, generated from the handlers and the types they exchange (served
+/// at `/openapi.json`; the committed copy, docs/openapi.json, is checked against it by a test).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
+    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, register_agent, heartbeat),
+    security(("bearer" = [])),
+    modifiers(&BearerAuth)
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        let components = api.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The OpenAPI document (version fixed at 0.1.0 so the committed copy does not churn with
+/// every release; `info.version` is the API's, not the binary's).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    use utoipa::OpenApi;
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = "0.1.0".into();
+    doc.info.license = None;
+    doc
+}
+
 pub fn router(shared: Shared) -> axum::Router {
     axum::Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
+        .route("/openapi.json", get(|| async { Json(openapi()) }))
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show).delete(cancel))
         .route("/v1/jobs/{id}/logs", get(logs))
@@ -97,6 +137,10 @@ pub fn router(shared: Shared) -> axum::Router {
 }
 
 /// `POST /v1/jobs`: the body is a workload file (TOML, docs/formats.md).
+#[utoipa::path(post, path = "/v1/jobs", tag = "jobs",
+    request_body(content = String, content_type = "text/plain", description = "A workload file (TOML, docs/formats.md): all of its jobs are accepted, or none"),
+    responses((status = 201, description = "Accepted", body = Submitted), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Not a member of the job's queue", body = ErrorBody)))]
 async fn submit(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -108,6 +152,8 @@ async fn submit(
     Ok((StatusCode::CREATED, Json(Submitted { ids })))
 }
 
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
+    responses((status = 200, description = "Jobs the token may see", body = [JobView]), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
 async fn list(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -130,6 +176,9 @@ fn job_id(text: &str) -> Result<u64, ApiError> {
     text.parse().map_err(|_| ApiError::BadRequest(format!("{text:?} is not a job id")))
 }
 
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, description = "The job, with why it waits", body = JobView), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token", body = ErrorBody), (status = 404, description = "No such job", body = ErrorBody)))]
 async fn show(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -139,6 +188,9 @@ async fn show(
     Ok(Json(shared.controller.lock().expect("not poisoned").job(&who, job_id(&id)?)?))
 }
 
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, description = "Cancelled, or being stopped", body = Cancelled), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
 async fn cancel(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -156,6 +208,9 @@ async fn cancel(
 }
 
 /// `GET /v1/jobs/{id}/logs`: every task's stdout then stderr, each under a header line.
+#[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, description = "Each task's stdout and stderr under a header line", body = String, content_type = "text/plain"), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 404, description = "Not found", body = ErrorBody)))]
 async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Result<String, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
@@ -185,6 +240,9 @@ async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<S
 }
 
 /// `POST /v1/tokens` (admin): `{"name", "role": "admin|member|read-only", "queues": [...]}`.
+#[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = NewToken,
+    responses((status = 201, description = "Created; the only time the secret is shown", body = TokenSecret), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Admins only", body = ErrorBody), (status = 409, description = "The name exists", body = ErrorBody)))]
 async fn create_token(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -197,11 +255,17 @@ async fn create_token(
     Ok((StatusCode::CREATED, Json(TokenSecret { name: new.name, secret })))
 }
 
+#[utoipa::path(get, path = "/v1/tokens", tag = "tokens",
+    responses((status = 200, description = "Every token, without secrets or hashes", body = [TokenRecord]), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Admins only", body = ErrorBody)))]
 async fn list_tokens(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<TokenRecord>>, ApiError> {
     who(&shared, &headers)?.admin_only("listing tokens")?;
     Ok(Json(shared.controller.lock().expect("not poisoned").tokens()?))
 }
 
+#[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", params(("name" = String, Path, description = "Token name")),
+    responses((status = 204, description = "Revoked; it stops working at once"), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody)))]
 async fn revoke_token(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -212,12 +276,14 @@ async fn revoke_token(
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(get, path = "/v1/nodes", tag = "nodes",
+    responses((status = 200, description = "Every node: readiness, GPUs, allocation, utilization, jobs", body = [NodeView]), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
 async fn nodes(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<NodeView>>, ApiError> {
     who(&shared, &headers)?;
     Ok(Json(shared.controller.lock().expect("not poisoned").nodes(now_s())?))
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Drained {
     pub node: String,
     pub drained: bool,
@@ -225,6 +291,9 @@ pub struct Drained {
     pub changed: bool,
 }
 
+#[utoipa::path(post, path = "/v1/nodes/{name}/drain", tag = "nodes", params(("name" = String, Path, description = "Node name")),
+    responses((status = 200, description = "Drained: nothing new starts there", body = Drained), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody)))]
 async fn drain(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -233,6 +302,9 @@ async fn drain(
     set_drained(&shared, &headers, name, true)
 }
 
+#[utoipa::path(post, path = "/v1/nodes/{name}/resume", tag = "nodes", params(("name" = String, Path, description = "Node name")),
+    responses((status = 200, description = "Resumed", body = Drained), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody)))]
 async fn resume(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -250,6 +322,10 @@ fn set_drained(shared: &Shared, headers: &HeaderMap, node: String, drained: bool
 }
 
 /// `POST /v1/agents/register` (agent or admin token): a remote agent announces its node.
+#[utoipa::path(post, path = "/v1/agents/register", tag = "agents", request_body = Register,
+    responses((status = 200, description = "Registered: the node gets work while the agent heartbeats", body = Registered), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Agent or admin tokens only", body = ErrorBody), (status = 404, description = "Not a node of the fleet", body = ErrorBody),
+        (status = 409, description = "The controller runs its own agent (--local)", body = ErrorBody)))]
 async fn register_agent(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -266,6 +342,11 @@ async fn register_agent(
 
 /// `POST /v1/agents/{node}/heartbeat` (agent or admin token): the agent's report in, its
 /// orders out; with nothing to order, held up to `wait_ms` for new orders (a long poll).
+#[utoipa::path(post, path = "/v1/agents/{node}/heartbeat", tag = "agents", params(("node" = String, Path, description = "The agent's node")),
+    request_body = Heartbeat,
+    responses((status = 200, description = "The agent's orders", body = Orders), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Agent or admin tokens only", body = ErrorBody),
+        (status = 409, description = "Not registered since the controller started: register again", body = ErrorBody)))]
 async fn heartbeat(
     State(shared): State<Shared>,
     headers: HeaderMap,

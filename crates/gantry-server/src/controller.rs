@@ -135,7 +135,7 @@ pub struct Controller {
 }
 
 /// A node as `gantry nodes` shows it: its GPUs, what each holds, which jobs run there.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct NodeView {
     pub name: String,
     pub drained: bool,
@@ -149,7 +149,7 @@ pub struct NodeView {
     pub gpus: Vec<GpuView>,
 }
 
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct GpuView {
     pub index: u32,
     pub uuid: String,
@@ -167,7 +167,7 @@ pub struct GpuView {
 }
 
 /// A job as `queue` and `show` list it.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct JobView {
     #[serde(flatten)]
     pub row: JobRow,

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 
 /// One task of one run of a job: what a launch, a report and a forget name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskKey {
     pub job: u64,
@@ -23,7 +23,7 @@ pub struct TaskKey {
 }
 
 /// One task to launch: which job, which task, what it gets.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Launch {
     pub job: u64,
@@ -39,8 +39,11 @@ pub struct Launch {
     /// GPU or MIG UUIDs (`CUDA_VISIBLE_DEVICES`).
     pub devices: Vec<String>,
     /// For an MPS share: (active thread percentage, pinned memory limit in bytes).
+    #[schema(value_type = Option<Vec<u64>>)]
     pub mps: Option<(u32, u64)>,
     pub command: Vec<String>,
+    /// `[name, value]` pairs.
+    #[schema(value_type = Vec<Vec<String>>)]
     pub env: Vec<(String, String)>,
     pub workdir: Option<String>,
     pub time_limit_s: Option<u64>,
@@ -56,7 +59,7 @@ impl Launch {
 }
 
 /// `POST /v1/agents/register`: the node an agent serves and the GPUs it found.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Register {
     pub node: String,
@@ -67,7 +70,7 @@ pub struct Register {
 }
 
 /// A GPU as the agent found it (NVML or its inventory file).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentGpu {
     pub index: u32,
@@ -77,7 +80,7 @@ pub struct AgentGpu {
 }
 
 /// The controller's answer to a registration.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Registered {
     pub node: String,
     /// Silent longer than this, the node gets no new work until the agent is back.
@@ -85,7 +88,7 @@ pub struct Registered {
 }
 
 /// How a task the agent knows is doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "kebab-case", tag = "state")]
 pub enum TaskState {
     Running,
@@ -98,7 +101,7 @@ pub enum TaskState {
     Lost,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TaskReport {
     #[serde(flatten)]
     pub key: TaskKey,
@@ -111,7 +114,7 @@ pub struct TaskReport {
 
 /// One GPU's utilization when the heartbeat left: measured by NVML, or simulated (a busy
 /// simulated GPU reports a steady made-up load, an idle one 0).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSample {
     pub index: u32,
@@ -123,7 +126,7 @@ pub struct GpuSample {
 }
 
 /// `POST /v1/agents/{node}/heartbeat`.
-#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     pub tasks: Vec<TaskReport>,
@@ -136,7 +139,7 @@ pub struct Heartbeat {
 }
 
 /// Stop a job's tasks of run `attempt` on this node: SIGTERM, SIGKILL after `grace_s`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StopOrder {
     pub job: u64,
     pub attempt: u32,
@@ -144,7 +147,7 @@ pub struct StopOrder {
 }
 
 /// The answer to a heartbeat: what the agent must do.
-#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Orders {
     pub launch: Vec<Launch>,
     pub stop: Vec<StopOrder>,

@@ -38,6 +38,7 @@ impl From<rusqlite::Error> for StoreError {
 
 /// A job as the state table holds it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRow {
     pub id: u64,
     pub name: String,
@@ -49,6 +50,8 @@ pub struct JobRow {
     pub exit_code: Option<i32>,
     /// Times it was stopped for another and requeued.
     pub requeues: u32,
+    /// The job as accepted (the workload file's fields, docs/formats.md).
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub job: Job,
     /// Where its tasks run (or last ran).
     pub tasks: Vec<TaskStart>,
@@ -56,6 +59,7 @@ pub struct JobRow {
 
 /// What an API token may do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     /// Everything, tokens and configuration included.
@@ -70,6 +74,7 @@ pub enum Role {
 
 /// An API token as stored: its secret only as a SHA-256 hash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenRecord {
     pub name: String,
     pub role: Role,

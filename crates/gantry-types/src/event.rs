@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where a job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum JobState {
     Pending,
@@ -63,6 +64,7 @@ impl Ending {
 
 /// One task of a started job: where it runs and what it was given.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskStart {
     pub group: String,
     pub replica: u32,

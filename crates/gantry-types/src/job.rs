@@ -151,6 +151,7 @@ pub enum ShareMode {
 
 /// How strongly the task must be isolated from its neighbours on a GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Isolation {
     /// Whole GPU or MIG instance only (memory and fault isolation in hardware).
@@ -189,6 +190,7 @@ impl Default for Topology {
 
 /// Topology levels, tightest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum TopologyLevel {
     Nvlink,

@@ -16,6 +16,7 @@ pub enum JobOutcome {
 
 /// Where one task of a job went.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskPlacement {
     pub group: String,
     pub replica: u32,
@@ -29,6 +30,7 @@ pub struct TaskPlacement {
 
 /// One GPU (or part of one) granted to a task. `gpu` is the GPU's index on its node.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum GpuGrant {
     Whole {
@@ -83,6 +85,7 @@ impl fmt::Display for GpuGrant {
 
 /// A reason and on how many candidates (nodes, or gang attempts) it was the one that applied.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReasonCount {
     pub reason: Reason,
     pub count: u32,
@@ -91,6 +94,7 @@ pub struct ReasonCount {
 /// Why a task could not be placed somewhere. Each variant carries what was needed and the
 /// closest thing that was available, so `why` can say how far off the job is.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum Reason {
     /// No GPU in the candidate set has an acceptable model.

@@ -10,6 +10,7 @@ use std::fmt;
 
 /// The first thing that kept a job from starting.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "reason", rename_all = "kebab-case")]
 pub enum PendingReason {
     /// Held by its submitter or an admin; never started until released.
@@ -123,6 +124,7 @@ impl fmt::Display for PendingReason {
 
 /// What one node class (the nodes with GPUs of one model) has free, for a job's explanation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ClassFree {
     pub model: String,
     /// Does the job accept this model (its model patterns and selector)?
@@ -135,6 +137,7 @@ pub struct ClassFree {
 
 /// One pending job as `why` shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PendingJob {
     pub job: String,
     pub queue: String,

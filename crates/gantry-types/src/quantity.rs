@@ -9,6 +9,7 @@ use std::fmt;
 
 /// GPU compute in thousandths of one whole GPU.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct MilliGpu(pub u32);
 
@@ -25,6 +26,7 @@ impl fmt::Display for MilliGpu {
 
 /// A byte count (memory of a GPU, a node, a request).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct Bytes(pub u64);
 
@@ -63,6 +65,7 @@ impl fmt::Display for Bytes {
 
 /// CPU in thousandths of one core.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(transparent)]
 pub struct MilliCpu(pub u32);
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// What a quota counts: GPUs of one catalog model (by canonical id), or milli-GPU of shares on
 /// any model (the milli-GPU pool).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Flavor {
     Model(String),

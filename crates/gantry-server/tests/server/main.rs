@@ -520,3 +520,47 @@ fn a_local_controller_refuses_remote_agents() {
     assert!(reply["error"].as_str().expect("error").contains("in-process agent"), "{reply}");
     server.stop();
 }
+
+/// The OpenAPI document is generated from the handlers; the committed copy
+/// (docs/openapi.json) must match it, and the controller serves it. Regenerate after an API
+/// change with `GANTRY_BLESS=1 cargo test -p gantry-server --test server openapi`.
+#[test]
+fn the_openapi_document_matches_the_committed_copy_and_is_served() {
+    let generated = serde_json::to_string_pretty(&gantry_server::api::openapi()).expect("json") + "\n";
+    let committed = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    if std::env::var_os("GANTRY_BLESS").is_some() {
+        std::fs::write(&committed, &generated).expect("write docs/openapi.json");
+    }
+    let on_disk = std::fs::read_to_string(&committed).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "docs/openapi.json is stale: run GANTRY_BLESS=1 cargo test -p gantry-server --test server openapi"
+    );
+    let doc: Value = serde_json::from_str(&generated).expect("json");
+    let paths: Vec<&str> = doc["paths"].as_object().expect("paths").keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            "/healthz",
+            "/v1/agents/register",
+            "/v1/agents/{node}/heartbeat",
+            "/v1/jobs",
+            "/v1/jobs/{id}",
+            "/v1/jobs/{id}/logs",
+            "/v1/nodes",
+            "/v1/nodes/{name}/drain",
+            "/v1/nodes/{name}/resume",
+            "/v1/tokens",
+            "/v1/tokens/{name}",
+        ],
+        "every route is documented"
+    );
+    for schema in ["JobView", "PendingReason", "NodeView", "Heartbeat", "Orders", "ErrorBody"] {
+        assert!(doc["components"]["schemas"].get(schema).is_some(), "{schema} missing");
+    }
+    let server = Server::new("openapi");
+    let (status, served) = request(&server.url, None, "GET", "/openapi.json", None).expect("reaches the server");
+    assert_eq!(status, 200);
+    assert_eq!(serde_json::from_str::<Value>(&served).expect("json"), doc);
+    server.stop();
+}
