@@ -757,7 +757,9 @@ impl Controller {
                         continue;
                     }
                     self.running.insert(job, Runs::new(alloc, row.requeues, &placement));
-                    tracing::info!(job, name = %row.name, tasks = world, "started");
+                    let mut nodes: Vec<&str> = placement.iter().map(|t| t.node.as_str()).collect();
+                    nodes.dedup();
+                    tracing::info!(job, name = %row.name, tasks = world, on = %nodes.join(","), "started");
                     match self.agents {
                         Agents::Local => effects.launch.extend(launches),
                         Agents::Remote { .. } => {

@@ -17,7 +17,7 @@ pub const EXAMPLES: &str = "Examples:
 Policies: random, best-fit, dot-product, gpu-packing, gpu-clustering, fgd, spread, topology, default";
 
 const DEMO_FLEET: &str = include_str!("../../../examples/demo-fleet.toml");
-const DEMO_WORKLOAD: &str = include_str!("../../../examples/demo-workload.toml");
+pub(crate) const DEMO_WORKLOAD: &str = include_str!("../../../examples/demo-workload.toml");
 
 #[derive(Args)]
 pub struct PlaceArgs {

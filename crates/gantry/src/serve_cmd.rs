@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub const EXAMPLES: &str = "Examples:
-  # controller + local agent on the demo fleet; data in ~/.local/share/gantry
+  # controller + local agent on the demo fleet, and the bundled demo jobs submitted
+  gantry serve --local --demo
+  # controller + local agent on this machine's GPUs; data in ~/.local/share/gantry
   gantry serve --local
   # then, from another shell
   gantry submit examples/demo-workload.toml
@@ -27,6 +29,11 @@ pub struct ServeArgs {
     /// served by remote agents (`gantry agent`), each getting work while it heartbeats.
     #[arg(long)]
     local: bool,
+    /// With --local: run the bundled demo fleet (simulated GPUs, unless --fleet) and submit
+    /// the bundled demo workload (examples/demo-workload.toml) once the controller is up, if
+    /// its store has no jobs yet; the jobs' starts and ends show in the log.
+    #[arg(long, requires = "local")]
+    demo: bool,
     /// With remote agents: a node whose agent is silent this long gets no new work (what
     /// runs there keeps its place until the agent is back). Default 30.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
@@ -156,6 +163,27 @@ pub fn discover(json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--demo`: submit the bundled demo workload unless the store already has jobs.
+fn submit_demo(url: &str, token: Option<&str>) -> Result<String, String> {
+    let (status, listed) = gantry_server::client::request(url, token, "GET", "/v1/jobs", None)?;
+    if status != 200 {
+        return Err(format!("listing jobs: HTTP {status}: {listed}"));
+    }
+    if listed.trim() != "[]" {
+        return Ok("  demo: the store has jobs already, none submitted (`gantry queue` lists them)".into());
+    }
+    let workload = crate::place_cmd::DEMO_WORKLOAD;
+    let (status, reply) = gantry_server::client::request(url, token, "POST", "/v1/jobs", Some(workload))?;
+    if status != 201 {
+        return Err(format!("HTTP {status}: {reply}"));
+    }
+    let ids: serde_json::Value = serde_json::from_str(&reply).map_err(|e| e.to_string())?;
+    let count = ids["ids"].as_array().map_or(0, Vec::len);
+    Ok(format!(
+        "  demo: submitted the {count} jobs of examples/demo-workload.toml; watch them here, or run `gantry queue`, `gantry nodes`, `gantry why ID`, `gantry logs ID`"
+    ))
+}
+
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("GANTRY_DATA") {
         return Ok(PathBuf::from(dir));
@@ -181,6 +209,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format.as_deref().unwrap_or("text"));
     let (fleet_name, fleet) = match &args.fleet {
         Some(path) => crate::place_cmd::load_fleet(Some(path), catalog)?,
+        // The demo jobs ask for the demo fleet's GPUs (H100s, MIG slices, shares).
+        None if args.demo => crate::place_cmd::load_fleet(None, catalog)?,
         None => match gantry_agent::discover::discover(&hostname(), catalog) {
             Ok(found) => {
                 for note in &found.notes {
@@ -233,6 +263,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
     };
     let local = args.local;
+    let demo = args.demo;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {
         let running = gantry_server::start(config).await.map_err(|e| anyhow::anyhow!(e))?;
@@ -252,6 +283,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",
                 path.display()
             );
+        }
+        if demo {
+            let url = format!("http://{}", running.addr);
+            let token = std::fs::read_to_string(data_dir.join("admin.token")).ok().map(|t| t.trim().to_string());
+            let said = tokio::task::spawn_blocking(move || submit_demo(&url, token.as_deref())).await;
+            match said {
+                Ok(Ok(line)) => eprintln!("{line}"),
+                Ok(Err(e)) => eprintln!("demo workload not submitted: {e}"),
+                Err(e) => eprintln!("demo workload not submitted: {e}"),
+            }
         }
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         eprintln!("stopping (running tasks keep running; the next start re-adopts them)");

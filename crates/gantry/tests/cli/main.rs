@@ -669,3 +669,41 @@ fn remote_agents_killed_and_restarted_repeat_nothing() {
     ids.sort_unstable();
     assert_eq!(ids, (1..=40).collect::<Vec<u64>>(), "every job ran exactly once");
 }
+
+/// `serve --local --demo` (the README's first command) submits the bundled demo jobs on the
+/// demo fleet, and they run; a second start with the same store submits nothing again.
+#[test]
+fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
+    let dir = temp_dir("serve-demo");
+    let data = dir.join("data");
+    let args = ["serve", "--local", "--demo", "--listen", "127.0.0.1:0", "--data", data.to_str().expect("utf-8")];
+    let (server, url) = spawn(&args);
+    let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    let jobs = |state: &str| -> usize {
+        let out = gantry(&["queue", "--state", state, "--json", "--server", &url, "--token", &token]);
+        serde_json::from_str::<serde_json::Value>(&stdout(&out)).map_or(0, |v| v.as_array().map_or(0, Vec::len))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while jobs("completed") == 0 {
+        assert!(std::time::Instant::now() < deadline, "no demo job completed");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(jobs("pending,running,completed,failed,cancelled,lost"), 22);
+    drop(server);
+    let (server, url) = spawn(&args);
+    let out = gantry(&[
+        "queue",
+        "--state",
+        "pending,running,completed,failed,cancelled,lost",
+        "--json",
+        "--server",
+        &url,
+        "--token",
+        &token,
+    ]);
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(listed.as_array().map_or(0, Vec::len), 22, "not submitted twice");
+    drop(server);
+    let refused = gantry(&["serve", "--demo"]);
+    assert!(stderr(&refused).contains("--local"), "{}", stderr(&refused));
+}
