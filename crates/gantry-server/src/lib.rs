@@ -13,6 +13,7 @@ pub mod api;
 pub mod auth;
 pub mod client;
 pub mod controller;
+pub mod mps;
 pub mod runner;
 pub mod wire;
 

@@ -76,6 +76,8 @@ pub struct Runner {
     /// Simulated tasks (benchmarks, demos of big fleets): no process; each "runs" this long
     /// and exits 0.
     simulate: Option<Duration>,
+    /// MPS control daemons for the MPS shares' GPUs.
+    mps: Arc<crate::mps::MpsDaemons>,
 }
 
 fn signal_group(pgid: i32, signal: Signal) {
@@ -88,7 +90,8 @@ fn signal_group(pgid: i32, signal: Signal) {
 
 impl Runner {
     pub fn new(data_dir: PathBuf, exits: mpsc::Sender<Exit>) -> Runner {
-        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default(), simulate: None }
+        let mps = Arc::new(crate::mps::MpsDaemons::new(&data_dir));
+        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default(), simulate: None, mps }
     }
 
     /// A runner whose tasks are simulated: each lasts `duration`, no process is started.
@@ -156,12 +159,19 @@ impl Runner {
             .stderr(err)
             .process_group(0)
             .kill_on_drop(false);
-        if let Some((percentage, memory)) = l.mps {
+        // An MPS client: its GPU's daemon runs before it starts (device 0 is the one GPU it sees).
+        let mps_gpu = l.mps.and_then(|_| l.devices.first().cloned());
+        if let (Some((percentage, memory)), Some(gpu)) = (l.mps, &mps_gpu) {
+            let pipe = self.mps.acquire(gpu).await;
             cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", percentage.to_string())
-                .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", format!("{}={}M", devices, memory >> 20))
-                .env("CUDA_MPS_PIPE_DIRECTORY", self.data_dir.join("mps").join(&l.node));
+                .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", format!("0={}M", memory >> 20))
+                .env("CUDA_MPS_PIPE_DIRECTORY", pipe);
         }
-        let mut child = match cmd.spawn() {
+        let spawned = cmd.spawn();
+        if let (Err(_), Some(gpu)) = (&spawned, &mps_gpu) {
+            self.mps.release(gpu).await;
+        }
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 let _ =
@@ -201,6 +211,9 @@ impl Runner {
         }
         // The task's own children go with it.
         signal_group(pgid, Signal::SIGKILL);
+        if let Some(gpu) = &mps_gpu {
+            self.mps.release(gpu).await;
+        }
         let code = status.ok().and_then(|s| s.code());
         Exit { key: l.key(), code, timed_out, lost: false }
     }

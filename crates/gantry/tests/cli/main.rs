@@ -486,9 +486,15 @@ fn serve(data: &std::path::Path) -> (ServeGuard, String) {
 /// Start a long-running `gantry` command (serve, agent); returns the process and the first
 /// URL its banner names (the controller's address).
 fn spawn(args: &[&str]) -> (ServeGuard, String) {
+    spawn_with(args, &[])
+}
+
+/// [`spawn`] with extra environment variables.
+fn spawn_with(args: &[&str], envs: &[(&str, &str)]) -> (ServeGuard, String) {
     use std::io::BufRead;
     let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(args)
+        .envs(envs.iter().copied())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -706,4 +712,52 @@ fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
     drop(server);
     let refused = gantry(&["serve", "--demo"]);
     assert!(stderr(&refused).contains("--local"), "{}", stderr(&refused));
+}
+
+/// An MPS share starts its GPU's MPS control daemon first (with that GPU's pipe directory)
+/// and stops it after its last client; the client gets the same pipe directory. A stand-in
+/// `nvidia-cuda-mps-control` on `$PATH` records how it was called.
+#[test]
+fn mps_shares_get_a_control_daemon_per_gpu() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp_dir("mps-daemon");
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let calls = dir.join("calls.log");
+    let fake = bin.join("nvidia-cuda-mps-control");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = -d ]; then echo \"start $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY\" >> {0}; \
+             else read cmd; echo \"$cmd $CUDA_VISIBLE_DEVICES\" >> {0}; fi\n",
+            calls.display()
+        ),
+    )
+    .expect("fake binary");
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let data = dir.join("data");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let data_arg = data.to_str().expect("utf-8");
+    let fleet = "../../examples/demo-fleet.toml";
+    let args = ["serve", "--local", "--listen", "127.0.0.1:0", "--fleet", fleet, "--data", data_arg];
+    let (server, url) = spawn_with(&args, &[("PATH", &path)]);
+    let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    let workload = dir.join("mps.toml");
+    std::fs::write(
+        &workload,
+        "[[job]]\nname = \"svc\"\ncount = 2\ngpu = { share = 250, memory = \"5GiB\", mode = \"mps\" }\n\
+         command = \"echo pipe=$CUDA_MPS_PIPE_DIRECTORY pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE mem=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT; sleep 0.5\"\n",
+    )
+    .expect("workload");
+    let out = gantry(&["submit", workload.to_str().expect("utf-8"), "--wait", "--server", &url, "--token", &token]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let logs = stdout(&gantry(&["logs", "1", "--server", &url, "--token", &token]));
+    drop(server);
+    let calls = std::fs::read_to_string(&calls).expect("the daemon was called");
+    let starts: Vec<&str> = calls.lines().filter(|l| l.starts_with("start ")).collect();
+    let quits = calls.lines().filter(|l| l.starts_with("quit ")).count();
+    assert!(!starts.is_empty() && starts.len() == quits, "{calls}");
+    let (gpu, pipe) = starts[0]["start ".len()..].split_once(' ').expect("uuid and pipe");
+    assert!(gpu.starts_with("GPU-") && pipe.ends_with(&format!("mps/{gpu}")), "{calls}");
+    assert!(logs.contains(&format!("pipe={pipe} pct=25 mem=0=5120M")), "{logs}");
 }
