@@ -2,10 +2,10 @@
 //! time, so this builds and runs everywhere; without a driver, discovery says why in one line
 //! (the caller then falls back to a fleet file or the demo fleet).
 //!
-//! Read: each GPU's index, UUID, model (its NVML name through the catalog), memory, and MIG
-//! mode. Not read yet (noted in the result): existing MIG instances (a GPU in MIG mode is left
-//! out rather than guessed), NUMA affinity and NVLink peers (every GPU is put in NUMA node 0
-//! with no NVLink) — see ../shared/reference/nvml-rust.md for what the wrapper lacks.
+//! Read: each GPU's index, UUID, model (its NVML name through the catalog), memory, MIG mode,
+//! NUMA node, PCIe switch and NVLink domain ([`crate::topology`]). Not read yet (noted in the
+//! result): existing MIG instances (a GPU in MIG mode is left out rather than guessed; the
+//! wrapper lacks GPU-instance placements, see ../shared/reference/nvml-rust.md).
 
 use gantry_catalog::Catalog;
 use gantry_types::{Gpu, GpuMode, Node};
@@ -51,8 +51,8 @@ pub fn discover(name: &str, catalog: &Catalog) -> Result<Discovery, Unavailable>
         return Err(Unavailable("NVML found no GPU".into()));
     }
     let mut gpus = Vec::new();
-    let mut notes =
-        vec!["NUMA affinity and NVLink peers are not read yet: all GPUs in NUMA node 0, no NVLink".to_string()];
+    let mut links = Vec::new();
+    let mut notes = Vec::new();
     for i in 0..count {
         let device = match nvml.device_by_index(i) {
             Ok(d) => d,
@@ -74,6 +74,7 @@ pub fn discover(name: &str, catalog: &Catalog) -> Result<Discovery, Unavailable>
             notes.push(format!("GPU {i} {product:?}: left out (MIG mode on; reading its instances is not built yet)"));
             continue;
         }
+        links.push(crate::topology::read(i, &device, &mut notes));
         gpus.push(Gpu {
             index: i,
             model: catalog.model(model).id.clone(),
@@ -85,7 +86,23 @@ pub fn discover(name: &str, catalog: &Catalog) -> Result<Discovery, Unavailable>
         });
     }
     if gpus.is_empty() {
-        return Err(Unavailable(format!("no usable GPU: {}", notes[1..].join("; "))));
+        return Err(Unavailable(format!("no usable GPU: {}", notes.join("; "))));
+    }
+    let mut unknown_pcie = false;
+    let pcie = crate::topology::pcie_groups(gpus.len(), |a, b| {
+        crate::topology::same_switch(&nvml, gpus[a].index, gpus[b].index).unwrap_or_else(|| {
+            unknown_pcie = true;
+            false
+        })
+    });
+    if unknown_pcie {
+        notes.push("PCIe topology partly unknown: GPUs NVML could not compare are in PCIe groups of their own".into());
+    }
+    let domains = crate::topology::nvlink_domains(&links);
+    for (i, gpu) in gpus.iter_mut().enumerate() {
+        gpu.numa = links[i].numa.unwrap_or(0);
+        gpu.pcie_switch = pcie[i];
+        gpu.nvlink_domain = domains[i];
     }
     let (cpus, memory) = host_resources();
     let node = Node {
