@@ -7,9 +7,9 @@
 use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::{Device, Nvml};
 
-/// `NVML_NVLINK_MAX_LINKS` in nvml.h (18 since Hopper); links past a GPU's own count answer
+/// `NVML_NVLINK_MAX_LINKS` in current nvml.h (36); links past a GPU's own count answer
 /// "invalid argument" and are skipped.
-const NVLINK_MAX_LINKS: u32 = 18;
+const NVLINK_MAX_LINKS: u32 = 36;
 use nvml_wrapper::enum_wrappers::nv_link::IntDeviceType;
 
 /// One GPU's connections as NVML reports them.

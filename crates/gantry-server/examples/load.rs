@@ -43,6 +43,7 @@ fn main() {
         scheduling,
         simulate_tasks: Some(Duration::from_secs(24 * 3600)),
         agents: gantry_server::controller::Agents::Local,
+        measure_local_gpus: false,
     };
     let running = rt.block_on(start(config)).expect("starts");
     let url = format!("http://{}", running.addr);

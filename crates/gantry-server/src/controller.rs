@@ -132,6 +132,8 @@ pub struct Controller {
     outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
     /// The fleet with nothing running: could a submitted job ever run here?
     empty: Engine,
+    /// With the in-process agent on this machine's real GPUs: NVML, for utilization.
+    local_sampler: Option<gantry_agent::sample::Sampler>,
 }
 
 /// A node as `gantry nodes` shows it: its GPUs, what each holds, which jobs run there.
@@ -206,6 +208,7 @@ impl Controller {
             agents,
             links: BTreeMap::new(),
             outbox: BTreeMap::new(),
+            local_sampler: None,
             empty,
         };
         if agents != Agents::Local {
@@ -552,7 +555,27 @@ impl Controller {
     }
 
     /// Every node with its GPUs and the running jobs on them.
+    /// The in-process agent runs on this machine's real GPUs: measure their utilization with
+    /// NVML (when it answers) instead of simulating it.
+    pub fn measure_local_gpus(&mut self) {
+        self.local_sampler = gantry_agent::sample::Sampler::open();
+    }
+
     pub fn nodes(&self, now: u64) -> Result<Vec<NodeView>, ApiError> {
+        let local: BTreeMap<u32, GpuSample> = self
+            .local_sampler
+            .iter()
+            .flat_map(|s| s.sample())
+            .map(|m| {
+                let sample = GpuSample {
+                    index: m.index,
+                    utilization_pct: m.utilization_pct,
+                    memory_used_mib: m.memory_used_mib,
+                    measured: true,
+                };
+                (m.index, sample)
+            })
+            .collect();
         let engine = self.scheduler.engine();
         let state = engine.state();
         let mut on_gpu: BTreeMap<(String, u32), Vec<u64>> = BTreeMap::new();
@@ -579,8 +602,16 @@ impl Controller {
             let node = &mut nodes[gpu.node as usize];
             let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
             jobs.dedup();
-            let sample =
-                self.links.get(&node.name).and_then(|l| l.samples.iter().find(|s| s.index == gpu.index)).copied();
+            let sample = match self.agents {
+                Agents::Remote { .. } => {
+                    self.links.get(&node.name).and_then(|l| l.samples.iter().find(|s| s.index == gpu.index)).copied()
+                }
+                Agents::Local => local.get(&gpu.index).copied().or_else(|| {
+                    // Simulated: a steady made-up load while a job holds the GPU, else idle.
+                    let pct = jobs.first().map_or(0, |&job| gantry_agent::sample::simulated_pct(job, gpu.index));
+                    Some(GpuSample { index: gpu.index, utilization_pct: pct, memory_used_mib: 0, measured: false })
+                }),
+            };
             node.gpus.push(GpuView {
                 index: gpu.index,
                 uuid: gpu.uuid.clone(),

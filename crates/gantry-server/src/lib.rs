@@ -47,6 +47,9 @@ pub struct ServeConfig {
     pub simulate_tasks: Option<Duration>,
     /// The in-process agent runs the tasks, or remote agents do.
     pub agents: controller::Agents,
+    /// The fleet is this machine's GPUs as NVML found them: measure their utilization (else
+    /// the in-process agent's utilization is simulated).
+    pub measure_local_gpus: bool,
 }
 
 /// What the API handlers share.
@@ -104,6 +107,9 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
         config.agents,
         now_s(),
     )?;
+    if config.measure_local_gpus {
+        controller.measure_local_gpus();
+    }
     let recovered = controller.take_recovered();
     let admin_token_file = controller.bootstrap_admin(&config.data_dir, now_s())?;
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);

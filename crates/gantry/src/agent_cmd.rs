@@ -111,7 +111,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         );
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if crate::serve_cmd::stop_signal().await.is_ok() {
                 let _ = stop_tx.send(());
             }
         });

@@ -163,6 +163,17 @@ pub fn discover(json: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// Wait for Ctrl-C (SIGINT) or SIGTERM (what systemd and `kill` send): either stops gracefully.
+pub async fn stop_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
 /// `--demo`: submit the bundled demo workload unless the store already has jobs.
 fn submit_demo(url: &str, token: Option<&str>) -> Result<String, String> {
     let (status, listed) = gantry_server::client::request(url, token, "GET", "/v1/jobs", None)?;
@@ -207,6 +218,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let catalog = gantry_catalog::Catalog::embedded();
     init_logs(args.log_format.as_deref().unwrap_or("text"));
+    let mut discovered = false;
     let (fleet_name, fleet) = match &args.fleet {
         Some(path) => crate::place_cmd::load_fleet(Some(path), catalog)?,
         // The demo jobs ask for the demo fleet's GPUs (H100s, MIG slices, shares).
@@ -217,6 +229,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                     eprintln!("note: {note}");
                 }
                 let gpus = found.node.gpus.len();
+                discovered = true;
                 (format!("this machine ({gpus} GPUs found by NVML)"), gantry_types::Fleet { nodes: vec![found.node] })
             }
             Err(why) => {
@@ -256,6 +269,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tick: std::time::Duration::from_secs(1),
         scheduling,
         simulate_tasks: None,
+        measure_local_gpus: discovered,
         agents: if args.local {
             gantry_server::controller::Agents::Local
         } else {
@@ -294,7 +308,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => eprintln!("demo workload not submitted: {e}"),
             }
         }
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        stop_signal().await?;
         eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)

@@ -59,6 +59,7 @@ impl Server {
             scheduling,
             simulate_tasks: None,
             agents,
+            measure_local_gpus: false,
         };
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
@@ -398,6 +399,10 @@ fn nodes_show_their_gpus_and_a_drain_holds_new_work_across_restarts() {
     let holding: Vec<&Value> = gpus.iter().filter(|g| g["jobs"] == serde_json::json!([busy[0]])).collect();
     assert_eq!(holding.len(), 1, "one GPU holds the busy job: {nodes}");
     assert_eq!((holding[0]["allocated_milli"].as_u64(), holding[0]["mode"].as_str()), (Some(1000), Some("whole")));
+    // Simulated utilization (no NVML here): a busy GPU below its allocation, an idle one 0.
+    let busy_pct = holding[0]["utilization_pct"].as_u64().expect("a sample");
+    assert!((55..95).contains(&busy_pct) && holding[0]["measured"] == false, "{nodes}");
+    assert!(gpus.iter().any(|g| g["jobs"] == serde_json::json!([]) && g["utilization_pct"] == 0), "{nodes}");
     let (status, reply) = server.call("POST", "/v1/nodes/n1/drain", None);
     assert_eq!((status, reply["changed"].as_bool()), (200, Some(true)), "{reply}");
     let (status, _) = server.call("POST", "/v1/nodes/ghost/drain", None);
