@@ -44,6 +44,7 @@ fn main() {
         simulate_tasks: Some(Duration::from_secs(24 * 3600)),
         agents: gantry_server::controller::Agents::Local,
         measure_local_gpus: false,
+        billing: Default::default(),
     };
     let running = rt.block_on(start(config)).expect("starts");
     let url = format!("http://{}", running.addr);

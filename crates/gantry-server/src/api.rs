@@ -92,7 +92,8 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, register_agent, heartbeat),
+    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, register_agent, heartbeat),
+    components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
 )]
@@ -130,6 +131,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/nodes/{name}/resume", post(resume))
         .route("/v1/tokens", post(create_token).get(list_tokens))
         .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
+        .route("/v1/usage", get(usage))
         .route("/v1/agents/register", post(register_agent))
         .route("/v1/agents/{node}/heartbeat", post(heartbeat))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
@@ -373,4 +375,44 @@ async fn heartbeat(
     }
     let _ = tokio::time::timeout(wait, notified).await;
     Ok(Json(shared.controller.lock().expect("not poisoned").agent_orders(&node, &stopping)))
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct UsageQuery {
+    /// Start, Unix seconds (rounded down to the hour). Default: 30 days ago.
+    from: Option<u64>,
+    /// End, Unix seconds (rounded up to the hour). Default: now.
+    to: Option<u64>,
+    /// Group by `user`, `queue`, `model` or `job`. Default: queue.
+    by: Option<crate::meter::UsageBy>,
+}
+
+/// `GET /v1/usage`: chargeback from the accounting ledger — allocation and measured use side
+/// by side, waste, in GPU-hours and money (prices from the controller's `[billing]`).
+#[utoipa::path(get, path = "/v1/usage", tag = "usage", params(UsageQuery),
+    responses((status = 200, description = "One line per user, queue, model or job", body = [crate::meter::UsageLine]),
+        (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token", body = ErrorBody)))]
+async fn usage(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<crate::meter::UsageLine>>, ApiError> {
+    let who = who(&shared, &headers)?;
+    let Query(q) = query.map_err(|e| {
+        ApiError::BadRequest(format!("usage: {e} (from/to: Unix seconds; by: user, queue, model or job)"))
+    })?;
+    let now = now_s();
+    let hour = gantry_store::USAGE_BUCKET_S;
+    let from = q.from.unwrap_or(now.saturating_sub(30 * 24 * 3600));
+    let to = q.to.unwrap_or(now);
+    if from > to {
+        return Err(ApiError::BadRequest(format!("usage: from ({from}) is after to ({to})")));
+    }
+    // The store keeps times as SQLite integers: anything past year 10^11 is "the end".
+    let (from, to) = (from.min(1 << 60), to.min(1 << 60));
+    let (from, to) = (from - from % hour, to.div_ceil(hour) * hour);
+    let by = q.by.unwrap_or(crate::meter::UsageBy::Queue);
+    Ok(Json(shared.controller.lock().expect("not poisoned").usage(&who, from, to, by)?))
 }

@@ -121,6 +121,10 @@ pub struct Controller {
     catalog: &'static Catalog,
     /// (node, GPU index) → UUID.
     uuids: BTreeMap<(String, u32), String>,
+    /// (node, GPU index) → model.
+    models: BTreeMap<(String, u32), gantry_catalog::ModelId>,
+    meter: crate::meter::Meter,
+    billing: crate::meter::Billing,
     running: BTreeMap<u64, Runs>,
     /// Tasks re-adopted at open, until the in-process runner takes them.
     recovered: Vec<TaskKey>,
@@ -203,6 +207,9 @@ impl Controller {
             scheduler: Scheduler::new(engine, scheduling),
             catalog,
             uuids,
+            models: BTreeMap::new(),
+            meter: crate::meter::Meter::default(),
+            billing: crate::meter::Billing::default(),
             running: BTreeMap::new(),
             recovered: Vec::new(),
             agents,
@@ -217,6 +224,10 @@ impl Controller {
                 controller.scheduler.set_ready(&node.name, false)?;
             }
         }
+        controller.models = {
+            let state = controller.scheduler.engine().state();
+            state.gpus.iter().map(|g| ((state.info[g.node as usize].name.clone(), g.index), g.model)).collect()
+        };
         for node in controller.store.drained().map_err(|e| e.to_string())? {
             if let Err(e) = controller.scheduler.set_drained(&node, true) {
                 tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
@@ -561,9 +572,9 @@ impl Controller {
         self.local_sampler = gantry_agent::sample::Sampler::open();
     }
 
-    pub fn nodes(&self, now: u64) -> Result<Vec<NodeView>, ApiError> {
-        let local: BTreeMap<u32, GpuSample> = self
-            .local_sampler
+    /// NVML's samples of this machine's GPUs (in-process agent on a discovered fleet), by index.
+    fn local_samples(&self) -> BTreeMap<u32, GpuSample> {
+        self.local_sampler
             .iter()
             .flat_map(|s| s.sample())
             .map(|m| {
@@ -575,7 +586,105 @@ impl Controller {
                 };
                 (m.index, sample)
             })
-            .collect();
+            .collect()
+    }
+
+    /// GPU `index` of `node`'s utilization: its remote agent's last sample; with the
+    /// in-process agent, NVML's (`local`) or else simulated from the job holding it.
+    fn gpu_sample(
+        &self,
+        node: &str,
+        index: u32,
+        holder: Option<u64>,
+        local: &BTreeMap<u32, GpuSample>,
+    ) -> Option<GpuSample> {
+        match self.agents {
+            Agents::Remote { .. } => {
+                self.links.get(node).and_then(|l| l.samples.iter().find(|s| s.index == index)).copied()
+            }
+            Agents::Local => local.get(&index).copied().or_else(|| {
+                // Simulated: a steady made-up load while a job holds the GPU, else idle.
+                let pct = holder.map_or(0, |job| gantry_agent::sample::simulated_pct(job, index));
+                Some(GpuSample { index, utilization_pct: pct, memory_used_mib: 0, measured: false })
+            }),
+        }
+    }
+
+    /// What each running job holds on each GPU now, with that GPU's utilization.
+    fn holdings(&self) -> Vec<crate::meter::Holding> {
+        let local = self.local_samples();
+        let mut holdings = Vec::new();
+        for (&job, runs) in &self.running {
+            let Some(placement) = self.scheduler.placement(runs.alloc) else { continue };
+            let spec = self.scheduler.job(job);
+            let queue = spec.map(|j| j.queue.clone()).unwrap_or_default();
+            let user = spec.and_then(|j| j.control.user.clone()).unwrap_or_default();
+            for task in &placement {
+                for grant in &task.gpus {
+                    let Some(&model) = self.models.get(&(task.node.clone(), grant.gpu())) else { continue };
+                    let gpu_model = self.catalog.model(model);
+                    let milli = match grant {
+                        GpuGrant::Whole { .. } => 1000,
+                        GpuGrant::Mig { profile, .. } => gpu_model
+                            .mig
+                            .as_ref()
+                            .and_then(|g| g.profiles.iter().find(|p| &p.name == profile))
+                            .map_or(0, |p| u64::from(gpu_model.mig_milli(p).0)),
+                        GpuGrant::Mps { milli, .. } | GpuGrant::TimeSlice { milli, .. } => u64::from(milli.0),
+                    };
+                    let pct =
+                        self.gpu_sample(&task.node, grant.gpu(), Some(job), &local).map_or(0, |s| s.utilization_pct);
+                    holdings.push(crate::meter::Holding {
+                        job,
+                        queue: queue.clone(),
+                        user: user.clone(),
+                        model: gpu_model.id.clone(),
+                        milli,
+                        utilization_pct: pct,
+                    });
+                }
+            }
+        }
+        holdings
+    }
+
+    /// Meter what runs since the last call; write the ledger every few seconds (`force`: now).
+    pub fn meter(&mut self, now: u64, force: bool) {
+        let holdings = self.holdings();
+        self.meter.record(now, &holdings);
+        let rows = self.meter.take(now, force);
+        if rows.is_empty() {
+            return;
+        }
+        if let Err(e) = self.store.add_usage(&rows) {
+            tracing::error!(error = %e, "writing the usage ledger failed; kept for the next try");
+            self.meter.restore(rows);
+        }
+    }
+
+    /// The chargeback report for `[from_s, to_s)` (whole hours), grouped `by`; a member sees
+    /// only its queues'.
+    pub fn usage(
+        &self,
+        who: &Principal,
+        from_s: u64,
+        to_s: u64,
+        by: crate::meter::UsageBy,
+    ) -> Result<Vec<crate::meter::UsageLine>, ApiError> {
+        if who.role == gantry_store::Role::Agent {
+            return Err(ApiError::Forbidden(format!("token {:?} is an agent's", who.name)));
+        }
+        let rows: Vec<gantry_store::UsageRow> =
+            self.store.usage(from_s, to_s)?.into_iter().filter(|r| who.sees(&r.queue)).collect();
+        Ok(crate::meter::report(&rows, by, &self.billing))
+    }
+
+    pub fn set_billing(&mut self, billing: crate::meter::Billing) {
+        self.billing = billing;
+    }
+
+    pub fn nodes(&self, now: u64) -> Result<Vec<NodeView>, ApiError> {
+        let local = self.local_samples();
         let engine = self.scheduler.engine();
         let state = engine.state();
         let mut on_gpu: BTreeMap<(String, u32), Vec<u64>> = BTreeMap::new();
@@ -602,16 +711,7 @@ impl Controller {
             let node = &mut nodes[gpu.node as usize];
             let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
             jobs.dedup();
-            let sample = match self.agents {
-                Agents::Remote { .. } => {
-                    self.links.get(&node.name).and_then(|l| l.samples.iter().find(|s| s.index == gpu.index)).copied()
-                }
-                Agents::Local => local.get(&gpu.index).copied().or_else(|| {
-                    // Simulated: a steady made-up load while a job holds the GPU, else idle.
-                    let pct = jobs.first().map_or(0, |&job| gantry_agent::sample::simulated_pct(job, gpu.index));
-                    Some(GpuSample { index: gpu.index, utilization_pct: pct, memory_used_mib: 0, measured: false })
-                }),
-            };
+            let sample = self.gpu_sample(&node.name, gpu.index, jobs.first().copied(), &local);
             node.gpus.push(GpuView {
                 index: gpu.index,
                 uuid: gpu.uuid.clone(),
@@ -843,6 +943,8 @@ impl Controller {
         if runs.tasks_left > 0 {
             return Ok(());
         }
+        // Its last seconds count, and its numbers are in the ledger before it is gone.
+        self.meter(now, true);
         let runs = self.running.remove(&job).expect("present");
         if let (Some(cause), false) = (runs.preempted, runs.cancelled) {
             // Stopped for another: it waits again, in its queue, with its original place.

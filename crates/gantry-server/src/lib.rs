@@ -13,6 +13,7 @@ pub mod api;
 pub mod auth;
 pub mod client;
 pub mod controller;
+pub mod meter;
 pub mod mps;
 pub mod runner;
 pub mod wire;
@@ -50,6 +51,8 @@ pub struct ServeConfig {
     /// The fleet is this machine's GPUs as NVML found them: measure their utilization (else
     /// the in-process agent's utilization is simulated).
     pub measure_local_gpus: bool,
+    /// Prices and weights for chargeback (`GET /v1/usage`).
+    pub billing: meter::Billing,
 }
 
 /// What the API handlers share.
@@ -110,6 +113,8 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     if config.measure_local_gpus {
         controller.measure_local_gpus();
     }
+    config.billing.check()?;
+    controller.set_billing(config.billing.clone());
     let recovered = controller.take_recovered();
     let admin_token_file = controller.bootstrap_admin(&config.data_dir, now_s())?;
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
@@ -165,6 +170,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
                     }
                 }
                 controller.check_agents(now_s());
+                controller.meter(now_s(), false);
                 match controller.cycle(now_s()) {
                     Ok(effects) => effects,
                     Err(e) => {

@@ -143,3 +143,36 @@ pub fn drained_nodes<S: Store>(mut make: impl FnMut() -> S) {
     store.set_drained("zz", false).expect("resuming an undrained node is fine");
     assert_eq!(store.drained().expect("reads"), ["b"]);
 }
+
+/// The accounting ledger: rows of the same hour, job and model add up; a batch with a bad row
+/// adds nothing; reads take whole hours in `[from, to)`.
+pub fn usage_ledger<S: Store>(mut make: impl FnMut() -> S) {
+    use crate::UsageRow;
+    let mut store = make();
+    let row = |hour_s: u64, job: u64, model: &str, allocated: u64, used: u64| UsageRow {
+        hour_s,
+        job,
+        queue: "research".into(),
+        user: "ada".into(),
+        model: model.into(),
+        allocated_milli_s: allocated,
+        used_milli_s: used,
+    };
+    assert_eq!(store.usage(0, u64::MAX >> 1).expect("reads"), Vec::new());
+    store.add_usage(&[row(3600, 1, "H100-SXM5-80GB", 1000, 600), row(7200, 1, "H100-SXM5-80GB", 5, 1)]).expect("adds");
+    store.add_usage(&[row(3600, 1, "H100-SXM5-80GB", 2000, 900), row(3600, 2, "L4", 500, 0)]).expect("adds up");
+    let bad = store.add_usage(&[row(10_800, 3, "L4", 1, 1), row(10_801, 3, "L4", 1, 1)]);
+    assert!(bad.is_err(), "an hour off the hour is refused");
+    assert_eq!(
+        store.usage(0, 100_000).expect("reads"),
+        vec![
+            row(3600, 1, "H100-SXM5-80GB", 3000, 1500),
+            row(3600, 2, "L4", 500, 0),
+            row(7200, 1, "H100-SXM5-80GB", 5, 1)
+        ],
+        "the refused batch left nothing"
+    );
+    assert_eq!(store.usage(7200, 7201).expect("reads").len(), 1);
+    assert_eq!(store.usage(3601, 7200).expect("reads"), Vec::new());
+    assert_eq!(store.usage(9000, 10).expect("reads"), Vec::new(), "an empty range");
+}

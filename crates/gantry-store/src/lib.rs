@@ -85,6 +85,28 @@ pub struct TokenRecord {
     pub created_at_s: u64,
 }
 
+/// The accounting ledger's unit: one job's use of one GPU model within one hour. Integer
+/// milli-GPU-seconds (a whole GPU for one second is 1000), so sums are exact.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct UsageRow {
+    /// Start of the hour (Unix seconds, a multiple of 3600).
+    pub hour_s: u64,
+    pub job: u64,
+    pub queue: String,
+    /// The job's user (empty when it named none).
+    pub user: String,
+    /// Catalog model id.
+    pub model: String,
+    /// Compute held, whatever it did with it.
+    pub allocated_milli_s: u64,
+    /// Compute used: held × measured (or simulated) utilization.
+    pub used_milli_s: u64,
+}
+
+/// Seconds per ledger bucket.
+pub const USAGE_BUCKET_S: u64 = 3600;
+
 /// The boundary the controller writes through. One writer at a time.
 pub trait Store {
     /// Append `events` in order, all or none, updating the derived state in the same
@@ -110,6 +132,10 @@ pub trait Store {
     fn set_drained(&mut self, node: &str, drained: bool) -> Result<(), StoreError>;
     /// The drained nodes, by name.
     fn drained(&self) -> Result<Vec<String>, StoreError>;
+    /// Add to the ledger, all or none: rows for the same (hour, job, model) add up.
+    fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError>;
+    /// Ledger rows of the hours that start in `[from_s, to_s)`, by hour, job and model.
+    fn usage(&self, from_s: u64, to_s: u64) -> Result<Vec<UsageRow>, StoreError>;
 }
 
 /// The state a job moves to on `event`, or a conflict. `current` is `None` for a job the

@@ -2,7 +2,7 @@
 //! FULL` (an append that returned survives a power cut), the event log and the `jobs` table
 //! in one transaction per append.
 
-use crate::{JobRow, Role, Store, StoreError, TokenRecord, transition};
+use crate::{JobRow, Role, Store, StoreError, TokenRecord, UsageRow, transition};
 use gantry_types::{Event, JobState, TaskStart};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use std::path::Path;
@@ -39,11 +39,21 @@ CREATE TABLE IF NOT EXISTS tokens (
 CREATE TABLE IF NOT EXISTS drained (
     node TEXT PRIMARY KEY
 );
+CREATE TABLE IF NOT EXISTS usage (
+    hour_s            INTEGER NOT NULL,
+    job_id            INTEGER NOT NULL,
+    queue             TEXT    NOT NULL,
+    user              TEXT    NOT NULL,
+    model             TEXT    NOT NULL,
+    allocated_milli_s INTEGER NOT NULL,
+    used_milli_s      INTEGER NOT NULL,
+    PRIMARY KEY (hour_s, job_id, model)
+);
 ";
 
-/// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`; an
-/// older store gets the new tables when opened.
-const SCHEMA_VERSION: i64 = 3;
+/// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
+/// `usage`; an older store gets the new tables when opened.
+const SCHEMA_VERSION: i64 = 4;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -281,6 +291,60 @@ impl Store for SqliteStore {
         let mut stmt = self.conn.prepare_cached("SELECT node FROM drained ORDER BY node")?;
         let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO usage (hour_s, job_id, queue, user, model, allocated_milli_s, used_milli_s)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (hour_s, job_id, model) DO UPDATE SET
+                   allocated_milli_s = allocated_milli_s + excluded.allocated_milli_s,
+                   used_milli_s = used_milli_s + excluded.used_milli_s",
+            )?;
+            for r in rows {
+                if r.hour_s % crate::USAGE_BUCKET_S != 0 {
+                    return Err(StoreError::Backend(format!("usage hour {} is not on an hour", r.hour_s)));
+                }
+                stmt.execute(params![
+                    int(r.hour_s)?,
+                    int(r.job)?,
+                    r.queue,
+                    r.user,
+                    r.model,
+                    int(r.allocated_milli_s)?,
+                    int(r.used_milli_s)?
+                ])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn usage(&self, from_s: u64, to_s: u64) -> Result<Vec<UsageRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT hour_s, job_id, queue, user, model, allocated_milli_s, used_milli_s FROM usage
+             WHERE hour_s >= ?1 AND hour_s < ?2 ORDER BY hour_s, job_id, model",
+        )?;
+        let raw: Vec<(i64, i64, String, String, String, i64, i64)> = stmt
+            .query_map(params![int(from_s)?, int(to_s.max(from_s))?], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+            })?
+            .collect::<Result<_, _>>()?;
+        raw.into_iter()
+            .map(|(hour, job, queue, user, model, allocated, used)| {
+                Ok(UsageRow {
+                    hour_s: uint(hour)?,
+                    job: uint(job)?,
+                    queue,
+                    user,
+                    model,
+                    allocated_milli_s: uint(allocated)?,
+                    used_milli_s: uint(used)?,
+                })
+            })
+            .collect()
     }
 
     fn rebuild(&mut self) -> Result<(), StoreError> {

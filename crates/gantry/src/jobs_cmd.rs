@@ -29,7 +29,7 @@ pub struct ServerArg {
     token: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
-    json: bool,
+    pub json: bool,
 }
 
 impl ServerArg {
@@ -49,7 +49,7 @@ impl ServerArg {
     }
 
     /// Call the API; a 4xx/5xx becomes an error with the controller's message.
-    fn call(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Value> {
+    pub fn call(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Value> {
         let token = self.token();
         let (status, text) =
             request(&self.url(), token.as_deref(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;

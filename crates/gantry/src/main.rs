@@ -12,6 +12,7 @@ mod sbatch;
 mod serve_cmd;
 mod sim_cmd;
 mod synth_cmd;
+mod usage_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -77,6 +78,9 @@ enum Command {
     Drain(jobs_cmd::NodeArgs),
     /// Resume a drained node (admin).
     Resume(jobs_cmd::NodeArgs),
+    /// Chargeback: GPU-hours allocated and used, waste, and cost, by user, queue, model or job.
+    #[command(after_help = usage_cmd::EXAMPLES)]
+    Usage(usage_cmd::UsageArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
     /// Check a fleet file and/or a workload file without placing anything.
@@ -119,6 +123,7 @@ fn main() -> ExitCode {
         Command::Cancel(args) => jobs_cmd::cancel(args),
         Command::Logs(args) => jobs_cmd::logs(args),
         Command::Token(args) => jobs_cmd::token(args),
+        Command::Usage(args) => usage_cmd::run(args),
         Command::Nodes(args) => jobs_cmd::nodes(args),
         Command::Discover { json } => serve_cmd::discover(json),
         Command::Drain(args) => jobs_cmd::drain(args, true),

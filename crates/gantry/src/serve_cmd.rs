@@ -71,6 +71,9 @@ pub struct ServeArgs {
     /// log_format; paths relative to the file. Flags given on the command line win.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Prices and weights: only from the config file's `[billing]`.
+    #[arg(skip)]
+    billing: Option<gantry_server::meter::Billing>,
 }
 
 /// `gantry serve --config FILE`.
@@ -84,6 +87,7 @@ struct ConfigFile {
     backfill: Option<String>,
     preempt: Option<bool>,
     log_format: Option<String>,
+    billing: Option<gantry_server::meter::Billing>,
 }
 
 /// Fill what the command line left out from the configuration file.
@@ -110,6 +114,10 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
     args.backfill = args.backfill.or(file.backfill);
     args.preempt |= file.preempt.unwrap_or(false);
     args.log_format = args.log_format.or(file.log_format);
+    if let Some(billing) = &file.billing {
+        billing.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    args.billing = file.billing;
     Ok(args)
 }
 
@@ -270,6 +278,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         scheduling,
         simulate_tasks: None,
         measure_local_gpus: discovered,
+        billing: args.billing.clone().unwrap_or_default(),
         agents: if args.local {
             gantry_server::controller::Agents::Local
         } else {

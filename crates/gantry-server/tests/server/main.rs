@@ -60,6 +60,7 @@ impl Server {
             simulate_tasks: None,
             agents,
             measure_local_gpus: false,
+            billing: Default::default(),
         };
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
@@ -557,6 +558,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/nodes/{name}/resume",
             "/v1/tokens",
             "/v1/tokens/{name}",
+            "/v1/usage",
         ],
         "every route is documented"
     );
@@ -567,5 +569,41 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
     let (status, served) = request(&server.url, None, "GET", "/openapi.json", None).expect("reaches the server");
     assert_eq!(status, 200);
     assert_eq!(serde_json::from_str::<Value>(&served).expect("json"), doc);
+    server.stop();
+}
+
+/// The meter: a running job's allocation and (simulated) use reach the ledger, and the
+/// usage report bills both; bad queries are 400s.
+#[test]
+fn usage_is_metered_into_the_ledger_and_reported() {
+    let server = Server::new("usage");
+    let ids =
+        server.submit("[[job]]\nname = \"metered\"\nuser = \"ada\"\ngpu = { count = 2 }\ncommand = \"sleep 3\"\n");
+    server.wait_for(ids[0], JobState::Completed);
+    let (status, lines) = server.call("GET", "/v1/usage?by=job", None);
+    assert_eq!(status, 200, "{lines}");
+    let line = &lines[0];
+    assert_eq!(line["key"], ids[0].to_string(), "{lines}");
+    // Two GPUs for about three seconds (the clock counts whole seconds).
+    let allocated_s = line["allocated_gpu_hours"].as_f64().expect("number") * 3600.0;
+    assert!((2.0 * 2.0..=2.0 * 5.0).contains(&allocated_s), "{lines}");
+    let utilization = line["utilization"].as_f64().expect("number");
+    assert!((0.55..0.95).contains(&utilization), "simulated use is below allocation: {lines}");
+    let (_, by_user) = server.call("GET", "/v1/usage?by=user", None);
+    assert_eq!(by_user[0]["key"], "ada", "{by_user}");
+    for (query, message) in [
+        ("/v1/usage?by=colour", "by: user, queue, model or job"),
+        ("/v1/usage?from=x", "from/to: Unix seconds"),
+        ("/v1/usage?from=100&to=50", "from (100) is after to (50)"),
+    ] {
+        let (status, reply) = server.call("GET", query, None);
+        assert_eq!(status, 400, "{query}: {reply}");
+        assert!(reply["error"].as_str().expect("error").contains(message), "{query}: {reply}");
+    }
+    let (_, member) =
+        server.call("POST", "/v1/tokens", Some(r#"{"name": "m", "role": "member", "queues": ["other"]}"#));
+    let member = member["secret"].as_str().expect("secret").to_string();
+    let (status, seen) = server.call_as(Some(&member), "GET", "/v1/usage", None);
+    assert_eq!((status, seen), (200, serde_json::json!([])), "a member sees only its queues' usage");
     server.stop();
 }

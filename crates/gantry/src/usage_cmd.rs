@@ -1,0 +1,199 @@
+//! `gantry usage`: chargeback from the controller's accounting ledger — allocation and
+//! measured use side by side, the waste between them, in GPU-hours and money.
+
+use crate::jobs_cmd::ServerArg;
+use anyhow::bail;
+use clap::Args;
+use serde_json::Value;
+use std::process::ExitCode;
+
+pub const EXAMPLES: &str = "Examples:
+  gantry usage                               # the last 30 days, by queue
+  gantry usage --from -7d --by user          # the last week, by user
+  gantry usage --from 2026-11-01 --to 2026-12-01 --by model --csv > november.csv
+  gantry usage --by job --json";
+
+#[derive(Args)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    server: ServerArg,
+    /// Start: YYYY-MM-DD (UTC), YYYY-MM-DDTHH:MM, Unix seconds, or -N[mhd] before now.
+    /// Default: 30 days ago. Rounded down to the hour.
+    #[arg(long, allow_hyphen_values = true)]
+    from: Option<String>,
+    /// End, in the same forms, or `now` (the default). Rounded up to the hour.
+    #[arg(long, allow_hyphen_values = true)]
+    to: Option<String>,
+    /// Group by user, queue, model or job.
+    #[arg(long, default_value = "queue", value_parser = ["user", "queue", "model", "job"])]
+    by: String,
+    /// Print CSV instead of a table.
+    #[arg(long, conflicts_with = "json")]
+    csv: bool,
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// A time as the flags take it, in Unix seconds.
+pub fn parse_time(text: &str, now: u64) -> Result<u64, String> {
+    let bad = || {
+        format!("time {text:?}: use YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC), Unix seconds, now, or -N followed by m, h or d")
+    };
+    let text = text.trim();
+    if text == "now" {
+        return Ok(now);
+    }
+    if let Some(ago) = text.strip_prefix('-') {
+        let (n, unit) = ago.split_at(ago.len().saturating_sub(1));
+        let n: u64 = n.parse().map_err(|_| bad())?;
+        let seconds = match unit {
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            _ => return Err(bad()),
+        };
+        return n.checked_mul(seconds).map(|s| now.saturating_sub(s)).ok_or_else(bad);
+    }
+    if text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().map_err(|_| bad());
+    }
+    let (date, clock) = text.split_once('T').unwrap_or((text, "00:00"));
+    let parts: Vec<&str> = date.split('-').collect();
+    let [y, m, d] = parts[..] else { return Err(bad()) };
+    let (y, m, d): (i64, i64, i64) =
+        (y.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?, d.parse().map_err(|_| bad())?);
+    let (hh, mm) = clock.split_once(':').ok_or_else(bad)?;
+    let (hh, mm): (i64, i64) = (hh.parse().map_err(|_| bad())?, mm.parse().map_err(|_| bad())?);
+    if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 {
+        return Err(bad());
+    }
+    let seconds = days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60;
+    u64::try_from(seconds).map_err(|_| bad())
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or(0.0)
+}
+
+pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
+    let now = gantry_server::now_s();
+    let from =
+        args.from.as_deref().map(|t| parse_time(t, now)).transpose().map_err(|e| anyhow::anyhow!("--from: {e}"))?;
+    let to = args.to.as_deref().map(|t| parse_time(t, now)).transpose().map_err(|e| anyhow::anyhow!("--to: {e}"))?;
+    if let (Some(f), Some(t)) = (from, to)
+        && f > t
+    {
+        bail!("--from is after --to");
+    }
+    let mut path = format!("/v1/usage?by={}", args.by);
+    if let Some(f) = from {
+        path += &format!("&from={f}");
+    }
+    if let Some(t) = to {
+        path += &format!("&to={t}");
+    }
+    let lines = args.server.call("GET", &path, None)?;
+    let lines = lines.as_array().cloned().unwrap_or_default();
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&lines)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let columns = [
+        "allocated_gpu_hours",
+        "used_gpu_hours",
+        "utilization",
+        "waste_gpu_hours",
+        "normalized_allocated_gpu_hours",
+        "normalized_used_gpu_hours",
+        "cost_allocated",
+        "cost_used",
+        "waste_cost",
+    ];
+    if args.csv {
+        println!("{},{}", args.by, columns.join(","));
+        for l in &lines {
+            let key = l["key"].as_str().unwrap_or("");
+            let key =
+                if key.contains([',', '"']) { format!("\"{}\"", key.replace('"', "\"\"")) } else { key.to_string() };
+            let values: Vec<String> = columns.iter().map(|c| format!("{:.6}", num(l, c))).collect();
+            println!("{key},{}", values.join(","));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<20} {:>12} {:>12} {:>6} {:>12} {:>12} {:>12} {:>12}",
+        args.by.to_uppercase(),
+        "ALLOC GPU-h",
+        "USED GPU-h",
+        "UTIL",
+        "WASTE GPU-h",
+        "COST ALLOC",
+        "COST USED",
+        "WASTE $"
+    );
+    let mut totals = [0.0; 5];
+    for l in &lines {
+        let row = [
+            num(l, "allocated_gpu_hours"),
+            num(l, "used_gpu_hours"),
+            num(l, "waste_gpu_hours"),
+            num(l, "cost_allocated"),
+            num(l, "cost_used"),
+        ];
+        for (t, v) in totals.iter_mut().zip(row) {
+            *t += v;
+        }
+        println!(
+            "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2}",
+            l["key"].as_str().unwrap_or(""),
+            row[0],
+            row[1],
+            num(l, "utilization") * 100.0,
+            row[2],
+            row[3],
+            row[4],
+            row[3] - row[4]
+        );
+    }
+    let util = if totals[0] > 0.0 { totals[1] / totals[0] * 100.0 } else { 0.0 };
+    println!(
+        "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2}",
+        "TOTAL",
+        totals[0],
+        totals[1],
+        util,
+        totals[2],
+        totals[3],
+        totals[4],
+        totals[3] - totals[4]
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_in_every_documented_form() {
+        let now = 1_795_000_000;
+        assert_eq!(parse_time("2026-11-01", now), Ok(1_793_491_200));
+        assert_eq!(parse_time("2026-11-01T06:30", now), Ok(1_793_491_200 + 6 * 3600 + 1800));
+        assert_eq!(parse_time("1970-01-01", now), Ok(0));
+        assert_eq!(parse_time("-2h", now), Ok(now - 7200));
+        assert_eq!(parse_time("-7d", now), Ok(now - 7 * 86_400));
+        assert_eq!(parse_time("now", now), Ok(now));
+        assert_eq!(parse_time("12345", now), Ok(12_345));
+        for bad in ["yesterday", "2026-13-01", "2026-11", "-5y", "-h", "2026-11-01T25:00", "-99999999999999999d"] {
+            assert!(parse_time(bad, now).is_err(), "{bad}");
+        }
+    }
+}
