@@ -92,7 +92,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, register_agent, heartbeat),
+    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, metrics, register_agent, heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -132,6 +132,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/tokens", post(create_token).get(list_tokens))
         .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
         .route("/v1/usage", get(usage))
+        .route("/metrics", get(metrics))
         .route("/v1/agents/register", post(register_agent))
         .route("/v1/agents/{node}/heartbeat", post(heartbeat))
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
@@ -415,4 +416,15 @@ async fn usage(
     let (from, to) = (from - from % hour, to.div_ceil(hour) * hour);
     let by = q.by.unwrap_or(crate::meter::UsageBy::Queue);
     Ok(Json(shared.controller.lock().expect("not poisoned").usage(&who, from, to, by)?))
+}
+
+/// `GET /metrics`: OpenMetrics for Prometheus (any token but an agent's; a read-only token is
+/// the one to give a scraper).
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses((status = 200, description = "The controller's state in the OpenMetrics text format (names in docs/formats.md)", body = String, content_type = "application/openmetrics-text"),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody), (status = 403, description = "Not allowed for this token", body = ErrorBody)))]
+async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let who = who(&shared, &headers)?;
+    let text = shared.controller.lock().expect("not poisoned").metrics(&who, now_s())?;
+    Ok(([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }

@@ -125,6 +125,7 @@ pub struct Controller {
     models: BTreeMap<(String, u32), gantry_catalog::ModelId>,
     meter: crate::meter::Meter,
     billing: crate::meter::Billing,
+    stats: crate::metrics::ServiceStats,
     running: BTreeMap<u64, Runs>,
     /// Tasks re-adopted at open, until the in-process runner takes them.
     recovered: Vec<TaskKey>,
@@ -210,6 +211,7 @@ impl Controller {
             models: BTreeMap::new(),
             meter: crate::meter::Meter::default(),
             billing: crate::meter::Billing::default(),
+            stats: crate::metrics::ServiceStats::default(),
             running: BTreeMap::new(),
             recovered: Vec::new(),
             agents,
@@ -679,6 +681,142 @@ impl Controller {
         Ok(crate::meter::report(&rows, by, &self.billing))
     }
 
+    /// A scheduling cycle took this long.
+    pub fn observe_cycle(&mut self, took: std::time::Duration) {
+        self.stats.cycle_seconds.observe(took.as_secs_f64());
+    }
+
+    /// `GET /metrics`: the OpenMetrics exposition (names in docs/formats.md).
+    pub fn metrics(&self, who: &Principal, now: u64) -> Result<String, ApiError> {
+        use crate::metrics::Exposition;
+        if who.role == gantry_store::Role::Agent {
+            return Err(ApiError::Forbidden(format!("token {:?} is an agent's", who.name)));
+        }
+        let nodes = self.nodes(now)?;
+        let mut out = Exposition::default();
+        out.family(
+            "gantry_gpu_allocated_ratio",
+            "gauge",
+            "",
+            "Compute handed out on a GPU, 0 to 1 (a whole GPU, a MIG slice's share, MPS and time-slice shares).",
+        );
+        for n in &nodes {
+            for g in &n.gpus {
+                let index = g.index.to_string();
+                out.sample(
+                    "gantry_gpu_allocated_ratio",
+                    &[("node", &n.name), ("gpu", &index), ("model", &g.model)],
+                    f64::from(g.allocated_milli) / 1000.0,
+                );
+            }
+        }
+        out.family("gantry_gpu_utilization_ratio", "gauge", "", "A GPU's utilization, 0 to 1, as its agent last sampled it (DCGM_FI_DEV_GPU_UTIL / 100); simulated on simulated fleets.");
+        for n in &nodes {
+            for g in &n.gpus {
+                if let Some(pct) = g.utilization_pct {
+                    let index = g.index.to_string();
+                    let simulated = if g.measured { "false" } else { "true" };
+                    out.sample(
+                        "gantry_gpu_utilization_ratio",
+                        &[("node", &n.name), ("gpu", &index), ("model", &g.model), ("simulated", simulated)],
+                        f64::from(pct) / 100.0,
+                    );
+                }
+            }
+        }
+        let mut by_model: BTreeMap<&str, (f64, f64, f64)> = BTreeMap::new();
+        for g in nodes.iter().flat_map(|n| &n.gpus) {
+            let entry = by_model.entry(g.model.as_str()).or_default();
+            let allocated = f64::from(g.allocated_milli) / 1000.0;
+            entry.0 += 1.0;
+            entry.1 += allocated;
+            entry.2 += allocated * f64::from(g.utilization_pct.unwrap_or(0)) / 100.0;
+        }
+        for (name, help, pick) in [
+            ("gantry_fleet_gpus", "GPUs in the fleet.", 0),
+            ("gantry_fleet_allocated_gpus", "GPUs' worth of compute handed out.", 1),
+            ("gantry_fleet_used_gpus", "GPUs' worth of compute in use: allocation × utilization.", 2),
+        ] {
+            out.family(name, "gauge", "", help);
+            for (model, v) in &by_model {
+                out.sample(name, &[("model", model)], [v.0, v.1, v.2][pick]);
+            }
+        }
+        let mut by_queue: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+        for h in self.holdings() {
+            let entry = by_queue.entry(h.queue).or_default();
+            entry.0 += h.milli as f64 / 1000.0;
+            entry.1 += h.milli as f64 / 1000.0 * f64::from(h.utilization_pct) / 100.0;
+        }
+        out.family(
+            "gantry_queue_allocated_gpus",
+            "gauge",
+            "",
+            "GPUs' worth of compute held by a queue's running jobs.",
+        );
+        for (queue, (allocated, _)) in &by_queue {
+            out.sample("gantry_queue_allocated_gpus", &[("queue", queue)], *allocated);
+        }
+        out.family(
+            "gantry_queue_used_gpus",
+            "gauge",
+            "",
+            "GPUs' worth of compute a queue's running jobs use: allocation × utilization.",
+        );
+        for (queue, (_, used)) in &by_queue {
+            out.sample("gantry_queue_used_gpus", &[("queue", queue)], *used);
+        }
+        let mut jobs: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+        for row in self.store.jobs(&[JobState::Pending, JobState::Running])? {
+            *jobs.entry((row.queue.clone(), row.state.name())).or_default() += 1;
+        }
+        out.family("gantry_jobs", "gauge", "", "Jobs waiting or running, by queue and state.");
+        for ((queue, state), count) in &jobs {
+            out.sample("gantry_jobs", &[("queue", queue), ("state", state)], *count as f64);
+        }
+        out.family("gantry_jobs_ended", "counter", "", "Jobs ended since the controller started, by how.");
+        for (ending, count) in &self.stats.ended {
+            out.sample("gantry_jobs_ended_total", &[("ending", ending)], *count as f64);
+        }
+        out.family(
+            "gantry_decisions",
+            "counter",
+            "",
+            "Scheduling decisions since the controller started: starts, and stops for preemption.",
+        );
+        out.sample("gantry_decisions_total", &[("kind", "start")], self.stats.starts as f64);
+        out.sample("gantry_decisions_total", &[("kind", "stop")], self.stats.stops as f64);
+        out.histogram("gantry_scheduling_cycle_seconds", "Time one scheduling cycle took.", &self.stats.cycle_seconds);
+        out.histogram(
+            "gantry_job_wait_seconds",
+            "Time from a job's eligibility to its start, per start.",
+            &self.stats.wait_seconds,
+        );
+        out.family(
+            "gantry_node_ready",
+            "gauge",
+            "",
+            "1 while a node takes new work (its agent is connected and it is not drained), else 0.",
+        );
+        for n in &nodes {
+            out.sample("gantry_node_ready", &[("node", &n.name)], if n.ready && !n.drained { 1.0 } else { 0.0 });
+        }
+        if matches!(self.agents, Agents::Remote { .. }) {
+            out.family(
+                "gantry_agent_heartbeat_age_seconds",
+                "gauge",
+                "seconds",
+                "Seconds since a node's agent last heartbeat.",
+            );
+            for n in &nodes {
+                if let Some(age) = n.heartbeat_age_s {
+                    out.sample("gantry_agent_heartbeat_age_seconds", &[("node", &n.name)], age as f64);
+                }
+            }
+        }
+        Ok(out.finish())
+    }
+
     pub fn set_billing(&mut self, billing: crate::meter::Billing) {
         self.billing = billing;
     }
@@ -870,7 +1008,9 @@ impl Controller {
         let mut effects = Effects::default();
         for decision in self.scheduler.cycle(now) {
             match decision {
-                Decision::Start { job, alloc, .. } => {
+                Decision::Start { job, alloc, eligible_since, .. } => {
+                    self.stats.starts += 1;
+                    self.stats.wait_seconds.observe(now.saturating_sub(eligible_since) as f64);
                     let placement = self
                         .scheduler
                         .placement(alloc)
@@ -902,6 +1042,7 @@ impl Controller {
                     }
                 }
                 Decision::Stop { job, cause, .. } => {
+                    self.stats.stops += 1;
                     let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
                     if let Some(runs) = self.running.get_mut(&job) {
                         runs.preempted = Some(cause);
@@ -964,6 +1105,7 @@ impl Controller {
             Ending::Completed
         };
         self.store.append(&[Event::Ended { id: job, at_s: now, ending, exit_code: runs.failed }])?;
+        *self.stats.ended.entry(ending.name()).or_default() += 1;
         tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
         self.settle(woken, now)

@@ -14,6 +14,7 @@ pub mod auth;
 pub mod client;
 pub mod controller;
 pub mod meter;
+pub mod metrics;
 pub mod mps;
 pub mod runner;
 pub mod wire;
@@ -171,7 +172,10 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
                 }
                 controller.check_agents(now_s());
                 controller.meter(now_s(), false);
-                match controller.cycle(now_s()) {
+                let started = std::time::Instant::now();
+                let cycled = controller.cycle(now_s());
+                controller.observe_cycle(started.elapsed());
+                match cycled {
                     Ok(effects) => effects,
                     Err(e) => {
                         tracing::error!(error = %e, "scheduling cycle failed");

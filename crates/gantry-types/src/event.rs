@@ -52,6 +52,17 @@ pub enum Ending {
 }
 
 impl Ending {
+    /// Its name as the API writes it (`timed-out`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Ending::Completed => "completed",
+            Ending::Failed => "failed",
+            Ending::TimedOut => "timed-out",
+            Ending::Cancelled => "cancelled",
+            Ending::Lost => "lost",
+        }
+    }
+
     pub fn state(self) -> JobState {
         match self {
             Ending::Completed => JobState::Completed,

@@ -548,6 +548,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
         paths,
         [
             "/healthz",
+            "/metrics",
             "/v1/agents/register",
             "/v1/agents/{node}/heartbeat",
             "/v1/jobs",
@@ -605,5 +606,37 @@ fn usage_is_metered_into_the_ledger_and_reported() {
     let member = member["secret"].as_str().expect("secret").to_string();
     let (status, seen) = server.call_as(Some(&member), "GET", "/v1/usage", None);
     assert_eq!((status, seen), (200, serde_json::json!([])), "a member sees only its queues' usage");
+    server.stop();
+}
+
+/// `/metrics` speaks OpenMetrics: the documented families, bounded labels, `# EOF`.
+#[test]
+fn metrics_expose_allocation_next_to_utilization() {
+    let server = Server::new("metrics");
+    let ids = server.submit("[[job]]\nname = \"busy\"\ngpu = { count = 1 }\ncommand = \"sleep 2\"\n");
+    server.wait_for(ids[0], JobState::Running);
+    let (status, text) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
+    assert_eq!(status, 200, "{text}");
+    for line in [
+        "gantry_gpu_allocated_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\"} 1",
+        "gantry_fleet_gpus{model=\"A100-SXM4-80GB\"} 2",
+        "gantry_fleet_allocated_gpus{model=\"A100-SXM4-80GB\"} 1",
+        "gantry_queue_allocated_gpus{queue=\"default\"} 1",
+        "gantry_jobs{queue=\"default\",state=\"running\"} 1",
+        "gantry_decisions_total{kind=\"start\"} 1",
+        "gantry_scheduling_cycle_seconds_bucket{le=\"+Inf\"}",
+        "gantry_job_wait_seconds_count 1",
+        "gantry_node_ready{node=\"n1\"} 1",
+        "gantry_gpu_utilization_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\",simulated=\"true\"} 0.",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.ends_with("# EOF\n"));
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let (name, value) = line.rsplit_once(' ').expect("name and value");
+        assert!(name.starts_with("gantry_") && value.parse::<f64>().is_ok(), "{line}");
+    }
+    let (status, _) = request(&server.url, None, "GET", "/metrics", None).expect("scrape");
+    assert_eq!(status, 401, "metrics need a token");
     server.stop();
 }
