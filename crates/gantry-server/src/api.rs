@@ -92,7 +92,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, metrics, register_agent, heartbeat),
+    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, metrics, register_agent, heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -133,8 +133,10 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
         .route("/v1/usage", get(usage))
         .route("/metrics", get(metrics))
+        .route("/v1/series", get(series))
         .route("/v1/agents/register", post(register_agent))
         .route("/v1/agents/{node}/heartbeat", post(heartbeat))
+        .merge(crate::ui::router())
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(shared)
 }
@@ -427,4 +429,29 @@ async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Result<Res
     let who = who(&shared, &headers)?;
     let text = shared.controller.lock().expect("not poisoned").metrics(&who, now_s())?;
     Ok(([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+}
+
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct SeriesQuery {
+    /// `hour` (a point every 10 s, the default) or `week` (5-minute averages).
+    range: Option<String>,
+}
+
+/// `GET /v1/series`: allocation next to utilization over time, fleet-wide and per queue.
+#[utoipa::path(get, path = "/v1/series", tag = "usage", params(SeriesQuery),
+    responses((status = 200, description = "Points, oldest first", body = [crate::series::Point]),
+        (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
+async fn series(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Query(q): Query<SeriesQuery>,
+) -> Result<Json<Vec<crate::series::Point>>, ApiError> {
+    let who = who(&shared, &headers)?;
+    let fine = match q.range.as_deref() {
+        None | Some("hour") => true,
+        Some("week") => false,
+        Some(other) => return Err(ApiError::BadRequest(format!("range {other:?}: use hour or week"))),
+    };
+    Ok(Json(shared.controller.lock().expect("not poisoned").series(&who, fine)))
 }

@@ -126,6 +126,7 @@ pub struct Controller {
     meter: crate::meter::Meter,
     billing: crate::meter::Billing,
     stats: crate::metrics::ServiceStats,
+    series: crate::series::Series,
     running: BTreeMap<u64, Runs>,
     /// Tasks re-adopted at open, until the in-process runner takes them.
     recovered: Vec<TaskKey>,
@@ -171,6 +172,50 @@ pub struct GpuView {
     pub measured: bool,
     /// Running jobs holding part or all of it.
     pub jobs: Vec<u64>,
+    /// A MIG GPU's instances (its layout), each with the job holding it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<MigInstanceView>,
+}
+
+/// One MIG instance of a GPU's layout.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct MigInstanceView {
+    pub profile: String,
+    /// First compute slice.
+    pub start: u8,
+    /// The running job holding it.
+    pub job: Option<u64>,
+}
+
+/// A queue as the dashboard shows it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct QueueView {
+    pub name: String,
+    pub parent: Option<String>,
+    pub weight: Option<u32>,
+    /// GPUs' worth guaranteed and at most (all flavors), from the queue file.
+    pub guaranteed_gpus: Option<f64>,
+    pub limit_gpus: Option<f64>,
+    pub allocated_gpus: f64,
+    pub used_gpus: f64,
+    pub pending: u32,
+    pub running: u32,
+}
+
+impl QueueView {
+    fn named(name: &str) -> QueueView {
+        QueueView {
+            name: name.to_string(),
+            parent: None,
+            weight: None,
+            guaranteed_gpus: None,
+            limit_gpus: None,
+            allocated_gpus: 0.0,
+            used_gpus: 0.0,
+            pending: 0,
+            running: 0,
+        }
+    }
 }
 
 /// A job as `queue` and `show` list it.
@@ -212,6 +257,7 @@ impl Controller {
             meter: crate::meter::Meter::default(),
             billing: crate::meter::Billing::default(),
             stats: crate::metrics::ServiceStats::default(),
+            series: crate::series::Series::default(),
             running: BTreeMap::new(),
             recovered: Vec::new(),
             agents,
@@ -654,6 +700,18 @@ impl Controller {
     pub fn meter(&mut self, now: u64, force: bool) {
         let holdings = self.holdings();
         self.meter.record(now, &holdings);
+        let mut point =
+            crate::series::Point { t_s: now, pending_jobs: self.scheduler.queued() as f64, ..Default::default() };
+        for h in &holdings {
+            let (allocated, used) =
+                (h.milli as f64 / 1000.0, h.milli as f64 / 1000.0 * f64::from(h.utilization_pct) / 100.0);
+            point.allocated_gpus += allocated;
+            point.used_gpus += used;
+            let queue = point.queues.entry(h.queue.clone()).or_default();
+            queue.0 += allocated;
+            queue.1 += used;
+        }
+        self.series.record(point);
         let rows = self.meter.take(now, force);
         if rows.is_empty() {
             return;
@@ -679,6 +737,48 @@ impl Controller {
         let rows: Vec<gantry_store::UsageRow> =
             self.store.usage(from_s, to_s)?.into_iter().filter(|r| who.sees(&r.queue)).collect();
         Ok(crate::meter::report(&rows, by, &self.billing))
+    }
+
+    /// Allocation and utilization over time: the last hour at 10 s (`fine`), or the last
+    /// week at 5 minutes. A member sees only its queues in the per-queue breakdown.
+    pub fn series(&self, who: &Principal, fine: bool) -> Vec<crate::series::Point> {
+        let mut points = if fine { self.series.fine() } else { self.series.coarse() };
+        for p in &mut points {
+            p.queues.retain(|q, _| who.sees(q));
+        }
+        points
+    }
+
+    /// Every queue with what it holds and uses now, its jobs, and its quota (from the queue
+    /// file; none under FIFO). Members see only their queues.
+    pub fn queues(&self, who: &Principal) -> Result<Vec<QueueView>, ApiError> {
+        let mut views: BTreeMap<String, QueueView> = BTreeMap::new();
+        if let gantry_engine::sched::Order::FairShare(tree) = &self.scheduler.config().order {
+            for q in &tree.queues {
+                let view = views.entry(q.name.clone()).or_insert_with(|| QueueView::named(&q.name));
+                view.weight = Some(q.weight);
+                view.parent = q.parent.map(|p| tree.queues[p].name.clone());
+                for quota in &q.quotas {
+                    view.guaranteed_gpus =
+                        Some(view.guaranteed_gpus.unwrap_or(0.0) + quota.guaranteed_milli as f64 / 1000.0);
+                    view.limit_gpus = Some(view.limit_gpus.unwrap_or(0.0) + quota.limit_milli as f64 / 1000.0);
+                }
+            }
+        }
+        for h in self.holdings() {
+            let view = views.entry(h.queue.clone()).or_insert_with(|| QueueView::named(&h.queue));
+            view.allocated_gpus += h.milli as f64 / 1000.0;
+            view.used_gpus += h.milli as f64 / 1000.0 * f64::from(h.utilization_pct) / 100.0;
+        }
+        for row in self.store.jobs(&[JobState::Pending, JobState::Running])? {
+            let view = views.entry(row.queue.clone()).or_insert_with(|| QueueView::named(&row.queue));
+            if row.state == JobState::Pending {
+                view.pending += 1;
+            } else {
+                view.running += 1;
+            }
+        }
+        Ok(views.into_values().filter(|v| who.sees(&v.name)).collect())
     }
 
     /// A scheduling cycle took this long.
@@ -817,7 +917,14 @@ impl Controller {
         Ok(out.finish())
     }
 
-    pub fn set_billing(&mut self, billing: crate::meter::Billing) {
+    /// Prices and weights for chargeback; weights the config leaves out come from the queue
+    /// file's `billing` (GPU-hour weights per model), when there is one.
+    pub fn set_billing(&mut self, mut billing: crate::meter::Billing) {
+        if let gantry_engine::sched::Order::FairShare(tree) = &self.scheduler.config().order {
+            for (model, milli) in &tree.billing_milli {
+                billing.weights.entry(model.clone()).or_insert(f64::from(*milli) / 1000.0);
+            }
+        }
         self.billing = billing;
     }
 
@@ -826,10 +933,14 @@ impl Controller {
         let engine = self.scheduler.engine();
         let state = engine.state();
         let mut on_gpu: BTreeMap<(String, u32), Vec<u64>> = BTreeMap::new();
+        let mut on_instance: BTreeMap<(String, u32, u8), u64> = BTreeMap::new();
         for row in self.store.jobs(&[JobState::Running])? {
             for task in &row.tasks {
                 for grant in task.placement.iter().flat_map(|p| p.gpus.iter()) {
                     on_gpu.entry((task.node.clone(), grant.gpu())).or_default().push(row.id);
+                    if let GpuGrant::Mig { gpu, start, .. } = grant {
+                        on_instance.insert((task.node.clone(), *gpu, *start), row.id);
+                    }
                 }
             }
         }
@@ -850,6 +961,22 @@ impl Controller {
             let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
             jobs.dedup();
             let sample = self.gpu_sample(&node.name, gpu.index, jobs.first().copied(), &local);
+            let gpu_model = self.catalog.model(gpu.model);
+            let instances = match &gpu.units {
+                gantry_engine::state::Units::Mig { slots } => slots
+                    .iter()
+                    .map(|slot| MigInstanceView {
+                        profile: gpu_model
+                            .mig
+                            .as_ref()
+                            .and_then(|g| g.profiles.get(usize::from(slot.profile)))
+                            .map_or_else(String::new, |p| p.name.clone()),
+                        start: slot.start,
+                        job: on_instance.get(&(node.name.clone(), gpu.index, slot.start)).copied(),
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
             node.gpus.push(GpuView {
                 index: gpu.index,
                 uuid: gpu.uuid.clone(),
@@ -859,6 +986,7 @@ impl Controller {
                 utilization_pct: sample.map(|s| s.utilization_pct),
                 measured: sample.is_some_and(|s| s.measured),
                 jobs,
+                instances,
             });
         }
         Ok(nodes)

@@ -17,6 +17,8 @@ pub mod meter;
 pub mod metrics;
 pub mod mps;
 pub mod runner;
+pub mod series;
+pub mod ui;
 pub mod wire;
 
 use gantry_catalog::Catalog;

@@ -291,9 +291,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let running = gantry_server::start(config).await.map_err(|e| anyhow::anyhow!(e))?;
         eprintln!(
-            "gantry controller on http://{} — {fleet_name}, data in {}\n  submit: gantry submit FILE   watch: gantry queue   stop: Ctrl-C",
+            "gantry controller on http://{} — {fleet_name}, data in {}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: http://{}/ui   stop: Ctrl-C",
             running.addr,
-            data_dir.display()
+            data_dir.display(),
+            running.addr
         );
         if !local {
             eprintln!(

@@ -558,6 +558,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/nodes/{name}/drain",
             "/v1/nodes/{name}/resume",
             "/v1/tokens",
+            "/v1/series",
             "/v1/tokens/{name}",
             "/v1/usage",
         ],

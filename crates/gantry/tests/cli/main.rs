@@ -761,3 +761,62 @@ fn mps_shares_get_a_control_daemon_per_gpu() {
     assert!(gpu.starts_with("GPU-") && pipe.ends_with(&format!("mps/{gpu}")), "{calls}");
     assert!(logs.contains(&format!("pipe={pipe} pct=25 mem=0=5120M")), "{logs}");
 }
+
+/// Headless Chromium (Debian's `chromium`; `tools/install-test-deps.sh` installs it) against
+/// a running controller with the demo workload: every dashboard page loads behind the login
+/// and shows what it should; a screenshot is taken.
+#[test]
+fn dashboard_pages_render_in_headless_chromium() {
+    let chromium = std::process::Command::new("chromium").arg("--version").output();
+    assert!(
+        chromium.is_ok_and(|o| o.status.success()),
+        "the dashboard test needs Debian's chromium: run tools/install-test-deps.sh"
+    );
+    let dir = temp_dir("dashboard");
+    let data = dir.join("data");
+    let args = ["serve", "--local", "--demo", "--listen", "127.0.0.1:0", "--data", data.to_str().expect("utf-8")];
+    let (server, url) = spawn(&args);
+    let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    let held = dir.join("held.toml");
+    std::fs::write(&held, "[[job]]\nname = \"waits-on-hold\"\nqueue = \"dev\"\nhold = true\n").expect("workload");
+    let out = gantry(&["submit", held.to_str().expect("utf-8"), "--server", &url, "--token", &token]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let done = || {
+        let out = gantry(&["show", "1", "--json", "--server", &url, "--token", &token]);
+        stdout(&out).contains("\"completed\"")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "demo job 1 did not complete");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let browse = |path: &str, extra: &[&str]| -> String {
+        let out = std::process::Command::new("chromium")
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"])
+            .args(extra)
+            .arg(format!("{url}{path}"))
+            .output()
+            .expect("chromium runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let login = |page: &str| format!("/ui/login?token={token}&next=/ui/{page}");
+    for (page, expected) in [
+        ("fleet", &["<h1>Fleet</h1>", "h100-0", "a100-mixed", "class=\"mig\"", "Allocation and use, last hour"][..]),
+        ("queue", &["Pending — why each waits", "waits-on-hold", "held", "Use against quota"][..]),
+        ("usage", &["Usage — last 7 days", "By queue", "Cost by allocation", "research"][..]),
+        ("jobs/1", &["Job 1 — llm-finetune", "completed", "stdout", "CUDA_VISIBLE_DEVICES=GPU-"][..]),
+    ] {
+        let dom = browse(&login(page), &["--dump-dom"]);
+        for text in expected {
+            assert!(dom.contains(text), "/ui/{page}: no {text:?} in\n{dom}");
+        }
+    }
+    // Without a token: the login form; with a wrong one: said so.
+    assert!(browse("/ui/fleet", &["--dump-dom"]).contains("Paste an API token"));
+    assert!(browse("/ui/login?token=nope", &["--dump-dom"]).contains("Unknown or revoked token"));
+    let shot = dir.join("fleet.png");
+    browse(&login("fleet"), &[&format!("--screenshot={}", shot.display())]);
+    let size = std::fs::metadata(&shot).map_or(0, |m| m.len());
+    assert!(size > 20_000, "a screenshot of the fleet page ({size} bytes)");
+    drop(server);
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Regenerate the dashboard screenshots in docs/ (docs/dashboard-*.png): a local controller on
+# the demo fleet runs the demo jobs plus a few long ones for a while, so the charts have
+# points, then headless Chromium photographs each page.
+# Needs chromium (tools/install-test-deps.sh installs it) and a built gantry (cargo build --release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GANTRY=${GANTRY:-target/release/gantry}
+SECONDS_TO_RUN=${SECONDS_TO_RUN:-90}
+port=18399
+data=$(mktemp -d)
+trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
+"$GANTRY" serve --local --demo --data "$data" --listen 127.0.0.1:$port 2>"$data/serve.log" &
+pid=$!
+sleep 1
+token=$(cat "$data/admin.token")
+export GANTRY_SERVER=http://127.0.0.1:$port GANTRY_TOKEN=$token
+cat > "$data/long.toml" <<'TOML'
+[[job]]
+name = "train-long"
+queue = "research"
+user = "ada"
+gpu = { count = 4 }
+model = "H100*"
+command = "sleep 600"
+
+[[job]]
+name = "serve-llm"
+queue = "prod"
+user = "ben"
+gpu = { mig = "3g.40gb" }
+command = "sleep 600"
+
+[[job]]
+name = "notebook"
+count = 3
+queue = "dev"
+user = "cy"
+gpu = { share = 125, memory = "8GiB", mode = "time-slice" }
+command = "sleep 600"
+
+[[job]]
+name = "embed-svc"
+count = 2
+queue = "prod"
+user = "ben"
+gpu = { share = 250, memory = "5GiB", mode = "mps" }
+command = "sleep 600"
+TOML
+"$GANTRY" submit "$data/long.toml" >/dev/null
+echo "running for ${SECONDS_TO_RUN}s so the charts have points..."
+sleep "$SECONDS_TO_RUN"
+for page in fleet queue usage jobs/23; do
+  name=${page//\//-}
+  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1000 \
+    --screenshot="docs/dashboard-$name.png" \
+    "http://127.0.0.1:$port/ui/login?token=$token&next=/ui/$page" 2>/dev/null
+  echo "docs/dashboard-$name.png"
+done
