@@ -45,6 +45,7 @@ fn main() {
         agents: gantry_server::controller::Agents::Local,
         measure_local_gpus: false,
         billing: Default::default(),
+        idle: Default::default(),
     };
     let running = rt.block_on(start(config)).expect("starts");
     let url = format!("http://{}", running.addr);

@@ -92,7 +92,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, metrics, register_agent, heartbeat),
+    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, metrics, register_agent, heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -134,6 +134,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/usage", get(usage))
         .route("/metrics", get(metrics))
         .route("/v1/series", get(series))
+        .route("/v1/idle", get(idle))
         .route("/v1/agents/register", post(register_agent))
         .route("/v1/agents/{node}/heartbeat", post(heartbeat))
         .merge(crate::ui::router())
@@ -454,4 +455,13 @@ async fn series(
         Some(other) => return Err(ApiError::BadRequest(format!("range {other:?}: use hour or week"))),
     };
     Ok(Json(shared.controller.lock().expect("not poisoned").series(&who, fine)))
+}
+
+/// `GET /v1/idle`: jobs flagged for holding GPUs they do not use (newest last).
+#[utoipa::path(get, path = "/v1/idle", tag = "usage",
+    responses((status = 200, description = "Idle events, newest last (at most 1,000)", body = [crate::idle::IdleEvent]),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
+async fn idle(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<crate::idle::IdleEvent>>, ApiError> {
+    let who = who(&shared, &headers)?;
+    Ok(Json(shared.controller.lock().expect("not poisoned").idle_events(&who)))
 }

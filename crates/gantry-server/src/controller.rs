@@ -127,6 +127,9 @@ pub struct Controller {
     billing: crate::meter::Billing,
     stats: crate::metrics::ServiceStats,
     series: crate::series::Series,
+    idle: crate::idle::IdleWatch,
+    /// What the meter saw last (the idle watch reads it).
+    last_holdings: Vec<crate::meter::Holding>,
     running: BTreeMap<u64, Runs>,
     /// Tasks re-adopted at open, until the in-process runner takes them.
     recovered: Vec<TaskKey>,
@@ -258,6 +261,8 @@ impl Controller {
             billing: crate::meter::Billing::default(),
             stats: crate::metrics::ServiceStats::default(),
             series: crate::series::Series::default(),
+            idle: crate::idle::IdleWatch::default(),
+            last_holdings: Vec::new(),
             running: BTreeMap::new(),
             recovered: Vec::new(),
             agents,
@@ -712,6 +717,7 @@ impl Controller {
             queue.1 += used;
         }
         self.series.record(point);
+        self.last_holdings = holdings;
         let rows = self.meter.take(now, force);
         if rows.is_empty() {
             return;
@@ -779,6 +785,58 @@ impl Controller {
             }
         }
         Ok(views.into_values().filter(|v| who.sees(&v.name)).collect())
+    }
+
+    pub fn set_idle_policy(&mut self, policy: crate::idle::IdlePolicy) {
+        self.idle = crate::idle::IdleWatch::new(policy);
+    }
+
+    /// Flag jobs idle past the policy's time; stop those their queue reclaims (they end
+    /// cancelled). Reads what the meter last saw.
+    pub fn check_idle(&mut self, now: u64) -> Effects {
+        let mut by_job: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for h in &self.last_holdings {
+            let entry = by_job.entry(h.job).or_default();
+            entry.0 += h.milli;
+            entry.1 += h.milli * u64::from(h.utilization_pct);
+        }
+        let uses: Vec<crate::idle::JobUse> = by_job
+            .into_iter()
+            .filter(|(job, (milli, _))| *milli > 0 && self.running.contains_key(job))
+            .map(|(job, (milli, weighted))| {
+                let spec = self.scheduler.job(job);
+                crate::idle::JobUse {
+                    job,
+                    queue: spec.map(|j| j.queue.clone()).unwrap_or_default(),
+                    user: spec.and_then(|j| j.control.user.clone()).unwrap_or_default(),
+                    preemptible: spec.is_some_and(|j| j.lifecycle.preemptible),
+                    utilization_pct: (weighted / milli) as u32,
+                }
+            })
+            .collect();
+        let mut effects = Effects::default();
+        for job in self.idle.observe(now, &uses) {
+            let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
+            if let Some(runs) = self.running.get_mut(&job) {
+                runs.cancelled = true;
+                runs.stopping = Some(grace);
+                match self.agents {
+                    Agents::Local => effects.stop.push((job, runs.attempt, grace)),
+                    Agents::Remote { .. } => effects.agents_have_orders = true,
+                }
+            }
+        }
+        effects
+    }
+
+    /// Idle events (newest last); a member sees only its queues'.
+    pub fn idle_events(&self, who: &Principal) -> Vec<crate::idle::IdleEvent> {
+        self.idle.events().into_iter().filter(|e| who.sees(&e.queue)).collect()
+    }
+
+    /// Is this running job flagged idle now?
+    pub fn is_idle(&self, job: u64) -> bool {
+        self.idle.is_flagged(job)
     }
 
     /// A scheduling cycle took this long.
@@ -892,6 +950,23 @@ impl Controller {
             "Time from a job's eligibility to its start, per start.",
             &self.stats.wait_seconds,
         );
+        out.family(
+            "gantry_idle_jobs",
+            "gauge",
+            "",
+            "Running jobs flagged idle now (under the idle threshold past the idle time).",
+        );
+        out.sample("gantry_idle_jobs", &[], self.idle.flagged() as f64);
+        out.family(
+            "gantry_idle_events",
+            "counter",
+            "",
+            "Idle jobs flagged since the controller started, by what was done.",
+        );
+        for action in ["notify", "reclaim"] {
+            let count = self.idle.counts.get(action).copied().unwrap_or(0);
+            out.sample("gantry_idle_events_total", &[("action", action)], count as f64);
+        }
         out.family(
             "gantry_node_ready",
             "gauge",

@@ -13,6 +13,7 @@ pub mod api;
 pub mod auth;
 pub mod client;
 pub mod controller;
+pub mod idle;
 pub mod meter;
 pub mod metrics;
 pub mod mps;
@@ -56,6 +57,8 @@ pub struct ServeConfig {
     pub measure_local_gpus: bool,
     /// Prices and weights for chargeback (`GET /v1/usage`).
     pub billing: meter::Billing,
+    /// When a job counts as idle, and what each queue does about it.
+    pub idle: idle::IdlePolicy,
 }
 
 /// What the API handlers share.
@@ -117,6 +120,8 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
         controller.measure_local_gpus();
     }
     config.billing.check()?;
+    config.idle.check()?;
+    controller.set_idle_policy(config.idle.clone());
     controller.set_billing(config.billing.clone());
     let recovered = controller.take_recovered();
     let admin_token_file = controller.bootstrap_admin(&config.data_dir, now_s())?;
@@ -174,14 +179,20 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
                 }
                 controller.check_agents(now_s());
                 controller.meter(now_s(), false);
+                let idle = controller.check_idle(now_s());
                 let started = std::time::Instant::now();
                 let cycled = controller.cycle(now_s());
                 controller.observe_cycle(started.elapsed());
                 match cycled {
-                    Ok(effects) => effects,
+                    Ok(mut effects) => {
+                        effects.stop.extend(idle.stop);
+                        effects.agents_have_orders |= idle.agents_have_orders;
+                        effects
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "scheduling cycle failed");
-                        continue;
+                        // Idle reclaims still go out: their jobs are already marked cancelled.
+                        idle
                     }
                 }
             };

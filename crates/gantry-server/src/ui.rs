@@ -404,9 +404,14 @@ fn job_link(j: &JobView) -> String {
 
 async fn queue(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
-    let (jobs, queues) = {
+    let (jobs, queues, idle) = {
         let c = shared.controller.lock().expect("not poisoned");
-        (c.jobs(&who, &[JobState::Pending, JobState::Running]), c.queues(&who))
+        let jobs = c.jobs(&who, &[JobState::Pending, JobState::Running]);
+        let idle: std::collections::BTreeSet<u64> = match &jobs {
+            Ok(list) => list.iter().map(|j| j.row.id).filter(|&id| c.is_idle(id)).collect(),
+            Err(_) => Default::default(),
+        };
+        (jobs, c.queues(&who), idle)
     };
     let (jobs, queues) = match (jobs, queues) {
         (Ok(j), Ok(q)) => (j, q),
@@ -433,9 +438,14 @@ async fn queue(State(shared): State<Shared>, headers: HeaderMap) -> Response {
             let nodes: Vec<&str> = j.row.tasks.iter().map(|t| t.node.as_str()).collect();
             let mut nodes = nodes.clone();
             nodes.dedup();
+            let flag = if idle.contains(&j.row.id) {
+                " <span class=flag title=\"under the idle threshold\">idle</span>"
+            } else {
+                ""
+            };
             let _ = write!(
                 running,
-                "<tr><td>{}</td><td>{}</td><td>{dot}{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}{flag}</td><td>{dot}{}</td><td>{}</td><td>{}</td></tr>",
                 job_link(j),
                 esc(&j.row.name),
                 esc(&j.row.queue),

@@ -74,6 +74,9 @@ pub struct ServeArgs {
     /// Prices and weights: only from the config file's `[billing]`.
     #[arg(skip)]
     billing: Option<gantry_server::meter::Billing>,
+    /// Idle detection: only from the config file's `[idle]`.
+    #[arg(skip)]
+    idle: Option<gantry_server::idle::IdlePolicy>,
 }
 
 /// `gantry serve --config FILE`.
@@ -88,6 +91,7 @@ struct ConfigFile {
     preempt: Option<bool>,
     log_format: Option<String>,
     billing: Option<gantry_server::meter::Billing>,
+    idle: Option<gantry_server::idle::IdlePolicy>,
 }
 
 /// Fill what the command line left out from the configuration file.
@@ -118,6 +122,10 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
         billing.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     args.billing = file.billing;
+    if let Some(idle) = &file.idle {
+        idle.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    args.idle = file.idle;
     Ok(args)
 }
 
@@ -279,6 +287,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         simulate_tasks: None,
         measure_local_gpus: discovered,
         billing: args.billing.clone().unwrap_or_default(),
+        idle: args.idle.clone().unwrap_or_default(),
         agents: if args.local {
             gantry_server::controller::Agents::Local
         } else {

@@ -49,9 +49,27 @@ impl Server {
         fleet: &str,
         agents: gantry_server::controller::Agents,
     ) -> Server {
+        Server::start_config(data, scheduling, fleet, agents, |_| {})
+    }
+
+    /// A local controller with an idle policy.
+    fn with_idle(name: &str, idle: gantry_server::idle::IdlePolicy) -> Server {
+        let data = std::env::temp_dir().join(format!("gantry-server-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let local = gantry_server::controller::Agents::Local;
+        Server::start_config(data, Default::default(), FLEET, local, move |c| c.idle = idle)
+    }
+
+    fn start_config(
+        data: PathBuf,
+        scheduling: gantry_engine::sched::SchedulerConfig,
+        fleet: &str,
+        agents: gantry_server::controller::Agents,
+        tweak: impl FnOnce(&mut ServeConfig),
+    ) -> Server {
         let fleet = gantry_spec::parse_fleet(fleet, gantry_catalog::Catalog::embedded()).expect("fleet");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let config = ServeConfig {
+        let mut config = ServeConfig {
             data_dir: data.clone(),
             listen: "127.0.0.1:0".parse().expect("addr"),
             fleet,
@@ -61,7 +79,9 @@ impl Server {
             agents,
             measure_local_gpus: false,
             billing: Default::default(),
+            idle: Default::default(),
         };
+        tweak(&mut config);
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
         let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
@@ -551,6 +571,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/metrics",
             "/v1/agents/register",
             "/v1/agents/{node}/heartbeat",
+            "/v1/idle",
             "/v1/jobs",
             "/v1/jobs/{id}",
             "/v1/jobs/{id}/logs",
@@ -639,5 +660,38 @@ fn metrics_expose_allocation_next_to_utilization() {
     }
     let (status, _) = request(&server.url, None, "GET", "/metrics", None).expect("scrape");
     assert_eq!(status, 401, "metrics need a token");
+    server.stop();
+}
+
+/// Idle hoarding: a job under the threshold is flagged; where its queue reclaims, a
+/// preemptible one is stopped and ends cancelled, a non-preemptible one only flagged.
+#[test]
+fn idle_jobs_are_flagged_and_reclaimed_where_the_queue_says() {
+    use gantry_server::idle::{IdleAction, IdlePolicy};
+    // Simulated utilization is 55–94 %: under a 100 % threshold every job is idle at once.
+    let policy = IdlePolicy {
+        threshold_pct: 100,
+        after_minutes: 0,
+        action: IdleAction::Notify,
+        queues: [("default".to_string(), IdleAction::Reclaim)].into(),
+    };
+    let server = Server::with_idle("idle", policy);
+    let ids = server.submit(
+        "[[job]]\nname = \"hoarder\"\ngpu = { count = 1 }\ncommand = \"sleep 30\"\ngrace = \"1s\"\n\n\
+         [[job]]\nname = \"precious\"\ngpu = { count = 1 }\npreemptible = false\ncommand = \"sleep 3\"\n",
+    );
+    server.wait_for(ids[0], JobState::Cancelled);
+    server.wait_for(ids[1], JobState::Completed);
+    let (status, events) = server.call("GET", "/v1/idle", None);
+    assert_eq!(status, 200, "{events}");
+    let actions: Vec<(u64, &str)> = events
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| (e["job"].as_u64().expect("job"), e["action"].as_str().expect("action")))
+        .collect();
+    assert_eq!(actions, [(ids[0], "reclaim"), (ids[1], "notify")], "{events}");
+    let (_, text) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
+    assert!(text.contains("gantry_idle_events_total{action=\"reclaim\"} 1"), "{text}");
     server.stop();
 }

@@ -1,0 +1,206 @@
+//! Idle hoarding: a running job whose GPUs stay under a utilization threshold for a while is
+//! flagged once per idle stretch — an event in the log, in `GET /v1/idle` and in metrics — and,
+//! where its queue's policy says `reclaim` and the job is preemptible, stopped (signal, grace,
+//! kill) and ended as cancelled, so its GPUs go to work that uses them.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What to do about an idle job, per queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum IdleAction {
+    /// Nothing, not even the event.
+    Off,
+    /// The event only.
+    #[default]
+    Notify,
+    /// The event, and a preemptible job is stopped and ends cancelled.
+    Reclaim,
+}
+
+/// The `[idle]` table of the controller's config file.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdlePolicy {
+    /// Under this utilization (percent, allocation-weighted over the job's GPUs) a job is idle.
+    pub threshold_pct: u32,
+    /// Idle this long (minutes) before it is flagged (0: at the first idle sample).
+    pub after_minutes: u64,
+    /// For queues not listed below.
+    pub action: IdleAction,
+    /// Per queue.
+    pub queues: BTreeMap<String, IdleAction>,
+}
+
+impl Default for IdlePolicy {
+    fn default() -> Self {
+        IdlePolicy { threshold_pct: 5, after_minutes: 30, action: IdleAction::Notify, queues: BTreeMap::new() }
+    }
+}
+
+impl IdlePolicy {
+    pub fn check(&self) -> Result<(), String> {
+        if self.threshold_pct > 100 {
+            return Err(format!("idle.threshold_pct = {}: a percentage, 0 to 100", self.threshold_pct));
+        }
+        if self.after_minutes > 7 * 24 * 60 {
+            return Err(format!("idle.after_minutes = {}: 0 (at once) to 10080 (a week)", self.after_minutes));
+        }
+        Ok(())
+    }
+
+    fn action(&self, queue: &str) -> IdleAction {
+        self.queues.get(queue).copied().unwrap_or(self.action)
+    }
+}
+
+/// One idle job, flagged.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct IdleEvent {
+    pub job: u64,
+    pub queue: String,
+    pub user: String,
+    /// Idle since (Unix seconds).
+    pub since_s: u64,
+    pub flagged_at_s: u64,
+    /// Its utilization when flagged, percent.
+    pub utilization_pct: u32,
+    /// What was done: `notify`, or `reclaim` (stopped, ends cancelled).
+    pub action: IdleAction,
+}
+
+/// A running job as the watch sees it at one sample.
+#[derive(Clone, Debug)]
+pub struct JobUse {
+    pub job: u64,
+    pub queue: String,
+    pub user: String,
+    pub preemptible: bool,
+    pub utilization_pct: u32,
+}
+
+/// The most events kept for `GET /v1/idle`.
+const EVENTS_MAX: usize = 1000;
+
+/// Tracks idle stretches.
+#[derive(Debug, Default)]
+pub struct IdleWatch {
+    pub policy: IdlePolicy,
+    since: BTreeMap<u64, u64>,
+    flagged: BTreeSet<u64>,
+    events: VecDeque<IdleEvent>,
+    pub counts: BTreeMap<&'static str, u64>,
+}
+
+impl IdleWatch {
+    pub fn new(policy: IdlePolicy) -> IdleWatch {
+        IdleWatch { policy, ..IdleWatch::default() }
+    }
+
+    /// Look at every running job; returns the jobs flagged now that are to be reclaimed.
+    pub fn observe(&mut self, now: u64, jobs: &[JobUse]) -> Vec<u64> {
+        let running: BTreeSet<u64> = jobs.iter().map(|j| j.job).collect();
+        self.since.retain(|job, _| running.contains(job));
+        self.flagged.retain(|job| running.contains(job));
+        let mut reclaim = Vec::new();
+        for j in jobs {
+            let action = self.policy.action(&j.queue);
+            if j.utilization_pct >= self.policy.threshold_pct || action == IdleAction::Off {
+                // Busy again: a later idle stretch is a new one.
+                self.since.remove(&j.job);
+                self.flagged.remove(&j.job);
+                continue;
+            }
+            let since = *self.since.entry(j.job).or_insert(now);
+            if now.saturating_sub(since) < self.policy.after_minutes * 60 || !self.flagged.insert(j.job) {
+                continue;
+            }
+            let action = if action == IdleAction::Reclaim && !j.preemptible { IdleAction::Notify } else { action };
+            let event = IdleEvent {
+                job: j.job,
+                queue: j.queue.clone(),
+                user: j.user.clone(),
+                since_s: since,
+                flagged_at_s: now,
+                utilization_pct: j.utilization_pct,
+                action,
+            };
+            tracing::warn!(job = j.job, queue = %j.queue, user = %j.user, idle_s = now - since, utilization_pct = j.utilization_pct, action = ?action, "idle GPUs");
+            *self.counts.entry(if action == IdleAction::Reclaim { "reclaim" } else { "notify" }).or_default() += 1;
+            if self.events.len() == EVENTS_MAX {
+                self.events.pop_front();
+            }
+            self.events.push_back(event);
+            if action == IdleAction::Reclaim {
+                reclaim.push(j.job);
+            }
+        }
+        reclaim
+    }
+
+    /// Flagged jobs still running and idle.
+    pub fn flagged(&self) -> usize {
+        self.flagged.len()
+    }
+
+    /// Is this job flagged now?
+    pub fn is_flagged(&self, job: u64) -> bool {
+        self.flagged.contains(&job)
+    }
+
+    /// The events, newest last.
+    pub fn events(&self) -> Vec<IdleEvent> {
+        self.events.iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(job: u64, queue: &str, pct: u32, preemptible: bool) -> JobUse {
+        JobUse { job, queue: queue.into(), user: "ada".into(), preemptible, utilization_pct: pct }
+    }
+
+    #[test]
+    fn idle_jobs_are_flagged_once_per_stretch_and_reclaimed_where_the_queue_says() {
+        let policy = IdlePolicy {
+            threshold_pct: 10,
+            after_minutes: 2,
+            action: IdleAction::Notify,
+            queues: [("dev".to_string(), IdleAction::Reclaim), ("quiet".to_string(), IdleAction::Off)].into(),
+        };
+        let mut watch = IdleWatch::new(policy);
+        let jobs = |pct| {
+            vec![
+                job(1, "research", pct, true),
+                job(2, "dev", pct, true),
+                job(3, "dev", pct, false),
+                job(4, "quiet", pct, true),
+            ]
+        };
+        assert!(watch.observe(0, &jobs(3)).is_empty());
+        assert!(watch.observe(119, &jobs(3)).is_empty(), "not yet two minutes");
+        assert_eq!(watch.observe(120, &jobs(3)), vec![2], "only the preemptible dev job is reclaimed");
+        let actions: Vec<(u64, IdleAction)> = watch.events().iter().map(|e| (e.job, e.action)).collect();
+        assert_eq!(actions, [(1, IdleAction::Notify), (2, IdleAction::Reclaim), (3, IdleAction::Notify)]);
+        assert!(watch.observe(500, &jobs(3)).is_empty(), "flagged once per stretch");
+        assert_eq!(watch.flagged(), 3);
+        // Busy again, then idle again: a new stretch.
+        watch.observe(600, &jobs(50));
+        assert_eq!(watch.flagged(), 0);
+        watch.observe(700, &jobs(0));
+        assert_eq!(watch.observe(820, &jobs(0)), vec![2]);
+        assert_eq!(watch.events().len(), 6);
+        // Ended jobs are forgotten.
+        watch.observe(900, &[]);
+        assert_eq!(watch.flagged(), 0);
+    }
+
+    #[test]
+    fn bad_policies_are_refused() {
+        assert!(IdlePolicy { threshold_pct: 101, ..IdlePolicy::default() }.check().is_err());
+        assert!(IdlePolicy { after_minutes: 10_081, ..IdlePolicy::default() }.check().is_err());
+        assert!(IdlePolicy::default().check().is_ok());
+    }
+}
