@@ -695,6 +695,17 @@ fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     assert_eq!(jobs("pending,running,completed,failed,cancelled,lost"), 22);
+    // Chargeback of what ran: a CSV with a header and one line per queue, and a table.
+    let csv = gantry(&["usage", "--by", "queue", "--csv", "--server", &url, "--token", &token]);
+    let text = stdout(&csv);
+    assert!(text.starts_with("queue,allocated_gpu_hours,used_gpu_hours,utilization,"), "{text}{}", stderr(&csv));
+    assert!(text.lines().any(|l| l.starts_with("research,")), "{text}");
+    let table = stdout(&gantry(&[
+        "usage", "--from", "-1d", "--to", "now", "--by", "model", "--server", &url, "--token", &token,
+    ]));
+    assert!(table.contains("ALLOC GPU-h") && table.contains("H100-SXM5-80GB") && table.contains("TOTAL"), "{table}");
+    let bad = gantry(&["usage", "--from", "yesterday", "--server", &url, "--token", &token]);
+    assert!(stderr(&bad).contains("--from: time \"yesterday\""), "{}", stderr(&bad));
     drop(server);
     let (server, url) = spawn(&args);
     let out = gantry(&[
