@@ -63,6 +63,17 @@ struct Runs {
     /// Being stopped for another job (the preemptor's right): it waits again when its tasks
     /// have exited.
     preempted: Option<&'static str>,
+    /// What it holds on each GPU, for the meter.
+    grants: Vec<Held>,
+}
+
+/// Compute held on one GPU.
+#[derive(Debug)]
+struct Held {
+    node: String,
+    gpu: u32,
+    model: gantry_catalog::ModelId,
+    milli: u64,
 }
 
 impl Runs {
@@ -79,6 +90,7 @@ impl Runs {
             cancelled: false,
             lost: false,
             preempted: None,
+            grants: Vec::new(),
         }
     }
 }
@@ -130,6 +142,7 @@ pub struct Controller {
     idle: crate::idle::IdleWatch,
     /// What the meter saw last (the idle watch reads it).
     last_holdings: Vec<crate::meter::Holding>,
+    idle_checked_s: Option<u64>,
     running: BTreeMap<u64, Runs>,
     /// Tasks re-adopted at open, until the in-process runner takes them.
     recovered: Vec<TaskKey>,
@@ -263,6 +276,7 @@ impl Controller {
             series: crate::series::Series::default(),
             idle: crate::idle::IdleWatch::default(),
             last_holdings: Vec::new(),
+            idle_checked_s: None,
             running: BTreeMap::new(),
             recovered: Vec::new(),
             agents,
@@ -338,7 +352,9 @@ impl Controller {
             row.tasks.iter().map(|t| t.placement.clone().ok_or("no recorded placement")).collect::<Result<_, _>>()?;
         let sched = self.sched_job(&row.job).map_err(|e| e.to_string())?;
         let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
-        self.running.insert(row.id, Runs::new(alloc, row.requeues, &placement));
+        let mut runs = Runs::new(alloc, row.requeues, &placement);
+        runs.grants = self.grants(&placement);
+        self.running.insert(row.id, runs);
         match self.agents {
             Agents::Local => self.recovered.extend(row.tasks.iter().map(|t| TaskKey {
                 job: row.id,
@@ -668,41 +684,52 @@ impl Controller {
         let local = self.local_samples();
         let mut holdings = Vec::new();
         for (&job, runs) in &self.running {
-            let Some(placement) = self.scheduler.placement(runs.alloc) else { continue };
             let spec = self.scheduler.job(job);
-            let queue = spec.map(|j| j.queue.clone()).unwrap_or_default();
-            let user = spec.and_then(|j| j.control.user.clone()).unwrap_or_default();
-            for task in &placement {
-                for grant in &task.gpus {
-                    let Some(&model) = self.models.get(&(task.node.clone(), grant.gpu())) else { continue };
-                    let gpu_model = self.catalog.model(model);
-                    let milli = match grant {
-                        GpuGrant::Whole { .. } => 1000,
-                        GpuGrant::Mig { profile, .. } => gpu_model
-                            .mig
-                            .as_ref()
-                            .and_then(|g| g.profiles.iter().find(|p| &p.name == profile))
-                            .map_or(0, |p| u64::from(gpu_model.mig_milli(p).0)),
-                        GpuGrant::Mps { milli, .. } | GpuGrant::TimeSlice { milli, .. } => u64::from(milli.0),
-                    };
-                    let pct =
-                        self.gpu_sample(&task.node, grant.gpu(), Some(job), &local).map_or(0, |s| s.utilization_pct);
-                    holdings.push(crate::meter::Holding {
-                        job,
-                        queue: queue.clone(),
-                        user: user.clone(),
-                        model: gpu_model.id.clone(),
-                        milli,
-                        utilization_pct: pct,
-                    });
-                }
+            let queue = spec.map(|j| j.queue.as_str()).unwrap_or_default();
+            let user = spec.and_then(|j| j.control.user.as_deref()).unwrap_or_default();
+            for g in &runs.grants {
+                let pct = self.gpu_sample(&g.node, g.gpu, Some(job), &local).map_or(0, |s| s.utilization_pct);
+                holdings.push(crate::meter::Holding {
+                    job,
+                    queue: queue.to_string(),
+                    user: user.to_string(),
+                    model: self.catalog.model(g.model).id.clone(),
+                    milli: g.milli,
+                    utilization_pct: pct,
+                });
             }
         }
         holdings
     }
 
+    /// What a placement holds on each GPU (computed once, when a job starts or is re-adopted).
+    fn grants(&self, placement: &[TaskPlacement]) -> Vec<Held> {
+        let mut held = Vec::new();
+        for task in placement {
+            for grant in &task.gpus {
+                let Some(&model) = self.models.get(&(task.node.clone(), grant.gpu())) else { continue };
+                let gpu_model = self.catalog.model(model);
+                let milli = match grant {
+                    GpuGrant::Whole { .. } => 1000,
+                    GpuGrant::Mig { profile, .. } => gpu_model
+                        .mig
+                        .as_ref()
+                        .and_then(|g| g.profiles.iter().find(|p| &p.name == profile))
+                        .map_or(0, |p| u64::from(gpu_model.mig_milli(p).0)),
+                    GpuGrant::Mps { milli, .. } | GpuGrant::TimeSlice { milli, .. } => u64::from(milli.0),
+                };
+                held.push(Held { node: task.node.clone(), gpu: grant.gpu(), model, milli });
+            }
+        }
+        held
+    }
+
     /// Meter what runs since the last call; write the ledger every few seconds (`force`: now).
     pub fn meter(&mut self, now: u64, force: bool) {
+        // At most once a second (the clock's grain): the loop wakes on every submit.
+        if !force && self.meter.last_s() == Some(now) {
+            return;
+        }
         let holdings = self.holdings();
         self.meter.record(now, &holdings);
         let mut point =
@@ -794,6 +821,10 @@ impl Controller {
     /// Flag jobs idle past the policy's time; stop those their queue reclaims (they end
     /// cancelled). Reads what the meter last saw.
     pub fn check_idle(&mut self, now: u64) -> Effects {
+        if self.idle_checked_s == Some(now) {
+            return Effects::default();
+        }
+        self.idle_checked_s = Some(now);
         let mut by_job: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
         for h in &self.last_holdings {
             let entry = by_job.entry(h.job).or_default();
@@ -1230,7 +1261,9 @@ impl Controller {
                         tracing::warn!(job, error = %e, "start refused by the store");
                         continue;
                     }
-                    self.running.insert(job, Runs::new(alloc, row.requeues, &placement));
+                    let mut runs = Runs::new(alloc, row.requeues, &placement);
+                    runs.grants = self.grants(&placement);
+                    self.running.insert(job, runs);
                     let mut nodes: Vec<&str> = placement.iter().map(|t| t.node.as_str()).collect();
                     nodes.dedup();
                     tracing::info!(job, name = %row.name, tasks = world, on = %nodes.join(","), "started");

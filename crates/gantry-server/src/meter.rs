@@ -34,6 +34,11 @@ pub struct Meter {
 }
 
 impl Meter {
+    /// When it last recorded (Unix seconds).
+    pub fn last_s(&self) -> Option<u64> {
+        self.last_s
+    }
+
     /// Account `holdings` for the time since the last call (nothing on the first call).
     pub fn record(&mut self, now: u64, holdings: &[Holding]) {
         let Some(last) = self.last_s.replace(now) else {
