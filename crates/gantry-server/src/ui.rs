@@ -266,16 +266,7 @@ fn trim(v: f64) -> String {
 fn clock(t: u64) -> String {
     let (h, m) = ((t / 3600) % 24, (t / 60) % 60);
     if now_s().saturating_sub(t) > 86_400 {
-        let days = (t / 86_400) as i64;
-        // Civil date from days (Howard Hinnant's algorithm).
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let d = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let (_, month, d) = gantry_types::time::civil_from_days((t / 86_400) as i64);
         return format!("{month:02}-{d:02} {h:02}:{m:02}");
     }
     format!("{h:02}:{m:02} UTC")

@@ -13,6 +13,7 @@ pub mod outcome;
 pub mod pending;
 pub mod quantity;
 pub mod queue;
+pub mod time;
 
 pub use event::{Ending, Event, JobState, TaskStart};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};

@@ -32,16 +32,6 @@ pub struct UsageArgs {
     csv: bool,
 }
 
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// A time as the flags take it, in Unix seconds.
 pub fn parse_time(text: &str, now: u64) -> Result<u64, String> {
     let bad = || {
@@ -68,14 +58,14 @@ pub fn parse_time(text: &str, now: u64) -> Result<u64, String> {
     let (date, clock) = text.split_once('T').unwrap_or((text, "00:00"));
     let parts: Vec<&str> = date.split('-').collect();
     let [y, m, d] = parts[..] else { return Err(bad()) };
-    let (y, m, d): (i64, i64, i64) =
+    let (y, m, d): (i64, u32, u32) =
         (y.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?, d.parse().map_err(|_| bad())?);
     let (hh, mm) = clock.split_once(':').ok_or_else(bad)?;
     let (hh, mm): (i64, i64) = (hh.parse().map_err(|_| bad())?, mm.parse().map_err(|_| bad())?);
     if !(1970..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 {
         return Err(bad());
     }
-    let seconds = days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60;
+    let seconds = gantry_types::time::days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60;
     u64::try_from(seconds).map_err(|_| bad())
 }
 
