@@ -19,9 +19,7 @@ use std::fmt::Write;
 const COOKIE: &str = "gantry_token";
 
 /// HTML-escape text.
-pub fn esc(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
-}
+use gantry_chart::escape as esc;
 
 /// A queue's color: a fixed palette, picked by name (the same queue, the same color).
 fn queue_color(queue: &str) -> &'static str {
@@ -201,65 +199,61 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// An SVG line chart of allocation (filled) and use (line) over time, with the fleet's size
-/// as the top of the scale.
-pub fn chart(points: &[Point], top: f64, width: u32, height: u32) -> String {
-    let (w, h) = (f64::from(width), f64::from(height));
-    let (left, bottom, right, topm) = (40.0, 22.0, 10.0, 10.0);
-    // Every attribute quoted: in HTML an unquoted value swallows the `/` of `/>`.
-    let mut svg = format!(
-        "<svg viewBox=\"0 0 {width} {height}\" style=\"width:100%;height:auto;font:11px system-ui\" role=\"img\" aria-label=\"allocation and use over time\">"
-    );
+/// Allocation (shaded) and use (line) over time, in GPUs up to the fleet's size: the same
+/// chart the simulator's reports draw (`gantry-chart`).
+pub fn chart(points: &[Point], top: f64, width: u32, height: u32, every: &str) -> String {
     let top = top.max(1.0);
-    let y = |v: f64| topm + (h - topm - bottom) * (1.0 - (v / top).clamp(0.0, 1.0));
-    for i in 0..=4 {
-        let v = top * f64::from(i) / 4.0;
-        let _ = write!(
-            svg,
-            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y:.1}\" y2=\"{y:.1}\" stroke=\"#eceef2\"></line><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\" fill=\"#6b7385\">{}</text>",
-            w - right,
-            left - 6.0,
-            y(v) + 4.0,
-            trim(v),
-            y = y(v)
-        );
-    }
-    if points.len() < 2 {
-        let _ = write!(
-            svg,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#6b7385\">collecting samples (a point every 10 s)…</text></svg>",
-            w / 2.0,
-            h / 2.0
-        );
-        return svg;
-    }
-    let (t0, t1) = (points[0].t_s as f64, points[points.len() - 1].t_s as f64);
-    let x = |t: u64| left + (w - left - right) * ((t as f64 - t0) / (t1 - t0).max(1.0));
-    let mut area = format!("M{:.1},{:.1}", x(points[0].t_s), y(0.0));
-    let mut line = String::new();
-    for (i, p) in points.iter().enumerate() {
-        let _ = write!(area, " L{:.1},{:.1}", x(p.t_s), y(p.allocated_gpus));
-        let _ = write!(line, "{}{:.1},{:.1}", if i == 0 { "M" } else { " L" }, x(p.t_s), y(p.used_gpus));
-    }
-    let _ = write!(area, " L{:.1},{:.1} Z", x(points[points.len() - 1].t_s), y(0.0));
-    let _ = write!(
-        svg,
-        "<path d=\"{area}\" fill=\"#4e79a7\" fill-opacity=\"0.22\" stroke=\"#4e79a7\" stroke-width=\"1.5\"></path><path d=\"{line}\" fill=\"none\" stroke=\"#e15759\" stroke-width=\"2\"></path>"
-    );
-    for (t, anchor) in [(points[0].t_s, "start"), (points[points.len() - 1].t_s, "end")] {
-        let _ = write!(
-            svg,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" fill=\"#6b7385\">{}</text>",
-            x(t),
-            h - 6.0,
-            clock(t)
-        );
-    }
-    svg + "</svg>"
-}
-
-fn trim(v: f64) -> String {
-    if v.fract() == 0.0 { format!("{v:.0}") } else { format!("{v:.1}") }
+    let (t0, t1) = match (points.first(), points.last()) {
+        (Some(a), Some(b)) if points.len() >= 2 => (a.t_s as f64, b.t_s as f64),
+        _ => {
+            return format!(
+                "<svg viewBox=\"0 0 {width} {height}\" style=\"width:100%;height:auto\" role=\"img\"><text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"#6b7385\" font-family=\"system-ui\" font-size=\"13\">collecting samples (a point every {every})…</text></svg>",
+                width / 2,
+                height / 2
+            );
+        }
+    };
+    let allocated = gantry_chart::Line {
+        label: "allocated".into(),
+        color: "#4e79a7",
+        dashed: false,
+        filled: true,
+        points: points.iter().map(|p| (p.t_s as f64, p.allocated_gpus)).collect(),
+    };
+    let used = gantry_chart::Line {
+        label: "used".into(),
+        color: "#e15759",
+        dashed: false,
+        filled: false,
+        points: points.iter().map(|p| (p.t_s as f64, p.used_gpus)).collect(),
+    };
+    // Seconds on the ticks when the span is short, dates when it is long.
+    let span = t1 - t0;
+    let tick = |t: f64| {
+        let t = t as u64;
+        match span {
+            s if s < 900.0 => format!("{:02}:{:02}:{:02}", (t / 3600) % 24, (t / 60) % 60, t % 60),
+            s if s < 86_400.0 => format!("{:02}:{:02}", (t / 3600) % 24, (t / 60) % 60),
+            _ => {
+                let (_, month, day) = gantry_types::time::civil_from_days((t / 86_400) as i64);
+                format!("{month:02}-{day:02} {:02}:{:02}", (t / 3600) % 24, (t / 60) % 60)
+            }
+        }
+    };
+    let chart = gantry_chart::Chart {
+        x_label: "time (UTC)",
+        x_min: t0,
+        x_max: t1,
+        x_step: ((t1 - t0) / 6.0).max(1.0),
+        y_max: top,
+        y_step: gantry_chart::nice_step(top * 2.0),
+        x_tick: Some(&tick),
+        width: f64::from(width),
+        height: f64::from(height),
+        legend_width: 0.0,
+        ..gantry_chart::Chart::default()
+    };
+    chart.svg(&[allocated, used])
 }
 
 /// `HH:MM` UTC, or `MM-DD HH:MM` for older than a day.
@@ -383,7 +377,7 @@ async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> Response {
         used,
         pct(used),
         running.len(),
-        chart(&series, total, 1300, 200),
+        chart(&series, total, 1300, 200, "10 s"),
         legend()
     );
     page("Fleet", "Fleet", Some(&who), &body).into_response()
@@ -548,7 +542,7 @@ async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let body = format!(
         "<h1>Usage — last 7 days</h1><p class=muted>Chargeback by allocation and by measured use, side by side (<code>gantry usage</code> prints the same; prices from the controller's <code>[billing]</code>).</p>\
          <h2>Allocation and use, last 7 days (GPUs, 5-minute averages)</h2><div class=panel>{}{}</div><h2>Queues against quota, now</h2>{}{}{}{}",
-        chart(&week, total as f64, 1300, 200),
+        chart(&week, total as f64, 1300, 200, "5 minutes"),
         legend(),
         queue_table(&queues),
         table("queue", &by_queue),
@@ -655,13 +649,13 @@ mod tests {
 
     #[test]
     fn a_chart_needs_two_points_and_scales_to_the_fleet() {
-        assert!(chart(&[], 8.0, 400, 100).contains("collecting samples"));
+        assert!(chart(&[], 8.0, 400, 100, "10 s").contains("collecting samples"));
         let points: Vec<Point> = (0..3)
             .map(|i| Point { t_s: 1000 + i * 10, allocated_gpus: 4.0, used_gpus: 2.0, ..Default::default() })
             .collect();
-        let svg = chart(&points, 8.0, 400, 100);
+        let svg = chart(&points, 8.0, 400, 100, "10 s");
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"), "{svg}");
-        assert_eq!(svg.matches("<path").count(), 2, "allocation and use: {svg}");
+        assert_eq!(svg.matches("<polyline").count(), 2, "allocation and use: {svg}");
         assert!(!svg.contains("/>"), "no self-closing tags an unquoted value could swallow: {svg}");
     }
 

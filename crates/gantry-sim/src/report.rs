@@ -51,93 +51,14 @@ pub fn curves_csv(lists: &[(String, ListResults<'_>)]) -> String {
     out
 }
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
-
-/// One line of a chart.
-#[derive(Clone, Debug)]
-pub struct Line {
-    pub label: String,
-    pub color: &'static str,
-    pub dashed: bool,
-    pub points: Vec<(f64, f64)>,
-}
+use gantry_chart::escape;
+pub use gantry_chart::{Line, nice_step};
 
 /// An SVG line chart, y in % (0..100), x from 0 to `x_max` with a grid line every `x_step`;
-/// the legend on the right shows each line's label.
+/// the legend on the right shows each line's label (the dashboard draws with the same chart).
 pub fn line_chart(title: &str, x_label: &str, y_label: &str, x_max: f64, x_step: f64, lines: &[Line]) -> String {
-    let (w, h, left, right, top, bottom) = (760.0, 420.0, 60.0, 220.0, 40.0, 50.0);
-    let (pw, ph) = (w - left - right, h - top - bottom);
-    let x_max = if x_max > 0.0 { x_max } else { 1.0 };
-    let x = |v: f64| left + v / x_max * pw;
-    let y = |v: f64| top + (1.0 - v.clamp(0.0, 100.0) / 100.0) * ph;
-    let mut svg = format!(
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="22" font-size="14" font-weight="bold">{}</text>"#,
-        left,
-        escape(title)
-    );
-    for tick in (0..=100).step_by(20) {
-        let ty = y(tick as f64);
-        let _ = write!(
-            svg,
-            r##"<line x1="{left}" y1="{ty}" x2="{}" y2="{ty}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{tick}</text>"##,
-            left + pw,
-            left - 6.0,
-            ty + 4.0
-        );
-    }
-    let step = if x_step > 0.0 { x_step } else { x_max };
-    let mut tick = 0.0;
-    while tick <= x_max + 1e-9 {
-        let tx = x(tick);
-        let _ = write!(
-            svg,
-            r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#eee"/><text x="{tx:.1}" y="{}" text-anchor="middle">{}</text>"##,
-            top + ph,
-            top + ph + 16.0,
-            if step.fract() == 0.0 { format!("{tick:.0}") } else { format!("{tick:.1}") }
-        );
-        tick += step;
-    }
-    let _ = write!(
-        svg,
-        r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"/><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"/><text x="{}" y="{}" text-anchor="middle">{}</text><text transform="translate(16 {}) rotate(-90)" text-anchor="middle">{}</text>"##,
-        top + ph,
-        left + pw,
-        top + ph,
-        top + ph,
-        left + pw / 2.0,
-        h - 12.0,
-        escape(x_label),
-        top + ph / 2.0,
-        escape(y_label)
-    );
-    for (i, line) in lines.iter().enumerate() {
-        let dash = if line.dashed { r#" stroke-dasharray="5 3""# } else { "" };
-        let points: Vec<String> = line.points.iter().map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py))).collect();
-        let _ = write!(
-            svg,
-            r#"<polyline fill="none" stroke="{}" stroke-width="1.6"{dash} points="{}"/>"#,
-            line.color,
-            points.join(" ")
-        );
-        let ly = top + 14.0 + i as f64 * 18.0;
-        let _ = write!(
-            svg,
-            r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="3"{dash}/><text x="{}" y="{}">{}</text>"#,
-            left + pw + 12.0,
-            ly - 4.0,
-            left + pw + 30.0,
-            ly - 4.0,
-            line.color,
-            left + pw + 36.0,
-            ly,
-            escape(&line.label)
-        );
-    }
-    svg.push_str("</svg>");
-    svg
+    let chart = gantry_chart::Chart { title, x_label, y_label, x_max, x_step, ..gantry_chart::Chart::default() };
+    chart.svg(lines)
 }
 
 /// An SVG line chart of mean allocation (%) against arrived load (%), one line per policy.
@@ -154,6 +75,7 @@ pub fn allocation_svg(title: &str, policies: &ListResults<'_>) -> String {
                 label: format!("{policy} {final_alloc:.2}%"),
                 color: COLORS[i % COLORS.len()],
                 dashed: false,
+                filled: false,
                 points: curve.into_iter().map(|(l, a)| (l as f64, a)).collect(),
             }
         })
@@ -252,38 +174,20 @@ pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
             label: format!("{} allocated {:.1}%", label(run), run.mean_alloc_pct),
             color,
             dashed: false,
+            filled: false,
             points: run.series.iter().map(|s| (at(s), s.alloc_pct)).collect(),
         });
         lines.push(Line {
             label: format!("{} used {:.1}%", label(run), run.mean_util_pct),
             color,
             dashed: true,
+            filled: false,
             points: run.series.iter().map(|s| (at(s), s.util_pct)).collect(),
         });
     }
     let x_max = span_s as f64 / div;
     let step = nice_step(x_max);
     line_chart(&title, &format!("time since the first arrival ({unit})"), "% of GPU capacity", x_max, step, &lines)
-}
-
-/// A grid step giving about 5–10 ticks over `0..max`.
-fn nice_step(max: f64) -> f64 {
-    if max <= 0.0 {
-        return 1.0;
-    }
-    let raw = max / 8.0;
-    let magnitude = 10f64.powf(raw.log10().floor());
-    let n = raw / magnitude;
-    magnitude
-        * if n <= 1.0 {
-            1.0
-        } else if n <= 2.0 {
-            2.0
-        } else if n <= 5.0 {
-            5.0
-        } else {
-            10.0
-        }
 }
 
 /// One HTML page for time replays: the summary table and one chart per trace.

@@ -31,7 +31,8 @@ pub struct ServeArgs {
     local: bool,
     /// With --local: run the bundled demo fleet (simulated GPUs, unless --fleet) and submit
     /// the bundled demo workload (examples/demo-workload.toml) once the controller is up, if
-    /// its store has no jobs yet; the jobs' starts and ends show in the log.
+    /// its store has no jobs yet; the jobs' starts and ends show in the log. Without a
+    /// `[billing]` in --config, example prices ($/GPU-hour: H100 4.00, A100 2.50, L4 0.80).
     #[arg(long, requires = "local")]
     demo: bool,
     /// With remote agents: a node whose agent is silent this long gets no new work (what
@@ -190,6 +191,15 @@ pub async fn stop_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--demo` without a `[billing]`: example list prices, so the chargeback has dollars in it.
+fn demo_billing() -> gantry_server::meter::Billing {
+    let prices = [("H100-SXM5-80GB", 4.0), ("A100-SXM4-80GB", 2.5), ("L4-24GB", 0.8)];
+    gantry_server::meter::Billing {
+        price_per_gpu_hour: prices.iter().map(|(m, p)| (m.to_string(), *p)).collect(),
+        weights: Default::default(),
+    }
+}
+
 /// `--demo`: submit the bundled demo workload unless the store already has jobs.
 fn submit_demo(url: &str, token: Option<&str>) -> Result<String, String> {
     let (status, listed) = gantry_server::client::request(url, token, "GET", "/v1/jobs", None)?;
@@ -286,7 +296,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         scheduling,
         simulate_tasks: None,
         measure_local_gpus: discovered,
-        billing: args.billing.clone().unwrap_or_default(),
+        billing: match (&args.billing, args.demo) {
+            (Some(billing), _) => billing.clone(),
+            (None, true) => demo_billing(),
+            (None, false) => Default::default(),
+        },
         idle: args.idle.clone().unwrap_or_default(),
         agents: if args.local {
             gantry_server::controller::Agents::Local
