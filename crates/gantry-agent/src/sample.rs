@@ -5,12 +5,14 @@
 use nvml_wrapper::Nvml;
 
 /// One GPU's measurement.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Measured {
     pub index: u32,
     /// Percent of the last sample period a kernel ran.
     pub utilization_pct: u32,
     pub memory_used_mib: u64,
+    /// Per process, where the driver reports it (not on MIG GPUs): (pid, SM utilization %).
+    pub processes: Vec<(u32, u32)>,
 }
 
 /// Holds NVML open between samples.
@@ -38,10 +40,64 @@ impl Sampler {
                 let device = self.nvml.device_by_index(index).ok()?;
                 let utilization = device.utilization_rates().ok()?;
                 let memory = device.memory_info().ok()?;
-                Some(Measured { index, utilization_pct: utilization.gpu, memory_used_mib: memory.used >> 20 })
+                // The last few seconds' samples; the newest per process.
+                let since_us = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64)
+                    .saturating_sub(5_000_000);
+                let mut processes: Vec<(u32, u64, u32)> = Vec::new();
+                for s in device.process_utilization_stats(since_us).unwrap_or_default() {
+                    match processes.iter_mut().find(|(pid, _, _)| *pid == s.pid) {
+                        Some(p) if p.1 < s.timestamp => *p = (s.pid, s.timestamp, s.sm_util),
+                        Some(_) => {}
+                        None => processes.push((s.pid, s.timestamp, s.sm_util)),
+                    }
+                }
+                let processes = processes.into_iter().map(|(pid, _, sm)| (pid, sm)).collect();
+                Some(Measured {
+                    index,
+                    utilization_pct: utilization.gpu,
+                    memory_used_mib: memory.used >> 20,
+                    processes,
+                })
             })
             .collect()
     }
+}
+
+/// The process group of `pid`, from `/proc/<pid>/stat` (the field after the state, which
+/// follows the parenthesized command name — itself free to contain spaces and parentheses).
+pub fn process_group(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_pgrp(&stat)
+}
+
+fn parse_pgrp(stat: &str) -> Option<i32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after.split_whitespace();
+    let _state = fields.next()?;
+    let _ppid = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+/// Per-job SM utilization on one GPU: each process's share summed into the task (process
+/// group) that owns it; processes of no known task are left out.
+pub fn attribute(
+    processes: &[(u32, u32)],
+    group_of: impl Fn(u32) -> Option<i32>,
+    tasks: &[(u64, i32)],
+) -> Vec<(u64, u32)> {
+    let mut by_job: Vec<(u64, u32)> = Vec::new();
+    for &(pid, pct) in processes {
+        let Some(group) = group_of(pid) else { continue };
+        let Some(&(job, _)) = tasks.iter().find(|(_, g)| *g == group) else { continue };
+        match by_job.iter_mut().find(|(j, _)| *j == job) {
+            Some(entry) => entry.1 = (entry.1 + pct).min(100),
+            None => by_job.push((job, pct.min(100))),
+        }
+    }
+    by_job.sort_unstable();
+    by_job
 }
 
 /// A steady made-up load for a busy simulated GPU, the same for the same task every time
@@ -65,6 +121,25 @@ mod tests {
                 assert_eq!(pct, simulated_pct(job, gpu));
             }
         }
+    }
+
+    #[test]
+    fn process_groups_are_read_from_proc() {
+        assert_eq!(parse_pgrp("42 (a (weird) name) S 1 4242 4242 0"), Some(4242));
+        assert_eq!(parse_pgrp("garbage"), None);
+        let own = process_group(std::process::id()).expect("this process has a group");
+        assert!(own > 0);
+    }
+
+    #[test]
+    fn process_shares_add_up_per_job() {
+        let groups = |pid: u32| match pid {
+            10 | 11 => Some(100),
+            20 => Some(200),
+            _ => None,
+        };
+        let shares = attribute(&[(10, 30), (11, 25), (20, 90), (99, 50)], groups, &[(7, 100), (8, 200)]);
+        assert_eq!(shares, vec![(7, 55), (8, 90)]);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use crate::client::request;
 use crate::runner::{Exit, Runner, group_alive, task_base, with_ext};
 use crate::wire::{
-    AgentGpu, GpuSample, Heartbeat, Launch, Orders, Register, Registered, TaskKey, TaskReport, TaskState,
+    AgentGpu, GpuSample, Heartbeat, JobShare, Launch, Orders, Register, Registered, TaskKey, TaskReport, TaskState,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -168,14 +168,23 @@ impl Agent {
     /// reports a steady simulated load, an idle one 0.
     fn samples(&self) -> Vec<GpuSample> {
         if let Some(sampler) = &self.sampler {
+            let groups = self.task_groups();
             return sampler
                 .sample()
                 .into_iter()
-                .map(|m| GpuSample {
-                    index: m.index,
-                    utilization_pct: m.utilization_pct,
-                    memory_used_mib: m.memory_used_mib,
-                    measured: true,
+                .map(|m| {
+                    let shares =
+                        gantry_agent::sample::attribute(&m.processes, gantry_agent::sample::process_group, &groups);
+                    GpuSample {
+                        index: m.index,
+                        utilization_pct: m.utilization_pct,
+                        memory_used_mib: m.memory_used_mib,
+                        measured: true,
+                        jobs: shares
+                            .into_iter()
+                            .map(|(job, utilization_pct)| JobShare { job, utilization_pct })
+                            .collect(),
+                    }
                 })
                 .collect();
         }
@@ -192,7 +201,21 @@ impl Agent {
                     utilization_pct: holder.map_or(0, |(k, _)| gantry_agent::sample::simulated_pct(k.job, gpu.index)),
                     memory_used_mib: 0,
                     measured: false,
+                    jobs: Vec::new(),
                 }
+            })
+            .collect()
+    }
+
+    /// (job, process group) of every running task, from the pid files the tasks wrote.
+    fn task_groups(&self) -> Vec<(u64, i32)> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.state == TaskState::Running)
+            .filter_map(|(key, _)| {
+                let base = task_base(&self.config.data_dir, key.job, &key.group, key.replica);
+                let pgid = std::fs::read_to_string(with_ext(&base, "pid")).ok()?.trim().parse().ok()?;
+                Some((key.job, pgid))
             })
             .collect()
     }

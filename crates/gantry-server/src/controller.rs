@@ -652,6 +652,7 @@ impl Controller {
                     utilization_pct: m.utilization_pct,
                     memory_used_mib: m.memory_used_mib,
                     measured: true,
+                    jobs: Vec::new(),
                 };
                 (m.index, sample)
             })
@@ -669,12 +670,12 @@ impl Controller {
     ) -> Option<GpuSample> {
         match self.agents {
             Agents::Remote { .. } => {
-                self.links.get(node).and_then(|l| l.samples.iter().find(|s| s.index == index)).copied()
+                self.links.get(node).and_then(|l| l.samples.iter().find(|s| s.index == index)).cloned()
             }
-            Agents::Local => local.get(&index).copied().or_else(|| {
+            Agents::Local => local.get(&index).cloned().or_else(|| {
                 // Simulated: a steady made-up load while a job holds the GPU, else idle.
                 let pct = holder.map_or(0, |job| gantry_agent::sample::simulated_pct(job, index));
-                Some(GpuSample { index, utilization_pct: pct, memory_used_mib: 0, measured: false })
+                Some(GpuSample { index, utilization_pct: pct, memory_used_mib: 0, measured: false, jobs: Vec::new() })
             }),
         }
     }
@@ -688,7 +689,13 @@ impl Controller {
             let queue = spec.map(|j| j.queue.as_str()).unwrap_or_default();
             let user = spec.and_then(|j| j.control.user.as_deref()).unwrap_or_default();
             for g in &runs.grants {
-                let pct = self.gpu_sample(&g.node, g.gpu, Some(job), &local).map_or(0, |s| s.utilization_pct);
+                let sample = self.gpu_sample(&g.node, g.gpu, Some(job), &local);
+                // The job's own processes where NVML reports them (a share of a shared GPU);
+                // else the whole GPU's utilization.
+                let pct = match sample.as_ref().and_then(|s| s.jobs.iter().find(|j| j.job == job)) {
+                    Some(share) if g.milli > 0 => (u64::from(share.utilization_pct) * 1000 / g.milli).min(100) as u32,
+                    _ => sample.map_or(0, |s| s.utilization_pct),
+                };
                 holdings.push(crate::meter::Holding {
                     job,
                     queue: queue.to_string(),
@@ -1089,7 +1096,7 @@ impl Controller {
                 model: self.catalog.model(gpu.model).id.clone(),
                 mode: format!("{:?}", gpu.units.kind()).to_ascii_lowercase().replace("timeslice", "time-slice"),
                 allocated_milli: gpu.used_milli,
-                utilization_pct: sample.map(|s| s.utilization_pct),
+                utilization_pct: sample.as_ref().map(|s| s.utilization_pct),
                 measured: sample.is_some_and(|s| s.measured),
                 jobs,
                 instances,

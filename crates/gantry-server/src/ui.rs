@@ -282,7 +282,7 @@ fn gpu_tile(g: &GpuView, queue_of: &BTreeMap<u64, String>) -> String {
             let who = i.job.map_or("free".to_string(), |j| format!("job {j}"));
             let _ = write!(
                 inner,
-                "<div style=\"background:{bg}\" title=\"{} @{} — {who}\"></div>",
+                "<div style=\"background:{bg}\" title=\"{} @{} — {who}; its own utilization is not measurable through NVML\"></div>",
                 esc(&i.profile),
                 i.start
             );

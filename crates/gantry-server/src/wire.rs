@@ -114,7 +114,7 @@ pub struct TaskReport {
 
 /// One GPU's utilization when the heartbeat left: measured by NVML, or simulated (a busy
 /// simulated GPU reports a steady made-up load, an idle one 0).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GpuSample {
     pub index: u32,
@@ -123,6 +123,18 @@ pub struct GpuSample {
     pub memory_used_mib: u64,
     /// Whether this came from NVML (false: simulated).
     pub measured: bool,
+    /// Per job, where NVML reports per-process utilization (not on MIG GPUs): the SM
+    /// utilization of the job's processes on this GPU, percent of the whole GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<JobShare>,
+}
+
+/// One job's part of a GPU's utilization.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobShare {
+    pub job: u64,
+    pub utilization_pct: u32,
 }
 
 /// `POST /v1/agents/{node}/heartbeat`.

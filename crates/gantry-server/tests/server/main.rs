@@ -513,12 +513,16 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     assert_eq!(beat(r#"{"tasks": []}"#)["launch"], orders["launch"], "repeated until reported");
     let task = format!(r#""job": {}, "group": "main", "replica": 0, "attempt": 0"#, ids[0]);
     let running = beat(&format!(
-        r#"{{"tasks": [{{{task}, "state": "running"}}], "samples": [{{"index": 0, "utilization_pct": 71, "memory_used_mib": 900, "measured": true}}]}}"#
+        r#"{{"tasks": [{{{task}, "state": "running"}}], "samples": [{{"index": 0, "utilization_pct": 71, "memory_used_mib": 900, "measured": true, "jobs": [{{"job": {}, "utilization_pct": 20}}]}}]}}"#,
+        ids[0]
     ));
     assert_eq!(running["launch"], serde_json::json!([]), "{running}");
     let (_, nodes) = server.call("GET", "/v1/nodes", None);
     assert_eq!(nodes[0]["gpus"][0]["utilization_pct"], 71, "{nodes}");
     assert_eq!(nodes[0]["ready"], true);
+    // The job's own processes (NVML per-process) count for its use, not the whole GPU's 71 %.
+    let (_, metrics) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
+    assert!(metrics.contains("gantry_queue_used_gpus{queue=\"default\"} 0.2\n"), "{metrics}");
     // A task of a job this controller does not run: stop it.
     let stray = beat(r#"{"tasks": [{"job": 999, "group": "task", "replica": 0, "attempt": 0, "state": "running"}]}"#);
     assert_eq!(stray["stop"][0]["job"], 999, "{stray}");
