@@ -99,7 +99,9 @@ impl Chart<'_> {
     pub fn svg(&self, lines: &[Line]) -> String {
         let (w, h) = (self.width, self.height);
         let top = if self.title.is_empty() { 14.0 } else { 40.0 };
-        let (left, right, bottom) = (60.0, self.legend_width + 20.0, if self.x_label.is_empty() { 30.0 } else { 50.0 });
+        // Room on the right for the last x label when there is no legend.
+        let (left, right, bottom) =
+            (60.0, (self.legend_width + 20.0).max(40.0), if self.x_label.is_empty() { 30.0 } else { 50.0 });
         let (pw, ph) = (w - left - right, h - top - bottom);
         let span = if self.x_max > self.x_min { self.x_max - self.x_min } else { 1.0 };
         let y_max = if self.y_max > 0.0 { self.y_max } else { 1.0 };
