@@ -295,6 +295,15 @@ impl Controller {
             let state = controller.scheduler.engine().state();
             state.gpus.iter().map(|g| ((state.info[g.node as usize].name.clone(), g.index), g.model)).collect()
         };
+        let week_ago = now.saturating_sub(crate::series::COARSE_POINTS as u64 * crate::series::COARSE_STEP_S);
+        let stored: Vec<crate::series::Point> = controller
+            .store
+            .series_points(week_ago)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter_map(|(_, json)| serde_json::from_str(&json).ok())
+            .collect();
+        controller.series.restore(stored);
         for node in controller.store.drained().map_err(|e| e.to_string())? {
             if let Err(e) = controller.scheduler.set_drained(&node, true) {
                 tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
@@ -750,7 +759,15 @@ impl Controller {
             queue.0 += allocated;
             queue.1 += used;
         }
-        self.series.record(point);
+        if let Some(done) = self.series.record(point) {
+            let keep_from = now.saturating_sub(crate::series::COARSE_POINTS as u64 * crate::series::COARSE_STEP_S);
+            let stored = serde_json::to_string(&done)
+                .map_err(|e| e.to_string())
+                .and_then(|json| self.store.put_series_point(done.t_s, &json, keep_from).map_err(|e| e.to_string()));
+            if let Err(e) = stored {
+                tracing::warn!(error = %e, "storing a series point failed");
+            }
+        }
         self.last_holdings = holdings;
         let rows = self.meter.take(now, force);
         if rows.is_empty() {

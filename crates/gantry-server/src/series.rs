@@ -1,6 +1,7 @@
 //! Allocation and utilization over time, bounded and downsampled: a point every 10 s for the
-//! last hour, and 5-minute averages for the last 7 days (in memory: about 2,400 points,
-//! whatever the uptime). The durable long-term record is the hourly usage ledger in the store.
+//! last hour (in memory), and 5-minute averages for the last 7 days (also kept in the store,
+//! pruned to 7 days, so a restart keeps the week). About 2,400 points whatever the uptime; the
+//! hourly usage ledger is the long-term record.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -37,10 +38,12 @@ pub struct Series {
 
 impl Series {
     /// Record the state at `now`; kept if a fine step has passed since the last point.
-    pub fn record(&mut self, point: Point) {
+    /// Returns the 5-minute average this point closed, if it closed one (to be stored).
+    pub fn record(&mut self, point: Point) -> Option<Point> {
         if self.fine.back().is_some_and(|last| point.t_s < last.t_s + FINE_STEP_S) {
-            return;
+            return None;
         }
+        let mut closed = None;
         let start = point.t_s - point.t_s % COARSE_STEP_S;
         match &mut self.bucket {
             Some((sum, n)) if sum.t_s == start => {
@@ -56,12 +59,22 @@ impl Series {
             }
             _ => {
                 if let Some((sum, n)) = self.bucket.take() {
-                    push(&mut self.coarse, average(sum, n), COARSE_POINTS);
+                    let done = average(sum, n);
+                    push(&mut self.coarse, done.clone(), COARSE_POINTS);
+                    closed = Some(done);
                 }
                 self.bucket = Some((Point { t_s: start, ..point.clone() }, 1));
             }
         }
         push(&mut self.fine, point, FINE_POINTS);
+        closed
+    }
+
+    /// Start from stored 5-minute averages (oldest first), as after a restart.
+    pub fn restore(&mut self, points: Vec<Point>) {
+        for p in points {
+            push(&mut self.coarse, p, COARSE_POINTS);
+        }
     }
 
     /// The last hour at 10 s.
@@ -127,9 +140,14 @@ mod tests {
         assert_eq!((coarse[0].allocated_gpus, coarse[1].allocated_gpus), (4.0, 2.0));
         assert_eq!(coarse[1].queues["q"], (2.0, 1.0));
         // Past seven days the oldest averages go.
+        let mut closed = 0;
         for t in (2 * 86_400..9 * 86_400).step_by(10) {
-            series.record(at(t, 1.0));
+            closed += usize::from(series.record(at(t, 1.0)).is_some());
         }
         assert_eq!(series.coarse().len(), COARSE_POINTS + 1);
+        assert_eq!(closed, 7 * 86_400 / 300, "each closed 5-minute average is handed out once");
+        let mut restored = Series::default();
+        restored.restore(series.coarse());
+        assert_eq!(restored.coarse().len(), COARSE_POINTS);
     }
 }

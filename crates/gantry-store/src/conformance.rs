@@ -176,3 +176,16 @@ pub fn usage_ledger<S: Store>(mut make: impl FnMut() -> S) {
     assert_eq!(store.usage(3601, 7200).expect("reads"), Vec::new());
     assert_eq!(store.usage(9000, 10).expect("reads"), Vec::new(), "an empty range");
 }
+
+/// The downsampled series: one point per time (a rewrite replaces it), old points pruned.
+pub fn series_points<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    assert_eq!(store.series_points(0).expect("reads"), Vec::new());
+    store.put_series_point(300, "{\"a\":1}", 0).expect("writes");
+    store.put_series_point(600, "{\"a\":2}", 0).expect("writes");
+    store.put_series_point(600, "{\"a\":3}", 0).expect("replaces");
+    assert_eq!(store.series_points(0).expect("reads"), vec![(300, "{\"a\":1}".into()), (600, "{\"a\":3}".into())]);
+    store.put_series_point(900, "{}", 600).expect("writes and prunes");
+    assert_eq!(store.series_points(0).expect("reads").iter().map(|(t, _)| *t).collect::<Vec<_>>(), [600, 900]);
+    assert_eq!(store.series_points(601).expect("reads").len(), 1);
+}

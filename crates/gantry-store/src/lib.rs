@@ -136,6 +136,11 @@ pub trait Store {
     fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError>;
     /// Ledger rows of the hours that start in `[from_s, to_s)`, by hour, job and model.
     fn usage(&self, from_s: u64, to_s: u64) -> Result<Vec<UsageRow>, StoreError>;
+    /// Keep one point of the downsampled time series (an opaque JSON text, one per time;
+    /// a second write for the same time replaces it), and drop the points before `keep_from_s`.
+    fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError>;
+    /// The series points at or after `from_s`, oldest first.
+    fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError>;
 }
 
 /// The state a job moves to on `event`, or a conflict. `current` is `None` for a job the

@@ -49,11 +49,15 @@ CREATE TABLE IF NOT EXISTS usage (
     used_milli_s      INTEGER NOT NULL,
     PRIMARY KEY (hour_s, job_id, model)
 );
+CREATE TABLE IF NOT EXISTS series (
+    t_s   INTEGER PRIMARY KEY,
+    point TEXT    NOT NULL
+);
 ";
 
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
-/// `usage`; an older store gets the new tables when opened.
-const SCHEMA_VERSION: i64 = 4;
+/// `usage`, 5 `series`; an older store gets the new tables when opened.
+const SCHEMA_VERSION: i64 = 5;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -345,6 +349,21 @@ impl Store for SqliteStore {
                 })
             })
             .collect()
+    }
+
+    fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        tx.execute("INSERT OR REPLACE INTO series (t_s, point) VALUES (?1, ?2)", params![int(t_s)?, point])?;
+        tx.execute("DELETE FROM series WHERE t_s < ?1", params![int(keep_from_s)?])?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT t_s, point FROM series WHERE t_s >= ?1 ORDER BY t_s")?;
+        let raw: Vec<(i64, String)> =
+            stmt.query_map(params![int(from_s)?], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
+        raw.into_iter().map(|(t, p)| Ok((uint(t)?, p))).collect()
     }
 
     fn rebuild(&mut self) -> Result<(), StoreError> {

@@ -33,12 +33,14 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::tokens(memory);
     conformance::drained_nodes(memory);
     conformance::usage_ledger(memory);
+    conformance::series_points(memory);
     conformance::lifecycle(file_store("lifecycle"));
     conformance::conflicts_roll_back_the_batch(file_store("conflicts"));
     conformance::state_is_derived_from_the_log(file_store("derived"));
     conformance::tokens(file_store("tokens"));
     conformance::drained_nodes(file_store("drained"));
     conformance::usage_ledger(file_store("usage"));
+    conformance::series_points(file_store("series"));
 }
 
 #[test]
