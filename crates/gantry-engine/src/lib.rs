@@ -11,6 +11,7 @@
 //! inside a transaction; a job's tasks commit together or are rolled back (gang). Work per
 //! decision is bounded by [`SearchLimits`].
 
+pub mod advise;
 pub mod backfill;
 pub mod fairshare;
 pub mod fit;

@@ -16,7 +16,7 @@ mod workload;
 
 pub use error::SpecError;
 pub use fleet::{FLEET_NODES_MAX, MPS_CLIENTS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for};
-pub use quantity::{MEMORY_MAX, Quantity};
+pub use quantity::{MEMORY_MAX, Quantity, memory as parse_memory};
 pub use queues::{
     HALF_LIFE_DEFAULT_S, QUEUE_DEPTH_MAX, QUEUE_WEIGHT_MAX, QUEUES_MAX, STARVATION_DEFAULT_S, parse_queues,
 };

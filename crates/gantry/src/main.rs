@@ -4,6 +4,7 @@
 //! and, against it, `submit`, `queue`, `show`, `why`, `cancel`, `logs`. The planner arrives
 //! as further subcommands.
 
+mod advise_cmd;
 mod agent_cmd;
 mod catalog_cmd;
 mod jobs_cmd;
@@ -29,6 +30,10 @@ enum Command {
     /// Place a workload on a fleet, in order, and show where each task goes or why it cannot.
     #[command(after_help = place_cmd::EXAMPLES)]
     Place(place_cmd::PlaceArgs),
+    /// Which unit a job should ask for — whole GPUs, a MIG profile, an MPS share or a
+    /// time-slice — from its shape, with the reason and the workload line.
+    #[command(after_help = advise_cmd::EXAMPLES)]
+    Advise(advise_cmd::AdviseArgs),
     /// List GPU models and their MIG profiles with legal placements.
     #[command(after_help = catalog_cmd::EXAMPLES)]
     Catalog(catalog_cmd::CatalogArgs),
@@ -110,6 +115,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Place(args) => place_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
+        Command::Advise(args) => advise_cmd::run(args),
         Command::Validate(args) => place_cmd::validate(args),
         Command::Sim(args) => sim_cmd::run(*args),
         Command::Synth(args) => synth_cmd::run(args),

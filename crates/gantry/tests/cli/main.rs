@@ -831,3 +831,41 @@ fn dashboard_pages_render_in_headless_chromium() {
     assert!(size > 20_000, "a screenshot of the fleet page ({size} bytes)");
     drop(server);
 }
+
+/// `gantry advise` answers with a unit, why, and a workload line that `validate` accepts;
+/// bad shapes are errors naming the flag.
+#[test]
+fn advise_recommends_a_unit_with_a_valid_workload_line() {
+    let dir = temp_dir("advise");
+    for (args, unit) in [
+        (&["--purpose", "inference", "--size", "0.25", "--memory", "18GiB", "--latency-sensitive"][..], "mig"),
+        (&["--purpose", "development", "--size", "0.125"][..], "time-slice"),
+        (
+            &["--purpose", "inference", "--size", "0.2", "--memory", "5GiB", "--trusted", "--isolation", "soft"][..],
+            "mps",
+        ),
+        (&["--purpose", "training", "--size", "4"][..], "whole"),
+    ] {
+        let out = gantry(&[&["advise", "--json"][..], args].concat());
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let advice: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+        assert_eq!(advice["unit"], unit, "{args:?}: {advice}");
+        let workload = dir.join(format!("{unit}.toml"));
+        let spec = advice["spec"].as_str().expect("spec");
+        std::fs::write(&workload, format!("[[job]]\nname = \"advised\"\n{spec}\n")).expect("workload");
+        let valid = gantry(&["validate", "--workload", workload.to_str().expect("utf-8")]);
+        assert!(valid.status.success(), "{spec}: {}", stderr(&valid));
+    }
+    let text = stdout(&gantry(&["advise", "--purpose", "inference", "--size", "0.3", "--bursty"]));
+    assert!(text.contains("never given a hard MIG slice"), "{text}");
+    for (args, message) in [
+        (&["--purpose", "batch", "--size", "0"][..], "size 0"),
+        (&["--purpose", "batch", "--size", "0.2", "--memory", "12XB"][..], "--memory: unknown memory unit"),
+        (&["--purpose", "batch", "--size", "0.5", "--memory", "500GiB"][..], "does not fit on a H100-SXM5-80GB"),
+        (&["--purpose", "batch", "--size", "0.5", "--model", "Z9000"][..], "unknown GPU model"),
+        (&["--purpose", "gaming", "--size", "1"][..], "invalid value 'gaming'"),
+    ] {
+        let out = gantry(&[&["advise"][..], args].concat());
+        assert!(!out.status.success() && stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+}
