@@ -9,6 +9,7 @@ mod agent_cmd;
 mod catalog_cmd;
 mod jobs_cmd;
 mod place_cmd;
+mod plan_cmd;
 mod sbatch;
 mod serve_cmd;
 mod sim_cmd;
@@ -34,6 +35,10 @@ enum Command {
     /// time-slice — from its shape, with the reason and the workload line.
     #[command(after_help = advise_cmd::EXAMPLES)]
     Advise(advise_cmd::AdviseArgs),
+    /// Propose each GPU's mode and MIG layout for a workload mix, check it with the engine,
+    /// and export it for Kubernetes (mig-parted, device-plugin sharing, node labels).
+    #[command(after_help = plan_cmd::EXAMPLES)]
+    Plan(plan_cmd::PlanArgs),
     /// List GPU models and their MIG profiles with legal placements.
     #[command(after_help = catalog_cmd::EXAMPLES)]
     Catalog(catalog_cmd::CatalogArgs),
@@ -116,6 +121,7 @@ fn main() -> ExitCode {
         Command::Place(args) => place_cmd::run(args),
         Command::Catalog(args) => catalog_cmd::run(args),
         Command::Advise(args) => advise_cmd::run(args),
+        Command::Plan(args) => plan_cmd::run(args),
         Command::Validate(args) => place_cmd::validate(args),
         Command::Sim(args) => sim_cmd::run(*args),
         Command::Synth(args) => synth_cmd::run(args),

@@ -72,7 +72,7 @@ pub(crate) fn load_fleet(path: Option<&Path>, catalog: &Catalog) -> anyhow::Resu
     Ok((name, fleet))
 }
 
-fn load_workload(path: Option<&Path>, catalog: &Catalog) -> anyhow::Result<(String, Vec<Job>)> {
+pub(crate) fn load_workload(path: Option<&Path>, catalog: &Catalog) -> anyhow::Result<(String, Vec<Job>)> {
     let (name, text) = match path {
         Some(p) => (p.display().to_string(), read(p, "workload")?),
         None => ("demo workload".to_string(), DEMO_WORKLOAD.to_string()),

@@ -869,3 +869,59 @@ fn advise_recommends_a_unit_with_a_valid_workload_line() {
         assert!(!out.status.success() && stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// `gantry plan` partitions ten A100s for the mix (4 training jobs, 20 inference
+/// models, 30 notebooks): everything placed, and the written fleet file validates and holds
+/// the mix when `place` runs on it; the exports are written; a profile no GPU has is refused.
+#[test]
+fn plan_partitions_a_fleet_for_a_mix_and_exports_it() {
+    let dir = temp_dir("plan");
+    let out = dir.join("plan");
+    let run = gantry(&[
+        "plan",
+        "--fleet",
+        "../../examples/plan-fleet.toml",
+        "--workload",
+        "../../examples/plan-mix.toml",
+        "--out",
+        out.to_str().expect("utf-8"),
+        "--json",
+    ]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&run)).expect("json");
+    assert_eq!(plan["placed"], 54, "{plan}");
+    assert_eq!(plan["unplaced"], serde_json::json!([]), "{plan}");
+    assert!(plan["allocation_pct"].as_f64().expect("number") > 90.0, "{plan}");
+    let modes: Vec<&str> =
+        plan["gpus"].as_array().expect("gpus").iter().map(|g| g["mode"].as_str().expect("mode")).collect();
+    assert_eq!(modes.iter().filter(|m| m.starts_with("mig")).count(), 3, "{modes:?}");
+    let fleet = out.join("fleet.toml");
+    let valid = gantry(&["validate", "--fleet", fleet.to_str().expect("utf-8")]);
+    assert!(valid.status.success(), "{}", stderr(&valid));
+    let placed = gantry(&[
+        "place",
+        "--fleet",
+        fleet.to_str().expect("utf-8"),
+        "--workload",
+        "../../examples/plan-mix.toml",
+        "--json",
+    ]);
+    let placed: serde_json::Value = serde_json::from_str(&stdout(&placed)).expect("json");
+    assert_eq!(placed["summary"]["unplaced"], 0, "{}", placed["summary"]);
+    let mig = std::fs::read_to_string(out.join("mig-parted.yaml")).expect("mig-parted");
+    assert!(mig.contains("mig-enabled: true") && mig.contains("\"2g.20gb\": 3"), "{mig}");
+    let plugin = std::fs::read_to_string(out.join("device-plugin.yaml")).expect("device plugin");
+    assert!(plugin.contains("timeSlicing") && plugin.contains("replicas: 16"), "{plugin}");
+    let labels = std::fs::read_to_string(out.join("node-labels.sh")).expect("labels");
+    assert!(labels.contains("nvidia.com/device-plugin.config=gantry-a100-4"), "{labels}");
+    // A MIG profile no GPU of the fleet has: a clear error, nothing written.
+    let l4 = dir.join("l4.toml");
+    std::fs::write(
+        &l4,
+        "[[node]]\nname = \"l4\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n",
+    )
+    .expect("fleet");
+    let bad = gantry(&["plan", "--fleet", l4.to_str().expect("utf-8"), "--workload", "../../examples/plan-mix.toml"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("no GPU model in the fleet supports"), "{}", stderr(&bad));
+}

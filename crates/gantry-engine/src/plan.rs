@@ -1,0 +1,394 @@
+//! The fleet planner (offline): from a fleet and a workload mix, choose each GPU's mode —
+//! whole, a MIG layout (legal per the catalog), MPS or time-slice — so that as much of the
+//! demand as possible can be placed, with as little stranded capacity as possible, then check
+//! the plan by placing the workload on it with the engine itself.
+//!
+//! The packing, in order: whole-GPU tasks take whole GPUs (best-fit node, so gangs stay on one
+//! node); MIG tasks are packed first-fit-decreasing into MIG layouts, an instance going at the
+//! first legal start that keeps the layout valid; MPS and time-slice shares are packed
+//! first-fit-decreasing by compute and memory; a memory-only task takes the smallest MIG
+//! profile that holds it where a MIG-capable GPU is free, else an MPS share. GPUs nothing asks
+//! for stay whole and idle. What could not be packed is reported with why.
+//!
+//! Not here yet: the online planner (only idle or drainable GPUs reconfigured, hysteresis)
+//! and model or selector constraints beyond MIG support (a task is packed on any model that
+//! can hold it; the engine's placement of the planned fleet is the check).
+
+use crate::{Engine, EngineConfig};
+use gantry_catalog::{Catalog, GpuModel};
+use gantry_types::{Bytes, Fleet, GpuMode, GpuRequest, Job, MigInstanceSpec, ShareMode};
+
+/// One task's demand, as the planner packs it.
+#[derive(Clone, Debug, PartialEq)]
+enum Demand {
+    Whole { count: u32 },
+    Mig { profile: String },
+    Share { milli: u32, memory: u64, mode: ShareMode },
+    Memory { memory: u64 },
+}
+
+/// Why a workload cannot be planned at all (bad input, not "does not fit").
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error("job {job:?} asks for MIG profile {profile:?}, which no GPU model in the fleet supports ({models})")]
+    ProfileUnsupported { job: String, profile: String, models: String },
+    #[error("the planned fleet is not valid: {0}")]
+    Fleet(String),
+}
+
+/// A GPU's planned mode, next to the one it has now.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuPlan {
+    pub node: String,
+    pub index: u32,
+    pub model: String,
+    pub mode: GpuMode,
+    /// Its mode differs from the fleet's now (a reconfiguration: the GPU must be idle).
+    pub changed: bool,
+}
+
+/// The plan and how the workload fares on it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The fleet with the planned modes.
+    pub fleet: Fleet,
+    pub gpus: Vec<GpuPlan>,
+    /// Jobs the engine placed on the planned fleet, in order.
+    pub placed: Vec<String>,
+    /// Jobs it could not place, with the engine's first reason.
+    pub unplaced: Vec<(String, String)>,
+    /// Compute handed out after placing the workload, % of the fleet.
+    pub allocation_pct: f64,
+    /// Compute on shared or partitioned GPUs that nothing holds, in GPUs (capacity the plan
+    /// carved but did not fill).
+    pub stranded_gpus: f64,
+    /// GPUs left whole and idle.
+    pub idle_gpus: u32,
+    pub reconfigured: u32,
+}
+
+struct Slot<'c> {
+    node: usize,
+    gpu: usize,
+    model: &'c GpuModel,
+    state: Use,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Use {
+    Free,
+    Whole,
+    Mig(Vec<MigInstanceSpec>),
+    Mps { milli: u32, memory: u64, clients: u32 },
+    TimeSlice { replicas: u32, used: u32 },
+}
+
+/// MPS clients per GPU (the Volta+ limit).
+const MPS_CLIENTS_MAX: u32 = 48;
+/// Time-slice replicas a planned GPU gets at most.
+const REPLICAS_MAX: u32 = 16;
+
+fn demands(jobs: &[Job]) -> Vec<(String, Demand)> {
+    let mut out = Vec::new();
+    for job in jobs {
+        for group in &job.groups {
+            for _ in 0..group.replicas {
+                let demand = match &group.resources.gpu {
+                    None => continue,
+                    Some(GpuRequest::Whole { count }) => Demand::Whole { count: *count },
+                    Some(GpuRequest::Mig { profile }) => Demand::Mig { profile: profile.clone() },
+                    Some(GpuRequest::Share { milli, memory, mode }) => {
+                        Demand::Share { milli: milli.0, memory: memory.0, mode: *mode }
+                    }
+                    Some(GpuRequest::Memory { memory }) => Demand::Memory { memory: memory.0 },
+                };
+                out.push((job.name.clone(), demand));
+            }
+        }
+    }
+    out
+}
+
+/// Can `profile` go onto `layout` of `model`? The layout with it added, if so.
+fn add_instance(model: &GpuModel, layout: &[MigInstanceSpec], profile: &str) -> Option<Vec<MigInstanceSpec>> {
+    let geometry = model.mig.as_ref()?;
+    let p = geometry.profile(profile)?;
+    p.starts.iter().find_map(|&start| {
+        let mut next = layout.to_vec();
+        next.push(MigInstanceSpec { profile: p.name.clone(), start });
+        geometry.validate_layout(&model.id, &next).ok().map(|_| next)
+    })
+}
+
+/// The smallest MIG profile of `model` holding `memory` bytes.
+fn profile_for_memory(model: &GpuModel, memory: u64) -> Option<String> {
+    let geometry = model.mig.as_ref()?;
+    geometry
+        .profiles
+        .iter()
+        .filter(|p| !p.media_extensions && !p.name.contains('c') && model.mig_memory(p).0 >= memory)
+        .min_by_key(|p| (p.memory_slices, p.compute_slices))
+        .map(|p| p.name.clone())
+}
+
+/// Plan `fleet`'s GPU modes for `jobs`.
+pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Plan, PlanError> {
+    let model_of = |name: &str| catalog.lookup(name).map(|id| catalog.model(id));
+    let mut slots: Vec<Slot<'_>> = Vec::new();
+    for (n, node) in fleet.nodes.iter().enumerate() {
+        for (g, gpu) in node.gpus.iter().enumerate() {
+            let model = model_of(&gpu.model).ok_or_else(|| PlanError::Fleet(format!("unknown model {}", gpu.model)))?;
+            slots.push(Slot { node: n, gpu: g, model, state: Use::Free });
+        }
+    }
+    let mut all = demands(jobs);
+    // Bad input first: a MIG profile no model here has.
+    for (job, d) in &all {
+        if let Demand::Mig { profile } = d
+            && !slots.iter().any(|s| s.model.mig.as_ref().is_some_and(|g| g.profile(profile).is_some()))
+        {
+            let mut models: Vec<&str> = slots.iter().map(|s| s.model.id.as_str()).collect();
+            models.sort_unstable();
+            models.dedup();
+            return Err(PlanError::ProfileUnsupported {
+                job: job.clone(),
+                profile: profile.clone(),
+                models: models.join(", "),
+            });
+        }
+    }
+    // Biggest first within each kind.
+    all.sort_by_key(|(_, d)| match d {
+        Demand::Whole { count } => (0, u64::MAX - u64::from(*count)),
+        // Bigger slices first: small ones fill the gaps the big ones leave.
+        Demand::Mig { profile } => (1, u64::MAX - profile.split('g').next().and_then(|n| n.parse().ok()).unwrap_or(0)),
+        Demand::Memory { memory } => (2, u64::MAX - memory),
+        Demand::Share { milli, .. } => (3, u64::MAX - u64::from(*milli)),
+    });
+    for (_, demand) in &all {
+        match demand {
+            Demand::Whole { count } => {
+                // Best fit: the node with the fewest free GPUs that still has enough.
+                let mut free: Vec<(usize, usize)> = Vec::new();
+                for n in 0..fleet.nodes.len() {
+                    let k = slots.iter().filter(|s| s.node == n && s.state == Use::Free).count();
+                    if k >= *count as usize {
+                        free.push((k, n));
+                    }
+                }
+                if let Some(&(_, n)) = free.iter().min() {
+                    for s in slots.iter_mut().filter(|s| s.node == n && s.state == Use::Free).take(*count as usize) {
+                        s.state = Use::Whole;
+                    }
+                }
+            }
+            Demand::Mig { profile } => {
+                place_mig(&mut slots, profile);
+            }
+            Demand::Memory { memory } => {
+                let profile = slots
+                    .iter()
+                    .filter(|s| matches!(s.state, Use::Free | Use::Mig(_)))
+                    .find_map(|s| profile_for_memory(s.model, *memory));
+                match profile {
+                    Some(p) if place_mig(&mut slots, &p) => {}
+                    _ => {
+                        let milli = slots.first().map_or(1000, |s| {
+                            ((*memory as f64 / s.model.memory.0 as f64 * 1000.0).ceil() as u32).clamp(10, 1000)
+                        });
+                        place_share(&mut slots, milli, *memory, ShareMode::Mps);
+                    }
+                }
+            }
+            Demand::Share { milli, memory, mode } => {
+                place_share(&mut slots, *milli, *memory, *mode);
+            }
+        }
+    }
+    // The planned fleet.
+    let mut planned = fleet.clone();
+    let mut gpus = Vec::new();
+    for s in &slots {
+        let gpu = &mut planned.nodes[s.node].gpus[s.gpu];
+        let mode = match &s.state {
+            Use::Free | Use::Whole => GpuMode::Whole,
+            Use::Mig(layout) => {
+                let mut layout = layout.clone();
+                layout.sort_by_key(|i| i.start);
+                GpuMode::Mig { instances: layout }
+            }
+            Use::Mps { clients, .. } => GpuMode::Mps { max_clients: (*clients).max(1) },
+            Use::TimeSlice { replicas, .. } => GpuMode::TimeSlice {
+                replicas: *replicas,
+                memory_per_replica: Bytes(s.model.memory.0 / u64::from(*replicas)),
+            },
+        };
+        let changed = gpu.mode != mode;
+        gpu.mode = mode.clone();
+        gpus.push(GpuPlan {
+            node: fleet.nodes[s.node].name.clone(),
+            index: gpu.index,
+            model: s.model.id.clone(),
+            mode,
+            changed,
+        });
+    }
+    // The check: the engine places the workload on the planned fleet.
+    let mut engine =
+        Engine::new(&planned, catalog, EngineConfig::default()).map_err(|e| PlanError::Fleet(e.to_string()))?;
+    let mut placed = Vec::new();
+    let mut unplaced = Vec::new();
+    for job in jobs {
+        let compiled = match engine.compile(job) {
+            Ok(c) => c,
+            Err(e) => {
+                unplaced.push((job.name.clone(), e.to_string()));
+                continue;
+            }
+        };
+        match engine.place(&compiled) {
+            Ok(_) => placed.push(job.name.clone()),
+            Err(reasons) => {
+                unplaced.push((job.name.clone(), reasons.first().map_or(String::new(), |r| r.reason.to_string())))
+            }
+        }
+    }
+    let state = engine.state();
+    let total = state.gpus.len().max(1) as f64;
+    let used: f64 = state.gpus.iter().map(|g| f64::from(g.used_milli)).sum::<f64>() / 1000.0;
+    let stranded: f64 = slots
+        .iter()
+        .zip(&state.gpus)
+        .filter(|(s, _)| matches!(s.state, Use::Mig(_) | Use::Mps { .. } | Use::TimeSlice { .. }))
+        .map(|(s, g)| {
+            // Compute a MIG layout leaves uncarved is stranded too.
+            let carved = match &s.state {
+                Use::Mig(layout) => layout
+                    .iter()
+                    .filter_map(|i| s.model.mig.as_ref()?.profile(&i.profile).map(|p| s.model.mig_milli(p).0))
+                    .sum::<u32>(),
+                _ => 1000,
+            };
+            f64::from(1000 - carved.min(1000)) / 1000.0 + f64::from(carved.saturating_sub(g.used_milli)) / 1000.0
+        })
+        .sum();
+    Ok(Plan {
+        fleet: planned,
+        idle_gpus: slots.iter().filter(|s| s.state == Use::Free).count() as u32,
+        reconfigured: gpus.iter().filter(|g| g.changed).count() as u32,
+        gpus,
+        placed,
+        unplaced,
+        allocation_pct: used / total * 100.0,
+        stranded_gpus: stranded,
+    })
+}
+
+/// Put a MIG instance of `profile` on an open MIG GPU, else carve a free one. Whether it went.
+fn place_mig(slots: &mut [Slot<'_>], profile: &str) -> bool {
+    for s in slots.iter_mut() {
+        if let Use::Mig(layout) = &s.state
+            && let Some(next) = add_instance(s.model, layout, profile)
+        {
+            s.state = Use::Mig(next);
+            return true;
+        }
+    }
+    for s in slots.iter_mut().filter(|s| s.state == Use::Free) {
+        if let Some(next) = add_instance(s.model, &[], profile) {
+            s.state = Use::Mig(next);
+            return true;
+        }
+    }
+    false
+}
+
+/// Put a share on an open GPU of its mode, else open a free one. Whether it went.
+fn place_share(slots: &mut [Slot<'_>], milli: u32, memory: u64, mode: ShareMode) -> bool {
+    let want_mps = mode != ShareMode::TimeSlice;
+    for s in slots.iter_mut() {
+        let card = s.model.memory.0;
+        match &mut s.state {
+            Use::Mps { milli: m, memory: mem, clients }
+                if want_mps && *m + milli <= 1000 && *mem + memory <= card && *clients < MPS_CLIENTS_MAX =>
+            {
+                *m += milli;
+                *mem += memory;
+                *clients += 1;
+                return true;
+            }
+            Use::TimeSlice { replicas, used }
+                if !want_mps
+                    && *used < *replicas
+                    && milli <= 1000 / *replicas
+                    && memory <= card / u64::from(*replicas) =>
+            {
+                *used += 1;
+                return true;
+            }
+            _ => {}
+        }
+    }
+    for s in slots.iter_mut().filter(|s| s.state == Use::Free) {
+        let card = s.model.memory.0;
+        if memory > card {
+            continue;
+        }
+        s.state = if want_mps {
+            Use::Mps { milli, memory, clients: 1 }
+        } else {
+            // As many replicas as this share allows, within its memory.
+            let by_compute = 1000 / milli.max(1);
+            let by_memory = (card / memory.max(1)) as u32;
+            Use::TimeSlice { replicas: by_compute.min(by_memory).clamp(2, REPLICAS_MAX), used: 1 }
+        };
+        return true;
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two nodes of four GPUs of `model`.
+    fn fleet(model: &str) -> Fleet {
+        let text = format!(
+            "[[node]]\nname = \"n\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"{model}\"\ncount = 4\n"
+        );
+        gantry_spec::parse_fleet(&text, Catalog::embedded()).expect("fleet")
+    }
+
+    fn jobs(text: &str) -> Vec<Job> {
+        gantry_spec::parse_workload(text, Catalog::embedded()).expect("workload")
+    }
+
+    #[test]
+    fn a_mix_is_packed_onto_fitting_modes_and_the_engine_places_it_all() {
+        let catalog = Catalog::embedded();
+        let fleet = fleet("A100-SXM4-80GB");
+        let jobs = jobs(
+            "[[job]]\nname = \"train\"\ngpu = { count = 4 }\n\n\
+             [[job]]\nname = \"infer\"\ncount = 9\ngpu = { mig = \"1g.10gb\" }\n\n\
+             [[job]]\nname = \"notebook\"\ncount = 6\ngpu = { share = 125, memory = \"8GiB\", mode = \"time-slice\" }\n\n\
+             [[job]]\nname = \"svc\"\ncount = 3\ngpu = { share = 250, memory = \"5GiB\", mode = \"mps\" }\n",
+        );
+        let plan = plan(&fleet, &jobs, catalog).expect("plans");
+        assert!(plan.unplaced.is_empty(), "{:?}", plan.unplaced);
+        let modes: Vec<&str> = plan.gpus.iter().map(|g| g.mode.name()).collect();
+        assert_eq!(modes.iter().filter(|m| **m == "mig").count(), 2, "9 × 1g.10gb need two A100s: {modes:?}");
+        assert_eq!(modes.iter().filter(|m| **m == "time-slice").count(), 1, "{modes:?}");
+        assert_eq!(modes.iter().filter(|m| **m == "mps").count(), 1, "{modes:?}");
+        assert_eq!(plan.idle_gpus, 0);
+        assert!(plan.allocation_pct > 60.0, "{}", plan.allocation_pct);
+        assert_eq!(plan.reconfigured, 4, "the four shared GPUs change mode");
+    }
+
+    #[test]
+    fn a_profile_no_gpu_has_is_refused() {
+        let catalog = Catalog::embedded();
+        let err = plan(&fleet("L4-24GB"), &jobs("[[job]]\nname = \"x\"\ngpu = { mig = \"1g.10gb\" }\n"), catalog)
+            .expect_err("L4s have no MIG");
+        assert!(err.to_string().contains("no GPU model in the fleet supports"), "{err}");
+    }
+}
