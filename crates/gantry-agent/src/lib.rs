@@ -4,5 +4,6 @@
 //! in-process agent.
 
 pub mod discover;
+pub mod mig;
 pub mod sample;
 pub mod topology;

@@ -1,0 +1,237 @@
+//! Applying a MIG layout to one GPU, all or nothing: check the target against the catalog's
+//! rules, refuse a GPU that is running anything, destroy the instances the target does not
+//! keep, create the missing ones (largest first: the driver's own placement depends on
+//! creation order), read the result back, and on any failure put the old layout back rather
+//! than leave a half-applied one.
+//!
+//! The driver sits behind [`MigBackend`]. [`FakeBackend`] is an in-memory GPU that enforces
+//! the same layout rules and can be told to fail, for tests and dry runs. The NVML backend
+//! (GPU/compute instance create/destroy through nvml-wrapper's raw bindings, which the safe
+//! wrapper lacks) is not written yet: it needs a GPU to be checked on.
+
+use gantry_catalog::GpuModel;
+use gantry_types::MigInstanceSpec;
+
+/// What went wrong applying a layout.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MigError {
+    #[error("layout refused: {0}")]
+    Layout(String),
+    #[error("GPU {gpu} is busy ({processes} process(es) running): drain it first; nothing was changed")]
+    Busy { gpu: u32, processes: u32 },
+    #[error("GPU {gpu} is not in MIG mode (enabling it needs a GPU reset, which gantry never does)")]
+    MigModeOff { gpu: u32 },
+    #[error("the driver refused {action} of {profile}@{start} on GPU {gpu}: {why}")]
+    Driver { gpu: u32, action: &'static str, profile: String, start: u8, why: String },
+    #[error("{failure}; rolling back {}", if *restored { "restored the previous layout" } else { "FAILED: the GPU's layout is now unknown, check it by hand" })]
+    RolledBack { failure: Box<MigError>, restored: bool },
+    #[error("after applying, GPU {gpu} has {found} instead of {wanted}")]
+    Mismatch { gpu: u32, found: String, wanted: String },
+}
+
+/// The driver, as the applier needs it.
+pub trait MigBackend {
+    fn mig_enabled(&self, gpu: u32) -> Result<bool, MigError>;
+    /// Compute processes running on the GPU (any of its instances).
+    fn processes(&self, gpu: u32) -> Result<u32, MigError>;
+    fn instances(&self, gpu: u32) -> Result<Vec<MigInstanceSpec>, MigError>;
+    fn create(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError>;
+    fn destroy(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError>;
+}
+
+/// What an apply changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Applied {
+    pub destroyed: Vec<MigInstanceSpec>,
+    pub created: Vec<MigInstanceSpec>,
+}
+
+fn text(layout: &[MigInstanceSpec]) -> String {
+    let mut items: Vec<String> = layout.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect();
+    items.sort();
+    format!("[{}]", items.join(", "))
+}
+
+fn same(a: &[MigInstanceSpec], b: &[MigInstanceSpec]) -> bool {
+    text(a) == text(b)
+}
+
+/// Compute slices of a profile, for creation order.
+fn size(model: &GpuModel, profile: &str) -> u8 {
+    model.mig.as_ref().and_then(|g| g.profile(profile)).map_or(0, |p| p.compute_slices)
+}
+
+/// Apply `target` to GPU `gpu` of `model` (see the module doc).
+pub fn apply_layout(
+    backend: &mut dyn MigBackend,
+    gpu: u32,
+    model: &GpuModel,
+    target: &[MigInstanceSpec],
+) -> Result<Applied, MigError> {
+    let geometry = model.mig.as_ref().ok_or_else(|| MigError::Layout(format!("{} has no MIG", model.id)))?;
+    geometry.validate_layout(&model.id, target).map_err(|e| MigError::Layout(e.to_string()))?;
+    if !backend.mig_enabled(gpu)? {
+        return Err(MigError::MigModeOff { gpu });
+    }
+    let processes = backend.processes(gpu)?;
+    if processes > 0 {
+        return Err(MigError::Busy { gpu, processes });
+    }
+    let before = backend.instances(gpu)?;
+    let destroy: Vec<MigInstanceSpec> = before.iter().filter(|i| !target.contains(i)).cloned().collect();
+    let mut create: Vec<MigInstanceSpec> = target.iter().filter(|i| !before.contains(i)).cloned().collect();
+    create.sort_by_key(|i| (std::cmp::Reverse(size(model, &i.profile)), i.start));
+    let mut applied = Applied::default();
+    let result = (|| {
+        for i in &destroy {
+            backend.destroy(gpu, i)?;
+            applied.destroyed.push(i.clone());
+        }
+        for i in &create {
+            backend.create(gpu, i)?;
+            applied.created.push(i.clone());
+        }
+        let now = backend.instances(gpu)?;
+        if !same(&now, target) {
+            return Err(MigError::Mismatch { gpu, found: text(&now), wanted: text(target) });
+        }
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Ok(applied),
+        Err(failure) => {
+            // Undo in reverse: drop what was created, recreate what was destroyed.
+            let mut restored = true;
+            for i in applied.created.iter().rev() {
+                restored &= backend.destroy(gpu, i).is_ok();
+            }
+            let mut back = applied.destroyed.clone();
+            back.sort_by_key(|i| (std::cmp::Reverse(size(model, &i.profile)), i.start));
+            for i in &back {
+                restored &= backend.create(gpu, i).is_ok();
+            }
+            restored &= backend.instances(gpu).is_ok_and(|now| same(&now, &before));
+            Err(MigError::RolledBack { failure: Box::new(failure), restored })
+        }
+    }
+}
+
+/// An in-memory MIG GPU: enforces the catalog's layout rules on every create, and fails on
+/// request.
+#[derive(Clone, Debug)]
+pub struct FakeBackend {
+    pub model: GpuModel,
+    pub mig_enabled: bool,
+    pub processes: u32,
+    pub layout: Vec<MigInstanceSpec>,
+    /// Fail the n-th create from now (1 = the next one).
+    pub fail_create_at: Option<u32>,
+}
+
+impl FakeBackend {
+    pub fn new(model: GpuModel, layout: Vec<MigInstanceSpec>) -> FakeBackend {
+        FakeBackend { model, mig_enabled: true, processes: 0, layout, fail_create_at: None }
+    }
+}
+
+impl MigBackend for FakeBackend {
+    fn mig_enabled(&self, _gpu: u32) -> Result<bool, MigError> {
+        Ok(self.mig_enabled)
+    }
+
+    fn processes(&self, _gpu: u32) -> Result<u32, MigError> {
+        Ok(self.processes)
+    }
+
+    fn instances(&self, _gpu: u32) -> Result<Vec<MigInstanceSpec>, MigError> {
+        Ok(self.layout.clone())
+    }
+
+    fn create(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
+        let fail = |why: String| MigError::Driver {
+            gpu,
+            action: "create",
+            profile: instance.profile.clone(),
+            start: instance.start,
+            why,
+        };
+        if let Some(n) = self.fail_create_at.as_mut() {
+            *n -= 1;
+            if *n == 0 {
+                self.fail_create_at = None;
+                return Err(fail("injected failure".into()));
+            }
+        }
+        let mut next = self.layout.clone();
+        next.push(instance.clone());
+        let geometry = self.model.mig.as_ref().ok_or_else(|| fail("no MIG".into()))?;
+        geometry.validate_layout(&self.model.id, &next).map_err(|e| fail(format!("insufficient resources ({e})")))?;
+        self.layout = next;
+        Ok(())
+    }
+
+    fn destroy(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
+        let before = self.layout.len();
+        self.layout.retain(|i| i != instance);
+        if self.layout.len() == before {
+            return Err(MigError::Driver {
+                gpu,
+                action: "destroy",
+                profile: instance.profile.clone(),
+                start: instance.start,
+                why: "no such instance".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a100() -> GpuModel {
+        let catalog = gantry_catalog::Catalog::embedded();
+        catalog.model(catalog.lookup("A100-SXM4-80GB").expect("A100")).clone()
+    }
+
+    fn layout(items: &[(&str, u8)]) -> Vec<MigInstanceSpec> {
+        items.iter().map(|(p, s)| MigInstanceSpec { profile: (*p).into(), start: *s }).collect()
+    }
+
+    #[test]
+    fn a_new_layout_replaces_the_old_one_keeping_what_both_share() {
+        let mut gpu = FakeBackend::new(a100(), layout(&[("3g.40gb", 0), ("2g.20gb", 4), ("1g.10gb", 6)]));
+        let target = layout(&[("3g.40gb", 0), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)]);
+        let applied = apply_layout(&mut gpu, 0, &a100(), &target).expect("applies");
+        assert_eq!(applied.destroyed, layout(&[("2g.20gb", 4)]), "3g@0 and 1g@6 are kept");
+        assert_eq!(applied.created, layout(&[("1g.10gb", 4), ("1g.10gb", 5)]));
+        assert!(same(&gpu.layout, &target));
+    }
+
+    #[test]
+    fn a_busy_gpu_an_illegal_layout_or_mig_off_change_nothing() {
+        let old = layout(&[("7g.80gb", 0)]);
+        let mut busy = FakeBackend { processes: 2, ..FakeBackend::new(a100(), old.clone()) };
+        let err = apply_layout(&mut busy, 3, &a100(), &layout(&[("1g.10gb", 0)])).expect_err("busy");
+        assert_eq!(err, MigError::Busy { gpu: 3, processes: 2 });
+        assert_eq!(busy.layout, old);
+        let mut gpu = FakeBackend::new(a100(), old.clone());
+        let err = apply_layout(&mut gpu, 0, &a100(), &layout(&[("3g.40gb", 0), ("3g.40gb", 2)])).expect_err("overlap");
+        assert!(matches!(err, MigError::Layout(_)), "{err}");
+        assert_eq!(gpu.layout, old);
+        let mut off = FakeBackend { mig_enabled: false, ..FakeBackend::new(a100(), Vec::new()) };
+        assert_eq!(apply_layout(&mut off, 1, &a100(), &old), Err(MigError::MigModeOff { gpu: 1 }));
+    }
+
+    #[test]
+    fn a_failure_halfway_rolls_back_to_the_old_layout() {
+        let old = layout(&[("4g.40gb", 0), ("3g.40gb", 4)]);
+        let mut gpu = FakeBackend { fail_create_at: Some(3), ..FakeBackend::new(a100(), old.clone()) };
+        let target = layout(&[("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)]);
+        let err = apply_layout(&mut gpu, 0, &a100(), &target).expect_err("injected failure");
+        assert!(matches!(&err, MigError::RolledBack { restored: true, .. }), "{err}");
+        assert!(err.to_string().contains("restored the previous layout"), "{err}");
+        assert!(same(&gpu.layout, &old), "{:?}", gpu.layout);
+    }
+}
