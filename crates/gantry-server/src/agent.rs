@@ -73,6 +73,26 @@ fn disk_state(base: &Path) -> TaskState {
     if group_alive(pgid) { TaskState::Running } else { TaskState::Lost }
 }
 
+/// Is a process running that was started for this pid file (it has `GANTRY_PID_FILE=<path>`
+/// in its environment)? Reads `/proc/*/environ` (this user's processes).
+fn started_process(pid_file: &Path) -> bool {
+    let needle = format!("GANTRY_PID_FILE={}", pid_file.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|e| {
+        e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())
+            && std::fs::read(e.path().join("environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+    })
+}
+
+/// Wait up to `limit` for `path` to exist.
+fn wait_for(path: &Path, limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    while !path.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Node names go into URL paths: keep them to what needs no escaping.
 pub fn check_node_name(node: &str) -> Result<(), String> {
     if node.is_empty()
@@ -131,6 +151,20 @@ impl Agent {
         }
         for claim in latest.into_values() {
             let base = task_base(&self.config.data_dir, claim.key.job, &claim.key.group, claim.key.replica);
+            if !with_ext(&base, "pid").exists() && !with_ext(&base, "exit").exists() {
+                // Claimed, but no pid file: the agent stopped between the claim and the start.
+                // A started task writes its pid file first thing; if its process exists it
+                // carries the file's path in its environment.
+                if started_process(&with_ext(&base, "pid")) {
+                    wait_for(&with_ext(&base, "pid"), std::time::Duration::from_secs(10));
+                } else {
+                    // Never started: drop the claim and say nothing; the controller sees the
+                    // task missing from the report and offers its launch again.
+                    tracing::info!(job = claim.key.job, "claimed before the restart but never started: released");
+                    let _ = std::fs::remove_file(claim_path(&self.config.data_dir, &claim.key));
+                    continue;
+                }
+            }
             let state = disk_state(&base);
             if state == TaskState::Running {
                 self.runner.watch(claim.key.clone(), base);

@@ -578,6 +578,7 @@ impl Controller {
         let mut forget = Vec::new();
         let mut orphans = Vec::new();
         let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();
+        let reported: BTreeSet<TaskKey> = beat.tasks.iter().map(|r| r.key.clone()).collect();
         for report in beat.tasks {
             if let Some(offers) = self.outbox.get_mut(node) {
                 offers.remove(&report.key);
@@ -601,6 +602,42 @@ impl Controller {
                     self.task_exited(&report.key, None, false, true, now)?;
                     forget.push(report.key);
                 }
+            }
+        }
+        // Anti-entropy: a task of a run this controller has on this node that the agent neither
+        // reports nor has on offer, and whose exit is not counted, is not there (the agent
+        // stopped between claiming and starting it): offer its launch again.
+        let missing: Vec<(u64, String, u32)> = self
+            .running
+            .iter()
+            .flat_map(|(&job, r)| {
+                r.tasks
+                    .iter()
+                    .filter(|((group, replica), n)| *n == node && !r.exited.contains(&(group.clone(), *replica)))
+                    .map(move |((group, replica), _)| (job, group.clone(), *replica))
+            })
+            .filter(|(job, group, replica)| {
+                let attempt = self.running[job].attempt;
+                let key = TaskKey { job: *job, group: group.clone(), replica: *replica, attempt };
+                !reported.contains(&key) && !self.outbox.get(node).is_some_and(|o| o.contains_key(&key))
+            })
+            .collect();
+        for (job, group, replica) in missing {
+            let attempt = self.running[&job].attempt;
+            if self.running[&job].stopping.is_some() {
+                // Being stopped, and not there: it has stopped.
+                let key = TaskKey { job, group, replica, attempt };
+                self.task_exited(&key, None, false, true, now)?;
+                continue;
+            }
+            let Some(row) = self.store.job(job)? else { continue };
+            let Some(placement) = self.scheduler.allocation_of(job).and_then(|a| self.scheduler.placement(a)) else {
+                continue;
+            };
+            let (_, launches) = self.launches(job, &row, &placement);
+            for launch in launches.into_iter().filter(|l| l.group == group && l.replica == replica) {
+                tracing::warn!(node, job, task = %format!("{group}/{replica}"), "the agent does not have this task: offering its launch again");
+                self.outbox.entry(node.to_string()).or_default().insert(launch.key(), launch);
             }
         }
         let mut orders = self.agent_orders(node, &stopping);

@@ -523,6 +523,10 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     // The job's own processes (NVML per-process) count for its use, not the whole GPU's 71 %.
     let (_, metrics) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
     assert!(metrics.contains("gantry_queue_used_gpus{queue=\"default\"} 0.2\n"), "{metrics}");
+    // The agent no longer has the task (it stopped between claim and start): offered again.
+    let again = beat(r#"{"tasks": []}"#);
+    assert_eq!(again["launch"], orders["launch"], "re-offered: {again}");
+    beat(&format!(r#"{{"tasks": [{{{task}, "state": "running"}}]}}"#));
     // A task of a job this controller does not run: stop it.
     let stray = beat(r#"{"tasks": [{"job": 999, "group": "task", "replica": 0, "attempt": 0, "state": "running"}]}"#);
     assert_eq!(stray["stop"][0]["job"], 999, "{stray}");

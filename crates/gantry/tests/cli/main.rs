@@ -663,7 +663,18 @@ fn remote_agents_killed_and_restarted_repeat_nothing() {
     (controller, _) = spawn(&controller_args);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while completed() < 40 {
-        assert!(std::time::Instant::now() < deadline, "only {} of 40 completed", completed());
+        if std::time::Instant::now() > deadline {
+            let others = gantry(&[
+                "queue",
+                "--state",
+                "pending,running,failed,cancelled,lost",
+                "--server",
+                &url,
+                "--token",
+                &admin,
+            ]);
+            panic!("only {} of 40 completed; the others:\n{}", completed(), stdout(&others));
+        }
         pause(200);
     }
     let nodes = gantry(&["nodes", "--server", &url, "--token", &admin]);
