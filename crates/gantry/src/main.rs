@@ -82,7 +82,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Every node: its GPUs' mode, allocation, and the jobs on them.
+    /// Every node: readiness, its GPUs' mode, allocation next to utilization, and the jobs on them.
     Nodes(jobs_cmd::NodesArgs),
     /// Drain a node (admin): nothing new starts there; what runs keeps running.
     Drain(jobs_cmd::NodeArgs),

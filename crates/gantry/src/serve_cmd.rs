@@ -325,6 +325,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 running.addr
             );
         }
+        eprintln!(
+            "  dashboard login: paste the admin token from {} at http://{}/ui/login",
+            data_dir.join("admin.token").display(),
+            running.addr
+        );
         if let Some(path) = &running.admin_token_file {
             eprintln!(
                 "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",
