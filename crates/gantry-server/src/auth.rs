@@ -49,6 +49,14 @@ impl Principal {
         }
     }
 
+    /// Reads of the fleet's state (usage, metrics): any token but an agent's.
+    pub fn not_agent(&self) -> Result<(), ApiError> {
+        if self.role == Role::Agent {
+            return Err(ApiError::Forbidden(format!("token {:?} is an agent's", self.name)));
+        }
+        Ok(())
+    }
+
     /// Agent calls: for agent tokens (and admins, for tests and one-box setups).
     pub fn agent_only(&self, what: &str) -> Result<(), ApiError> {
         if matches!(self.role, Role::Agent | Role::Admin) {

@@ -361,9 +361,7 @@ impl Controller {
             row.tasks.iter().map(|t| t.placement.clone().ok_or("no recorded placement")).collect::<Result<_, _>>()?;
         let sched = self.sched_job(&row.job).map_err(|e| e.to_string())?;
         let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
-        let mut runs = Runs::new(alloc, row.requeues, &placement);
-        runs.grants = self.grants(&placement);
-        self.running.insert(row.id, runs);
+        self.track(row.id, alloc, row.requeues, &placement);
         match self.agents {
             Agents::Local => self.recovered.extend(row.tasks.iter().map(|t| TaskKey {
                 job: row.id,
@@ -755,6 +753,13 @@ impl Controller {
         holdings
     }
 
+    /// Track a run that started (or was re-adopted) on `placement`.
+    fn track(&mut self, job: u64, alloc: AllocId, attempt: u32, placement: &[TaskPlacement]) {
+        let mut runs = Runs::new(alloc, attempt, placement);
+        runs.grants = self.grants(placement);
+        self.running.insert(job, runs);
+    }
+
     /// What a placement holds on each GPU (computed once, when a job starts or is re-adopted).
     fn grants(&self, placement: &[TaskPlacement]) -> Vec<Held> {
         let mut held = Vec::new();
@@ -825,9 +830,7 @@ impl Controller {
         to_s: u64,
         by: crate::meter::UsageBy,
     ) -> Result<Vec<crate::meter::UsageLine>, ApiError> {
-        if who.role == gantry_store::Role::Agent {
-            return Err(ApiError::Forbidden(format!("token {:?} is an agent's", who.name)));
-        }
+        who.not_agent()?;
         let rows: Vec<gantry_store::UsageRow> =
             self.store.usage(from_s, to_s)?.into_iter().filter(|r| who.sees(&r.queue)).collect();
         Ok(crate::meter::report(&rows, by, &self.billing))
@@ -939,9 +942,7 @@ impl Controller {
     /// `GET /metrics`: the OpenMetrics exposition (names in docs/formats.md).
     pub fn metrics(&self, who: &Principal, now: u64) -> Result<String, ApiError> {
         use crate::metrics::Exposition;
-        if who.role == gantry_store::Role::Agent {
-            return Err(ApiError::Forbidden(format!("token {:?} is an agent's", who.name)));
-        }
+        who.not_agent()?;
         let nodes = self.nodes(now)?;
         let mut out = Exposition::default();
         out.family(
@@ -1322,9 +1323,7 @@ impl Controller {
                         tracing::warn!(job, error = %e, "start refused by the store");
                         continue;
                     }
-                    let mut runs = Runs::new(alloc, row.requeues, &placement);
-                    runs.grants = self.grants(&placement);
-                    self.running.insert(job, runs);
+                    self.track(job, alloc, row.requeues, &placement);
                     let mut nodes: Vec<&str> = placement.iter().map(|t| t.node.as_str()).collect();
                     nodes.dedup();
                     tracing::info!(job, name = %row.name, tasks = world, on = %nodes.join(","), "started");

@@ -92,7 +92,7 @@ fn secret(headers: &HeaderMap) -> Option<String> {
 /// Who is looking (`None`: send them to the login page).
 fn viewer(shared: &Shared, headers: &HeaderMap) -> Option<Principal> {
     let who = secret(headers).and_then(|s| shared.controller.lock().expect("not poisoned").authenticate(&s).ok());
-    who.filter(|w| w.role != gantry_store::Role::Agent)
+    who.filter(|w| w.not_agent().is_ok())
 }
 
 fn to_login() -> Response {
@@ -150,12 +150,7 @@ async fn login(State(shared): State<Shared>, body: String) -> Response {
     let next = safe_next(field("next"));
     let valid = !token.is_empty()
         && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        && shared
-            .controller
-            .lock()
-            .expect("not poisoned")
-            .authenticate(&token)
-            .is_ok_and(|w| w.role != gantry_store::Role::Agent);
+        && shared.controller.lock().expect("not poisoned").authenticate(&token).is_ok_and(|w| w.not_agent().is_ok());
     if !valid {
         return (StatusCode::UNAUTHORIZED, login_page("Unknown or revoked token.")).into_response();
     }
