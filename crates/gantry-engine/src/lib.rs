@@ -32,7 +32,7 @@ pub mod sched;
 pub mod state;
 
 use gantry_catalog::Catalog;
-use gantry_types::{Bytes, Fleet, GpuGrant, Job, JobOutcome, MilliCpu, MilliGpu, ReasonCount, TaskPlacement};
+use gantry_types::{Bytes, Fleet, GpuGrant, GpuMode, Job, JobOutcome, MilliCpu, MilliGpu, ReasonCount, TaskPlacement};
 use std::collections::BTreeMap;
 
 pub use frag::{FragModel, Shape};
@@ -253,6 +253,7 @@ impl Engine {
     /// Decide where `job` goes and commit it to the engine's ledger, or say why it cannot go
     /// anywhere (nothing is held then). Deterministic in (state, job, seed, decision count).
     pub fn place(&mut self, job: &CompiledJob) -> Result<AllocId, Vec<ReasonCount>> {
+        assert!(self.is_current(job), "job {} was compiled before a reconfiguration: compile it again", job.name);
         self.decisions += 1;
         let decision_seed = rng::mix(self.config.seed ^ rng::mix(self.decisions));
         if self.config.policy.needs_shapes() {
@@ -336,6 +337,39 @@ impl Engine {
             });
         }
         self.place_exact(job, &tasks)
+    }
+
+    /// Reconfigure one GPU (a MIG layout, MPS, time-slicing or whole): legal per the catalog
+    /// and only while nothing is allocated on it — a busy GPU is an error and nothing
+    /// changes. Returns whether the mode changed. After a change, jobs compiled before it may
+    /// be stale: check [`Engine::is_current`] and compile them again.
+    pub fn set_gpu_mode(&mut self, node: &str, index: u32, mode: &GpuMode) -> Result<bool, EngineError> {
+        let n = self.state.node_by_name(node).ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
+        let gpu = (0..self.state.nodes[n as usize].gpu_count)
+            .map(|i| self.state.nodes[n as usize].gpu_first + i)
+            .find(|&g| self.state.gpus[g as usize].index == index)
+            .ok_or_else(|| EngineError::Fleet(format!("node {node} has no GPU {index}")))?;
+        let g = &self.state.gpus[gpu as usize];
+        let units = state::units_for(self.catalog, g.model, mode)
+            .map_err(|e| EngineError::Fleet(format!("node {node} gpu {index}: {e}")))?;
+        if units.same_shape(&g.units) {
+            return Ok(false);
+        }
+        if !g.idle() {
+            return Err(EngineError::Fleet(format!(
+                "node {node} gpu {index} is busy ({} task{} on it): only an idle GPU is reconfigured",
+                g.clients.max(1),
+                if g.clients.max(1) == 1 { "" } else { "s" }
+            )));
+        }
+        self.state.set_units(gpu, units, self.catalog);
+        Ok(true)
+    }
+
+    /// Was `job` compiled against this fleet's current device classes and node signatures?
+    /// (False only after a reconfiguration added a new one.)
+    pub fn is_current(&self, job: &CompiledJob) -> bool {
+        job.tables == (self.state.classes.len(), self.state.signatures.len())
     }
 
     /// Drain (or resume) a node: a drained node carries the taint `gantry.io/drained` (effect

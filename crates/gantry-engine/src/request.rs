@@ -72,6 +72,9 @@ pub struct CompiledGroup {
 pub struct CompiledJob {
     pub name: String,
     pub groups: Vec<CompiledGroup>,
+    /// How many device classes and node signatures the fleet had when the job was compiled
+    /// (a reconfiguration can add both; the job is then compiled again).
+    pub tables: (usize, usize),
 }
 
 impl CompiledJob {
@@ -195,7 +198,7 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
             Ok(group)
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
-    Ok(CompiledJob { name: job.name.clone(), groups })
+    Ok(CompiledJob { name: job.name.clone(), groups, tables: (state.classes.len(), state.signatures.len()) })
 }
 
 /// Could a node with this hardware ever host one task of `group`, all of it being free?

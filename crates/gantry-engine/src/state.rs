@@ -27,6 +27,21 @@ pub enum Units {
 }
 
 impl Units {
+    /// The same mode and layout, whatever is allocated on it.
+    pub fn same_shape(&self, other: &Units) -> bool {
+        match (self, other) {
+            (Units::Mig { slots: a }, Units::Mig { slots: b }) => {
+                let shape = |slots: &[MigSlot]| {
+                    let mut v: Vec<(u8, u8)> = slots.iter().map(|s| (s.start, s.profile)).collect();
+                    v.sort_unstable();
+                    v
+                };
+                shape(a) == shape(b)
+            }
+            _ => self == other,
+        }
+    }
+
     pub fn kind(&self) -> ModeKind {
         match self {
             Units::Whole => ModeKind::Whole,
@@ -441,6 +456,52 @@ impl ClusterState {
         self.index.update(node, room);
     }
 
+    /// Give an idle GPU new units (a reconfiguration: a MIG layout applied, MPS or
+    /// time-slicing switched on or off). Its device class and its node's signature follow.
+    /// Returns whether the class or signature tables grew: jobs compiled before then must be
+    /// compiled again (see `Engine::is_current`). The caller checks that the GPU is idle.
+    pub fn set_units(&mut self, gpu: GpuIdx, units: Units, catalog: &Catalog) -> bool {
+        let mut grew = false;
+        let g = &self.gpus[gpu as usize];
+        let (model, kind, nvlink) = (g.model, units.kind(), g.nvlink_domain.is_some());
+        let class = match self.classes.iter().position(|c| c.model == model && c.mode == kind && c.nvlink == nvlink) {
+            Some(c) => c as u16,
+            None => {
+                self.classes.push(device_class(catalog, model, kind, nvlink));
+                grew = true;
+                self.classes.len() as u16 - 1
+            }
+        };
+        let node = g.node;
+        let g = &mut self.gpus[gpu as usize];
+        g.units = units;
+        g.class = class;
+        self.refresh_hot(gpu);
+        let mut signature = Signature { gpus: self.node_gpus(node).iter().map(|g| (g.class, mig_mask(g))).collect() };
+        signature.gpus.sort_unstable();
+        let old = self.nodes[node as usize].signature as usize;
+        let new = match self.signatures.iter().position(|s| *s == signature) {
+            Some(s) => s,
+            None => {
+                self.signatures.push(signature);
+                self.signature_nodes.push(Vec::new());
+                grew = true;
+                self.signatures.len() - 1
+            }
+        };
+        if new != old {
+            self.signature_nodes[old].retain(|&n| n != node);
+            let list = &mut self.signature_nodes[new];
+            let at = list.partition_point(|&n| n < node);
+            list.insert(at, node);
+            self.nodes[node as usize].signature = new as u16;
+        }
+        let whole_free = self.node_gpus(node).iter().filter(|g| g.wholly_free()).count() as u32;
+        self.nodes[node as usize].whole_free = whole_free;
+        self.refresh_summary(node);
+        grew
+    }
+
     /// Re-derive one GPU's hot record (the ledger calls this after changing the GPU).
     pub fn refresh_hot(&mut self, gpu: GpuIdx) {
         self.hot[gpu as usize] = GpuHot::of(&self.gpus[gpu as usize]);
@@ -503,7 +564,7 @@ fn mig_mask(g: &GpuState) -> u32 {
     }
 }
 
-fn units_for(catalog: &Catalog, model: ModelId, mode: &GpuMode) -> Result<Units, String> {
+pub(crate) fn units_for(catalog: &Catalog, model: ModelId, mode: &GpuMode) -> Result<Units, String> {
     let m = catalog.model(model);
     Ok(match mode {
         GpuMode::Whole => Units::Whole,

@@ -5,6 +5,7 @@
 
 mod boundary;
 mod properties;
+mod reconfigure;
 mod scenarios;
 mod scheduler;
 mod support;
