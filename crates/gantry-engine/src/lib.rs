@@ -21,6 +21,7 @@ pub mod ledger;
 pub mod limits;
 mod memo;
 mod place;
+pub mod online;
 pub mod plan;
 pub use place::SearchStats;
 pub mod policy;

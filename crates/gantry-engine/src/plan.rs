@@ -10,9 +10,9 @@
 //! profile that holds it where a MIG-capable GPU is free, else an MPS share. GPUs nothing asks
 //! for stay whole and idle. What could not be packed is reported with why.
 //!
-//! Not here yet: the online planner (only idle or drainable GPUs reconfigured, hysteresis)
-//! and model or selector constraints beyond MIG support (a task is packed on any model that
-//! can hold it; the engine's placement of the planned fleet is the check).
+//! The online planner (`online.rs`) turns this target into the changes a running fleet can
+//! make. Not here yet: model or selector constraints beyond MIG support (a task is packed on
+//! any model that can hold it; the engine's placement of the planned fleet is the check).
 
 use crate::{Engine, EngineConfig};
 use gantry_catalog::{Catalog, GpuModel};
@@ -110,7 +110,7 @@ fn demands(jobs: &[Job]) -> Vec<(String, Demand)> {
 }
 
 /// Can `profile` go onto `layout` of `model`? The layout with it added, if so.
-fn add_instance(model: &GpuModel, layout: &[MigInstanceSpec], profile: &str) -> Option<Vec<MigInstanceSpec>> {
+pub(crate) fn add_instance(model: &GpuModel, layout: &[MigInstanceSpec], profile: &str) -> Option<Vec<MigInstanceSpec>> {
     let geometry = model.mig.as_ref()?;
     let p = geometry.profile(profile)?;
     p.starts.iter().find_map(|&start| {

@@ -1,0 +1,327 @@
+//! The online planner: the offline planner's target (`plan.rs`), turned into the few safe
+//! reconfigurations a running fleet can make now.
+//!
+//! Each step plans the fleet for the demand (what runs, what waits and what arrived lately),
+//! completes every target MIG layout with the profiles in demand (uncarved slices strand
+//! compute), then decides per GPU:
+//! - nodes of the same hardware are interchangeable, so each node takes the target node
+//!   configuration that costs it least to reach (a node already in a target configuration
+//!   keeps it: the plan's arbitrary node order causes no churn);
+//! - within a node, a GPU keeps its mode when the target has it (busy GPUs first);
+//! - a GPU that must change is reconfigured now only if it is idle and out of its cooldown
+//!   (hysteresis: a GPU changes at most once per cooldown, so layouts cannot flap);
+//! - a busy GPU whose work ends within the drain horizon gets its node drained (nothing new
+//!   placed there) so that it becomes idle; the idle capacity a drain costs is the caller's
+//!   to measure (the simulator does). Work ending later is left alone.
+//!
+//! Pure: the fleet as it is now, what runs where and until when, and the demand in; the
+//! reconfigurations and the nodes to drain out. The caller applies them
+//! (`Engine::set_gpu_mode`, `Engine::set_drained`) and the node agent carries them out.
+
+use crate::plan::{PlanError, add_instance, plan};
+use gantry_catalog::Catalog;
+use gantry_types::{Fleet, GpuMode, GpuRequest, Job};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How eagerly the online planner changes the fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OnlineConfig {
+    /// A GPU is not reconfigured again within this many seconds of its last change.
+    pub cooldown_s: u64,
+    /// Drain a node for a change when the work in the way ends within this many seconds;
+    /// 0 = never drain (only GPUs that happen to be idle change).
+    pub drain_horizon_s: u64,
+}
+
+impl Default for OnlineConfig {
+    fn default() -> Self {
+        OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800 }
+    }
+}
+
+/// A GPU's situation now, as the caller knows it (same order as the fleet's nodes and GPUs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuNow {
+    /// `None` when nothing runs on it; else when its last task is expected to end
+    /// (`u64::MAX` when unknown).
+    pub busy_until_s: Option<u64>,
+    /// When it was last reconfigured.
+    pub last_change_s: Option<u64>,
+}
+
+/// One step's decisions.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Step {
+    /// Idle GPUs to reconfigure now: (node, GPU index, mode).
+    pub reconfigure: Vec<(String, u32, GpuMode)>,
+    /// Nodes to drain so that a wanted change can be made when their work ends; every other
+    /// node the planner drained before should be resumed.
+    pub drain: BTreeSet<String>,
+    /// Changes the target wants that wait (busy beyond the horizon, or in cooldown).
+    pub deferred: u32,
+}
+
+/// A GPU's mode in a form two equal layouts share (instances by start).
+fn normal(mode: &GpuMode) -> GpuMode {
+    match mode {
+        GpuMode::Mig { instances } => {
+            let mut instances = instances.clone();
+            instances.sort_by(|a, b| (a.start, &a.profile).cmp(&(b.start, &b.profile)));
+            GpuMode::Mig { instances }
+        }
+        other => other.clone(),
+    }
+}
+
+/// MIG profiles in `demand`, most requested first (ties: smaller name first).
+fn profiles_in_demand(demand: &[Job]) -> Vec<String> {
+    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+    for job in demand {
+        for g in &job.groups {
+            if let Some(GpuRequest::Mig { profile }) = &g.resources.gpu {
+                *counts.entry(profile).or_default() += u64::from(g.replicas);
+            }
+        }
+    }
+    let mut list: Vec<(&str, u64)> = counts.into_iter().collect();
+    list.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    list.into_iter().map(|(p, _)| p.to_string()).collect()
+}
+
+/// Fill the free slices of every MIG layout in `fleet` with profiles from `profiles`.
+fn complete_layouts(fleet: &mut Fleet, profiles: &[String], catalog: &Catalog) {
+    for node in &mut fleet.nodes {
+        for gpu in &mut node.gpus {
+            let GpuMode::Mig { instances } = &gpu.mode else { continue };
+            let Some(model) = catalog.lookup(&gpu.model).map(|id| catalog.model(id)) else { continue };
+            let mut layout = instances.clone();
+            while let Some(next) = profiles.iter().find_map(|p| add_instance(model, &layout, p)) {
+                layout = next;
+            }
+            layout.sort_by_key(|i| i.start);
+            gpu.mode = GpuMode::Mig { instances: layout };
+        }
+    }
+}
+
+/// What changing one GPU costs the planner: a change it can make now is cheap, one that needs
+/// a drain dearer, one it cannot make soon prohibitive.
+fn change_cost(gpu: &GpuNow, now_s: u64, config: &OnlineConfig) -> u64 {
+    let cooling = gpu.last_change_s.is_some_and(|t| now_s < t.saturating_add(config.cooldown_s));
+    match gpu.busy_until_s {
+        _ if cooling => 1000,
+        None => 1,
+        Some(end) if config.drain_horizon_s > 0 && end <= now_s.saturating_add(config.drain_horizon_s) => 10,
+        Some(_) => 1000,
+    }
+}
+
+/// Give each GPU of a node a mode from `targets` (a node configuration), keeping as many
+/// current modes as possible (busy GPUs first), the rest going to the GPUs cheapest to change.
+/// Returns the per-GPU target and the cost.
+fn align(current: &[GpuMode], now: &[GpuNow], targets: &[GpuMode], now_s: u64, config: &OnlineConfig) -> (Vec<GpuMode>, u64) {
+    let mut left: Vec<Option<&GpuMode>> = targets.iter().map(Some).collect();
+    let mut out: Vec<Option<GpuMode>> = vec![None; current.len()];
+    let mut order: Vec<usize> = (0..current.len()).collect();
+    order.sort_by_key(|&i| (now[i].busy_until_s.is_none(), i));
+    for &i in &order {
+        if let Some(slot) = left.iter_mut().find(|t| t.is_some_and(|t| *t == current[i])) {
+            out[i] = slot.take().cloned();
+        }
+    }
+    let mut cost = 0;
+    let mut rest: Vec<usize> = (0..current.len()).filter(|&i| out[i].is_none()).collect();
+    rest.sort_by_key(|&i| (change_cost(&now[i], now_s, config), now[i].busy_until_s, i));
+    let mut remaining = left.into_iter().flatten();
+    for i in rest {
+        let mode = remaining.next().cloned().unwrap_or(GpuMode::Whole);
+        if mode != current[i] {
+            cost += change_cost(&now[i], now_s, config);
+        }
+        out[i] = Some(mode);
+    }
+    (out.into_iter().map(|m| m.expect("every GPU got a mode")).collect(), cost)
+}
+
+/// One step of the online planner for `fleet` (its modes are the GPUs' modes now), with `now`
+/// per GPU and the demand.
+pub fn step(
+    fleet: &Fleet,
+    now: &[Vec<GpuNow>],
+    demand: &[Job],
+    now_s: u64,
+    config: &OnlineConfig,
+    catalog: &'static Catalog,
+) -> Result<Step, PlanError> {
+    if now.len() != fleet.nodes.len() || now.iter().zip(&fleet.nodes).any(|(g, n)| g.len() != n.gpus.len()) {
+        return Err(PlanError::Fleet("the GPU situation does not match the fleet's GPUs".into()));
+    }
+    let mut target = plan(fleet, demand, catalog)?.fleet;
+    complete_layouts(&mut target, &profiles_in_demand(demand), catalog);
+    let current: Vec<Vec<GpuMode>> =
+        fleet.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
+    let configs: Vec<Vec<GpuMode>> =
+        target.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
+
+    // Match nodes to target configurations within each hardware kind, cheapest pair first.
+    let hardware = |n: &gantry_types::Node| n.gpus.iter().map(|g| g.model.clone()).collect::<Vec<_>>();
+    let mut chosen: Vec<Option<Vec<GpuMode>>> = vec![None; fleet.nodes.len()];
+    let mut kinds: BTreeMap<Vec<String>, Vec<usize>> = BTreeMap::new();
+    for (i, n) in fleet.nodes.iter().enumerate() {
+        kinds.entry(hardware(n)).or_default().push(i);
+    }
+    for nodes in kinds.values() {
+        let mut free_nodes: BTreeSet<usize> = nodes.iter().copied().collect();
+        let mut free_configs: BTreeSet<usize> = nodes.iter().copied().collect();
+        // A node already in a target configuration keeps it.
+        for &i in nodes {
+            let mut have = current[i].clone();
+            have.sort_by_key(|m| format!("{m:?}"));
+            let hit = free_configs.iter().copied().find(|&j| {
+                let mut want = configs[j].clone();
+                want.sort_by_key(|m| format!("{m:?}"));
+                want == have
+            });
+            if let Some(j) = hit {
+                chosen[i] = Some(current[i].clone());
+                free_nodes.remove(&i);
+                free_configs.remove(&j);
+            }
+        }
+        while let Some(&first) = free_nodes.first() {
+            let mut best: Option<(u64, usize, usize, Vec<GpuMode>)> = None;
+            for &i in &free_nodes {
+                for &j in &free_configs {
+                    let (modes, cost) = align(&current[i], &now[i], &configs[j], now_s, config);
+                    if best.as_ref().is_none_or(|b| cost < b.0) {
+                        best = Some((cost, i, j, modes));
+                    }
+                }
+            }
+            let Some((_, i, j, modes)) = best else {
+                chosen[first] = Some(current[first].clone());
+                free_nodes.remove(&first);
+                continue;
+            };
+            chosen[i] = Some(modes);
+            free_nodes.remove(&i);
+            free_configs.remove(&j);
+        }
+    }
+
+    let mut out = Step::default();
+    for (i, node) in fleet.nodes.iter().enumerate() {
+        let want = chosen[i].as_ref().expect("every node was matched");
+        for (g, gpu) in node.gpus.iter().enumerate() {
+            if want[g] == current[i][g] {
+                continue;
+            }
+            let situation = &now[i][g];
+            let cooling = situation.last_change_s.is_some_and(|t| now_s < t.saturating_add(config.cooldown_s));
+            match situation.busy_until_s {
+                None if !cooling => out.reconfigure.push((node.name.clone(), gpu.index, want[g].clone())),
+                Some(end)
+                    if !cooling
+                        && config.drain_horizon_s > 0
+                        && end <= now_s.saturating_add(config.drain_horizon_s) =>
+                {
+                    out.drain.insert(node.name.clone());
+                    out.deferred += 1;
+                }
+                _ => out.deferred += 1,
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_types::MigInstanceSpec;
+
+    fn fleet() -> Fleet {
+        let text = "[[node]]\nname = \"n\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n\
+                    [node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
+        gantry_spec::parse_fleet(text, Catalog::embedded()).expect("fleet")
+    }
+
+    fn jobs(text: &str) -> Vec<Job> {
+        gantry_spec::parse_workload(text, Catalog::embedded()).expect("workload")
+    }
+
+    fn idle() -> Vec<Vec<GpuNow>> {
+        vec![vec![GpuNow::default(); 4]; 2]
+    }
+
+    fn apply(fleet: &mut Fleet, step: &Step) {
+        for (node, index, mode) in &step.reconfigure {
+            let n = fleet.nodes.iter_mut().find(|n| n.name == *node).expect("node");
+            n.gpus[*index as usize].mode = mode.clone();
+        }
+    }
+
+    #[test]
+    fn idle_gpus_take_full_layouts_for_mig_demand_and_a_second_step_changes_nothing() {
+        let catalog = Catalog::embedded();
+        let mut fleet = fleet();
+        let demand = jobs("[[job]]\nname = \"infer\"\ncount = 9\ngpu = { mig = \"1g.10gb\" }\n");
+        let first = step(&fleet, &idle(), &demand, 0, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(first.reconfigure.len(), 2, "{first:?}");
+        for (_, _, mode) in &first.reconfigure {
+            let GpuMode::Mig { instances } = mode else { panic!("MIG wanted: {mode:?}") };
+            assert_eq!(instances.len(), 7, "the layout is completed, not left with stranded slices");
+        }
+        apply(&mut fleet, &first);
+        let again = step(&fleet, &idle(), &demand, 10, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(again, Step::default(), "a fleet already in the target stays");
+    }
+
+    #[test]
+    fn busy_gpus_are_drained_only_when_their_work_ends_within_the_horizon() {
+        let catalog = Catalog::embedded();
+        let mut fleet = fleet();
+        let seven = GpuMode::Mig {
+            instances: (0..7).map(|start| MigInstanceSpec { profile: "1g.10gb".into(), start }).collect(),
+        };
+        for node in &mut fleet.nodes {
+            for gpu in &mut node.gpus {
+                gpu.mode = seven.clone();
+            }
+        }
+        // Now the demand is two 4-GPU training jobs: every GPU should go whole.
+        let demand = jobs("[[job]]\nname = \"train\"\ncount = 2\ngpu = { count = 4 }\n");
+        let mut now = idle();
+        now[0] = vec![GpuNow { busy_until_s: Some(1000), last_change_s: None }; 4];
+        now[1] = vec![GpuNow { busy_until_s: Some(100_000), last_change_s: None }; 4];
+        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800 };
+        let s = step(&fleet, &now, &demand, 0, &config, catalog).expect("plans");
+        assert!(s.reconfigure.is_empty(), "nothing idle: {s:?}");
+        assert_eq!(s.drain, BTreeSet::from(["n-0".to_string()]), "only the node whose work ends soon");
+        assert_eq!(s.deferred, 8);
+        // Without draining, nothing is drained.
+        let s = step(&fleet, &now, &demand, 0, &OnlineConfig { drain_horizon_s: 0, ..config }, catalog).expect("plans");
+        assert!(s.drain.is_empty());
+    }
+
+    #[test]
+    fn a_gpu_in_cooldown_waits_even_when_idle() {
+        let catalog = Catalog::embedded();
+        let fleet = fleet();
+        let demand = jobs("[[job]]\nname = \"infer\"\ncount = 3\ngpu = { mig = \"3g.40gb\" }\n");
+        let mut now = idle();
+        for gpu in now.iter_mut().flatten() {
+            gpu.last_change_s = Some(500);
+        }
+        let s = step(&fleet, &now, &demand, 1000, &OnlineConfig::default(), catalog).expect("plans");
+        assert!(s.reconfigure.is_empty() && s.deferred == 2, "{s:?}");
+        let s = step(&fleet, &now, &demand, 500 + 3600, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(s.reconfigure.len(), 2, "after the cooldown: {s:?}");
+    }
+
+    #[test]
+    fn a_situation_that_does_not_match_the_fleet_is_refused() {
+        let err = step(&fleet(), &[], &[], 0, &OnlineConfig::default(), Catalog::embedded()).expect_err("mismatch");
+        assert!(err.to_string().contains("does not match"), "{err}");
+    }
+}
