@@ -35,6 +35,9 @@ pub enum GpuScope {
 
 impl GpuScope {
     fn admits(self, gpu: &GpuState) -> bool {
+        if gpu.cordoned {
+            return false;
+        }
         match self {
             GpuScope::Any => true,
             GpuScope::NvlinkDomain(d) => gpu.nvlink_domain == Some(d),

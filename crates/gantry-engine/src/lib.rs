@@ -345,11 +345,7 @@ impl Engine {
     /// changes. Returns whether the mode changed. After a change, jobs compiled before it may
     /// be stale: check [`Engine::is_current`] and compile them again.
     pub fn set_gpu_mode(&mut self, node: &str, index: u32, mode: &GpuMode) -> Result<bool, EngineError> {
-        let n = self.state.node_by_name(node).ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
-        let gpu = (0..self.state.nodes[n as usize].gpu_count)
-            .map(|i| self.state.nodes[n as usize].gpu_first + i)
-            .find(|&g| self.state.gpus[g as usize].index == index)
-            .ok_or_else(|| EngineError::Fleet(format!("node {node} has no GPU {index}")))?;
+        let gpu = self.gpu_by_name(node, index)?;
         let g = &self.state.gpus[gpu as usize];
         let units = state::units_for(self.catalog, g.model, mode)
             .map_err(|e| EngineError::Fleet(format!("node {node} gpu {index}: {e}")))?;
@@ -365,6 +361,26 @@ impl Engine {
         }
         self.state.set_units(gpu, units, self.catalog);
         Ok(true)
+    }
+
+    /// Cordon (or uncordon) one GPU: while cordoned nothing new is placed on it and what runs
+    /// keeps running — how the online planner empties a GPU it wants to reconfigure. Returns
+    /// whether anything changed.
+    pub fn set_gpu_cordoned(&mut self, node: &str, index: u32, on: bool) -> Result<bool, EngineError> {
+        let gpu = self.gpu_by_name(node, index)?;
+        if self.state.gpus[gpu as usize].cordoned == on {
+            return Ok(false);
+        }
+        self.state.set_cordoned(gpu, on);
+        Ok(true)
+    }
+
+    fn gpu_by_name(&self, node: &str, index: u32) -> Result<state::GpuIdx, EngineError> {
+        let n = self.state.node_by_name(node).ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
+        let n = &self.state.nodes[n as usize];
+        (n.gpu_first..n.gpu_first + n.gpu_count)
+            .find(|&g| self.state.gpus[g as usize].index == index)
+            .ok_or_else(|| EngineError::Fleet(format!("node {node} has no GPU {index}")))
     }
 
     /// Was `job` compiled against this fleet's current device classes and node signatures?

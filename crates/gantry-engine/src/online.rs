@@ -10,13 +10,13 @@
 //! - within a node, a GPU keeps its mode when the target has it (busy GPUs first);
 //! - a GPU that must change is reconfigured now only if it is idle and out of its cooldown
 //!   (hysteresis: a GPU changes at most once per cooldown, so layouts cannot flap);
-//! - a busy GPU whose work ends within the drain horizon gets its node drained (nothing new
-//!   placed there) so that it becomes idle; the idle capacity a drain costs is the caller's
-//!   to measure (the simulator does). Work ending later is left alone.
+//! - a busy GPU whose work ends within the drain horizon is drained — cordoned, nothing new
+//!   placed on it — so that it becomes idle and can change; the capacity a drain leaves
+//!   unused is the caller's to measure (the simulator does). Work ending later is left alone.
 //!
 //! Pure: the fleet as it is now, what runs where and until when, and the demand in; the
 //! reconfigurations and the nodes to drain out. The caller applies them
-//! (`Engine::set_gpu_mode`, `Engine::set_drained`) and the node agent carries them out.
+//! (`Engine::set_gpu_mode`, `Engine::set_gpu_cordoned`) and the node agent carries them out.
 
 use crate::plan::{PlanError, add_instance, plan};
 use gantry_catalog::Catalog;
@@ -28,14 +28,14 @@ use std::collections::{BTreeMap, BTreeSet};
 pub struct OnlineConfig {
     /// A GPU is not reconfigured again within this many seconds of its last change.
     pub cooldown_s: u64,
-    /// Drain a node for a change when the work in the way ends within this many seconds;
+    /// Drain a GPU for a change when the work in the way ends within this many seconds;
     /// 0 = never drain (only GPUs that happen to be idle change).
     pub drain_horizon_s: u64,
 }
 
 impl Default for OnlineConfig {
     fn default() -> Self {
-        OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800 }
+        OnlineConfig { cooldown_s: 3600, drain_horizon_s: 7200 }
     }
 }
 
@@ -54,9 +54,9 @@ pub struct GpuNow {
 pub struct Step {
     /// Idle GPUs to reconfigure now: (node, GPU index, mode).
     pub reconfigure: Vec<(String, u32, GpuMode)>,
-    /// Nodes to drain so that a wanted change can be made when their work ends; every other
-    /// node the planner drained before should be resumed.
-    pub drain: BTreeSet<String>,
+    /// GPUs to drain (node, GPU index) so that a wanted change can be made when their work
+    /// ends; every other GPU the planner drained before should be resumed.
+    pub drain: BTreeSet<(String, u32)>,
     /// Changes the target wants that wait (busy beyond the horizon, or in cooldown).
     pub deferred: u32,
 }
@@ -225,7 +225,7 @@ pub fn step(
                         && config.drain_horizon_s > 0
                         && end <= now_s.saturating_add(config.drain_horizon_s) =>
                 {
-                    out.drain.insert(node.name.clone());
+                    out.drain.insert((node.name.clone(), gpu.index));
                     out.deferred += 1;
                 }
                 _ => out.deferred += 1,
@@ -297,7 +297,8 @@ mod tests {
         let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800 };
         let s = step(&fleet, &now, &demand, 0, &config, catalog).expect("plans");
         assert!(s.reconfigure.is_empty(), "nothing idle: {s:?}");
-        assert_eq!(s.drain, BTreeSet::from(["n-0".to_string()]), "only the node whose work ends soon");
+        let n0: BTreeSet<(String, u32)> = (0..4).map(|i| ("n-0".to_string(), i)).collect();
+        assert_eq!(s.drain, n0, "only the GPUs whose work ends soon");
         assert_eq!(s.deferred, 8);
         // Without draining, nothing is drained.
         let s = step(&fleet, &now, &demand, 0, &OnlineConfig { drain_horizon_s: 0, ..config }, catalog).expect("plans");

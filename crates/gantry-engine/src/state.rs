@@ -106,6 +106,9 @@ pub struct GpuState {
     pub clients: u32,
     /// Held whole by one task (a whole grant; on an MPS or time-slice GPU, only when idle).
     pub exclusive: bool,
+    /// Draining: nothing new is placed on it, what runs keeps running (the online planner
+    /// empties a GPU this way before reconfiguring it).
+    pub cordoned: bool,
 }
 
 impl GpuState {
@@ -116,7 +119,7 @@ impl GpuState {
 
     /// Can this GPU be granted whole right now?
     pub fn wholly_free(&self) -> bool {
-        self.idle() && !matches!(self.units, Units::Mig { .. })
+        self.idle() && !self.cordoned && !matches!(self.units, Units::Mig { .. })
     }
 
     pub fn free_milli(&self) -> u32 {
@@ -385,6 +388,7 @@ impl ClusterState {
                     used_memory: 0,
                     clients: 0,
                     exclusive: false,
+                    cordoned: false,
                 });
                 state.total_milli += 1000;
                 let last = state.gpus.last().expect("just pushed");
@@ -434,7 +438,7 @@ impl ClusterState {
     pub fn refresh_summary(&mut self, node: NodeIdx) {
         let (mut share, mut mig) = (0u32, 0u32);
         let (mut mps, mut time_slice) = (false, false);
-        for g in self.node_gpus(node) {
+        for g in self.node_gpus(node).iter().filter(|g| !g.cordoned) {
             match &g.units {
                 Units::Mps { max_clients } if !g.exclusive && g.clients < *max_clients && g.free_milli() > 0 => {
                     share = share.max(g.free_milli());
@@ -496,10 +500,22 @@ impl ClusterState {
             list.insert(at, node);
             self.nodes[node as usize].signature = new as u16;
         }
+        self.recount_node(node);
+        grew
+    }
+
+    /// Cordon (or uncordon) a GPU: nothing new goes there while it is cordoned.
+    pub fn set_cordoned(&mut self, gpu: GpuIdx, on: bool) {
+        self.gpus[gpu as usize].cordoned = on;
+        self.refresh_hot(gpu);
+        self.recount_node(self.gpus[gpu as usize].node);
+    }
+
+    /// Recount a node's whole-free GPUs and summaries after a GPU changed outside the ledger.
+    fn recount_node(&mut self, node: NodeIdx) {
         let whole_free = self.node_gpus(node).iter().filter(|g| g.wholly_free()).count() as u32;
         self.nodes[node as usize].whole_free = whole_free;
         self.refresh_summary(node);
-        grew
     }
 
     /// Re-derive one GPU's hot record (the ledger calls this after changing the GPU).

@@ -7,6 +7,7 @@
 //! same trace, policy and seed ⇒ same result.
 
 pub mod alibaba;
+pub mod mig_day;
 pub mod native;
 pub mod protocol_a;
 pub mod protocol_b;

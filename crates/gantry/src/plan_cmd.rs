@@ -1,6 +1,8 @@
 //! `gantry plan`: propose each GPU's mode and MIG layout for a workload mix (the engine's
 //! planner, `gantry_engine::plan`), show how the mix fares on it, and export it for
 //! Kubernetes: mig-parted configuration, device-plugin sharing configuration, node labels.
+//! `--evaluate` replays a day/night-shifting MIG workload in the simulator and compares the
+//! online planner with the best static layout (`gantry_sim::mig_day`).
 
 use anyhow::Context;
 use clap::Args;
@@ -11,7 +13,9 @@ use std::process::ExitCode;
 pub const EXAMPLES: &str = "Examples:
   gantry plan --fleet examples/plan-fleet.toml --workload examples/plan-mix.toml
   gantry plan --fleet examples/plan-fleet.toml --workload examples/plan-mix.toml --out plan/
-  gantry plan --workload jobs.toml --json        # on the bundled demo fleet";
+  gantry plan --workload jobs.toml --json        # on the bundled demo fleet
+  gantry plan --evaluate                         # dynamic planning vs the best static layout, 7 simulated days
+  gantry plan --evaluate --days 2 --seed 3 --load 1.0 --json";
 
 #[derive(Args)]
 pub struct PlanArgs {
@@ -19,8 +23,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FILE")]
     fleet: Option<PathBuf>,
     /// The demand: a workload file (every job counts once).
-    #[arg(long, value_name = "FILE")]
-    workload: PathBuf,
+    #[arg(long, value_name = "FILE", required_unless_present = "evaluate")]
+    workload: Option<PathBuf>,
     /// Write the plan here: fleet.toml (the planned fleet), mig-parted.yaml,
     /// device-plugin.yaml (a ConfigMap) and node-labels.sh.
     #[arg(long, value_name = "DIR")]
@@ -28,6 +32,23 @@ pub struct PlanArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
+    /// Instead of planning a workload: simulate days of a MIG workload whose mix shifts
+    /// (inference on MIG slices by day, whole-GPU training by night) and compare the online
+    /// planner with the best static layout: demand served, queueing delay, reconfigurations.
+    #[arg(long, conflicts_with_all = ["workload", "fleet", "out"])]
+    evaluate: bool,
+    /// With --evaluate: simulated days.
+    #[arg(long, default_value_t = 7, requires = "evaluate", value_parser = clap::value_parser!(u32).range(1..=60))]
+    days: u32,
+    /// With --evaluate: seed of the arrivals.
+    #[arg(long, default_value_t = 42, requires = "evaluate")]
+    seed: u64,
+    /// With --evaluate: nodes of 8 A100-SXM4-80GB.
+    #[arg(long, default_value_t = 4, requires = "evaluate", value_parser = clap::value_parser!(u32).range(1..=64))]
+    nodes: u32,
+    /// With --evaluate: each phase's main demand as a fraction of the fleet (0.05 to 2).
+    #[arg(long, default_value_t = 0.8, requires = "evaluate")]
+    load: f64,
 }
 
 fn mode_text(mode: &GpuMode) -> String {
@@ -43,9 +64,12 @@ fn mode_text(mode: &GpuMode) -> String {
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    if args.evaluate {
+        return evaluate(&args);
+    }
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
-    let (workload_name, jobs) = crate::place_cmd::load_workload(Some(&args.workload), catalog)?;
+    let (workload_name, jobs) = crate::place_cmd::load_workload(args.workload.as_deref(), catalog)?;
     let plan =
         gantry_engine::plan::plan(&fleet, &jobs, catalog).map_err(|e| anyhow::anyhow!("{workload_name}: {e}"))?;
     let (plugin, warnings) = gantry_spec::device_plugin_yaml(&plan.fleet);
@@ -117,5 +141,95 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             dir.display()
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn result_json(r: &gantry_sim::mig_day::DayResult) -> serde_json::Value {
+    serde_json::json!({
+        "layout": r.label,
+        "jobs": r.jobs,
+        "started": r.started,
+        "abandoned": r.abandoned,
+        "demanded_gpu_h": r.demanded_gpu_h,
+        "served_gpu_h": r.served_gpu_h,
+        "served_pct": r.served_pct,
+        "inference_served_pct": r.inference_served_pct,
+        "training_served_pct": r.training_served_pct,
+        "mean_wait_s": r.mean_wait_s,
+        "p95_wait_s": r.p95_wait_s,
+        "allocated_pct": r.allocated_pct,
+        "reconfigurations": r.reconfigurations,
+        "reconfigurations_per_gpu_day": r.reconfigurations_per_gpu_day,
+        "drain_unused_gpu_h": r.drain_idle_gpu_h,
+    })
+}
+
+/// `gantry plan --evaluate`: the online planner against every static candidate.
+fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
+    use gantry_sim::mig_day::{DayConfig, evaluate};
+    if !(0.05..=2.0).contains(&args.load) {
+        anyhow::bail!("--load {} is outside 0.05..=2 (each phase's demand as a fraction of the fleet)", args.load);
+    }
+    let config = DayConfig { days: args.days, seed: args.seed, nodes: args.nodes, load: args.load, ..DayConfig::default() };
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} replays  {elapsed} (eta {eta})")
+            .expect("valid template"),
+    );
+    let result = evaluate(&config, gantry_catalog::Catalog::embedded(), |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })
+    .map_err(|e| anyhow::anyhow!(e))?;
+    bar.finish_and_clear();
+    let best = &result.statics[result.best_static];
+    if args.json {
+        let out = serde_json::json!({
+            "config": {
+                "nodes": config.nodes, "gpus_per_node": config.gpus_per_node, "model": config.model,
+                "days": config.days, "seed": config.seed, "load": config.load,
+                "period_s": config.period_s, "reconfigure_s": config.reconfigure_s, "window_s": config.window_s,
+                "cooldown_s": config.online.cooldown_s, "drain_horizon_s": config.online.drain_horizon_s,
+            },
+            "best_static": result_json(best),
+            "dynamic": result_json(&result.dynamic),
+            "gain_pct": result.gain_pct,
+            "statics": result.statics.iter().map(result_json).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{} days, {} × 8 {} ({} GPUs), load {}, seed {}: inference on MIG by day (08-20h), whole-GPU training by night",
+        config.days,
+        config.nodes,
+        config.model,
+        config.nodes * config.gpus_per_node,
+        config.load,
+        config.seed
+    );
+    println!("{} static layouts replayed; the best and the online planner:\n", result.statics.len());
+    println!(
+        "  {:<32} {:>8} {:>10} {:>9} {:>10} {:>9} {:>9} {:>13} {:>11}",
+        "LAYOUT", "SERVED", "INFERENCE", "TRAINING", "MEAN WAIT", "P95 WAIT", "ALLOC", "RECONF/GPU/D", "DRAIN GPU-H"
+    );
+    for r in [best, &result.dynamic] {
+        println!(
+            "  {:<32} {:>7.1}% {:>9.1}% {:>8.1}% {:>9.0}s {:>8}s {:>8.1}% {:>13.2} {:>11.1}",
+            r.label,
+            r.served_pct,
+            r.inference_served_pct,
+            r.training_served_pct,
+            r.mean_wait_s,
+            r.p95_wait_s,
+            r.allocated_pct,
+            r.reconfigurations_per_gpu_day,
+            r.drain_idle_gpu_h
+        );
+    }
+    println!(
+        "\ndynamic planning serves {:+.1}% demand over the best static layout ({:.0} vs {:.0} GPU-hours of {:.0} asked)",
+        result.gain_pct, result.dynamic.served_gpu_h, best.served_gpu_h, best.demanded_gpu_h
+    );
     Ok(ExitCode::SUCCESS)
 }

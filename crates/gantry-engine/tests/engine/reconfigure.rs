@@ -100,3 +100,48 @@ fn placements_after_reconfiguring_match_a_fleet_built_that_way() {
     assert_eq!(place_all(&mut live, &workload), place_all(&mut fresh, &workload));
     live.check_invariants().expect("counters agree");
 }
+
+#[test]
+fn a_cordoned_gpu_takes_nothing_new_and_keeps_what_runs() {
+    let mut e = engine(NODE, Policy::Default);
+    for node in ["n-0", "n-1"] {
+        for gpu in 0..4 {
+            e.set_gpu_mode(node, gpu, &seven_small()).expect("idle");
+        }
+    }
+    let one = jobs("[[job]]\nname = \"infer\"\ngpu = { mig = \"1g.10gb\" }\n");
+    let placed = place_all(&mut e, &one);
+    let JobOutcome::Placed { tasks } = &placed[0] else { panic!("placed") };
+    let (node, gpu) = (tasks[0].node.clone(), tasks[0].gpus[0].gpu());
+    assert_eq!(e.set_gpu_cordoned(&node, gpu, true), Ok(true));
+    assert_eq!(e.set_gpu_cordoned(&node, gpu, true), Ok(false), "already cordoned");
+    // 55 more instances fit on the other seven GPUs; none goes to the cordoned one.
+    let many = jobs("[[job]]\nname = \"more\"\ncount = 56\ngpu = { mig = \"1g.10gb\" }\n");
+    let outcomes = place_all(&mut e, &many);
+    let landed: Vec<(String, u32)> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            JobOutcome::Placed { tasks } => Some((tasks[0].node.clone(), tasks[0].gpus[0].gpu())),
+            JobOutcome::Unplaced { .. } => None,
+        })
+        .collect();
+    assert_eq!(landed.len(), 49, "7 GPUs × 7 instances");
+    assert!(!landed.contains(&(node.clone(), gpu)), "nothing new on the cordoned GPU");
+    e.check_invariants().expect("counters agree");
+    // Uncordoned, its six free instances are usable again.
+    e.set_gpu_cordoned(&node, gpu, false).expect("uncordon");
+    let six = jobs("[[job]]\nname = \"six\"\ncount = 6\ngpu = { mig = \"1g.10gb\" }\n");
+    assert_eq!(outcomes_names(&place_all(&mut e, &six)), vec![true; 6]);
+    assert!(e.set_gpu_cordoned("n-9", 0, true).is_err());
+}
+
+#[test]
+fn a_cordoned_whole_gpu_is_not_granted_whole() {
+    let mut e = engine(NODE, Policy::Default);
+    e.set_gpu_cordoned("n-0", 0, true).expect("cordon");
+    // Four GPUs on one node no longer exist on n-0; the gang goes to n-1.
+    let placed = place_all(&mut e, &jobs("[[job]]\nname = \"a\"\ngpu = { count = 4 }\n[[job]]\nname = \"b\"\ngpu = { count = 4 }\n"));
+    assert!(matches!(placed[0], JobOutcome::Placed { .. }));
+    assert!(matches!(placed[1], JobOutcome::Unplaced { .. }), "only one node has four grantable GPUs");
+    e.check_invariants().expect("counters agree");
+}

@@ -4,6 +4,7 @@ mod backfill;
 mod bad_input;
 mod controls;
 mod fairness;
+mod mig_day;
 mod native;
 mod preemption;
 mod protocol;

@@ -936,3 +936,28 @@ fn plan_partitions_a_fleet_for_a_mix_and_exports_it() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(stderr(&bad).contains("no GPU model in the fleet supports"), "{}", stderr(&bad));
 }
+
+/// `gantry plan --evaluate` compares the online planner with the best static layout in the
+/// simulator and says so in JSON; bad settings are refused before anything runs.
+#[test]
+fn plan_evaluate_compares_dynamic_planning_with_the_best_static_layout() {
+    let run = gantry(&["plan", "--evaluate", "--days", "1", "--nodes", "2", "--seed", "3", "--json"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let out: serde_json::Value = serde_json::from_str(&stdout(&run)).expect("json");
+    let best = out["best_static"]["served_pct"].as_f64().expect("number");
+    let dynamic = out["dynamic"]["served_pct"].as_f64().expect("number");
+    let gain = out["gain_pct"].as_f64().expect("number");
+    assert!((gain - (dynamic / best - 1.0) * 100.0).abs() < 1e-6, "{out}");
+    assert!(out["dynamic"]["reconfigurations"].as_u64().expect("count") > 0, "{out}");
+    assert_eq!(out["best_static"]["reconfigurations"], 0);
+    assert!(out["statics"].as_array().expect("list").len() > 10);
+    for (args, says) in [
+        (&["plan", "--evaluate", "--load", "9"][..], "outside"),
+        (&["plan", "--evaluate", "--days", "0"][..], "--days"),
+        (&["plan", "--evaluate", "--workload", "x.toml"][..], "cannot be used with"),
+        (&["plan", "--days", "2"][..], "--workload"),
+    ] {
+        let bad = gantry(args);
+        assert!(!bad.status.success() && stderr(&bad).contains(says), "{args:?}: {}", stderr(&bad));
+    }
+}
