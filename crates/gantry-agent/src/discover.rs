@@ -3,9 +3,9 @@
 //! (the caller then falls back to a fleet file or the demo fleet).
 //!
 //! Read: each GPU's index, UUID, model (its NVML name through the catalog), memory, MIG mode,
-//! NUMA node, PCIe switch and NVLink domain ([`crate::topology`]). Not read yet (noted in the
-//! result): existing MIG instances (a GPU in MIG mode is left out rather than guessed; the
-//! wrapper lacks GPU-instance placements, see ../shared/reference/nvml-rust.md).
+//! NUMA node, PCIe switch and NVLink domain ([`crate::topology`]). A GPU in MIG mode comes with
+//! its MIG instances (read through raw NVML, `crate::mig_nvml::layout_of`) when the catalog's
+//! layout rules accept them; otherwise it is left out with a note rather than guessed.
 
 use gantry_catalog::Catalog;
 use gantry_types::{Gpu, GpuMode, Node};
@@ -70,9 +70,30 @@ pub fn discover(name: &str, catalog: &Catalog) -> Result<Discovery, Unavailable>
                 .push(format!("GPU {i} {product:?}: left out (not in the catalog: `gantry catalog` lists the models)"));
             continue;
         };
+        let mut mode = GpuMode::Whole;
         if device.mig_mode().is_ok_and(|m| m.current == 1) {
-            notes.push(format!("GPU {i} {product:?}: left out (MIG mode on; reading its instances is not built yet)"));
-            continue;
+            let geometry = catalog.model(model).mig.as_ref();
+            match crate::mig_nvml::layout_of(&nvml, &device) {
+                Ok(instances) => {
+                    match geometry.map(|g| g.validate_layout(&catalog.model(model).id, &instances)) {
+                        Some(Ok(_)) => mode = GpuMode::Mig { instances },
+                        Some(Err(e)) => {
+                            notes.push(format!(
+                                "GPU {i} {product:?}: left out (its MIG layout breaks the catalog's rules: {e})"
+                            ));
+                            continue;
+                        }
+                        None => {
+                            notes.push(format!("GPU {i} {product:?}: left out (MIG mode on, but the catalog has no MIG geometry for it)"));
+                            continue;
+                        }
+                    }
+                }
+                Err(e) => {
+                    notes.push(format!("GPU {i} {product:?}: left out (MIG mode on, instances unreadable: {e})"));
+                    continue;
+                }
+            }
         }
         links.push(crate::topology::read(i, &device, &mut notes));
         gpus.push(Gpu {
@@ -82,7 +103,7 @@ pub fn discover(name: &str, catalog: &Catalog) -> Result<Discovery, Unavailable>
             numa: 0,
             pcie_switch: 0,
             nvlink_domain: None,
-            mode: GpuMode::Whole,
+            mode,
         });
     }
     if gpus.is_empty() {

@@ -5,5 +5,6 @@
 
 pub mod discover;
 pub mod mig;
+pub mod mig_nvml;
 pub mod sample;
 pub mod topology;

@@ -5,9 +5,9 @@
 //! than leave a half-applied one.
 //!
 //! The driver sits behind [`MigBackend`]. [`FakeBackend`] is an in-memory GPU that enforces
-//! the same layout rules and can be told to fail, for tests and dry runs. The NVML backend
-//! (GPU/compute instance create/destroy through nvml-wrapper's raw bindings, which the safe
-//! wrapper lacks) is not written yet: it needs a GPU to be checked on.
+//! the same layout rules and can be told to fail, for tests and dry runs. The NVML backend is
+//! `mig_nvml::NvmlMig` (GPU/compute instances through nvml-wrapper's raw bindings, which the
+//! safe wrapper lacks).
 
 use gantry_catalog::GpuModel;
 use gantry_types::MigInstanceSpec;
@@ -27,6 +27,8 @@ pub enum MigError {
     RolledBack { failure: Box<MigError>, restored: bool },
     #[error("after applying, GPU {gpu} has {found} instead of {wanted}")]
     Mismatch { gpu: u32, found: String, wanted: String },
+    #[error("NVML: {0}")]
+    Nvml(String),
 }
 
 /// The driver, as the applier needs it.
@@ -59,6 +61,32 @@ fn same(a: &[MigInstanceSpec], b: &[MigInstanceSpec]) -> bool {
 /// Compute slices of a profile, for creation order.
 fn size(model: &GpuModel, profile: &str) -> u8 {
     model.mig.as_ref().and_then(|g| g.profile(profile)).map_or(0, |p| p.compute_slices)
+}
+
+/// A layout as written on a command line: `1g.10gb@0,2g.20gb@2` (profile@start, comma
+/// separated); `none` or an empty string for no instances. Legality is `apply_layout`'s check.
+pub fn parse_layout(text: &str) -> Result<Vec<MigInstanceSpec>, String> {
+    let text = text.trim();
+    if text.is_empty() || text == "none" {
+        return Ok(Vec::new());
+    }
+    if text.len() > 1024 {
+        return Err(format!("layout is {} characters long; a GPU has at most 8 instances", text.len()));
+    }
+    text.split(',')
+        .map(|item| {
+            let item = item.trim();
+            let (profile, start) = item
+                .split_once('@')
+                .ok_or_else(|| format!("{item:?}: write each instance as PROFILE@START, e.g. 1g.10gb@0"))?;
+            let start: u8 =
+                start.parse().map_err(|_| format!("{item:?}: the start {start:?} is not a slice number (0 to 7)"))?;
+            if profile.is_empty() {
+                return Err(format!("{item:?}: no profile before @"));
+            }
+            Ok(MigInstanceSpec { profile: profile.to_string(), start })
+        })
+        .collect()
 }
 
 /// Apply `target` to GPU `gpu` of `model` (see the module doc).
@@ -189,6 +217,30 @@ impl MigBackend for FakeBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layouts_parse_from_the_command_line_and_bad_ones_say_why() {
+        let two = parse_layout("1g.10gb@0, 2g.20gb@2").expect("parses");
+        assert_eq!(
+            two,
+            vec![
+                MigInstanceSpec { profile: "1g.10gb".into(), start: 0 },
+                MigInstanceSpec { profile: "2g.20gb".into(), start: 2 },
+            ]
+        );
+        assert_eq!(parse_layout("none"), Ok(Vec::new()));
+        assert_eq!(parse_layout(""), Ok(Vec::new()));
+        for (bad, says) in [
+            ("1g.10gb", "PROFILE@START"),
+            ("1g.10gb@x", "not a slice number"),
+            ("@3", "no profile"),
+            ("1g.10gb@300", "not a slice number"),
+        ] {
+            let err = parse_layout(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        assert!(parse_layout(&"1g.10gb@0,".repeat(200)).expect_err("long").contains("at most 8"));
+    }
 
     fn a100() -> GpuModel {
         let catalog = gantry_catalog::Catalog::embedded();

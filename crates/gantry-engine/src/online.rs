@@ -119,7 +119,13 @@ fn change_cost(gpu: &GpuNow, now_s: u64, config: &OnlineConfig) -> u64 {
 /// Give each GPU of a node a mode from `targets` (a node configuration), keeping as many
 /// current modes as possible (busy GPUs first), the rest going to the GPUs cheapest to change.
 /// Returns the per-GPU target and the cost.
-fn align(current: &[GpuMode], now: &[GpuNow], targets: &[GpuMode], now_s: u64, config: &OnlineConfig) -> (Vec<GpuMode>, u64) {
+fn align(
+    current: &[GpuMode],
+    now: &[GpuNow],
+    targets: &[GpuMode],
+    now_s: u64,
+    config: &OnlineConfig,
+) -> (Vec<GpuMode>, u64) {
     let mut left: Vec<Option<&GpuMode>> = targets.iter().map(Some).collect();
     let mut out: Vec<Option<GpuMode>> = vec![None; current.len()];
     let mut order: Vec<usize> = (0..current.len()).collect();

@@ -110,7 +110,11 @@ fn demands(jobs: &[Job]) -> Vec<(String, Demand)> {
 }
 
 /// Can `profile` go onto `layout` of `model`? The layout with it added, if so.
-pub(crate) fn add_instance(model: &GpuModel, layout: &[MigInstanceSpec], profile: &str) -> Option<Vec<MigInstanceSpec>> {
+pub(crate) fn add_instance(
+    model: &GpuModel,
+    layout: &[MigInstanceSpec],
+    profile: &str,
+) -> Option<Vec<MigInstanceSpec>> {
     let geometry = model.mig.as_ref()?;
     let p = geometry.profile(profile)?;
     p.starts.iter().find_map(|&start| {

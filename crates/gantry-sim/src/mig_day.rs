@@ -168,7 +168,9 @@ pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenari
     for (profile, _) in INFERENCE_MIX {
         let p = geometry.profile(profile).ok_or_else(|| format!("{} has no MIG profile {profile}", model.id))?;
         inference_milli.push(u64::from(model.mig_milli(p).0));
-        shapes_toml.push_str(&format!("[[job]]\nname = \"infer-{profile}\"\ncpu = 4\nmemory = \"16GiB\"\ngpu = {{ mig = \"{profile}\" }}\n\n"));
+        shapes_toml.push_str(&format!(
+            "[[job]]\nname = \"infer-{profile}\"\ncpu = 4\nmemory = \"16GiB\"\ngpu = {{ mig = \"{profile}\" }}\n\n"
+        ));
     }
     for (count, _) in TRAINING_MIX {
         if count > config.gpus_per_node {
@@ -181,17 +183,16 @@ pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenari
         ));
     }
     let shapes = gantry_spec::parse_workload(&shapes_toml, catalog).map_err(|e| e.to_string())?;
-    let training: Vec<(u32, u64)> =
-        TRAINING_MIX.iter().copied().filter(|&(c, _)| c <= config.gpus_per_node).collect();
+    let training: Vec<(u32, u64)> = TRAINING_MIX.iter().copied().filter(|&(c, _)| c <= config.gpus_per_node).collect();
 
     let gpus = f64::from(config.nodes * config.gpus_per_node);
     let total_w = |mix: &[(usize, u64)]| mix.iter().map(|m| m.1).sum::<u64>() as f64;
     let inference_w: Vec<(usize, u64)> = INFERENCE_MIX.iter().enumerate().map(|(i, m)| (i, m.1)).collect();
     let mean_inference_gpu =
-        inference_w.iter().map(|&(i, w)| inference_milli[i] as f64 / 1000.0 * w as f64).sum::<f64>() / total_w(&inference_w);
+        inference_w.iter().map(|&(i, w)| inference_milli[i] as f64 / 1000.0 * w as f64).sum::<f64>()
+            / total_w(&inference_w);
     let training_w: Vec<(usize, u64)> = training.iter().enumerate().map(|(i, m)| (i, m.1)).collect();
-    let mean_training_gpu =
-        training.iter().map(|&(c, w)| f64::from(c) * w as f64).sum::<f64>() / total_w(&training_w);
+    let mean_training_gpu = training.iter().map(|&(c, w)| f64::from(c) * w as f64).sum::<f64>() / total_w(&training_w);
     // Peak arrival rates per second, so each phase's main kind asks for `load` of the fleet.
     let inference_peak = config.load * gpus / (mean_inference_gpu * INFERENCE_MEAN_S);
     let training_peak = config.load * gpus / (mean_training_gpu * TRAINING_MEAN_S);
@@ -242,7 +243,18 @@ pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenari
 /// Standard layouts of a MIG model, by name, for the static candidates.
 fn standard_layouts(model: &gantry_catalog::GpuModel) -> Vec<(String, Vec<MigInstanceSpec>)> {
     let wanted: [(&str, &[(&str, u8)]); 5] = [
-        ("7x1g", &[("1g.10gb", 0), ("1g.10gb", 1), ("1g.10gb", 2), ("1g.10gb", 3), ("1g.10gb", 4), ("1g.10gb", 5), ("1g.10gb", 6)]),
+        (
+            "7x1g",
+            &[
+                ("1g.10gb", 0),
+                ("1g.10gb", 1),
+                ("1g.10gb", 2),
+                ("1g.10gb", 3),
+                ("1g.10gb", 4),
+                ("1g.10gb", 5),
+                ("1g.10gb", 6),
+            ],
+        ),
         ("3x2g+1g", &[("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4), ("1g.10gb", 6)]),
         ("2x3g", &[("3g.40gb", 0), ("3g.40gb", 4)]),
         ("3g+2x2g", &[("2g.20gb", 0), ("2g.20gb", 2), ("3g.40gb", 4)]),
@@ -401,7 +413,9 @@ pub fn replay(
                     .iter()
                     .enumerate()
                     .map(|(n, node)| {
-                        (0..node.gpus.len()).map(|g| GpuNow { busy_until_s: None, last_change_s: last_change[n][g] }).collect()
+                        (0..node.gpus.len())
+                            .map(|g| GpuNow { busy_until_s: None, last_change_s: last_change[n][g] })
+                            .collect()
                     })
                     .collect();
                 for r in runs.values() {

@@ -8,6 +8,7 @@ mod advise_cmd;
 mod agent_cmd;
 mod catalog_cmd;
 mod jobs_cmd;
+mod mig_cmd;
 mod place_cmd;
 mod plan_cmd;
 mod sbatch;
@@ -76,6 +77,10 @@ enum Command {
     Cancel(jobs_cmd::JobArgs),
     /// A job's task output (stdout and stderr); -f follows it until the job ends.
     Logs(jobs_cmd::LogsArgs),
+    /// Show or change this machine's MIG layouts through NVML (idle GPUs in MIG mode only;
+    /// all or nothing).
+    #[command(after_help = mig_cmd::EXAMPLES)]
+    Mig(mig_cmd::MigArgs),
     /// What GPUs NVML finds on this machine (exit 1, with why, when it finds none).
     Discover {
         /// Print the node as JSON.
@@ -137,6 +142,7 @@ fn main() -> ExitCode {
         Command::Token(args) => jobs_cmd::token(args),
         Command::Usage(args) => usage_cmd::run(args),
         Command::Nodes(args) => jobs_cmd::nodes(args),
+        Command::Mig(args) => mig_cmd::run(args),
         Command::Discover { json } => serve_cmd::discover(json),
         Command::Drain(args) => jobs_cmd::drain(args, true),
         Command::Resume(args) => jobs_cmd::drain(args, false),

@@ -170,7 +170,8 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     if !(0.05..=2.0).contains(&args.load) {
         anyhow::bail!("--load {} is outside 0.05..=2 (each phase's demand as a fraction of the fleet)", args.load);
     }
-    let config = DayConfig { days: args.days, seed: args.seed, nodes: args.nodes, load: args.load, ..DayConfig::default() };
+    let config =
+        DayConfig { days: args.days, seed: args.seed, nodes: args.nodes, load: args.load, ..DayConfig::default() };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} replays  {elapsed} (eta {eta})")

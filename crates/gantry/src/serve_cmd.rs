@@ -165,7 +165,18 @@ pub fn discover(json: bool) -> anyhow::Result<ExitCode> {
             } else {
                 println!("{}: {} GPU(s)", found.node.name, found.node.gpus.len());
                 for g in &found.node.gpus {
-                    println!("  gpu{} {} {}", g.index, g.model, g.uuid);
+                    let mode = match &g.mode {
+                        gantry_types::GpuMode::Mig { instances } => format!(
+                            "  MIG {}",
+                            instances
+                                .iter()
+                                .map(|i| format!("{}@{}", i.profile, i.start))
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        ),
+                        _ => String::new(),
+                    };
+                    println!("  gpu{} {} {}{mode}", g.index, g.model, g.uuid);
                 }
                 for note in &found.notes {
                     println!("  note: {note}");

@@ -140,7 +140,10 @@ fn a_cordoned_whole_gpu_is_not_granted_whole() {
     let mut e = engine(NODE, Policy::Default);
     e.set_gpu_cordoned("n-0", 0, true).expect("cordon");
     // Four GPUs on one node no longer exist on n-0; the gang goes to n-1.
-    let placed = place_all(&mut e, &jobs("[[job]]\nname = \"a\"\ngpu = { count = 4 }\n[[job]]\nname = \"b\"\ngpu = { count = 4 }\n"));
+    let placed = place_all(
+        &mut e,
+        &jobs("[[job]]\nname = \"a\"\ngpu = { count = 4 }\n[[job]]\nname = \"b\"\ngpu = { count = 4 }\n"),
+    );
     assert!(matches!(placed[0], JobOutcome::Placed { .. }));
     assert!(matches!(placed[1], JobOutcome::Unplaced { .. }), "only one node has four grantable GPUs");
     e.check_invariants().expect("counters agree");

@@ -18,11 +18,7 @@ fn the_mix_shifts_inference_by_day_training_by_night() {
         let training = usize::from(s.shapes[j.shape].name.starts_with("train"));
         let hour = j.arrival_s % 86_400 / 3600;
         let gpu_s = j.milli * j.duration_s / 1000;
-        if (8..20).contains(&hour) {
-            day[training] += gpu_s
-        } else {
-            night[training] += gpu_s
-        }
+        if (8..20).contains(&hour) { day[training] += gpu_s } else { night[training] += gpu_s }
     }
     assert!(day[0] > 2 * day[1], "by day inference dominates: {day:?}");
     assert!(night[1] > 2 * night[0], "by night training dominates: {night:?}");

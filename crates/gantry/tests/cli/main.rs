@@ -961,3 +961,20 @@ fn plan_evaluate_compares_dynamic_planning_with_the_best_static_layout() {
         assert!(!bad.status.success() && stderr(&bad).contains(says), "{args:?}: {}", stderr(&bad));
     }
 }
+
+/// `gantry mig`: a malformed layout is refused before NVML is touched; on a machine without
+/// a driver (CI) every action says so plainly and changes nothing.
+#[test]
+fn mig_refuses_bad_layouts_and_says_when_there_is_no_driver() {
+    let bad = gantry(&["mig", "apply", "--gpu", "0", "--layout", "1g.10gb"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("PROFILE@START"), "{}", stderr(&bad));
+    let bad = gantry(&["mig", "apply", "--gpu", "0", "--layout", "1g.10gb@nine"]);
+    assert!(stderr(&bad).contains("not a slice number"), "{}", stderr(&bad));
+    let show = gantry(&["mig", "show"]);
+    if !show.status.success() {
+        assert!(stderr(&show).contains("NVML is not available here"), "{}", stderr(&show));
+        let dry = gantry(&["mig", "apply", "--gpu", "0", "--layout", "3g.40gb@0", "--dry-run"]);
+        assert!(!dry.status.success() && stderr(&dry).contains("NVML is not available here"), "{}", stderr(&dry));
+    }
+}
