@@ -119,7 +119,7 @@ fn single_task_mix() -> Vec<Job> {
             Isolation::Soft,
             t,
         ),
-        job("memory-20", 1, GpuRequest::Memory { memory: Bytes::gib(20) }, Isolation::None, t),
+        job("memory-20", 1, GpuRequest::Memory { memory: Bytes::gib(20), hint: None }, Isolation::None, t),
     ]
 }
 

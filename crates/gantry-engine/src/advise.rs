@@ -21,14 +21,7 @@
 use gantry_catalog::{Catalog, GpuModel};
 use gantry_types::Isolation;
 
-/// What a job is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Purpose {
-    Training,
-    Inference,
-    Development,
-    Batch,
-}
+pub use gantry_types::Purpose;
 
 /// A job's shape, as the advisor takes it.
 #[derive(Clone, Debug, PartialEq)]

@@ -8,7 +8,7 @@
 use crate::ledger::Grant;
 use crate::limits::OPTIONS_PER_NODE_MAX;
 use crate::request::{CompiledGroup, GpuNeed};
-use crate::state::{ClusterState, GpuHot, GpuIdx, GpuState, NodeIdx, Units};
+use crate::state::{ClusterState, GpuHot, GpuIdx, GpuState, ModeKind, NodeIdx, Units};
 use gantry_types::{Bytes, Isolation, MilliCpu, MilliGpu, Reason, TopologyLevel};
 
 /// Grants of one option: inline for the common one-GPU case, so building options allocates
@@ -385,7 +385,9 @@ fn share(
 }
 
 /// Smallest unit holding `memory`: a MIG instance, an MPS share, time-slice replicas or, last,
-/// a whole GPU. Only the smallest unit size found on the node is offered.
+/// a whole GPU. Only the smallest unit size found on the node is offered. With an advisor hint
+/// (`CompiledGroup::memory_unit`), units of the recommended kind go first (a whole GPU taken
+/// whole where the advice is whole), and a bursty request never gets a MIG instance.
 fn memory_only(
     gpus: &[GpuState],
     first: GpuIdx,
@@ -396,34 +398,45 @@ fn memory_only(
 ) -> Result<(), Reason> {
     let mut any_class = false;
     let mut best_free = 0u64;
+    let advised = |class: u16| group.memory_unit.get(class as usize).copied().flatten();
     for (offset, g) in gpus.iter().enumerate() {
         if !group.class_ok[g.class as usize] || !scope.admits(g) {
             continue;
         }
         any_class = true;
+        if group.memory_no_mig && matches!(g.units, Units::Mig { .. }) {
+            continue;
+        }
         let gpu = first + offset as GpuIdx;
-        let option = match &g.units {
-            Units::Mig { slots } => slots
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| !s.taken && s.memory >= memory)
-                .min_by_key(|(i, s)| (s.memory, *i))
-                .map(|(i, s)| (Grant::Mig { gpu, slot: i as u8 }, s.memory)),
-            Units::Mps { max_clients }
-                if group.isolation != Isolation::Hard && !g.exclusive && g.clients < *max_clients =>
-            {
-                let milli = (memory.saturating_mul(1000)).div_ceil(g.memory_total).max(1) as u32;
-                (g.free_memory() >= memory && g.free_milli() >= milli)
-                    .then_some((Grant::Mps { gpu, milli, memory }, memory))
+        let whole_first = advised(g.class) == Some(ModeKind::Whole) && g.wholly_free() && g.memory_total >= memory;
+        let option = if whole_first {
+            None
+        } else {
+            match &g.units {
+                Units::Mig { slots } => slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| !s.taken && s.memory >= memory)
+                    .min_by_key(|(i, s)| (s.memory, *i))
+                    .map(|(i, s)| (Grant::Mig { gpu, slot: i as u8 }, s.memory)),
+                Units::Mps { max_clients }
+                    if group.isolation != Isolation::Hard && !g.exclusive && g.clients < *max_clients =>
+                {
+                    let milli = (memory.saturating_mul(1000)).div_ceil(g.memory_total).max(1) as u32;
+                    (g.free_memory() >= memory && g.free_milli() >= milli)
+                        .then_some((Grant::Mps { gpu, milli, memory }, memory))
+                }
+                Units::TimeSlice { replicas, memory_per_replica }
+                    if group.isolation == Isolation::None && !g.exclusive =>
+                {
+                    let k = memory.div_ceil(memory_per_replica.0.max(1)).max(1) as u32;
+                    (g.clients + k <= *replicas).then(|| {
+                        let unit = k as u64 * memory_per_replica.0;
+                        (Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: unit }, unit)
+                    })
+                }
+                _ => None,
             }
-            Units::TimeSlice { replicas, memory_per_replica } if group.isolation == Isolation::None && !g.exclusive => {
-                let k = memory.div_ceil(memory_per_replica.0.max(1)).max(1) as u32;
-                (g.clients + k <= *replicas).then(|| {
-                    let unit = k as u64 * memory_per_replica.0;
-                    (Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: unit }, unit)
-                })
-            }
-            _ => None,
         };
         let option = option.or_else(|| {
             (g.wholly_free() && g.memory_total >= memory).then_some((Grant::Whole { gpu }, g.memory_total))
@@ -447,6 +460,22 @@ fn memory_only(
         } else {
             class_reason(gpus, group)
         });
+    }
+    if !group.memory_unit.is_empty() {
+        let kind = |o: &TaskOption| {
+            let grant = &o.grants[0];
+            let g = &gpus[(grant.gpu() - first) as usize];
+            let kind = match grant {
+                Grant::Whole { .. } => ModeKind::Whole,
+                Grant::Mig { .. } => ModeKind::Mig,
+                Grant::Mps { .. } => ModeKind::Mps,
+                Grant::TimeSlice { .. } => ModeKind::TimeSlice,
+            };
+            advised(g.class) == Some(kind)
+        };
+        if out.iter().any(kind) {
+            out.retain(kind);
+        }
     }
     let smallest = out.iter().map(|o| o.unit_memory).min().expect("non-empty");
     out.retain(|o| o.unit_memory == smallest);

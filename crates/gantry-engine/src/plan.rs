@@ -100,7 +100,7 @@ fn demands(jobs: &[Job]) -> Vec<(String, Demand)> {
                     Some(GpuRequest::Share { milli, memory, mode }) => {
                         Demand::Share { milli: milli.0, memory: memory.0, mode: *mode }
                     }
-                    Some(GpuRequest::Memory { memory }) => Demand::Memory { memory: memory.0 },
+                    Some(GpuRequest::Memory { memory, .. }) => Demand::Memory { memory: memory.0 },
                 };
                 out.push((job.name.clone(), demand));
             }

@@ -62,6 +62,11 @@ pub struct CompiledGroup {
     pub signature_ok: Vec<bool>,
     /// Bits of every MIG profile index this group's profile has on some class (quick reject).
     pub mig_any_mask: u32,
+    /// For a memory-only request with a hint: per device class, the unit kind the advisor
+    /// recommends on that class's model (empty without a hint).
+    pub memory_unit: Vec<Option<ModeKind>>,
+    /// A bursty memory-only request: never a MIG instance (a hard slice caps each burst).
+    pub memory_no_mig: bool,
     /// Everything a node's verdict for one task depends on, hashed (see `memo`): groups with
     /// the same requirements share it, whatever their job.
     pub fingerprint: u64,
@@ -145,7 +150,7 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                     mps: matches!(mode, ShareMode::Mps | ShareMode::Any) && r.isolation != Isolation::Hard,
                     time_slice: matches!(mode, ShareMode::TimeSlice | ShareMode::Any) && r.isolation == Isolation::None,
                 },
-                Some(GpuRequest::Memory { memory }) => GpuNeed::Memory { memory: memory.0 },
+                Some(GpuRequest::Memory { memory, .. }) => GpuNeed::Memory { memory: memory.0 },
             };
             let mig_profile = state
                 .classes
@@ -173,9 +178,36 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                 selector: r.selector.clone(),
                 signature_ok: Vec::new(),
                 mig_any_mask: 0,
+                memory_unit: Vec::new(),
+                memory_no_mig: false,
                 fingerprint: 0,
             };
             group.mig_any_mask = group.mig_profile.iter().flatten().fold(0, |m, &p| m | 1 << p);
+            if let Some(GpuRequest::Memory { memory, hint: Some(hint) }) = &r.gpu {
+                group.memory_no_mig = hint.bursty;
+                group.memory_unit = state
+                    .classes
+                    .iter()
+                    .map(|c| {
+                        let model = catalog.model(c.model);
+                        let shape = crate::advise::Shape {
+                            purpose: hint.purpose,
+                            cards: (memory.0 as f64 / model.memory.0.max(1) as f64).clamp(0.001, 1.0),
+                            memory: Some(memory.0),
+                            bursty: hint.bursty,
+                            isolation: r.isolation,
+                            latency_sensitive: hint.latency_sensitive,
+                            trusted: hint.trusted,
+                        };
+                        crate::advise::advise(&shape, model).ok().map(|a| match a.unit {
+                            crate::advise::Unit::Whole { .. } => ModeKind::Whole,
+                            crate::advise::Unit::Mig { .. } => ModeKind::Mig,
+                            crate::advise::Unit::Mps { .. } => ModeKind::Mps,
+                            crate::advise::Unit::TimeSlice { .. } => ModeKind::TimeSlice,
+                        })
+                    })
+                    .collect();
+            }
             group.signature_ok = state.signatures.iter().map(|sig| statically_feasible(state, &group, sig)).collect();
             let requirements = format!(
                 "{:?}",
@@ -191,7 +223,7 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                     &group.mig_profile,
                     &group.models_wanted,
                     &group.selector,
-                    &group.signature_ok,
+                    (&group.signature_ok, &group.memory_unit, group.memory_no_mig),
                 )
             );
             group.fingerprint = crate::memo::fingerprint(requirements.as_bytes());

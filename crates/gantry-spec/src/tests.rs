@@ -181,7 +181,7 @@ fn a_workload_parses_every_request_kind() {
 #[test]
 fn bad_workloads_name_the_field_and_hint() {
     let job = |body: &str| format!("[[job]]\nname = \"j\"\n{body}");
-    let cases: [(&str, String, &str); 17] = [
+    let cases: [(&str, String, &str); 21] = [
         ("zero GPUs", job("gpu = { count = 0 }"), "gpu.count: 0 is out of range 1..=64"),
         ("negative GPUs", job("gpu = { count = -3 }"), "out of range 1..=64"),
         ("absurd GPUs", job("gpu = { count = 4096 }"), "out of range 1..=64"),
@@ -207,6 +207,10 @@ fn bad_workloads_name_the_field_and_hint() {
         ("unknown field", job("gpus = 2"), "unknown field `gpus`"),
         ("priority out of range", job("priority = 99999999"), "out of range"),
         ("negative cpu", job("cpu = -2"), "negative"),
+        ("unknown purpose", job("gpu = { memory = \"8GiB\", purpose = \"gaming\" }"), "unknown purpose \"gaming\""),
+        ("hint without purpose", job("gpu = { memory = \"8GiB\", bursty = true }"), "describe a purpose"),
+        ("hint on whole GPUs", job("gpu = { count = 1, purpose = \"training\" }"), "hints for a memory-only request"),
+        ("hint on a share", job("gpu = { share = 100, latency-sensitive = true }"), "hints for a memory-only request"),
     ];
     for (name, text, needle) in cases {
         let err = parse_workload(&text, catalog()).expect_err(name);
@@ -545,4 +549,30 @@ fn run_fields_parse_and_bad_ones_name_the_field() {
     let long = format!("[[job]]\nname = \"a\"\ncommand = \"{}\"\n", "x".repeat(70_000));
     let err = crate::parse_workload(&long, catalog()).expect_err("long").to_string();
     assert!(err.contains("the limit is 65536"), "{err}");
+}
+
+#[test]
+fn a_memory_only_request_carries_the_advisor_hint() {
+    let text = "[[job]]\nname = \"svc\"\ngpu = { memory = \"20GiB\", purpose = \"inference\", latency-sensitive = true }\n\
+                [[job]]\nname = \"plain\"\ngpu = { memory = \"20GiB\" }\n";
+    let jobs = parse_workload(text, catalog()).expect("parses");
+    let hint = |i: usize| match &jobs[i].groups[0].resources.gpu {
+        Some(gantry_types::GpuRequest::Memory { hint, .. }) => *hint,
+        other => panic!("memory-only expected: {other:?}"),
+    };
+    assert_eq!(
+        hint(0),
+        Some(gantry_types::UnitHint {
+            purpose: gantry_types::Purpose::Inference,
+            bursty: false,
+            latency_sensitive: true,
+            trusted: false
+        })
+    );
+    assert_eq!(hint(1), None);
+    // The hint survives the store's JSON, and a job stored before hints existed still reads.
+    let json = serde_json::to_string(&jobs[0]).expect("json");
+    assert_eq!(serde_json::from_str::<gantry_types::Job>(&json).expect("reads"), jobs[0]);
+    let old = serde_json::to_string(&jobs[1]).expect("json");
+    assert!(!old.contains("hint"), "{old}");
 }

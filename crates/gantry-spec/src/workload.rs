@@ -11,7 +11,7 @@ use crate::quantity::{self, Quantity};
 use gantry_catalog::Catalog;
 use gantry_types::{
     ArrayElement, Bytes, Dependency, DependencyKind, GpuRequest, Isolation, Job, JobControl, MilliCpu, MilliGpu,
-    ModelPattern, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel,
+    ModelPattern, Purpose, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel, UnitHint,
 };
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -91,6 +91,12 @@ struct GpuEntry {
     share: Option<i64>,
     memory: Option<Quantity>,
     mode: Option<String>,
+    // Hints for a memory-only request: the advisor picks its unit from them.
+    purpose: Option<String>,
+    bursty: Option<bool>,
+    #[serde(rename = "latency-sensitive")]
+    latency_sensitive: Option<bool>,
+    trusted: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -562,7 +568,34 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
     Ok(TaskGroup { name, replicas, resources })
 }
 
+/// The advisor's hint of a memory-only request (`purpose` and its companions), if given.
+fn unit_hint(at: &str, g: &GpuEntry) -> Result<Option<UnitHint>, SpecError> {
+    let Some(text) = g.purpose.as_deref() else {
+        if g.bursty.is_some() || g.latency_sensitive.is_some() || g.trusted.is_some() {
+            return Err(SpecError::new(at, "bursty, latency-sensitive and trusted describe a purpose")
+                .hint("add purpose = \"training\" | \"inference\" | \"development\" | \"batch\""));
+        }
+        return Ok(None);
+    };
+    let purpose = Purpose::parse(text).ok_or_else(|| {
+        SpecError::new(format!("{at}.purpose"), format!("unknown purpose {text:?}"))
+            .hint("use training, inference, development or batch")
+    })?;
+    Ok(Some(UnitHint {
+        purpose,
+        bursty: g.bursty.unwrap_or(false),
+        latency_sensitive: g.latency_sensitive.unwrap_or(false),
+        trusted: g.trusted.unwrap_or(false),
+    }))
+}
+
 fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, SpecError> {
+    if (g.count.is_some() || g.mig.is_some() || g.share.is_some())
+        && (g.purpose.is_some() || g.bursty.is_some() || g.latency_sensitive.is_some() || g.trusted.is_some())
+    {
+        return Err(SpecError::new(at, "purpose, bursty, latency-sensitive and trusted are hints for a memory-only request")
+            .hint("drop them, or ask for gpu = { memory = \"20GiB\", purpose = \"inference\" } and let the advisor pick the unit"));
+    }
     let kinds = [g.count.is_some(), g.mig.is_some(), g.share.is_some()].iter().filter(|&&b| b).count();
     if kinds > 1 {
         return Err(SpecError::new(at, "give exactly one of count, mig, share (or memory alone)").hint(
@@ -653,7 +686,7 @@ fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, 
         });
     }
     match (memory, mode) {
-        (Some(m), None) if m.0 > 0 => Ok(GpuRequest::Memory { memory: m }),
+        (Some(m), None) if m.0 > 0 => Ok(GpuRequest::Memory { memory: m, hint: unit_hint(at, g)? }),
         (Some(_), Some(_)) => Err(SpecError::new(at, "a memory-only request picks its own unit; mode needs a share")
             .hint("add share = N to ask for an MPS or time-slice share")),
         _ => Err(SpecError::new(at, "empty GPU request").hint(

@@ -137,8 +137,49 @@ pub enum GpuRequest {
     Mig { profile: String },
     /// A fraction of one GPU: compute share plus memory, through MPS or time-slicing.
     Share { milli: MilliGpu, memory: Bytes, mode: ShareMode },
-    /// Only a memory size: the engine picks the smallest unit that fits.
-    Memory { memory: Bytes },
+    /// Only a memory size: the engine picks the unit — the kind the sharing-mode advisor
+    /// recommends for the hint's job shape where one is given, else the smallest that fits.
+    Memory {
+        memory: Bytes,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hint: Option<UnitHint>,
+    },
+}
+
+/// What a job is for, as the sharing-mode advisor weighs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Purpose {
+    Training,
+    Inference,
+    Development,
+    Batch,
+}
+
+impl Purpose {
+    pub fn parse(text: &str) -> Option<Purpose> {
+        Some(match text {
+            "training" => Purpose::Training,
+            "inference" => Purpose::Inference,
+            "development" => Purpose::Development,
+            "batch" => Purpose::Batch,
+            _ => return None,
+        })
+    }
+}
+
+/// A memory-only request's job shape, so the advisor can choose its unit (whole GPU, MIG
+/// instance, MPS share or time-slice) on each GPU model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct UnitHint {
+    pub purpose: Purpose,
+    #[serde(default)]
+    pub bursty: bool,
+    #[serde(default)]
+    pub latency_sensitive: bool,
+    /// Its code may share an MPS server with others (no fault isolation between clients).
+    #[serde(default)]
+    pub trusted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

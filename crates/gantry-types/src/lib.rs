@@ -19,7 +19,7 @@ pub use event::{Ending, Event, JobState, TaskStart};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
     ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,
-    ModelPattern, Run, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel,
+    ModelPattern, Purpose, Run, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel, UnitHint,
 };
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use pending::{ClassFree, PendingJob, PendingReason};

@@ -83,7 +83,7 @@ fn request_strategy() -> impl Strategy<Value = (GpuRequest, Isolation)> {
                 Isolation::None
             )),
         (1u64..=40, proptest::sample::select(vec![Isolation::Hard, Isolation::Soft, Isolation::None]))
-            .prop_map(|(gib, iso)| (GpuRequest::Memory { memory: Bytes::gib(gib) }, iso)),
+            .prop_map(|(gib, iso)| (GpuRequest::Memory { memory: Bytes::gib(gib), hint: None }, iso)),
     ]
 }
 

@@ -243,6 +243,77 @@ mode = "mps"
     );
 }
 
+/// A memory-only request with a job shape: the advisor's unit kind goes first on each model.
+#[test]
+fn memory_only_requests_with_a_purpose_take_the_advised_unit() {
+    let fleet = r#"
+[[node]]
+name = "n"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 4
+[[node.gpu]]
+index = 0
+mig = ["3g.40gb@0", "2g.20gb@4", "1g.10gb@6"]
+[[node.gpu]]
+index = 1
+mode = "mps"
+[[node.gpu]]
+index = 2
+mode = "time-slice"
+replicas = 4
+"#;
+    let cases: [(&str, &str, fn(&GpuGrant) -> bool); 6] = [
+        // Without a hint: the smallest unit (an MPS share of 15GiB beats the 20GiB slice).
+        ("none", "", |g| matches!(g, GpuGrant::Mps { .. })),
+        // Production inference: a MIG instance, the smallest that holds it.
+        ("production inference", ", purpose = \"inference\", latency-sensitive = true", |g| {
+            matches!(g, GpuGrant::Mig { profile, .. } if profile == "2g.20gb")
+        }),
+        // Training: a whole GPU (GPU 3 is in whole mode).
+        ("training", ", purpose = \"training\"", |g| matches!(g, GpuGrant::Whole { gpu: 3 })),
+        // Development: a time-slice.
+        ("notebook", ", purpose = \"development\"", |g| matches!(g, GpuGrant::TimeSlice { .. })),
+        // Bursty inference: never a MIG slice; the advice (a time-slice) goes first.
+        ("bursty", ", purpose = \"inference\", bursty = true", |g| matches!(g, GpuGrant::TimeSlice { .. })),
+        // Trusted steady inference with soft isolation: an MPS share.
+        ("trusted", ", purpose = \"inference\", trusted = true", |g| matches!(g, GpuGrant::Mps { .. })),
+    ];
+    for (name, hint, expect) in cases {
+        let mut engine = engine(fleet, Policy::Default);
+        let isolation = if name == "trusted" { "isolation = \"soft\"\n" } else { "" };
+        let workload = format!("[[job]]\nname = \"j\"\n{isolation}gpu = {{ memory = \"15GiB\"{hint} }}\n");
+        let outcomes = place_all(&mut engine, &jobs(&workload));
+        let grant = &placed(&outcomes[0])[0].gpus[0];
+        assert!(expect(grant), "{name}: {grant:?}");
+    }
+}
+
+/// A bursty memory-only request never lands on a MIG instance, even when only MIG has room.
+#[test]
+fn a_bursty_memory_only_request_never_gets_a_mig_slice() {
+    let fleet = r#"
+[[node]]
+name = "n"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 1
+[[node.gpu]]
+index = 0
+mig = ["3g.40gb@0", "3g.40gb@4"]
+"#;
+    let mut engine = engine(fleet, Policy::Default);
+    let outcomes = place_all(
+        &mut engine,
+        &jobs("[[job]]\nname = \"b\"\ngpu = { memory = \"10GiB\", purpose = \"batch\", bursty = true }\n"),
+    );
+    assert!(matches!(outcomes[0], JobOutcome::Unplaced { .. }), "{:?}", outcomes[0]);
+}
+
 #[test]
 fn whole_requests_do_not_steal_the_sharing_pool() {
     let fleet = r#"
