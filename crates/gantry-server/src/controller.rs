@@ -904,7 +904,7 @@ impl Controller {
                     job,
                     queue: spec.map(|j| j.queue.clone()).unwrap_or_default(),
                     user: spec.and_then(|j| j.control.user.clone()).unwrap_or_default(),
-                    preemptible: spec.is_some_and(|j| j.lifecycle.preemptible),
+                    reclaimable: spec.is_some_and(|j| j.lifecycle.preemptible || j.lifecycle.interactive),
                     utilization_pct: (weighted / milli) as u32,
                 }
             })

@@ -1,6 +1,6 @@
 //! Idle hoarding: a running job whose GPUs stay under a utilization threshold for a while is
 //! flagged once per idle stretch — an event in the log, in `GET /v1/idle` and in metrics — and,
-//! where its queue's policy says `reclaim` and the job is preemptible, stopped (signal, grace,
+//! where its queue's policy says `reclaim` and the job is preemptible or interactive, stopped (signal, grace,
 //! kill) and ended as cancelled, so its GPUs go to work that uses them.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -14,7 +14,7 @@ pub enum IdleAction {
     /// The event only.
     #[default]
     Notify,
-    /// The event, and a preemptible job is stopped and ends cancelled.
+    /// The event, and a preemptible or interactive job is stopped and ends cancelled.
     Reclaim,
 }
 
@@ -75,7 +75,8 @@ pub struct JobUse {
     pub job: u64,
     pub queue: String,
     pub user: String,
-    pub preemptible: bool,
+    /// May be reclaimed: preemptible, or an interactive session.
+    pub reclaimable: bool,
     pub utilization_pct: u32,
 }
 
@@ -115,7 +116,7 @@ impl IdleWatch {
             if now.saturating_sub(since) < self.policy.after_minutes * 60 || !self.flagged.insert(j.job) {
                 continue;
             }
-            let action = if action == IdleAction::Reclaim && !j.preemptible { IdleAction::Notify } else { action };
+            let action = if action == IdleAction::Reclaim && !j.reclaimable { IdleAction::Notify } else { action };
             let event = IdleEvent {
                 job: j.job,
                 queue: j.queue.clone(),
@@ -158,8 +159,8 @@ impl IdleWatch {
 mod tests {
     use super::*;
 
-    fn job(job: u64, queue: &str, pct: u32, preemptible: bool) -> JobUse {
-        JobUse { job, queue: queue.into(), user: "ada".into(), preemptible, utilization_pct: pct }
+    fn job(job: u64, queue: &str, pct: u32, reclaimable: bool) -> JobUse {
+        JobUse { job, queue: queue.into(), user: "ada".into(), reclaimable, utilization_pct: pct }
     }
 
     #[test]

@@ -422,7 +422,10 @@ fn job_lifecycle_fields_parse_with_defaults_and_errors() {
         catalog(),
     )
     .expect("valid workload");
-    assert_eq!(jobs[0].lifecycle, gantry_types::Lifecycle { preemptible: false, min_runtime_s: 600, grace_s: 90 });
+    assert_eq!(
+        jobs[0].lifecycle,
+        gantry_types::Lifecycle { preemptible: false, min_runtime_s: 600, grace_s: 90, interactive: false }
+    );
     assert_eq!(jobs[1].lifecycle, gantry_types::Lifecycle::default());
     for (text, expected) in [
         ("[[job]]\nname = \"a\"\ngrace = \"5 weeks\"\n", "job \"a\" / grace: unknown unit"),

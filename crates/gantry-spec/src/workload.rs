@@ -40,6 +40,7 @@ pub(crate) struct JobEntry {
     priority: Option<i64>,
     count: Option<i64>,
     preemptible: Option<bool>,
+    interactive: Option<bool>,
     after: Option<Vec<String>>,
     min_runtime: Option<crate::quantity::Duration>,
     grace: Option<crate::quantity::Duration>,
@@ -376,6 +377,7 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
             .map(|d| quantity::seconds(&format!("{at} / grace"), d, 0))
             .transpose()?
             .unwrap_or(defaults.grace_s),
+        interactive: entry.interactive.unwrap_or(defaults.interactive),
     };
     let after =
         entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;

@@ -86,6 +86,10 @@ pub struct Lifecycle {
     pub min_runtime_s: u64,
     /// Between the stop signal and the kill, seconds.
     pub grace_s: u64,
+    /// An interactive session (a notebook, a shell): where its queue's idle policy reclaims,
+    /// it is reclaimed when idle even if it is not preemptible.
+    #[serde(default)]
+    pub interactive: bool,
 }
 
 /// Default grace period between the stop signal and the kill (Kubernetes' default too).
@@ -93,7 +97,7 @@ pub const GRACE_DEFAULT_S: u64 = 30;
 
 impl Default for Lifecycle {
     fn default() -> Self {
-        Lifecycle { preemptible: true, min_runtime_s: 0, grace_s: GRACE_DEFAULT_S }
+        Lifecycle { preemptible: true, min_runtime_s: 0, grace_s: GRACE_DEFAULT_S, interactive: false }
     }
 }
 

@@ -269,9 +269,11 @@ replicas = 4
         // Without a hint: the smallest unit (an MPS share of 15GiB beats the 20GiB slice).
         ("none", "", |g| matches!(g, GpuGrant::Mps { .. })),
         // Production inference: a MIG instance, the smallest that holds it.
-        ("production inference", ", purpose = \"inference\", latency-sensitive = true", |g| {
-            matches!(g, GpuGrant::Mig { profile, .. } if profile == "2g.20gb")
-        }),
+        (
+            "production inference",
+            ", purpose = \"inference\", latency-sensitive = true",
+            |g| matches!(g, GpuGrant::Mig { profile, .. } if profile == "2g.20gb"),
+        ),
         // Training: a whole GPU (GPU 3 is in whole mode).
         ("training", ", purpose = \"training\"", |g| matches!(g, GpuGrant::Whole { gpu: 3 })),
         // Development: a time-slice.

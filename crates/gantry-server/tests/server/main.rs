@@ -672,7 +672,8 @@ fn metrics_expose_allocation_next_to_utilization() {
 }
 
 /// Idle hoarding: a job under the threshold is flagged; where its queue reclaims, a
-/// preemptible one is stopped and ends cancelled, a non-preemptible one only flagged.
+/// preemptible one is stopped and ends cancelled, and so is an interactive one even when not
+/// preemptible; a non-preemptible batch job is only flagged.
 #[test]
 fn idle_jobs_are_flagged_and_reclaimed_where_the_queue_says() {
     use gantry_server::idle::{IdleAction, IdlePolicy};
@@ -686,10 +687,13 @@ fn idle_jobs_are_flagged_and_reclaimed_where_the_queue_says() {
     let server = Server::with_idle("idle", policy);
     let ids = server.submit(
         "[[job]]\nname = \"hoarder\"\ngpu = { count = 1 }\ncommand = \"sleep 30\"\ngrace = \"1s\"\n\n\
-         [[job]]\nname = \"precious\"\ngpu = { count = 1 }\npreemptible = false\ncommand = \"sleep 3\"\n",
+         [[job]]\nname = \"precious\"\ngpu = { count = 1 }\npreemptible = false\ncommand = \"sleep 3\"\n\n\
+         [[job]]\nname = \"notebook\"\ngpu = { count = 1 }\npreemptible = false\ninteractive = true\n\
+         command = \"sleep 30\"\ngrace = \"1s\"\n",
     );
     server.wait_for(ids[0], JobState::Cancelled);
     server.wait_for(ids[1], JobState::Completed);
+    server.wait_for(ids[2], JobState::Cancelled);
     let (status, events) = server.call("GET", "/v1/idle", None);
     assert_eq!(status, 200, "{events}");
     let actions: Vec<(u64, &str)> = events
@@ -698,8 +702,8 @@ fn idle_jobs_are_flagged_and_reclaimed_where_the_queue_says() {
         .iter()
         .map(|e| (e["job"].as_u64().expect("job"), e["action"].as_str().expect("action")))
         .collect();
-    assert_eq!(actions, [(ids[0], "reclaim"), (ids[1], "notify")], "{events}");
+    assert_eq!(actions, [(ids[0], "reclaim"), (ids[1], "notify"), (ids[2], "reclaim")], "{events}");
     let (_, text) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
-    assert!(text.contains("gantry_idle_events_total{action=\"reclaim\"} 1"), "{text}");
+    assert!(text.contains("gantry_idle_events_total{action=\"reclaim\"} 2"), "{text}");
     server.stop();
 }
