@@ -1,6 +1,7 @@
 //! Utilization samples for the heartbeat: NVML's device utilization and memory in use where a
-//! driver is loaded, else nothing (the caller simulates). MIG instances are not measurable
-//! through NVML's device utilization; their parent GPU's figure is all there is.
+//! driver is loaded, else nothing (the caller simulates). A GPU in MIG mode is left out: NVML
+//! has no utilization counters for MIG instances (nor, in MIG mode, for the parent), so it is
+//! reported as not measured rather than guessed.
 
 use nvml_wrapper::Nvml;
 

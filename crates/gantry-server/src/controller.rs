@@ -716,6 +716,9 @@ impl Controller {
             Agents::Remote { .. } => {
                 self.links.get(node).and_then(|l| l.samples.iter().find(|s| s.index == index)).cloned()
             }
+            // On real GPUs, what NVML cannot measure (a GPU in MIG mode: its instances have no
+            // utilization counters) stays unmeasured rather than made up.
+            Agents::Local if self.local_sampler.is_some() => local.get(&index).cloned(),
             Agents::Local => local.get(&index).cloned().or_else(|| {
                 // Simulated: a steady made-up load while a job holds the GPU, else idle.
                 let pct = holder.map_or(0, |job| gantry_agent::sample::simulated_pct(job, index));
