@@ -170,48 +170,39 @@ pub fn step(
         target.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
 
     // Match nodes to target configurations within each hardware kind, cheapest pair first.
+    // Targets repeat (many nodes get the same configuration), so costs are computed per node
+    // and *distinct* configuration: nodes × distinct configurations, not nodes².
     let hardware = |n: &gantry_types::Node| n.gpus.iter().map(|g| g.model.clone()).collect::<Vec<_>>();
+    let multiset = |modes: &[GpuMode]| {
+        let mut key: Vec<String> = modes.iter().map(|m| format!("{m:?}")).collect();
+        key.sort_unstable();
+        key
+    };
     let mut chosen: Vec<Option<Vec<GpuMode>>> = vec![None; fleet.nodes.len()];
     let mut kinds: BTreeMap<Vec<String>, Vec<usize>> = BTreeMap::new();
     for (i, n) in fleet.nodes.iter().enumerate() {
         kinds.entry(hardware(n)).or_default().push(i);
     }
     for nodes in kinds.values() {
-        let mut free_nodes: BTreeSet<usize> = nodes.iter().copied().collect();
-        let mut free_configs: BTreeSet<usize> = nodes.iter().copied().collect();
-        // A node already in a target configuration keeps it.
+        // Distinct target configurations of this hardware: (a representative, how many).
+        let mut distinct: BTreeMap<Vec<String>, (usize, usize)> = BTreeMap::new();
+        for &j in nodes {
+            distinct.entry(multiset(&configs[j])).or_insert((j, 0)).1 += 1;
+        }
+        let mut left: Vec<(usize, usize)> = distinct.into_values().collect();
+        let mut pairs: Vec<(u64, usize, usize, Vec<GpuMode>)> = Vec::with_capacity(nodes.len() * left.len());
         for &i in nodes {
-            let mut have = current[i].clone();
-            have.sort_by_key(|m| format!("{m:?}"));
-            let hit = free_configs.iter().copied().find(|&j| {
-                let mut want = configs[j].clone();
-                want.sort_by_key(|m| format!("{m:?}"));
-                want == have
-            });
-            if let Some(j) = hit {
-                chosen[i] = Some(current[i].clone());
-                free_nodes.remove(&i);
-                free_configs.remove(&j);
+            for (d, &(j, _)) in left.iter().enumerate() {
+                let (modes, cost) = align(&current[i], &now[i], &configs[j], now_s, config);
+                pairs.push((cost, i, d, modes));
             }
         }
-        while let Some(&first) = free_nodes.first() {
-            let mut best: Option<(u64, usize, usize, Vec<GpuMode>)> = None;
-            for &i in &free_nodes {
-                for &j in &free_configs {
-                    let (modes, cost) = align(&current[i], &now[i], &configs[j], now_s, config);
-                    if best.as_ref().is_none_or(|b| cost < b.0) {
-                        best = Some((cost, i, j, modes));
-                    }
-                }
+        pairs.sort_by_key(|p| (p.0, p.1, p.2));
+        for (_, i, d, modes) in pairs {
+            if chosen[i].is_none() && left[d].1 > 0 {
+                left[d].1 -= 1;
+                chosen[i] = Some(modes);
             }
-            let Some((_, i, j, modes)) = best else {
-                chosen[first] = Some(current[first].clone());
-                free_nodes.remove(&first);
-                continue;
-            };
-            chosen[i] = Some(modes);
-            free_nodes.remove(&i);
-            free_configs.remove(&j);
         }
     }
 

@@ -117,6 +117,17 @@ pub(crate) fn add_instance(
 ) -> Option<Vec<MigInstanceSpec>> {
     let geometry = model.mig.as_ref()?;
     let p = geometry.profile(profile)?;
+    // Cheap reject first (planning a large fleet asks this of every open GPU): not enough
+    // compute or memory slices left, whatever the start.
+    let (compute, memory) = layout
+        .iter()
+        .filter_map(|i| geometry.profile(&i.profile))
+        .fold((0u32, 0u32), |(c, m), q| (c + u32::from(q.compute_slices), m + u32::from(q.memory_slices)));
+    if compute + u32::from(p.compute_slices) > u32::from(geometry.compute_slices)
+        || memory + u32::from(p.memory_slices) > u32::from(geometry.memory_slices)
+    {
+        return None;
+    }
     p.starts.iter().find_map(|&start| {
         let mut next = layout.to_vec();
         next.push(MigInstanceSpec { profile: p.name.clone(), start });
@@ -169,21 +180,29 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
         Demand::Memory { memory } => (2, u64::MAX - memory),
         Demand::Share { milli, .. } => (3, u64::MAX - u64::from(*milli)),
     });
+    // Free GPUs per node, kept in step while whole-GPU demands (sorted first) are packed.
+    let mut free_on: Vec<usize> = vec![0; fleet.nodes.len()];
+    for s in &slots {
+        free_on[s.node] += 1;
+    }
+    let first_slot: Vec<usize> = (0..fleet.nodes.len()).map(|n| slots.partition_point(|s| s.node < n)).collect();
     for (_, demand) in &all {
         match demand {
             Demand::Whole { count } => {
                 // Best fit: the node with the fewest free GPUs that still has enough.
-                let mut free: Vec<(usize, usize)> = Vec::new();
-                for n in 0..fleet.nodes.len() {
-                    let k = slots.iter().filter(|s| s.node == n && s.state == Use::Free).count();
-                    if k >= *count as usize {
-                        free.push((k, n));
-                    }
-                }
-                if let Some(&(_, n)) = free.iter().min() {
-                    for s in slots.iter_mut().filter(|s| s.node == n && s.state == Use::Free).take(*count as usize) {
+                let best =
+                    (0..fleet.nodes.len()).filter(|&n| free_on[n] >= *count as usize).min_by_key(|&n| (free_on[n], n));
+                if let Some(n) = best {
+                    let node_slots = &mut slots[first_slot[n]..];
+                    for s in node_slots
+                        .iter_mut()
+                        .take_while(|s| s.node == n)
+                        .filter(|s| s.state == Use::Free)
+                        .take(*count as usize)
+                    {
                         s.state = Use::Whole;
                     }
+                    free_on[n] -= *count as usize;
                 }
             }
             Demand::Mig { profile } => {
