@@ -303,7 +303,8 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
         placed,
         unplaced,
         allocation_pct: used / total * 100.0,
-        stranded_gpus: stranded,
+        // `+ 0.0` turns a float sum's -0.0 into 0.0 ("-0.00 GPUs stranded" reads as a bug).
+        stranded_gpus: stranded.max(0.0) + 0.0,
     })
 }
 

@@ -6,6 +6,7 @@
 
 use anyhow::Context;
 use clap::Args;
+use gantry_sim::native::DemandOf;
 use gantry_types::GpuMode;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,6 +15,7 @@ pub const EXAMPLES: &str = "Examples:
   gantry plan --fleet examples/plan-fleet.toml --workload examples/plan-mix.toml
   gantry plan --fleet examples/plan-fleet.toml --workload examples/plan-mix.toml --out plan/
   gantry plan --workload jobs.toml --json        # on the bundled demo fleet
+  gantry plan --fleet fleet.toml --trace week.jsonl --demand peak   # plan for a trace's concurrency
   gantry plan --evaluate                         # dynamic planning vs the best static layout, 7 simulated days
   gantry plan --evaluate --days 2 --seed 3 --load 1.0 --json";
 
@@ -23,8 +25,15 @@ pub struct PlanArgs {
     #[arg(long, value_name = "FILE")]
     fleet: Option<PathBuf>,
     /// The demand: a workload file (every job counts once).
-    #[arg(long, value_name = "FILE", required_unless_present = "evaluate")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["evaluate", "trace"], conflicts_with = "trace")]
     workload: Option<PathBuf>,
+    /// The demand: a native trace (JSON lines, as `gantry sim --trace` reads), each job shape
+    /// counted as often as it runs at once (see --demand).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// With --trace: each shape's mean concurrency over the trace, or its peak.
+    #[arg(long, value_parser = ["mean", "peak"], requires = "trace")]
+    demand: Option<String>,
     /// Write the plan here: fleet.toml (the planned fleet), mig-parted.yaml,
     /// device-plugin.yaml (a ConfigMap) and node-labels.sh.
     #[arg(long, value_name = "DIR")]
@@ -35,20 +44,21 @@ pub struct PlanArgs {
     /// Instead of planning a workload: simulate days of a MIG workload whose mix shifts
     /// (inference on MIG slices by day, whole-GPU training by night) and compare the online
     /// planner with the best static layout: demand served, queueing delay, reconfigurations.
-    #[arg(long, conflicts_with_all = ["workload", "fleet", "out"])]
+    #[arg(long, conflicts_with_all = ["workload", "trace", "fleet", "out"])]
     evaluate: bool,
-    /// With --evaluate: simulated days.
-    #[arg(long, default_value_t = 7, requires = "evaluate", value_parser = clap::value_parser!(u32).range(1..=60))]
-    days: u32,
-    /// With --evaluate: seed of the arrivals.
-    #[arg(long, default_value_t = 42, requires = "evaluate")]
-    seed: u64,
-    /// With --evaluate: nodes of 8 A100-SXM4-80GB.
-    #[arg(long, default_value_t = 4, requires = "evaluate", value_parser = clap::value_parser!(u32).range(1..=64))]
-    nodes: u32,
-    /// With --evaluate: each phase's main demand as a fraction of the fleet (0.05 to 2).
-    #[arg(long, default_value_t = 0.8, requires = "evaluate")]
-    load: f64,
+    /// With --evaluate: simulated days [default: 7].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=60))]
+    days: Option<u32>,
+    /// With --evaluate: seed of the arrivals [default: 42].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// With --evaluate: nodes of 8 A100-SXM4-80GB [default: 4].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    nodes: Option<u32>,
+    /// With --evaluate: each phase's main demand as a fraction of the fleet, 0.05 to 2
+    /// [default: 0.8].
+    #[arg(long)]
+    load: Option<f64>,
 }
 
 fn mode_text(mode: &GpuMode) -> String {
@@ -64,12 +74,39 @@ fn mode_text(mode: &GpuMode) -> String {
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    // clap skips `requires` when a conflicting flag is present, so these are checked here.
+    if args.demand.is_some() && args.trace.is_none() {
+        anyhow::bail!("--demand applies to --trace (how a trace's jobs count); a --workload counts every job once");
+    }
     if args.evaluate {
         return evaluate(&args);
     }
+    let evaluate_only = [
+        ("--days", args.days.is_some()),
+        ("--seed", args.seed.is_some()),
+        ("--nodes", args.nodes.is_some()),
+        ("--load", args.load.is_some()),
+    ];
+    if let Some((flag, _)) = evaluate_only.iter().find(|(_, given)| *given) {
+        anyhow::bail!("{flag} applies to --evaluate (the simulated day/night scenario)");
+    }
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
-    let (workload_name, jobs) = crate::place_cmd::load_workload(args.workload.as_deref(), catalog)?;
+    let (workload_name, jobs) = match &args.trace {
+        Some(path) => {
+            let file = std::fs::File::open(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+            let trace = gantry_spec::read_trace(std::io::BufReader::new(file), catalog, false)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let demand = args.demand.as_deref().unwrap_or("mean");
+            let how = if demand == "peak" { DemandOf::Peak } else { DemandOf::Mean };
+            let jobs = gantry_sim::native::concurrent_demand(&trace.jobs, how);
+            if jobs.is_empty() {
+                anyhow::bail!("{}: no job runs long enough to count at its {demand} concurrency", path.display());
+            }
+            (format!("{} ({demand} concurrency of {} jobs)", path.display(), trace.jobs.len()), jobs)
+        }
+        None => crate::place_cmd::load_workload(args.workload.as_deref(), catalog)?,
+    };
     let plan =
         gantry_engine::plan::plan(&fleet, &jobs, catalog).map_err(|e| anyhow::anyhow!("{workload_name}: {e}"))?;
     let (plugin, warnings) = gantry_spec::device_plugin_yaml(&plan.fleet);
@@ -167,11 +204,18 @@ fn result_json(r: &gantry_sim::mig_day::DayResult) -> serde_json::Value {
 /// `gantry plan --evaluate`: the online planner against every static candidate.
 fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     use gantry_sim::mig_day::{DayConfig, evaluate};
-    if !(0.05..=2.0).contains(&args.load) {
-        anyhow::bail!("--load {} is outside 0.05..=2 (each phase's demand as a fraction of the fleet)", args.load);
+    let defaults = DayConfig::default();
+    let load = args.load.unwrap_or(defaults.load);
+    if !(0.05..=2.0).contains(&load) {
+        anyhow::bail!("--load {load} is outside 0.05..=2 (each phase's demand as a fraction of the fleet)");
     }
-    let config =
-        DayConfig { days: args.days, seed: args.seed, nodes: args.nodes, load: args.load, ..DayConfig::default() };
+    let config = DayConfig {
+        days: args.days.unwrap_or(defaults.days),
+        seed: args.seed.unwrap_or(defaults.seed),
+        nodes: args.nodes.unwrap_or(defaults.nodes),
+        load,
+        ..defaults
+    };
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} replays  {elapsed} (eta {eta})")

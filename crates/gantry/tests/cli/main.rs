@@ -978,3 +978,35 @@ fn mig_refuses_bad_layouts_and_says_when_there_is_no_driver() {
         assert!(!dry.status.success() && stderr(&dry).contains("NVML is not available here"), "{}", stderr(&dry));
     }
 }
+
+/// `gantry plan --trace`: a trace's jobs count as often as they run at once (mean or peak),
+/// and flags that belong to another mode are refused rather than ignored.
+#[test]
+fn plan_from_a_trace_counts_each_shape_by_its_concurrency() {
+    let dir = temp_dir("plan-trace");
+    let trace = dir.join("day.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"arrival_s\": 0, \"duration_s\": 500, \"job\": {\"name\": \"a\", \"gpu\": {\"mig\": \"1g.10gb\"}}}\n\
+         {\"arrival_s\": 100, \"duration_s\": 500, \"job\": {\"name\": \"b\", \"gpu\": {\"mig\": \"1g.10gb\"}}}\n\
+         {\"arrival_s\": 0, \"duration_s\": 1000, \"job\": {\"name\": \"w\", \"gpu\": {\"count\": 1}}}\n",
+    )
+    .expect("trace");
+    let trace = trace.to_str().expect("utf-8");
+    let fleet = "../../examples/plan-fleet.toml";
+    for (demand, placed) in [("mean", 2), ("peak", 3)] {
+        let run = gantry(&["plan", "--fleet", fleet, "--trace", trace, "--demand", demand, "--json"]);
+        assert!(run.status.success(), "{}", stderr(&run));
+        let plan: serde_json::Value = serde_json::from_str(&stdout(&run)).expect("json");
+        assert_eq!(plan["placed"], placed, "{demand}: {plan}");
+        assert!(plan["workload"].as_str().expect("name").contains(&format!("{demand} concurrency")), "{plan}");
+    }
+    for (args, says) in [
+        (&["plan", "--workload", "../../examples/plan-mix.toml", "--demand", "peak"][..], "--demand applies to --trace"),
+        (&["plan", "--workload", "../../examples/plan-mix.toml", "--seed", "3"][..], "--seed applies to --evaluate"),
+        (&["plan", "--trace", "/nonexistent.jsonl"][..], "cannot read trace"),
+    ] {
+        let bad = gantry(args);
+        assert!(!bad.status.success() && stderr(&bad).contains(says), "{args:?}: {}", stderr(&bad));
+    }
+}
