@@ -60,8 +60,9 @@ pub enum DemandOf {
 pub fn concurrent_demand(jobs: &[TraceJob], how: DemandOf) -> Vec<gantry_types::Job> {
     let Some(start) = jobs.iter().map(|t| t.arrival_s).min() else { return Vec::new() };
     let end = jobs.iter().map(|t| t.arrival_s + t.duration_s.unwrap_or(0)).max().unwrap_or(start).max(start + 1);
-    // Shapes in first-seen order: (representative, spans).
-    let mut shapes: Vec<(String, &gantry_types::Job, Vec<(u64, u64)>)> = Vec::new();
+    // Shapes in first-seen order: (key, representative, spans).
+    type Shape<'t> = (String, &'t gantry_types::Job, Vec<(u64, u64)>);
+    let mut shapes: Vec<Shape<'_>> = Vec::new();
     for t in jobs {
         let key = format!("{:?}", t.job.groups.iter().map(|g| (g.replicas, &g.resources)).collect::<Vec<_>>());
         let until = t.duration_s.map_or(end, |d| t.arrival_s + d);
