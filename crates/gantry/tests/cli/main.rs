@@ -1002,7 +1002,10 @@ fn plan_from_a_trace_counts_each_shape_by_its_concurrency() {
         assert!(plan["workload"].as_str().expect("name").contains(&format!("{demand} concurrency")), "{plan}");
     }
     for (args, says) in [
-        (&["plan", "--workload", "../../examples/plan-mix.toml", "--demand", "peak"][..], "--demand applies to --trace"),
+        (
+            &["plan", "--workload", "../../examples/plan-mix.toml", "--demand", "peak"][..],
+            "--demand applies to --trace",
+        ),
         (&["plan", "--workload", "../../examples/plan-mix.toml", "--seed", "3"][..], "--seed applies to --evaluate"),
         (&["plan", "--trace", "/nonexistent.jsonl"][..], "cannot read trace"),
     ] {
