@@ -139,6 +139,67 @@ pub fn layout_of(nvml: &Nvml, device: &Device<'_>) -> Result<Vec<MigInstanceSpec
     Ok(out)
 }
 
+/// The controller names a MIG grant `MIG-<GPU uuid without "GPU-">-<profile>-<start>` (it
+/// knows the layout, not the driver's MIG UUIDs). Its parts: (GPU uuid, profile, start).
+pub fn parse_grant_name(name: &str) -> Option<(String, String, u8)> {
+    let rest = name.strip_prefix("MIG-")?;
+    let mut parts = rest.rsplitn(3, '-');
+    let start = parts.next()?.parse().ok()?;
+    let profile = parts.next()?.to_string();
+    let gpu = parts.next()?;
+    (!gpu.is_empty() && !profile.is_empty()).then(|| (format!("GPU-{gpu}"), profile, start))
+}
+
+/// The driver's UUID of the MIG device at `start` on the GPU `gpu_uuid` (what
+/// `CUDA_VISIBLE_DEVICES` needs), if NVML knows one.
+pub fn mig_device_uuid(nvml: &Nvml, gpu_uuid: &str, start: u8) -> Option<String> {
+    let parent = nvml.device_by_uuid(gpu_uuid).ok()?;
+    let gi_id_of = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref().ok()?;
+    let gi_by_id = nvml.lib().nvmlDeviceGetGpuInstanceById.as_ref().ok()?;
+    let gi_info = nvml.lib().nvmlGpuInstanceGetInfo.as_ref().ok()?;
+    for i in 0..parent.mig_device_count().ok()? {
+        let Ok(mig) = parent.mig_device_by_index(i) else { continue };
+        let mut id: c_uint = 0;
+        // SAFETY: `mig` is a live MIG device handle NVML just returned; `id` is writable.
+        if unsafe { gi_id_of(mig.handle(), &mut id) } != ffi::nvmlReturn_enum_NVML_SUCCESS {
+            continue;
+        }
+        let mut gi: ffi::nvmlGpuInstance_t = std::ptr::null_mut();
+        // SAFETY: `parent` is a live device handle; `gi` is a writable out-pointer.
+        if unsafe { gi_by_id(parent.handle(), id, &mut gi) } != ffi::nvmlReturn_enum_NVML_SUCCESS {
+            continue;
+        }
+        // SAFETY: all-zero is a valid value of this plain struct; NVML fills it.
+        let mut info: ffi::nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `gi` was just returned for this device; `info` is writable.
+        if unsafe { gi_info(gi, &mut info) } == ffi::nvmlReturn_enum_NVML_SUCCESS
+            && info.placement.start == c_uint::from(start)
+        {
+            return mig.uuid().ok();
+        }
+    }
+    None
+}
+
+/// `CUDA_VISIBLE_DEVICES` entries with the controller's MIG grant names replaced by the
+/// driver's MIG UUIDs where NVML is loaded and knows them; anything else is kept as it is (a
+/// simulated fleet's names, a machine without a driver).
+pub fn resolve_devices(devices: &[String]) -> Vec<String> {
+    static NVML: std::sync::OnceLock<Option<Nvml>> = std::sync::OnceLock::new();
+    if !devices.iter().any(|d| d.starts_with("MIG-")) {
+        return devices.to_vec();
+    }
+    let Some(nvml) = NVML.get_or_init(|| Nvml::init().ok()) else { return devices.to_vec() };
+    devices
+        .iter()
+        .map(|d| {
+            parse_grant_name(d)
+                .and_then(|(gpu, _, start)| mig_device_uuid(nvml, &gpu, start))
+                .unwrap_or_else(|| d.clone())
+        })
+        .collect()
+}
+
 /// MIG through NVML.
 pub struct NvmlMig {
     nvml: Nvml,
@@ -367,6 +428,23 @@ mod tests {
         assert!(nvml_text(ffi::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES).contains("overlaps"));
         assert!(nvml_text(ffi::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION).contains("root"));
         assert_eq!(nvml_text(999), "NVML error 999");
+    }
+
+    #[test]
+    fn the_controllers_mig_grant_names_parse_back() {
+        assert_eq!(
+            parse_grant_name("MIG-1b2c3d4e-0000-1111-2222-333344445555-1g.10gb-3"),
+            Some(("GPU-1b2c3d4e-0000-1111-2222-333344445555".into(), "1g.10gb".into(), 3))
+        );
+        assert_eq!(parse_grant_name("MIG-a-3g.40gb-4"), Some(("GPU-a".into(), "3g.40gb".into(), 4)));
+        for bad in ["GPU-1234", "MIG-", "MIG-x-y", "MIG--1g.10gb-3", "MIG-a-1g.10gb-x", "MIG-a--3"] {
+            assert_eq!(parse_grant_name(bad), None, "{bad}");
+        }
+        // Without a driver (CI), names are kept as they are.
+        let names = vec!["GPU-a".to_string(), "MIG-a-1g.10gb-3".to_string()];
+        if Nvml::init().is_err() {
+            assert_eq!(resolve_devices(&names), names);
+        }
     }
 
     #[test]

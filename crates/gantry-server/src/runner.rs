@@ -133,7 +133,8 @@ impl Runner {
         };
         let argv: Vec<String> =
             if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
-        let devices = l.devices.join(",");
+        // Real MIG UUIDs where NVML knows them (the controller names instances by layout).
+        let devices = gantry_agent::mig_nvml::resolve_devices(&l.devices).join(",");
         let mut cmd = tokio::process::Command::new("sh");
         cmd.arg("-c")
             .arg(WRAPPER)
