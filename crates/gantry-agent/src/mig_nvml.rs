@@ -211,6 +211,15 @@ impl std::fmt::Debug for NvmlMig {
     }
 }
 
+/// A driver refusal of `action` on `instance`, with NVML's reason.
+fn driver_error<'a>(
+    gpu: u32,
+    action: &'static str,
+    instance: &'a MigInstanceSpec,
+) -> impl Fn(String) -> MigError + Copy + 'a {
+    move |why| MigError::Driver { gpu, action, profile: instance.profile.clone(), start: instance.start, why }
+}
+
 fn nvml_err(e: impl std::fmt::Display) -> MigError {
     MigError::Nvml(e.to_string())
 }
@@ -249,11 +258,15 @@ impl NvmlMig {
         gpu_instances(&self.nvml, device, profile)
     }
 
-    fn profile<'p>(profiles: &'p [Profile], name: &str, gpu: u32) -> Result<&'p Profile, MigError> {
-        profiles.iter().find(|p| p.name == name).ok_or_else(|| {
+    /// GPU `gpu` and its NVML profile called `name`.
+    fn device_profile(&self, gpu: u32, name: &str) -> Result<(Device<'_>, Profile), MigError> {
+        let device = self.device(gpu)?;
+        let profiles = self.profiles(&device)?;
+        let profile = profiles.iter().find(|p| p.name == name).cloned().ok_or_else(|| {
             let known: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
             MigError::Nvml(format!("GPU {gpu} has no MIG profile {name} (NVML lists: {})", known.join(", ")))
-        })
+        })?;
+        Ok((device, profile))
     }
 
     /// NVML's placement of `profile` that starts at `start` (its size is NVML's to say).
@@ -327,16 +340,9 @@ impl MigBackend for NvmlMig {
     }
 
     fn create(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
-        let driver = |why: String| MigError::Driver {
-            gpu,
-            action: "creation",
-            profile: instance.profile.clone(),
-            start: instance.start,
-            why,
-        };
-        let device = self.device(gpu)?;
-        let profiles = self.profiles(&device)?;
-        let profile = Self::profile(&profiles, &instance.profile, gpu)?;
+        let driver = driver_error(gpu, "creation", instance);
+        let (device, profile) = self.device_profile(gpu, &instance.profile)?;
+        let profile = &profile;
         let placement = self
             .placement(&device, profile, instance.start)?
             .ok_or_else(|| driver(format!("NVML has no placement of it at {}", instance.start)))?;
@@ -375,16 +381,9 @@ impl MigBackend for NvmlMig {
     }
 
     fn destroy(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
-        let driver = |why: String| MigError::Driver {
-            gpu,
-            action: "destruction",
-            profile: instance.profile.clone(),
-            start: instance.start,
-            why,
-        };
-        let device = self.device(gpu)?;
-        let profiles = self.profiles(&device)?;
-        let profile = Self::profile(&profiles, &instance.profile, gpu)?;
+        let driver = driver_error(gpu, "destruction", instance);
+        let (device, profile) = self.device_profile(gpu, &instance.profile)?;
+        let profile = &profile;
         let (gi, _) = self
             .gpu_instances(&device, profile)?
             .into_iter()
