@@ -383,6 +383,64 @@ impl Engine {
             .ok_or_else(|| EngineError::Fleet(format!("node {node} has no GPU {index}")))
     }
 
+    /// The fleet as it is now: every node with its GPUs in their current modes (after any
+    /// reconfiguration), as a fleet file would say it. What the online planner starts from.
+    pub fn fleet_now(&self) -> Fleet {
+        let nodes = self
+            .state
+            .nodes
+            .iter()
+            .zip(&self.state.info)
+            .enumerate()
+            .map(|(n, (node, info))| gantry_types::Node {
+                name: info.name.clone(),
+                cpu: MilliCpu(node.cpu_total),
+                memory: Bytes(node.memory_total),
+                labels: info.labels.clone(),
+                taints: info.taints.clone(),
+                rack: Some(self.state.racks[node.rack as usize].clone()).filter(|r| !r.is_empty()),
+                block: None,
+                gpus: self
+                    .state
+                    .node_gpus(n as state::NodeIdx)
+                    .iter()
+                    .map(|g| {
+                        let model = self.catalog.model(g.model);
+                        let mode = match &g.units {
+                            state::Units::Whole => GpuMode::Whole,
+                            state::Units::Mig { slots } => {
+                                let geometry = model.mig.as_ref().expect("a MIG GPU's model has MIG geometry");
+                                GpuMode::Mig {
+                                    instances: slots
+                                        .iter()
+                                        .map(|s| gantry_types::MigInstanceSpec {
+                                            profile: geometry.profiles[s.profile as usize].name.clone(),
+                                            start: s.start,
+                                        })
+                                        .collect(),
+                                }
+                            }
+                            state::Units::Mps { max_clients } => GpuMode::Mps { max_clients: *max_clients },
+                            state::Units::TimeSlice { replicas, memory_per_replica } => {
+                                GpuMode::TimeSlice { replicas: *replicas, memory_per_replica: *memory_per_replica }
+                            }
+                        };
+                        gantry_types::Gpu {
+                            index: g.index,
+                            model: model.id.clone(),
+                            uuid: g.uuid.clone(),
+                            numa: g.numa,
+                            pcie_switch: g.pcie_switch,
+                            nvlink_domain: g.nvlink_domain,
+                            mode,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        Fleet { nodes }
+    }
+
     /// Was `job` compiled against this fleet's current device classes and node signatures?
     /// (False only after a reconfiguration added a new one.)
     pub fn is_current(&self, job: &CompiledJob) -> bool {

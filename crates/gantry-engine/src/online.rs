@@ -21,7 +21,7 @@
 use crate::plan::{PlanError, add_instance, plan};
 use gantry_catalog::Catalog;
 use gantry_types::{Fleet, GpuMode, GpuRequest, Job};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// How eagerly the online planner changes the fleet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,9 +54,9 @@ pub struct GpuNow {
 pub struct Step {
     /// Idle GPUs to reconfigure now: (node, GPU index, mode).
     pub reconfigure: Vec<(String, u32, GpuMode)>,
-    /// GPUs to drain (node, GPU index) so that a wanted change can be made when their work
-    /// ends; every other GPU the planner drained before should be resumed.
-    pub drain: BTreeSet<(String, u32)>,
+    /// GPUs to drain (node, GPU index → the mode wanted once idle) so that the change can be
+    /// made when their work ends; every other GPU the planner drained before should be resumed.
+    pub drain: BTreeMap<(String, u32), GpuMode>,
     /// Changes the target wants that wait (busy beyond the horizon, or in cooldown).
     pub deferred: u32,
 }
@@ -116,17 +116,19 @@ fn change_cost(gpu: &GpuNow, now_s: u64, config: &OnlineConfig) -> u64 {
     }
 }
 
-/// Give each GPU of a node a mode from `targets` (a node configuration), keeping as many
-/// current modes as possible (busy GPUs first), the rest going to the GPUs cheapest to change.
-/// Returns the per-GPU target and the cost.
+/// Give each GPU of a node a mode from `targets` (a node configuration; `None` = any mode, a
+/// GPU the plan leaves unused), keeping as many current modes as possible: exact matches first
+/// (busy GPUs first), then the "any" slots to the GPUs dearest to change, then the remaining
+/// modes to the GPUs cheapest to change. Returns the per-GPU target and the cost.
 fn align(
     current: &[GpuMode],
     now: &[GpuNow],
-    targets: &[GpuMode],
+    targets: &[Option<GpuMode>],
     now_s: u64,
     config: &OnlineConfig,
 ) -> (Vec<GpuMode>, u64) {
-    let mut left: Vec<Option<&GpuMode>> = targets.iter().map(Some).collect();
+    let mut left: Vec<Option<&GpuMode>> = targets.iter().flatten().map(Some).collect();
+    let mut any = targets.iter().filter(|t| t.is_none()).count();
     let mut out: Vec<Option<GpuMode>> = vec![None; current.len()];
     let mut order: Vec<usize> = (0..current.len()).collect();
     order.sort_by_key(|&i| (now[i].busy_until_s.is_none(), i));
@@ -134,6 +136,15 @@ fn align(
         if let Some(slot) = left.iter_mut().find(|t| t.is_some_and(|t| *t == current[i])) {
             out[i] = slot.take().cloned();
         }
+    }
+    let mut rest: Vec<usize> = (0..current.len()).filter(|&i| out[i].is_none()).collect();
+    rest.sort_by_key(|&i| (std::cmp::Reverse(change_cost(&now[i], now_s, config)), i));
+    for &i in &rest {
+        if any == 0 {
+            break;
+        }
+        out[i] = Some(current[i].clone());
+        any -= 1;
     }
     let mut cost = 0;
     let mut rest: Vec<usize> = (0..current.len()).filter(|&i| out[i].is_none()).collect();
@@ -149,6 +160,56 @@ fn align(
     (out.into_iter().map(|m| m.expect("every GPU got a mode")).collect(), cost)
 }
 
+/// A compiled job as the planner's demand (its GPU requests, CPU and memory; model and
+/// selector constraints are not the planner's concern, see `plan.rs`). For a live service,
+/// whose scheduler keeps compiled jobs.
+pub fn job_of(job: &crate::CompiledJob) -> Job {
+    use crate::request::GpuNeed;
+    use gantry_types::{Bytes, MilliCpu, MilliGpu, ShareMode, TaskGroup, TaskResources};
+    let groups = job
+        .groups
+        .iter()
+        .map(|g| TaskGroup {
+            name: g.name.clone(),
+            replicas: g.replicas,
+            resources: TaskResources {
+                cpu: MilliCpu(g.cpu),
+                memory: Bytes(g.memory),
+                gpu: match &g.gpu {
+                    GpuNeed::None => None,
+                    GpuNeed::Whole { count } => Some(GpuRequest::Whole { count: *count }),
+                    GpuNeed::Mig { profile } => Some(GpuRequest::Mig { profile: profile.clone() }),
+                    GpuNeed::Share { milli, memory, mps, time_slice } => Some(GpuRequest::Share {
+                        milli: MilliGpu(*milli),
+                        memory: Bytes(*memory),
+                        mode: match (mps, time_slice) {
+                            (true, false) => ShareMode::Mps,
+                            (false, true) => ShareMode::TimeSlice,
+                            _ => ShareMode::Any,
+                        },
+                    }),
+                    GpuNeed::Memory { memory } => Some(GpuRequest::Memory { memory: Bytes(*memory), hint: None }),
+                },
+                models: Vec::new(),
+                selector: None,
+                isolation: g.isolation,
+                topology: g.topology,
+                tolerations: g.tolerations.clone(),
+            },
+        })
+        .collect();
+    Job {
+        name: job.name.clone(),
+        queue: String::new(),
+        priority: 0,
+        groups,
+        lifecycle: gantry_types::Lifecycle::default(),
+        after: Vec::new(),
+        control: gantry_types::JobControl::default(),
+        run: gantry_types::Run::default(),
+    }
+}
+
 /// One step of the online planner for `fleet` (its modes are the GPUs' modes now), with `now`
 /// per GPU and the demand.
 pub fn step(
@@ -162,18 +223,24 @@ pub fn step(
     if now.len() != fleet.nodes.len() || now.iter().zip(&fleet.nodes).any(|(g, n)| g.len() != n.gpus.len()) {
         return Err(PlanError::Fleet("the GPU situation does not match the fleet's GPUs".into()));
     }
-    let mut target = plan(fleet, demand, catalog)?.fleet;
+    let planned = plan(fleet, demand, catalog)?;
+    let mut target = planned.fleet;
     complete_layouts(&mut target, &profiles_in_demand(demand), catalog);
+    // A GPU the plan leaves unused may keep whatever mode it has: changing it buys nothing.
+    let mut unused = planned.gpus.iter().map(|g| g.unused);
     let current: Vec<Vec<GpuMode>> =
         fleet.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
-    let configs: Vec<Vec<GpuMode>> =
-        target.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
+    let configs: Vec<Vec<Option<GpuMode>>> = target
+        .nodes
+        .iter()
+        .map(|n| n.gpus.iter().map(|g| (!unused.next().unwrap_or(false)).then(|| normal(&g.mode))).collect())
+        .collect();
 
     // Match nodes to target configurations within each hardware kind, cheapest pair first.
     // Targets repeat (many nodes get the same configuration), so costs are computed per node
     // and *distinct* configuration: nodes × distinct configurations, not nodes².
     let hardware = |n: &gantry_types::Node| n.gpus.iter().map(|g| g.model.clone()).collect::<Vec<_>>();
-    let multiset = |modes: &[GpuMode]| {
+    let multiset = |modes: &[Option<GpuMode>]| {
         let mut key: Vec<String> = modes.iter().map(|m| format!("{m:?}")).collect();
         key.sort_unstable();
         key
@@ -222,7 +289,7 @@ pub fn step(
                         && config.drain_horizon_s > 0
                         && end <= now_s.saturating_add(config.drain_horizon_s) =>
                 {
-                    out.drain.insert((node.name.clone(), gpu.index));
+                    out.drain.insert((node.name.clone(), gpu.index), want[g].clone());
                     out.deferred += 1;
                 }
                 _ => out.deferred += 1,
@@ -236,6 +303,7 @@ pub fn step(
 mod tests {
     use super::*;
     use gantry_types::MigInstanceSpec;
+    use std::collections::BTreeSet;
 
     fn fleet() -> Fleet {
         let text = "[[node]]\nname = \"n\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n\
@@ -295,7 +363,8 @@ mod tests {
         let s = step(&fleet, &now, &demand, 0, &config, catalog).expect("plans");
         assert!(s.reconfigure.is_empty(), "nothing idle: {s:?}");
         let n0: BTreeSet<(String, u32)> = (0..4).map(|i| ("n-0".to_string(), i)).collect();
-        assert_eq!(s.drain, n0, "only the GPUs whose work ends soon");
+        assert_eq!(s.drain.keys().cloned().collect::<BTreeSet<_>>(), n0, "only the GPUs whose work ends soon");
+        assert!(s.drain.values().all(|m| *m == GpuMode::Whole), "{s:?}");
         assert_eq!(s.deferred, 8);
         // Without draining, nothing is drained.
         let s = step(&fleet, &now, &demand, 0, &OnlineConfig { drain_horizon_s: 0, ..config }, catalog).expect("plans");
@@ -315,6 +384,24 @@ mod tests {
         assert!(s.reconfigure.is_empty() && s.deferred == 2, "{s:?}");
         let s = step(&fleet, &now, &demand, 500 + 3600, &OnlineConfig::default(), catalog).expect("plans");
         assert_eq!(s.reconfigure.len(), 2, "after the cooldown: {s:?}");
+    }
+
+    #[test]
+    fn gpus_the_demand_does_not_need_keep_their_mode() {
+        let catalog = Catalog::embedded();
+        let mut fleet = fleet();
+        let seven = GpuMode::Mig {
+            instances: (0..7).map(|start| MigInstanceSpec { profile: "1g.10gb".into(), start }).collect(),
+        };
+        fleet.nodes[1].gpus[0].mode = seven;
+        fleet.nodes[1].gpus[1].mode = GpuMode::Mps { max_clients: 8 };
+        // One 2-GPU job: two whole GPUs are enough, nothing asks for the MIG and MPS GPUs to go.
+        let demand = jobs("[[job]]\nname = \"t\"\ngpu = { count = 2 }\n");
+        let s = step(&fleet, &idle(), &demand, 0, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(s, Step::default(), "no churn for nothing");
+        // Nothing at all asked: still nothing to change.
+        let s = step(&fleet, &idle(), &[], 0, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(s, Step::default());
     }
 
     #[test]

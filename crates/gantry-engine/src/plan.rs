@@ -45,6 +45,8 @@ pub struct GpuPlan {
     pub mode: GpuMode,
     /// Its mode differs from the fleet's now (a reconfiguration: the GPU must be idle).
     pub changed: bool,
+    /// Nothing of the workload was packed on it (left whole and idle).
+    pub unused: bool,
 }
 
 /// The plan and how the workload fares on it.
@@ -254,6 +256,7 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
             model: s.model.id.clone(),
             mode,
             changed,
+            unused: s.state == Use::Free,
         });
     }
     // The check: the engine places the workload on the planned fleet.

@@ -92,7 +92,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, metrics, register_agent, heartbeat),
+    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, register_agent, heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -135,6 +135,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/metrics", get(metrics))
         .route("/v1/series", get(series))
         .route("/v1/idle", get(idle))
+        .route("/v1/plan", get(plan))
         .route("/v1/agents/register", post(register_agent))
         .route("/v1/agents/{node}/heartbeat", post(heartbeat))
         .merge(crate::ui::router())
@@ -455,6 +456,17 @@ async fn series(
         Some(other) => return Err(ApiError::BadRequest(format!("range {other:?}: use hour or week"))),
     };
     Ok(Json(shared.controller.lock().expect("not poisoned").series(&who, fine)))
+}
+
+/// `GET /v1/plan`: what the online MIG planner would change now, for the waiting and running
+/// jobs (advice: the service does not reconfigure GPUs yet).
+#[utoipa::path(get, path = "/v1/plan", tag = "nodes",
+    responses((status = 200, description = "Reconfigurations and drains the online planner would make now", body = crate::controller::PlanView),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "An agent token", body = ErrorBody)))]
+async fn plan(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<crate::controller::PlanView>, ApiError> {
+    who(&shared, &headers)?.not_agent()?;
+    Ok(Json(shared.controller.lock().expect("not poisoned").plan_advice(now_s())?))
 }
 
 /// `GET /v1/idle`: jobs flagged for holding GPUs they do not use (newest last).

@@ -438,7 +438,7 @@ pub fn replay(
                 }
                 planner_drain = decided
                     .drain
-                    .iter()
+                    .keys()
                     .map(|(name, index)| {
                         let n = node_index[name];
                         (n, fleet.nodes[n].gpus.iter().position(|x| x.index == *index).expect("planned GPU exists"))

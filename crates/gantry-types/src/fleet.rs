@@ -83,6 +83,20 @@ impl GpuMode {
             GpuMode::TimeSlice { .. } => "time-slice",
         }
     }
+
+    /// The mode in a few words: `whole`, `mig 3g.40gb@0 3g.40gb@4`, `mps (8 clients)`,
+    /// `time-slice ×4`.
+    pub fn text(&self) -> String {
+        match self {
+            GpuMode::Whole => "whole".into(),
+            GpuMode::Mig { instances } => {
+                let layout: Vec<String> = instances.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect();
+                format!("mig {}", layout.join(" "))
+            }
+            GpuMode::Mps { max_clients } => format!("mps ({max_clients} clients)"),
+            GpuMode::TimeSlice { replicas, .. } => format!("time-slice ×{replicas}"),
+        }
+    }
 }
 
 /// One MIG GPU instance of a layout: a profile at a start position on the memory-slice axis.

@@ -435,6 +435,10 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
 
 #[derive(Args)]
 pub struct NodesArgs {
+    /// Instead: what the online MIG planner would change now for the waiting and running jobs
+    /// (advice; the service does not reconfigure GPUs yet).
+    #[arg(long)]
+    plan: bool,
     #[command(flatten)]
     server: ServerArg,
 }
@@ -449,6 +453,9 @@ pub struct NodeArgs {
 
 /// `gantry nodes`: every node, its GPUs' mode and allocation, the jobs on them.
 pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
+    if args.plan {
+        return plan_advice(&args);
+    }
     let nodes = args.server.call("GET", "/v1/nodes", None)?;
     if args.server.json {
         println!("{}", serde_json::to_string_pretty(&nodes)?);
@@ -496,5 +503,36 @@ pub fn drain(args: NodeArgs, drained: bool) -> anyhow::Result<ExitCode> {
     let state = if drained { "drained: nothing new starts there" } else { "resumed" };
     let note = if reply["changed"] == false { " (already)" } else { "" };
     println!("node {} {state}{note}", args.node);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gantry nodes --plan`: the online planner's advice, one line per GPU it would change.
+fn plan_advice(args: &NodesArgs) -> anyhow::Result<ExitCode> {
+    let plan = args.server.call("GET", "/v1/plan", None)?;
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let now = plan["reconfigure"].as_array().cloned().unwrap_or_default();
+    let drain = plan["drain"].as_array().cloned().unwrap_or_default();
+    println!("planned for {} task(s) of the waiting and running jobs", cell(&plan["demand_tasks"]));
+    if now.is_empty() && drain.is_empty() {
+        println!("no change to make now");
+    }
+    for (what, list) in [("reconfigure now (idle)", &now), ("drain first (busy)", &drain)] {
+        for c in list {
+            println!(
+                "  {what:<24} {} gpu{}: {} -> {}",
+                cell(&c["node"]),
+                cell(&c["gpu"]),
+                cell(&c["from"]),
+                cell(&c["to"])
+            );
+        }
+    }
+    if let Some(n) = plan["deferred"].as_u64().filter(|&n| n > 0) {
+        println!("  {n} more change(s) wait: their GPUs' work ends later, or they changed within the cooldown");
+    }
+    println!("advice only: the service does not reconfigure GPUs yet (`gantry mig apply` does, on the node)");
     Ok(ExitCode::SUCCESS)
 }

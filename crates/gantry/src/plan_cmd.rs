@@ -7,7 +7,6 @@
 use anyhow::Context;
 use clap::Args;
 use gantry_sim::native::DemandOf;
-use gantry_types::GpuMode;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,18 +58,6 @@ pub struct PlanArgs {
     /// [default: 0.8].
     #[arg(long)]
     load: Option<f64>,
-}
-
-fn mode_text(mode: &GpuMode) -> String {
-    match mode {
-        GpuMode::Whole => "whole".into(),
-        GpuMode::Mig { instances } => {
-            let layout: Vec<String> = instances.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect();
-            format!("mig {}", layout.join(" "))
-        }
-        GpuMode::Mps { max_clients } => format!("mps ({max_clients} clients)"),
-        GpuMode::TimeSlice { replicas, .. } => format!("time-slice ×{replicas}"),
-    }
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
@@ -131,7 +118,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             .gpus
             .iter()
             .map(|g| {
-                serde_json::json!({"node": g.node, "gpu": g.index, "model": g.model, "mode": mode_text(&g.mode), "changed": g.changed})
+                serde_json::json!({"node": g.node, "gpu": g.index, "model": g.model, "mode": g.mode.text(), "changed": g.changed})
             })
             .collect();
         let unplaced: Vec<serde_json::Value> =
@@ -155,7 +142,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     println!("  {:<16} {:>3}  {:<16} MODE", "NODE", "GPU", "MODEL");
     for g in &plan.gpus {
         let changed = if g.changed { "  (changes)" } else { "" };
-        println!("  {:<16} {:>3}  {:<16} {}{changed}", g.node, g.index, g.model, mode_text(&g.mode));
+        println!("  {:<16} {:>3}  {:<16} {}{changed}", g.node, g.index, g.model, g.mode.text());
     }
     println!(
         "\nplaced {} of {} jobs on the planned fleet (checked by placing them with the engine)",

@@ -586,6 +586,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/nodes",
             "/v1/nodes/{name}/drain",
             "/v1/nodes/{name}/resume",
+            "/v1/plan",
             "/v1/series",
             "/v1/tokens",
             "/v1/tokens/{name}",
@@ -705,5 +706,42 @@ fn idle_jobs_are_flagged_and_reclaimed_where_the_queue_says() {
     assert_eq!(actions, [(ids[0], "reclaim"), (ids[1], "notify"), (ids[2], "reclaim")], "{events}");
     let (_, text) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
     assert!(text.contains("gantry_idle_events_total{action=\"reclaim\"} 2"), "{text}");
+    server.stop();
+}
+
+/// `GET /v1/plan`: the online planner's advice for the jobs waiting and running — here, an
+/// eighth 1g.10gb job waits for a MIG slice, and the idle whole GPU should become a MIG GPU.
+/// Advice only: the fleet is unchanged afterwards.
+#[test]
+fn the_planner_advises_reconfiguring_an_idle_gpu_for_waiting_mig_jobs() {
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-plan", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let fleet = "[[node]]\nname = \"n1\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n\
+                 [[node.gpu]]\nindex = 0\nmig = [\"1g.10gb@0\", \"1g.10gb@1\", \"1g.10gb@2\", \"1g.10gb@3\", \"1g.10gb@4\", \"1g.10gb@5\", \"1g.10gb@6\"]\n";
+    let server = Server::start_full(data, gantry_engine::sched::SchedulerConfig::default(), fleet);
+    let ids = server.submit(
+        "[[job]]\nname = \"infer\"\ncount = 8\ngpu = { mig = \"1g.10gb\" }\ngrace = 1\ncommand = \"sleep 30\"\n",
+    );
+    for id in &ids[..7] {
+        server.wait_for(*id, JobState::Running);
+    }
+    assert_eq!(server.state(ids[7]).0, JobState::Pending);
+    let (status, plan) = server.call("GET", "/v1/plan", None);
+    assert_eq!(status, 200, "{plan}");
+    assert_eq!(plan["demand_tasks"], 8, "{plan}");
+    let changes = plan["reconfigure"].as_array().expect("list");
+    assert_eq!(changes.len(), 1, "{plan}");
+    assert_eq!((changes[0]["node"].as_str(), changes[0]["gpu"].as_u64()), (Some("n1"), Some(1)), "{plan}");
+    assert_eq!(changes[0]["from"], "whole");
+    assert!(changes[0]["to"].as_str().expect("mode").starts_with("mig 1g.10gb@0"), "{plan}");
+    // Advice only: GPU 1 is still whole.
+    let (_, nodes) = server.call("GET", "/v1/nodes", None);
+    assert_eq!(nodes[0]["gpus"][1]["mode"], "whole", "{nodes}");
+    for id in &ids {
+        server.call("DELETE", &format!("/v1/jobs/{id}"), None);
+    }
+    for id in &ids {
+        server.wait_for(*id, JobState::Cancelled);
+    }
     server.stop();
 }
