@@ -148,3 +148,17 @@ fn a_cordoned_whole_gpu_is_not_granted_whole() {
     assert!(matches!(placed[1], JobOutcome::Unplaced { .. }), "only one node has four grantable GPUs");
     e.check_invariants().expect("counters agree");
 }
+
+#[test]
+fn the_fleet_now_reflects_reconfigurations_and_rebuilds_the_same_engine() {
+    let catalog = Catalog::embedded();
+    let fleet = gantry_spec::parse_fleet(NODE, catalog).expect("fleet");
+    let mut e = Engine::new(&fleet, catalog, EngineConfig::default()).expect("engine");
+    assert_eq!(e.fleet_now(), fleet, "nothing changed yet");
+    e.set_gpu_mode("n-1", 2, &seven_small()).expect("idle");
+    let now = e.fleet_now();
+    assert_eq!(now.nodes[1].gpus[2].mode, seven_small());
+    let rebuilt = Engine::new(&now, catalog, EngineConfig::default()).expect("engine");
+    assert_eq!(rebuilt.fleet_now(), now);
+    assert_eq!(rebuilt.state().gpus[6].units, e.state().gpus[6].units);
+}
