@@ -417,6 +417,11 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     assert_eq!(stdout(&cli(&["drain", "l4"])).trim(), "node l4 drained: nothing new starts there");
     assert!(stdout(&cli(&["nodes"])).contains("l4 (drained)"));
     assert_eq!(stdout(&cli(&["resume", "l4"])).trim(), "node l4 resumed");
+    // The planner's advice: whatever it says, it says it is advice.
+    let advice = stdout(&cli(&["nodes", "--plan"]));
+    assert!(advice.contains("planned for") && advice.contains("advice only"), "{advice}");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&cli(&["nodes", "--plan", "--json"]))).expect("json");
+    assert!(json["reconfigure"].is_array() && json["demand_tasks"].is_u64(), "{json}");
     let ghost = cli(&["drain", "ghost"]);
     assert!(stderr(&ghost).contains("no node \"ghost\" (HTTP 404)"), "{}", stderr(&ghost));
     // Slurm habits: a batch script, and a command line.
