@@ -36,8 +36,9 @@ enum Command {
     /// time-slice — from its shape, with the reason and the workload line.
     #[command(after_help = advise_cmd::EXAMPLES)]
     Advise(advise_cmd::AdviseArgs),
-    /// Propose each GPU's mode and MIG layout for a workload mix, check it with the engine,
-    /// and export it for Kubernetes (mig-parted, device-plugin sharing, node labels).
+    /// Propose each GPU's mode and MIG layout for a workload mix or a trace, check it with the
+    /// engine, and export it for Kubernetes (mig-parted, device-plugin sharing, node labels);
+    /// or, with --evaluate, compare online MIG planning with static layouts in the simulator.
     #[command(after_help = plan_cmd::EXAMPLES)]
     Plan(plan_cmd::PlanArgs),
     /// List GPU models and their MIG profiles with legal placements.

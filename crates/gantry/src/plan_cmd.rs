@@ -15,7 +15,7 @@ pub const EXAMPLES: &str = "Examples:
   gantry plan --fleet examples/plan-fleet.toml --workload examples/plan-mix.toml --out plan/
   gantry plan --workload jobs.toml --json        # on the bundled demo fleet
   gantry plan --fleet fleet.toml --trace week.jsonl --demand peak   # plan for a trace's concurrency
-  gantry plan --evaluate                         # dynamic planning vs the best static layout, 7 simulated days
+  gantry plan --evaluate                         # a simulated week: online vs best static
   gantry plan --evaluate --days 2 --seed 3 --load 1.0 --json";
 
 #[derive(Args)]
