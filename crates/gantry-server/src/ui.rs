@@ -294,7 +294,7 @@ fn gpu_tile(g: &GpuView, queue_of: &BTreeMap<u64, String>) -> String {
         g.mode,
         allocated,
         g.utilization_pct.map_or("n/a".into(), |u| format!("{u}%")),
-        if g.measured { "" } else { " (simulated)" },
+        if g.measured || g.utilization_pct.is_none() { "" } else { " (simulated)" },
         if jobs.is_empty() { "idle".into() } else { jobs.join(", ") }
     );
     let (open, close) = match g.jobs.first() {
