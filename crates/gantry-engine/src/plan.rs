@@ -6,8 +6,10 @@
 //! The packing, in order: whole-GPU tasks take whole GPUs (best-fit node, so gangs stay on one
 //! node); MIG tasks are packed first-fit-decreasing into MIG layouts, an instance going at the
 //! first legal start that keeps the layout valid; MPS and time-slice shares are packed
-//! first-fit-decreasing by compute and memory; a memory-only task takes the smallest MIG
-//! profile that holds it where a MIG-capable GPU is free, else an MPS share. GPUs nothing asks
+//! first-fit-decreasing by compute and memory; a memory-only task with the job's shape (a
+//! hint) takes the unit the advisor recommends (as the engine will prefer it), one without
+//! takes the smallest MIG profile that holds it where a MIG-capable GPU is free, else an MPS
+//! share. GPUs nothing asks
 //! for stay whole and idle. What could not be packed is reported with why.
 //!
 //! The online planner (`online.rs`) turns this target into the changes a running fleet can
@@ -90,7 +92,35 @@ const MPS_CLIENTS_MAX: u32 = 48;
 /// Time-slice replicas a planned GPU gets at most.
 const REPLICAS_MAX: u32 = 16;
 
-fn demands(jobs: &[Job]) -> Vec<(String, Demand)> {
+/// A memory-only request with the job's shape, as the unit the advisor recommends on `model`
+/// (the fleet's first MIG-capable model, else its first): what the engine will prefer for it.
+fn advised(
+    memory: u64,
+    hint: &gantry_types::UnitHint,
+    isolation: gantry_types::Isolation,
+    model: &GpuModel,
+) -> Option<Demand> {
+    use crate::advise::{Shape, Unit, advise};
+    let shape = Shape {
+        purpose: hint.purpose,
+        cards: (memory as f64 / model.memory.0.max(1) as f64).clamp(0.001, 1.0),
+        memory: Some(memory),
+        bursty: hint.bursty,
+        isolation,
+        latency_sensitive: hint.latency_sensitive,
+        trusted: hint.trusted,
+    };
+    Some(match advise(&shape, model).ok()?.unit {
+        Unit::Whole { count, .. } => Demand::Whole { count },
+        Unit::Mig { profile } => Demand::Mig { profile },
+        Unit::Mps { share_milli, memory } => Demand::Share { milli: share_milli, memory, mode: ShareMode::Mps },
+        Unit::TimeSlice { share_milli, memory } => {
+            Demand::Share { milli: share_milli, memory, mode: ShareMode::TimeSlice }
+        }
+    })
+}
+
+fn demands(jobs: &[Job], model: Option<&GpuModel>) -> Vec<(String, Demand)> {
     let mut out = Vec::new();
     for job in jobs {
         for group in &job.groups {
@@ -102,7 +132,10 @@ fn demands(jobs: &[Job]) -> Vec<(String, Demand)> {
                     Some(GpuRequest::Share { milli, memory, mode }) => {
                         Demand::Share { milli: milli.0, memory: memory.0, mode: *mode }
                     }
-                    Some(GpuRequest::Memory { memory, .. }) => Demand::Memory { memory: memory.0 },
+                    Some(GpuRequest::Memory { memory, hint: Some(hint) }) => model
+                        .and_then(|m| advised(memory.0, hint, group.resources.isolation, m))
+                        .unwrap_or(Demand::Memory { memory: memory.0 }),
+                    Some(GpuRequest::Memory { memory, hint: None }) => Demand::Memory { memory: memory.0 },
                 };
                 out.push((job.name.clone(), demand));
             }
@@ -158,7 +191,8 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
             slots.push(Slot { node: n, gpu: g, model, state: Use::Free });
         }
     }
-    let mut all = demands(jobs);
+    let advice_model = slots.iter().find(|s| s.model.mig.is_some()).or(slots.first()).map(|s| s.model);
+    let mut all = demands(jobs, advice_model);
     // Bad input first: a MIG profile no model here has.
     for (job, d) in &all {
         if let Demand::Mig { profile } = d
@@ -409,6 +443,22 @@ mod tests {
         assert_eq!(plan.idle_gpus, 0);
         assert!(plan.allocation_pct > 60.0, "{}", plan.allocation_pct);
         assert_eq!(plan.reconfigured, 4, "the four shared GPUs change mode");
+    }
+
+    #[test]
+    fn memory_only_requests_with_a_shape_are_planned_as_the_advisor_says() {
+        let catalog = Catalog::embedded();
+        let jobs = jobs(
+            "[[job]]\nname = \"train\"\ncount = 2\ngpu = { memory = \"10GiB\", purpose = \"training\" }\n\n\
+             [[job]]\nname = \"nb\"\ncount = 2\ngpu = { memory = \"10GiB\", purpose = \"development\" }\n\n\
+             [[job]]\nname = \"svc\"\ngpu = { memory = \"10GiB\", purpose = \"inference\", latency-sensitive = true }\n",
+        );
+        let plan = plan(&fleet("A100-SXM4-80GB"), &jobs, catalog).expect("plans");
+        assert!(plan.unplaced.is_empty(), "{:?}", plan.unplaced);
+        let count = |name: &str| plan.gpus.iter().filter(|g| g.mode.name() == name && !g.unused).count();
+        assert_eq!(count("whole"), 2, "training gets whole GPUs: {:?}", plan.gpus);
+        assert_eq!(count("time-slice"), 1, "notebooks share a time-sliced GPU: {:?}", plan.gpus);
+        assert_eq!(count("mig"), 1, "production inference gets a MIG slice: {:?}", plan.gpus);
     }
 
     #[test]
