@@ -332,11 +332,11 @@ fn node_card(n: &NodeView, queue_of: &BTreeMap<u64, String>) -> String {
 
 async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
-    let (nodes, running, series) = {
+    let (nodes, running, series, advice) = {
         let c = shared.controller.lock().expect("not poisoned");
         let nodes = c.nodes(now_s());
         let running = c.jobs(&who, &[JobState::Running]);
-        (nodes, running, c.series(&who, true))
+        (nodes, running, c.series(&who, true), c.plan_advice(now_s()).ok())
     };
     let (nodes, running) = match (nodes, running) {
         (Ok(n), Ok(r)) => (n, r),
@@ -366,16 +366,49 @@ async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> Response {
          <div class=card><div class=l>Used</div><div class=v>{:.1} <small class=muted>{:.0}%</small></div></div>\
          <div class=card><div class=l>Running jobs</div><div class=v>{}</div></div></div>\
          <h2>Allocation and use, last hour (GPUs)</h2><div class=panel>{}{}</div>\
-         <h2>GPUs <small class=muted>— color: queue; fill: utilization; label: allocated % / utilization %</small></h2><div class=legend>{key}</div><div class=nodes>{cards}</div>",
+         <h2>GPUs <small class=muted>— color: queue; fill: utilization; label: allocated % / utilization %</small></h2><div class=legend>{key}</div><div class=nodes>{cards}</div>{}",
         allocated,
         pct(allocated),
         used,
         pct(used),
         running.len(),
         chart(&series, total, 1300, 200, "10 s"),
-        legend()
+        legend(),
+        advice.map_or_else(String::new, |a| planner_panel(&a))
     );
     page("Fleet", "Fleet", Some(&who), &body).into_response()
+}
+
+/// The online MIG planner's advice for the fleet as it is (`GET /v1/plan`), under the map.
+fn planner_panel(advice: &crate::controller::PlanView) -> String {
+    let mut rows = String::new();
+    for (what, list) in [("reconfigure now", &advice.reconfigure), ("drain first", &advice.drain)] {
+        for c in list {
+            let _ = write!(
+                rows,
+                "<tr><td>{what}</td><td>{} gpu{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&c.node),
+                c.gpu,
+                esc(&c.from),
+                esc(&c.to)
+            );
+        }
+    }
+    let waiting = if advice.deferred > 0 {
+        format!(" {} more wait for their GPUs' work to end or for a cooldown.", advice.deferred)
+    } else {
+        String::new()
+    };
+    let table = if rows.is_empty() {
+        "<p class=muted>For the waiting and running jobs, the planner would change nothing now.</p>".to_string()
+    } else {
+        format!("<table><tr><th></th><th>GPU</th><th>now</th><th>planned</th></tr>{rows}</table>")
+    };
+    format!(
+        "<h2>Planner <small class=muted>— what the online MIG planner would change now, for {} task(s); advice, not applied</small></h2>\
+         <div class=panel>{table}<p class=muted>{waiting}</p></div>",
+        advice.demand_tasks
+    )
 }
 
 fn job_link(j: &JobView) -> String {

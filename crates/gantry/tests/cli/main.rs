@@ -828,7 +828,17 @@ fn dashboard_pages_render_in_headless_chromium() {
     };
     let login = |page: &str| format!("/ui/login?token={token}&next=/ui/{page}");
     for (page, expected) in [
-        ("fleet", &["<h1>Fleet</h1>", "h100-0", "a100-mixed", "class=\"mig\"", "Allocation and use, last hour"][..]),
+        (
+            "fleet",
+            &[
+                "<h1>Fleet</h1>",
+                "h100-0",
+                "a100-mixed",
+                "class=\"mig\"",
+                "Allocation and use, last hour",
+                "what the online MIG planner would change now",
+            ][..],
+        ),
         ("queue", &["Pending — why each waits", "waits-on-hold", "held", "Use against quota"][..]),
         ("usage", &["Usage — last 7 days", "By queue", "Cost by allocation", "research"][..]),
         ("jobs/1", &["Job 1 — llm-finetune", "completed", "stdout", "CUDA_VISIBLE_DEVICES=GPU-"][..]),
