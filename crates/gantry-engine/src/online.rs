@@ -116,25 +116,62 @@ fn change_cost(gpu: &GpuNow, now_s: u64, config: &OnlineConfig) -> u64 {
     }
 }
 
+/// A GPU's planned mode, and for a MIG layout the instances the demand actually needs (the
+/// layout is completed beyond them).
+#[derive(Clone, Debug, PartialEq)]
+struct Want {
+    mode: GpuMode,
+    /// Profiles of the instances packed for the demand, sorted (MIG targets only).
+    needs: Vec<String>,
+}
+
+/// Does a GPU in mode `have` already give what `want` plans for? The same mode; a share mode
+/// with room for at least as many clients (the plan sizes MPS and time-slicing to the
+/// demand); a MIG layout that has every instance the demand needs (the completion is only
+/// filler).
+fn satisfies(have: &GpuMode, want: &Want) -> bool {
+    match (have, &want.mode) {
+        (GpuMode::Mps { max_clients: h }, GpuMode::Mps { max_clients: w }) => h >= w,
+        (
+            GpuMode::TimeSlice { replicas: h, memory_per_replica: hm },
+            GpuMode::TimeSlice { replicas: w, memory_per_replica: wm },
+        ) => h >= w && hm >= wm,
+        (GpuMode::Mig { instances }, GpuMode::Mig { .. }) => {
+            let mut have: Vec<&str> = instances.iter().map(|i| i.profile.as_str()).collect();
+            want.needs.iter().all(|need| match have.iter().position(|p| p == need) {
+                Some(at) => {
+                    have.swap_remove(at);
+                    true
+                }
+                None => false,
+            })
+        }
+        (have, want) => have == want,
+    }
+}
+
 /// Give each GPU of a node a mode from `targets` (a node configuration; `None` = any mode, a
 /// GPU the plan leaves unused), keeping as many current modes as possible: exact matches first
 /// (busy GPUs first), then the "any" slots to the GPUs dearest to change, then the remaining
-/// modes to the GPUs cheapest to change. Returns the per-GPU target and the cost.
+/// modes to the GPUs cheapest to change. Returns the per-GPU target, the cost, and how many
+/// GPUs took an "any" slot (fewer is a closer match when costs tie).
 fn align(
     current: &[GpuMode],
     now: &[GpuNow],
-    targets: &[Option<GpuMode>],
+    targets: &[Option<Want>],
     now_s: u64,
     config: &OnlineConfig,
-) -> (Vec<GpuMode>, u64) {
-    let mut left: Vec<Option<&GpuMode>> = targets.iter().flatten().map(Some).collect();
+) -> (Vec<GpuMode>, u64, usize) {
+    let mut left: Vec<Option<&Want>> = targets.iter().flatten().map(Some).collect();
     let mut any = targets.iter().filter(|t| t.is_none()).count();
+    let mut kept_by_any = 0;
     let mut out: Vec<Option<GpuMode>> = vec![None; current.len()];
     let mut order: Vec<usize> = (0..current.len()).collect();
     order.sort_by_key(|&i| (now[i].busy_until_s.is_none(), i));
     for &i in &order {
-        if let Some(slot) = left.iter_mut().find(|t| t.is_some_and(|t| *t == current[i])) {
-            out[i] = slot.take().cloned();
+        if let Some(slot) = left.iter_mut().find(|t| t.is_some_and(|t| satisfies(&current[i], t))) {
+            slot.take();
+            out[i] = Some(current[i].clone());
         }
     }
     let mut rest: Vec<usize> = (0..current.len()).filter(|&i| out[i].is_none()).collect();
@@ -145,24 +182,25 @@ fn align(
         }
         out[i] = Some(current[i].clone());
         any -= 1;
+        kept_by_any += 1;
     }
     let mut cost = 0;
     let mut rest: Vec<usize> = (0..current.len()).filter(|&i| out[i].is_none()).collect();
     rest.sort_by_key(|&i| (change_cost(&now[i], now_s, config), now[i].busy_until_s, i));
     let mut remaining = left.into_iter().flatten();
     for i in rest {
-        let mode = remaining.next().cloned().unwrap_or(GpuMode::Whole);
+        let mode = remaining.next().map_or(GpuMode::Whole, |w| w.mode.clone());
         if mode != current[i] {
             cost += change_cost(&now[i], now_s, config);
         }
         out[i] = Some(mode);
     }
-    (out.into_iter().map(|m| m.expect("every GPU got a mode")).collect(), cost)
+    (out.into_iter().map(|m| m.expect("every GPU got a mode")).collect(), cost, kept_by_any)
 }
 
-/// A compiled job as the planner's demand (its GPU requests, CPU and memory; model and
-/// selector constraints are not the planner's concern, see `plan.rs`). For a live service,
-/// whose scheduler keeps compiled jobs.
+/// A compiled job as the planner's demand (its GPU requests, CPU, memory and accepted models;
+/// selectors are not the planner's concern, see `plan.rs`). For a live service, whose
+/// scheduler keeps compiled jobs.
 pub fn job_of(job: &crate::CompiledJob) -> Job {
     use crate::request::GpuNeed;
     use gantry_types::{Bytes, MilliCpu, MilliGpu, ShareMode, TaskGroup, TaskResources};
@@ -190,7 +228,7 @@ pub fn job_of(job: &crate::CompiledJob) -> Job {
                     }),
                     GpuNeed::Memory { memory } => Some(GpuRequest::Memory { memory: Bytes(*memory), hint: None }),
                 },
-                models: Vec::new(),
+                models: g.models_wanted.iter().map(|m| gantry_types::ModelPattern(m.clone())).collect(),
                 selector: None,
                 isolation: g.isolation,
                 topology: g.topology,
@@ -224,23 +262,48 @@ pub fn step(
         return Err(PlanError::Fleet("the GPU situation does not match the fleet's GPUs".into()));
     }
     let planned = plan(fleet, demand, catalog)?;
+    let needs: Vec<Vec<Vec<String>>> = planned
+        .fleet
+        .nodes
+        .iter()
+        .map(|n| {
+            n.gpus
+                .iter()
+                .map(|g| match &g.mode {
+                    GpuMode::Mig { instances } => {
+                        let mut profiles: Vec<String> = instances.iter().map(|i| i.profile.clone()).collect();
+                        profiles.sort();
+                        profiles
+                    }
+                    _ => Vec::new(),
+                })
+                .collect()
+        })
+        .collect();
     let mut target = planned.fleet;
     complete_layouts(&mut target, &profiles_in_demand(demand), catalog);
     // A GPU the plan leaves unused may keep whatever mode it has: changing it buys nothing.
     let mut unused = planned.gpus.iter().map(|g| g.unused);
     let current: Vec<Vec<GpuMode>> =
         fleet.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
-    let configs: Vec<Vec<Option<GpuMode>>> = target
+    let configs: Vec<Vec<Option<Want>>> = target
         .nodes
         .iter()
-        .map(|n| n.gpus.iter().map(|g| (!unused.next().unwrap_or(false)).then(|| normal(&g.mode))).collect())
+        .zip(needs)
+        .map(|(n, needs)| {
+            n.gpus
+                .iter()
+                .zip(needs)
+                .map(|(g, needs)| (!unused.next().unwrap_or(false)).then(|| Want { mode: normal(&g.mode), needs }))
+                .collect()
+        })
         .collect();
 
     // Match nodes to target configurations within each hardware kind, cheapest pair first.
     // Targets repeat (many nodes get the same configuration), so costs are computed per node
     // and *distinct* configuration: nodes × distinct configurations, not nodes².
     let hardware = |n: &gantry_types::Node| n.gpus.iter().map(|g| g.model.clone()).collect::<Vec<_>>();
-    let multiset = |modes: &[Option<GpuMode>]| {
+    let multiset = |modes: &[Option<Want>]| {
         let mut key: Vec<String> = modes.iter().map(|m| format!("{m:?}")).collect();
         key.sort_unstable();
         key
@@ -257,15 +320,18 @@ pub fn step(
             distinct.entry(multiset(&configs[j])).or_insert((j, 0)).1 += 1;
         }
         let mut left: Vec<(usize, usize)> = distinct.into_values().collect();
-        let mut pairs: Vec<(u64, usize, usize, Vec<GpuMode>)> = Vec::with_capacity(nodes.len() * left.len());
+        // (cost, GPUs kept by "any", node, configuration, modes): cheapest first, and among
+        // equal costs the closest match, so that a node keeps the configuration its current
+        // modes fill rather than one that merely tolerates them.
+        let mut pairs: Vec<(u64, usize, usize, usize, Vec<GpuMode>)> = Vec::with_capacity(nodes.len() * left.len());
         for &i in nodes {
             for (d, &(j, _)) in left.iter().enumerate() {
-                let (modes, cost) = align(&current[i], &now[i], &configs[j], now_s, config);
-                pairs.push((cost, i, d, modes));
+                let (modes, cost, loose) = align(&current[i], &now[i], &configs[j], now_s, config);
+                pairs.push((cost, loose, i, d, modes));
             }
         }
-        pairs.sort_by_key(|p| (p.0, p.1, p.2));
-        for (_, i, d, modes) in pairs {
+        pairs.sort_by_key(|p| (p.0, p.1, p.2, p.3));
+        for (_, _, i, d, modes) in pairs {
             if chosen[i].is_none() && left[d].1 > 0 {
                 left[d].1 -= 1;
                 chosen[i] = Some(modes);
@@ -402,6 +468,38 @@ mod tests {
         // Nothing at all asked: still nothing to change.
         let s = step(&fleet, &idle(), &[], 0, &OnlineConfig::default(), catalog).expect("plans");
         assert_eq!(s, Step::default());
+    }
+
+    #[test]
+    fn a_share_gpu_with_more_room_than_planned_stays_as_it_is() {
+        let catalog = Catalog::embedded();
+        let mut fleet = fleet();
+        fleet.nodes[0].gpus[0].mode = GpuMode::Mps { max_clients: 16 };
+        let demand =
+            jobs("[[job]]\nname = \"svc\"\ncount = 2\ngpu = { share = 250, memory = \"5GiB\", mode = \"mps\" }\n");
+        let mut now = idle();
+        now[0][0].busy_until_s = Some(u64::MAX);
+        let s = step(&fleet, &now, &demand, 0, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(s, Step::default(), "the 16-client MPS GPU already serves a 2-client plan");
+    }
+
+    #[test]
+    fn a_mig_gpu_that_already_has_the_needed_instances_stays_as_it_is() {
+        let catalog = Catalog::embedded();
+        let mut fleet = fleet();
+        fleet.nodes[0].gpus[1].mode = GpuMode::Mig {
+            instances: vec![
+                MigInstanceSpec { profile: "3g.40gb".into(), start: 0 },
+                MigInstanceSpec { profile: "2g.20gb".into(), start: 4 },
+                MigInstanceSpec { profile: "1g.10gb".into(), start: 6 },
+            ],
+        };
+        // One 3g.40gb instance runs there; the plan would carve 3g + 3g on some GPU.
+        let demand = jobs("[[job]]\nname = \"llm\"\ngpu = { mig = \"3g.40gb\" }\n");
+        let mut now = idle();
+        now[0][1].busy_until_s = Some(u64::MAX);
+        let s = step(&fleet, &now, &demand, 0, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(s, Step::default(), "its layout already has the 3g.40gb the demand needs");
     }
 
     #[test]

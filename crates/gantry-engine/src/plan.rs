@@ -13,12 +13,12 @@
 //! for stay whole and idle. What could not be packed is reported with why.
 //!
 //! The online planner (`online.rs`) turns this target into the changes a running fleet can
-//! make. Not here yet: model or selector constraints beyond MIG support (a task is packed on
-//! any model that can hold it; the engine's placement of the planned fleet is the check).
+//! make. A task is packed only on GPUs of a model its job accepts (`model = …`); selectors
+//! are not read here (the engine's placement of the planned fleet is the check).
 
 use crate::{Engine, EngineConfig};
 use gantry_catalog::{Catalog, GpuModel};
-use gantry_types::{Bytes, Fleet, GpuMode, GpuRequest, Job, MigInstanceSpec, ShareMode};
+use gantry_types::{Bytes, Fleet, GpuMode, GpuRequest, Job, MigInstanceSpec, ModelPattern, ShareMode};
 
 /// One task's demand, as the planner packs it.
 #[derive(Clone, Debug, PartialEq)]
@@ -120,7 +120,8 @@ fn advised(
     })
 }
 
-fn demands(jobs: &[Job], model: Option<&GpuModel>) -> Vec<(String, Demand)> {
+/// Each task's demand, with the job's name and the GPU models its group accepts (empty = any).
+fn demands(jobs: &[Job], model: Option<&GpuModel>) -> Vec<(String, Demand, Vec<ModelPattern>)> {
     let mut out = Vec::new();
     for job in jobs {
         for group in &job.groups {
@@ -137,7 +138,7 @@ fn demands(jobs: &[Job], model: Option<&GpuModel>) -> Vec<(String, Demand)> {
                         .unwrap_or(Demand::Memory { memory: memory.0 }),
                     Some(GpuRequest::Memory { memory, hint: None }) => Demand::Memory { memory: memory.0 },
                 };
-                out.push((job.name.clone(), demand));
+                out.push((job.name.clone(), demand, group.resources.models.clone()));
             }
         }
     }
@@ -194,7 +195,7 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
     let advice_model = slots.iter().find(|s| s.model.mig.is_some()).or(slots.first()).map(|s| s.model);
     let mut all = demands(jobs, advice_model);
     // Bad input first: a MIG profile no model here has.
-    for (job, d) in &all {
+    for (job, d, _) in &all {
         if let Demand::Mig { profile } = d
             && !slots.iter().any(|s| s.model.mig.as_ref().is_some_and(|g| g.profile(profile).is_some()))
         {
@@ -209,7 +210,7 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
         }
     }
     // Biggest first within each kind.
-    all.sort_by_key(|(_, d)| match d {
+    all.sort_by_key(|(_, d, _)| match d {
         Demand::Whole { count } => (0, u64::MAX - u64::from(*count)),
         // Bigger slices first: small ones fill the gaps the big ones leave.
         Demand::Mig { profile } => (1, u64::MAX - profile.split('g').next().and_then(|n| n.parse().ok()).unwrap_or(0)),
@@ -222,18 +223,31 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
         free_on[s.node] += 1;
     }
     let first_slot: Vec<usize> = (0..fleet.nodes.len()).map(|n| slots.partition_point(|s| s.node < n)).collect();
-    for (_, demand) in &all {
+    for (_, demand, models) in &all {
+        // The job's model constraints: only GPUs of a model it accepts are packed for it.
+        let accepts = |m: &GpuModel| models.is_empty() || models.iter().any(|p| m.names().any(|n| p.matches(n)));
         match demand {
             Demand::Whole { count } => {
-                // Best fit: the node with the fewest free GPUs that still has enough.
-                let best =
-                    (0..fleet.nodes.len()).filter(|&n| free_on[n] >= *count as usize).min_by_key(|&n| (free_on[n], n));
-                if let Some(n) = best {
+                // Best fit: the node with the fewest free GPUs (of an accepted model) that
+                // still has enough.
+                let free = |n: usize| {
+                    if models.is_empty() {
+                        free_on[n]
+                    } else {
+                        slots[first_slot[n]..]
+                            .iter()
+                            .take_while(|s| s.node == n)
+                            .filter(|s| s.state == Use::Free && accepts(s.model))
+                            .count()
+                    }
+                };
+                let best = (0..fleet.nodes.len()).map(|n| (free(n), n)).filter(|&(k, _)| k >= *count as usize).min();
+                if let Some((_, n)) = best {
                     let node_slots = &mut slots[first_slot[n]..];
                     for s in node_slots
                         .iter_mut()
                         .take_while(|s| s.node == n)
-                        .filter(|s| s.state == Use::Free)
+                        .filter(|s| s.state == Use::Free && accepts(s.model))
                         .take(*count as usize)
                     {
                         s.state = Use::Whole;
@@ -242,25 +256,25 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
                 }
             }
             Demand::Mig { profile } => {
-                place_mig(&mut slots, profile);
+                place_mig(&mut slots, profile, &accepts);
             }
             Demand::Memory { memory } => {
                 let profile = slots
                     .iter()
-                    .filter(|s| matches!(s.state, Use::Free | Use::Mig(_)))
+                    .filter(|s| matches!(s.state, Use::Free | Use::Mig(_)) && accepts(s.model))
                     .find_map(|s| profile_for_memory(s.model, *memory));
                 match profile {
-                    Some(p) if place_mig(&mut slots, &p) => {}
+                    Some(p) if place_mig(&mut slots, &p, &accepts) => {}
                     _ => {
-                        let milli = slots.first().map_or(1000, |s| {
+                        let milli = slots.iter().find(|s| accepts(s.model)).map_or(1000, |s| {
                             ((*memory as f64 / s.model.memory.0 as f64 * 1000.0).ceil() as u32).clamp(10, 1000)
                         });
-                        place_share(&mut slots, milli, *memory, ShareMode::Mps);
+                        place_share(&mut slots, milli, *memory, ShareMode::Mps, &accepts);
                     }
                 }
             }
             Demand::Share { milli, memory, mode } => {
-                place_share(&mut slots, *milli, *memory, *mode);
+                place_share(&mut slots, *milli, *memory, *mode, &accepts);
             }
         }
     }
@@ -346,8 +360,8 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
 }
 
 /// Put a MIG instance of `profile` on an open MIG GPU, else carve a free one. Whether it went.
-fn place_mig(slots: &mut [Slot<'_>], profile: &str) -> bool {
-    for s in slots.iter_mut() {
+fn place_mig(slots: &mut [Slot<'_>], profile: &str, accepts: &dyn Fn(&GpuModel) -> bool) -> bool {
+    for s in slots.iter_mut().filter(|s| accepts(s.model)) {
         if let Use::Mig(layout) = &s.state
             && let Some(next) = add_instance(s.model, layout, profile)
         {
@@ -355,7 +369,7 @@ fn place_mig(slots: &mut [Slot<'_>], profile: &str) -> bool {
             return true;
         }
     }
-    for s in slots.iter_mut().filter(|s| s.state == Use::Free) {
+    for s in slots.iter_mut().filter(|s| s.state == Use::Free && accepts(s.model)) {
         if let Some(next) = add_instance(s.model, &[], profile) {
             s.state = Use::Mig(next);
             return true;
@@ -365,9 +379,15 @@ fn place_mig(slots: &mut [Slot<'_>], profile: &str) -> bool {
 }
 
 /// Put a share on an open GPU of its mode, else open a free one. Whether it went.
-fn place_share(slots: &mut [Slot<'_>], milli: u32, memory: u64, mode: ShareMode) -> bool {
+fn place_share(
+    slots: &mut [Slot<'_>],
+    milli: u32,
+    memory: u64,
+    mode: ShareMode,
+    accepts: &dyn Fn(&GpuModel) -> bool,
+) -> bool {
     let want_mps = mode != ShareMode::TimeSlice;
-    for s in slots.iter_mut() {
+    for s in slots.iter_mut().filter(|s| accepts(s.model)) {
         let card = s.model.memory.0;
         match &mut s.state {
             Use::Mps { milli: m, memory: mem, clients }
@@ -390,7 +410,7 @@ fn place_share(slots: &mut [Slot<'_>], milli: u32, memory: u64, mode: ShareMode)
             _ => {}
         }
     }
-    for s in slots.iter_mut().filter(|s| s.state == Use::Free) {
+    for s in slots.iter_mut().filter(|s| s.state == Use::Free && accepts(s.model)) {
         let card = s.model.memory.0;
         if memory > card {
             continue;
@@ -459,6 +479,19 @@ mod tests {
         assert_eq!(count("whole"), 2, "training gets whole GPUs: {:?}", plan.gpus);
         assert_eq!(count("time-slice"), 1, "notebooks share a time-sliced GPU: {:?}", plan.gpus);
         assert_eq!(count("mig"), 1, "production inference gets a MIG slice: {:?}", plan.gpus);
+    }
+
+    #[test]
+    fn tasks_are_packed_only_on_models_their_job_accepts() {
+        let catalog = Catalog::embedded();
+        let text = "[[node]]\nname = \"a\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n\n\
+                    [[node]]\nname = \"h\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"H100-SXM5-80GB\"\ncount = 8\n";
+        let fleet = gantry_spec::parse_fleet(text, catalog).expect("fleet");
+        // Best fit alone would put the 4-GPU job on the 4-GPU A100 node; it asks for H100s.
+        let plan = plan(&fleet, &jobs("[[job]]\nname = \"t\"\ngpu = { count = 4 }\nmodel = \"H100*\"\n"), catalog)
+            .expect("plans");
+        let used: Vec<&str> = plan.gpus.iter().filter(|g| !g.unused).map(|g| g.node.as_str()).collect();
+        assert_eq!(used, ["h"; 4], "{:?}", plan.gpus);
     }
 
     #[test]
