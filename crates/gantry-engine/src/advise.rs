@@ -38,6 +38,27 @@ pub struct Shape {
     pub trusted: bool,
 }
 
+impl Shape {
+    /// A memory-only request's shape on `model`, from its hint: the memory as a share of the
+    /// card (what the engine and the planner ask the advisor for such a request).
+    pub fn of_memory_request(
+        memory: u64,
+        hint: &gantry_types::UnitHint,
+        isolation: Isolation,
+        model: &GpuModel,
+    ) -> Shape {
+        Shape {
+            purpose: hint.purpose,
+            cards: (memory as f64 / model.memory.0.max(1) as f64).clamp(0.001, 1.0),
+            memory: Some(memory),
+            bursty: hint.bursty,
+            isolation,
+            latency_sensitive: hint.latency_sensitive,
+            trusted: hint.trusted,
+        }
+    }
+}
+
 /// The unit to ask for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Unit {
@@ -48,6 +69,17 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// The GPU mode that hands out this unit.
+    pub fn mode(&self) -> crate::state::ModeKind {
+        use crate::state::ModeKind;
+        match self {
+            Unit::Whole { .. } => ModeKind::Whole,
+            Unit::Mig { .. } => ModeKind::Mig,
+            Unit::Mps { .. } => ModeKind::Mps,
+            Unit::TimeSlice { .. } => ModeKind::TimeSlice,
+        }
+    }
+
     /// The workload file's `gpu = …` line (and topology) for this unit.
     pub fn spec(&self) -> String {
         match self {

@@ -101,15 +101,7 @@ fn advised(
     model: &GpuModel,
 ) -> Option<Demand> {
     use crate::advise::{Shape, Unit, advise};
-    let shape = Shape {
-        purpose: hint.purpose,
-        cards: (memory as f64 / model.memory.0.max(1) as f64).clamp(0.001, 1.0),
-        memory: Some(memory),
-        bursty: hint.bursty,
-        isolation,
-        latency_sensitive: hint.latency_sensitive,
-        trusted: hint.trusted,
-    };
+    let shape = Shape::of_memory_request(memory, hint, isolation, model);
     Some(match advise(&shape, model).ok()?.unit {
         Unit::Whole { count, .. } => Demand::Whole { count },
         Unit::Mig { profile } => Demand::Mig { profile },

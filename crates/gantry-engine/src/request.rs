@@ -190,21 +190,8 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                     .iter()
                     .map(|c| {
                         let model = catalog.model(c.model);
-                        let shape = crate::advise::Shape {
-                            purpose: hint.purpose,
-                            cards: (memory.0 as f64 / model.memory.0.max(1) as f64).clamp(0.001, 1.0),
-                            memory: Some(memory.0),
-                            bursty: hint.bursty,
-                            isolation: r.isolation,
-                            latency_sensitive: hint.latency_sensitive,
-                            trusted: hint.trusted,
-                        };
-                        crate::advise::advise(&shape, model).ok().map(|a| match a.unit {
-                            crate::advise::Unit::Whole { .. } => ModeKind::Whole,
-                            crate::advise::Unit::Mig { .. } => ModeKind::Mig,
-                            crate::advise::Unit::Mps { .. } => ModeKind::Mps,
-                            crate::advise::Unit::TimeSlice { .. } => ModeKind::TimeSlice,
-                        })
+                        let shape = crate::advise::Shape::of_memory_request(memory.0, hint, r.isolation, model);
+                        crate::advise::advise(&shape, model).ok().map(|a| a.unit.mode())
                     })
                     .collect();
             }
