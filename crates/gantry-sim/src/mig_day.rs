@@ -307,6 +307,11 @@ pub fn static_candidates(s: &Scenario, catalog: &'static Catalog) -> Result<Vec<
     Ok(out)
 }
 
+/// Position on node `n` of its GPU with NVML index `index`.
+fn position(fleet: &Fleet, n: usize, index: u32) -> usize {
+    fleet.nodes[n].gpus.iter().position(|x| x.index == index).expect("a GPU the fleet has")
+}
+
 /// A running job as the replay tracks it.
 struct Run {
     end_s: u64,
@@ -427,7 +432,7 @@ pub fn replay(
                 let decided = step(&fleet, &now, &demand, t, &config.online, catalog).map_err(|e| e.to_string())?;
                 for (node, index, mode) in &decided.reconfigure {
                     let n = node_index[node];
-                    let g = fleet.nodes[n].gpus.iter().position(|x| x.index == *index).expect("planned GPU exists");
+                    let g = position(&fleet, n, *index);
                     if engine.set_gpu_mode(node, *index, mode).map_err(|e| e.to_string())? {
                         fleet.nodes[n].gpus[g].mode = mode.clone();
                         last_change[n][g] = Some(t);
@@ -441,7 +446,7 @@ pub fn replay(
                     .keys()
                     .map(|(name, index)| {
                         let n = node_index[name];
-                        (n, fleet.nodes[n].gpus.iter().position(|x| x.index == *index).expect("planned GPU exists"))
+                        (n, position(&fleet, n, *index))
                     })
                     .collect();
                 if t + config.period_s < s.end_s {
@@ -479,10 +484,8 @@ pub fn replay(
                         .iter()
                         .flat_map(|task| {
                             let n = node_index[&task.node];
-                            let node = &fleet.nodes[n];
-                            task.gpus.iter().map(move |g| {
-                                (n, node.gpus.iter().position(|x| x.index == g.gpu()).expect("granted GPU exists"))
-                            })
+                            let fleet = &fleet;
+                            task.gpus.iter().map(move |g| (n, position(fleet, n, g.gpu())))
                         })
                         .collect();
                     runs.insert(id, Run { end_s: t + j.duration_s, gpus });

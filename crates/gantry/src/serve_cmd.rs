@@ -166,14 +166,7 @@ pub fn discover(json: bool) -> anyhow::Result<ExitCode> {
                 println!("{}: {} GPU(s)", found.node.name, found.node.gpus.len());
                 for g in &found.node.gpus {
                     let mode = match &g.mode {
-                        gantry_types::GpuMode::Mig { instances } => format!(
-                            "  MIG {}",
-                            instances
-                                .iter()
-                                .map(|i| format!("{}@{}", i.profile, i.start))
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        ),
+                        gantry_types::GpuMode::Mig { .. } => format!("  {}", g.mode.text()),
                         _ => String::new(),
                     };
                     println!("  gpu{} {} {}{mode}", g.index, g.model, g.uuid);
