@@ -200,10 +200,25 @@ pub fn score(
         Policy::Topology => (keys(same_rack, best_fit(state, cpu_free_after, gpu_free_after)), [gpu_fit, 0]),
         Policy::Default => {
             let after = node_fragmentation(state, node, Some(option), group.cpu, ctx.shapes);
-            (keys(same_rack, fgd_score(frag_before, after, ctx.shape_weight)), [gpu_fit, 0])
+            // FGD does not see MIG GPUs (they hand out fixed instances), so among nodes equal
+            // for it a MIG instance goes where shared GPUs already run: shared work gathers on
+            // few nodes and the others can empty for whole-GPU gangs when layouts change.
+            let gathered = if option.grants.iter().any(|g| matches!(g, Grant::Mig { .. })) {
+                busy_shared_gpus(state, node)
+            } else {
+                0
+            };
+            (keys(same_rack, fgd_score(frag_before, after, ctx.shape_weight) * 1000 + gathered), [gpu_fit, 0])
         }
     };
     Score { node: node_keys, option: option_keys }
+}
+
+/// GPUs of `node` not in whole mode with something running on them (< 1000: a node has at
+/// most `GPUS_PER_NODE_MAX` GPUs, so the count fits under the FGD score it is added to).
+fn busy_shared_gpus(state: &ClusterState, node: NodeIdx) -> i64 {
+    state.node_gpus(node).iter().zip(state.node_hot(node)).filter(|(g, h)| !h.whole_mode() && g.used_milli > 0).count()
+        as i64
 }
 
 /// Whole grants that take an MPS or time-sliced GPU out of its sharing pool.

@@ -344,6 +344,46 @@ count = 2
 }
 
 #[test]
+fn mig_instances_gather_on_the_node_already_sharing() {
+    // Three GPUs in the same layout, one on "a", two on "b". Three 4g jobs take one 4g each
+    // (a's first: node order); then every GPU has the same three 1g slices free, and node
+    // order alone would put a 1g instance on "a". "b" runs more shared GPUs, so the default
+    // policy puts it there: shared work stays together, and "a" can empty for whole GPUs.
+    let fleet = r#"
+[[node]]
+name = "a"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 1
+mig = ["4g.40gb@0", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"]
+[[node]]
+name = "b"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 2
+mig = ["4g.40gb@0", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"]
+"#;
+    let mut workload = String::new();
+    for i in 0..3 {
+        workload.push_str(&format!("[[job]]\nname = \"big-{i}\"\ngpu = {{ mig = \"4g.40gb\" }}\n"));
+    }
+    workload.push_str("[[job]]\nname = \"small\"\ngpu = { mig = \"1g.10gb\" }\n");
+    let where_small_goes = |policy| {
+        let mut engine = engine(fleet, policy);
+        let outcomes = place_all(&mut engine, &jobs(&workload));
+        let nodes: Vec<&str> = outcomes.iter().map(|o| placed(o)[0].node.as_str()).collect();
+        assert_eq!(&nodes[..3], ["a", "b", "b"], "{policy}");
+        nodes[3].to_string()
+    };
+    assert_eq!(where_small_goes(gantry_engine::Policy::Default), "b");
+    assert_eq!(where_small_goes(gantry_engine::Policy::Fgd), "a", "FGD alone leaves it to node order");
+}
+
+#[test]
 fn reasons_explain_each_kind_of_misfit() {
     let fleet = "[[node]]\nname = \"n\"\ncpu = 8\nmemory = \"32GiB\"\ntaints = [\"dedicated=infer:NoSchedule\"]\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\nmode = \"mps\"\n";
     let cases: [(&str, &str, fn(&Reason) -> bool); 6] = [
