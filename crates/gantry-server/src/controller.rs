@@ -1325,6 +1325,18 @@ impl Controller {
         if self.store.revoke_token(name)? { Ok(()) } else { Err(ApiError::NotFound(format!("no token {name:?}"))) }
     }
 
+    /// Would `job`, which asks for MIG instances, fit the empty fleet once its MIG-capable GPUs
+    /// were laid out for it (the offline planner's layout for this job alone, checked by
+    /// placing it with the engine)? False for jobs without MIG requests and for profiles no
+    /// GPU model here offers.
+    fn fits_once_laid_out(&self, job: &Job) -> bool {
+        let wants_mig =
+            job.groups.iter().any(|g| matches!(g.resources.gpu, Some(gantry_types::GpuRequest::Mig { .. })));
+        wants_mig
+            && gantry_engine::plan::plan(&self.empty.fleet_now(), std::slice::from_ref(job), self.catalog)
+                .is_ok_and(|plan| plan.unplaced.is_empty())
+    }
+
     /// Accept a workload file's jobs, all or none: each is checked against the fleet (a job no
     /// node could ever hold is refused with the engine's reasons) before anything is stored.
     pub fn submit(&mut self, who: &Principal, workload: &str, now: u64) -> Result<Vec<u64>, ApiError> {
@@ -1344,13 +1356,18 @@ impl Controller {
         }
         let first = self.store.next_job_id()?;
         let jobs = self.resolve_dependencies(jobs, first)?;
-        // Could each ever run here? Placed, then released, on the empty fleet.
+        // Could each ever run here? Placed, then released, on the empty fleet — or, for a job
+        // asking for MIG instances no GPU is carved into now, on the empty fleet as the planner
+        // would lay it out for the job alone (it waits for that layout; `GET /v1/plan`).
         for job in &jobs {
             let compiled =
                 self.empty.compile(job).map_err(|e| ApiError::BadRequest(format!("job {:?}: {e}", job.name)))?;
             match self.empty.place(&compiled) {
                 Ok(alloc) => {
                     self.empty.release(alloc).map_err(|e| ApiError::Internal(e.to_string()))?;
+                }
+                Err(_) if self.fits_once_laid_out(job) => {
+                    tracing::info!(job = %job.name, "accepted: needs MIG instances no GPU has now (see GET /v1/plan)");
                 }
                 Err(reasons) => {
                     let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();

@@ -745,3 +745,45 @@ fn the_planner_advises_reconfiguring_an_idle_gpu_for_waiting_mig_jobs() {
     }
     server.stop();
 }
+
+#[test]
+fn a_mig_job_no_gpu_is_carved_for_yet_waits_for_a_layout_and_the_planner_proposes_it() {
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-carve", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    // Both GPUs whole: no MIG instance exists anywhere yet.
+    let fleet =
+        "[[node]]\nname = \"n1\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
+    let server = Server::start_full(data, gantry_engine::sched::SchedulerConfig::default(), fleet);
+    // Refused as before: a profile no GPU model here offers, and a MIG job too big for any node.
+    for (body, expected) in [
+        ("[[job]]\nname = \"a30\"\ngpu = { mig = \"1g.6gb\" }\n", "can never run on this fleet"),
+        ("[[job]]\nname = \"fat\"\ncpu = 1000\ngpu = { mig = \"2g.20gb\" }\n", "can never run on this fleet"),
+    ] {
+        let (status, reply) = server.call("POST", "/v1/jobs", Some(body));
+        assert_eq!(status, 400, "{reply}");
+        assert!(reply["error"].as_str().unwrap_or_default().contains(expected), "{reply}");
+    }
+    // Accepted: the profile exists on this model, the GPUs are just not laid out for it.
+    let ids =
+        server.submit("[[job]]\nname = \"infer\"\ncount = 2\ngpu = { mig = \"2g.20gb\" }\ncommand = \"sleep 30\"\n");
+    for id in &ids {
+        let (state, why) = server.state(*id);
+        assert_eq!(state, JobState::Pending, "{why}");
+        let reason = &why["pending"]["reason"]["reasons"][0]["reason"];
+        assert_eq!(
+            (reason["reason"].as_str(), reason["profile"].as_str()),
+            (Some("mig-not-supported"), Some("2g.20gb"))
+        );
+    }
+    let (status, plan) = server.call("GET", "/v1/plan", None);
+    assert_eq!(status, 200, "{plan}");
+    let changes = plan["reconfigure"].as_array().expect("list");
+    assert_eq!(changes.len(), 1, "one GPU holds both instances: {plan}");
+    assert_eq!(changes[0]["from"], "whole", "{plan}");
+    assert!(changes[0]["to"].as_str().expect("mode").contains("2g.20gb"), "{plan}");
+    for id in &ids {
+        server.call("DELETE", &format!("/v1/jobs/{id}"), None);
+        server.wait_for(*id, JobState::Cancelled);
+    }
+    server.stop();
+}
