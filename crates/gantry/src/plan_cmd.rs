@@ -16,7 +16,8 @@ pub const EXAMPLES: &str = "Examples:
   gantry plan --workload jobs.toml --json        # on the bundled demo fleet
   gantry plan --fleet fleet.toml --trace week.jsonl --demand peak   # plan for a trace's concurrency
   gantry plan --evaluate                         # a simulated week: online vs best static
-  gantry plan --evaluate --days 2 --seed 3 --load 1.0 --json";
+  gantry plan --evaluate --days 2 --seed 3 --load 1.0 --json
+  gantry plan --evaluate --seed 1 --seeds 8        # eight weeks: mean, spread and range of the gain";
 
 #[derive(Args)]
 pub struct PlanArgs {
@@ -51,6 +52,11 @@ pub struct PlanArgs {
     /// With --evaluate: seed of the arrivals [default: 42].
     #[arg(long)]
     seed: Option<u64>,
+    /// With --evaluate: simulate this many weeks with seeds --seed, --seed + 1, … and report
+    /// each week's gain and their mean, spread and range (single weeks vary by several
+    /// points) [default: 1].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    seeds: Option<u32>,
     /// With --evaluate: nodes of 8 A100-SXM4-80GB [default: 4].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
     nodes: Option<u32>,
@@ -71,6 +77,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let evaluate_only = [
         ("--days", args.days.is_some()),
         ("--seed", args.seed.is_some()),
+        ("--seeds", args.seeds.is_some()),
         ("--nodes", args.nodes.is_some()),
         ("--load", args.load.is_some()),
     ];
@@ -188,6 +195,112 @@ fn result_json(r: &gantry_sim::mig_day::DayResult) -> serde_json::Value {
     })
 }
 
+/// The scenario's settings as JSON.
+fn config_json(config: &gantry_sim::mig_day::DayConfig) -> serde_json::Value {
+    serde_json::json!({
+        "nodes": config.nodes, "gpus_per_node": config.gpus_per_node, "model": config.model,
+        "days": config.days, "seed": config.seed, "load": config.load,
+        "period_s": config.period_s, "reconfigure_s": config.reconfigure_s, "window_s": config.window_s,
+        "cooldown_s": config.online.cooldown_s, "drain_horizon_s": config.online.drain_horizon_s,
+    })
+}
+
+/// `--evaluate --seeds N`: N weeks (seeds `config.seed`, `config.seed + 1`, …) on as many
+/// threads as there are cores; each week's gain, then their mean, standard deviation and range.
+fn evaluate_seeds(
+    config: &gantry_sim::mig_day::DayConfig,
+    seeds: u32,
+    json: bool,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<ExitCode> {
+    use gantry_sim::mig_day::{DayConfig, Evaluation, evaluate};
+    let configs: Vec<DayConfig> =
+        (0..u64::from(seeds)).map(|i| DayConfig { seed: config.seed.wrapping_add(i), ..config.clone() }).collect();
+    // Each week replays the same number of layouts: the bar's length is known after the first.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(configs.len());
+    let mut weeks: Vec<Option<Result<Evaluation, String>>> = (0..configs.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let configs = &configs;
+                scope.spawn(move || {
+                    (t..configs.len())
+                        .step_by(threads)
+                        .map(|i| {
+                            let mut last = 0;
+                            let week = evaluate(&configs[i], gantry_catalog::Catalog::embedded(), |done, total| {
+                                if bar.length() == Some(0) {
+                                    bar.set_length((total * configs.len()) as u64);
+                                }
+                                bar.inc((done - last) as u64);
+                                last = done;
+                            });
+                            (i, week)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for handle in handles {
+            for (i, week) in handle.join().expect("an evaluation thread panicked") {
+                weeks[i] = Some(week);
+            }
+        }
+    });
+    bar.finish_and_clear();
+    let weeks: Vec<Evaluation> = weeks
+        .into_iter()
+        .map(|w| w.expect("every week ran").map_err(|e| anyhow::anyhow!(e)))
+        .collect::<Result<_, _>>()?;
+    let gains: Vec<f64> = weeks.iter().map(|w| w.gain_pct).collect();
+    let n = gains.len() as f64;
+    let mean = gains.iter().sum::<f64>() / n;
+    let sd = (gains.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt();
+    let min = gains.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = gains.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if json {
+        let out = serde_json::json!({
+            "config": config_json(config),
+            "weeks": configs.iter().zip(&weeks).map(|(c, w)| serde_json::json!({
+                "seed": c.seed,
+                "best_static": result_json(&w.statics[w.best_static]),
+                "dynamic": result_json(&w.dynamic),
+                "gain_pct": w.gain_pct,
+            })).collect::<Vec<_>>(),
+            "gain_pct": { "mean": mean, "sd": sd, "min": min, "max": max },
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{} runs of {} days, {} × 8 {} ({} GPUs), load {}, seeds {}..={}: inference on MIG by day (08-20h), whole-GPU training by night\n",
+        seeds,
+        config.days,
+        config.nodes,
+        config.model,
+        config.nodes * config.gpus_per_node,
+        config.load,
+        configs[0].seed,
+        configs[configs.len() - 1].seed
+    );
+    println!(
+        "  {:>6} {:<32} {:>14} {:>15} {:>8}",
+        "SEED", "BEST STATIC LAYOUT", "SERVED STATIC", "SERVED DYNAMIC", "GAIN"
+    );
+    for (c, w) in configs.iter().zip(&weeks) {
+        let best = &w.statics[w.best_static];
+        println!(
+            "  {:>6} {:<32} {:>13.1}% {:>14.1}% {:>+7.1}%",
+            c.seed, best.label, best.served_pct, w.dynamic.served_pct, w.gain_pct
+        );
+    }
+    println!(
+        "\ndynamic planning serves {mean:+.1}% demand over the best static layout on average \
+         (standard deviation {sd:.1} points, range {min:+.1}% to {max:+.1}%)"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `gantry plan --evaluate`: the online planner against every static candidate.
 fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     use gantry_sim::mig_day::{DayConfig, evaluate};
@@ -208,6 +321,10 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} replays  {elapsed} (eta {eta})")
             .expect("valid template"),
     );
+    let seeds = args.seeds.unwrap_or(1);
+    if seeds > 1 {
+        return evaluate_seeds(&config, seeds, args.json, &bar);
+    }
     let result = evaluate(&config, gantry_catalog::Catalog::embedded(), |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
@@ -217,12 +334,7 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let best = &result.statics[result.best_static];
     if args.json {
         let out = serde_json::json!({
-            "config": {
-                "nodes": config.nodes, "gpus_per_node": config.gpus_per_node, "model": config.model,
-                "days": config.days, "seed": config.seed, "load": config.load,
-                "period_s": config.period_s, "reconfigure_s": config.reconfigure_s, "window_s": config.window_s,
-                "cooldown_s": config.online.cooldown_s, "drain_horizon_s": config.online.drain_horizon_s,
-            },
+            "config": config_json(&config),
             "best_static": result_json(best),
             "dynamic": result_json(&result.dynamic),
             "gain_pct": result.gain_pct,

@@ -966,7 +966,22 @@ fn plan_evaluate_compares_dynamic_planning_with_the_best_static_layout() {
     assert!(out["dynamic"]["reconfigurations"].as_u64().expect("count") > 0, "{out}");
     assert_eq!(out["best_static"]["reconfigurations"], 0);
     assert!(out["statics"].as_array().expect("list").len() > 10);
+    // Several weeks: each one's gain, and their summary; the first week is the run above.
+    let run = gantry(&["plan", "--evaluate", "--days", "1", "--nodes", "2", "--seed", "3", "--seeds", "3", "--json"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let weeks: serde_json::Value = serde_json::from_str(&stdout(&run)).expect("json");
+    let list = weeks["weeks"].as_array().expect("list");
+    let seeds: Vec<u64> = list.iter().map(|w| w["seed"].as_u64().expect("seed")).collect();
+    assert_eq!(seeds, [3, 4, 5]);
+    assert_eq!(list[0]["gain_pct"], out["gain_pct"], "same seed, same result");
+    let gains: Vec<f64> = list.iter().map(|w| w["gain_pct"].as_f64().expect("gain")).collect();
+    let mean = weeks["gain_pct"]["mean"].as_f64().expect("mean");
+    assert!((mean - gains.iter().sum::<f64>() / 3.0).abs() < 1e-9, "{weeks}");
+    assert_eq!(weeks["gain_pct"]["min"].as_f64(), gains.iter().copied().reduce(f64::min));
+    assert_eq!(weeks["gain_pct"]["max"].as_f64(), gains.iter().copied().reduce(f64::max));
     for (args, says) in [
+        (&["plan", "--evaluate", "--seeds", "0"][..], "--seeds"),
+        (&["plan", "--workload", "../../examples/plan-mix.toml", "--seeds", "2"][..], "--seeds applies to --evaluate"),
         (&["plan", "--evaluate", "--load", "9"][..], "outside"),
         (&["plan", "--evaluate", "--days", "0"][..], "--days"),
         (&["plan", "--evaluate", "--workload", "x.toml"][..], "cannot be used with"),
