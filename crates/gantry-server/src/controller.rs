@@ -1359,6 +1359,9 @@ impl Controller {
         // Could each ever run here? Placed, then released, on the empty fleet — or, for a job
         // asking for MIG instances no GPU is carved into now, on the empty fleet as the planner
         // would lay it out for the job alone (it waits for that layout; `GET /v1/plan`).
+        // The layout check plans the whole fleet: once per distinct request, not per element
+        // of an array of thousands.
+        let mut laid_out: BTreeMap<String, bool> = BTreeMap::new();
         for job in &jobs {
             let compiled =
                 self.empty.compile(job).map_err(|e| ApiError::BadRequest(format!("job {:?}: {e}", job.name)))?;
@@ -1366,7 +1369,9 @@ impl Controller {
                 Ok(alloc) => {
                     self.empty.release(alloc).map_err(|e| ApiError::Internal(e.to_string()))?;
                 }
-                Err(_) if self.fits_once_laid_out(job) => {
+                Err(_)
+                    if *laid_out.entry(format!("{:?}", job.groups)).or_insert_with(|| self.fits_once_laid_out(job)) =>
+                {
                     tracing::info!(job = %job.name, "accepted: needs MIG instances no GPU has now (see GET /v1/plan)");
                 }
                 Err(reasons) => {
