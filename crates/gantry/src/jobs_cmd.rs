@@ -204,6 +204,26 @@ pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
     send(&args.server, &args.script.display().to_string(), &crate::sbatch::workload(job), args.wait)
 }
 
+/// Ids as a short list: runs of three or more consecutive ids as `first-last` (an array of
+/// 4,096 jobs reads `1-4096`, not four thousand numbers).
+fn id_ranges(ids: &[u64]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        if j - i >= 2 {
+            parts.push(format!("{}-{}", ids[i], ids[j]));
+        } else {
+            parts.extend(ids[i..=j].iter().map(u64::to_string));
+        }
+        i = j + 1;
+    }
+    parts.join(" ")
+}
+
 /// Submit a workload text, print the ids, optionally wait for the jobs to end.
 fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Result<ExitCode> {
     let reply = server.call("POST", "/v1/jobs", Some(text)).with_context(|| what.to_string())?;
@@ -211,8 +231,7 @@ fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Resul
     if server.json {
         println!("{reply}");
     } else {
-        let list: Vec<String> = ids.iter().map(u64::to_string).collect();
-        println!("submitted {} job(s): {}", ids.len(), list.join(" "));
+        println!("submitted {} job(s): {}", ids.len(), id_ranges(&ids));
     }
     if !wait {
         return Ok(ExitCode::SUCCESS);
@@ -365,6 +384,14 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn consecutive_ids_read_as_ranges() {
+        assert_eq!(id_ranges(&[]), "");
+        assert_eq!(id_ranges(&[1, 2]), "1 2");
+        assert_eq!(id_ranges(&[1, 2, 3, 7, 9, 10, 11, 12]), "1-3 7 9-12");
+        assert_eq!(id_ranges(&(5..=4100).collect::<Vec<_>>()), "5-4100");
+    }
 
     #[test]
     fn epoch_seconds_read_as_utc_dates() {
