@@ -547,7 +547,7 @@ fn tied_of_node(
     let mut top: Option<[i64; 5]> = None;
     let mut tied = Vec::new();
     for (i, option) in options.iter().enumerate() {
-        let keys = policy::score(state, node, group, option, ctx, 0).node;
+        let keys = policy::score(state, node, group, option, ctx, 0, 0).node;
         if top.is_none_or(|t| keys > t) {
             top = Some(keys);
             tied.clear();
@@ -600,6 +600,7 @@ fn best_of_node(
         }
         _ => policy::fragmentation_before(state, node, ctx),
     };
+    let gathered = policy::gathered(state, node, group, ctx);
     // Options on GPUs with the same free compute lead to the same state: score the first
     // of each (lowest GPU index, which wins ties anyway). (Policies drawing GPUs at random
     // go through `tied_of_node` instead.)
@@ -613,7 +614,7 @@ fn best_of_node(
             }
             seen_free.push(free);
         }
-        let score = policy::score(state, node, group, option, ctx, frag_before);
+        let score = policy::score(state, node, group, option, ctx, frag_before, gathered);
         if node_best.as_ref().is_none_or(|(b, _)| (score.node, score.option) > (b.node, b.option)) {
             node_best = Some((score, i));
         }

@@ -163,7 +163,7 @@ fn node_fragmentation(
 }
 
 /// Score placing one task of `group` on `node` with `option`; `frag_before` comes from
-/// [`fragmentation_before`] for the same node.
+/// [`fragmentation_before`] and `gathered` from [`gathered`] for the same node.
 pub fn score(
     state: &ClusterState,
     node: NodeIdx,
@@ -171,6 +171,7 @@ pub fn score(
     option: &TaskOption,
     ctx: &ScoreContext<'_>,
     frag_before: u64,
+    gathered: i64,
 ) -> Score {
     let n = &state.nodes[node as usize];
     let milli = option_milli(state, option) as i64;
@@ -201,22 +202,22 @@ pub fn score(
         Policy::Default => {
             let after = node_fragmentation(state, node, Some(option), group.cpu, ctx.shapes);
             // FGD does not see MIG GPUs (they hand out fixed instances), so among nodes equal
-            // for it a MIG instance goes where shared GPUs already run: shared work gathers on
-            // few nodes and the others can empty for whole-GPU gangs when layouts change.
-            let gathered = if option.grants.iter().any(|g| matches!(g, Grant::Mig { .. })) {
-                busy_shared_gpus(state, node)
-            } else {
-                0
-            };
+            // for it a MIG instance goes where shared GPUs already run (`gathered`, per node):
+            // shared work gathers on few nodes and the others can empty for whole-GPU gangs
+            // when layouts change.
             (keys(same_rack, fgd_score(frag_before, after, ctx.shape_weight) * 1000 + gathered), [gpu_fit, 0])
         }
     };
     Score { node: node_keys, option: option_keys }
 }
 
-/// GPUs of `node` not in whole mode with something running on them (< 1000: a node has at
-/// most `GPUS_PER_NODE_MAX` GPUs, so the count fits under the FGD score it is added to).
-fn busy_shared_gpus(state: &ClusterState, node: NodeIdx) -> i64 {
+/// For `default` placing a MIG instance: the GPUs of `node` not in whole mode with something
+/// running on them (< 1000: a node has at most `GPUS_PER_NODE_MAX` GPUs, so the count fits
+/// under the FGD score it is added to); 0 otherwise. Once per node, not per option.
+pub fn gathered(state: &ClusterState, node: NodeIdx, group: &CompiledGroup, ctx: &ScoreContext<'_>) -> i64 {
+    if ctx.policy != Policy::Default || !matches!(group.gpu, crate::request::GpuNeed::Mig { .. }) {
+        return 0;
+    }
     state.node_gpus(node).iter().zip(state.node_hot(node)).filter(|(g, h)| !h.whole_mode() && g.used_milli > 0).count()
         as i64
 }
