@@ -547,11 +547,20 @@ impl Controller {
             .gpus
             .iter()
             .filter(|g| g.node as usize == node_idx)
-            .map(|g| AgentGpu { index: g.index, uuid: String::new(), model: self.catalog.model(g.model).id.clone() })
+            .map(|g| AgentGpu {
+                index: g.index,
+                uuid: String::new(),
+                model: self.catalog.model(g.model).id.clone(),
+                mig_mode: None,
+                mig: Vec::new(),
+            })
             .collect();
         expected.sort_by_key(|g| g.index);
         let mut found = reg.gpus.clone();
         found.sort_by_key(|g| g.index);
+        for g in &mut found {
+            g.mig.sort();
+        }
         let shape = |gpus: &[AgentGpu]| gpus.iter().map(|g| format!("{}:{}", g.index, g.model)).collect::<Vec<_>>();
         if shape(&expected) != shape(&found) {
             return Err(ApiError::BadRequest(format!(
@@ -564,6 +573,33 @@ impl Controller {
         if let Some(g) = found.iter().find(|g| g.uuid.is_empty() || g.uuid.len() > 128 || g.uuid.contains([',', '\n']))
         {
             return Err(ApiError::BadRequest(format!("node {:?}: GPU {} has no usable UUID", reg.node, g.index)));
+        }
+        // MIG as the hardware has it must be MIG as the controller places it: a task given an
+        // instance the GPU does not have fails at launch, and a whole-GPU task on a MIG GPU
+        // cannot use it.
+        let fleet = engine.fleet_now();
+        let modes = &fleet.nodes[node_idx].gpus;
+        for g in found.iter().filter(|g| g.mig_mode.is_some()) {
+            let Some(ours) = modes.iter().find(|m| m.index == g.index) else { continue };
+            let expected = AgentGpu { mig_mode: None, mig: Vec::new(), ..g.clone() }.with_mode(&ours.mode);
+            if (expected.mig_mode, &expected.mig) != (g.mig_mode, &g.mig) {
+                let say = |a: &AgentGpu| match a.mig_mode {
+                    Some(true) if a.mig.is_empty() => "MIG mode with no instances".to_string(),
+                    Some(true) => format!(
+                        "MIG {}",
+                        a.mig.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect::<Vec<_>>().join(" ")
+                    ),
+                    _ => "not in MIG mode".to_string(),
+                };
+                return Err(ApiError::BadRequest(format!(
+                    "node {:?} GPU {}: the agent found it {} but the controller has it {}; make them agree \
+                     (`gantry mig apply` on the node, or the fleet file and a controller restart)",
+                    reg.node,
+                    g.index,
+                    say(g),
+                    say(&expected)
+                )));
+            }
         }
         for g in &found {
             self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());

@@ -77,6 +77,42 @@ pub struct AgentGpu {
     pub uuid: String,
     /// Catalog model id.
     pub model: String,
+    /// Whether the GPU is in MIG mode. The controller refuses a registration whose MIG modes
+    /// or layouts differ from its own (tasks would be given instances that do not exist);
+    /// absent: not checked (an agent that does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig_mode: Option<bool>,
+    /// In MIG mode: its GPU instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<AgentMigInstance>,
+}
+
+/// One MIG GPU instance an agent found: its profile and start (memory slice).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentMigInstance {
+    pub profile: String,
+    pub start: u8,
+}
+
+impl AgentGpu {
+    /// What an agent reports for a GPU in `mode` (MPS and time-slicing are the controller's
+    /// software modes: to the hardware they are whole GPUs).
+    pub fn with_mode(mut self, mode: &gantry_types::GpuMode) -> AgentGpu {
+        match mode {
+            gantry_types::GpuMode::Mig { instances } => {
+                self.mig_mode = Some(true);
+                self.mig =
+                    instances.iter().map(|i| AgentMigInstance { profile: i.profile.clone(), start: i.start }).collect();
+                self.mig.sort();
+            }
+            _ => {
+                self.mig_mode = Some(false);
+                self.mig.clear();
+            }
+        }
+        self
+    }
 }
 
 /// The controller's answer to a registration.

@@ -70,8 +70,14 @@ fn inventory(args: &AgentArgs) -> anyhow::Result<(String, Vec<AgentGpu>)> {
             }
         }
     };
-    let gpus =
-        node.gpus.iter().map(|g| AgentGpu { index: g.index, uuid: g.uuid.clone(), model: g.model.clone() }).collect();
+    let gpus = node
+        .gpus
+        .iter()
+        .map(|g| {
+            AgentGpu { index: g.index, uuid: g.uuid.clone(), model: g.model.clone(), mig_mode: None, mig: Vec::new() }
+                .with_mode(&g.mode)
+        })
+        .collect();
     Ok((node.name, gpus))
 }
 

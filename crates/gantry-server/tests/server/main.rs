@@ -456,7 +456,8 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     let (_, member) =
         server.call("POST", "/v1/tokens", Some(r#"{"name": "m", "role": "member", "queues": ["default"]}"#));
     let member = member["secret"].as_str().expect("secret").to_string();
-    let good = r#"{"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-real-0", "model": "A100-SXM4-80GB"}, {"index": 1, "uuid": "GPU-real-1", "model": "A100-SXM4-80GB"}]}"#;
+    // GPU 0 says it is not in MIG mode (as the fleet has it); GPU 1 does not say (not checked).
+    let good = r#"{"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-real-0", "model": "A100-SXM4-80GB", "mig_mode": false}, {"index": 1, "uuid": "GPU-real-1", "model": "A100-SXM4-80GB"}]}"#;
     let cases: Vec<(Option<&str>, &str, String, u16, &str)> = vec![
         (Some(&member), "/v1/agents/register", good.into(), 403, "for agent tokens"),
         (None, "/v1/agents/register", good.into(), 401, "missing token"),
@@ -483,6 +484,23 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
             "the agent found GPUs [0:A100-SXM4-80GB, 1:H100-SXM5-80GB] but the fleet file says [0:A100-SXM4-80GB, 1:A100-SXM4-80GB]",
         ),
         (Some(&agent), "/v1/agents/register", good.replace("GPU-real-1", ""), 400, "GPU 1 has no usable UUID"),
+        (
+            Some(&agent),
+            "/v1/agents/register",
+            good.replace(
+                "\"mig_mode\": false",
+                r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4}, {"profile": "3g.40gb", "start": 0}]"#,
+            ),
+            400,
+            "GPU 0: the agent found it MIG 3g.40gb@0 3g.40gb@4 but the controller has it not in MIG mode",
+        ),
+        (
+            Some(&agent),
+            "/v1/agents/register",
+            good.replace("\"mig_mode\": false", r#""mig_mode": true"#),
+            400,
+            "found it MIG mode with no instances",
+        ),
         (Some(&agent), "/v1/agents/n1/heartbeat", r#"{"tasks": []}"#.into(), 409, "register first"),
         (Some(&agent), "/v1/jobs", "[[job]]\nname = \"x\"\n".into(), 403, "an agent's"),
     ];
