@@ -705,7 +705,7 @@ fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
         let out = gantry(&["queue", "--state", state, "--json", "--server", &url, "--token", &token]);
         serde_json::from_str::<serde_json::Value>(&stdout(&out)).map_or(0, |v| v.as_array().map_or(0, Vec::len))
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while jobs("completed") == 0 {
         assert!(std::time::Instant::now() < deadline, "no demo job completed");
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -812,7 +812,7 @@ fn dashboard_pages_render_in_headless_chromium() {
         let out = gantry(&["show", "1", "--json", "--server", &url, "--token", &token]);
         stdout(&out).contains("\"completed\"")
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while !done() {
         assert!(std::time::Instant::now() < deadline, "demo job 1 did not complete");
         std::thread::sleep(std::time::Duration::from_millis(200));
