@@ -804,6 +804,17 @@ fn dashboard_pages_render_in_headless_chromium() {
     let args = ["serve", "--local", "--demo", "--listen", "127.0.0.1:0", "--data", data.to_str().expect("utf-8")];
     let (server, url) = spawn(&args);
     let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    // `--demo` submits its workload after the banner, and only into an empty store: wait for
+    // it, or the held job below would be job 1 and the demo never submitted.
+    let listed = || {
+        let out = gantry(&["queue", "--json", "--server", &url, "--token", &token]);
+        serde_json::from_str::<serde_json::Value>(&stdout(&out)).map_or(0, |v| v.as_array().map_or(0, Vec::len))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while listed() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the demo workload was not submitted");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     let held = dir.join("held.toml");
     std::fs::write(&held, "[[job]]\nname = \"waits-on-hold\"\nqueue = \"dev\"\nhold = true\n").expect("workload");
     let out = gantry(&["submit", held.to_str().expect("utf-8"), "--server", &url, "--token", &token]);
