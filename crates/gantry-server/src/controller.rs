@@ -13,7 +13,7 @@ use gantry_catalog::Catalog;
 use gantry_engine::sched::{Admission, Decision, JobId, SchedJob, Scheduler, SchedulerConfig};
 use gantry_engine::{AllocId, Engine, EngineConfig};
 use gantry_store::{JobRow, Role, SqliteStore, Store, StoreError, TokenRecord};
-use gantry_types::{Ending, Event, Fleet, GpuGrant, Job, JobState, PendingJob, TaskPlacement, TaskStart};
+use gantry_types::{Ending, Event, Fleet, GpuGrant, GpuMode, Job, JobState, PendingJob, TaskPlacement, TaskStart};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What an API call can get wrong; each maps to a 4xx or 5xx.
@@ -279,6 +279,23 @@ impl Controller {
         agents: Agents,
         now: u64,
     ) -> Result<Controller, String> {
+        // GPUs reconfigured at run time (an agent's layout adopted) keep that mode over the
+        // fleet file's: running tasks are re-adopted on the instances they hold.
+        let mut fleet = fleet.clone();
+        for (node, index, mode) in store.gpu_modes().map_err(|e| e.to_string())? {
+            let gpu = fleet
+                .nodes
+                .iter_mut()
+                .filter(|n| n.name == node)
+                .flat_map(|n| n.gpus.iter_mut())
+                .find(|g| g.index == index);
+            match (gpu, serde_json::from_str::<GpuMode>(&mode)) {
+                (Some(gpu), Ok(mode)) => gpu.mode = mode,
+                (None, _) => tracing::warn!(node, gpu = index, "a stored GPU mode names a GPU the fleet no longer has"),
+                (_, Err(e)) => tracing::warn!(node, gpu = index, error = %e, "a stored GPU mode does not read"),
+            }
+        }
+        let fleet = &fleet;
         let engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
         let empty = engine.clone();
         let uuids = fleet
@@ -574,31 +591,83 @@ impl Controller {
         {
             return Err(ApiError::BadRequest(format!("node {:?}: GPU {} has no usable UUID", reg.node, g.index)));
         }
-        // MIG as the hardware has it must be MIG as the controller places it: a task given an
-        // instance the GPU does not have fails at launch, and a whole-GPU task on a MIG GPU
-        // cannot use it.
+        // MIG as the hardware has it is MIG as the controller places it: where they differ, an
+        // idle GPU takes the agent's layout (someone ran `gantry mig apply` or nvidia-smi on
+        // the node); a busy one refuses the registration — its tasks hold instances or a card
+        // the hardware no longer has as recorded.
         let fleet = engine.fleet_now();
-        let modes = &fleet.nodes[node_idx].gpus;
+        let ours = &fleet.nodes[node_idx].gpus;
+        let mut adopt: Vec<(u32, GpuMode)> = Vec::new();
         for g in found.iter().filter(|g| g.mig_mode.is_some()) {
-            let Some(ours) = modes.iter().find(|m| m.index == g.index) else { continue };
-            let expected = AgentGpu { mig_mode: None, mig: Vec::new(), ..g.clone() }.with_mode(&ours.mode);
-            if (expected.mig_mode, &expected.mig) != (g.mig_mode, &g.mig) {
-                let say = |a: &AgentGpu| match a.mig_mode {
-                    Some(true) if a.mig.is_empty() => "MIG mode with no instances".to_string(),
-                    Some(true) => format!(
-                        "MIG {}",
-                        a.mig.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect::<Vec<_>>().join(" ")
-                    ),
-                    _ => "not in MIG mode".to_string(),
-                };
+            let Some(have) = ours.iter().find(|m| m.index == g.index) else { continue };
+            let expected = AgentGpu { mig_mode: None, mig: Vec::new(), ..g.clone() }.with_mode(&have.mode);
+            if (expected.mig_mode, &expected.mig) == (g.mig_mode, &g.mig) {
+                continue;
+            }
+            let say = |a: &AgentGpu| match a.mig_mode {
+                Some(true) if a.mig.is_empty() => "MIG mode with no instances".to_string(),
+                Some(true) => format!(
+                    "MIG {}",
+                    a.mig.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect::<Vec<_>>().join(" ")
+                ),
+                _ => "not in MIG mode".to_string(),
+            };
+            let gpu = &state.gpus[state
+                .gpus
+                .iter()
+                .position(|x| x.node as usize == node_idx && x.index == g.index)
+                .expect("checked above")];
+            if !gpu.idle() {
                 return Err(ApiError::BadRequest(format!(
-                    "node {:?} GPU {}: the agent found it {} but the controller has it {}; make them agree \
-                     (`gantry mig apply` on the node, or the fleet file and a controller restart)",
+                    "node {:?} GPU {}: the agent found it {} but the controller has it {} with work on it; \
+                     put the layout back (`gantry mig apply` on the node) or let the work end first",
                     reg.node,
                     g.index,
                     say(g),
                     say(&expected)
                 )));
+            }
+            let mode = if g.mig_mode == Some(true) {
+                let instances: Vec<gantry_types::MigInstanceSpec> = g
+                    .mig
+                    .iter()
+                    .map(|i| gantry_types::MigInstanceSpec { profile: i.profile.clone(), start: i.start })
+                    .collect();
+                let model = self.catalog.model(gpu.model);
+                let legal = match model.mig.as_ref() {
+                    Some(geometry) => geometry.validate_layout(&model.id, &instances).map_err(|e| e.to_string()),
+                    None => Err(format!("{} does not support MIG", model.id)),
+                };
+                if let Err(why) = legal {
+                    return Err(ApiError::BadRequest(format!(
+                        "node {:?} GPU {}: the agent reports {} that the catalog does not allow: {why}",
+                        reg.node,
+                        g.index,
+                        say(g)
+                    )));
+                }
+                GpuMode::Mig { instances }
+            } else {
+                GpuMode::Whole
+            };
+            adopt.push((g.index, mode));
+        }
+        if !adopt.is_empty() {
+            // Recorded first: a restart then rebuilds the GPU as the hardware has it.
+            let specs: BTreeMap<u64, Job> = self
+                .store
+                .jobs(&[JobState::Pending, JobState::Running])?
+                .into_iter()
+                .map(|row| (row.id, row.job))
+                .collect();
+            for (index, mode) in &adopt {
+                let text = serde_json::to_string(mode).map_err(|e| ApiError::Internal(e.to_string()))?;
+                self.store.set_gpu_mode(&reg.node, *index, &text)?;
+                self.scheduler
+                    .set_gpu_mode(&reg.node, *index, mode, |id| specs.get(&id).cloned())
+                    .map_err(ApiError::Internal)?;
+                self.empty.set_gpu_mode(&reg.node, *index, mode).map_err(|e| ApiError::Internal(e.to_string()))?;
+                tracing::info!(node = %reg.node, gpu = index, mode = %mode.text(), "took the GPU mode the agent found");
             }
         }
         for g in &found {

@@ -132,6 +132,16 @@ pub fn tokens<S: Store>(mut make: impl FnMut() -> S) {
 }
 
 /// Drained nodes: kept, idempotent, undone by resume.
+pub fn gpu_modes_replace_per_gpu<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    assert_eq!(store.gpu_modes().expect("reads"), Vec::<(String, u32, String)>::new());
+    store.set_gpu_mode("b", 1, "whole").expect("writes");
+    store.set_gpu_mode("a", 3, "mig-1").expect("writes");
+    store.set_gpu_mode("a", 3, "mig-2").expect("replaces");
+    let modes = store.gpu_modes().expect("reads");
+    assert_eq!(modes, [("a".to_string(), 3, "mig-2".to_string()), ("b".to_string(), 1, "whole".to_string())]);
+}
+
 pub fn drained_nodes<S: Store>(mut make: impl FnMut() -> S) {
     let mut store = make();
     assert_eq!(store.drained().expect("reads"), Vec::<String>::new());

@@ -132,6 +132,11 @@ pub trait Store {
     fn set_drained(&mut self, node: &str, drained: bool) -> Result<(), StoreError>;
     /// The drained nodes, by name.
     fn drained(&self) -> Result<Vec<String>, StoreError>;
+    /// Record the mode a GPU was reconfigured to at run time (an opaque JSON text; a second
+    /// write for the same GPU replaces it): it overrides the fleet file's after a restart.
+    fn set_gpu_mode(&mut self, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError>;
+    /// The recorded GPU modes: (node, GPU index, mode), by node and index.
+    fn gpu_modes(&self) -> Result<Vec<(String, u32, String)>, StoreError>;
     /// Add to the ledger, all or none: rows for the same (hour, job, model) add up.
     fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError>;
     /// Ledger rows of the hours that start in `[from_s, to_s)`, by hour, job and model.

@@ -39,6 +39,12 @@ CREATE TABLE IF NOT EXISTS tokens (
 CREATE TABLE IF NOT EXISTS drained (
     node TEXT PRIMARY KEY
 );
+CREATE TABLE IF NOT EXISTS gpu_modes (
+    node TEXT    NOT NULL,
+    gpu  INTEGER NOT NULL,
+    mode TEXT    NOT NULL,
+    PRIMARY KEY (node, gpu)
+);
 CREATE TABLE IF NOT EXISTS usage (
     hour_s            INTEGER NOT NULL,
     job_id            INTEGER NOT NULL,
@@ -56,8 +62,8 @@ CREATE TABLE IF NOT EXISTS series (
 ";
 
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
-/// `usage`, 5 `series`; an older store gets the new tables when opened.
-const SCHEMA_VERSION: i64 = 5;
+/// `usage`, 5 `series`, 6 `gpu_modes`; an older store gets the new tables when opened.
+const SCHEMA_VERSION: i64 = 6;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -294,6 +300,21 @@ impl Store for SqliteStore {
     fn drained(&self) -> Result<Vec<String>, StoreError> {
         let mut stmt = self.conn.prepare_cached("SELECT node FROM drained ORDER BY node")?;
         let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn set_gpu_mode(&mut self, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError> {
+        self.conn.execute(
+            "INSERT INTO gpu_modes (node, gpu, mode) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (node, gpu) DO UPDATE SET mode = excluded.mode",
+            params![node, gpu, mode],
+        )?;
+        Ok(())
+    }
+
+    fn gpu_modes(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT node, gpu, mode FROM gpu_modes ORDER BY node, gpu")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, String>(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -560,6 +560,8 @@ fn plan_advice(args: &NodesArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = plan["deferred"].as_u64().filter(|&n| n > 0) {
         println!("  {n} more change(s) wait: their GPUs' work ends later, or they changed within the cooldown");
     }
-    println!("advice only: the service does not reconfigure GPUs yet (`gantry mig apply` does, on the node)");
+    println!(
+        "advice only: the service does not reconfigure GPUs yet (`gantry mig apply` on the node, then restart its agent: the controller takes the layout)"
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -100,6 +100,9 @@ pub fn run(args: MigArgs) -> anyhow::Result<ExitCode> {
                 text(&applied.created),
                 text(&target)
             );
+            if !dry_run {
+                println!("restart this node's `gantry agent`: on registering, the controller takes the new layout");
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

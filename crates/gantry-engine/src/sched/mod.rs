@@ -274,6 +274,40 @@ impl Scheduler {
         self.engine.set_drained(node, drained).map_err(|e| e.to_string())
     }
 
+    /// Reconfigure an idle GPU ([`Engine::set_gpu_mode`]) and compile every job the scheduler
+    /// holds again against the new device classes, from its spec (`spec_of`, by id). Every
+    /// spec is looked up first: a job without one is the error and nothing changes. Returns
+    /// whether the mode changed.
+    pub fn set_gpu_mode(
+        &mut self,
+        node: &str,
+        index: u32,
+        mode: &gantry_types::GpuMode,
+        spec_of: impl Fn(JobId) -> Option<gantry_types::Job>,
+    ) -> Result<bool, String> {
+        let specs: Vec<(JobId, gantry_types::Job)> = self
+            .jobs
+            .keys()
+            .map(|&id| {
+                spec_of(id).map(|spec| (id, spec)).ok_or_else(|| format!("job {id}: no spec to compile it again"))
+            })
+            .collect::<Result<_, _>>()?;
+        if !self.engine.set_gpu_mode(node, index, mode).map_err(|e| e.to_string())? {
+            return Ok(false);
+        }
+        self.last_reservation = None;
+        for (id, spec) in specs {
+            let entry = self.jobs.get_mut(&id).expect("looked up above");
+            if self.engine.is_current(&entry.job.compiled) {
+                continue;
+            }
+            // A spec that compiled before compiles again: compiling reads the catalog and the
+            // fleet's models, which a mode change leaves as they were.
+            entry.job.compiled = self.engine.compile(&spec).map_err(|e| format!("job {id}: {e}"))?;
+        }
+        Ok(true)
+    }
+
     /// Mark a node ready (its agent is connected) or not: nothing new starts on a node that
     /// is not ready; what runs there keeps running.
     pub fn set_ready(&mut self, node: &str, ready: bool) -> Result<bool, String> {

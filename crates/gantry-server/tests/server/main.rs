@@ -487,19 +487,9 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
         (
             Some(&agent),
             "/v1/agents/register",
-            good.replace(
-                "\"mig_mode\": false",
-                r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4}, {"profile": "3g.40gb", "start": 0}]"#,
-            ),
+            good.replace("\"mig_mode\": false", r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 2}]"#),
             400,
-            "GPU 0: the agent found it MIG 3g.40gb@0 3g.40gb@4 but the controller has it not in MIG mode",
-        ),
-        (
-            Some(&agent),
-            "/v1/agents/register",
-            good.replace("\"mig_mode\": false", r#""mig_mode": true"#),
-            400,
-            "found it MIG mode with no instances",
+            "GPU 0: the agent reports MIG 3g.40gb@2 that the catalog does not allow",
         ),
         (Some(&agent), "/v1/agents/n1/heartbeat", r#"{"tasks": []}"#.into(), 409, "register first"),
         (Some(&agent), "/v1/jobs", "[[job]]\nname = \"x\"\n".into(), 403, "an agent's"),
@@ -803,5 +793,47 @@ fn a_mig_job_no_gpu_is_carved_for_yet_waits_for_a_layout_and_the_planner_propose
         server.call("DELETE", &format!("/v1/jobs/{id}"), None);
         server.wait_for(*id, JobState::Cancelled);
     }
+    server.stop();
+}
+
+/// `gantry mig apply` (or nvidia-smi) on a node, then its agent registers again: an idle GPU
+/// takes the layout the hardware has — recorded, so a restart keeps it under the task that
+/// runs there — and a waiting MIG job starts on it; a busy GPU's disagreement is refused.
+#[test]
+fn an_agents_mig_layout_is_taken_on_idle_gpus_and_kept_across_restarts() {
+    let server = Server::remote("adopt");
+    let (status, agent) = server.call("POST", "/v1/tokens", Some(r#"{"name": "rack1", "role": "agent"}"#));
+    assert_eq!(status, 201, "{agent}");
+    let agent = agent["secret"].as_str().expect("secret").to_string();
+    let ids = server.submit("[[job]]\nname = \"infer\"\ngpu = { mig = \"3g.40gb\" }\ncommand = \"sleep 600\"\n");
+    let register = |body: &str| server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(body));
+    let mode_of_gpu0 = |server: &Server| server.call("GET", "/v1/nodes", None).1[0]["gpus"][0]["mode"].clone();
+    let mig = r#"{"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-a", "model": "A100-SXM4-80GB", "mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4}, {"profile": "3g.40gb", "start": 0}]}, {"index": 1, "uuid": "GPU-b", "model": "A100-SXM4-80GB", "mig_mode": false}]}"#;
+    // A layout the catalog forbids is refused, and nothing is taken.
+    let (status, reply) = register(&mig.replace(r#""start": 4"#, r#""start": 2"#));
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply["error"].as_str().expect("error").contains("does not allow"), "{reply}");
+    assert_eq!(mode_of_gpu0(&server), "whole");
+    // The hardware's layout is taken: the waiting job starts on an instance of it.
+    let (status, reply) = register(mig);
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(mode_of_gpu0(&server), "mig");
+    server.wait_for(ids[0], JobState::Running);
+    let (_, job) = server.call("GET", &format!("/v1/jobs/{}", ids[0]), None);
+    assert_eq!(job["tasks"][0]["placement"]["gpus"][0]["kind"], "mig", "{job}");
+    // GPU 0 is busy now: an agent that finds it whole again is refused.
+    let (status, reply) = register(&mig.replace(
+        r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4}, {"profile": "3g.40gb", "start": 0}]"#,
+        r#""mig_mode": false"#,
+    ));
+    assert_eq!(status, 400, "{reply}");
+    assert!(reply["error"].as_str().expect("error").contains("with work on it"), "{reply}");
+    // A restart keeps the layout (the fleet file still says whole) and the job on its instance.
+    let data = server.stop();
+    let agents = gantry_server::controller::Agents::Remote { heartbeat_timeout_s: 30 };
+    let server = Server::start_agents(data, gantry_engine::sched::SchedulerConfig::default(), FLEET, agents);
+    assert_eq!(mode_of_gpu0(&server), "mig");
+    assert_eq!(server.state(ids[0]).0, JobState::Running);
+    server.call("DELETE", &format!("/v1/jobs/{}", ids[0]), None);
     server.stop();
 }

@@ -32,6 +32,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::state_is_derived_from_the_log(memory);
     conformance::tokens(memory);
     conformance::drained_nodes(memory);
+    conformance::gpu_modes_replace_per_gpu(memory);
     conformance::usage_ledger(memory);
     conformance::series_points(memory);
     conformance::lifecycle(file_store("lifecycle"));
@@ -39,6 +40,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::state_is_derived_from_the_log(file_store("derived"));
     conformance::tokens(file_store("tokens"));
     conformance::drained_nodes(file_store("drained"));
+    conformance::gpu_modes_replace_per_gpu(file_store("gpu-modes"));
     conformance::usage_ledger(file_store("usage"));
     conformance::series_points(file_store("series"));
 }
