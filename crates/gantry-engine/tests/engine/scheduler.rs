@@ -173,3 +173,31 @@ fn a_drained_node_takes_nothing_new_until_resumed() {
     assert!(engine.set_drained("nope", true).is_err());
     engine.check_invariants().expect("consistent");
 }
+
+/// A GPU reconfigured under a running scheduler: every job it holds is compiled again from
+/// its spec, so a MIG job that waited for the layout starts; without a job's spec nothing
+/// changes.
+#[test]
+fn a_reconfigured_gpu_takes_the_waiting_mig_job_once_jobs_are_compiled_again() {
+    let mut s = Scheduler::new(engine(TWO_GPUS, Policy::Default), SchedulerConfig::default());
+    let spec = jobs("[[job]]\nname = \"infer\"\ngpu = { mig = \"3g.40gb\" }\n").remove(0);
+    let mig = SchedJob {
+        name: "infer".into(),
+        queue: "default".into(),
+        priority: 0,
+        lifecycle: Default::default(),
+        control: Default::default(),
+        planned_length_s: Some(100),
+        after: Vec::new(),
+        compiled: s.engine().compile(&spec).expect("compiles"),
+    };
+    s.submit(1, mig, 0).expect("submits");
+    assert_eq!(started(&s.cycle(0)), Vec::<u64>::new(), "no GPU is in MIG mode yet");
+    let instances = [0, 4].map(|start| gantry_types::MigInstanceSpec { profile: "3g.40gb".into(), start }).to_vec();
+    let layout = gantry_types::GpuMode::Mig { instances };
+    // A spec missing: refused, and the GPU keeps its mode.
+    assert!(s.set_gpu_mode("n", 0, &layout, |_| None).unwrap_err().contains("job 1"));
+    assert_eq!(s.engine().fleet_now().nodes[0].gpus[0].mode, gantry_types::GpuMode::Whole);
+    assert_eq!(s.set_gpu_mode("n", 0, &layout, |id| (id == 1).then(|| spec.clone())), Ok(true));
+    assert_eq!(started(&s.cycle(1)), [1], "compiled again, it starts on the new instances");
+}
