@@ -12,7 +12,10 @@ data=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
 "$GANTRY" serve --local --demo --data "$data" --listen 127.0.0.1:$port 2>"$data/serve.log" &
 pid=$!
-sleep 1
+# --demo submits its workload once the controller is up, and only into an empty store: wait
+# for it, so that the long jobs below come after the demo's (and do not stop it).
+for _ in $(seq 1 600); do grep -q "demo: submitted" "$data/serve.log" 2>/dev/null && break; sleep 0.1; done
+grep -q "demo: submitted" "$data/serve.log" || { echo "the demo workload was not submitted" >&2; exit 1; }
 token=$(cat "$data/admin.token")
 export GANTRY_SERVER=http://127.0.0.1:$port GANTRY_TOKEN=$token
 cat > "$data/long.toml" <<'TOML'
