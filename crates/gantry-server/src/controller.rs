@@ -601,17 +601,10 @@ impl Controller {
         for g in found.iter().filter(|g| g.mig_mode.is_some()) {
             let Some(have) = ours.iter().find(|m| m.index == g.index) else { continue };
             let expected = AgentGpu { mig_mode: None, mig: Vec::new(), ..g.clone() }.with_mode(&have.mode);
+            let Some(hardware) = g.mode() else { continue };
             if (expected.mig_mode, &expected.mig) == (g.mig_mode, &g.mig) {
                 continue;
             }
-            let say = |a: &AgentGpu| match a.mig_mode {
-                Some(true) if a.mig.is_empty() => "MIG mode with no instances".to_string(),
-                Some(true) => format!(
-                    "MIG {}",
-                    a.mig.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect::<Vec<_>>().join(" ")
-                ),
-                _ => "not in MIG mode".to_string(),
-            };
             let gpu = &state.gpus[state
                 .gpus
                 .iter()
@@ -623,19 +616,14 @@ impl Controller {
                      put the layout back (`gantry mig apply` on the node) or let the work end first",
                     reg.node,
                     g.index,
-                    say(g),
-                    say(&expected)
+                    hardware.text(),
+                    have.mode.text()
                 )));
             }
-            let mode = if g.mig_mode == Some(true) {
-                let instances: Vec<gantry_types::MigInstanceSpec> = g
-                    .mig
-                    .iter()
-                    .map(|i| gantry_types::MigInstanceSpec { profile: i.profile.clone(), start: i.start })
-                    .collect();
+            if let GpuMode::Mig { instances } = &hardware {
                 let model = self.catalog.model(gpu.model);
                 let legal = match model.mig.as_ref() {
-                    Some(geometry) => geometry.validate_layout(&model.id, &instances).map_err(|e| e.to_string()),
+                    Some(geometry) => geometry.validate_layout(&model.id, instances).map_err(|e| e.to_string()),
                     None => Err(format!("{} does not support MIG", model.id)),
                 };
                 if let Err(why) = legal {
@@ -643,14 +631,11 @@ impl Controller {
                         "node {:?} GPU {}: the agent reports {} that the catalog does not allow: {why}",
                         reg.node,
                         g.index,
-                        say(g)
+                        hardware.text()
                     )));
                 }
-                GpuMode::Mig { instances }
-            } else {
-                GpuMode::Whole
-            };
-            adopt.push((g.index, mode));
+            }
+            adopt.push((g.index, hardware));
         }
         if !adopt.is_empty() {
             // Recorded first: a restart then rebuilds the GPU as the hardware has it.

@@ -96,6 +96,21 @@ pub struct AgentMigInstance {
 }
 
 impl AgentGpu {
+    /// The mode the hardware has, as the controller would record it (MIG with the reported
+    /// instances, else whole); `None` when the agent does not say.
+    pub fn mode(&self) -> Option<gantry_types::GpuMode> {
+        self.mig_mode.map(|mig| match mig {
+            true => gantry_types::GpuMode::Mig {
+                instances: self
+                    .mig
+                    .iter()
+                    .map(|i| gantry_types::MigInstanceSpec { profile: i.profile.clone(), start: i.start })
+                    .collect(),
+            },
+            false => gantry_types::GpuMode::Whole,
+        })
+    }
+
     /// What an agent reports for a GPU in `mode` (MPS and time-slicing are the controller's
     /// software modes: to the hardware they are whole GPUs).
     pub fn with_mode(mut self, mode: &gantry_types::GpuMode) -> AgentGpu {

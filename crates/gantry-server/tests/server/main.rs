@@ -489,7 +489,7 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
             "/v1/agents/register",
             good.replace("\"mig_mode\": false", r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 2}]"#),
             400,
-            "GPU 0: the agent reports MIG 3g.40gb@2 that the catalog does not allow",
+            "GPU 0: the agent reports mig 3g.40gb@2 that the catalog does not allow",
         ),
         (Some(&agent), "/v1/agents/n1/heartbeat", r#"{"tasks": []}"#.into(), 409, "register first"),
         (Some(&agent), "/v1/jobs", "[[job]]\nname = \"x\"\n".into(), 403, "an agent's"),
