@@ -109,6 +109,13 @@ impl Server {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// A new agent token's secret.
+    fn agent_token(&self) -> String {
+        let (status, agent) = self.call("POST", "/v1/tokens", Some(r#"{"name": "rack1", "role": "agent"}"#));
+        assert_eq!(status, 201, "{agent}");
+        agent["secret"].as_str().expect("secret").to_string()
+    }
+
     fn submit(&self, workload: &str) -> Vec<u64> {
         let (status, body) = self.call("POST", "/v1/jobs", Some(workload));
         assert_eq!(status, 201, "{body}");
@@ -450,9 +457,7 @@ fn nodes_show_their_gpus_and_a_drain_holds_new_work_across_restarts() {
 #[test]
 fn agents_register_against_the_fleet_and_reports_count_once() {
     let server = Server::remote("agent-protocol");
-    let (status, agent) = server.call("POST", "/v1/tokens", Some(r#"{"name": "rack1", "role": "agent"}"#));
-    assert_eq!(status, 201, "{agent}");
-    let agent = agent["secret"].as_str().expect("secret").to_string();
+    let agent = server.agent_token();
     let (_, member) =
         server.call("POST", "/v1/tokens", Some(r#"{"name": "m", "role": "member", "queues": ["default"]}"#));
     let member = member["secret"].as_str().expect("secret").to_string();
@@ -802,9 +807,7 @@ fn a_mig_job_no_gpu_is_carved_for_yet_waits_for_a_layout_and_the_planner_propose
 #[test]
 fn an_agents_mig_layout_is_taken_on_idle_gpus_and_kept_across_restarts() {
     let server = Server::remote("adopt");
-    let (status, agent) = server.call("POST", "/v1/tokens", Some(r#"{"name": "rack1", "role": "agent"}"#));
-    assert_eq!(status, 201, "{agent}");
-    let agent = agent["secret"].as_str().expect("secret").to_string();
+    let agent = server.agent_token();
     let ids = server.submit("[[job]]\nname = \"infer\"\ngpu = { mig = \"3g.40gb\" }\ncommand = \"sleep 600\"\n");
     let register = |body: &str| server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(body));
     let mode_of_gpu0 = |server: &Server| server.call("GET", "/v1/nodes", None).1[0]["gpus"][0]["mode"].clone();
