@@ -9,6 +9,7 @@ mod agent_cmd;
 mod catalog_cmd;
 mod jobs_cmd;
 mod mig_cmd;
+mod parallel;
 mod place_cmd;
 mod plan_cmd;
 mod sbatch;

@@ -217,41 +217,18 @@ fn evaluate_seeds(
     let configs: Vec<DayConfig> =
         (0..u64::from(seeds)).map(|i| DayConfig { seed: config.seed.wrapping_add(i), ..config.clone() }).collect();
     // Each week replays the same number of layouts: the bar's length is known after the first.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(configs.len());
-    let mut weeks: Vec<Option<Result<Evaluation, String>>> = (0..configs.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let configs = &configs;
-                scope.spawn(move || {
-                    (t..configs.len())
-                        .step_by(threads)
-                        .map(|i| {
-                            let mut last = 0;
-                            let week = evaluate(&configs[i], gantry_catalog::Catalog::embedded(), |done, total| {
-                                if bar.length() == Some(0) {
-                                    bar.set_length((total * configs.len()) as u64);
-                                }
-                                bar.inc((done - last) as u64);
-                                last = done;
-                            });
-                            (i, week)
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        for handle in handles {
-            for (i, week) in handle.join().expect("an evaluation thread panicked") {
-                weeks[i] = Some(week);
+    let weeks = crate::parallel::map(&configs, |config| {
+        let mut last = 0;
+        evaluate(config, gantry_catalog::Catalog::embedded(), |done, total| {
+            if bar.length() == Some(0) {
+                bar.set_length((total * configs.len()) as u64);
             }
-        }
+            bar.inc((done - last) as u64);
+            last = done;
+        })
     });
     bar.finish_and_clear();
-    let weeks: Vec<Evaluation> = weeks
-        .into_iter()
-        .map(|w| w.expect("every week ran").map_err(|e| anyhow::anyhow!(e)))
-        .collect::<Result<_, _>>()?;
+    let weeks: Vec<Evaluation> = weeks.into_iter().collect::<Result<_, _>>().map_err(|e| anyhow::anyhow!(e))?;
     let gains: Vec<f64> = weeks.iter().map(|w| w.gain_pct).collect();
     let n = gains.len() as f64;
     let mean = gains.iter().sum::<f64>() / n;

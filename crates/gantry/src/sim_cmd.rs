@@ -279,29 +279,16 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         }
         Ok((result, started.elapsed().as_secs_f64()))
     };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(jobs.len().max(1));
-    let mut outcomes: Vec<Option<anyhow::Result<(protocol_a::RunResult, f64)>>> =
-        (0..jobs.len()).map(|_| None).collect();
+    let threads = crate::parallel::threads(jobs.len());
     let started = std::time::Instant::now();
-    std::thread::scope(|scope| {
-        let chunks: Vec<Vec<usize>> = (0..threads).map(|t| (t..jobs.len()).step_by(threads).collect()).collect();
-        let handles: Vec<_> = chunks
-            .into_iter()
-            .map(|idx| scope.spawn(|| idx.into_iter().map(|i| (i, run_one(&jobs[i]))).collect::<Vec<_>>()))
-            .collect();
-        for handle in handles {
-            for (i, outcome) in handle.join().expect("a simulation thread panicked") {
-                outcomes[i] = Some(outcome);
-            }
-        }
-    });
+    let outcomes = crate::parallel::map(&jobs, run_one);
     let wall = started.elapsed().as_secs_f64();
     if let Some(bar) = &progress {
         bar.finish_and_clear();
     }
     let mut results = Vec::with_capacity(jobs.len());
     for (&(list, policy, seed), outcome) in jobs.iter().zip(outcomes) {
-        let (result, secs) = outcome.expect("every job ran")?;
+        let (result, secs) = outcome?;
         let agreement = reference.as_ref().map(|r| {
             let same = result.decisions.iter().zip(r).filter(|(d, (_, node))| d.node == *node).count();
             same as f64 / result.decisions.len().max(1) as f64 * 100.0
