@@ -56,7 +56,7 @@ fn main() {
                 (0..8)
                     .map(|g| GpuNow {
                         busy_until_s: ((n + g) % 3 == 0).then_some(1000 + (n * 37 % 5000) as u64),
-                        last_change_s: None,
+                        ..GpuNow::default()
                     })
                     .collect()
             })

@@ -13,6 +13,7 @@
 
 pub mod advise;
 pub mod backfill;
+pub mod consolidate;
 pub mod fairshare;
 pub mod fit;
 pub mod frag;

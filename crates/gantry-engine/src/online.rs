@@ -12,12 +12,19 @@
 //!   (hysteresis: a GPU changes at most once per cooldown, so layouts cannot flap);
 //! - a busy GPU whose work ends within the drain horizon is drained — cordoned, nothing new
 //!   placed on it — so that it becomes idle and can change; the capacity a drain leaves
-//!   unused is the caller's to measure (the simulator does). Work ending later is left alone.
+//!   unused is the caller's to measure (the simulator does). Work ending later is left alone,
+//!   unless it can move: with [`OnlineConfig::move_work`], a busy MIG GPU the target wants
+//!   whole whose tasks are all restartable elsewhere (inference replicas behind a service)
+//!   is offered in [`Step::empty`]; the caller moves its tasks into free instances on GPUs
+//!   that keep their layout — each move a restart, a cost the simulator counts — for as many
+//!   GPUs as waiting whole-GPU work needs, and plans again. Lingering inference then no longer
+//!   holds a node an 8-GPU gang needs for hours.
 //!
 //! Pure: the fleet as it is now, what runs where and until when, and the demand in; the
 //! reconfigurations and the nodes to drain out. The caller applies them
 //! (`Engine::set_gpu_mode`, `Engine::set_gpu_cordoned`) and the node agent carries them out.
 
+pub use crate::consolidate::choose_empty;
 use crate::plan::{PlanError, add_instance, plan};
 use gantry_catalog::Catalog;
 use gantry_types::{Fleet, GpuMode, GpuRequest, Job};
@@ -31,11 +38,15 @@ pub struct OnlineConfig {
     /// Drain a GPU for a change when the work in the way ends within this many seconds;
     /// 0 = never drain (only GPUs that happen to be idle change).
     pub drain_horizon_s: u64,
+    /// Offer busy MIG GPUs whose tasks can all restart elsewhere ([`GpuNow::movable`]) for
+    /// emptying ([`Step::empty`]) when the target wants them whole. Off by default: only a
+    /// caller that can move tasks (the simulator) turns it on.
+    pub move_work: bool,
 }
 
 impl Default for OnlineConfig {
     fn default() -> Self {
-        OnlineConfig { cooldown_s: 3600, drain_horizon_s: 7200 }
+        OnlineConfig { cooldown_s: 3600, drain_horizon_s: 7200, move_work: false }
     }
 }
 
@@ -47,6 +58,11 @@ pub struct GpuNow {
     pub busy_until_s: Option<u64>,
     /// When it was last reconfigured.
     pub last_change_s: Option<u64>,
+    /// Tasks running on it.
+    pub tasks: u32,
+    /// Every task on it may be stopped and restarted on another GPU (a replica of a service,
+    /// not a training run).
+    pub movable: bool,
 }
 
 /// One step's decisions.
@@ -59,6 +75,11 @@ pub struct Step {
     pub drain: BTreeMap<(String, u32), GpuMode>,
     /// Changes the target wants that wait (busy beyond the horizon, or in cooldown).
     pub deferred: u32,
+    /// With [`OnlineConfig::move_work`]: busy MIG GPUs the target wants whole, out of their
+    /// cooldown, whose tasks can all move — the cheapest to empty first (nodes with the fewest
+    /// such tasks, so that whole nodes free up for gangs). Their changes are counted in
+    /// `deferred` (or `drain`); the caller empties the first few when whole-GPU work waits.
+    pub empty: Vec<(String, u32)>,
 }
 
 /// A GPU's mode in a form two equal layouts share (instances by start).
@@ -112,6 +133,7 @@ fn change_cost(gpu: &GpuNow, now_s: u64, config: &OnlineConfig) -> u64 {
         _ if cooling => 1000,
         None => 1,
         Some(end) if config.drain_horizon_s > 0 && end <= now_s.saturating_add(config.drain_horizon_s) => 10,
+        Some(_) if config.move_work && gpu.movable => 10,
         Some(_) => 1000,
     }
 }
@@ -340,14 +362,28 @@ pub fn step(
     }
 
     let mut out = Step::default();
+    // Candidates for emptying: (tasks on the node's candidates, node, GPU index).
+    let mut empty: Vec<(u32, usize, u32)> = Vec::new();
     for (i, node) in fleet.nodes.iter().enumerate() {
         let want = chosen[i].as_ref().expect("every node was matched");
+        let mut node_tasks = 0;
+        let first = empty.len();
         for (g, gpu) in node.gpus.iter().enumerate() {
             if want[g] == current[i][g] {
                 continue;
             }
             let situation = &now[i][g];
             let cooling = situation.last_change_s.is_some_and(|t| now_s < t.saturating_add(config.cooldown_s));
+            if config.move_work
+                && !cooling
+                && situation.movable
+                && situation.busy_until_s.is_some()
+                && want[g] == GpuMode::Whole
+                && matches!(current[i][g], GpuMode::Mig { .. })
+            {
+                node_tasks += situation.tasks;
+                empty.push((0, i, gpu.index));
+            }
             match situation.busy_until_s {
                 None if !cooling => out.reconfigure.push((node.name.clone(), gpu.index, want[g].clone())),
                 Some(end)
@@ -361,7 +397,12 @@ pub fn step(
                 _ => out.deferred += 1,
             }
         }
+        for candidate in &mut empty[first..] {
+            candidate.0 = node_tasks;
+        }
     }
+    empty.sort_by_key(|&(tasks, node, index)| (tasks, node, index));
+    out.empty = empty.into_iter().map(|(_, node, index)| (fleet.nodes[node].name.clone(), index)).collect();
     Ok(out)
 }
 
@@ -423,9 +464,9 @@ mod tests {
         // Now the demand is two 4-GPU training jobs: every GPU should go whole.
         let demand = jobs("[[job]]\nname = \"train\"\ncount = 2\ngpu = { count = 4 }\n");
         let mut now = idle();
-        now[0] = vec![GpuNow { busy_until_s: Some(1000), last_change_s: None }; 4];
-        now[1] = vec![GpuNow { busy_until_s: Some(100_000), last_change_s: None }; 4];
-        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800 };
+        now[0] = vec![GpuNow { busy_until_s: Some(1000), ..GpuNow::default() }; 4];
+        now[1] = vec![GpuNow { busy_until_s: Some(100_000), ..GpuNow::default() }; 4];
+        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800, move_work: false };
         let s = step(&fleet, &now, &demand, 0, &config, catalog).expect("plans");
         assert!(s.reconfigure.is_empty(), "nothing idle: {s:?}");
         let n0: BTreeSet<(String, u32)> = (0..4).map(|i| ("n-0".to_string(), i)).collect();
@@ -500,6 +541,32 @@ mod tests {
         now[0][1].busy_until_s = Some(u64::MAX);
         let s = step(&fleet, &now, &demand, 0, &OnlineConfig::default(), catalog).expect("plans");
         assert_eq!(s, Step::default(), "its layout already has the 3g.40gb the demand needs");
+    }
+
+    #[test]
+    fn busy_mig_gpus_are_offered_for_emptying_only_when_their_work_can_move() {
+        let catalog = Catalog::embedded();
+        let mut fleet = fleet();
+        let seven = GpuMode::Mig {
+            instances: (0..7).map(|start| MigInstanceSpec { profile: "1g.10gb".into(), start }).collect(),
+        };
+        for gpu in fleet.nodes.iter_mut().flat_map(|n| n.gpus.iter_mut()) {
+            gpu.mode = seven.clone();
+        }
+        // Every GPU runs one instance for a long time; a 4-GPU job wants a node whole.
+        let busy = GpuNow { busy_until_s: Some(100_000), tasks: 1, movable: true, ..GpuNow::default() };
+        let now = vec![vec![busy; 4]; 2];
+        let demand =
+            jobs("[[job]]\nname = \"t\"\ngpu = { count = 4 }\n\n[[job]]\nname = \"i\"\ngpu = { mig = \"1g.10gb\" }\n");
+        let moving = OnlineConfig { move_work: true, ..OnlineConfig::default() };
+        let s = step(&fleet, &now, &demand, 0, &moving, catalog).expect("plans");
+        assert_eq!(s.empty.len(), 4, "one node's GPUs, to turn whole: {s:?}");
+        assert!(s.empty.iter().all(|(node, _)| *node == s.empty[0].0), "{s:?}");
+        assert!(s.reconfigure.is_empty() && s.drain.is_empty(), "busy beyond the horizon: {s:?}");
+        // Off by default, and never for work that cannot move (a training run).
+        assert!(step(&fleet, &now, &demand, 0, &OnlineConfig::default(), catalog).expect("plans").empty.is_empty());
+        let pinned = vec![vec![GpuNow { movable: false, ..busy }; 4]; 2];
+        assert!(step(&fleet, &pinned, &demand, 0, &moving, catalog).expect("plans").empty.is_empty());
     }
 
     #[test]

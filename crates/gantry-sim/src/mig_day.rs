@@ -12,7 +12,10 @@
 //!   plans for what runs, waits and arrived lately, and the replay applies its changes with
 //!   `Engine::set_gpu_mode` — idle GPUs only, each reconfigured GPU out for `reconfigure_s`,
 //!   and busy GPUs drained (cordoned) when the planner asks; the GPU-hours a drained or
-//!   reconfiguring GPU leaves unused are measured.
+//!   reconfiguring GPU leaves unused are measured. When whole-GPU work waits and the planner
+//!   offers busy MIG GPUs to empty (`Step::empty`), inference instances on them move to free
+//!   instances elsewhere — each move a restart that serves nothing for `restart_s`, counted
+//!   against demand served — and the planner is asked again.
 //!
 //! A job that has not started within its patience (a deployment that goes elsewhere, a
 //! training run given up) is abandoned: demand served is the GPU time of the jobs that
@@ -20,7 +23,7 @@
 //! compute). Same config and seed ⇒ same result.
 
 use gantry_catalog::Catalog;
-use gantry_engine::online::{GpuNow, OnlineConfig, step};
+use gantry_engine::online::{GpuNow, OnlineConfig, choose_empty, step};
 use gantry_engine::rng::SeededRng;
 use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig};
 use gantry_types::{Fleet, GpuMode, Job, MigInstanceSpec};
@@ -44,6 +47,9 @@ pub struct DayConfig {
     pub reconfigure_s: u64,
     /// What the planner plans for besides running and waiting jobs: arrivals this recent.
     pub window_s: u64,
+    /// Seconds a moved inference instance serves nothing while it restarts elsewhere
+    /// (moves happen only with `online.move_work`).
+    pub restart_s: u64,
     pub online: OnlineConfig,
 }
 
@@ -59,7 +65,8 @@ impl Default for DayConfig {
             period_s: 300,
             reconfigure_s: 120,
             window_s: 3600,
-            online: OnlineConfig { cooldown_s: 1800, drain_horizon_s: 3600 },
+            restart_s: 120,
+            online: OnlineConfig { cooldown_s: 1800, drain_horizon_s: 3600, move_work: true },
         }
     }
 }
@@ -117,6 +124,12 @@ pub struct DayResult {
     pub reconfigurations_per_gpu_day: f64,
     /// GPU-hours left unused on GPUs drained or out for reconfiguration.
     pub drain_idle_gpu_h: f64,
+    /// Inference instances moved to empty a GPU for whole-GPU work.
+    pub moves: u64,
+    pub moves_per_gpu_day: f64,
+    /// GPU-hours the moved instances did not serve while they restarted (already taken out
+    /// of `served_gpu_h`).
+    pub restart_gpu_h: f64,
 }
 
 /// The comparison.
@@ -315,6 +328,8 @@ fn position(fleet: &Fleet, n: usize, index: u32) -> usize {
 /// A running job as the replay tracks it.
 struct Run {
     end_s: u64,
+    /// The arrival it serves.
+    job: usize,
     /// (node index, GPU position on the node) it holds.
     gpus: Vec<(usize, usize)>,
 }
@@ -326,6 +341,127 @@ enum Event {
     Resume,
     Arrive(usize),
     Plan,
+}
+
+/// The GPUs (node, position) an allocation holds.
+fn held(
+    engine: &Engine,
+    id: AllocId,
+    job: &CompiledJob,
+    fleet: &Fleet,
+    node_index: &BTreeMap<String, usize>,
+) -> Vec<(usize, usize)> {
+    let tasks = engine.placement(id, job).expect("a placed allocation");
+    tasks
+        .iter()
+        .flat_map(|task| {
+            let n = node_index[&task.node];
+            task.gpus.iter().map(move |g| (n, position(fleet, n, g.gpu())))
+        })
+        .collect()
+}
+
+/// Each GPU's situation for the online planner: when its work ends, its last change, its
+/// tasks, and whether they can all move (inference instances can; training cannot).
+fn gpus_now(
+    fleet: &Fleet,
+    runs: &BTreeMap<AllocId, Run>,
+    last_change: &[Vec<Option<u64>>],
+    s: &Scenario,
+) -> Vec<Vec<GpuNow>> {
+    let mut now: Vec<Vec<GpuNow>> = fleet
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(n, node)| {
+            (0..node.gpus.len())
+                .map(|g| GpuNow { last_change_s: last_change[n][g], movable: true, ..GpuNow::default() })
+                .collect()
+        })
+        .collect();
+    for r in runs.values() {
+        let inference = s.jobs[r.job].shape < INFERENCE_MIX.len();
+        for &(n, g) in &r.gpus {
+            let gpu = &mut now[n][g];
+            gpu.busy_until_s = Some(gpu.busy_until_s.map_or(r.end_s, |e| e.max(r.end_s)));
+            gpu.tasks += 1;
+            gpu.movable &= inference;
+        }
+    }
+    now
+}
+
+/// Moves inference instances off GPUs so that they can change.
+struct Mover<'a> {
+    engine: &'a mut Engine,
+    fleet: &'a Fleet,
+    node_index: &'a BTreeMap<String, usize>,
+    compiled: &'a mut Vec<CompiledJob>,
+}
+
+impl Mover<'_> {
+    /// For each group of GPUs, move every instance on them that runs longer than its restart
+    /// to free instances the engine finds elsewhere (every group's GPUs cordoned meanwhile, so
+    /// nothing moves onto a GPU being emptied) — a group entirely or not at all: if one
+    /// instance has nowhere to go, its group stays as it was. Returns the new allocations;
+    /// `runs` is updated.
+    fn empty(
+        &mut self,
+        groups: &[Vec<(usize, usize)>],
+        s: &Scenario,
+        runs: &mut BTreeMap<AllocId, Run>,
+        t: u64,
+        restart_s: u64,
+    ) -> Result<Vec<AllocId>, String> {
+        let all: Vec<(usize, usize)> = groups.iter().flatten().copied().collect();
+        let cordon = |engine: &mut Engine, on: bool| -> Result<(), String> {
+            for &(n, g) in &all {
+                let node = &self.fleet.nodes[n];
+                engine.set_gpu_cordoned(&node.name, node.gpus[g].index, on).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        cordon(self.engine, true)?;
+        let mut moved = Vec::new();
+        for gpus in groups {
+            moved.extend(self.empty_group(gpus, s, runs, t, restart_s)?);
+        }
+        cordon(self.engine, false)?;
+        Ok(moved)
+    }
+
+    fn empty_group(
+        &mut self,
+        gpus: &[(usize, usize)],
+        s: &Scenario,
+        runs: &mut BTreeMap<AllocId, Run>,
+        t: u64,
+        restart_s: u64,
+    ) -> Result<Vec<AllocId>, String> {
+        let mut engine = self.engine.clone();
+        let mut after = BTreeMap::new();
+        let mut moved = Vec::new();
+        for (&id, run) in runs.iter() {
+            if !run.gpus.iter().any(|gpu| gpus.contains(gpu)) || run.end_s <= t + restart_s {
+                continue;
+            }
+            let shape = s.jobs[run.job].shape;
+            if !engine.is_current(&self.compiled[shape]) {
+                self.compiled[shape] = engine.compile(&s.shapes[shape]).map_err(|e| e.to_string())?;
+            }
+            engine.release(id).map_err(|e| e.to_string())?;
+            let Ok(new) = engine.place(&self.compiled[shape]) else { return Ok(Vec::new()) };
+            let held = held(&engine, new, &self.compiled[shape], self.fleet, self.node_index);
+            after.insert(id, (new, Run { end_s: run.end_s, job: run.job, gpus: held }));
+            moved.push(new);
+        }
+        *self.engine = engine;
+        for (old, (new, run)) in after {
+            runs.remove(&old);
+            runs.insert(new, run);
+        }
+        Ok(moved)
+    }
 }
 
 /// Replay `s` on `fleet` (its modes as the start); with `dynamic`, the online planner
@@ -365,6 +501,7 @@ pub fn replay(
     let mut out_until: Vec<Vec<u64>> = fleet.nodes.iter().map(|n| vec![0; n.gpus.len()]).collect();
     let mut planner_drain: BTreeSet<(usize, usize)> = BTreeSet::new();
     let (mut reconfigurations, mut drain_idle_milli_s, mut alloc_area) = (0u64, 0f64, 0f64);
+    let (mut moves, mut restart_milli_s) = (0u64, 0f64);
     let mut last_t = 0u64;
     let window_end = s.jobs.iter().map(|j| j.arrival_s).max().unwrap_or(0).max(1);
 
@@ -383,8 +520,10 @@ pub fn replay(
         match event {
             Event::Arrive(i) => pending.push_back(i),
             Event::Depart(id) => {
-                engine.release(id).map_err(|e| e.to_string())?;
-                runs.remove(&id);
+                // A moved instance's first allocation is gone already.
+                if runs.remove(&id).is_some() {
+                    engine.release(id).map_err(|e| e.to_string())?;
+                }
             }
             Event::Resume => {}
             Event::Plan => {
@@ -413,23 +552,53 @@ pub fn replay(
                     job.name = format!("j{i}");
                     demand.push(job);
                 }
-                let mut now: Vec<Vec<GpuNow>> = fleet
-                    .nodes
+                let mut decided =
+                    step(&fleet, &gpus_now(&fleet, &runs, &last_change, s), &demand, t, &config.online, catalog)
+                        .map_err(|e| e.to_string())?;
+                // Training waits: empty the GPUs the planner picks for it, then plan again.
+                let waiting: Vec<u32> = pending
                     .iter()
-                    .enumerate()
-                    .map(|(n, node)| {
-                        (0..node.gpus.len())
-                            .map(|g| GpuNow { busy_until_s: None, last_change_s: last_change[n][g] })
-                            .collect()
-                    })
+                    .filter(|&&i| kind(&s.jobs[i]) == 1)
+                    .map(|&i| u32::try_from(s.jobs[i].milli / 1000).unwrap_or(u32::MAX))
                     .collect();
-                for r in runs.values() {
-                    for &(n, g) in &r.gpus {
-                        let b = &mut now[n][g].busy_until_s;
-                        *b = Some(b.map_or(r.end_s, |e| e.max(r.end_s)));
+                if !waiting.is_empty() && !decided.empty.is_empty() {
+                    let now = gpus_now(&fleet, &runs, &last_change, s);
+                    let groups: Vec<Vec<(usize, usize)>> = choose_empty(&fleet, &now, &decided, &waiting)
+                        .iter()
+                        .map(|group| {
+                            group
+                                .iter()
+                                .map(|(name, index)| {
+                                    let n = node_index[name];
+                                    (n, position(&fleet, n, *index))
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    let mut mover =
+                        Mover { engine: &mut engine, fleet: &fleet, node_index: &node_index, compiled: &mut compiled };
+                    let moved = mover.empty(&groups, s, &mut runs, t, config.restart_s)?;
+                    for &id in &moved {
+                        let r = &runs[&id];
+                        events.push(Reverse((r.end_s, Event::Depart(id))));
+                        let lost = s.jobs[r.job].milli as f64 * config.restart_s as f64;
+                        served_milli_s -= lost;
+                        by_kind[0][0] -= lost;
+                        restart_milli_s += lost;
+                    }
+                    if !moved.is_empty() {
+                        moves += moved.len() as u64;
+                        decided = step(
+                            &fleet,
+                            &gpus_now(&fleet, &runs, &last_change, s),
+                            &demand,
+                            t,
+                            &config.online,
+                            catalog,
+                        )
+                        .map_err(|e| e.to_string())?;
                     }
                 }
-                let decided = step(&fleet, &now, &demand, t, &config.online, catalog).map_err(|e| e.to_string())?;
                 for (node, index, mode) in &decided.reconfigure {
                     let n = node_index[node];
                     let g = position(&fleet, n, *index);
@@ -479,16 +648,8 @@ pub fn replay(
             }
             match engine.place(&compiled[j.shape]) {
                 Ok(id) => {
-                    let tasks = engine.placement(id, &compiled[j.shape]).expect("just placed");
-                    let gpus = tasks
-                        .iter()
-                        .flat_map(|task| {
-                            let n = node_index[&task.node];
-                            let fleet = &fleet;
-                            task.gpus.iter().map(move |g| (n, position(fleet, n, g.gpu())))
-                        })
-                        .collect();
-                    runs.insert(id, Run { end_s: t + j.duration_s, gpus });
+                    let gpus = held(&engine, id, &compiled[j.shape], &fleet, &node_index);
+                    runs.insert(id, Run { end_s: t + j.duration_s, job: i, gpus });
                     events.push(Reverse((t + j.duration_s, Event::Depart(id))));
                     waits.push(t - j.arrival_s);
                     served_milli_s += j.milli as f64 * j.duration_s as f64;
@@ -523,6 +684,9 @@ pub fn replay(
         reconfigurations,
         reconfigurations_per_gpu_day: reconfigurations as f64 / gpu_count.max(1) as f64 / days,
         drain_idle_gpu_h: drain_idle_milli_s / 1000.0 / 3600.0,
+        moves,
+        moves_per_gpu_day: moves as f64 / gpu_count.max(1) as f64 / days,
+        restart_gpu_h: restart_milli_s / 1000.0 / 3600.0,
     })
 }
 

@@ -17,7 +17,8 @@ pub const EXAMPLES: &str = "Examples:
   gantry plan --fleet fleet.toml --trace week.jsonl --demand peak   # plan for a trace's concurrency
   gantry plan --evaluate                         # a simulated week: online vs best static
   gantry plan --evaluate --days 2 --seed 3 --load 1.0 --json
-  gantry plan --evaluate --seed 1 --seeds 8        # eight weeks: mean, spread and range of the gain";
+  gantry plan --evaluate --seed 1 --seeds 8        # eight weeks: mean, spread and range of the gain
+  gantry plan --evaluate --no-moves              # the planner without moving inference instances";
 
 #[derive(Args)]
 pub struct PlanArgs {
@@ -64,6 +65,14 @@ pub struct PlanArgs {
     /// [default: 0.8].
     #[arg(long)]
     load: Option<f64>,
+    /// With --evaluate: never move inference instances to empty a GPU for waiting training
+    /// (the planner then only drains and waits).
+    #[arg(long)]
+    no_moves: bool,
+    /// With --evaluate: seconds a moved inference instance serves nothing while it restarts
+    /// elsewhere, taken off demand served [default: 120].
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    restart_s: Option<u64>,
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
@@ -80,6 +89,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
         ("--seeds", args.seeds.is_some()),
         ("--nodes", args.nodes.is_some()),
         ("--load", args.load.is_some()),
+        ("--no-moves", args.no_moves),
+        ("--restart-s", args.restart_s.is_some()),
     ];
     if let Some((flag, _)) = evaluate_only.iter().find(|(_, given)| *given) {
         anyhow::bail!("{flag} applies to --evaluate (the simulated day/night scenario)");
@@ -192,6 +203,9 @@ fn result_json(r: &gantry_sim::mig_day::DayResult) -> serde_json::Value {
         "reconfigurations": r.reconfigurations,
         "reconfigurations_per_gpu_day": r.reconfigurations_per_gpu_day,
         "drain_unused_gpu_h": r.drain_idle_gpu_h,
+        "moves": r.moves,
+        "moves_per_gpu_day": r.moves_per_gpu_day,
+        "restart_gpu_h": r.restart_gpu_h,
     })
 }
 
@@ -202,6 +216,7 @@ fn config_json(config: &gantry_sim::mig_day::DayConfig) -> serde_json::Value {
         "days": config.days, "seed": config.seed, "load": config.load,
         "period_s": config.period_s, "reconfigure_s": config.reconfigure_s, "window_s": config.window_s,
         "cooldown_s": config.online.cooldown_s, "drain_horizon_s": config.online.drain_horizon_s,
+        "move_work": config.online.move_work, "restart_s": config.restart_s,
     })
 }
 
@@ -291,6 +306,8 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed.unwrap_or(defaults.seed),
         nodes: args.nodes.unwrap_or(defaults.nodes),
         load,
+        restart_s: args.restart_s.unwrap_or(defaults.restart_s),
+        online: gantry_engine::online::OnlineConfig { move_work: !args.no_moves, ..defaults.online.clone() },
         ..defaults
     };
     let bar = indicatif::ProgressBar::new(0);
@@ -331,12 +348,21 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     );
     println!("{} static layouts replayed; the best and the online planner:\n", result.statics.len());
     println!(
-        "  {:<32} {:>8} {:>10} {:>9} {:>10} {:>9} {:>9} {:>13} {:>11}",
-        "LAYOUT", "SERVED", "INFERENCE", "TRAINING", "MEAN WAIT", "P95 WAIT", "ALLOC", "RECONF/GPU/D", "DRAIN GPU-H"
+        "  {:<32} {:>8} {:>10} {:>9} {:>10} {:>9} {:>9} {:>13} {:>11} {:>12}",
+        "LAYOUT",
+        "SERVED",
+        "INFERENCE",
+        "TRAINING",
+        "MEAN WAIT",
+        "P95 WAIT",
+        "ALLOC",
+        "RECONF/GPU/D",
+        "DRAIN GPU-H",
+        "MOVES/GPU/D"
     );
     for r in [best, &result.dynamic] {
         println!(
-            "  {:<32} {:>7.1}% {:>9.1}% {:>8.1}% {:>9.0}s {:>8}s {:>8.1}% {:>13.2} {:>11.1}",
+            "  {:<32} {:>7.1}% {:>9.1}% {:>8.1}% {:>9.0}s {:>8}s {:>8.1}% {:>13.2} {:>11.1} {:>12.2}",
             r.label,
             r.served_pct,
             r.inference_served_pct,
@@ -345,12 +371,19 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             r.p95_wait_s,
             r.allocated_pct,
             r.reconfigurations_per_gpu_day,
-            r.drain_idle_gpu_h
+            r.drain_idle_gpu_h,
+            r.moves_per_gpu_day
         );
     }
     println!(
         "\ndynamic planning serves {:+.1}% demand over the best static layout ({:.0} vs {:.0} GPU-hours of {:.0} asked)",
         result.gain_pct, result.dynamic.served_gpu_h, best.served_gpu_h, best.demanded_gpu_h
     );
+    if result.dynamic.moves > 0 {
+        println!(
+            "{} inference instances moved to empty GPUs for waiting training; their restarts cost {:.1} GPU-hours (counted)",
+            result.dynamic.moves, result.dynamic.restart_gpu_h
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,7 @@
 //! The online planner's safety properties on random situations: it only reconfigures idle
-//! GPUs out of their cooldown, only drains busy ones, every change it proposes is legal (the
-//! engine accepts it), and on an idle fleet its plan is a fixed point (applying it and asking
-//! again changes nothing).
+//! GPUs out of their cooldown, only drains busy ones, only offers busy MIG GPUs whose tasks
+//! can all move for emptying, every change it proposes is legal (the engine accepts it), and
+//! on an idle fleet its plan is a fixed point (applying it and asking again changes nothing).
 
 use gantry_catalog::Catalog;
 use gantry_engine::online::{GpuNow, OnlineConfig, step};
@@ -73,15 +73,19 @@ proptest! {
         busy in proptest::collection::vec(proptest::option::of(0u64..20_000), 12),
         cooling in proptest::collection::vec(proptest::bool::weighted(0.2), 12),
         counts in proptest::array::uniform5(0u32..10),
+        movable in proptest::collection::vec(proptest::bool::ANY, 12),
+        move_work in proptest::bool::ANY,
     ) {
         let catalog = Catalog::embedded();
         let fleet = fleet(nodes, &picks);
         let now_s = 10_000;
-        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800 };
+        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800, move_work };
         let situation: Vec<Vec<GpuNow>> = (0..nodes)
             .map(|n| (0..4).map(|g| GpuNow {
                 busy_until_s: busy[n * 4 + g].map(|d| now_s + d),
                 last_change_s: cooling[n * 4 + g].then_some(now_s - 60),
+                tasks: u32::from(busy[n * 4 + g].is_some()),
+                movable: movable[n * 4 + g],
             }).collect())
             .collect();
         let jobs = demand(&counts);
@@ -98,6 +102,13 @@ proptest! {
             let n: usize = node.trim_start_matches("n-").parse().expect("node name");
             let gpu = situation[n][*index as usize];
             prop_assert!(gpu.busy_until_s.is_some_and(|end| end <= now_s + config.drain_horizon_s), "drains {node}/{index}");
+        }
+        prop_assert!(move_work || decided.empty.is_empty(), "offers GPUs to empty without move_work");
+        for (node, index) in &decided.empty {
+            let n: usize = node.trim_start_matches("n-").parse().expect("node name");
+            let gpu = situation[n][*index as usize];
+            prop_assert!(gpu.busy_until_s.is_some() && gpu.movable && gpu.last_change_s.is_none(), "offers {node}/{index}");
+            prop_assert!(matches!(fleet.nodes[n].gpus[*index as usize].mode, GpuMode::Mig { .. }), "offers a non-MIG GPU");
         }
         // On an idle fleet out of cooldown, the plan is a fixed point.
         let idle: Vec<Vec<GpuNow>> = (0..nodes).map(|_| vec![GpuNow::default(); 4]).collect();

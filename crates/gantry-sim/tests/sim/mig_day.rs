@@ -3,6 +3,7 @@
 //! and bad settings are refused with why.
 
 use gantry_catalog::Catalog;
+use gantry_engine::online::OnlineConfig;
 use gantry_sim::mig_day::{DayConfig, evaluate, replay, scenario, static_candidates};
 
 fn small() -> DayConfig {
@@ -52,6 +53,30 @@ fn the_comparison_is_deterministic_and_the_planner_reconfigures_only_through_the
 }
 
 #[test]
+fn moved_instances_are_counted_once_and_their_restarts_cost_demand_served() {
+    let catalog = Catalog::embedded();
+    let config = DayConfig { nodes: 4, days: 2, seed: 1, ..DayConfig::default() };
+    let s = scenario(&config, catalog).expect("scenario");
+    let moving = replay(&s, &s.fleet, "moving", Some(&config), catalog).expect("replays");
+    assert!(moving.moves > 0, "the scenario's evening needs moves: {moving:?}");
+    // A move neither starts a job again nor loses one.
+    assert_eq!(moving.started + moving.abandoned, moving.jobs);
+    // Each restart costs the instance's share of a card for `restart_s`: a 1g to a 3g slice.
+    let per_move = |sevenths: f64| sevenths / 7.0 * config.restart_s as f64 / 3600.0;
+    let restart = moving.restart_gpu_h;
+    assert!(restart >= moving.moves as f64 * per_move(1.0) - 1e-9, "{restart}");
+    assert!(restart <= moving.moves as f64 * per_move(3.0) + 1e-9, "{restart}");
+    // The same week with dearer restarts serves less; without moves, nothing moves.
+    let dear = DayConfig { restart_s: 1200, ..config.clone() };
+    let costly = replay(&s, &s.fleet, "dear", Some(&dear), catalog).expect("replays");
+    assert!(costly.restart_gpu_h > restart, "{costly:?}");
+    let still = DayConfig { online: OnlineConfig { move_work: false, ..config.online.clone() }, ..config.clone() };
+    let still = replay(&s, &s.fleet, "still", Some(&still), catalog).expect("replays");
+    assert_eq!((still.moves, still.restart_gpu_h), (0, 0.0));
+    assert!(moving.training_served_pct > still.training_served_pct, "{moving:?}\n{still:?}");
+}
+
+#[test]
 fn a_static_candidate_replays_the_same_whatever_the_dynamic_settings() {
     let catalog = Catalog::embedded();
     let s = scenario(&small(), catalog).expect("scenario");
@@ -59,7 +84,7 @@ fn a_static_candidate_replays_the_same_whatever_the_dynamic_settings() {
     assert!(candidates.len() > 10, "a family, not one guess: {}", candidates.len());
     let (label, fleet) = &candidates[3];
     let r = replay(&s, fleet, label, None, catalog).expect("replays");
-    assert_eq!(r.drain_idle_gpu_h, 0.0);
+    assert_eq!((r.drain_idle_gpu_h, r.moves), (0.0, 0));
     assert_eq!(r, replay(&s, fleet, label, None, catalog).expect("replays"));
 }
 

@@ -977,6 +977,18 @@ fn plan_evaluate_compares_dynamic_planning_with_the_best_static_layout() {
     assert!(out["dynamic"]["reconfigurations"].as_u64().expect("count") > 0, "{out}");
     assert_eq!(out["best_static"]["reconfigurations"], 0);
     assert!(out["statics"].as_array().expect("list").len() > 10);
+    assert_eq!(out["config"]["move_work"], true);
+    assert!(
+        out["dynamic"]["moves_per_gpu_day"].as_f64().is_some() && out["dynamic"]["restart_gpu_h"].as_f64().is_some()
+    );
+    // Without moves, the planner moves nothing.
+    let run = gantry(&["plan", "--evaluate", "--days", "1", "--nodes", "2", "--seed", "3", "--no-moves", "--json"]);
+    assert!(run.status.success(), "{}", stderr(&run));
+    let still: serde_json::Value = serde_json::from_str(&stdout(&run)).expect("json");
+    assert_eq!(
+        (&still["config"]["move_work"], &still["dynamic"]["moves"]),
+        (&serde_json::json!(false), &serde_json::json!(0))
+    );
     // Several weeks: each one's gain, and their summary; the first week is the run above.
     let run = gantry(&["plan", "--evaluate", "--days", "1", "--nodes", "2", "--seed", "3", "--seeds", "3", "--json"]);
     assert!(run.status.success(), "{}", stderr(&run));
@@ -995,6 +1007,8 @@ fn plan_evaluate_compares_dynamic_planning_with_the_best_static_layout() {
         (&["plan", "--workload", "../../examples/plan-mix.toml", "--seeds", "2"][..], "--seeds applies to --evaluate"),
         (&["plan", "--evaluate", "--load", "9"][..], "outside"),
         (&["plan", "--evaluate", "--days", "0"][..], "--days"),
+        (&["plan", "--evaluate", "--restart-s", "100000"][..], "--restart-s"),
+        (&["plan", "--workload", "../../examples/plan-mix.toml", "--no-moves"][..], "--no-moves applies to --evaluate"),
         (&["plan", "--evaluate", "--workload", "x.toml"][..], "cannot be used with"),
         (&["plan", "--days", "2"][..], "--workload"),
     ] {
