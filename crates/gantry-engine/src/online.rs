@@ -422,6 +422,11 @@ mod tests {
         gantry_spec::parse_workload(text, Catalog::embedded()).expect("workload")
     }
 
+    /// An A100 carved into seven 1g.10gb instances.
+    fn seven_1g() -> GpuMode {
+        GpuMode::Mig { instances: (0..7).map(|start| MigInstanceSpec { profile: "1g.10gb".into(), start }).collect() }
+    }
+
     fn idle() -> Vec<Vec<GpuNow>> {
         vec![vec![GpuNow::default(); 4]; 2]
     }
@@ -453,9 +458,7 @@ mod tests {
     fn busy_gpus_are_drained_only_when_their_work_ends_within_the_horizon() {
         let catalog = Catalog::embedded();
         let mut fleet = fleet();
-        let seven = GpuMode::Mig {
-            instances: (0..7).map(|start| MigInstanceSpec { profile: "1g.10gb".into(), start }).collect(),
-        };
+        let seven = seven_1g();
         for node in &mut fleet.nodes {
             for gpu in &mut node.gpus {
                 gpu.mode = seven.clone();
@@ -497,9 +500,7 @@ mod tests {
     fn gpus_the_demand_does_not_need_keep_their_mode() {
         let catalog = Catalog::embedded();
         let mut fleet = fleet();
-        let seven = GpuMode::Mig {
-            instances: (0..7).map(|start| MigInstanceSpec { profile: "1g.10gb".into(), start }).collect(),
-        };
+        let seven = seven_1g();
         fleet.nodes[1].gpus[0].mode = seven;
         fleet.nodes[1].gpus[1].mode = GpuMode::Mps { max_clients: 8 };
         // One 2-GPU job: two whole GPUs are enough, nothing asks for the MIG and MPS GPUs to go.
@@ -547,9 +548,7 @@ mod tests {
     fn busy_mig_gpus_are_offered_for_emptying_only_when_their_work_can_move() {
         let catalog = Catalog::embedded();
         let mut fleet = fleet();
-        let seven = GpuMode::Mig {
-            instances: (0..7).map(|start| MigInstanceSpec { profile: "1g.10gb".into(), start }).collect(),
-        };
+        let seven = seven_1g();
         for gpu in fleet.nodes.iter_mut().flat_map(|n| n.gpus.iter_mut()) {
             gpu.mode = seven.clone();
         }
