@@ -314,8 +314,9 @@ fn gpu_clustering(state: &ClusterState, node: NodeIdx, group: &CompiledGroup) ->
 }
 
 /// FGD: ⌊100 · sigmoid(Δ / 1000)⌋ with Δ the drop in expected fragmentation (milli-GPU). The
-/// reference truncates to an integer, so nodes within about 40 milli-GPU of each other tie
-/// and are chosen between at random; gantry's `default` keeps Δ exact instead.
+/// reference truncates to an integer, so nodes within about 40 milli-GPU of each other tie;
+/// `fgd` breaks the ties as the reference does, `default` by node order (first fit, which
+/// packs — an exact Δ loses about a point, docs/policies.md).
 fn fgd_score(before: u64, after: u64, weight: u64) -> i64 {
     let delta = (before as f64 - after as f64) / weight.max(1) as f64;
     (100.0 / (1.0 + (-delta / 1000.0).exp())) as i64
