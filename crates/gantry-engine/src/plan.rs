@@ -19,6 +19,7 @@
 use crate::{Engine, EngineConfig};
 use gantry_catalog::{Catalog, GpuModel};
 use gantry_types::{Bytes, Fleet, GpuMode, GpuRequest, Job, MigInstanceSpec, ModelPattern, ShareMode};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One task's demand, as the planner packs it.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,6 +86,20 @@ enum Use {
     Mig(Vec<MigInstanceSpec>),
     Mps { milli: u32, memory: u64, clients: u32 },
     TimeSlice { replicas: u32, used: u32 },
+}
+
+/// Where MIG instances can still go, so that packing one does not scan every GPU: first fit
+/// over the open MIG GPUs, then over the free ones, exactly as a scan in slot order would —
+/// only GPUs that can never take the profile again are skipped (layouts only grow, and a
+/// slot's model never changes).
+#[derive(Default)]
+struct MigIndex {
+    /// Slots carved into MIG, in slot order.
+    open: BTreeSet<usize>,
+    /// Per profile: the open slots not yet found full for it.
+    room: BTreeMap<String, BTreeSet<usize>>,
+    /// Per profile: no slot before this one is free and able to carve it.
+    free_from: BTreeMap<String, usize>,
 }
 
 /// MPS clients per GPU (the Volta+ limit).
@@ -215,6 +230,7 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
         free_on[s.node] += 1;
     }
     let first_slot: Vec<usize> = (0..fleet.nodes.len()).map(|n| slots.partition_point(|s| s.node < n)).collect();
+    let mut mig = MigIndex::default();
     for (_, demand, models) in &all {
         // The job's model constraints: only GPUs of a model it accepts are packed for it.
         let accepts = |m: &GpuModel| models.is_empty() || models.iter().any(|p| m.names().any(|n| p.matches(n)));
@@ -248,7 +264,7 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
                 }
             }
             Demand::Mig { profile } => {
-                place_mig(&mut slots, profile, &accepts);
+                place_mig(&mut slots, &mut mig, profile, &accepts);
             }
             Demand::Memory { memory } => {
                 let profile = slots
@@ -256,7 +272,7 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
                     .filter(|s| matches!(s.state, Use::Free | Use::Mig(_)) && accepts(s.model))
                     .find_map(|s| profile_for_memory(s.model, *memory));
                 match profile {
-                    Some(p) if place_mig(&mut slots, &p, &accepts) => {}
+                    Some(p) if place_mig(&mut slots, &mut mig, &p, &accepts) => {}
                     _ => {
                         let milli = slots.iter().find(|s| accepts(s.model)).map_or(1000, |s| {
                             ((*memory as f64 / s.model.memory.0 as f64 * 1000.0).ceil() as u32).clamp(10, 1000)
@@ -351,20 +367,53 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
     })
 }
 
-/// Put a MIG instance of `profile` on an open MIG GPU, else carve a free one. Whether it went.
-fn place_mig(slots: &mut [Slot<'_>], profile: &str, accepts: &dyn Fn(&GpuModel) -> bool) -> bool {
-    for s in slots.iter_mut().filter(|s| accepts(s.model)) {
-        if let Use::Mig(layout) = &s.state
-            && let Some(next) = add_instance(s.model, layout, profile)
-        {
-            s.state = Use::Mig(next);
-            return true;
+/// Put a MIG instance of `profile` on an open MIG GPU, else carve a free one (first fit in
+/// slot order for both). Whether it went.
+fn place_mig(slots: &mut [Slot<'_>], index: &mut MigIndex, profile: &str, accepts: &dyn Fn(&GpuModel) -> bool) -> bool {
+    let MigIndex { open, room: rooms, free_from } = index;
+    let room = rooms.entry(profile.to_string()).or_insert_with(|| open.clone());
+    let mut full = Vec::new();
+    let mut found = None;
+    for &i in room.iter() {
+        let s = &slots[i];
+        if !accepts(s.model) {
+            continue;
+        }
+        let Use::Mig(layout) = &s.state else { unreachable!("open slots stay MIG") };
+        match add_instance(s.model, layout, profile) {
+            Some(next) => {
+                found = Some((i, next));
+                break;
+            }
+            None => full.push(i),
         }
     }
-    for s in slots.iter_mut().filter(|s| s.state == Use::Free && accepts(s.model)) {
-        if let Some(next) = add_instance(s.model, &[], profile) {
-            s.state = Use::Mig(next);
-            return true;
+    for i in full {
+        room.remove(&i);
+    }
+    if let Some((i, next)) = found {
+        slots[i].state = Use::Mig(next);
+        return true;
+    }
+    // Carve the first free slot that can hold the profile. No slot before `from` can: each is
+    // taken or of a model without it. One of a model this job does not accept stops `from`
+    // (it may serve another job).
+    let from = free_from.entry(profile.to_string()).or_insert(0);
+    let mut passed_only_dead = true;
+    for (i, s) in slots.iter_mut().enumerate().skip(*from) {
+        let carved = if s.state == Use::Free { add_instance(s.model, &[], profile) } else { None };
+        match carved {
+            Some(next) if accepts(s.model) => {
+                s.state = Use::Mig(next);
+                open.insert(i);
+                for room in rooms.values_mut() {
+                    room.insert(i);
+                }
+                return true;
+            }
+            Some(_) => passed_only_dead = false,
+            None if passed_only_dead => *from = i + 1,
+            None => {}
         }
     }
     false
@@ -430,6 +479,72 @@ mod tests {
             "[[node]]\nname = \"n\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"{model}\"\ncount = 4\n"
         );
         gantry_spec::parse_fleet(&text, Catalog::embedded()).expect("fleet")
+    }
+
+    /// The packing `MigIndex` replaces: first fit by scanning every slot.
+    fn place_mig_by_scan(slots: &mut [Slot<'_>], profile: &str, accepts: &dyn Fn(&GpuModel) -> bool) -> bool {
+        for s in slots.iter_mut().filter(|s| accepts(s.model)) {
+            if let Use::Mig(layout) = &s.state
+                && let Some(next) = add_instance(s.model, layout, profile)
+            {
+                s.state = Use::Mig(next);
+                return true;
+            }
+        }
+        for s in slots.iter_mut().filter(|s| s.state == Use::Free && accepts(s.model)) {
+            if let Some(next) = add_instance(s.model, &[], profile) {
+                s.state = Use::Mig(next);
+                return true;
+            }
+        }
+        false
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// The index packs every instance on the GPU a scan would, whatever the models, the
+        /// jobs' model constraints and the GPUs other demand takes in between.
+        #[test]
+        fn the_mig_index_packs_exactly_as_a_scan(
+            models in proptest::collection::vec(0usize..3, 1..24),
+            steps in proptest::collection::vec((0usize..6, 0usize..3, 0usize..24, proptest::bool::weighted(0.15)), 1..120),
+        ) {
+            let catalog = Catalog::embedded();
+            let names = ["A100-SXM4-80GB", "H100-SXM5-80GB", "L4-24GB"];
+            let profiles = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.20gb"];
+            let model = |i: usize| catalog.model(catalog.lookup(names[i]).expect("model"));
+            let mut indexed: Vec<Slot<'_>> = models
+                .iter()
+                .enumerate()
+                .map(|(g, &m)| Slot { node: 0, gpu: g, model: model(m), state: Use::Free })
+                .collect();
+            let mut scanned: Vec<Slot<'_>> =
+                indexed.iter().map(|s| Slot { node: s.node, gpu: s.gpu, model: s.model, state: s.state.clone() }).collect();
+            let mut index = MigIndex::default();
+            for (profile, constraint, slot, take) in steps {
+                if take {
+                    // Other demand takes a free GPU whole.
+                    let slot = slot % indexed.len();
+                    if indexed[slot].state == Use::Free {
+                        indexed[slot].state = Use::Whole;
+                        scanned[slot].state = Use::Whole;
+                    }
+                    continue;
+                }
+                // Constraint 0: any model; 1: only A100; 2: only H100.
+                let accepts = |m: &GpuModel| match constraint {
+                    1 => m.id == names[0],
+                    2 => m.id == names[1],
+                    _ => true,
+                };
+                let a = place_mig(&mut indexed, &mut index, profiles[profile], &accepts);
+                let b = place_mig_by_scan(&mut scanned, profiles[profile], &accepts);
+                proptest::prop_assert_eq!(a, b);
+                let states = |v: &[Slot<'_>]| v.iter().map(|s| s.state.clone()).collect::<Vec<_>>();
+                proptest::prop_assert_eq!(states(&indexed), states(&scanned));
+            }
+        }
     }
 
     fn jobs(text: &str) -> Vec<Job> {
