@@ -44,7 +44,8 @@ pub struct PlanArgs {
     json: bool,
     /// Instead of planning a workload: simulate days of a MIG workload whose mix shifts
     /// (inference on MIG slices by day, whole-GPU training by night) and compare the online
-    /// planner with the best static layout: demand served, queueing delay, reconfigurations.
+    /// planner with the best static layout: demand served, queueing delay, reconfigurations,
+    /// inference instances moved to free GPUs for training.
     #[arg(long, conflicts_with_all = ["workload", "trace", "fleet", "out"])]
     evaluate: bool,
     /// With --evaluate: simulated days [default: 7].
