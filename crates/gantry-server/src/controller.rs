@@ -290,7 +290,19 @@ impl Controller {
                 .flat_map(|n| n.gpus.iter_mut())
                 .find(|g| g.index == index);
             match (gpu, serde_json::from_str::<GpuMode>(&mode)) {
-                (Some(gpu), Ok(mode)) => gpu.mode = mode,
+                (Some(gpu), Ok(mode)) => {
+                    if gpu.mode != mode {
+                        // Say so: an admin who edited the fleet file would otherwise wonder.
+                        tracing::info!(
+                            node,
+                            gpu = index,
+                            fleet_file = %gpu.mode.text(),
+                            recorded = %mode.text(),
+                            "using the GPU mode recorded from its agent, not the fleet file's; the agent's next registration updates it"
+                        );
+                    }
+                    gpu.mode = mode;
+                }
                 (None, _) => tracing::warn!(node, gpu = index, "a stored GPU mode names a GPU the fleet no longer has"),
                 (_, Err(e)) => tracing::warn!(node, gpu = index, error = %e, "a stored GPU mode does not read"),
             }
