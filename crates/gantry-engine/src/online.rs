@@ -15,13 +15,13 @@
 //!   unused is the caller's to measure (the simulator does). Work ending later is left alone,
 //!   unless it can move: with [`OnlineConfig::move_work`], a busy MIG GPU the target wants
 //!   whole whose tasks are all restartable elsewhere (inference replicas behind a service)
-//!   is offered in [`Step::empty`]; the caller moves its tasks into free instances on GPUs
-//!   that keep their layout — each move a restart, a cost the simulator counts — for as many
-//!   GPUs as waiting whole-GPU work needs, and plans again. Lingering inference then no longer
-//!   holds a node an 8-GPU gang needs for hours.
+//!   is offered in [`Step::empty`]; for the GPUs [`choose_empty`] picks for the whole-GPU
+//!   work that waits, the caller moves their tasks into free instances on GPUs that keep
+//!   their layout — each move a restart, a cost the simulator counts — and plans again.
+//!   Lingering inference then no longer holds a node an 8-GPU gang needs for hours.
 //!
 //! Pure: the fleet as it is now, what runs where and until when, and the demand in; the
-//! reconfigurations and the nodes to drain out. The caller applies them
+//! reconfigurations, the GPUs to drain and the GPUs that could be emptied out. The caller applies them
 //! (`Engine::set_gpu_mode`, `Engine::set_gpu_cordoned`) and the node agent carries them out.
 
 pub use crate::consolidate::choose_empty;
