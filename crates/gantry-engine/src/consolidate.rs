@@ -12,8 +12,8 @@ use crate::online::{GpuNow, Step};
 use gantry_types::{Fleet, GpuMode};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Which of the GPUs a step offers to empty ([`Step::empty`]) to empty for the whole-GPU tasks
-/// that wait (`waiting`: GPUs each needs on one node, in queue order). Each task, in turn, takes
+/// Of the GPUs a step offers to empty ([`Step::empty`]), those to empty for the whole-GPU
+/// tasks that wait (`waiting`: GPUs each needs on one node, in queue order). Each task, in turn, takes
 /// the node where the fewest tasks must move for it to have that many free whole GPUs (idle
 /// ones, and ones this step turns whole), counting GPUs earlier tasks took as gone; a task no
 /// node can make room for is skipped. One group per task that needs moves: empty a group
