@@ -325,6 +325,12 @@ fn position(fleet: &Fleet, n: usize, index: u32) -> usize {
     fleet.nodes[n].gpus.iter().position(|x| x.index == index).expect("a GPU the fleet has")
 }
 
+/// (node, position) of the GPU the planner names by node name and NVML index.
+fn locate(fleet: &Fleet, node_index: &BTreeMap<String, usize>, node: &str, index: u32) -> (usize, usize) {
+    let n = node_index[node];
+    (n, position(fleet, n, index))
+}
+
 /// A running job as the replay tracks it.
 struct Run {
     end_s: u64,
@@ -552,9 +558,8 @@ pub fn replay(
                     job.name = format!("j{i}");
                     demand.push(job);
                 }
-                let mut decided =
-                    step(&fleet, &gpus_now(&fleet, &runs, &last_change, s), &demand, t, &config.online, catalog)
-                        .map_err(|e| e.to_string())?;
+                let now = gpus_now(&fleet, &runs, &last_change, s);
+                let mut decided = step(&fleet, &now, &demand, t, &config.online, catalog).map_err(|e| e.to_string())?;
                 // Training waits: empty the GPUs the planner picks for it, then plan again.
                 let waiting: Vec<u32> = pending
                     .iter()
@@ -562,17 +567,10 @@ pub fn replay(
                     .map(|&i| u32::try_from(s.jobs[i].milli / 1000).unwrap_or(u32::MAX))
                     .collect();
                 if !waiting.is_empty() && !decided.empty.is_empty() {
-                    let now = gpus_now(&fleet, &runs, &last_change, s);
                     let groups: Vec<Vec<(usize, usize)>> = choose_empty(&fleet, &now, &decided, &waiting)
                         .iter()
                         .map(|group| {
-                            group
-                                .iter()
-                                .map(|(name, index)| {
-                                    let n = node_index[name];
-                                    (n, position(&fleet, n, *index))
-                                })
-                                .collect()
+                            group.iter().map(|(name, index)| locate(&fleet, &node_index, name, *index)).collect()
                         })
                         .collect();
                     let mut mover =
@@ -600,8 +598,7 @@ pub fn replay(
                     }
                 }
                 for (node, index, mode) in &decided.reconfigure {
-                    let n = node_index[node];
-                    let g = position(&fleet, n, *index);
+                    let (n, g) = locate(&fleet, &node_index, node, *index);
                     if engine.set_gpu_mode(node, *index, mode).map_err(|e| e.to_string())? {
                         fleet.nodes[n].gpus[g].mode = mode.clone();
                         last_change[n][g] = Some(t);
@@ -610,14 +607,8 @@ pub fn replay(
                         events.push(Reverse((out_until[n][g], Event::Resume)));
                     }
                 }
-                planner_drain = decided
-                    .drain
-                    .keys()
-                    .map(|(name, index)| {
-                        let n = node_index[name];
-                        (n, position(&fleet, n, *index))
-                    })
-                    .collect();
+                planner_drain =
+                    decided.drain.keys().map(|(name, index)| locate(&fleet, &node_index, name, *index)).collect();
                 if t + config.period_s < s.end_s {
                     events.push(Reverse((t + config.period_s, Event::Plan)));
                 }
