@@ -12,6 +12,11 @@
 //! A node's fragmentation is the expectation of that over the distribution; FGD places a task
 //! where it grows least. Only GPUs that hand out compute in milli-GPU take part (whole, MPS,
 //! time-slice); MIG GPUs hand out fixed instances and are left out of the measure.
+//!
+//! FGD looks one task ahead, so it does not see a node's CPU running out before its GPUs do:
+//! a node with 96 cores and 8 free GPUs fits every type now, yet the workload's GPU tasks ask
+//! 14 cores per GPU on average and will leave GPUs behind. [`CpuPerGpu`] and [`cpu_stranded`]
+//! measure that (gantry's `default` policy adds it to FGD's measure).
 
 use crate::limits::FGD_TASK_SHAPES_MAX;
 use std::collections::BTreeMap;
@@ -75,6 +80,36 @@ impl FragModel {
         }
         &self.top
     }
+}
+
+/// The CPU the workload's GPU tasks ask per milli-GPU of compute, over the type distribution
+/// (each type weighted by its frequency); CPU-only types left out.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuPerGpu {
+    cpu: u64,
+    milli: u64,
+}
+
+impl CpuPerGpu {
+    pub fn of(shapes: &[(Shape, u64)]) -> CpuPerGpu {
+        shapes.iter().filter(|(s, _)| s.milli > 0).fold(CpuPerGpu::default(), |acc, &(s, w)| CpuPerGpu {
+            cpu: acc.cpu + w * s.cpu as u64,
+            milli: acc.milli + w * s.milli as u64 * s.count.max(1) as u64,
+        })
+    }
+
+    /// GPU compute (milli) that `cpu_free` milli-CPU can serve at this ratio; unbounded when
+    /// the GPU types ask no CPU.
+    fn servable(self, cpu_free: u32) -> u64 {
+        if self.cpu == 0 { u64::MAX } else { (cpu_free as u128 * self.milli as u128 / self.cpu as u128) as u64 }
+    }
+}
+
+/// The node's free GPU compute (milli) that its free CPU cannot serve at the workload's CPU per
+/// GPU: `max(0, free compute − free CPU / (CPU per milli-GPU))`.
+pub fn cpu_stranded(node: NodeView<'_>, ratio: CpuPerGpu) -> u64 {
+    let total: u64 = node.free.iter().map(|&f| f as u64).sum();
+    total.saturating_sub(ratio.servable(node.cpu_free))
 }
 
 /// What fragmentation needs to know about a node: free compute per GPU (MIG GPUs left out),
@@ -152,5 +187,23 @@ mod tests {
         assert_eq!(node_fragmentation(node, &[(shape(500, 1, 0), 3), (shape(1000, 2, 0), 1)]), 3 * 300 + 1900);
         let empty = NodeView { free: &[0, 0], cpu_free: 8000, classes: 1 };
         assert_eq!(fragment(empty, shape(500, 1, 0)), 0, "nothing free, nothing fragmented");
+    }
+
+    #[test]
+    fn cpu_stranded_is_the_compute_the_free_cpu_cannot_serve() {
+        // Two types, equally frequent: a whole GPU with 16 cores, a half GPU with 4 cores: 20
+        // cores per 1,500 milli-GPU. CPU-only types do not count.
+        let shapes = [(shape(1000, 1, 16_000), 1), (shape(500, 1, 4_000), 1), (shape(0, 0, 64_000), 5)];
+        let ratio = CpuPerGpu::of(&shapes);
+        let node = |free: &'static [u32], cpu_free| NodeView { free, cpu_free, classes: 1 };
+        assert_eq!(cpu_stranded(node(&[1000; 8], 96_000), ratio), 8000 - 7200, "96 cores serve 7.2 GPUs");
+        assert_eq!(cpu_stranded(node(&[1000; 2], 96_000), ratio), 0, "CPU to spare");
+        assert_eq!(cpu_stranded(node(&[1000, 500], 0), ratio), 1500, "no CPU: all of it");
+        assert_eq!(cpu_stranded(node(&[0, 0], 0), ratio), 0, "nothing free");
+        let no_cpu = CpuPerGpu::of(&[(shape(1000, 1, 0), 1)]);
+        assert_eq!(cpu_stranded(node(&[1000; 8], 0), no_cpu), 0, "GPU types asking no CPU strand nothing");
+        let (four, one) = (CpuPerGpu::of(&[(shape(1000, 4, 8_000), 1)]), CpuPerGpu::of(&[(shape(1000, 1, 2_000), 1)]));
+        assert_eq!(four.servable(6_000), 3000, "per GPU of a multi-GPU type");
+        assert_eq!(one.servable(6_000), 3000);
     }
 }

@@ -7,7 +7,7 @@
 //! this module unless the gang commits.
 
 use crate::fit::{self, GpuScope, TaskOption};
-use crate::frag::{FragModel, Shape};
+use crate::frag::{CpuPerGpu, FragModel, Shape};
 use crate::index;
 use crate::ledger::{self, Grant, TaskGrant};
 use crate::limits::SearchLimits;
@@ -255,7 +255,14 @@ impl<'a> Placer<'a> {
         let mut gang_racks: Vec<u32> = self.applied.iter().map(|t| self.state.nodes[t.node as usize].rack).collect();
         gang_racks.dedup();
         let shape_weight = self.shapes.iter().map(|(_, w)| *w).sum();
-        let ctx = ScoreContext { policy: self.policy, shapes: self.shapes, shape_weight, gang_racks: &gang_racks };
+        let cpu_per_gpu = CpuPerGpu::of(self.shapes);
+        let ctx = ScoreContext {
+            policy: self.policy,
+            shapes: self.shapes,
+            shape_weight,
+            cpu_per_gpu,
+            gang_racks: &gang_racks,
+        };
         let state: &ClusterState = &*self.state;
         let node_count = state.nodes.len();
         // Spreading policies start the walk at a seeded random node; packing policies walk from

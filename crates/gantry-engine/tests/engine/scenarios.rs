@@ -384,6 +384,40 @@ mig = ["4g.40gb@0", "1g.10gb@4", "1g.10gb@5", "1g.10gb@6"]
 }
 
 #[test]
+fn gpu_tasks_heavy_on_cpu_go_where_cpu_will_not_run_out_first() {
+    // Two 8-GPU nodes; "lean" (first in node order) has 8 cores per GPU, "rich" 32. The
+    // workload so far: a light task (1 GPU, 2 cores) and a heavy one (1 GPU, 16 cores), 9
+    // cores per GPU on average. The light task takes a GPU on "lean". Then the heavy one:
+    // both nodes still fit every type afterwards, so FGD sees no difference and node order
+    // sends it to "lean" — where its 16 cores leave 46 for 6 GPUs, about 5 GPUs' worth at
+    // the workload's ratio. `default` counts that stranded compute and picks "rich".
+    let fleet = r#"
+[[node]]
+name = "lean"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "L4-24GB"
+count = 8
+[[node]]
+name = "rich"
+cpu = 256
+memory = "512GiB"
+[node.gpus]
+model = "L4-24GB"
+count = 8
+"#;
+    let workload = "[[job]]\nname = \"light\"\ncpu = 2\ngpu = { count = 1 }\n\n[[job]]\nname = \"heavy\"\ncpu = 16\ngpu = { count = 1 }\n";
+    let nodes = |policy| {
+        let mut engine = engine(fleet, policy);
+        let outcomes = place_all(&mut engine, &jobs(workload));
+        outcomes.iter().map(|o| placed(o)[0].node.clone()).collect::<Vec<String>>()
+    };
+    assert_eq!(nodes(gantry_engine::Policy::Default), ["lean", "rich"]);
+    assert_eq!(nodes(gantry_engine::Policy::Fgd), ["lean", "lean"], "FGD alone leaves it to node order");
+}
+
+#[test]
 fn reasons_explain_each_kind_of_misfit() {
     let fleet = "[[node]]\nname = \"n\"\ncpu = 8\nmemory = \"32GiB\"\ntaints = [\"dedicated=infer:NoSchedule\"]\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\nmode = \"mps\"\n";
     let cases: [(&str, &str, fn(&Reason) -> bool); 6] = [

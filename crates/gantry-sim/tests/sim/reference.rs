@@ -69,3 +69,10 @@ fn best_fit_reproduces_the_authors_run() {
     let (alloc, _) = replay(Policy::BestFit, "05-BestFit");
     assert!((alloc - 93.13).abs() <= 0.3, "best-fit at 130 %: {alloc} vs 93.13");
 }
+
+#[test]
+fn default_beats_fgd_on_the_authors_arrival_order() {
+    // 95.94 % with the CPU-stranded compute in its measure; 95.44 % without (docs/policies.md).
+    let (alloc, _) = replay(Policy::Default, "06-FGD");
+    assert!(alloc >= 95.29 + 0.5, "default at 130 %: {alloc}, FGD 95.29");
+}
