@@ -16,7 +16,10 @@
 //! FGD looks one task ahead, so it does not see a node's CPU running out before its GPUs do:
 //! a node with 96 cores and 8 free GPUs fits every type now, yet the workload's GPU tasks ask
 //! 14 cores per GPU on average and will leave GPUs behind. [`CpuPerGpu`] and [`cpu_stranded`]
-//! measure that (gantry's `default` policy adds it to FGD's measure).
+//! measure that. Nor does it see past the next task on a GPU: 530 milli-GPU left free are no
+//! fragment for a 470 task, yet after one the GPU keeps 60 nobody can use. [`Outlook`] keeps
+//! each free amount's *eventual waste* over the distribution. gantry's `default` policy adds
+//! both to FGD's measure.
 
 use crate::limits::FGD_TASK_SHAPES_MAX;
 use std::collections::BTreeMap;
@@ -38,6 +41,7 @@ pub struct Shape {
 pub struct FragModel {
     counts: BTreeMap<Shape, u64>,
     top: Vec<(Shape, u64)>,
+    outlook: Outlook,
     dirty: bool,
     learn: bool,
 }
@@ -57,7 +61,8 @@ impl FragModel {
         }
         let mut top: Vec<(Shape, u64)> = counts.iter().map(|(s, c)| (*s, *c)).collect();
         top.sort_by_key(|&(s, _)| s.milli);
-        FragModel { counts, top, dirty: false, learn: false }
+        let outlook = Outlook::of(&top);
+        FragModel { counts, top, outlook, dirty: false, learn: false }
     }
 
     pub fn observe(&mut self, shape: Shape) {
@@ -70,15 +75,64 @@ impl FragModel {
     /// Types in use, ordered by compute per GPU (what [`node_fragmentation`] wants; learned
     /// models keep the `FGD_TASK_SHAPES_MAX` most frequent).
     pub fn shapes(&mut self) -> &[(Shape, u64)] {
+        self.refresh();
+        &self.top
+    }
+
+    /// What `default` derives from the same types (see [`Outlook`]).
+    pub fn outlook(&mut self) -> &Outlook {
+        self.refresh();
+        &self.outlook
+    }
+
+    fn refresh(&mut self) {
         if self.dirty {
             let mut all: Vec<(Shape, u64)> = self.counts.iter().map(|(s, c)| (*s, *c)).collect();
             all.sort_by_key(|&(s, c)| (std::cmp::Reverse(c), s));
             all.truncate(FGD_TASK_SHAPES_MAX);
             all.sort_by_key(|&(s, _)| s.milli);
+            self.outlook = Outlook::of(&all);
             self.top = all;
             self.dirty = false;
         }
-        &self.top
+    }
+}
+
+/// What `default` sees beyond FGD's next task, derived once from the type distribution.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outlook {
+    pub cpu_per_gpu: CpuPerGpu,
+    /// `waste[f]`: expected milli-GPU a GPU with `f` free is left with when tasks drawn from
+    /// the distribution keep filling it while one fits (empty when no type uses a GPU).
+    waste: Vec<u32>,
+}
+
+impl Outlook {
+    pub fn of(shapes: &[(Shape, u64)]) -> Outlook {
+        // Per-GPU request of each GPU type (whole-GPU types take 1000 on each of their GPUs),
+        // merged by request.
+        let mut requests: BTreeMap<u32, u64> = BTreeMap::new();
+        for &(shape, weight) in shapes.iter().filter(|(s, _)| s.milli > 0) {
+            *requests.entry(shape.milli.min(1000)).or_default() += weight;
+        }
+        let mut waste = Vec::new();
+        if !requests.is_empty() {
+            waste = vec![0u32; 1001];
+            for f in 0..=1000usize {
+                let (mut sum, mut weight) = (0u64, 0u64);
+                for (&m, &w) in requests.range(..=f as u32) {
+                    sum += w * waste[f - m as usize] as u64;
+                    weight += w;
+                }
+                waste[f] = sum.checked_div(weight).map_or(f as u32, |w| w as u32);
+            }
+        }
+        Outlook { cpu_per_gpu: CpuPerGpu::of(shapes), waste }
+    }
+
+    /// Expected eventual waste of a GPU with `free` milli-GPU free (0 when no type uses GPUs).
+    pub fn eventual_waste(&self, free: u32) -> u32 {
+        self.waste.get(free.min(1000) as usize).copied().unwrap_or(0)
     }
 }
 
@@ -187,6 +241,23 @@ mod tests {
         assert_eq!(node_fragmentation(node, &[(shape(500, 1, 0), 3), (shape(1000, 2, 0), 1)]), 3 * 300 + 1900);
         let empty = NodeView { free: &[0, 0], cpu_free: 8000, classes: 1 };
         assert_eq!(fragment(empty, shape(500, 1, 0)), 0, "nothing free, nothing fragmented");
+    }
+
+    #[test]
+    fn eventual_waste_follows_the_tasks_that_fit() {
+        // Halves and whole GPUs, equally frequent.
+        let outlook = Outlook::of(&[(shape(500, 1, 0), 1), (shape(1000, 2, 0), 1), (shape(0, 0, 0), 9)]);
+        assert_eq!(outlook.eventual_waste(300), 300, "nothing fits: all of it stays");
+        assert_eq!(outlook.eventual_waste(500), 0, "one half fills it");
+        assert_eq!(outlook.eventual_waste(800), 300, "a half fits, 300 stay");
+        assert_eq!(outlook.eventual_waste(1000), 0, "a whole task or two halves");
+        assert_eq!(outlook.eventual_waste(0), 0);
+        // 400s alone: 1000 → 600 → 200.
+        assert_eq!(Outlook::of(&[(shape(400, 1, 0), 3)]).eventual_waste(1000), 200);
+        assert_eq!(Outlook::of(&[(shape(0, 0, 0), 3)]).eventual_waste(700), 0, "no GPU types: no waste");
+        let mut learned = FragModel::learning();
+        learned.observe(shape(400, 1, 0));
+        assert_eq!(learned.outlook().eventual_waste(1000), 200, "learned models refresh it");
     }
 
     #[test]

@@ -37,7 +37,7 @@ use gantry_catalog::Catalog;
 use gantry_types::{Bytes, Fleet, GpuGrant, GpuMode, Job, JobOutcome, MilliCpu, MilliGpu, ReasonCount, TaskPlacement};
 use std::collections::BTreeMap;
 
-pub use frag::{FragModel, Shape};
+pub use frag::{FragModel, Outlook, Shape};
 pub use ledger::{Grant, TaskGrant};
 pub use limits::SearchLimits;
 pub use policy::Policy;
@@ -261,13 +261,17 @@ impl Engine {
         if self.config.policy.needs_shapes() {
             place::observe(&mut self.frag, job);
         }
-        let shapes: Vec<(Shape, u64)> =
-            if self.config.policy.needs_shapes() { self.frag.shapes().to_vec() } else { Vec::new() };
+        let (shapes, outlook): (Vec<(Shape, u64)>, Outlook) = if self.config.policy.needs_shapes() {
+            (self.frag.shapes().to_vec(), self.frag.outlook().clone())
+        } else {
+            Default::default()
+        };
         let mut placer = place::Placer::new(
             &mut self.state,
             self.config.policy,
             self.config.limits,
             &shapes,
+            &outlook,
             &self.rack_nodes,
             if self.config.shapes.is_some() { Some(&mut self.frag_cache) } else { None },
             self.verdicts.as_mut(),

@@ -7,7 +7,7 @@
 //! this module unless the gang commits.
 
 use crate::fit::{self, GpuScope, TaskOption};
-use crate::frag::{CpuPerGpu, FragModel, Shape};
+use crate::frag::{FragModel, Outlook, Shape};
 use crate::index;
 use crate::ledger::{self, Grant, TaskGrant};
 use crate::limits::SearchLimits;
@@ -40,6 +40,7 @@ pub(crate) struct Placer<'a> {
     pub policy: Policy,
     pub limits: SearchLimits,
     pub shapes: &'a [(Shape, u64)],
+    pub outlook: &'a Outlook,
     pub rack_nodes: &'a [Vec<NodeIdx>],
     /// Per node: (version + 1, fragmentation) of the last computation, when the type
     /// distribution is fixed; `None` when it is being learned (values would go stale).
@@ -64,6 +65,7 @@ impl<'a> Placer<'a> {
         policy: Policy,
         limits: SearchLimits,
         shapes: &'a [(Shape, u64)],
+        outlook: &'a Outlook,
         rack_nodes: &'a [Vec<NodeIdx>],
         frag_cache: Option<&'a mut Vec<(u32, u64)>>,
         verdicts: Option<&'a mut VerdictMemo>,
@@ -74,6 +76,7 @@ impl<'a> Placer<'a> {
             policy,
             limits,
             shapes,
+            outlook,
             rack_nodes,
             frag_cache,
             verdicts,
@@ -255,12 +258,11 @@ impl<'a> Placer<'a> {
         let mut gang_racks: Vec<u32> = self.applied.iter().map(|t| self.state.nodes[t.node as usize].rack).collect();
         gang_racks.dedup();
         let shape_weight = self.shapes.iter().map(|(_, w)| *w).sum();
-        let cpu_per_gpu = CpuPerGpu::of(self.shapes);
         let ctx = ScoreContext {
             policy: self.policy,
             shapes: self.shapes,
             shape_weight,
-            cpu_per_gpu,
+            outlook: self.outlook,
             gang_racks: &gang_racks,
         };
         let state: &ClusterState = &*self.state;

@@ -8,7 +8,7 @@
 //! formulas: docs/policies.md.
 
 use crate::fit::TaskOption;
-use crate::frag::{self, CpuPerGpu, NodeView, Shape};
+use crate::frag::{self, NodeView, Outlook, Shape};
 use crate::ledger::Grant;
 use crate::request::{CompiledGroup, GpuNeed};
 use crate::state::{ClusterState, HOT_NO_FRAG, NodeIdx};
@@ -104,8 +104,8 @@ pub struct ScoreContext<'a> {
     pub shapes: &'a [(Shape, u64)],
     /// Sum of the shapes' weights (to turn weighted fragments into expectations).
     pub shape_weight: u64,
-    /// The shapes' CPU per milli-GPU (`default` counts GPU compute a node's CPU cannot serve).
-    pub cpu_per_gpu: CpuPerGpu,
+    /// What `default` derives from the shapes beyond FGD's next task (`frag::Outlook`).
+    pub outlook: &'a Outlook,
     /// Racks already holding tasks of this job (gang affinity).
     pub gang_racks: &'a [u32],
 }
@@ -125,10 +125,11 @@ pub fn fragmentation_before(state: &ClusterState, node: NodeIdx, ctx: &ScoreCont
 }
 
 /// The measure the policy descends: FGD's fragmentation for `fgd`; for `default`, that plus
-/// the node's GPU compute its free CPU cannot serve at the workload's CPU per GPU, weighted as
-/// one more fragment of every type (so that, divided by the total weight, both are milli-GPU).
-/// FGD looks one task ahead and misses CPU running out before the GPUs: on the Alibaba trace
-/// GPU tasks ask 14 cores per GPU and most nodes have 12 (docs/policies.md).
+/// two things FGD's one-task-ahead view misses, each weighted like a fragment of every type
+/// (so that, divided by the total weight, all are milli-GPU): the node's GPU compute its free
+/// CPU cannot serve at the workload's CPU per GPU (on the Alibaba trace GPU tasks ask 14 cores
+/// per GPU and most nodes have 12), and a quarter of its GPUs' eventual waste (what stays free
+/// after tasks keep filling them; more weight costs packing). docs/policies.md measures both.
 fn policy_fragmentation(
     state: &ClusterState,
     node: NodeIdx,
@@ -136,8 +137,8 @@ fn policy_fragmentation(
     cpu: u32,
     ctx: &ScoreContext<'_>,
 ) -> u64 {
-    let ratio = (ctx.policy == Policy::Default).then_some((ctx.cpu_per_gpu, ctx.shape_weight));
-    node_fragmentation(state, node, option, cpu, ctx.shapes, ratio)
+    let outlook = (ctx.policy == Policy::Default).then_some((ctx.outlook, ctx.shape_weight));
+    node_fragmentation(state, node, option, cpu, ctx.shapes, outlook)
 }
 
 /// Weighted fragmentation of `node` as it stands.
@@ -145,15 +146,19 @@ pub fn node_fragmentation_of(state: &ClusterState, node: NodeIdx, shapes: &[(Sha
     node_fragmentation(state, node, None, 0, shapes, None)
 }
 
+/// `default` counts 1/this of a GPU's eventual waste (¼: docs/policies.md).
+const EVENTUAL_WASTE_SHARE: u64 = 4;
+
 /// Weighted fragmentation of `node`, optionally as if `option` (and `cpu`) were taken; with
-/// `stranded` = (ratio, weight), plus `weight` × the compute CPU cannot serve at that ratio.
+/// `outlook` = (outlook, weight), plus `weight` × (the compute CPU cannot serve + a quarter of
+/// the GPUs' eventual waste).
 fn node_fragmentation(
     state: &ClusterState,
     node: NodeIdx,
     option: Option<&TaskOption>,
     cpu: u32,
     shapes: &[(Shape, u64)],
-    stranded: Option<(CpuPerGpu, u64)>,
+    outlook: Option<(&Outlook, u64)>,
 ) -> u64 {
     let n = &state.nodes[node as usize];
     let first = n.gpu_first;
@@ -180,8 +185,11 @@ fn node_fragmentation(
         len += 1;
     }
     let view = NodeView { free: &free[..len], cpu_free: n.cpu_free - cpu, classes };
-    let stranded = stranded.map_or(0, |(ratio, weight)| weight * frag::cpu_stranded(view, ratio));
-    frag::node_fragmentation(view, shapes) + stranded
+    let beyond = outlook.map_or(0, |(outlook, weight)| {
+        let waste: u64 = view.free.iter().map(|&f| outlook.eventual_waste(f) as u64).sum();
+        weight * frag::cpu_stranded(view, outlook.cpu_per_gpu) + weight * waste / EVENTUAL_WASTE_SHARE
+    });
+    frag::node_fragmentation(view, shapes) + beyond
 }
 
 /// Score placing one task of `group` on `node` with `option`; `frag_before` comes from
