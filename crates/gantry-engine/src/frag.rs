@@ -79,10 +79,11 @@ impl FragModel {
         &self.top
     }
 
-    /// What `default` derives from the same types (see [`Outlook`]).
-    pub fn outlook(&mut self) -> &Outlook {
+    /// The types in use and what `default` derives from them (see [`Outlook`]), together, so a
+    /// decision can borrow both.
+    pub fn shapes_and_outlook(&mut self) -> (&[(Shape, u64)], &Outlook) {
         self.refresh();
-        &self.outlook
+        (&self.top, &self.outlook)
     }
 
     fn refresh(&mut self) {
@@ -257,7 +258,7 @@ mod tests {
         assert_eq!(Outlook::of(&[(shape(0, 0, 0), 3)]).eventual_waste(700), 0, "no GPU types: no waste");
         let mut learned = FragModel::learning();
         learned.observe(shape(400, 1, 0));
-        assert_eq!(learned.outlook().eventual_waste(1000), 200, "learned models refresh it");
+        assert_eq!(learned.shapes_and_outlook().1.eventual_waste(1000), 200, "learned models refresh it");
     }
 
     #[test]

@@ -261,17 +261,15 @@ impl Engine {
         if self.config.policy.needs_shapes() {
             place::observe(&mut self.frag, job);
         }
-        let (shapes, outlook): (Vec<(Shape, u64)>, Outlook) = if self.config.policy.needs_shapes() {
-            (self.frag.shapes().to_vec(), self.frag.outlook().clone())
-        } else {
-            Default::default()
-        };
+        let none = Outlook::default();
+        let (shapes, outlook) =
+            if self.config.policy.needs_shapes() { self.frag.shapes_and_outlook() } else { (&[][..], &none) };
         let mut placer = place::Placer::new(
             &mut self.state,
             self.config.policy,
             self.config.limits,
-            &shapes,
-            &outlook,
+            shapes,
+            outlook,
             &self.rack_nodes,
             if self.config.shapes.is_some() { Some(&mut self.frag_cache) } else { None },
             self.verdicts.as_mut(),
