@@ -217,6 +217,7 @@ mod tests {
                 .collect(),
             half_life_s,
             starvation_s: 1_000_000,
+            reclaim_protect_s: 600,
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),

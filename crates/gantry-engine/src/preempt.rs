@@ -1,130 +1,278 @@
 //! Preemption planning: which running jobs to stop so a job with a right to capacity fits.
 //!
-//! The preemptor's right is its priority (it may stop lower-priority work) or its guarantee
-//! (a queue within its guaranteed quota may stop borrowers). Never chosen: non-preemptible
-//! jobs and jobs still inside their minimum runtime. Among eligible victims the cheapest go
-//! first — borrowers before owners, lower priority first, less work lost since the last
-//! checkpoint first — added one by one on a planning copy until the job fits (placement
-//! re-run, gangs and topology included); then every chosen victim whose return would still
-//! leave room is given back, most expensive first. What remains is minimal: removing any one
-//! victim from the set makes the job not fit (fitting is monotone in what is freed, so a
-//! victim found necessary stays necessary as others are given back).
+//! The preemptor's right is its priority (it may stop lower-priority work), its guarantee (a
+//! queue whose guarantee has room for the job may stop other queues' borrowed capacity, in the
+//! GPU models it has room in), or starvation (past the bound it may stop other queues' work of
+//! its priority or lower that did not itself start starved). Never chosen: non-preemptible
+//! jobs, jobs inside their minimum runtime, jobs a reclaim started less than the protection
+//! period ago (except for priority), and — across queues — a job whose stop would take its
+//! queue below its own guarantee ([`Spare`]).
+//!
+//! Among the sets of eligible victims that make room, the cheapest wins: the fewest
+//! GPU-seconds of work lost (milli-GPU × seconds since the last checkpoint), then the fewest
+//! jobs, then the lowest priority. Finding the cheapest set exactly is a packing problem, so
+//! the planner compares a bounded number of candidates, each built greedily in cost order
+//! until the job fits (placement re-run, gangs and topology included) and then pruned: the
+//! victims over all nodes, and the victims on each of the [`PREEMPT_NODES_MAX`] cheapest nodes
+//! alone (a 4-GPU job is better served by one 4-GPU victim than by four 1-GPU ones that ran
+//! longer), and the cheapest single victim that alone makes room. Pruning gives back, most expensive first, every victim whose return still leaves
+//! room, so every plan is minimal: removing any one victim makes the job not fit (fitting is
+//! monotone in what is freed, so a victim found necessary stays necessary).
 //!
 //! The plan is a decision for the controller (or the simulator) to carry out: signal, grace
 //! period, kill; the job is placed once the victims are gone.
 
 use crate::{AllocId, CompiledJob, Engine};
+use gantry_types::Flavor;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Nodes whose victims alone are tried as a candidate set, cheapest first. Each candidate costs
+/// one placement per victim added; 16 nodes bound a plan to a few hundred placements on a
+/// planning copy while covering every node of the small pools where contention happens.
+pub const PREEMPT_NODES_MAX: usize = 16;
+
+/// Eligible victims tried one by one (cheapest first) as a set of one: one placement each on a
+/// planning copy; 64 covers every job on a few nodes of the pool in contention.
+pub const PREEMPT_SINGLES_MAX: usize = 64;
+
+/// Why a preemptor may stop a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cause {
+    Priority,
+    Guarantee,
+    Starvation,
+}
+
+impl Cause {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::Priority => "priority",
+            Cause::Guarantee => "guarantee",
+            Cause::Starvation => "starvation",
+        }
+    }
+}
 
 /// A running job that might be stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Victim {
     pub alloc: AllocId,
+    /// Its queue (an index of the scheduler's queue tree; 0 without one).
+    pub queue: usize,
     pub priority: i32,
     pub preemptible: bool,
-    /// Its queue runs above its guarantee (the capacity is borrowed).
-    pub borrower: bool,
-    /// Seconds of work lost if stopped now (since its last checkpoint).
-    pub work_lost_s: u64,
+    /// What it counts against its queue's quotas, per flavor (milli-GPU).
+    pub demand: Vec<(Flavor, u64)>,
+    /// Flavors in which its queue runs above its guarantee (that capacity is borrowed).
+    pub borrowed: Vec<Flavor>,
+    /// Milli-GPU × seconds of work lost if stopped now (since its last checkpoint).
+    pub work_lost_milli_s: u64,
     /// Seconds until it has run its minimum runtime (0 = it may be stopped).
     pub min_runtime_left_s: u64,
     /// It had waited past the starvation bound when it started.
     pub started_starved: bool,
+    /// A reclaim started it less than the protection period ago: only priority may stop it.
+    pub reclaim_protected: bool,
 }
 
 /// What entitles the preemptor to capacity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Right {
+    pub queue: usize,
     pub priority: i32,
-    /// Its queue is within its guaranteed quota (it may reclaim from borrowers).
-    pub within_guarantee: bool,
-    /// It has waited past the starvation bound: it may stop work of its own priority or lower
-    /// that did not itself start starved (so starved jobs never stop each other).
+    /// Flavors in which its queue's guarantee has room for the job (with what other waiting
+    /// jobs of the queue already claimed this cycle): it may reclaim borrowed capacity there.
+    pub guarantee: Vec<Flavor>,
+    /// It has waited past the starvation bound.
     pub starving: bool,
 }
 
 impl Victim {
-    /// May a preemptor with `right` stop this job?
-    pub fn eligible(&self, right: Right) -> bool {
-        self.preemptible
-            && self.min_runtime_left_s == 0
-            && (self.priority < right.priority
-                || (right.within_guarantee && self.borrower)
-                || (right.starving && self.priority <= right.priority && !self.started_starved))
+    /// Why a preemptor with `right` may stop this job, if it may: lower priority anywhere;
+    /// across queues only, borrowed capacity where the preemptor's guarantee has room, or —
+    /// for a starving preemptor — work of its priority or lower that did not start starved.
+    pub fn cause(&self, right: &Right) -> Option<Cause> {
+        if !self.preemptible || self.min_runtime_left_s > 0 {
+            return None;
+        }
+        if self.priority < right.priority {
+            return Some(Cause::Priority);
+        }
+        if self.queue == right.queue || self.reclaim_protected {
+            return None;
+        }
+        if self.borrowed.iter().any(|f| right.guarantee.contains(f)) {
+            return Some(Cause::Guarantee);
+        }
+        (right.starving && self.priority <= right.priority && !self.started_starved).then_some(Cause::Starvation)
     }
 
     /// Cheaper victims sort first.
-    fn cost(&self) -> (bool, i32, u64, AllocId) {
-        (!self.borrower, self.priority, self.work_lost_s, self.alloc)
+    fn cost(&self) -> (u64, i32, AllocId) {
+        (self.work_lost_milli_s, self.priority, self.alloc)
     }
 }
 
-impl Engine {
-    /// Would `job` fit on `base` (a planning copy of this engine) with these allocations gone?
-    fn fits_without(&self, base: &Engine, job: &CompiledJob, gone: &[AllocId]) -> bool {
-        let mut copy = base.planning_copy();
-        for &alloc in gone {
-            self.release_on(&mut copy, alloc);
-        }
-        copy.place(job).is_ok()
+/// How much of each queue's usage preemption may still take, per flavor: what it runs above
+/// its guarantee. Across queues, a victim whose stop would take its queue below its guarantee
+/// is passed over; a preemptor's own queue is not bound (it replaces like with like).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Spare {
+    /// `None`: no quotas, everything may be taken.
+    above: Option<BTreeMap<(usize, Flavor), u64>>,
+}
+
+impl Spare {
+    /// No guarantees to keep.
+    pub fn unlimited() -> Spare {
+        Spare { above: None }
     }
 
-    /// The fewest, cheapest victims to stop so `job` fits, or `None` if no eligible set makes
-    /// room (or it fits already: then nothing needs stopping, `Some(vec![])`).
-    pub fn plan_preemption(&self, job: &CompiledJob, right: Right, victims: &[Victim]) -> Option<Vec<AllocId>> {
-        self.plan_on(&self.planning_copy(), job, right, victims)
+    /// Each (queue, flavor)'s usage above its guarantee; pairs not listed have nothing to spare.
+    pub fn above_guarantee(above: BTreeMap<(usize, Flavor), u64>) -> Spare {
+        Spare { above: Some(above) }
     }
 
-    /// Plan for several preemptors in turn, each on the fleet the ones before it leave: the
-    /// allocations in `gone` already stopping (their capacity promised to the `coming` jobs,
-    /// placed first), every earlier preemptor placed and its victims gone. A victim is chosen
-    /// at most once. One answer per request, as [`Engine::plan_preemption`]'s; a request that
-    /// fits without stopping anything gets `Some(vec![])` and is placed on the plan too.
-    pub fn plan_preemptions(
-        &self,
-        requests: &[(&CompiledJob, Right)],
-        victims: &[Victim],
-        gone: &[AllocId],
-        coming: &[&CompiledJob],
-    ) -> Vec<Option<Vec<AllocId>>> {
-        let mut base = self.planning_copy();
-        for &alloc in gone {
-            if self.allocations.contains_key(&alloc) {
-                self.release_on(&mut base, alloc);
+    /// May a preemptor of queue `preemptor` take `v`?
+    pub fn allows(&self, v: &Victim, preemptor: usize) -> bool {
+        match &self.above {
+            None => true,
+            Some(_) if v.queue == preemptor => true,
+            Some(above) => {
+                v.demand.iter().all(|(f, d)| above.get(&(v.queue, f.clone())).is_some_and(|&spare| spare >= *d))
             }
         }
-        for job in coming {
-            let _ = base.place(job);
-        }
-        let mut taken: Vec<AllocId> = gone.to_vec();
-        requests
-            .iter()
-            .map(|&(job, right)| {
-                let free: Vec<Victim> = victims.iter().filter(|v| !taken.contains(&v.alloc)).copied().collect();
-                let chosen = self.plan_on(&base, job, right, &free)?;
-                for &alloc in &chosen {
-                    self.release_on(&mut base, alloc);
-                }
-                taken.extend(&chosen);
-                let _ = base.place(job);
-                Some(chosen)
-            })
-            .collect()
     }
 
-    fn plan_on(&self, base: &Engine, job: &CompiledJob, right: Right, victims: &[Victim]) -> Option<Vec<AllocId>> {
-        if self.fits_without(base, job, &[]) {
+    /// Count `v` as taken.
+    pub fn take(&mut self, v: &Victim) {
+        if let Some(above) = self.above.as_mut() {
+            for (f, d) in &v.demand {
+                if let Some(spare) = above.get_mut(&(v.queue, f.clone())) {
+                    *spare = spare.saturating_sub(*d);
+                }
+            }
+        }
+    }
+}
+
+/// A candidate set's cost, compared lexicographically: GPU-seconds lost, jobs, highest
+/// priority among them, then the allocations (a deterministic tie-break).
+type PlanCost = (u64, usize, i32, Vec<AllocId>);
+
+impl Engine {
+    /// Would `job` fit on this engine's state? (Places and releases: the state is unchanged.)
+    pub(crate) fn fits_now(&mut self, job: &CompiledJob) -> bool {
+        match self.place(job) {
+            Ok(alloc) => {
+                self.release(alloc).expect("just placed");
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Put this engine's allocation `id` back on a planning copy's state.
+    pub(crate) fn apply_on(&self, copy: &mut Engine, id: AllocId) {
+        for task in &self.allocations[&id].tasks {
+            crate::ledger::apply(&mut copy.state, task);
+        }
+    }
+
+    /// The cheapest victims to stop so `job` fits (no quotas to keep), or `None` if no eligible
+    /// set makes room (or it fits already: then nothing needs stopping, `Some(vec![])`).
+    pub fn plan_preemption(&self, job: &CompiledJob, right: &Right, victims: &[Victim]) -> Option<Vec<AllocId>> {
+        self.plan_on(&self.planning_copy(), job, right, victims, &Spare::unlimited())
+    }
+
+    /// [`Engine::plan_preemption`] on `base` (a planning copy: what earlier preemptors leave),
+    /// keeping what `spare` says each queue must keep.
+    pub fn plan_on(
+        &self,
+        base: &Engine,
+        job: &CompiledJob,
+        right: &Right,
+        victims: &[Victim],
+        spare: &Spare,
+    ) -> Option<Vec<AllocId>> {
+        if base.planning_copy().fits_now(job) {
             return Some(Vec::new());
         }
-        let mut eligible: Vec<&Victim> =
-            victims.iter().filter(|v| v.eligible(right) && self.allocations.contains_key(&v.alloc)).collect();
+        let mut eligible: Vec<&Victim> = victims
+            .iter()
+            .filter(|v| v.cause(right).is_some() && self.allocations.contains_key(&v.alloc))
+            .filter(|v| spare.allows(v, right.queue))
+            .collect();
         eligible.sort_by_key(|v| v.cost());
-        let mut chosen: Vec<AllocId> = Vec::new();
+        let mut best: Option<(PlanCost, Vec<AllocId>)> = None;
+        let mut consider = |order: Vec<&Victim>| {
+            if let Some(chosen) = self.greedy_then_prune(base, job, &order, spare.clone(), right.queue) {
+                let cost = plan_cost(&chosen, victims);
+                if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                    best = Some((cost, chosen));
+                }
+            }
+        };
+        consider(eligible.clone());
+        // The cheapest single victim that alone makes room (greedy sets can miss it when
+        // cheaper ones add up to enough).
+        for v in eligible.iter().take(PREEMPT_SINGLES_MAX) {
+            let mut copy = base.planning_copy();
+            self.release_on(&mut copy, v.alloc);
+            if spare.allows(v, right.queue) && copy.fits_now(job) {
+                consider(vec![*v]);
+                break;
+            }
+        }
+        for node in self.cheapest_nodes(&eligible) {
+            let on_node: Vec<&Victim> = eligible
+                .iter()
+                .copied()
+                .filter(|v| self.allocations[&v.alloc].tasks.iter().any(|t| t.node == node))
+                .collect();
+            if on_node.len() < eligible.len() {
+                consider(on_node);
+            }
+        }
+        best.map(|(_, chosen)| chosen)
+    }
+
+    /// The nodes hosting eligible victims, by the total cost of those victims, cheapest first,
+    /// at most [`PREEMPT_NODES_MAX`].
+    fn cheapest_nodes(&self, eligible: &[&Victim]) -> Vec<crate::state::NodeIdx> {
+        let mut cost: BTreeMap<crate::state::NodeIdx, u64> = BTreeMap::new();
+        for v in eligible {
+            let nodes: BTreeSet<_> = self.allocations[&v.alloc].tasks.iter().map(|t| t.node).collect();
+            for n in nodes {
+                *cost.entry(n).or_default() += v.work_lost_milli_s;
+            }
+        }
+        let mut nodes: Vec<(u64, crate::state::NodeIdx)> = cost.into_iter().map(|(n, c)| (c, n)).collect();
+        nodes.sort_unstable();
+        nodes.into_iter().take(PREEMPT_NODES_MAX).map(|(_, n)| n).collect()
+    }
+
+    /// Add victims of `order` one by one (skipping those `spare` keeps) until `job` fits on
+    /// `base`, then give back, most expensive first, every one not needed.
+    fn greedy_then_prune(
+        &self,
+        base: &Engine,
+        job: &CompiledJob,
+        order: &[&Victim],
+        mut spare: Spare,
+        preemptor: usize,
+    ) -> Option<Vec<AllocId>> {
         let mut copy = base.planning_copy();
+        let mut chosen: Vec<AllocId> = Vec::new();
         let mut fits = false;
-        for v in &eligible {
+        for v in order {
+            if !spare.allows(v, preemptor) {
+                continue;
+            }
+            spare.take(v);
             self.release_on(&mut copy, v.alloc);
             chosen.push(v.alloc);
-            if copy.planning_copy().place(job).is_ok() {
+            if copy.fits_now(job) {
                 fits = true;
                 break;
             }
@@ -132,13 +280,23 @@ impl Engine {
         if !fits {
             return None;
         }
-        // Give back what is not needed, most expensive first.
         for i in (0..chosen.len()).rev() {
-            let without: Vec<AllocId> = chosen.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &a)| a).collect();
-            if self.fits_without(base, job, &without) {
+            self.apply_on(&mut copy, chosen[i]);
+            if copy.fits_now(job) {
                 chosen.remove(i);
+            } else {
+                self.release_on(&mut copy, chosen[i]);
             }
         }
         Some(chosen)
     }
+}
+
+fn plan_cost(chosen: &[AllocId], victims: &[Victim]) -> PlanCost {
+    let of = |a: &AllocId| victims.iter().find(|v| v.alloc == *a).expect("chosen among the victims");
+    let lost = chosen.iter().map(|a| of(a).work_lost_milli_s).sum();
+    let priority = chosen.iter().map(|a| of(a).priority).max().unwrap_or(i32::MIN);
+    let mut allocs = chosen.to_vec();
+    allocs.sort_unstable();
+    (lost, chosen.len(), priority, allocs)
 }

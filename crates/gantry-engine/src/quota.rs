@@ -118,6 +118,10 @@ impl QuotaBook {
         Ok(())
     }
 
+    pub fn tree(&self) -> &QueueTree {
+        &self.tree
+    }
+
     /// Does any queue declare a quota? (If not, admission never refuses.)
     pub fn has_quotas(&self) -> bool {
         self.tree.queues.iter().any(|q| !q.quotas.is_empty())
@@ -262,6 +266,7 @@ mod tests {
             ],
             half_life_s: 3600,
             starvation_s: 86_400,
+            reclaim_protect_s: 600,
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),
@@ -295,6 +300,7 @@ mod tests {
             ],
             half_life_s: 3600,
             starvation_s: 86_400,
+            reclaim_protect_s: 600,
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),

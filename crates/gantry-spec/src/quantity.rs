@@ -136,6 +136,19 @@ pub(crate) enum Duration {
 
 /// Seconds from `90`, `"90s"`, `"30m"`, `"12h"`, `"7d"`.
 pub(crate) fn seconds(field: &str, d: &Duration, min: u64) -> Result<u64, SpecError> {
+    let negative = match d {
+        Duration::Seconds(s) => *s < 0,
+        Duration::Text(t) => t.trim().starts_with('-'),
+    };
+    if negative {
+        let shown = match d {
+            Duration::Seconds(s) => s.to_string(),
+            Duration::Text(t) => format!("{:?}", t.trim()),
+        };
+        return Err(
+            SpecError::new(field, format!("{shown} is negative")).hint("a duration is 0 or more: \"30m\", 3600")
+        );
+    }
     let value = match d {
         Duration::Seconds(s) => *s as f64,
         Duration::Text(t) => {

@@ -77,6 +77,7 @@ fn user_limit(at: &str, max_running_jobs: Option<i64>, max_gpus: Option<f64>) ->
 struct FairShareEntry {
     half_life: Option<Duration>,
     starvation: Option<Duration>,
+    reclaim_protect: Option<Duration>,
 }
 
 #[derive(Deserialize)]
@@ -131,9 +132,11 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
     if file.queue.len() > QUEUES_MAX {
         return Err(SpecError::new("queue", format!("{} queues, the limit is {QUEUES_MAX}", file.queue.len())));
     }
-    let fair = file.fair_share.unwrap_or(FairShareEntry { half_life: None, starvation: None });
+    let fair = file.fair_share.unwrap_or(FairShareEntry { half_life: None, starvation: None, reclaim_protect: None });
     let half_life_s = fair.half_life.as_ref().map(|d| seconds("fair_share.half_life", d, 1)).transpose()?;
     let starvation_s = fair.starvation.as_ref().map(|d| seconds("fair_share.starvation", d, 1)).transpose()?;
+    let reclaim_protect_s =
+        fair.reclaim_protect.as_ref().map(|d| seconds("fair_share.reclaim_protect", d, 0)).transpose()?;
     let mut billing_milli = Vec::new();
     for (model, weight) in file.billing.unwrap_or_default() {
         let field = format!("billing.{model:?}");
@@ -286,6 +289,7 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
         queues,
         half_life_s: half_life_s.unwrap_or(HALF_LIFE_DEFAULT_S),
         starvation_s: starvation_s.unwrap_or(STARVATION_DEFAULT_S),
+        reclaim_protect_s: reclaim_protect_s.unwrap_or(gantry_types::RECLAIM_PROTECT_DEFAULT_S),
         billing_milli,
     })
 }

@@ -391,6 +391,15 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
     };
     let time_limit_s =
         entry.time_limit.as_ref().map(|d| quantity::seconds(&format!("{at} / time_limit"), d, 1)).transpose()?;
+    if let Some(limit) = time_limit_s
+        && lifecycle.min_runtime_s > limit
+    {
+        return Err(SpecError::new(
+            format!("{at} / min_runtime"),
+            format!("{} s is longer than the time limit ({limit} s)", lifecycle.min_runtime_s),
+        )
+        .hint("a job can never run past its time limit, so a longer minimum runtime means \"never preempt\": say preemptible = false instead"));
+    }
     let control = JobControl { user, time_limit_s, hold: entry.hold.unwrap_or(false), array: None };
     let run = parse_run(at, entry.command.take(), entry.env.take(), entry.workdir.take())?;
     let job =

@@ -46,6 +46,11 @@ pub struct QueueTree {
     pub half_life_s: u64,
     /// A job pending this long goes before fair-share order (the starvation guard).
     pub starvation_s: u64,
+    /// A job started by reclaiming a guarantee is not itself reclaimed (by guarantee or
+    /// starvation) for this long: the hysteresis that keeps two queues from preempting each
+    /// other back and forth. Priority may still stop it.
+    #[serde(default = "reclaim_protect_default")]
+    pub reclaim_protect_s: u64,
     /// Weight of one GPU-hour per catalog model id, in thousandths (an H100-hour worth two
     /// A100-hours: 2000 against 1000); models not listed weigh 1000.
     pub billing_milli: Vec<(String, u32)>,
@@ -62,6 +67,14 @@ pub struct UserLimit {
     pub max_running_jobs: Option<u32>,
     /// Milli-GPU (whole GPUs, MIG instances and shares alike).
     pub max_gpus_milli: Option<u64>,
+}
+
+/// Default of [`QueueTree::reclaim_protect_s`]: ten minutes, long enough that a reclaimed job
+/// does useful work before anyone may take its GPUs back, short against a training run.
+pub const RECLAIM_PROTECT_DEFAULT_S: u64 = 600;
+
+fn reclaim_protect_default() -> u64 {
+    RECLAIM_PROTECT_DEFAULT_S
 }
 
 impl QueueTree {
@@ -88,6 +101,7 @@ impl QueueTree {
             queues,
             half_life_s,
             starvation_s,
+            reclaim_protect_s: RECLAIM_PROTECT_DEFAULT_S,
             billing_milli: Vec::new(),
             user_default: UserLimit::default(),
             users: Vec::new(),

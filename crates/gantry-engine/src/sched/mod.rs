@@ -28,8 +28,15 @@ pub use rights::PREEMPTORS_MAX;
 /// The caller's name for a job (a trace index, a database id).
 pub type JobId = u64;
 
-/// Jobs tried past a queue's blocked head per cycle: bounds the work per cycle.
+/// Placements tried past a queue's blocked head per cycle: bounds the work per cycle. It
+/// counts placements, not jobs: a job whose request was already refused for resources in the
+/// cycle is answered without one and not counted (`pass.rs`), so a run of identical blocked
+/// jobs cannot hide the different ones behind it. 32 placements cost well under a
+/// millisecond on the fleets a queue's jobs contend for.
 pub const BACKFILL_SCAN_MAX: usize = 32;
+/// Jobs looked at per queue per cycle, tried or not: what bounds a pass over a very long
+/// queue. A look costs a lookup (no placement), so 10,000 stays within a few milliseconds.
+pub const BACKFILL_VISITS_MAX: usize = 10_000;
 /// Most reservations per cycle.
 pub const RESERVE_DEPTH_MAX: usize = 64;
 
@@ -132,9 +139,10 @@ pub enum Decision {
     /// `job` starts now on allocation `alloc` (already taken in the engine), holding `milli`
     /// milli-GPU; it had been eligible since `eligible_since`.
     Start { job: JobId, alloc: AllocId, milli: u64, eligible_since: u64 },
-    /// Signal `job` (running on `alloc`) to stop now and kill it at `kill_at`; `cause` is the
+    /// Signal `job` (running on `alloc`) to stop now and kill it at `kill_at`, for job
+    /// `for_job` (the preemptor, which starts once its victims are gone); `cause` is the
     /// preemptor's right: `priority`, `guarantee` or `starvation`.
-    Stop { job: JobId, alloc: AllocId, kill_at: u64, cause: &'static str },
+    Stop { job: JobId, alloc: AllocId, kill_at: u64, cause: &'static str, for_job: JobId },
 }
 
 /// A running job as the scheduler tracks it.
@@ -145,9 +153,33 @@ struct RunningJob {
     /// Its end as planning counts on it (`None`: for ever).
     limit_end: Option<u64>,
     started_starved: bool,
+    /// When it started on capacity its preemption freed (protected from reclaim for a while).
+    reclaimed_at: Option<u64>,
     milli: u64,
     held: Resources,
     demand: Vec<(Flavor, u64)>,
+}
+
+/// A preemptor waiting for its victims.
+#[derive(Debug)]
+struct Awaiting {
+    victims: Vec<AllocId>,
+    /// When the last victim's grace period ends.
+    until: u64,
+    /// Its strongest right over the victims (`priority`, `guarantee`, `starvation`).
+    right: &'static str,
+    /// Flavors it reclaims by its guarantee: no other queue may borrow them meanwhile.
+    owed: Vec<Flavor>,
+}
+
+/// Why a promised start was pushed back: the job that took the capacity, and its right
+/// (`priority`, `guarantee`, `starvation`, or `own-limit` when the job's own quota or
+/// per-user limit held it back).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromiseBreak {
+    pub by: JobId,
+    pub right: &'static str,
+    pub at_s: u64,
 }
 
 /// One submitted job and where it stands.
@@ -164,7 +196,12 @@ struct Entry {
 pub struct SchedStats {
     /// Jobs promised a reserved start (their first promise), and those that started later.
     pub promised: BTreeMap<JobId, u64>,
-    pub late: u64,
+    pub late: BTreeSet<JobId>,
+    /// Promises pushed back by a higher right, with who and which (the first record).
+    pub broken: BTreeMap<JobId, PromiseBreak>,
+    /// Promises found later than first promised with no higher right on record: a scheduler
+    /// bug, which the tests hold at zero.
+    pub broken_without_cause: BTreeSet<JobId>,
     /// Jobs refused at least once by a quota, by a per-user limit.
     pub quota_waited: BTreeSet<JobId>,
     pub user_limit_waited: BTreeSet<JobId>,
@@ -197,7 +234,11 @@ pub struct Scheduler {
     /// Preemption: allocations in their grace period (and why), and the jobs waiting for
     /// them (their victims and when the last grace period ends).
     terminating: BTreeMap<AllocId, &'static str>,
-    awaiting: BTreeMap<JobId, (Vec<AllocId>, u64)>,
+    awaiting: BTreeMap<JobId, Awaiting>,
+    /// How long a job started by reclaim is protected from reclaim (`QueueTree`).
+    reclaim_protect_s: u64,
+    /// Jobs holding a promised start, in reservation order (kept across cycles).
+    promises: Vec<JobId>,
     /// The depth-1 reservation of the previous cycle (reused while it still holds).
     last_reservation: Option<(JobId, u64)>,
     plans: Vec<(JobId, Reservation)>,
@@ -222,6 +263,7 @@ impl Scheduler {
             Order::Fifo => None,
         };
         let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
+        let reclaim_protect_s = fair.as_ref().map_or(0, |fs| fs.tree().reclaim_protect_s);
         let billing = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
         Scheduler {
             engine,
@@ -244,6 +286,8 @@ impl Scheduler {
             running: BTreeMap::new(),
             terminating: BTreeMap::new(),
             awaiting: BTreeMap::new(),
+            reclaim_protect_s,
+            promises: Vec::new(),
             last_reservation: None,
             plans: Vec::new(),
             stats: SchedStats::default(),
@@ -582,7 +626,8 @@ impl Scheduler {
 
     /// Record `job` started on `alloc` at `now` (every check passed).
     fn start(&mut self, job: JobId, alloc: AllocId, milli: u64, demand: Vec<(Flavor, u64)>, now: u64) {
-        self.awaiting.remove(&job);
+        let reclaimed_at = self.awaiting.remove(&job).map(|_| now);
+        self.promises.retain(|&p| p != job);
         let entry = &self.jobs[&job];
         let q = entry.queue;
         let held = self.engine.held(alloc, &self.billing).expect("just placed");
@@ -593,7 +638,7 @@ impl Scheduler {
             book.charge(q, &demand);
         }
         if self.stats.promised.get(&job).is_some_and(|&p| now > p) {
-            self.stats.late += 1;
+            self.stats.late.insert(job);
         }
         if let Some(user) = &entry.job.control.user {
             let used = self.user_running.entry(user.clone()).or_default();
@@ -611,6 +656,7 @@ impl Scheduler {
                 started_at: now,
                 limit_end: entry.job.planned_length_s.map(|d| now + d),
                 started_starved: self.starvation_s.is_some_and(|s| waited >= s),
+                reclaimed_at,
                 milli,
                 held,
                 demand,

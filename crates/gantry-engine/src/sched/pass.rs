@@ -1,21 +1,41 @@
 //! One scheduling cycle: pick jobs in queue order (fair share, or FIFO), start each one that
 //! fits and passes its limits (array throttle, per-user limits, quota, capacity kept for a
-//! preemptor), and, past a blocked job, backfill as the mode allows without delaying a
-//! reserved start; then preemption (`rights.rs`).
+//! preemptor or owed to a queue reclaiming its guarantee), and, past a blocked job, backfill
+//! as the mode allows without delaying a reserved start; then preemption (`rights.rs`).
 //!
-//! Reservations: depth 1 is EASY backfill on a shadow of the fleet at the reserved start
-//! (cheap; the previous cycle's reservation is reused while it holds). Depth N > 1 reserves
-//! the first N blocked jobs in order with the engine's planner, and a candidate that would
-//! still run at a reserved start is kept only if planning them again with it running moves
-//! no reserved start later.
+//! Preemptors whose victims are gone are tried before anything else: the capacity was freed
+//! for them, and trying them first is what makes every preemption start its preemptor.
+//!
+//! Reservations are promises, kept from cycle to cycle (`Scheduler::promises`): a job once
+//! promised a start is reserved first in every later cycle, before the queue order is
+//! consulted, so the jobs the order puts ahead of it (other queues' jobs, as shares change)
+//! are checked against its reservation too. Only a higher right may start a job that pushes a
+//! promised start back: a preemptor whose victims are gone, a higher priority (fair-share
+//! order), or a job within its queue's guarantee against another queue's job that is not; the
+//! promise's record then says which (`SchedStats::broken`). Depth 1 is EASY backfill on a
+//! shadow of the fleet at the reserved start (the previous start reused while it holds);
+//! depth N > 1 plans the first N promises in order with the engine's planner, and a candidate
+//! that would still run at a reserved start is kept only if planning them again with it
+//! running moves none later.
+//!
+//! Past a queue's blocked head the scan is bounded by work, not by a count of jobs: at most
+//! [`BACKFILL_SCAN_MAX`] placements are tried per queue, and a job whose request is the same
+//! as one already refused for resources in this pass is refused with the same reason without
+//! a placement (nothing is released during a pass, so the answer cannot change) and without
+//! counting — a long run of blocked 8-GPU jobs cannot hide the small jobs behind it. Looking at
+//! a job costs a lookup; at most [`BACKFILL_VISITS_MAX`] per queue per pass.
 
-use super::{BACKFILL_SCAN_MAX, Backfill, Decision, JobId, Order, RunningJob, Scheduler};
+use super::{
+    BACKFILL_SCAN_MAX, BACKFILL_VISITS_MAX, Backfill, Decision, JobId, Order, PromiseBreak, RunningJob, Scheduler,
+};
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
 use crate::{AllocId, CompiledJob, Engine};
 use gantry_types::{Flavor, PendingReason};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::ops::Bound;
 
 fn running_list(running: &BTreeMap<AllocId, RunningJob>) -> Vec<Running> {
     running.iter().map(|(&alloc, r)| Running { alloc, end_s: r.limit_end }).collect()
@@ -34,6 +54,40 @@ struct Refusal {
     /// Its queue is blocked behind it (resources, quota, reservations); a user limit or an
     /// array throttle concerns this job alone.
     blocks_queue: bool,
+    /// A placement was tried (it counts against the backfill bound).
+    placed: bool,
+}
+
+/// A job that may start: its allocation, milli-GPU, quota demand, and the promises its start
+/// pushes back by a higher right (reserved job, the right).
+struct Go {
+    alloc: AllocId,
+    milli: u64,
+    demand: Vec<(Flavor, u64)>,
+    displaced: Vec<(JobId, &'static str)>,
+}
+
+/// Per-queue progress of one pass.
+struct Scan {
+    blocked: Vec<bool>,
+    placements: Vec<usize>,
+    visits: Vec<usize>,
+    cursor: Vec<Option<(Reverse<i32>, u64, JobId)>>,
+    /// Request shapes refused for resources this pass, with the reason (any queue: placement
+    /// does not depend on it).
+    refused: BTreeMap<u64, PendingReason>,
+    tried: BTreeSet<JobId>,
+    short: Vec<JobId>,
+}
+
+/// A job's request shape: jobs with the same shape get the same placement answer on the same
+/// fleet.
+fn shape_of(job: &CompiledJob) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for g in &job.groups {
+        (g.fingerprint, g.replicas, format!("{:?}", g.topology)).hash(&mut h);
+    }
+    h.finish()
 }
 
 impl Scheduler {
@@ -44,6 +98,12 @@ impl Scheduler {
         let short = self.pass(now, &mut decisions);
         self.preempt(now, &short, &mut decisions);
         decisions
+    }
+
+    /// Is `job` waiting in its queue?
+    fn is_queued(&self, job: JobId) -> bool {
+        let e = &self.jobs[&job];
+        self.pending[e.queue].contains(&(Reverse(self.priority(job)), e.eligible_at, job))
     }
 
     /// The reserved start for `job` (blocked at `now`) and the fleet at that start: the
@@ -67,6 +127,82 @@ impl Scheduler {
         Some(((job, start_s), self.engine.shadow_at(&running, start_s)))
     }
 
+    /// Plan `job` after the reservations already in `plans`.
+    fn reserve_after(&self, job: JobId, plans: &[(JobId, Reservation)], now: u64) -> Option<Reservation> {
+        let earlier: Vec<Reservation> = plans.iter().map(|(_, r)| r.clone()).collect();
+        let j = &self.jobs[&job].job;
+        self.engine.reserve_next(&j.compiled, j.planned_length_s, &running_list(&self.running), &earlier, now)
+    }
+
+    /// A promise was (re)planned at `start_s`: if that is later than the first promise and no
+    /// higher right is on record for it, the promise was broken without cause — counted, so
+    /// tests can hold the scheduler to it.
+    fn check_promise(&mut self, job: JobId, start_s: u64) {
+        if self.stats.promised.get(&job).is_some_and(|&first| start_s > first) && !self.stats.broken.contains_key(&job)
+        {
+            self.stats.broken_without_cause.insert(job);
+        }
+    }
+
+    /// Record that `by` pushed `job`'s promise back with `right` (the first such record stays).
+    fn break_promise(&mut self, job: JobId, by: JobId, right: &'static str, now: u64) {
+        self.stats.broken.entry(job).or_insert(PromiseBreak { by, right, at_s: now });
+    }
+
+    /// Reserve the promises still waiting, in order, before the pass looks at anything.
+    fn reserve_promised(&mut self, now: u64, depth: usize) -> Reservations {
+        let promises: Vec<JobId> = self.promises.iter().copied().filter(|&j| self.is_queued(j)).collect();
+        let mut out = Reservations::default();
+        let mut kept = Vec::new();
+        for job in promises {
+            if kept.len() == depth {
+                break;
+            }
+            if depth == 1 {
+                if let Some(one) = self.reserve_one(job, now) {
+                    self.check_promise(job, one.0.1);
+                    out.one = Some(one);
+                    kept.push(job);
+                }
+            } else if let Some(r) = self.reserve_after(job, &out.plans, now) {
+                self.check_promise(job, r.start_s);
+                out.plans.push((job, r));
+                kept.push(job);
+            }
+        }
+        self.promises = kept;
+        out
+    }
+
+    /// Promise `job` (just refused at `now`) a reserved start if the depth allows; at depth 1 a
+    /// job of higher priority than the current holder takes the reservation from it.
+    fn promise(&mut self, job: JobId, now: u64, depth: usize, reservations: &mut Reservations) {
+        if self.promises.contains(&job) {
+            return;
+        }
+        if depth == 1 {
+            if let Some(&holder) = self.promises.first() {
+                if self.fair.is_none() || self.jobs[&job].job.priority <= self.jobs[&holder].job.priority {
+                    return;
+                }
+                self.break_promise(holder, job, "priority", now);
+                self.promises.clear();
+                reservations.one = None;
+            }
+            reservations.one = self.reserve_one(job, now);
+            if let Some(((_, start_s), _)) = &reservations.one {
+                self.stats.promised.entry(job).or_insert(*start_s);
+                self.promises.push(job);
+            }
+        } else if reservations.plans.len() < depth
+            && let Some(r) = self.reserve_after(job, &reservations.plans, now)
+        {
+            self.stats.promised.entry(job).or_insert(r.start_s);
+            reservations.plans.push((job, r));
+            self.promises.push(job);
+        }
+    }
+
     /// Will every job waiting for its victims fit once they are gone (as the fleet is now)?
     fn preemptors_fit(&self, now: u64) -> bool {
         let preemptors: Vec<&CompiledJob> = self.awaiting.keys().map(|k| &self.jobs[k].job.compiled).collect();
@@ -79,23 +215,43 @@ impl Scheduler {
     /// off a preemptor's capacity), in the order it tried them: the candidates for preemption.
     fn pass(&mut self, now: u64, decisions: &mut Vec<Decision>) -> Vec<JobId> {
         let backfill = self.config.backfill;
-        let scan_max = match backfill {
-            Backfill::Off => 0,
-            Backfill::Greedy | Backfill::Reserve => BACKFILL_SCAN_MAX,
-        };
+        let scan_max = if backfill == Backfill::Off { 0 } else { BACKFILL_SCAN_MAX };
         let depth = if backfill == Backfill::Reserve { self.config.reserve_depth.max(1) } else { 0 };
-        let mut blocked = vec![false; self.queue_count];
-        let mut scanned = vec![0usize; self.queue_count];
-        let mut tried: BTreeSet<JobId> = BTreeSet::new();
-        let mut short = Vec::new();
-        let mut reservations = Reservations::default();
+        let n = self.queue_count;
+        let mut scan = Scan {
+            blocked: vec![false; n],
+            placements: vec![0; n],
+            visits: vec![0; n],
+            cursor: vec![None; n],
+            refused: BTreeMap::new(),
+            tried: BTreeSet::new(),
+            short: Vec::new(),
+        };
+        let mut reservations = if depth > 0 { self.reserve_promised(now, depth) } else { Reservations::default() };
+        // Preemptors whose victims are gone: the capacity was freed for them.
+        let ready: Vec<JobId> = self
+            .awaiting
+            .iter()
+            .filter(|(_, a)| a.victims.iter().all(|v| !self.terminating.contains_key(v)))
+            .map(|(&j, _)| j)
+            .collect();
+        for job in ready {
+            if self.is_queued(job) {
+                let e = &self.jobs[&job];
+                let candidate = Candidate { queue: e.queue, priority: self.priority(job), submitted_s: e.eligible_at };
+                self.attempt(job, candidate, now, depth, &mut scan, &mut reservations, decisions);
+            }
+        }
         loop {
             let mut candidates: Vec<(Candidate, JobId)> = Vec::new();
             for (q, set) in self.pending.iter().enumerate() {
-                if blocked[q] && scanned[q] >= scan_max {
+                if (scan.blocked[q] && scan.placements[q] >= scan_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {
                     continue;
                 }
-                if let Some(&(Reverse(p), since, job)) = set.iter().find(|(_, _, j)| !tried.contains(j)) {
+                let from = scan.cursor[q].map_or(Bound::Unbounded, Bound::Excluded);
+                if let Some(&(Reverse(p), since, job)) =
+                    set.range((from, Bound::Unbounded)).find(|(_, _, j)| !scan.tried.contains(j))
+                {
                     candidates.push((Candidate { queue: q, priority: p, submitted_s: since }, job));
                 }
             }
@@ -106,57 +262,20 @@ impl Scheduler {
             let Some(pick) = pick else { break };
             let (candidate, job) = candidates[pick];
             let q = candidate.queue;
-            if blocked[q] {
-                scanned[q] += 1;
-            }
-            tried.insert(job);
-            match self.try_start(job, now, &mut reservations) {
-                Ok((alloc, milli, demand)) => {
-                    self.dequeue(job, candidate.priority, candidate.submitted_s);
-                    self.start(job, alloc, milli, demand, now);
-                    let eligible_since = self.jobs[&job].eligible_at;
-                    decisions.push(Decision::Start { job, alloc, milli, eligible_since });
+            scan.cursor[q] = Some((Reverse(candidate.priority), candidate.submitted_s, job));
+            scan.visits[q] += 1;
+            if let Some(reason) = scan.refused.get(&shape_of(&self.jobs[&job].job.compiled)) {
+                // The same request was refused for resources this pass: the same answer.
+                scan.tried.insert(job);
+                self.reason.insert(job, reason.clone());
+                scan.blocked[q] = true;
+                scan.short.push(job);
+                if depth > 0 {
+                    self.promise(job, now, depth, &mut reservations);
                 }
-                Err(Refusal { reason, blocks_queue }) => {
-                    let resources = matches!(reason, PendingReason::Resources { .. });
-                    // Kept off capacity freed for a preemptor: it may preempt in turn.
-                    let preemptor_kept = matches!(&reason, PendingReason::Reservation { job: k, .. }
-                        if self.awaiting.keys().any(|a| &self.jobs[a].job.name == k));
-                    // Deeper reservations also go to jobs that fit now but would delay an
-                    // earlier one: they are ahead in the queue, and a later cycle would
-                    // otherwise reserve them ahead of (and push back) what was promised.
-                    let delayed = matches!(reason, PendingReason::Reservation { .. });
-                    self.reason.insert(job, reason);
-                    if blocks_queue {
-                        blocked[q] = true;
-                    }
-                    if preemptor_kept {
-                        short.push(job);
-                    }
-                    if resources {
-                        short.push(job);
-                    }
-                    if !(resources || (delayed && depth > 1)) {
-                        continue;
-                    }
-                    if depth == 1 && reservations.one.is_none() {
-                        reservations.one = self.reserve_one(job, now);
-                        if let Some(((_, start_s), _)) = &reservations.one {
-                            self.stats.promised.entry(job).or_insert(*start_s);
-                        }
-                    } else if depth > 1 && reservations.plans.len() < depth {
-                        let earlier: Vec<Reservation> = reservations.plans.iter().map(|(_, r)| r.clone()).collect();
-                        let running = running_list(&self.running);
-                        let j = &self.jobs[&job].job;
-                        let planned =
-                            self.engine.reserve_next(&j.compiled, j.planned_length_s, &running, &earlier, now);
-                        if let Some(r) = planned {
-                            self.stats.promised.entry(job).or_insert(r.start_s);
-                            reservations.plans.push((job, r));
-                        }
-                    }
-                }
+                continue;
             }
+            self.attempt(job, candidate, now, depth, &mut scan, &mut reservations, decisions);
         }
         // The estimates `why` shows: the reserved starts.
         self.estimate.clear();
@@ -167,18 +286,135 @@ impl Scheduler {
             self.estimate.insert(*job, r.start_s);
         }
         self.plans = reservations.plans;
-        short
+        scan.short
     }
 
-    /// Try to start `job` now. On success: its allocation, milli-GPU and quota demand (not
-    /// yet recorded). On refusal: why, and whether that blocks its queue.
-    #[allow(clippy::type_complexity)]
-    fn try_start(
+    /// Try to start `job` (picked as `candidate`) and record what came of it.
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
         &mut self,
         job: JobId,
+        candidate: Candidate,
+        now: u64,
+        depth: usize,
+        scan: &mut Scan,
+        reservations: &mut Reservations,
+        decisions: &mut Vec<Decision>,
+    ) {
+        let q = candidate.queue;
+        scan.tried.insert(job);
+        match self.try_start(job, now, reservations) {
+            Ok(go) => {
+                if scan.blocked[q] {
+                    scan.placements[q] += 1;
+                }
+                self.dequeue(job, candidate.priority, candidate.submitted_s);
+                self.start(job, go.alloc, go.milli, go.demand, now);
+                // Its own reservation, if it had one, is spent.
+                reservations.plans.retain(|(k, _)| *k != job);
+                if reservations.one.as_ref().is_some_and(|((k, _), _)| *k == job) {
+                    reservations.one = None;
+                }
+                let eligible_since = self.jobs[&job].eligible_at;
+                decisions.push(Decision::Start { job, alloc: go.alloc, milli: go.milli, eligible_since });
+                self.replan_displaced(job, &go.displaced, now, reservations);
+            }
+            Err(Refusal { reason, blocks_queue, placed }) => {
+                if scan.blocked[q] && placed {
+                    scan.placements[q] += 1;
+                }
+                let resources = matches!(reason, PendingReason::Resources { .. });
+                // Kept off capacity freed for a preemptor: it may preempt in turn.
+                let preemptor_kept = matches!(&reason, PendingReason::Reservation { job: k, .. }
+                    if self.awaiting.keys().any(|a| &self.jobs[a].job.name == k));
+                // Deeper reservations also go to jobs that fit now but would delay an earlier
+                // one: they are ahead in the queue, and a later cycle would otherwise reserve
+                // them ahead of (and push back) what was promised.
+                let delayed = matches!(reason, PendingReason::Reservation { .. });
+                if resources {
+                    scan.refused.insert(shape_of(&self.jobs[&job].job.compiled), reason.clone());
+                }
+                if !resources && !delayed && self.promises.contains(&job) {
+                    // A promised job its own limits hold back (quota, per-user limit).
+                    self.break_promise(job, job, "own-limit", now);
+                }
+                self.reason.insert(job, reason);
+                if blocks_queue {
+                    scan.blocked[q] = true;
+                }
+                if resources || preemptor_kept {
+                    scan.short.push(job);
+                }
+                if depth > 0 && (resources || (delayed && depth > 1)) {
+                    self.promise(job, now, depth, reservations);
+                }
+            }
+        }
+    }
+
+    /// `job` started by a higher right over the promises in `displaced`: record each break
+    /// and plan the reservations again around it.
+    fn replan_displaced(
+        &mut self,
+        job: JobId,
+        displaced: &[(JobId, &'static str)],
         now: u64,
         reservations: &mut Reservations,
-    ) -> Result<(AllocId, u64, Vec<(Flavor, u64)>), Refusal> {
+    ) {
+        if displaced.is_empty() {
+            return;
+        }
+        for &(k, right) in displaced {
+            self.break_promise(k, job, right, now);
+        }
+        if let Some(((k, _), _)) = &reservations.one {
+            let k = *k;
+            self.last_reservation = None;
+            reservations.one = self.reserve_one(k, now);
+            if reservations.one.is_none() {
+                self.promises.retain(|&p| p != k);
+            }
+        }
+    }
+
+    /// May `job`, placed with `demand`, start though it pushes back `reserved`'s promise? The
+    /// right it would do so by: its preemption's, a higher priority (fair share), or its
+    /// guarantee against a job of another queue that is not within its own.
+    fn overrides(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
+        if let Some(a) = self.awaiting.get(&job) {
+            return Some(a.right);
+        }
+        let (j, r) = (&self.jobs[&job], &self.jobs[&reserved]);
+        if self.fair.is_some() && j.job.priority > r.job.priority {
+            return Some("priority");
+        }
+        let book = self.quotas.as_ref()?;
+        let within =
+            !demand.is_empty() && demand.iter().all(|(f, d)| book.used(j.queue, f) + d <= book.guaranteed(j.queue, f));
+        (j.queue != r.queue && within && !book.within_guarantee(r.queue, r.job.compiled.milli_at_most()))
+            .then_some("guarantee")
+    }
+
+    /// Refuse `job` if it would borrow (run its queue above its guarantee) in a flavor another
+    /// queue is reclaiming right now: what the reclaim frees must not be borrowed back at once.
+    fn owed_to_other(&self, job: JobId, demand: &[(Flavor, u64)]) -> Option<PendingReason> {
+        let book = self.quotas.as_ref()?;
+        if !self.config.preempt || self.awaiting.contains_key(&job) {
+            return None;
+        }
+        let q = self.jobs[&job].queue;
+        let borrows: Vec<&Flavor> =
+            demand.iter().filter(|(f, d)| book.used(q, f) + d > book.guaranteed(q, f)).map(|(f, _)| f).collect();
+        let (k, a) = self
+            .awaiting
+            .iter()
+            .find(|(k, a)| self.jobs[k].queue != q && a.owed.iter().any(|f| borrows.contains(&f)))?;
+        Some(PendingReason::Reservation { job: self.jobs[k].job.name.clone(), start_s: a.until })
+    }
+
+    /// Try to start `job` now. On success: what it holds and the promises it pushes back by
+    /// a higher right (not yet recorded). On refusal: why, and whether that blocks its queue.
+    fn try_start(&mut self, job: JobId, now: u64, reservations: &mut Reservations) -> Result<Go, Refusal> {
         let entry = &self.jobs[&job];
         let j = &entry.job;
         if let Some(a) = &j.control.array
@@ -186,7 +422,7 @@ impl Scheduler {
             && self.array_running.get(&a.array).copied().unwrap_or(0) >= max
         {
             let reason = PendingReason::ArrayThrottle { array: a.array.clone(), max_running: max };
-            return Err(Refusal { reason, blocks_queue: false });
+            return Err(Refusal { reason, blocks_queue: false, placed: false });
         }
         let user_limit = match (&j.control.user, &self.config.order) {
             (Some(user), Order::FairShare(tree)) => Some((user.clone(), tree.user_limit(user))),
@@ -205,7 +441,7 @@ impl Scheduler {
                 bound: max as u64,
             };
             self.stats.user_limit_waited.insert(job);
-            return Err(Refusal { reason, blocks_queue: false });
+            return Err(Refusal { reason, blocks_queue: false, placed: false });
         }
         let protect_preemptors =
             !self.awaiting.is_empty() && !self.awaiting.contains_key(&job) && self.preemptors_fit(now);
@@ -213,11 +449,12 @@ impl Scheduler {
         let alloc = self.engine.place(&self.jobs[&job].job.compiled).map_err(|reasons| Refusal {
             reason: PendingReason::Resources { reasons, by_class: Vec::new() },
             blocks_queue: true,
+            placed: true,
         })?;
         let milli = self.engine.state().used_milli() - before;
         let refuse = |engine: &mut Engine, reason: PendingReason, blocks_queue: bool| {
             engine.release(alloc).expect("just placed");
-            Err(Refusal { reason, blocks_queue })
+            Err(Refusal { reason, blocks_queue, placed: true })
         };
         if let Some((user, limit)) = &user_limit
             && let Some(max) = limit.max_gpus_milli
@@ -243,45 +480,67 @@ impl Scheduler {
                 };
                 return refuse(&mut self.engine, reason, true);
             }
+            if let Some(reason) = self.owed_to_other(job, &demand) {
+                return refuse(&mut self.engine, reason, false);
+            }
         }
         // Capacity being freed for a preemptor is its own: nothing else may take it.
         if protect_preemptors && !self.preemptors_fit(now) {
-            let (&k, (_, until)) = self.awaiting.iter().next().expect("some preemptor waits");
-            let reason = PendingReason::Reservation { job: self.jobs[&k].job.name.clone(), start_s: *until };
+            let (&k, a) = self.awaiting.iter().next().expect("some preemptor waits");
+            let reason = PendingReason::Reservation { job: self.jobs[&k].job.name.clone(), start_s: a.until };
             return refuse(&mut self.engine, reason, false);
         }
-        // A job that would still run at a reserved start must leave room for it. (Last: a
-        // candidate these checks keep is recorded in the shadow or the plans.)
+        // A job that would still run at a reserved start must leave room for it, unless it has
+        // a higher right. (Last: a candidate these checks keep is recorded in the shadow or the
+        // plans.)
+        let mut displaced = Vec::new();
         let end = self.jobs[&job].job.planned_length_s.map(|d| now + d);
         if let Some(((reserved, start_s), shadow)) = reservations.one.as_mut()
+            && *reserved != job
             && end.is_none_or(|e| e > *start_s)
             && shadow.delays(&self.engine, alloc, &self.jobs[reserved].job.compiled)
         {
-            let reason = PendingReason::Reservation { job: self.jobs[reserved].job.name.clone(), start_s: *start_s };
-            return refuse(&mut self.engine, reason, true);
+            let (reserved, start_s) = (*reserved, *start_s);
+            match self.overrides(job, &demand, reserved) {
+                Some(right) => displaced.push((reserved, right)),
+                None => {
+                    let reason = PendingReason::Reservation { job: self.jobs[&reserved].job.name.clone(), start_s };
+                    return refuse(&mut self.engine, reason, true);
+                }
+            }
         }
-        if reservations.plans.iter().any(|(_, r)| end.is_none_or(|e| e > r.start_s)) {
+        let others: Vec<usize> = (0..reservations.plans.len()).filter(|&i| reservations.plans[i].0 != job).collect();
+        if others.iter().any(|&i| end.is_none_or(|e| e > reservations.plans[i].1.start_s)) {
             let mut running = running_list(&self.running);
             running.push(Running { alloc, end_s: end });
-            let jobs: Vec<(&CompiledJob, Option<u64>)> = reservations
-                .plans
-                .iter()
-                .map(|(k, _)| (&self.jobs[k].job.compiled, self.jobs[k].job.planned_length_s))
-                .collect();
+            let planned: Vec<(JobId, Reservation)> =
+                others.iter().map(|&i| (reservations.plans[i].0, reservations.plans[i].1.clone())).collect();
+            let jobs: Vec<(&CompiledJob, Option<u64>)> =
+                planned.iter().map(|(k, _)| (&self.jobs[k].job.compiled, self.jobs[k].job.planned_length_s)).collect();
             let again = self.engine.replan(&jobs, &running, now);
-            let delayed = reservations
-                .plans
-                .iter()
-                .zip(&again)
-                .find(|((_, before), after)| after.as_ref().is_none_or(|a| a.start_s > before.start_s));
-            if let Some(((k, before), _)) = delayed {
-                let reason = PendingReason::Reservation { job: self.jobs[k].job.name.clone(), start_s: before.start_s };
-                return refuse(&mut self.engine, reason, true);
+            for ((k, before), after) in planned.iter().zip(&again) {
+                if after.as_ref().is_none_or(|a| a.start_s > before.start_s) {
+                    match self.overrides(job, &demand, *k) {
+                        Some(right) => displaced.push((*k, right)),
+                        None => {
+                            let reason = PendingReason::Reservation {
+                                job: self.jobs[k].job.name.clone(),
+                                start_s: before.start_s,
+                            };
+                            return refuse(&mut self.engine, reason, true);
+                        }
+                    }
+                }
             }
-            for ((_, plan), new) in reservations.plans.iter_mut().zip(again) {
-                *plan = new.expect("none delayed");
+            let mut kept: Vec<(JobId, Reservation)> = Vec::new();
+            for ((k, _), new) in planned.into_iter().zip(again) {
+                match new {
+                    Some(r) => kept.push((k, r)),
+                    None => self.promises.retain(|&p| p != k),
+                }
             }
+            reservations.plans = kept;
         }
-        Ok((alloc, milli, demand))
+        Ok(Go { alloc, milli, demand, displaced })
     }
 }

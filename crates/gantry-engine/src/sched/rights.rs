@@ -1,50 +1,145 @@
 //! Preemption in a cycle: after the starting pass, jobs it could not start for lack of
-//! resources may stop running work they have a right to — lower priority (priority), a
-//! borrower's use of their queue's guarantee (reclaim), or, once they have waited past the
-//! starvation bound, work of their own priority or lower (starvation). The engine plans the
-//! victims for several preemptors at once, each on what the ones before it leave; the
-//! decisions say to signal the victims now and kill them when their grace period ends; the
-//! preemptor starts in a cycle after that, on capacity kept for it.
+//! resources may stop running work they have a right to — lower priority (priority), other
+//! queues' borrowed capacity where their own guarantee has room (reclaim), or, once they have
+//! waited past the starvation bound, other queues' work of their priority or lower
+//! (starvation). The rules that make reclaim converge:
+//!
+//! - A queue's guarantee is judged once per cycle for all its waiting jobs together: each
+//!   preemptor's claim (what it will hold, on the GPU model the plan actually places it on)
+//!   is taken off its queue's room before the next one is judged, and so are the claims of
+//!   preemptors still waiting for their victims.
+//! - Preemption never takes another queue below its own guarantee ([`Spare`]).
+//! - A job a reclaim started is protected from reclaim and starvation for
+//!   `QueueTree::reclaim_protect_s` (priority may still stop it).
+//! - What the victims free is kept for their preemptor (`pass.rs`), which is tried first once
+//!   its victims are gone; and while it waits, no other queue may borrow the flavor it
+//!   reclaims (`owed`).
+//!
+//! The engine plans the victims for several preemptors in turn, each on what the ones before
+//! it leave; the decisions say to signal the victims now and kill them when their grace period
+//! ends.
 
-use super::{Decision, JobId, Scheduler};
-use crate::CompiledJob;
-use crate::preempt::{Right, Victim};
-use gantry_types::PendingReason;
+use super::{Awaiting, Decision, JobId, Scheduler};
+use crate::preempt::{Cause, Right, Spare, Victim};
+use crate::{AllocId, CompiledJob, Engine};
+use gantry_types::{Flavor, PendingReason};
+use std::collections::BTreeMap;
 
 /// Most jobs that may start preempting in one cycle (bounds the planning per cycle).
 pub const PREEMPTORS_MAX: usize = 8;
 
+/// Per (queue, flavor): milli-GPU its guarantee still has room for.
+type Room = BTreeMap<(usize, Flavor), u64>;
+
+/// A preemption plan checked against the room of the preemptor's queue.
+struct Plan {
+    victims: Vec<AllocId>,
+    right: Right,
+    /// The planning copy with the victims gone and the preemptor placed.
+    after: Engine,
+    demand: Vec<(Flavor, u64)>,
+}
+
 impl Scheduler {
-    /// What entitles `job` to capacity at `now`.
-    fn right(&self, job: JobId, now: u64) -> Right {
+    /// Room left in each queue's guarantee, per flavor it has one for.
+    fn guarantee_room(&self) -> Room {
+        let Some(book) = &self.quotas else { return Room::new() };
+        let mut room = Room::new();
+        for (q, spec) in book.tree().queues.iter().enumerate() {
+            for quota in &spec.quotas {
+                let used = book.used(q, &quota.flavor);
+                room.insert((q, quota.flavor.clone()), quota.guaranteed_milli.saturating_sub(used));
+            }
+        }
+        room
+    }
+
+    /// What preemption may take from each queue: its usage above its guarantee, per flavor.
+    fn spare(&self) -> Spare {
+        let Some(book) = &self.quotas else { return Spare::unlimited() };
+        let mut above = BTreeMap::new();
+        for r in self.running.values() {
+            let q = self.jobs[&r.job].queue;
+            for (flavor, _) in &r.demand {
+                above
+                    .entry((q, flavor.clone()))
+                    .or_insert_with(|| book.used(q, flavor).saturating_sub(book.guaranteed(q, flavor)));
+            }
+        }
+        Spare::above_guarantee(above)
+    }
+
+    /// What entitles `job` to capacity at `now`, given the room left in guarantees.
+    fn right(&self, job: JobId, now: u64, room: &Room) -> Right {
         let entry = &self.jobs[&job];
         let milli = entry.job.compiled.milli_at_most();
+        let guarantee =
+            room.iter().filter(|((q, _), r)| *q == entry.queue && **r >= milli).map(|((_, f), _)| f.clone()).collect();
         Right {
+            queue: entry.queue,
             priority: entry.job.priority,
-            within_guarantee: self.quotas.as_ref().is_some_and(|b| b.within_guarantee(entry.queue, milli)),
+            guarantee,
             starving: self.starvation_s.is_some_and(|s| now.saturating_sub(entry.eligible_at) >= s),
         }
     }
 
-    /// The running jobs not already stopping, as the planner sees them.
-    fn victims(&self, now: u64) -> Vec<Victim> {
-        self.running
-            .iter()
-            .filter(|(alloc, _)| !self.terminating.contains_key(alloc))
-            .map(|(&alloc, r)| {
-                let entry = &self.jobs[&r.job];
-                let ran = now - r.started_at;
-                Victim {
-                    alloc,
-                    priority: entry.job.priority,
-                    preemptible: entry.job.lifecycle.preemptible,
-                    borrower: self.quotas.as_ref().is_some_and(|b| b.borrowing(entry.queue, &r.demand)),
-                    work_lost_s: ran,
-                    min_runtime_left_s: entry.job.lifecycle.min_runtime_s.saturating_sub(ran),
-                    started_starved: r.started_starved,
-                }
-            })
-            .collect()
+    /// A running job as the planner sees it.
+    fn victim(&self, alloc: AllocId, now: u64) -> Victim {
+        let r = &self.running[&alloc];
+        let entry = &self.jobs[&r.job];
+        let ran = now - r.started_at;
+        let borrowed = match &self.quotas {
+            Some(book) => r
+                .demand
+                .iter()
+                .filter(|(f, _)| book.used(entry.queue, f) > book.guaranteed(entry.queue, f))
+                .map(|(f, _)| f.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        Victim {
+            alloc,
+            queue: entry.queue,
+            priority: entry.job.priority,
+            preemptible: entry.job.lifecycle.preemptible,
+            demand: r.demand.clone(),
+            borrowed,
+            work_lost_milli_s: r.milli.saturating_mul(ran),
+            min_runtime_left_s: entry.job.lifecycle.min_runtime_s.saturating_sub(ran),
+            started_starved: r.started_starved,
+            reclaim_protected: r.reclaimed_at.is_some_and(|t| now < t.saturating_add(self.reclaim_protect_s)),
+        }
+    }
+
+    /// Plan victims for `job` on `base`; where the plan reclaims a guarantee, the job must be
+    /// placed (with the victims gone) within its queue's room, else it is planned again with
+    /// priority and starvation alone.
+    fn plan_checked(
+        &self,
+        base: &Engine,
+        job: &CompiledJob,
+        mut right: Right,
+        victims: &[Victim],
+        spare: &Spare,
+        room: &Room,
+    ) -> Option<Plan> {
+        loop {
+            let chosen = self.engine.plan_on(base, job, &right, victims, spare)?;
+            let mut after = base.planning_copy();
+            for &alloc in &chosen {
+                self.engine.release_on(&mut after, alloc);
+            }
+            let alloc = after.place(job).expect("the plan makes room");
+            let demand = after.quota_demand(alloc).expect("just placed");
+            let reclaims = chosen.iter().any(|a| {
+                victims.iter().find(|v| v.alloc == *a).and_then(|v| v.cause(&right)) == Some(Cause::Guarantee)
+            });
+            let within = demand.iter().all(|(f, d)| room.get(&(right.queue, f.clone())).is_some_and(|r| r >= d));
+            if !reclaims || within {
+                return Some(Plan { victims: chosen, right, after, demand });
+            }
+            right.guarantee.clear();
+        }
     }
 
     /// Plan and decide preemptions for the jobs `short` of resources this cycle.
@@ -54,47 +149,83 @@ impl Scheduler {
         }
         // A preemptor whose victims are all gone plans again if it still waits.
         let terminating = &self.terminating;
-        self.awaiting.retain(|_, (victims, _)| victims.iter().any(|v| terminating.contains_key(v)));
-        let victims = self.victims(now);
-        let requests: Vec<(JobId, Right)> = short
-            .iter()
-            .filter(|job| !self.awaiting.contains_key(job))
-            .map(|&job| (job, self.right(job, now)))
-            .filter(|(_, right)| victims.iter().any(|v| v.eligible(*right)))
-            .take(PREEMPTORS_MAX)
-            .collect();
-        if !requests.is_empty() {
-            let gone: Vec<_> = self.terminating.keys().copied().collect();
-            let coming: Vec<&CompiledJob> = self.awaiting.keys().map(|k| &self.jobs[k].job.compiled).collect();
-            let asks: Vec<(&CompiledJob, Right)> =
-                requests.iter().map(|&(k, r)| (&self.jobs[&k].job.compiled, r)).collect();
-            let plans = self.engine.plan_preemptions(&asks, &victims, &gone, &coming);
-            for ((job, right), plan) in requests.into_iter().zip(plans) {
-                let Some(chosen) = plan.filter(|c| !c.is_empty()) else { continue };
-                let mut until = now;
-                for &alloc in &chosen {
-                    let v = victims.iter().find(|v| v.alloc == alloc).expect("chosen among the victims");
-                    let cause = if v.priority < right.priority {
-                        "priority"
-                    } else if right.within_guarantee && v.borrower {
-                        "guarantee"
-                    } else {
-                        "starvation"
-                    };
-                    let victim = self.running[&alloc].job;
-                    let kill_at = now + self.jobs[&victim].job.lifecycle.grace_s;
-                    until = until.max(kill_at);
-                    self.terminating.insert(alloc, cause);
-                    decisions.push(Decision::Stop { job: victim, alloc, kill_at, cause });
-                }
-                self.awaiting.insert(job, (chosen, until));
+        self.awaiting.retain(|_, a| a.victims.iter().any(|v| terminating.contains_key(v)));
+        let mut room = self.guarantee_room();
+        let mut spare = self.spare();
+        // The fleet as the stopping victims leave it, their preemptors placed and claimed.
+        let mut base = self.engine.planning_copy();
+        for &alloc in self.terminating.keys() {
+            self.engine.release_on(&mut base, alloc);
+            spare.take(&self.victim(alloc, now));
+        }
+        for (&k, _) in &self.awaiting {
+            if let Ok(alloc) = base.place(&self.jobs[&k].job.compiled) {
+                let demand = base.quota_demand(alloc).expect("just placed");
+                claim(&mut room, self.jobs[&k].queue, &demand);
             }
         }
-        for (&job, (chosen, until)) in &self.awaiting {
-            if self.reason.contains_key(&job) {
-                let victims = chosen.iter().filter(|a| self.terminating.contains_key(a)).count() as u32;
-                self.reason.insert(job, PendingReason::Preempting { victims, until_s: *until });
+        let mut victims: Vec<Victim> = self
+            .running
+            .keys()
+            .filter(|alloc| !self.terminating.contains_key(alloc))
+            .map(|&alloc| self.victim(alloc, now))
+            .collect();
+        let mut requests = 0;
+        for &job in short {
+            if requests == PREEMPTORS_MAX {
+                break;
             }
+            if self.awaiting.contains_key(&job) {
+                continue;
+            }
+            let right = self.right(job, now, &room);
+            if !victims.iter().any(|v| v.cause(&right).is_some() && spare.allows(v, right.queue)) {
+                continue;
+            }
+            requests += 1;
+            let compiled = &self.jobs[&job].job.compiled;
+            let Some(plan) = self.plan_checked(&base, compiled, right, &victims, &spare, &room) else { continue };
+            claim(&mut room, plan.right.queue, &plan.demand);
+            base = plan.after;
+            if plan.victims.is_empty() {
+                continue;
+            }
+            let mut until = now;
+            let mut causes = Vec::new();
+            for &alloc in &plan.victims {
+                let v = victims.iter().find(|v| v.alloc == alloc).expect("chosen among the victims");
+                let cause = v.cause(&plan.right).expect("an eligible victim");
+                spare.take(v);
+                let victim = self.running[&alloc].job;
+                let kill_at = now + self.jobs[&victim].job.lifecycle.grace_s;
+                until = until.max(kill_at);
+                causes.push(cause);
+                self.terminating.insert(alloc, cause.name());
+                decisions.push(Decision::Stop { job: victim, alloc, kill_at, cause: cause.name(), for_job: job });
+            }
+            victims.retain(|v| !plan.victims.contains(&v.alloc));
+            let owed = if causes.contains(&Cause::Guarantee) {
+                plan.demand.iter().map(|(f, _)| f.clone()).filter(|f| plan.right.guarantee.contains(f)).collect()
+            } else {
+                Vec::new()
+            };
+            let right = causes.iter().min().copied().expect("some victim").name();
+            self.awaiting.insert(job, Awaiting { victims: plan.victims, until, right, owed });
+        }
+        for (&job, a) in &self.awaiting {
+            if self.reason.contains_key(&job) {
+                let victims = a.victims.iter().filter(|v| self.terminating.contains_key(v)).count() as u32;
+                self.reason.insert(job, PendingReason::Preempting { victims, until_s: a.until });
+            }
+        }
+    }
+}
+
+/// Take a preemptor's `demand` off its queue's room.
+fn claim(room: &mut Room, queue: usize, demand: &[(Flavor, u64)]) {
+    for (f, d) in demand {
+        if let Some(r) = room.get_mut(&(queue, f.clone())) {
+            *r = r.saturating_sub(*d);
         }
     }
 }

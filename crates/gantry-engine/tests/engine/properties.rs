@@ -265,26 +265,40 @@ proptest! {
     /// Preemption frees exactly what is needed: the preemptor fits with the victims gone, each
     /// victim is one it has a right to stop, and putting back any single victim leaves no room
     /// (checked on clones with the public place/release, not with the planner's own helpers).
-    /// When no plan is found, stopping every eligible job would not make room either.
+    /// When no plan is found, stopping every eligible job would not make room either; and no
+    /// single eligible victim that alone makes room costs less than the plan (cost order).
     #[test]
-    fn preemption_never_evicts_a_victim_that_was_not_needed(fleet in fleet_strategy(), pool in proptest::collection::vec(job_strategy(0), 1..4), picks in proptest::collection::vec(any::<usize>(), 1..30), traits in proptest::collection::vec((-3i32..3, any::<bool>(), any::<bool>(), 0u64..3), 30), preemptor in job_strategy(77), priority in -3i32..4, within_guarantee in any::<bool>()) {
+    fn preemption_never_evicts_a_victim_that_was_not_needed(fleet in fleet_strategy(), pool in proptest::collection::vec(job_strategy(0), 1..4), picks in proptest::collection::vec(any::<usize>(), 1..30), traits in proptest::collection::vec((-3i32..3, any::<bool>(), any::<bool>(), 0u64..3, 0usize..3), 30), preemptor in job_strategy(77), priority in -3i32..4, within_guarantee in any::<bool>(), starving in any::<bool>()) {
         use gantry_engine::preempt::{Right, Victim};
+        use gantry_types::Flavor;
         let config = EngineConfig { policy: Policy::BestFit, seed: 1, limits: SearchLimits::exhaustive(), shapes: None };
         let mut engine = Engine::new(&fleet, Catalog::embedded(), config).expect("valid fleet");
         for (i, &n) in picks.iter().enumerate() {
             let job = Job { name: format!("r{i}"), ..pool[n % pool.len()].clone() };
             let _ = engine.place(&engine.compile(&job).expect("compiles"));
         }
+        let pool_flavor = Flavor::MilliPool;
         let victims: Vec<Victim> = engine
             .allocations()
             .keys()
             .enumerate()
             .map(|(i, &alloc)| {
-                let (priority, preemptible, borrower, min_left) = traits[i % traits.len()];
-                Victim { alloc, priority, preemptible: preemptible || i % 3 == 0, borrower, work_lost_s: i as u64, min_runtime_left_s: min_left % 2, started_starved: false }
+                let (priority, preemptible, borrower, min_left, queue) = traits[i % traits.len()];
+                Victim {
+                    alloc,
+                    queue,
+                    priority,
+                    preemptible: preemptible || i % 3 == 0,
+                    demand: vec![(pool_flavor.clone(), 1000)],
+                    borrowed: if borrower { vec![pool_flavor.clone()] } else { Vec::new() },
+                    work_lost_milli_s: (i as u64 * 7919) % 1000,
+                    min_runtime_left_s: min_left % 2,
+                    started_starved: i % 5 == 0,
+                    reclaim_protected: i % 7 == 0,
+                }
             })
             .collect();
-        let right = Right { priority, within_guarantee, starving: false };
+        let right = Right { queue: 0, priority, guarantee: if within_guarantee { vec![pool_flavor.clone()] } else { Vec::new() }, starving };
         let job = engine.compile(&preemptor).expect("compiles");
         let without = |gone: &[u64]| {
             let mut copy = engine.clone();
@@ -293,11 +307,14 @@ proptest! {
             }
             copy.place(&job).is_ok()
         };
-        match engine.plan_preemption(&job, right, &victims) {
+        match engine.plan_preemption(&job, &right, &victims) {
             Some(chosen) => {
                 for a in &chosen {
                     let v = victims.iter().find(|v| v.alloc == *a).expect("a known victim");
-                    let entitled = v.priority < priority || (within_guarantee && v.borrower);
+                    let own = v.queue == right.queue;
+                    let entitled = v.priority < priority
+                        || (!own && !v.reclaim_protected && within_guarantee && !v.borrowed.is_empty())
+                        || (!own && !v.reclaim_protected && starving && v.priority <= priority && !v.started_starved);
                     prop_assert!(v.preemptible && v.min_runtime_left_s == 0 && entitled, "{v:?} is not the preemptor's to stop");
                 }
                 prop_assert!(without(&chosen), "the preemptor does not fit after {chosen:?}");
@@ -305,9 +322,13 @@ proptest! {
                     let rest: Vec<u64> = chosen.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &a)| a).collect();
                     prop_assert!(!without(&rest), "victim {} was not needed", chosen[i]);
                 }
+                let lost: u64 = chosen.iter().map(|a| victims.iter().find(|v| v.alloc == *a).expect("known").work_lost_milli_s).sum();
+                for v in victims.iter().filter(|v| v.cause(&right).is_some()) {
+                    prop_assert!(!(without(&[v.alloc]) && v.work_lost_milli_s < lost), "{v:?} alone makes room for less than {lost}");
+                }
             }
             None => {
-                let all: Vec<u64> = victims.iter().filter(|v| v.eligible(right)).map(|v| v.alloc).collect();
+                let all: Vec<u64> = victims.iter().filter(|v| v.cause(&right).is_some()).map(|v| v.alloc).collect();
                 prop_assert!(!without(&all), "a plan existed: stopping every eligible job makes room");
             }
         }

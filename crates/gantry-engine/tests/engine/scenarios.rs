@@ -530,12 +530,14 @@ mode = "mps"
     assert!((0.06..=0.20).contains(&share), "big node won {share:.2} of the draws, expected about 0.125");
 }
 
-/// Preemption picks the cheapest victims that make room: borrowers before owners when the
-/// preemptor reclaims its guarantee; lower priority first; never a non-preemptible job or one
-/// inside its minimum runtime; and only as many as needed.
+/// Preemption picks the cheapest victims that make room: fewest GPU-seconds of work lost,
+/// then fewest jobs, then lowest priority; reclaim takes only other queues' borrowed capacity;
+/// a starving job never stops its own queue; never a non-preemptible job or one inside its
+/// minimum runtime; and only as many as needed.
 #[test]
 fn preemption_picks_the_cheapest_sufficient_victims() {
     use gantry_engine::preempt::{Right, Victim};
+    use gantry_types::Flavor;
     let fleet =
         "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
     let mut engine = engine(fleet, Policy::BestFit);
@@ -546,33 +548,49 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
             engine.place(&engine.compile(&job).expect("compiles")).expect("fits")
         })
         .collect();
-    let victim = |i: usize, priority, borrower| Victim {
+    let a100 = Flavor::Model("A100-SXM4-80GB".into());
+    let victim = |i: usize, priority, borrower: bool| Victim {
         alloc: ids[i],
+        queue: 1,
         priority,
         preemptible: true,
-        borrower,
-        work_lost_s: 100 * i as u64,
+        demand: vec![(a100.clone(), 1000)],
+        borrowed: if borrower { vec![a100.clone()] } else { Vec::new() },
+        work_lost_milli_s: 100_000 * i as u64,
         min_runtime_left_s: 0,
         started_starved: false,
+        reclaim_protected: false,
+    };
+    let right = |priority, guarantee: bool, starving| Right {
+        queue: 0,
+        priority,
+        guarantee: if guarantee { vec![a100.clone()] } else { Vec::new() },
+        starving,
     };
     let two = jobs("[[job]]\nname = \"p\"\ngpu = { count = 2 }\n").remove(0);
     let two = engine.compile(&two).expect("compiles");
     let cases: Vec<(&str, Right, Vec<Victim>, Option<Vec<u64>>)> = vec![
         (
-            "lower priority first, fewest needed",
-            Right { priority: 5, within_guarantee: false, starving: false },
+            "lower priority only, least work lost",
+            right(5, false, false),
             vec![victim(0, 1, false), victim(1, -1, false), victim(2, 0, false), victim(3, 9, false)],
-            Some(vec![ids[1], ids[2]]),
+            Some(vec![ids[0], ids[1]]),
         ),
         (
-            "reclaiming a guarantee takes borrowers first, even of higher priority",
-            Right { priority: 0, within_guarantee: true, starving: false },
+            "reclaim takes other queues' borrowers even of higher priority, cheapest first with lower priority",
+            right(0, true, false),
             vec![victim(0, 3, true), victim(1, -1, false), victim(2, 3, true), victim(3, 3, false)],
-            Some(vec![ids[0], ids[2]]),
+            Some(vec![ids[0], ids[1]]),
+        ),
+        (
+            "reclaim never takes an owner's capacity of equal or higher priority",
+            right(0, true, false),
+            vec![victim(0, 3, false), victim(1, 0, false), victim(2, 3, true), victim(3, 3, true)],
+            Some(vec![ids[2], ids[3]]),
         ),
         (
             "a starving job stops its own priority or lower, never work that itself started starved",
-            Right { priority: 0, within_guarantee: false, starving: true },
+            right(0, false, true),
             vec![
                 Victim { started_starved: true, ..victim(0, 0, false) },
                 victim(1, 1, false),
@@ -582,14 +600,30 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
             Some(vec![ids[3], ids[2]]),
         ),
         (
-            "less work lost breaks ties",
-            Right { priority: 5, within_guarantee: false, starving: false },
-            vec![victim(3, 0, false), victim(2, 0, false), victim(1, 0, false), victim(0, 0, false)],
-            Some(vec![ids[0], ids[1]]),
+            "the starvation guard and reclaim never take the preemptor's own queue",
+            right(0, true, true),
+            vec![
+                Victim { queue: 0, ..victim(0, 0, true) },
+                Victim { queue: 0, ..victim(1, 0, true) },
+                victim(2, 0, true),
+                Victim { queue: 0, ..victim(3, 0, true) },
+            ],
+            None,
+        ),
+        (
+            "a job a reclaim started is protected from reclaim, not from priority",
+            right(0, true, false),
+            vec![
+                Victim { reclaim_protected: true, ..victim(0, 0, true) },
+                Victim { reclaim_protected: true, ..victim(1, 0, true) },
+                victim(2, 0, true),
+                Victim { reclaim_protected: true, ..victim(3, -1, true) },
+            ],
+            Some(vec![ids[2], ids[3]]),
         ),
         (
             "never non-preemptible or inside minimum runtime",
-            Right { priority: 5, within_guarantee: false, starving: false },
+            right(5, false, false),
             vec![
                 Victim { preemptible: false, ..victim(0, 0, false) },
                 Victim { min_runtime_left_s: 60, ..victim(1, 0, false) },
@@ -600,7 +634,7 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
         ),
     ];
     for (name, right, victims, expected) in cases {
-        let mut plan = engine.plan_preemption(&two, right, &victims);
+        let mut plan = engine.plan_preemption(&two, &right, &victims);
         if let Some(p) = plan.as_mut() {
             p.sort_unstable();
         }
@@ -610,4 +644,45 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
         }
         assert_eq!(plan, expected, "{name}");
     }
+}
+
+/// Cost cases on a fleet of two 8-GPU nodes: a 1-GPU request stops a 1-GPU job, not an 8-GPU
+/// one that ran less long (fewer seconds, more GPU-seconds); a 4-GPU request stops one 4-GPU
+/// job rather than four 1-GPU jobs that lose as many GPU-seconds together (fewer jobs).
+#[test]
+fn victims_are_chosen_by_gpu_seconds_lost_then_count() {
+    use gantry_engine::preempt::{Right, Victim};
+    let fleet = "[[node]]\nname = \"n\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 8\n";
+    let mut engine = engine(fleet, Policy::BestFit);
+    let place = |engine: &mut gantry_engine::Engine, name: &str, gpus: u32| {
+        let job = jobs(&format!("[[job]]\nname = \"{name}\"\ngpu = {{ count = {gpus} }}\n")).remove(0);
+        engine.place(&engine.compile(&job).expect("compiles")).expect("fits")
+    };
+    // Node 0: one 8-GPU job that ran 60 s. Node 1: a 4-GPU job and four 1-GPU jobs, 100 s each.
+    let big = place(&mut engine, "big", 8);
+    let four = place(&mut engine, "four", 4);
+    let ones: Vec<u64> = (0..4).map(|i| place(&mut engine, &format!("one{i}"), 1)).collect();
+    let v = |alloc, milli: u64, ran: u64| Victim {
+        alloc,
+        queue: 1,
+        priority: 0,
+        preemptible: true,
+        demand: Vec::new(),
+        borrowed: Vec::new(),
+        work_lost_milli_s: milli * ran,
+        min_runtime_left_s: 0,
+        started_starved: false,
+        reclaim_protected: false,
+    };
+    let mut victims = vec![v(big, 8000, 60), v(four, 4000, 100)];
+    victims.extend(ones.iter().map(|&a| v(a, 1000, 100)));
+    let right = Right { queue: 0, priority: 1, guarantee: Vec::new(), starving: false };
+    let one_gpu = engine.compile(&jobs("[[job]]\nname = \"p1\"\ngpu = { count = 1 }\n").remove(0)).expect("compiles");
+    let four_gpus = engine.compile(&jobs("[[job]]\nname = \"p4\"\ngpu = { count = 4 }\n").remove(0)).expect("compiles");
+    assert_eq!(engine.plan_preemption(&one_gpu, &right, &victims), Some(vec![ones[0]]), "100 GPU-s, not 480");
+    assert_eq!(
+        engine.plan_preemption(&four_gpus, &right, &victims),
+        Some(vec![four]),
+        "400 GPU-s in one job, not in four"
+    );
 }

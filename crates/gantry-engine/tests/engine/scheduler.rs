@@ -78,7 +78,7 @@ fn a_cycle_starts_what_fits_reserves_the_head_and_explains_the_rest() {
     s.ended(short_alloc, true, 70).expect("running");
     s.ended(a_alloc, true, 100).expect("running");
     assert_eq!(started(&s.cycle(100)), [2]);
-    assert_eq!((s.stats().promised.len(), s.stats().late), (2, 0), "wide, then long behind it");
+    assert_eq!((s.stats().promised.len(), s.stats().late.len()), (2, 0), "wide, then long behind it");
 }
 
 #[test]

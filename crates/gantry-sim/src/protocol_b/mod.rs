@@ -21,7 +21,7 @@ mod result;
 pub use gantry_engine::sched::PREEMPTORS_MAX;
 pub use options::{BACKFILL_SCAN_MAX, Backfill, Order, RESERVE_DEPTH_MAX, ReplayOptions};
 pub use replay::replay;
-pub use result::{JAIN_WINDOWS, ReplayResult, SAMPLES, Sample};
+pub use result::{BrokenPromise, JAIN_WINDOWS, JobEvent, ReplayResult, SAMPLES, Sample, Waits};
 
 use crate::alibaba::{TraceNode, TracePod};
 use crate::trace::{SimFleet, compile_pods, typical_shapes};

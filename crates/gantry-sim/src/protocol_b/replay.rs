@@ -6,7 +6,7 @@
 
 use super::SimJob;
 use super::options::ReplayOptions;
-use super::result::{JAIN_WINDOWS, ReplayResult, SAMPLES, Sample, jain, percentile};
+use super::result::{BrokenPromise, JAIN_WINDOWS, JobEvent, ReplayResult, SAMPLES, Sample, Waits, jain, percentile};
 use gantry_engine::rng::mix;
 use gantry_engine::sched::{Admission, Decision, JobId, SchedJob, Scheduler, SchedulerConfig};
 use gantry_engine::{AllocId, CompiledJob, Engine};
@@ -55,6 +55,7 @@ struct Run {
 
 /// What a job is, minus the compiled request (handed to the scheduler at arrival).
 struct Meta {
+    name: String,
     tenant: String,
     duration_s: Option<u64>,
     utilization: Option<f64>,
@@ -81,6 +82,11 @@ struct Replay<'a> {
     // Measurements.
     delays: Vec<u64>,
     delay_max_by_queue: BTreeMap<String, u64>,
+    delays_by_queue: BTreeMap<String, Vec<u64>>,
+    job_events: Vec<JobEvent>,
+    preempted: BTreeMap<usize, u64>,
+    /// Per tenant: its entitlement, the product of its weight shares down the queue tree.
+    tenant_entitlement: Vec<f64>,
     preemptions_by_right: BTreeMap<String, u64>,
     lost_gpu_s: f64,
     time_limit_ended: u64,
@@ -190,7 +196,13 @@ impl<'a> Replay<'a> {
         let mut submissions = Vec::with_capacity(jobs.len());
         for (j, after) in jobs.into_iter().zip(deps) {
             let SimJob { name, tenant, duration_s, utilization, priority, lifecycle, control, job, .. } = j;
-            meta.push(Meta { tenant: tenant.clone(), duration_s, utilization, time_limit_s: control.time_limit_s });
+            meta.push(Meta {
+                name: name.clone(),
+                tenant: tenant.clone(),
+                duration_s,
+                utilization,
+                time_limit_s: control.time_limit_s,
+            });
             let compiled: CompiledJob = job;
             submissions.push(after.map(|after| SchedJob {
                 name,
@@ -229,6 +241,10 @@ impl<'a> Replay<'a> {
             ever_started: BTreeSet::new(),
             delays: Vec::new(),
             delay_max_by_queue: BTreeMap::new(),
+            delays_by_queue: BTreeMap::new(),
+            job_events: Vec::new(),
+            preempted: BTreeMap::new(),
+            tenant_entitlement: entitlements(&options.order, &tenants),
             preemptions_by_right: BTreeMap::new(),
             lost_gpu_s: 0.0,
             time_limit_ended: 0,
@@ -252,6 +268,20 @@ impl<'a> Replay<'a> {
             peak_alloc: 0.0,
             next_sample: start,
         }
+    }
+
+    /// Record an event of `job`; `by`: the preemptor, its right and the kill time of a stop.
+    fn event(&mut self, t: u64, event: &'static str, job: usize, milli: u64, by: Option<(usize, &'static str, u64)>) {
+        self.job_events.push(JobEvent {
+            time_s: t,
+            event,
+            job: self.meta[job].name.clone(),
+            queue: self.meta[job].tenant.clone(),
+            milli,
+            preemptor: by.map(|(k, _, _)| self.meta[k].name.clone()),
+            cause: by.map(|(_, c, _)| c),
+            kill_at_s: by.map(|(_, _, at)| at),
+        });
     }
 
     fn utilization(&self, job: usize) -> f64 {
@@ -283,6 +313,7 @@ impl<'a> Replay<'a> {
                 util_pct: self.running_util / self.capacity * 100.0,
                 running: self.running.len() as u64,
                 queued: self.scheduler.queued() as u64,
+                held_gpus_by_queue: self.tenant_running.iter().map(|&m| m as f64 / 1000.0).collect(),
             });
             self.next_sample += self.step;
         }
@@ -333,6 +364,8 @@ impl<'a> Replay<'a> {
         if run.hits_limit {
             self.time_limit_ended += 1;
         }
+        let event = if run.hits_limit { "time-limit" } else { "end" };
+        self.event(t, event, run.job, run.milli, None);
         let woken = self.scheduler.ended(alloc, !run.hits_limit, t).expect("a running job's allocation");
         for (w, admission) in woken {
             self.admitted(w as usize, admission);
@@ -345,6 +378,8 @@ impl<'a> Replay<'a> {
         let Some(run) = self.stop_measuring(alloc) else { return };
         let (job, cause, admission) = self.scheduler.killed(alloc, t).expect("a running job's allocation");
         *self.preemptions_by_right.entry(cause.to_string()).or_default() += 1;
+        *self.preempted.entry(run.job).or_default() += 1;
+        self.event(t, "kill", run.job, run.milli, None);
         self.lost_gpu_s += run.milli as f64 / 1000.0 * (t - run.started_at) as f64;
         *self.tenant_gpu_s.entry(self.meta[run.job].tenant.clone()).or_default() -=
             run.milli as f64 / 1000.0 * run.planned_end.saturating_sub(t) as f64;
@@ -358,8 +393,11 @@ impl<'a> Replay<'a> {
                 Decision::Start { job, alloc, milli, eligible_since } => {
                     self.start(job as usize, alloc, milli, eligible_since, t)
                 }
-                Decision::Stop { job, alloc, kill_at, .. } => {
+                Decision::Stop { job, alloc, kill_at, cause, for_job } => {
                     self.events.push(Reverse((kill_at, Event::Kill { job: job as usize, alloc })));
+                    let milli = self.running.get(&alloc).map_or(0, |r| r.milli);
+                    let by = Some((for_job as usize, cause, kill_at));
+                    self.event(t, "stop", job as usize, milli, by);
                 }
             }
         }
@@ -374,6 +412,7 @@ impl<'a> Replay<'a> {
             self.delays.push(waited);
             let max = self.delay_max_by_queue.entry(m.tenant.clone()).or_default();
             *max = (*max).max(waited);
+            self.delays_by_queue.entry(m.tenant.clone()).or_default().push(waited);
         }
         let work = m.duration_s.unwrap_or_else(|| self.end.saturating_sub(t));
         let run = m.time_limit_s.map_or(work, |l| l.min(work));
@@ -383,6 +422,7 @@ impl<'a> Replay<'a> {
         self.tenant_running[self.tenant_of[job]] += milli;
         self.running.insert(alloc, Run { job, started_at: t, planned_end: t + run, hits_limit, milli });
         self.events.push(Reverse((t + run, Event::Depart { job, alloc })));
+        self.event(t, "start", job, milli, None);
     }
 
     /// Why each job still waits, held until the next event; who wanted GPUs in this window.
@@ -409,6 +449,16 @@ impl<'a> Replay<'a> {
                 if x.len() < 2 { None } else { jain(&x) }
             })
             .collect();
+        let weighted: Vec<f64> = (0..JAIN_WINDOWS)
+            .filter_map(|w| {
+                let x: Vec<f64> = (0..self.tenants.len())
+                    .filter(|&k| self.window_active[w][k])
+                    .map(|k| self.window_gpu_s[w][k] / self.tenant_entitlement[k])
+                    .collect();
+                if x.len() < 2 { None } else { jain(&x) }
+            })
+            .collect();
+        let name = |job: u64| self.meta[job as usize].name.clone();
         let s = &self.scheduler;
         let stats = s.stats();
         let delays = &self.delays;
@@ -419,7 +469,20 @@ impl<'a> Replay<'a> {
             reserve_depth: self.options.reserve_depth as u64,
             stopped_at_s: stopped_at,
             reserved: stats.promised.len() as u64,
-            reserved_late: stats.late,
+            reserved_late: stats.late.len() as u64,
+            promises_broken: stats
+                .broken
+                .iter()
+                .map(|(&job, b)| BrokenPromise {
+                    job: name(job),
+                    promised_s: stats.promised.get(&job).copied().unwrap_or(0),
+                    by: name(b.by),
+                    right: b.right,
+                })
+                .collect(),
+            reserved_late_without_cause: stats.late.iter().filter(|j| !stats.broken.contains_key(j)).count() as u64
+                + stats.broken_without_cause.iter().filter(|j| !stats.late.contains(j)).count() as u64,
+            preemptions_per_job_max: self.preempted.values().copied().max().unwrap_or(0),
             quota_waited: stats.quota_waited.len() as u64,
             user_limit_waited: stats.user_limit_waited.len() as u64,
             preemptions: self.preemptions_by_right.values().sum(),
@@ -439,6 +502,15 @@ impl<'a> Replay<'a> {
             delay_p99_s: percentile(delays, 0.99),
             delay_max_s: delays.last().copied().unwrap_or(0),
             delay_max_by_queue_s: self.delay_max_by_queue,
+            waits_by_queue: self
+                .delays_by_queue
+                .into_iter()
+                .map(|(q, mut d)| {
+                    d.sort_unstable();
+                    (q, Waits::of(&d))
+                })
+                .collect(),
+            queues: self.tenants.clone(),
             mean_alloc_pct: self.area_alloc / span / self.capacity * 100.0,
             mean_util_pct: self.area_util / span / self.capacity * 100.0,
             peak_alloc_pct: self.peak_alloc.max(s.engine().state().used_milli() as f64) / self.capacity * 100.0,
@@ -449,8 +521,29 @@ impl<'a> Replay<'a> {
                 .collect(),
             jain_mean: (!jains.is_empty()).then(|| jains.iter().sum::<f64>() / jains.len() as f64),
             jain_min: jains.iter().copied().reduce(f64::min),
+            jain_weighted_mean: (!weighted.is_empty()).then(|| weighted.iter().sum::<f64>() / weighted.len() as f64),
+            jain_weighted_min: weighted.iter().copied().reduce(f64::min),
+            events: self.job_events,
             pending: s.pending(),
             series: self.series,
         }
     }
+}
+
+/// Each tenant's entitlement as a fraction of the fleet: its queue's weight over the sum of
+/// its siblings' weights, times its parent's entitlement (1 per tenant under FIFO).
+fn entitlements(order: &super::Order, tenants: &[String]) -> Vec<f64> {
+    let super::Order::FairShare(tree) = order else { return vec![1.0; tenants.len()] };
+    let share = |q: usize| -> f64 {
+        let mut e = 1.0;
+        let mut at = Some(q);
+        while let Some(i) = at {
+            let parent = tree.queues[i].parent;
+            let siblings: u64 = tree.queues.iter().filter(|s| s.parent == parent).map(|s| s.weight.max(1) as u64).sum();
+            e *= tree.queues[i].weight.max(1) as f64 / siblings.max(1) as f64;
+            at = parent;
+        }
+        e
+    };
+    tenants.iter().map(|t| tree.find(t).map_or(1.0, share)).collect()
 }

@@ -16,6 +16,60 @@ pub struct Sample {
     pub util_pct: f64,
     pub running: u64,
     pub queued: u64,
+    /// GPUs (milli-GPU / 1000) each queue (tenant) holds, in the order of
+    /// [`ReplayResult::queues`].
+    pub held_gpus_by_queue: Vec<f64>,
+}
+
+/// One thing that happened to a job in a time replay (`--decisions-out`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct JobEvent {
+    pub time_s: u64,
+    /// `start`, `end` (completed), `time-limit` (stopped at its time limit), `stop` (signalled
+    /// for a preemptor; killed at `kill_at_s` unless it ends first), `kill` (its grace period
+    /// over: its work is lost and it waits again).
+    pub event: &'static str,
+    pub job: String,
+    pub queue: String,
+    /// Milli-GPU it holds (start, end, stop, kill).
+    pub milli: u64,
+    /// For `stop`: the preemptor and its right (`priority`, `guarantee`, `starvation`).
+    pub preemptor: Option<String>,
+    pub cause: Option<&'static str>,
+    pub kill_at_s: Option<u64>,
+}
+
+/// Queueing delay of one queue's started jobs, seconds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Waits {
+    pub jobs: u64,
+    pub p50_s: u64,
+    pub p90_s: u64,
+    pub p99_s: u64,
+    pub max_s: u64,
+}
+
+impl Waits {
+    pub(super) fn of(sorted: &[u64]) -> Waits {
+        Waits {
+            jobs: sorted.len() as u64,
+            p50_s: percentile(sorted, 0.50),
+            p90_s: percentile(sorted, 0.90),
+            p99_s: percentile(sorted, 0.99),
+            max_s: sorted.last().copied().unwrap_or(0),
+        }
+    }
+}
+
+/// A promise of a reserved start that a higher right pushed back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct BrokenPromise {
+    pub job: String,
+    pub promised_s: u64,
+    /// The job that took the capacity, and its right (`priority`, `guarantee`,
+    /// `starvation`, or `own-limit` for the job's own quota or per-user limit).
+    pub by: String,
+    pub right: &'static str,
 }
 
 /// Outcome of a time replay.
@@ -33,6 +87,10 @@ pub struct ReplayResult {
     /// they were promised (with FIFO order and exact durations, backfill must keep this 0).
     pub reserved: u64,
     pub reserved_late: u64,
+    /// Promises pushed back by a higher right (who and which), and jobs that started later
+    /// than promised with no such right on record (a scheduler bug: tests hold it at 0).
+    pub promises_broken: Vec<BrokenPromise>,
+    pub reserved_late_without_cause: u64,
     /// Jobs that were refused at least once because their queue's quota (or an ancestor's)
     /// would have been exceeded.
     pub quota_waited: u64,
@@ -44,6 +102,8 @@ pub struct ReplayResult {
     pub preemptions: u64,
     pub preemptions_by_right: BTreeMap<String, u64>,
     pub preempted_gpu_s_lost: f64,
+    /// Most times one job was preempted.
+    pub preemptions_per_job_max: u64,
     /// Jobs stopped at their time limit before their work was done (they count as failed
     /// for dependencies), and jobs held (never started: nothing releases a hold in a replay).
     pub time_limit_ended: u64,
@@ -71,6 +131,10 @@ pub struct ReplayResult {
     /// Longest wait of a started job, seconds; and per queue (tenant).
     pub delay_max_s: u64,
     pub delay_max_by_queue_s: BTreeMap<String, u64>,
+    /// Queueing delay percentiles per queue (tenant).
+    pub waits_by_queue: BTreeMap<String, Waits>,
+    /// The tenants in the order of each sample's `held_gpus_by_queue`.
+    pub queues: Vec<String>,
     /// Time-averaged allocation and utilization between the first and the last arrival, %.
     pub mean_alloc_pct: f64,
     pub mean_util_pct: f64,
@@ -82,10 +146,18 @@ pub struct ReplayResult {
     /// the arrival span (windows with at least two such tenants): mean and lowest.
     pub jain_mean: Option<f64>,
     pub jain_min: Option<f64>,
+    /// The same, with each tenant's GPU time divided by its entitlement (its queue's weight
+    /// as a share of its siblings', times its parent's, down the tree): 1 when every tenant
+    /// got GPU time in proportion to its weight. FIFO order weighs tenants equally.
+    pub jain_weighted_mean: Option<f64>,
+    pub jain_weighted_min: Option<f64>,
     /// Every job waiting when the replay ended or was stopped, with its reason and, where a
     /// reservation was made, its estimated start (what `why` shows).
     pub pending: Vec<gantry_types::PendingJob>,
     pub series: Vec<Sample>,
+    /// Every start, end, stop and kill (`--decisions-out`; not in `--json`).
+    #[serde(skip)]
+    pub events: Vec<JobEvent>,
 }
 
 /// Windows over the arrival span in which Jain's fairness index of GPU time is taken.
