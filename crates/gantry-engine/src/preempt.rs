@@ -31,6 +31,9 @@ use std::collections::{BTreeMap, BTreeSet};
 /// planning copy while covering every node of the small pools where contention happens.
 pub const PREEMPT_NODES_MAX: usize = 16;
 
+/// Preemptions after which a job is chosen only when no other victim will do.
+pub const PREEMPTED_TIMES_LAST: u32 = 2;
+
 /// Eligible victims tried one by one (cheapest first) as a set of one: one placement each on a
 /// planning copy; 64 covers every job on a few nodes of the pool in contention.
 pub const PREEMPT_SINGLES_MAX: usize = 64;
@@ -73,6 +76,8 @@ pub struct Victim {
     pub started_starved: bool,
     /// A reclaim started it less than the protection period ago: only priority may stop it.
     pub reclaim_protected: bool,
+    /// How often it was preempted before.
+    pub preempted_times: u32,
 }
 
 /// What entitles the preemptor to capacity.
@@ -107,9 +112,11 @@ impl Victim {
         (right.starving && self.priority <= right.priority && !self.started_starved).then_some(Cause::Starvation)
     }
 
-    /// Cheaper victims sort first.
-    fn cost(&self) -> (u64, i32, AllocId) {
-        (self.work_lost_milli_s, self.priority, self.alloc)
+    /// Cheaper victims sort first; a job already preempted [`PREEMPTED_TIMES_LAST`] times or
+    /// more goes after every other (else the job that just restarted, having lost least, is
+    /// the cheapest again at every reclaim).
+    fn cost(&self) -> (bool, u64, i32, AllocId) {
+        (self.preempted_times >= PREEMPTED_TIMES_LAST, self.work_lost_milli_s, self.priority, self.alloc)
     }
 }
 
@@ -156,9 +163,10 @@ impl Spare {
     }
 }
 
-/// A candidate set's cost, compared lexicographically: GPU-seconds lost, jobs, highest
-/// priority among them, then the allocations (a deterministic tie-break).
-type PlanCost = (u64, usize, i32, Vec<AllocId>);
+/// A candidate set's cost, compared lexicographically: jobs in it already preempted
+/// [`PREEMPTED_TIMES_LAST`] times, GPU-seconds lost, jobs, highest priority among them, then
+/// the allocations (a deterministic tie-break).
+type PlanCost = (usize, u64, usize, i32, Vec<AllocId>);
 
 impl Engine {
     /// Would `job` fit on this engine's state? (Places and releases: the state is unchanged.)
@@ -295,8 +303,9 @@ impl Engine {
 fn plan_cost(chosen: &[AllocId], victims: &[Victim]) -> PlanCost {
     let of = |a: &AllocId| victims.iter().find(|v| v.alloc == *a).expect("chosen among the victims");
     let lost = chosen.iter().map(|a| of(a).work_lost_milli_s).sum();
+    let repeated = chosen.iter().filter(|a| of(a).preempted_times >= PREEMPTED_TIMES_LAST).count();
     let priority = chosen.iter().map(|a| of(a).priority).max().unwrap_or(i32::MIN);
     let mut allocs = chosen.to_vec();
     allocs.sort_unstable();
-    (lost, chosen.len(), priority, allocs)
+    (repeated, lost, chosen.len(), priority, allocs)
 }

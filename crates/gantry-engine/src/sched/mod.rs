@@ -194,13 +194,14 @@ struct Entry {
 /// Counters over a scheduler's life, for reports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SchedStats {
-    /// Jobs promised a reserved start (their first promise), and those that started later.
+    /// Jobs promised a reserved start (their first promise), and those that started later
+    /// than the first promise of the wait they started from.
     pub promised: BTreeMap<JobId, u64>,
     pub late: BTreeSet<JobId>,
     /// Promises pushed back by a higher right, with who and which (the first record).
     pub broken: BTreeMap<JobId, PromiseBreak>,
-    /// Promises found later than first promised with no higher right on record: a scheduler
-    /// bug, which the tests hold at zero.
+    /// Promises found later than first promised (in the same wait) with no higher right on
+    /// record for that wait: a scheduler bug, which the tests hold at zero.
     pub broken_without_cause: BTreeSet<JobId>,
     /// Jobs refused at least once by a quota, by a per-user limit.
     pub quota_waited: BTreeSet<JobId>,
@@ -237,6 +238,12 @@ pub struct Scheduler {
     awaiting: BTreeMap<JobId, Awaiting>,
     /// How long a job started by reclaim is protected from reclaim (`QueueTree`).
     reclaim_protect_s: u64,
+    /// Per waiting job: the first start promised in its current wait, and whether a higher
+    /// right has pushed it back during that wait.
+    promise_at: BTreeMap<JobId, u64>,
+    broken_now: BTreeSet<JobId>,
+    /// How often each job was preempted (killed for a preemptor).
+    preempted_times: BTreeMap<JobId, u32>,
     /// Jobs holding a promised start, in reservation order (kept across cycles).
     promises: Vec<JobId>,
     /// The depth-1 reservation of the previous cycle (reused while it still holds).
@@ -288,6 +295,9 @@ impl Scheduler {
             awaiting: BTreeMap::new(),
             reclaim_protect_s,
             promises: Vec::new(),
+            preempted_times: BTreeMap::new(),
+            promise_at: BTreeMap::new(),
+            broken_now: BTreeSet::new(),
             last_reservation: None,
             plans: Vec::new(),
             stats: SchedStats::default(),
@@ -376,6 +386,26 @@ impl Scheduler {
 
     pub fn waiting_on_dependencies(&self) -> usize {
         self.waiting_on_deps.len()
+    }
+
+    /// The next moment after `now` when a running job becomes eligible as a victim again (its
+    /// reclaim protection or its minimum runtime ends), if a job waits and preemption is on: a
+    /// caller driven by events (the simulator) runs a cycle then, as the live controller's
+    /// tick does anyway.
+    pub fn next_wake(&self, now: u64) -> Option<u64> {
+        if !self.config.preempt || self.pending_count == 0 {
+            return None;
+        }
+        self.running
+            .values()
+            .flat_map(|r| {
+                let protect = r.reclaimed_at.map(|t| t.saturating_add(self.reclaim_protect_s));
+                let min_runtime = r.started_at.saturating_add(self.jobs[&r.job].job.lifecycle.min_runtime_s);
+                [protect, Some(min_runtime)]
+            })
+            .flatten()
+            .filter(|&t| t > now)
+            .min()
     }
 
     /// The running job on `alloc`, and when it started.
@@ -585,6 +615,7 @@ impl Scheduler {
     pub fn killed(&mut self, alloc: AllocId, now: u64) -> Option<(JobId, &'static str, Admission)> {
         let ended = self.stop_running(alloc, now)?;
         let cause = self.terminating.remove(&alloc).unwrap_or("priority");
+        *self.preempted_times.entry(ended.job).or_default() += 1;
         let since = self.jobs[&ended.job].eligible_at;
         let admission = self.enqueue(ended.job, since);
         Some((ended.job, cause, admission))
@@ -637,8 +668,14 @@ impl Scheduler {
         if let Some(book) = self.quotas.as_mut() {
             book.charge(q, &demand);
         }
-        if self.stats.promised.get(&job).is_some_and(|&p| now > p) {
+        let broken = self.broken_now.remove(&job);
+        if let Some(p) = self.promise_at.remove(&job)
+            && now > p
+        {
             self.stats.late.insert(job);
+            if !broken {
+                self.stats.broken_without_cause.insert(job);
+            }
         }
         if let Some(user) = &entry.job.control.user {
             let used = self.user_running.entry(user.clone()).or_default();

@@ -138,8 +138,7 @@ impl Scheduler {
     /// higher right is on record for it, the promise was broken without cause — counted, so
     /// tests can hold the scheduler to it.
     fn check_promise(&mut self, job: JobId, start_s: u64) {
-        if self.stats.promised.get(&job).is_some_and(|&first| start_s > first) && !self.stats.broken.contains_key(&job)
-        {
+        if self.promise_at.get(&job).is_some_and(|&first| start_s > first) && !self.broken_now.contains(&job) {
             self.stats.broken_without_cause.insert(job);
         }
     }
@@ -147,6 +146,7 @@ impl Scheduler {
     /// Record that `by` pushed `job`'s promise back with `right` (the first such record stays).
     fn break_promise(&mut self, job: JobId, by: JobId, right: &'static str, now: u64) {
         self.stats.broken.entry(job).or_insert(PromiseBreak { by, right, at_s: now });
+        self.broken_now.insert(job);
     }
 
     /// Reserve the promises still waiting, in order, before the pass looks at anything.
@@ -192,12 +192,14 @@ impl Scheduler {
             reservations.one = self.reserve_one(job, now);
             if let Some(((_, start_s), _)) = &reservations.one {
                 self.stats.promised.entry(job).or_insert(*start_s);
+                self.promise_at.entry(job).or_insert(*start_s);
                 self.promises.push(job);
             }
         } else if reservations.plans.len() < depth
             && let Some(r) = self.reserve_after(job, &reservations.plans, now)
         {
             self.stats.promised.entry(job).or_insert(r.start_s);
+            self.promise_at.entry(job).or_insert(r.start_s);
             reservations.plans.push((job, r));
             self.promises.push(job);
         }

@@ -108,6 +108,7 @@ impl Scheduler {
             min_runtime_left_s: entry.job.lifecycle.min_runtime_s.saturating_sub(ran),
             started_starved: r.started_starved,
             reclaim_protected: r.reclaimed_at.is_some_and(|t| now < t.saturating_add(self.reclaim_protect_s)),
+            preempted_times: self.preempted_times.get(&r.job).copied().unwrap_or(0),
         }
     }
 
@@ -158,7 +159,7 @@ impl Scheduler {
             self.engine.release_on(&mut base, alloc);
             spare.take(&self.victim(alloc, now));
         }
-        for (&k, _) in &self.awaiting {
+        for &k in self.awaiting.keys() {
             if let Ok(alloc) = base.place(&self.jobs[&k].job.compiled) {
                 let demand = base.quota_demand(alloc).expect("just placed");
                 claim(&mut room, self.jobs[&k].queue, &demand);

@@ -560,6 +560,7 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
         min_runtime_left_s: 0,
         started_starved: false,
         reclaim_protected: false,
+        preempted_times: 0,
     };
     let right = |priority, guarantee: bool, starving| Right {
         queue: 0,
@@ -673,6 +674,7 @@ fn victims_are_chosen_by_gpu_seconds_lost_then_count() {
         min_runtime_left_s: 0,
         started_starved: false,
         reclaim_protected: false,
+        preempted_times: 0,
     };
     let mut victims = vec![v(big, 8000, 60), v(four, 4000, 100)];
     victims.extend(ones.iter().map(|&a| v(a, 1000, 100)));

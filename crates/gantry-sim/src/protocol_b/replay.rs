@@ -1,6 +1,7 @@
 //! The replay loop: events on a virtual clock drive the engine's [`Scheduler`] — jobs are
 //! submitted at their arrival, reported ended at their departure (or at their time limit)
-//! and killed when a stop's grace period is over; after each event one scheduling cycle runs
+//! and killed when a stop's grace period is over; after the events of each instant one
+//! scheduling cycle runs
 //! and its decisions are carried out on the clock. This module only keeps the clock and
 //! measures: allocation and utilization over time, waits, fairness, preemptions.
 
@@ -34,6 +35,8 @@ enum Event {
     Starving {
         job: usize,
     },
+    /// A running job becomes eligible as a victim again (`Scheduler::next_wake`).
+    Wake,
 }
 
 /// Simulated utilization of a job's allocation where the trace gives none: a seeded draw in
@@ -78,6 +81,8 @@ struct Replay<'a> {
     events: BinaryHeap<Reverse<(u64, Event)>>,
     running: BTreeMap<AllocId, Run>,
     ever_started: BTreeSet<usize>,
+    /// Wake-ups already scheduled.
+    wakes: BTreeSet<u64>,
 
     // Measurements.
     delays: Vec<u64>,
@@ -129,15 +134,32 @@ pub fn replay(engine: Engine, jobs: Vec<SimJob>, seed: u64, options: &ReplayOpti
             break;
         }
         sim.integrate(t);
-        match event {
-            Event::Arrive { job } => sim.arrive(job, t)?,
-            Event::Depart { alloc, .. } => sim.depart(alloc, t),
-            Event::Kill { alloc, .. } => sim.kill(alloc, t),
-            Event::Starving { .. } => {}
+        // Everything that happens at one instant is seen by one cycle (as the live
+        // controller's tick sees it): two victims of one preemptor killed at the same second
+        // must both be gone before anything else may restart on what they freed.
+        let mut event = event;
+        loop {
+            match event {
+                Event::Arrive { job } => sim.arrive(job, t)?,
+                Event::Depart { alloc, .. } => sim.depart(alloc, t),
+                Event::Kill { alloc, .. } => sim.kill(alloc, t),
+                Event::Starving { .. } | Event::Wake => {}
+            }
+            match sim.events.peek() {
+                Some(Reverse((next, _))) if *next == t => {
+                    event = sim.events.pop().expect("peeked").0.1;
+                }
+                _ => break,
+            }
         }
         let decisions = sim.scheduler.cycle(t);
         sim.carry_out(decisions, t);
         sim.record_waiting(t);
+        if let Some(at) = sim.scheduler.next_wake(t)
+            && sim.wakes.insert(at)
+        {
+            sim.events.push(Reverse((at, Event::Wake)));
+        }
     }
     if let Some(until) = stopped_at {
         sim.integrate(until);
@@ -239,6 +261,7 @@ impl<'a> Replay<'a> {
             events,
             running: BTreeMap::new(),
             ever_started: BTreeSet::new(),
+            wakes: BTreeSet::new(),
             delays: Vec::new(),
             delay_max_by_queue: BTreeMap::new(),
             delays_by_queue: BTreeMap::new(),
@@ -480,8 +503,7 @@ impl<'a> Replay<'a> {
                     right: b.right,
                 })
                 .collect(),
-            reserved_late_without_cause: stats.late.iter().filter(|j| !stats.broken.contains_key(j)).count() as u64
-                + stats.broken_without_cause.iter().filter(|j| !stats.late.contains(j)).count() as u64,
+            reserved_late_without_cause: stats.broken_without_cause.iter().map(|&j| name(j)).collect(),
             preemptions_per_job_max: self.preempted.values().copied().max().unwrap_or(0),
             quota_waited: stats.quota_waited.len() as u64,
             user_limit_waited: stats.user_limit_waited.len() as u64,

@@ -90,7 +90,7 @@ pub struct ReplayResult {
     /// Promises pushed back by a higher right (who and which), and jobs that started later
     /// than promised with no such right on record (a scheduler bug: tests hold it at 0).
     pub promises_broken: Vec<BrokenPromise>,
-    pub reserved_late_without_cause: u64,
+    pub reserved_late_without_cause: Vec<String>,
     /// Jobs that were refused at least once because their queue's quota (or an ancestor's)
     /// would have been exceeded.
     pub quota_waited: u64,

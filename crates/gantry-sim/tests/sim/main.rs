@@ -10,6 +10,7 @@ mod preemption;
 mod protocol;
 mod reference;
 mod replay;
+mod stability;
 
 use std::path::PathBuf;
 
