@@ -101,7 +101,10 @@ pub struct SimArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
-    /// Write every arrival's decision (seq,pod_list,policy,pod,node,gpu_index) to this CSV file.
+    /// Write every decision to this CSV file: under Protocol A each arrival's placement
+    /// (seq,pod_list,policy,pod,node,gpu_index); in a time replay every job's start, end, stop
+    /// (with its preemptor and right) and kill
+    /// (trace,policy,seed,time_s,event,job,queue,milli,preemptor,cause,kill_at_s).
     #[arg(long, value_name = "FILE")]
     decisions_out: Option<PathBuf>,
     /// The FGD authors' 10-seed curves (`analysis_allo_discrete.csv`), to compare means with.
@@ -442,7 +445,6 @@ fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()>
         ("--compare", args.compare.is_some()),
         ("--authors", args.authors.is_some()),
         ("--markdown", args.markdown.is_some()),
-        ("--decisions-out", args.decisions_out.is_some()),
     ];
     if let Some((flag, _)) = given.iter().find(|(_, on)| *on) {
         bail!("{flag} applies to Protocol A (--protocol fgd on --pods), not to a time replay");
@@ -594,7 +596,13 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         r.peak_alloc_pct,
         r.mean_util_pct,
         tenants.join(", "),
-        r.jain_mean.map(|j| format!(", Jain {j:.3} (min {:.3})", r.jain_min.unwrap_or(j))).unwrap_or_default()
+        r.jain_mean
+            .map(|j| format!(
+                ", Jain {j:.3} (min {:.3}), weighted {:.3}",
+                r.jain_min.unwrap_or(j),
+                r.jain_weighted_mean.unwrap_or(j)
+            ))
+            .unwrap_or_default()
     );
     let waited: u64 = r.wait_job_s_by_reason.values().sum();
     if waited > 0 {
@@ -620,7 +628,35 @@ fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: 
         );
     }
     if r.reserved > 0 {
-        println!("  {} jobs got a reserved start; {} started later than first promised", r.reserved, r.reserved_late);
+        let rights: std::collections::BTreeMap<&str, usize> =
+            r.promises_broken.iter().fold(Default::default(), |mut m, b| {
+                *m.entry(b.right).or_default() += 1;
+                m
+            });
+        let rights: Vec<String> = rights.iter().map(|(why, n)| format!("{n} by {why}")).collect();
+        println!(
+            "  {} jobs got a reserved start; {} started later than first promised; promises pushed back: {}{}",
+            r.reserved,
+            r.reserved_late,
+            if rights.is_empty() { "none".to_string() } else { rights.join(", ") },
+            if r.reserved_late_without_cause.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} with no higher right: {})",
+                    r.reserved_late_without_cause.len(),
+                    r.reserved_late_without_cause.join(", ")
+                )
+            }
+        );
+    }
+    if !r.waits_by_queue.is_empty() && r.waits_by_queue.len() > 1 {
+        let waits: Vec<String> = r
+            .waits_by_queue
+            .iter()
+            .map(|(q, w)| format!("{q} p50 {}s p90 {}s max {}s", w.p50_s, w.p90_s, w.max_s))
+            .collect();
+        println!("  waits by queue: {}", waits.join("; "));
     }
     if r.time_limit_ended + r.held + r.user_limit_waited > 0 {
         println!(
@@ -651,6 +687,31 @@ fn finish_replay(args: &SimArgs, traces: &[(String, Vec<protocol_b::ReplayResult
         }
         write("report.html", gantry_sim::report::replay_html("gantry sim — time replay", &grouped))?;
         eprintln!("wrote report to {}", dir.display());
+    }
+    if let Some(path) = &args.decisions_out {
+        let mut out = String::from("trace,policy,seed,time_s,event,job,queue,milli,preemptor,cause,kill_at_s\n");
+        for (name, runs) in traces {
+            for r in runs {
+                for e in &r.events {
+                    let opt = |v: Option<String>| v.unwrap_or_default();
+                    out.push_str(&format!(
+                        "{name},{},{},{},{},{},{},{},{},{},{}\n",
+                        r.policy,
+                        r.seed,
+                        e.time_s,
+                        e.event,
+                        e.job,
+                        e.queue,
+                        e.milli,
+                        opt(e.preemptor.clone()),
+                        e.cause.unwrap_or(""),
+                        opt(e.kill_at_s.map(|t| t.to_string()))
+                    ));
+                }
+            }
+        }
+        std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
     }
     if args.json {
         let all: Vec<&protocol_b::ReplayResult> = traces.iter().flat_map(|(_, runs)| runs).collect();
