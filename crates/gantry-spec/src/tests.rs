@@ -429,7 +429,12 @@ fn job_lifecycle_fields_parse_with_defaults_and_errors() {
     assert_eq!(jobs[1].lifecycle, gantry_types::Lifecycle::default());
     for (text, expected) in [
         ("[[job]]\nname = \"a\"\ngrace = \"5 weeks\"\n", "job \"a\" / grace: unknown unit"),
-        ("[[job]]\nname = \"a\"\nmin_runtime = -1\n", "job \"a\" / min_runtime: -1 s is outside 0 s..=100 years"),
+        ("[[job]]\nname = \"a\"\nmin_runtime = -1\n", "job \"a\" / min_runtime: -1 is negative"),
+        ("[[job]]\nname = \"a\"\ntime_limit = \"-5m\"\n", "job \"a\" / time_limit: \"-5m\" is negative"),
+        (
+            "[[job]]\nname = \"a\"\nmin_runtime = \"2h\"\ntime_limit = \"1h\"\n",
+            "job \"a\" / min_runtime: 7200 s is longer than the time limit (3600 s)",
+        ),
         ("[[job]]\nname = \"a\"\npreemptible = \"no\"\n", "invalid type"),
     ] {
         let err = crate::parse_workload(text, catalog()).expect_err(text).to_string();
