@@ -227,7 +227,7 @@ impl Engine {
         for v in eligible.iter().take(PREEMPT_SINGLES_MAX) {
             let mut copy = base.planning_copy();
             self.release_on(&mut copy, v.alloc);
-            if spare.allows(v, right.queue) && copy.fits_now(job) {
+            if copy.fits_now(job) {
                 consider(vec![*v]);
                 break;
             }

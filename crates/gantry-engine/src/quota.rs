@@ -198,7 +198,13 @@ impl QuotaBook {
     /// Does `queue` run above its guarantee in a flavor of `demand` (is that capacity
     /// borrowed)?
     pub fn borrowing(&self, queue: usize, demand: &[(Flavor, u64)]) -> bool {
-        demand.iter().any(|(flavor, _)| self.used(queue, flavor) > self.guaranteed(queue, flavor))
+        demand.iter().any(|(flavor, _)| self.over_guarantee(queue, flavor, 0))
+    }
+
+    /// Would `queue` run above its guarantee for `flavor` with `extra` milli-GPU more (0: does
+    /// it now)? A flavor it has no guarantee for is borrowed from the first milli-GPU.
+    pub fn over_guarantee(&self, queue: usize, flavor: &Flavor, extra: u64) -> bool {
+        self.used(queue, flavor) + extra > self.guaranteed(queue, flavor)
     }
 
     /// In use by `queue` (descendants included), milli-GPU of `flavor`.

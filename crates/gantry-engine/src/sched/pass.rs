@@ -81,11 +81,12 @@ struct Scan {
 }
 
 /// A job's request shape: jobs with the same shape get the same placement answer on the same
-/// fleet.
+/// fleet. A group's fingerprint already covers everything its tasks' placement depends on
+/// (topology included); the replicas make the gang.
 fn shape_of(job: &CompiledJob) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for g in &job.groups {
-        (g.fingerprint, g.replicas, format!("{:?}", g.topology)).hash(&mut h);
+        (g.fingerprint, g.replicas).hash(&mut h);
     }
     h.finish()
 }
@@ -391,8 +392,7 @@ impl Scheduler {
             return Some("priority");
         }
         let book = self.quotas.as_ref()?;
-        let within =
-            !demand.is_empty() && demand.iter().all(|(f, d)| book.used(j.queue, f) + d <= book.guaranteed(j.queue, f));
+        let within = !demand.is_empty() && demand.iter().all(|(f, d)| !book.over_guarantee(j.queue, f, *d));
         (j.queue != r.queue && within && !book.within_guarantee(r.queue, r.job.compiled.milli_at_most()))
             .then_some("guarantee")
     }
@@ -406,7 +406,7 @@ impl Scheduler {
         }
         let q = self.jobs[&job].queue;
         let borrows: Vec<&Flavor> =
-            demand.iter().filter(|(f, d)| book.used(q, f) + d > book.guaranteed(q, f)).map(|(f, _)| f).collect();
+            demand.iter().filter(|(f, d)| book.over_guarantee(q, f, *d)).map(|(f, _)| f).collect();
         let (k, a) = self
             .awaiting
             .iter()

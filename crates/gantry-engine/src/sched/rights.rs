@@ -92,7 +92,7 @@ impl Scheduler {
             Some(book) => r
                 .demand
                 .iter()
-                .filter(|(f, _)| book.used(entry.queue, f) > book.guaranteed(entry.queue, f))
+                .filter(|(f, _)| book.over_guarantee(entry.queue, f, 0))
                 .map(|(f, _)| f.clone())
                 .collect(),
             None => Vec::new(),
@@ -151,6 +151,20 @@ impl Scheduler {
         // A preemptor whose victims are all gone plans again if it still waits.
         let terminating = &self.terminating;
         self.awaiting.retain(|_, a| a.victims.iter().any(|v| terminating.contains_key(v)));
+        if !short.is_empty() {
+            self.plan_preemptors(now, short, decisions);
+        }
+        for (&job, a) in &self.awaiting {
+            if self.reason.contains_key(&job) {
+                let victims = a.victims.iter().filter(|v| self.terminating.contains_key(v)).count() as u32;
+                self.reason.insert(job, PendingReason::Preempting { victims, until_s: a.until });
+            }
+        }
+    }
+
+    /// Plan victims for the jobs `short` of resources (at most [`PREEMPTORS_MAX`] of those
+    /// with an eligible victim), each on what the ones before it leave, and decide the stops.
+    fn plan_preemptors(&mut self, now: u64, short: &[JobId], decisions: &mut Vec<Decision>) {
         let mut room = self.guarantee_room();
         let mut spare = self.spare();
         // The fleet as the stopping victims leave it, their preemptors placed and claimed.
@@ -212,12 +226,6 @@ impl Scheduler {
             };
             let right = causes.iter().min().copied().expect("some victim").name();
             self.awaiting.insert(job, Awaiting { victims: plan.victims, until, right, owed });
-        }
-        for (&job, a) in &self.awaiting {
-            if self.reason.contains_key(&job) {
-                let victims = a.victims.iter().filter(|v| self.terminating.contains_key(v)).count() as u32;
-                self.reason.insert(job, PendingReason::Preempting { victims, until_s: a.until });
-            }
         }
     }
 }
