@@ -165,6 +165,14 @@ impl Engine {
         Some(Reservation { start_s: times[hi], end_s: limit_s.map(|d| times[hi] + d), tasks })
     }
 
+    /// Does reservation `r`, planned in an earlier cycle, still hold after the `earlier`
+    /// reservations: its exact grants free on the fleet as planned at its start? (Kept, it
+    /// cannot push later ones back the way planning it again on other GPUs can.)
+    pub fn plan_holds(&self, r: &Reservation, running: &[Running], earlier: &[Reservation]) -> bool {
+        let mut copy = self.planned_at(running, earlier, r.start_s);
+        crate::ledger::try_apply_all(&mut copy.state, &r.tasks)
+    }
+
     /// Plan `jobs` (with their limits) in order from scratch: each reservation, or `None` for
     /// a job that would never fit (it does not hold up the ones after it).
     pub fn replan(
@@ -211,6 +219,11 @@ impl Shadow {
             self.engine.release(id).expect("just placed");
         }
         all
+    }
+
+    /// Take exactly these grants here if they are all free (kept), else change nothing.
+    pub fn take_exact(&mut self, tasks: &[crate::ledger::TaskGrant]) -> bool {
+        crate::ledger::try_apply_all(&mut self.engine.state, tasks)
     }
 
     /// Does `job` fit here (nothing kept)?

@@ -74,7 +74,8 @@ pub struct Victim {
     pub min_runtime_left_s: u64,
     /// It had waited past the starvation bound when it started.
     pub started_starved: bool,
-    /// A reclaim started it less than the protection period ago: only priority may stop it.
+    /// A reclaim started it (or stopped it, and it started again) less than the protection
+    /// period ago: only priority may stop it.
     pub reclaim_protected: bool,
     /// How often it was preempted before.
     pub preempted_times: u32,

@@ -46,9 +46,9 @@ pub struct QueueTree {
     pub half_life_s: u64,
     /// A job pending this long goes before fair-share order (the starvation guard).
     pub starvation_s: u64,
-    /// A job started by reclaiming a guarantee is not itself reclaimed (by guarantee or
-    /// starvation) for this long: the hysteresis that keeps two queues from preempting each
-    /// other back and forth. Priority may still stop it.
+    /// A job started by reclaiming a guarantee, or restarted after a reclaim stopped it, is not
+    /// reclaimed (by guarantee or starvation) for this long: the hysteresis that keeps two
+    /// queues from preempting each other back and forth. Priority may still stop it.
     #[serde(default = "reclaim_protect_default")]
     pub reclaim_protect_s: u64,
     /// Weight of one GPU-hour per catalog model id, in thousandths (an H100-hour worth two

@@ -56,8 +56,8 @@ pub struct SimArgs {
     /// tree, then age; the tree from --queues, else one queue per tenant).
     #[arg(long, default_value = "fifo", value_parser = ["fifo", "fair-share"])]
     order: String,
-    /// time-replay: what may start past a blocked job: `off` (nothing), `greedy` (up to 32
-    /// later jobs, no reservation: big jobs can starve) or `reserve` (the first
+    /// time-replay: what may start past a blocked job: `off` (nothing), `greedy` (later jobs,
+    /// up to a bound of placement work per queue; no reservation: big jobs can starve) or `reserve` (the first
     /// --reserve-depth blocked jobs get reserved starts from running jobs' time limits; a
     /// later job starts only if it delays none of them).
     #[arg(long, default_value = "greedy", value_parser = ["off", "greedy", "reserve"])]

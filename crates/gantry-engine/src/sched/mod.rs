@@ -28,12 +28,18 @@ pub use rights::PREEMPTORS_MAX;
 /// The caller's name for a job (a trace index, a database id).
 pub type JobId = u64;
 
-/// Placements tried past a queue's blocked head per cycle: bounds the work per cycle. It
-/// counts placements, not jobs: a job whose request was already refused for resources in the
-/// cycle is answered without one and not counted (`pass.rs`), so a run of identical blocked
-/// jobs cannot hide the different ones behind it. 32 placements cost well under a
-/// millisecond on the fleets a queue's jobs contend for.
-pub const BACKFILL_SCAN_MAX: usize = 32;
+/// Work allowed past a queue's blocked head per cycle, in placement work: one unit per
+/// placement tried plus one per node it visited (the engine's `SearchStats::nodes_visited`).
+/// Counting work, not jobs, is what keeps a queue's small jobs reachable behind a long run of
+/// blocked big ones: a big job no node has room for is refused through the engine's room
+/// index after visiting few nodes or none, so hundreds of them cost less than one placement
+/// that scans the fleet, while a bound in jobs (32, before) stopped at the 33rd whatever they
+/// cost. A job whose request was already refused in the cycle costs nothing (`pass.rs`).
+/// 4,096 units are a few milliseconds: about one hundred small placements of 16 feasible
+/// nodes each, or a fraction of one search of the largest fleet (10,000 nodes). What it still
+/// hides: small jobs behind some 4,000 blocked jobs of distinct requests (docs/PERFORMANCE.md:
+/// about 15 ms per cycle at that depth).
+pub const BACKFILL_WORK_MAX: u64 = 4096;
 /// Jobs looked at per queue per cycle, tried or not: what bounds a pass over a very long
 /// queue. A look costs a lookup (no placement), so 10,000 stays within a few milliseconds.
 pub const BACKFILL_VISITS_MAX: usize = 10_000;
@@ -65,13 +71,13 @@ impl Order {
 pub enum Backfill {
     /// Nothing: a queue waits behind its blocked head.
     Off,
-    /// Up to `BACKFILL_SCAN_MAX` later jobs of the queue, whatever that does to the blocked
+    /// Later jobs of the queue, up to `BACKFILL_WORK_MAX` of placement work, whatever that does to the blocked
     /// one (no reservation: big jobs can starve).
     Greedy,
     /// Backfill with reservations: the first `reserve_depth` jobs of a cycle blocked for lack
     /// of resources get reserved starts (from running jobs' planned ends, each planned around
     /// the ones before it); a later job starts only if it fits and moves no reserved start
-    /// later; at most `BACKFILL_SCAN_MAX` later jobs per queue are tried. Depth 1 is EASY
+    /// later; at most `BACKFILL_WORK_MAX` of placement work per queue is spent. Depth 1 is EASY
     /// backfill.
     Reserve,
 }
@@ -153,8 +159,9 @@ struct RunningJob {
     /// Its end as planning counts on it (`None`: for ever).
     limit_end: Option<u64>,
     started_starved: bool,
-    /// When it started on capacity its preemption freed (protected from reclaim for a while).
-    reclaimed_at: Option<u64>,
+    /// When it started protected from reclaim for a while (`QueueTree::reclaim_protect_s`): on
+    /// capacity its own preemption freed, or again after a reclaim stopped it.
+    protected_since: Option<u64>,
     milli: u64,
     held: Resources,
     demand: Vec<(Flavor, u64)>,
@@ -170,6 +177,10 @@ struct Awaiting {
     right: &'static str,
     /// Flavors it reclaims by its guarantee: no other queue may borrow them meanwhile.
     owed: Vec<Flavor>,
+    /// Where its plan puts it once the victims are gone (kept for it), and what that counts
+    /// against its queue's quotas.
+    tasks: Vec<crate::ledger::TaskGrant>,
+    demand: Vec<(Flavor, u64)>,
 }
 
 /// Why a promised start was pushed back: the job that took the capacity, and its right
@@ -241,9 +252,11 @@ pub struct Scheduler {
     /// Per waiting job: the first start promised in its current wait, and whether a higher
     /// right has pushed it back during that wait.
     promise_at: BTreeMap<JobId, u64>,
-    broken_now: BTreeSet<JobId>,
-    /// How often each job was preempted (killed for a preemptor).
+    broken_now: BTreeMap<JobId, PromiseBreak>,
+    /// How often each job was preempted (killed for a preemptor), and the waiting jobs a
+    /// reclaim or the starvation guard stopped (protected when they start again).
     preempted_times: BTreeMap<JobId, u32>,
+    reclaimed: BTreeSet<JobId>,
     /// Jobs holding a promised start, in reservation order (kept across cycles).
     promises: Vec<JobId>,
     /// The depth-1 reservation of the previous cycle (reused while it still holds).
@@ -296,8 +309,9 @@ impl Scheduler {
             reclaim_protect_s,
             promises: Vec::new(),
             preempted_times: BTreeMap::new(),
+            reclaimed: BTreeSet::new(),
             promise_at: BTreeMap::new(),
-            broken_now: BTreeSet::new(),
+            broken_now: BTreeMap::new(),
             last_reservation: None,
             plans: Vec::new(),
             stats: SchedStats::default(),
@@ -388,24 +402,21 @@ impl Scheduler {
         self.waiting_on_deps.len()
     }
 
-    /// The next moment after `now` when a running job becomes eligible as a victim again (its
-    /// reclaim protection or its minimum runtime ends), if a job waits and preemption is on: a
-    /// caller driven by events (the simulator) runs a cycle then, as the live controller's
-    /// tick does anyway.
+    /// The next moment after `now` when a cycle may decide something no event announces, if a
+    /// job waits: a reserved start (it can fall between events: a start planned at another
+    /// reservation's planned end), and with preemption on, a running job becoming eligible as
+    /// a victim again (its reclaim protection or minimum runtime ends). A caller driven by
+    /// events (the simulator) runs a cycle then, as the live controller's tick does anyway.
     pub fn next_wake(&self, now: u64) -> Option<u64> {
-        if !self.config.preempt || self.pending_count == 0 {
+        if self.pending_count == 0 {
             return None;
         }
-        self.running
-            .values()
-            .flat_map(|r| {
-                let protect = r.reclaimed_at.map(|t| t.saturating_add(self.reclaim_protect_s));
-                let min_runtime = r.started_at.saturating_add(self.jobs[&r.job].job.lifecycle.min_runtime_s);
-                [protect, Some(min_runtime)]
-            })
-            .flatten()
-            .filter(|&t| t > now)
-            .min()
+        let victims_again = self.running.values().filter(|_| self.config.preempt).flat_map(|r| {
+            let protect = r.protected_since.map(|t| t.saturating_add(self.reclaim_protect_s));
+            let min_runtime = r.started_at.saturating_add(self.jobs[&r.job].job.lifecycle.min_runtime_s);
+            [protect, Some(min_runtime)]
+        });
+        self.estimate.values().map(|&t| Some(t)).chain(victims_again).flatten().filter(|&t| t > now).min()
     }
 
     /// The running job on `alloc`, and when it started.
@@ -616,6 +627,9 @@ impl Scheduler {
         let ended = self.stop_running(alloc, now)?;
         let cause = self.terminating.remove(&alloc).unwrap_or("priority");
         *self.preempted_times.entry(ended.job).or_default() += 1;
+        if cause != "priority" {
+            self.reclaimed.insert(ended.job);
+        }
         let since = self.jobs[&ended.job].eligible_at;
         let admission = self.enqueue(ended.job, since);
         Some((ended.job, cause, admission))
@@ -657,7 +671,8 @@ impl Scheduler {
 
     /// Record `job` started on `alloc` at `now` (every check passed).
     fn start(&mut self, job: JobId, alloc: AllocId, milli: u64, demand: Vec<(Flavor, u64)>, now: u64) {
-        let reclaimed_at = self.awaiting.remove(&job).map(|_| now);
+        let preemptor = self.awaiting.remove(&job).is_some();
+        let protected_since = (preemptor || self.reclaimed.remove(&job)).then_some(now);
         self.promises.retain(|&p| p != job);
         let entry = &self.jobs[&job];
         let q = entry.queue;
@@ -668,7 +683,7 @@ impl Scheduler {
         if let Some(book) = self.quotas.as_mut() {
             book.charge(q, &demand);
         }
-        let broken = self.broken_now.remove(&job);
+        let broken = self.broken_now.remove(&job).is_some();
         if let Some(p) = self.promise_at.remove(&job)
             && now > p
         {
@@ -693,7 +708,7 @@ impl Scheduler {
                 started_at: now,
                 limit_end: entry.job.planned_length_s.map(|d| now + d),
                 started_starved: self.starvation_s.is_some_and(|s| waited >= s),
-                reclaimed_at,
+                protected_since,
                 milli,
                 held,
                 demand,

@@ -11,22 +11,25 @@
 //! consulted, so the jobs the order puts ahead of it (other queues' jobs, as shares change)
 //! are checked against its reservation too. Only a higher right may start a job that pushes a
 //! promised start back: a preemptor whose victims are gone, a higher priority (fair-share
-//! order), or a job within its queue's guarantee against another queue's job that is not; the
+//! order), or a job within its queue's guarantee against another queue's reservation; the
 //! promise's record then says which (`SchedStats::broken`). Depth 1 is EASY backfill on a
 //! shadow of the fleet at the reserved start (the previous start reused while it holds);
-//! depth N > 1 plans the first N promises in order with the engine's planner, and a candidate
+//! depth N > 1 plans the first N promises in order with the engine's planner (each keeping
+//! its previous plan, start and GPUs, while that still holds: planning it again could put an
+//! earlier reservation on other GPUs and push later ones back), and a candidate
 //! that would still run at a reserved start is kept only if planning them again with it
 //! running moves none later.
 //!
 //! Past a queue's blocked head the scan is bounded by work, not by a count of jobs: at most
-//! [`BACKFILL_SCAN_MAX`] placements are tried per queue, and a job whose request is the same
-//! as one already refused for resources in this pass is refused with the same reason without
-//! a placement (nothing is released during a pass, so the answer cannot change) and without
-//! counting — a long run of blocked 8-GPU jobs cannot hide the small jobs behind it. Looking at
-//! a job costs a lookup; at most [`BACKFILL_VISITS_MAX`] per queue per pass.
+//! [`BACKFILL_WORK_MAX`] units of placement work (a placement, plus the nodes it visited) per
+//! queue, and a job whose request is the same as one already refused for resources in this
+//! pass is refused with the same reason without a placement (nothing is released during a
+//! pass, so the answer cannot change) — a long run of blocked 8-GPU jobs cannot hide the small
+//! jobs behind it. Looking at a job costs a lookup; at most [`BACKFILL_VISITS_MAX`] per queue
+//! per pass.
 
 use super::{
-    BACKFILL_SCAN_MAX, BACKFILL_VISITS_MAX, Backfill, Decision, JobId, Order, PromiseBreak, RunningJob, Scheduler,
+    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, Decision, JobId, Order, PromiseBreak, RunningJob, Scheduler,
 };
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
@@ -54,8 +57,8 @@ struct Refusal {
     /// Its queue is blocked behind it (resources, quota, reservations); a user limit or an
     /// array throttle concerns this job alone.
     blocks_queue: bool,
-    /// A placement was tried (it counts against the backfill bound).
-    placed: bool,
+    /// Placement work done (0: none tried), counted against the backfill bound.
+    work: u64,
 }
 
 /// A job that may start: its allocation, milli-GPU, quota demand, and the promises its start
@@ -65,12 +68,14 @@ struct Go {
     milli: u64,
     demand: Vec<(Flavor, u64)>,
     displaced: Vec<(JobId, &'static str)>,
+    work: u64,
 }
 
 /// Per-queue progress of one pass.
 struct Scan {
     blocked: Vec<bool>,
-    placements: Vec<usize>,
+    /// Placement work spent past each queue's blocked head.
+    work: Vec<u64>,
     visits: Vec<usize>,
     cursor: Vec<Option<(Reverse<i32>, u64, JobId)>>,
     /// Request shapes refused for resources this pass, with the reason (any queue: placement
@@ -128,6 +133,34 @@ impl Scheduler {
         Some(((job, start_s), self.engine.shadow_at(&running, start_s)))
     }
 
+    /// `job`'s reservation from the previous cycle (`previous`), if it still holds after
+    /// `plans`: not in the past, not before an earlier reservation, its GPUs free then.
+    fn keep_plan(
+        &self,
+        job: JobId,
+        previous: &[(JobId, Reservation)],
+        plans: &[(JobId, Reservation)],
+        now: u64,
+    ) -> Option<Reservation> {
+        let (_, r) = previous.iter().find(|(k, _)| *k == job)?;
+        let earlier: Vec<Reservation> = plans.iter().map(|(_, r)| r.clone()).collect();
+        let ordered = earlier.iter().all(|e| e.start_s <= r.start_s);
+        (r.start_s >= now && ordered && self.engine.plan_holds(r, &running_list(&self.running), &earlier))
+            .then(|| r.clone())
+    }
+
+    /// Do `plans`, in order, all still hold on the fleet `running` leaves?
+    fn plans_hold(&self, plans: &[(JobId, Reservation)], running: &[Running]) -> bool {
+        let mut earlier: Vec<Reservation> = Vec::with_capacity(plans.len());
+        for (_, r) in plans {
+            if !self.engine.plan_holds(r, running, &earlier) {
+                return false;
+            }
+            earlier.push(r.clone());
+        }
+        true
+    }
+
     /// Plan `job` after the reservations already in `plans`.
     fn reserve_after(&self, job: JobId, plans: &[(JobId, Reservation)], now: u64) -> Option<Reservation> {
         let earlier: Vec<Reservation> = plans.iter().map(|(_, r)| r.clone()).collect();
@@ -135,24 +168,32 @@ impl Scheduler {
         self.engine.reserve_next(&j.compiled, j.planned_length_s, &running_list(&self.running), &earlier, now)
     }
 
-    /// A promise was (re)planned at `start_s`: if that is later than the first promise and no
-    /// higher right is on record for it, the promise was broken without cause — counted, so
-    /// tests can hold the scheduler to it.
-    fn check_promise(&mut self, job: JobId, start_s: u64) {
-        if self.promise_at.get(&job).is_some_and(|&first| start_s > first) && !self.broken_now.contains(&job) {
-            self.stats.broken_without_cause.insert(job);
+    /// A promise was (re)planned at `start_s`, after the promises `before` it: if that is
+    /// later than its first promise with no higher right on record for it, the cause is the
+    /// one that pushed back an earlier promise in this wait (the later ones were planned
+    /// around it), else there is none — counted, so tests can hold the scheduler to it.
+    fn check_promise(&mut self, job: JobId, start_s: u64, before: &[JobId], now: u64) {
+        if self.promise_at.get(&job).is_none_or(|&first| start_s <= first) || self.broken_now.contains_key(&job) {
+            return;
+        }
+        match before.iter().find_map(|k| self.broken_now.get(k)).cloned() {
+            Some(cause) => self.break_promise(job, cause.by, cause.right, now),
+            None => {
+                self.stats.broken_without_cause.insert(job);
+            }
         }
     }
 
     /// Record that `by` pushed `job`'s promise back with `right` (the first such record stays).
     fn break_promise(&mut self, job: JobId, by: JobId, right: &'static str, now: u64) {
         self.stats.broken.entry(job).or_insert(PromiseBreak { by, right, at_s: now });
-        self.broken_now.insert(job);
+        self.broken_now.insert(job, PromiseBreak { by, right, at_s: now });
     }
 
     /// Reserve the promises still waiting, in order, before the pass looks at anything.
     fn reserve_promised(&mut self, now: u64, depth: usize) -> Reservations {
         let promises: Vec<JobId> = self.promises.iter().copied().filter(|&j| self.is_queued(j)).collect();
+        let previous = std::mem::take(&mut self.plans);
         let mut out = Reservations::default();
         let mut kept = Vec::new();
         for job in promises {
@@ -161,12 +202,14 @@ impl Scheduler {
             }
             if depth == 1 {
                 if let Some(one) = self.reserve_one(job, now) {
-                    self.check_promise(job, one.0.1);
+                    self.check_promise(job, one.0.1, &[], now);
                     out.one = Some(one);
                     kept.push(job);
                 }
-            } else if let Some(r) = self.reserve_after(job, &out.plans, now) {
-                self.check_promise(job, r.start_s);
+            } else if let Some(r) =
+                self.keep_plan(job, &previous, &out.plans, now).or_else(|| self.reserve_after(job, &out.plans, now))
+            {
+                self.check_promise(job, r.start_s, &kept, now);
                 out.plans.push((job, r));
                 kept.push(job);
             }
@@ -206,24 +249,42 @@ impl Scheduler {
         }
     }
 
-    /// Will every job waiting for its victims fit once they are gone (as the fleet is now)?
-    fn preemptors_fit(&self, now: u64) -> bool {
-        let preemptors: Vec<&CompiledJob> = self.awaiting.keys().map(|k| &self.jobs[k].job.compiled).collect();
+    /// The fleet once the victims in their grace period are gone.
+    fn without_stopping(&self, now: u64) -> Shadow {
         let stopping: Vec<Running> =
             self.terminating.keys().map(|&alloc| Running { alloc, end_s: Some(now) }).collect();
-        self.engine.shadow_at(&stopping, now).fits_all(&preemptors)
+        self.engine.shadow_at(&stopping, now)
+    }
+
+    /// The jobs waiting for their victims, other than `job`, whose planned GPUs are free once
+    /// the victims are gone: those GPUs are theirs, and no other job may take them. Each is
+    /// protected on its own — one whose plan no longer holds does not unprotect the rest — and
+    /// a preemptor whose victims are still stopping is bound by the others' like any job.
+    fn protected_preemptors(&self, job: JobId, now: u64) -> Vec<JobId> {
+        if self.awaiting.keys().all(|&k| k == job) {
+            return Vec::new();
+        }
+        let mut shadow = self.without_stopping(now);
+        self.awaiting.iter().filter(|(k, a)| **k != job && shadow.take_exact(&a.tasks)).map(|(&k, _)| k).collect()
+    }
+
+    /// Are the planned GPUs of every preemptor in `protected` still free (once the victims are
+    /// gone)?
+    fn preemptors_keep(&self, protected: &[JobId], now: u64) -> bool {
+        let mut shadow = self.without_stopping(now);
+        protected.iter().all(|k| shadow.take_exact(&self.awaiting[k].tasks))
     }
 
     /// The starting pass. Returns the jobs it could not start for lack of resources (or kept
     /// off a preemptor's capacity), in the order it tried them: the candidates for preemption.
     fn pass(&mut self, now: u64, decisions: &mut Vec<Decision>) -> Vec<JobId> {
         let backfill = self.config.backfill;
-        let scan_max = if backfill == Backfill::Off { 0 } else { BACKFILL_SCAN_MAX };
+        let work_max = if backfill == Backfill::Off { 0 } else { BACKFILL_WORK_MAX };
         let depth = if backfill == Backfill::Reserve { self.config.reserve_depth.max(1) } else { 0 };
         let n = self.queue_count;
         let mut scan = Scan {
             blocked: vec![false; n],
-            placements: vec![0; n],
+            work: vec![0; n],
             visits: vec![0; n],
             cursor: vec![None; n],
             refused: BTreeMap::new(),
@@ -248,7 +309,7 @@ impl Scheduler {
         loop {
             let mut candidates: Vec<(Candidate, JobId)> = Vec::new();
             for (q, set) in self.pending.iter().enumerate() {
-                if (scan.blocked[q] && scan.placements[q] >= scan_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {
+                if (scan.blocked[q] && scan.work[q] >= work_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {
                     continue;
                 }
                 let from = scan.cursor[q].map_or(Bound::Unbounded, Bound::Excluded);
@@ -309,7 +370,7 @@ impl Scheduler {
         match self.try_start(job, now, reservations) {
             Ok(go) => {
                 if scan.blocked[q] {
-                    scan.placements[q] += 1;
+                    scan.work[q] += go.work;
                 }
                 self.dequeue(job, candidate.priority, candidate.submitted_s);
                 self.start(job, go.alloc, go.milli, go.demand, now);
@@ -322,9 +383,9 @@ impl Scheduler {
                 decisions.push(Decision::Start { job, alloc: go.alloc, milli: go.milli, eligible_since });
                 self.replan_displaced(job, &go.displaced, now, reservations);
             }
-            Err(Refusal { reason, blocks_queue, placed }) => {
-                if scan.blocked[q] && placed {
-                    scan.placements[q] += 1;
+            Err(Refusal { reason, blocks_queue, work }) => {
+                if scan.blocked[q] {
+                    scan.work[q] += work;
                 }
                 let resources = matches!(reason, PendingReason::Resources { .. });
                 // Kept off capacity freed for a preemptor: it may preempt in turn.
@@ -381,8 +442,11 @@ impl Scheduler {
     }
 
     /// May `job`, placed with `demand`, start though it pushes back `reserved`'s promise? The
-    /// right it would do so by: its preemption's, a higher priority (fair share), or its
-    /// guarantee against a job of another queue that is not within its own.
+    /// right it would do so by: its preemption's, a higher priority (fair share), its place
+    /// ahead of `reserved` in their own queue (`queue-order`: the later job holds a promise
+    /// only because this one was blocked when it was made), or its guarantee against another
+    /// queue's reservation (a reservation holds capacity against borrowers, not against a
+    /// guarantee; a reserved job within its own guarantee keeps its right to reclaim).
     fn overrides(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
         if let Some(a) = self.awaiting.get(&job) {
             return Some(a.right);
@@ -391,15 +455,18 @@ impl Scheduler {
         if self.fair.is_some() && j.job.priority > r.job.priority {
             return Some("priority");
         }
+        if j.queue == r.queue {
+            let key = |id: JobId, e: &super::Entry| (Reverse(self.priority(id)), e.eligible_at, id);
+            return (key(job, j) < key(reserved, r)).then_some("queue-order");
+        }
         let book = self.quotas.as_ref()?;
         let within = !demand.is_empty() && demand.iter().all(|(f, d)| !book.over_guarantee(j.queue, f, *d));
-        (j.queue != r.queue && within && !book.within_guarantee(r.queue, r.job.compiled.milli_at_most()))
-            .then_some("guarantee")
+        (j.queue != r.queue && within).then_some("guarantee")
     }
 
     /// Refuse `job` if it would borrow (run its queue above its guarantee) in a flavor another
     /// queue is reclaiming right now: what the reclaim frees must not be borrowed back at once.
-    fn owed_to_other(&self, job: JobId, demand: &[(Flavor, u64)]) -> Option<PendingReason> {
+    fn owed_to_other(&self, job: JobId, demand: &[(Flavor, u64)]) -> Option<(JobId, PendingReason)> {
         let book = self.quotas.as_ref()?;
         if !self.config.preempt || self.awaiting.contains_key(&job) {
             return None;
@@ -411,12 +478,30 @@ impl Scheduler {
             .awaiting
             .iter()
             .find(|(k, a)| self.jobs[k].queue != q && a.owed.iter().any(|f| borrows.contains(&f)))?;
-        Some(PendingReason::Reservation { job: self.jobs[k].job.name.clone(), start_s: a.until })
+        Some((*k, PendingReason::Reservation { job: self.jobs[k].job.name.clone(), start_s: a.until }))
+    }
+
+    /// `job`, refused because capacity is kept for preemptor `k`, loses its promised start (if
+    /// it has one) to `k`'s right.
+    fn preemptor_takes_promise(&mut self, job: JobId, k: JobId, now: u64) {
+        if self.promises.contains(&job) {
+            let right = self.awaiting[&k].right;
+            self.break_promise(job, k, right, now);
+        }
     }
 
     /// Try to start `job` now. On success: what it holds and the promises it pushes back by
     /// a higher right (not yet recorded). On refusal: why, and whether that blocks its queue.
     fn try_start(&mut self, job: JobId, now: u64, reservations: &mut Reservations) -> Result<Go, Refusal> {
+        // A preemptor starts on what its victims free, once they are gone: starting elsewhere
+        // first would waste every stop it caused (the victims are already signalled).
+        if let Some(a) = self.awaiting.get(&job) {
+            let victims = a.victims.iter().filter(|v| self.terminating.contains_key(v)).count() as u32;
+            if victims > 0 {
+                let reason = PendingReason::Preempting { victims, until_s: a.until };
+                return Err(Refusal { reason, blocks_queue: false, work: 0 });
+            }
+        }
         let entry = &self.jobs[&job];
         let j = &entry.job;
         if let Some(a) = &j.control.array
@@ -424,7 +509,7 @@ impl Scheduler {
             && self.array_running.get(&a.array).copied().unwrap_or(0) >= max
         {
             let reason = PendingReason::ArrayThrottle { array: a.array.clone(), max_running: max };
-            return Err(Refusal { reason, blocks_queue: false, placed: false });
+            return Err(Refusal { reason, blocks_queue: false, work: 0 });
         }
         let user_limit = match (&j.control.user, &self.config.order) {
             (Some(user), Order::FairShare(tree)) => Some((user.clone(), tree.user_limit(user))),
@@ -443,20 +528,33 @@ impl Scheduler {
                 bound: max as u64,
             };
             self.stats.user_limit_waited.insert(job);
-            return Err(Refusal { reason, blocks_queue: false, placed: false });
+            return Err(Refusal { reason, blocks_queue: false, work: 0 });
         }
-        let protect_preemptors =
-            !self.awaiting.is_empty() && !self.awaiting.contains_key(&job) && self.preemptors_fit(now);
+        let protected = self.protected_preemptors(job, now);
         let before = self.engine.state().used_milli();
-        let alloc = self.engine.place(&self.jobs[&job].job.compiled).map_err(|reasons| Refusal {
+        let visited_before = self.engine.stats().nodes_visited;
+        // A preemptor goes on the GPUs its victims freed for it, and a reserved job whose start
+        // has come on the GPUs its plan gave it, when they are free: other plans were made
+        // around exactly those.
+        let planned =
+            self.awaiting.get(&job).map(|a| &a.tasks).or_else(|| {
+                reservations.plans.iter().find(|(k, r)| *k == job && r.start_s <= now).map(|(_, r)| &r.tasks)
+            });
+        let compiled = &self.jobs[&job].job.compiled;
+        let placed = match planned.and_then(|tasks| self.engine.place_exact(compiled, tasks)) {
+            Some(alloc) => Ok(alloc),
+            None => self.engine.place(compiled),
+        };
+        let work = 1 + self.engine.stats().nodes_visited - visited_before;
+        let alloc = placed.map_err(|reasons| Refusal {
             reason: PendingReason::Resources { reasons, by_class: Vec::new() },
             blocks_queue: true,
-            placed: true,
+            work,
         })?;
         let milli = self.engine.state().used_milli() - before;
         let refuse = |engine: &mut Engine, reason: PendingReason, blocks_queue: bool| {
             engine.release(alloc).expect("just placed");
-            Err(Refusal { reason, blocks_queue, placed: true })
+            Err(Refusal { reason, blocks_queue, work })
         };
         if let Some((user, limit)) = &user_limit
             && let Some(max) = limit.max_gpus_milli
@@ -482,14 +580,17 @@ impl Scheduler {
                 };
                 return refuse(&mut self.engine, reason, true);
             }
-            if let Some(reason) = self.owed_to_other(job, &demand) {
+            if let Some((k, reason)) = self.owed_to_other(job, &demand) {
+                self.preemptor_takes_promise(job, k, now);
                 return refuse(&mut self.engine, reason, false);
             }
         }
         // Capacity being freed for a preemptor is its own: nothing else may take it.
-        if protect_preemptors && !self.preemptors_fit(now) {
-            let (&k, a) = self.awaiting.iter().next().expect("some preemptor waits");
-            let reason = PendingReason::Reservation { job: self.jobs[&k].job.name.clone(), start_s: a.until };
+        if !protected.is_empty() && !self.preemptors_keep(&protected, now) {
+            let k = protected[0];
+            self.preemptor_takes_promise(job, k, now);
+            let reason =
+                PendingReason::Reservation { job: self.jobs[&k].job.name.clone(), start_s: self.awaiting[&k].until };
             return refuse(&mut self.engine, reason, false);
         }
         // A job that would still run at a reserved start must leave room for it, unless it has
@@ -517,6 +618,12 @@ impl Scheduler {
             running.push(Running { alloc, end_s: end });
             let planned: Vec<(JobId, Reservation)> =
                 others.iter().map(|&i| (reservations.plans[i].0, reservations.plans[i].1.clone())).collect();
+            // Every plan still holding as it is (its GPUs free at its start, the ones before it
+            // applied) moves none later; only when one does not is the order planned again.
+            if self.plans_hold(&planned, &running) {
+                reservations.plans.retain(|(k, _)| *k != job);
+                return Ok(Go { alloc, milli, demand, displaced, work });
+            }
             let jobs: Vec<(&CompiledJob, Option<u64>)> =
                 planned.iter().map(|(k, _)| (&self.jobs[k].job.compiled, self.jobs[k].job.planned_length_s)).collect();
             let again = self.engine.replan(&jobs, &running, now);
@@ -543,6 +650,6 @@ impl Scheduler {
             }
             reservations.plans = kept;
         }
-        Ok(Go { alloc, milli, demand, displaced })
+        Ok(Go { alloc, milli, demand, displaced, work })
     }
 }

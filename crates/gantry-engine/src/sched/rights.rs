@@ -9,8 +9,9 @@
 //!   is taken off its queue's room before the next one is judged, and so are the claims of
 //!   preemptors still waiting for their victims.
 //! - Preemption never takes another queue below its own guarantee ([`Spare`]).
-//! - A job a reclaim started is protected from reclaim and starvation for
-//!   `QueueTree::reclaim_protect_s` (priority may still stop it).
+//! - A job a reclaim started, and a job a reclaim stopped once it starts again, is protected
+//!   from reclaim and starvation for `QueueTree::reclaim_protect_s` (priority may still stop
+//!   it): hysteresis both ways, so neither side is taken back minutes later.
 //! - What the victims free is kept for their preemptor (`pass.rs`), which is tried first once
 //!   its victims are gone; and while it waits, no other queue may borrow the flavor it
 //!   reclaims (`owed`).
@@ -37,6 +38,8 @@ struct Plan {
     right: Right,
     /// The planning copy with the victims gone and the preemptor placed.
     after: Engine,
+    /// Where the plan placed the preemptor, and what that counts against quotas.
+    tasks: Vec<crate::ledger::TaskGrant>,
     demand: Vec<(Flavor, u64)>,
 }
 
@@ -107,7 +110,7 @@ impl Scheduler {
             work_lost_milli_s: r.milli.saturating_mul(ran),
             min_runtime_left_s: entry.job.lifecycle.min_runtime_s.saturating_sub(ran),
             started_starved: r.started_starved,
-            reclaim_protected: r.reclaimed_at.is_some_and(|t| now < t.saturating_add(self.reclaim_protect_s)),
+            reclaim_protected: r.protected_since.is_some_and(|t| now < t.saturating_add(self.reclaim_protect_s)),
             preempted_times: self.preempted_times.get(&r.job).copied().unwrap_or(0),
         }
     }
@@ -132,12 +135,13 @@ impl Scheduler {
             }
             let alloc = after.place(job).expect("the plan makes room");
             let demand = after.quota_demand(alloc).expect("just placed");
+            let tasks = after.allocations()[&alloc].tasks.clone();
             let reclaims = chosen.iter().any(|a| {
                 victims.iter().find(|v| v.alloc == *a).and_then(|v| v.cause(&right)) == Some(Cause::Guarantee)
             });
             let within = demand.iter().all(|(f, d)| room.get(&(right.queue, f.clone())).is_some_and(|r| r >= d));
             if !reclaims || within {
-                return Some(Plan { victims: chosen, right, after, demand });
+                return Some(Plan { victims: chosen, right, after, tasks, demand });
             }
             right.guarantee.clear();
         }
@@ -173,10 +177,9 @@ impl Scheduler {
             self.engine.release_on(&mut base, alloc);
             spare.take(&self.victim(alloc, now));
         }
-        for &k in self.awaiting.keys() {
-            if let Ok(alloc) = base.place(&self.jobs[&k].job.compiled) {
-                let demand = base.quota_demand(alloc).expect("just placed");
-                claim(&mut room, self.jobs[&k].queue, &demand);
+        for (&k, a) in &self.awaiting {
+            if base.place_exact(&self.jobs[&k].job.compiled, &a.tasks).is_some() {
+                claim(&mut room, self.jobs[&k].queue, &a.demand);
             }
         }
         let mut victims: Vec<Victim> = self
@@ -225,7 +228,8 @@ impl Scheduler {
                 Vec::new()
             };
             let right = causes.iter().min().copied().expect("some victim").name();
-            self.awaiting.insert(job, Awaiting { victims: plan.victims, until, right, owed });
+            let (tasks, demand) = (plan.tasks, plan.demand);
+            self.awaiting.insert(job, Awaiting { victims: plan.victims, until, right, owed, tasks, demand });
         }
     }
 }

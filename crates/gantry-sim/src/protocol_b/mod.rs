@@ -19,7 +19,7 @@ mod replay;
 mod result;
 
 pub use gantry_engine::sched::PREEMPTORS_MAX;
-pub use options::{BACKFILL_SCAN_MAX, Backfill, Order, RESERVE_DEPTH_MAX, ReplayOptions};
+pub use options::{BACKFILL_WORK_MAX, Backfill, Order, RESERVE_DEPTH_MAX, ReplayOptions};
 pub use replay::replay;
 pub use result::{BrokenPromise, JAIN_WINDOWS, JobEvent, ReplayResult, SAMPLES, Sample, Waits};
 

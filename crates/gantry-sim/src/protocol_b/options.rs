@@ -1,7 +1,7 @@
 //! How a replay runs: queue order, backfill, preemption (the engine scheduler's settings),
 //! arrival compression and where to stop.
 
-pub use gantry_engine::sched::{BACKFILL_SCAN_MAX, Backfill, Order, RESERVE_DEPTH_MAX};
+pub use gantry_engine::sched::{BACKFILL_WORK_MAX, Backfill, Order, RESERVE_DEPTH_MAX};
 
 /// How a replay runs: arrival compression, queue order, backfill.
 #[derive(Clone, Debug, PartialEq, Eq)]

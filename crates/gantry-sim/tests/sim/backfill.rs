@@ -72,3 +72,33 @@ fn backfill_never_delays_a_reserved_start_and_raises_allocation() {
         );
     }
 }
+
+/// A queue whose head is a long run of blocked 8-GPU jobs still runs its small jobs: the scan
+/// past the blocked head is bounded by placement work, and big jobs no node has room for are
+/// refused cheaply. The big jobs differ (CPU, memory) so no two share a request, as real
+/// training jobs would; the old bound of 32 jobs never reached the small ones.
+#[test]
+fn greedy_backfill_reaches_small_jobs_behind_a_long_run_of_blocked_big_ones() {
+    let fleet = "[[node]]\nname = \"n\"\ncount = 2\ncpu = 224\nmemory = \"2TiB\"\n[node.gpus]\nmodel = \"H100-SXM5-80GB\"\ncount = 8\n";
+    let mut trace = String::new();
+    for i in 0..2 {
+        trace += &format!(
+            "{{\"arrival_s\": 0, \"duration_s\": 7200, \"job\": {{\"name\": \"fill{i}\", \"cpu\": 8, \"gpu\": {{\"count\": 7}}}}}}\n"
+        );
+    }
+    for i in 0..200 {
+        let (cpu, mem) = (8 + i % 50, 64 + i / 50);
+        trace += &format!(
+            "{{\"arrival_s\": 10, \"duration_s\": 3600, \"job\": {{\"name\": \"big{i}\", \"cpu\": {cpu}, \"memory\": \"{mem}GiB\", \"gpu\": {{\"count\": 8}}}}}}\n"
+        );
+    }
+    for i in 0..2 {
+        trace += &format!(
+            "{{\"arrival_s\": 20, \"duration_s\": 600, \"job\": {{\"name\": \"small{i}\", \"cpu\": 2, \"gpu\": {{\"count\": 1}}}}}}\n"
+        );
+    }
+    let r = replay(fleet, &trace, Backfill::Greedy);
+    let small: Vec<u64> =
+        r.events.iter().filter(|e| e.event == "start" && e.job.starts_with("small")).map(|e| e.time_s).collect();
+    assert_eq!(small, [20, 20], "the two free GPUs go to the small jobs at once");
+}
