@@ -213,6 +213,82 @@ impl QuotaBook {
     }
 }
 
+/// Something in a queue tree the fleet cannot honour. Warnings, not errors: a queue file may be
+/// written for a fleet that is still growing, or shared by several fleets; but a guarantee
+/// that cannot all be given at once is a promise reclaim cannot keep.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuotaWarning {
+    /// The root queues' guarantees for `flavor` add up to more than the fleet has.
+    OverCommitted { flavor: Flavor, guaranteed_milli: u64, capacity_milli: u64, queues: Vec<String> },
+    /// `queue` has a quota for a GPU model the fleet has none of.
+    AbsentModel { queue: String, model: String },
+}
+
+impl std::fmt::Display for QuotaWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gpus = |m: u64| m as f64 / 1000.0;
+        match self {
+            QuotaWarning::OverCommitted { flavor, guaranteed_milli, capacity_milli, queues } => {
+                let flavor = match flavor {
+                    Flavor::Model(m) => m.clone(),
+                    Flavor::MilliPool => "shared milli-GPU".into(),
+                };
+                write!(
+                    f,
+                    "guarantees for {flavor} add up to {} GPUs ({}) but the fleet has {}: not every queue can have its \
+                     guarantee at once, and reclaim cannot keep what is not there",
+                    gpus(*guaranteed_milli),
+                    queues.join(", "),
+                    gpus(*capacity_milli)
+                )
+            }
+            QuotaWarning::AbsentModel { queue, model } => {
+                write!(f, "queue {queue} has a quota for {model}, which this fleet has none of")
+            }
+        }
+    }
+}
+
+/// What in `tree` the fleet (its milli-GPU per flavor, `Engine::flavor_capacity` or
+/// [`fleet_capacity`]) cannot honour: root guarantees beyond capacity, quotas on absent models.
+pub fn quota_warnings(tree: &QueueTree, capacity: &[(Flavor, u64)]) -> Vec<QuotaWarning> {
+    let capacity: BTreeMap<&Flavor, u64> = capacity.iter().map(|(f, c)| (f, *c)).collect();
+    let mut out = Vec::new();
+    let mut roots: BTreeMap<&Flavor, (u64, Vec<String>)> = BTreeMap::new();
+    for q in &tree.queues {
+        for quota in &q.quotas {
+            if let Flavor::Model(model) = &quota.flavor
+                && !capacity.contains_key(&quota.flavor)
+            {
+                out.push(QuotaWarning::AbsentModel { queue: q.name.clone(), model: model.clone() });
+            }
+            if q.parent.is_none() && quota.guaranteed_milli > 0 {
+                let entry = roots.entry(&quota.flavor).or_default();
+                entry.0 += quota.guaranteed_milli;
+                entry.1.push(q.name.clone());
+            }
+        }
+    }
+    for (flavor, (guaranteed_milli, queues)) in roots {
+        let capacity_milli = capacity.get(flavor).copied().unwrap_or(0);
+        if guaranteed_milli > capacity_milli && capacity_milli > 0 {
+            out.push(QuotaWarning::OverCommitted { flavor: flavor.clone(), guaranteed_milli, capacity_milli, queues });
+        }
+    }
+    out
+}
+
+/// A fleet's milli-GPU per flavor, from its description (as [`Engine::flavor_capacity`] counts
+/// it once the fleet is built).
+pub fn fleet_capacity(fleet: &gantry_types::Fleet) -> Vec<(Flavor, u64)> {
+    let mut capacity: BTreeMap<Flavor, u64> = BTreeMap::new();
+    for gpu in fleet.nodes.iter().flat_map(|n| &n.gpus) {
+        *capacity.entry(Flavor::Model(gpu.model.clone())).or_default() += 1000;
+        *capacity.entry(Flavor::MilliPool).or_default() += 1000;
+    }
+    capacity.into_iter().collect()
+}
+
 impl Engine {
     /// The fleet's milli-GPU per flavor: each catalog model's GPUs, and every GPU for the
     /// milli-GPU pool.
@@ -293,6 +369,45 @@ mod tests {
         assert!(book.check(1, &[(Flavor::MilliPool, 50_000)]).is_ok());
         book.refund(1, &gpus(5));
         assert_eq!((book.used(0, &a100), book.used(1, &a100)), (0, 0));
+    }
+
+    #[test]
+    fn guarantees_the_fleet_cannot_honour_are_warned_about() {
+        let h100 = Flavor::Model("H100-SXM5-80GB".into());
+        let a100 = Flavor::Model("A100-SXM4-80GB".into());
+        let spec = |name: &str, parent, quotas| QueueSpec { name: name.into(), parent, weight: 1, quotas };
+        let tree = QueueTree {
+            queues: vec![
+                spec("a", None, vec![quota(h100.clone(), 12_000, 16_000, 4000)]),
+                spec("b", None, vec![quota(h100.clone(), 8000, 16_000, 8000)]),
+                spec("b1", Some(1), vec![quota(h100.clone(), 8000, 8000, 0)]),
+                spec("c", None, vec![quota(a100.clone(), 1000, 1000, 0)]),
+            ],
+            half_life_s: 3600,
+            starvation_s: 86_400,
+            reclaim_protect_s: 600,
+            billing_milli: Vec::new(),
+            user_default: Default::default(),
+            users: Vec::new(),
+        };
+        let capacity = vec![(h100.clone(), 16_000), (Flavor::MilliPool, 16_000)];
+        let warnings = quota_warnings(&tree, &capacity);
+        assert_eq!(
+            warnings,
+            [
+                QuotaWarning::AbsentModel { queue: "c".into(), model: "A100-SXM4-80GB".into() },
+                QuotaWarning::OverCommitted {
+                    flavor: h100.clone(),
+                    guaranteed_milli: 20_000,
+                    capacity_milli: 16_000,
+                    queues: vec!["a".into(), "b".into()],
+                },
+            ],
+            "roots only: b1 is inside b's guarantee"
+        );
+        assert!(warnings[1].to_string().starts_with("guarantees for H100-SXM5-80GB add up to 20 GPUs (a, b)"));
+        let fits = vec![(h100, 20_000), (a100, 8000)];
+        assert!(quota_warnings(&tree, &fits).is_empty());
     }
 
     #[test]

@@ -190,6 +190,112 @@ pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
     line_chart(&title, &format!("time since the first arrival ({unit})"), "% of GPU capacity", x_max, step, &lines)
 }
 
+/// Each queue's share of the fleet's GPUs over time in one replay, one line per queue.
+pub fn queue_svg(title: &str, run: &ReplayResult) -> String {
+    let origin = run.series.first().map_or(0, |s| s.time_s);
+    let span_s = run.series.last().map_or(0, |s| s.time_s - origin);
+    let (unit, div) = if span_s >= 2 * 86_400 {
+        ("days", 86_400.0)
+    } else if span_s >= 2 * 3_600 {
+        ("hours", 3_600.0)
+    } else {
+        ("minutes", 60.0)
+    };
+    let gpus = run.fleet_gpus.max(1) as f64;
+    let lines: Vec<Line> = run
+        .queues
+        .iter()
+        .enumerate()
+        .map(|(k, queue)| Line {
+            label: format!("{queue} {:.1}%", run.tenant_gpu_share_pct.get(queue).copied().unwrap_or(0.0)),
+            color: COLORS[k % COLORS.len()],
+            dashed: false,
+            filled: false,
+            points: run
+                .series
+                .iter()
+                .map(|s| {
+                    let held = s.held_gpus_by_queue.get(k).copied().unwrap_or(0.0);
+                    ((s.time_s - origin) as f64 / div, held / gpus * 100.0)
+                })
+                .collect(),
+        })
+        .collect();
+    let x_max = span_s as f64 / div;
+    line_chart(
+        title,
+        &format!("time since the first arrival ({unit})"),
+        "% of the fleet's GPUs held",
+        x_max,
+        nice_step(x_max),
+        &lines,
+    )
+}
+
+/// Per queue of every run: waits, share of GPU time; per run: preemptions and promises.
+fn queue_tables(page: &mut String, traces: &[(String, ReplayRuns<'_>)]) {
+    page.push_str(
+        "<h2>Queues</h2><table><tr><th>trace</th><th>policy</th><th>seed</th><th>queue</th><th>jobs started</th>\
+         <th>wait p50 (s)</th><th>wait p90 (s)</th><th>wait p99 (s)</th><th>longest wait (s)</th>\
+         <th>GPU time %</th></tr>",
+    );
+    for (trace, runs) in traces {
+        for r in runs {
+            for (queue, w) in &r.waits_by_queue {
+                let share = r.tenant_gpu_share_pct.get(queue).copied().unwrap_or(0.0);
+                let _ = write!(
+                    page,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+                     <td>{}</td><td>{share:.1}</td></tr>",
+                    escape(trace),
+                    escape(&r.policy),
+                    r.seed,
+                    escape(queue),
+                    w.jobs,
+                    w.p50_s,
+                    w.p90_s,
+                    w.p99_s,
+                    w.max_s
+                );
+            }
+        }
+    }
+    page.push_str("</table>");
+    page.push_str(
+        "<h2>Preemption and promises</h2><table><tr><th>trace</th><th>policy</th><th>seed</th><th>preemptions</th>\
+         <th>by right</th><th>GPU-hours lost</th><th>most per job</th><th>promised</th><th>late</th>\
+         <th>pushed back (by right)</th><th>late with no right on record</th><th>weighted Jain</th></tr>",
+    );
+    for (trace, runs) in traces {
+        for r in runs {
+            let rights: Vec<String> = r.preemptions_by_right.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let mut broken: BTreeMap<&str, usize> = BTreeMap::new();
+            for b in &r.promises_broken {
+                *broken.entry(b.right).or_default() += 1;
+            }
+            let broken: Vec<String> = broken.iter().map(|(k, n)| format!("{n} {k}")).collect();
+            let _ = write!(
+                page,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td>\
+                 <td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(trace),
+                escape(&r.policy),
+                r.seed,
+                r.preemptions,
+                rights.join(", "),
+                r.preempted_gpu_s_lost / 3600.0,
+                r.preemptions_per_job_max,
+                r.reserved,
+                r.reserved_late,
+                broken.join(", "),
+                r.reserved_late_without_cause.len(),
+                r.jain_weighted_mean.map(|j| format!("{j:.3}")).unwrap_or_default()
+            );
+        }
+    }
+    page.push_str("</table>");
+}
+
 /// One HTML page for time replays: the summary table and one chart per trace.
 pub fn replay_html(title: &str, traces: &[(String, ReplayRuns<'_>)]) -> String {
     let mut page = format!(
@@ -231,9 +337,14 @@ pub fn replay_html(title: &str, traces: &[(String, ReplayRuns<'_>)]) -> String {
         }
     }
     page.push_str("</table>");
+    queue_tables(&mut page, traces);
     for (trace, runs) in traces {
         let _ =
             write!(page, "<figure>{}</figure>", replay_svg(&format!("{trace}: allocated and used over time"), runs));
+        if let Some(first) = runs.first().filter(|r| r.queues.len() > 1) {
+            let title = format!("{trace}: GPUs held by queue ({}, seed {})", first.policy, first.seed);
+            let _ = write!(page, "<figure>{}</figure>", queue_svg(&title, first));
+        }
     }
     page.push_str("</body></html>");
     page

@@ -275,6 +275,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 std::fs::read_to_string(path).with_context(|| format!("cannot read queue file {}", path.display()))?;
             let tree =
                 gantry_spec::parse_queues(&text, catalog).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            for w in gantry_engine::quota::quota_warnings(&tree, &gantry_engine::quota::fleet_capacity(&fleet)) {
+                eprintln!("warning: {}: {w}", path.display());
+            }
             gantry_engine::sched::Order::FairShare(tree)
         }
     };

@@ -67,9 +67,11 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=protocol_b::RESERVE_DEPTH_MAX as u64))]
     reserve_depth: u64,
     /// time-replay with --order fair-share: jobs a pass cannot start may stop preemptible work
-    /// they have a right to (lower priority; borrowers, when their queue is within its
-    /// guarantee; their own priority or lower, once waiting past the starvation bound):
-    /// signal, then kill after the grace period; the victims wait again.
+    /// they have a right to (lower priority; other queues' borrowers, when their queue's
+    /// guarantee has room; other queues' work of their priority or lower, once waiting past
+    /// the starvation bound), cheapest first by GPU-seconds lost: signal, then kill after the
+    /// grace period; the victims wait again. No queue is taken below its guarantee, and a job
+    /// a reclaim started or stopped is protected for the queue file's `reclaim_protect`.
     #[arg(long)]
     preempt: bool,
     /// time-replay: stop at this second of the replay clock and show every waiting job with
@@ -492,6 +494,11 @@ fn native_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitC
     }
     let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
     let order = queue_order(args, jobs.iter().map(|j| j.job.queue.as_str()))?;
+    if let protocol_b::Order::FairShare(tree) = &order {
+        for w in gantry_engine::quota::quota_warnings(tree, &gantry_engine::quota::fleet_capacity(&fleet)) {
+            eprintln!("warning: {w}");
+        }
+    }
     if let protocol_b::Order::FairShare(tree) = &order
         && let Some(j) = jobs.iter().find(|j| tree.find(&j.job.queue).is_none())
     {

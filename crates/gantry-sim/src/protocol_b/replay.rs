@@ -533,6 +533,7 @@ impl<'a> Replay<'a> {
                 })
                 .collect(),
             queues: self.tenants.clone(),
+            fleet_gpus: (self.capacity / 1000.0).round() as u64,
             mean_alloc_pct: self.area_alloc / span / self.capacity * 100.0,
             mean_util_pct: self.area_util / span / self.capacity * 100.0,
             peak_alloc_pct: self.peak_alloc.max(s.engine().state().used_milli() as f64) / self.capacity * 100.0,

@@ -135,6 +135,8 @@ pub struct ReplayResult {
     pub waits_by_queue: BTreeMap<String, Waits>,
     /// The tenants in the order of each sample's `held_gpus_by_queue`.
     pub queues: Vec<String>,
+    /// GPUs in the fleet (what `held_gpus_by_queue` is a share of).
+    pub fleet_gpus: u64,
     /// Time-averaged allocation and utilization between the first and the last arrival, %.
     pub mean_alloc_pct: f64,
     pub mean_util_pct: f64,

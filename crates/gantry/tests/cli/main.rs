@@ -305,6 +305,69 @@ fn sim_orders_the_queue_by_fair_share_from_a_queue_file() {
     assert!(stderr(&out).contains("line 2 / job \"b\": unknown queue \"y\""), "{}", stderr(&out));
     let out = gantry(&["sim", "--trace", &trace, "--queues", &queues]);
     assert!(stderr(&out).contains("--queues is read by --order fair-share"), "{}", stderr(&out));
+    // Guarantees the demo fleet cannot honour are warned about (the replay still runs), and
+    // hostile durations are refused with their field.
+    let over = write(
+        "over.toml",
+        "[[queue]]\nname = \"x\"\nquota = [{ flavor = \"H100-SXM5-80GB\", guaranteed = 12 }]\n[[queue]]\nname = \"y\"\nquota = [{ flavor = \"H100-SXM5-80GB\", guaranteed = 8 }, { flavor = \"B200\", guaranteed = 1 }]\n",
+    );
+    let out = gantry(&["sim", "--trace", &trace, "--order", "fair-share", "--queues", &over]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning: guarantees for H100-SXM5-80GB add up to 20 GPUs (x, y) but the fleet has 16"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("warning: queue y has a quota for B200"), "{}", stderr(&out));
+    for (text, expected) in [
+        (
+            "[fair_share]\nreclaim_protect = \"-5m\"\n[[queue]]\nname = \"x\"\n",
+            "fair_share.reclaim_protect: \"-5m\" is negative",
+        ),
+        ("[fair_share]\nreclaim_protect = \"soon\"\n[[queue]]\nname = \"x\"\n", "fair_share.reclaim_protect"),
+        ("[fair_share]\nreclaim_protect = 1e99\n[[queue]]\nname = \"x\"\n", "reclaim_protect"),
+    ] {
+        let bad = write("bad.toml", text);
+        let out = gantry(&["sim", "--trace", &trace, "--order", "fair-share", "--queues", &bad]);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(stderr(&out).contains(expected), "{text}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn sim_time_replay_writes_every_start_stop_and_kill() {
+    let dir = temp_dir("sim-events");
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("fixture");
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let trace = write(
+        "t.jsonl",
+        r#"{"arrival_s": 0, "duration_s": 1000, "job": {"name": "low", "queue": "x", "grace": 10, "gpu": {"count": 8}, "model": ["H100*"]}}
+{"arrival_s": 0, "duration_s": 1000, "job": {"name": "low2", "queue": "x", "grace": 10, "gpu": {"count": 8}, "model": ["H100*"]}}
+{"arrival_s": 100, "duration_s": 50, "job": {"name": "urgent", "queue": "y", "priority": 5, "gpu": {"count": 8}, "model": ["H100*"]}}
+"#,
+    );
+    let events = dir.join("events.csv");
+    let out = gantry(&[
+        "sim",
+        "--trace",
+        &trace,
+        "--order",
+        "fair-share",
+        "--preempt",
+        "--decisions-out",
+        events.to_str().expect("utf-8 path"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let csv = std::fs::read_to_string(&events).expect("written");
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "trace,policy,seed,time_s,event,job,queue,milli,preemptor,cause,kill_at_s");
+    let stop = lines.iter().find(|l| l.contains(",stop,")).expect("a stop");
+    assert!(stop.ends_with(",8000,urgent,priority,110"), "{stop}");
+    assert!(lines.iter().any(|l| l.contains(",110,start,urgent,")), "{csv}");
+    assert!(lines.iter().any(|l| l.contains(",110,kill,")), "{csv}");
 }
 
 #[test]
