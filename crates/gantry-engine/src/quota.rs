@@ -323,6 +323,18 @@ mod tests {
     use super::*;
     use gantry_types::{QueueSpec, Quota};
 
+    fn tree_of(queues: Vec<QueueSpec>) -> QueueTree {
+        QueueTree {
+            queues,
+            half_life_s: 3600,
+            starvation_s: 86_400,
+            reclaim_protect_s: 600,
+            billing_milli: Vec::new(),
+            user_default: Default::default(),
+            users: Vec::new(),
+        }
+    }
+
     fn quota(flavor: Flavor, guaranteed: u64, limit: u64, borrow: u64) -> Quota {
         Quota { flavor, guaranteed_milli: guaranteed, limit_milli: limit, lend: true, borrow_milli: borrow }
     }
@@ -330,29 +342,21 @@ mod tests {
     #[test]
     fn limits_and_borrowing_hold_for_the_queue_and_its_ancestors() {
         let a100 = Flavor::Model("A100-SXM4-80GB".into());
-        let tree = QueueTree {
-            queues: vec![
-                QueueSpec {
-                    name: "org".into(),
-                    parent: None,
-                    weight: 1,
-                    quotas: vec![quota(a100.clone(), 8000, 10_000, 2000)],
-                },
-                QueueSpec {
-                    name: "team".into(),
-                    parent: Some(0),
-                    weight: 1,
-                    quotas: vec![quota(a100.clone(), 4000, 16_000, 1000)],
-                },
-                QueueSpec { name: "free".into(), parent: Some(0), weight: 1, quotas: Vec::new() },
-            ],
-            half_life_s: 3600,
-            starvation_s: 86_400,
-            reclaim_protect_s: 600,
-            billing_milli: Vec::new(),
-            user_default: Default::default(),
-            users: Vec::new(),
-        };
+        let tree = tree_of(vec![
+            QueueSpec {
+                name: "org".into(),
+                parent: None,
+                weight: 1,
+                quotas: vec![quota(a100.clone(), 8000, 10_000, 2000)],
+            },
+            QueueSpec {
+                name: "team".into(),
+                parent: Some(0),
+                weight: 1,
+                quotas: vec![quota(a100.clone(), 4000, 16_000, 1000)],
+            },
+            QueueSpec { name: "free".into(), parent: Some(0), weight: 1, quotas: Vec::new() },
+        ]);
         let mut book = QuotaBook::new(tree);
         let gpus = |n: u64| vec![(a100.clone(), n * 1000)];
         assert!(book.check(1, &gpus(5)).is_ok(), "4 guaranteed + 1 borrowed");
@@ -376,20 +380,12 @@ mod tests {
         let h100 = Flavor::Model("H100-SXM5-80GB".into());
         let a100 = Flavor::Model("A100-SXM4-80GB".into());
         let spec = |name: &str, parent, quotas| QueueSpec { name: name.into(), parent, weight: 1, quotas };
-        let tree = QueueTree {
-            queues: vec![
-                spec("a", None, vec![quota(h100.clone(), 12_000, 16_000, 4000)]),
-                spec("b", None, vec![quota(h100.clone(), 8000, 16_000, 8000)]),
-                spec("b1", Some(1), vec![quota(h100.clone(), 8000, 8000, 0)]),
-                spec("c", None, vec![quota(a100.clone(), 1000, 1000, 0)]),
-            ],
-            half_life_s: 3600,
-            starvation_s: 86_400,
-            reclaim_protect_s: 600,
-            billing_milli: Vec::new(),
-            user_default: Default::default(),
-            users: Vec::new(),
-        };
+        let tree = tree_of(vec![
+            spec("a", None, vec![quota(h100.clone(), 12_000, 16_000, 4000)]),
+            spec("b", None, vec![quota(h100.clone(), 8000, 16_000, 8000)]),
+            spec("b1", Some(1), vec![quota(h100.clone(), 8000, 8000, 0)]),
+            spec("c", None, vec![quota(a100.clone(), 1000, 1000, 0)]),
+        ]);
         let capacity = vec![(h100.clone(), 16_000), (Flavor::MilliPool, 16_000)];
         let warnings = quota_warnings(&tree, &capacity);
         assert_eq!(
@@ -414,18 +410,10 @@ mod tests {
     fn a_queue_that_does_not_lend_keeps_its_idle_guarantee() {
         let a100 = Flavor::Model("A100-SXM4-80GB".into());
         let keeper = Quota { lend: false, ..quota(a100.clone(), 4000, 8000, 4000) };
-        let tree = QueueTree {
-            queues: vec![
-                QueueSpec { name: "keeper".into(), parent: None, weight: 1, quotas: vec![keeper] },
-                QueueSpec { name: "other".into(), parent: None, weight: 1, quotas: Vec::new() },
-            ],
-            half_life_s: 3600,
-            starvation_s: 86_400,
-            reclaim_protect_s: 600,
-            billing_milli: Vec::new(),
-            user_default: Default::default(),
-            users: Vec::new(),
-        };
+        let tree = tree_of(vec![
+            QueueSpec { name: "keeper".into(), parent: None, weight: 1, quotas: vec![keeper] },
+            QueueSpec { name: "other".into(), parent: None, weight: 1, quotas: Vec::new() },
+        ]);
         let mut book = QuotaBook::new(tree).with_capacity(vec![(a100.clone(), 8000)]);
         let gpus = |n: u64| vec![(a100.clone(), n * 1000)];
         assert!(book.check(1, &gpus(4)).is_ok(), "the 4 not guaranteed to keeper");

@@ -131,19 +131,24 @@ pub fn replay_csv(traces: &[(String, ReplayRuns<'_>)]) -> String {
     out
 }
 
+/// The unit a time axis spanning `span_s` is drawn in, and seconds per unit.
+fn time_unit(span_s: u64) -> (&'static str, f64) {
+    if span_s >= 2 * 86_400 {
+        ("days", 86_400.0)
+    } else if span_s >= 2 * 3_600 {
+        ("hours", 3_600.0)
+    } else {
+        ("minutes", 60.0)
+    }
+}
+
 /// Allocation (solid) and simulated utilization (dashed) over time, one colour per policy
 /// (its first seed: series of different seeds are not averaged point by point).
 pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
     let mut lines = Vec::new();
     let origin = runs.iter().filter_map(|r| r.series.first()).map(|s| s.time_s).min().unwrap_or(0);
     let span_s = runs.iter().filter_map(|r| r.series.last()).map(|s| s.time_s - origin).max().unwrap_or(0);
-    let (unit, div) = if span_s >= 2 * 86_400 {
-        ("days", 86_400.0)
-    } else if span_s >= 2 * 3_600 {
-        ("hours", 3_600.0)
-    } else {
-        ("minutes", 60.0)
-    };
+    let (unit, div) = time_unit(span_s);
     // One colour per (policy, order, backfill) variant, its first seed; what all runs share
     // goes in the title, so legends stay short.
     let vary_order = runs.iter().any(|r| r.order != runs[0].order);
@@ -194,13 +199,7 @@ pub fn replay_svg(title: &str, runs: &[&ReplayResult]) -> String {
 pub fn queue_svg(title: &str, run: &ReplayResult) -> String {
     let origin = run.series.first().map_or(0, |s| s.time_s);
     let span_s = run.series.last().map_or(0, |s| s.time_s - origin);
-    let (unit, div) = if span_s >= 2 * 86_400 {
-        ("days", 86_400.0)
-    } else if span_s >= 2 * 3_600 {
-        ("hours", 3_600.0)
-    } else {
-        ("minutes", 60.0)
-    };
+    let (unit, div) = time_unit(span_s);
     let gpus = run.fleet_gpus.max(1) as f64;
     let lines: Vec<Line> = run
         .queues

@@ -16,6 +16,13 @@ fn stderr(o: &Output) -> String {
 }
 
 /// A fresh directory under the target dir (no tempfile crate needed for this).
+/// Write `text` to `dir/name` and return the path as a string argument.
+fn write_fixture(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("fixture");
+    path.to_str().expect("utf-8 path").to_string()
+}
+
 fn temp_dir(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
@@ -228,11 +235,7 @@ fn synth_writes_a_trace_that_sim_replays_with_a_report() {
 fn sim_trace_refuses_bad_input_and_mismatched_flags() {
     let dir = temp_dir("sim-trace-bad");
     let good = r#"{"arrival_s": 0, "duration_s": 60, "job": {"name": "a", "gpu": {"count": 1}}}"#;
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).expect("fixture");
-        path.to_str().expect("utf-8 path").to_string()
-    };
+    let write = |name: &str, text: &str| write_fixture(&dir, name, text);
     let bad = write("bad.jsonl", &format!("{good}\n{{\"arrival_s\": -3, \"job\": {{\"name\": \"b\"}}}}\n"));
     let out = gantry(&["sim", "--trace", &bad]);
     assert_eq!(out.status.code(), Some(2));
@@ -274,11 +277,7 @@ fn sim_trace_refuses_bad_input_and_mismatched_flags() {
 #[test]
 fn sim_orders_the_queue_by_fair_share_from_a_queue_file() {
     let dir = temp_dir("sim-fair");
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).expect("fixture");
-        path.to_str().expect("utf-8 path").to_string()
-    };
+    let write = |name: &str, text: &str| write_fixture(&dir, name, text);
     let trace = write(
         "t.jsonl",
         r#"{"arrival_s": 0, "duration_s": 100, "job": {"name": "a", "queue": "x", "gpu": {"count": 1}}}
@@ -337,11 +336,7 @@ fn sim_orders_the_queue_by_fair_share_from_a_queue_file() {
 #[test]
 fn sim_time_replay_writes_every_start_stop_and_kill() {
     let dir = temp_dir("sim-events");
-    let write = |name: &str, text: &str| {
-        let path = dir.join(name);
-        std::fs::write(&path, text).expect("fixture");
-        path.to_str().expect("utf-8 path").to_string()
-    };
+    let write = |name: &str, text: &str| write_fixture(&dir, name, text);
     let trace = write(
         "t.jsonl",
         r#"{"arrival_s": 0, "duration_s": 1000, "job": {"name": "low", "queue": "x", "grace": 10, "gpu": {"count": 8}, "model": ["H100*"]}}
