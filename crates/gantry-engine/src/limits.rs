@@ -45,3 +45,28 @@ pub const TASKS_PER_JOB_MAX: u32 = 4096;
 
 /// Most GPUs on one node the engine accepts (a GPU bitset per node is a u64).
 pub const GPUS_PER_NODE_MAX: usize = 64;
+
+/// Work allowed past a queue's blocked head per cycle, in placement work: one unit per
+/// placement tried plus one per node it visited (the engine's `SearchStats::nodes_visited`).
+/// Counting work, not jobs, is what keeps a queue's small jobs reachable behind a long run of
+/// blocked big ones: a big job no node has room for is refused through the engine's room
+/// index after visiting few nodes or none, so hundreds of them cost less than one placement
+/// that scans the fleet, while a bound in jobs (32, before) stopped at the 33rd whatever they
+/// cost. A job whose request was already refused in the cycle costs nothing (`pass.rs`).
+/// 4,096 units are a few milliseconds: about one hundred small placements of 16 feasible
+/// nodes each, or a fraction of one search of the largest fleet (10,000 nodes). What it still
+/// hides: small jobs behind some 4,000 blocked jobs of distinct requests (docs/PERFORMANCE.md:
+/// about 15 ms per cycle at that depth).
+pub const BACKFILL_WORK_MAX: u64 = 4096;
+/// Jobs looked at per queue per cycle, tried or not: what bounds a pass over a very long
+/// queue. A look costs a lookup (no placement), so 10,000 stays within a few milliseconds.
+pub const BACKFILL_VISITS_MAX: usize = 10_000;
+
+/// Nodes whose victims alone are tried as a candidate set, cheapest first. Each candidate costs
+/// one placement per victim added; 16 nodes bound a plan to a few hundred placements on a
+/// planning copy while covering every node of the small pools where contention happens.
+pub const PREEMPT_NODES_MAX: usize = 16;
+
+/// Eligible victims tried one by one (cheapest first) as a set of one: one placement each on a
+/// planning copy; 64 covers every job on a few nodes of the pool in contention.
+pub const PREEMPT_SINGLES_MAX: usize = 64;

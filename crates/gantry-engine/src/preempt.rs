@@ -22,21 +22,13 @@
 //! The plan is a decision for the controller (or the simulator) to carry out: signal, grace
 //! period, kill; the job is placed once the victims are gone.
 
+pub use crate::limits::{PREEMPT_NODES_MAX, PREEMPT_SINGLES_MAX};
 use crate::{AllocId, CompiledJob, Engine};
 use gantry_types::Flavor;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Nodes whose victims alone are tried as a candidate set, cheapest first. Each candidate costs
-/// one placement per victim added; 16 nodes bound a plan to a few hundred placements on a
-/// planning copy while covering every node of the small pools where contention happens.
-pub const PREEMPT_NODES_MAX: usize = 16;
-
 /// Preemptions after which a job is chosen only when no other victim will do.
 pub const PREEMPTED_TIMES_LAST: u32 = 2;
-
-/// Eligible victims tried one by one (cheapest first) as a set of one: one placement each on a
-/// planning copy; 64 covers every job on a few nodes of the pool in contention.
-pub const PREEMPT_SINGLES_MAX: usize = 64;
 
 /// Why a preemptor may stop a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

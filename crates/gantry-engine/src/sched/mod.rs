@@ -23,26 +23,12 @@ use gantry_types::{DependencyKind, Flavor, JobControl, Lifecycle, PendingJob, Pe
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use crate::limits::{BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX};
 pub use rights::PREEMPTORS_MAX;
 
 /// The caller's name for a job (a trace index, a database id).
 pub type JobId = u64;
 
-/// Work allowed past a queue's blocked head per cycle, in placement work: one unit per
-/// placement tried plus one per node it visited (the engine's `SearchStats::nodes_visited`).
-/// Counting work, not jobs, is what keeps a queue's small jobs reachable behind a long run of
-/// blocked big ones: a big job no node has room for is refused through the engine's room
-/// index after visiting few nodes or none, so hundreds of them cost less than one placement
-/// that scans the fleet, while a bound in jobs (32, before) stopped at the 33rd whatever they
-/// cost. A job whose request was already refused in the cycle costs nothing (`pass.rs`).
-/// 4,096 units are a few milliseconds: about one hundred small placements of 16 feasible
-/// nodes each, or a fraction of one search of the largest fleet (10,000 nodes). What it still
-/// hides: small jobs behind some 4,000 blocked jobs of distinct requests (docs/PERFORMANCE.md:
-/// about 15 ms per cycle at that depth).
-pub const BACKFILL_WORK_MAX: u64 = 4096;
-/// Jobs looked at per queue per cycle, tried or not: what bounds a pass over a very long
-/// queue. A look costs a lookup (no placement), so 10,000 stays within a few milliseconds.
-pub const BACKFILL_VISITS_MAX: usize = 10_000;
 /// Most reservations per cycle.
 pub const RESERVE_DEPTH_MAX: usize = 64;
 

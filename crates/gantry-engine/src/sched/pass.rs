@@ -292,15 +292,21 @@ impl Scheduler {
             short: Vec::new(),
         };
         let mut reservations = if depth > 0 { self.reserve_promised(now, depth) } else { Reservations::default() };
-        // Preemptors whose victims are gone: the capacity was freed for them.
-        let ready: Vec<JobId> = self
+        // First the jobs whose capacity is theirs now: preemptors whose victims are gone, and
+        // reserved jobs whose start has come. (Tried later, after the jobs the order puts first
+        // were refused for delaying them, the next promise would go to the next job of the
+        // same queue, again and again: a convoy.)
+        let mut ready: Vec<JobId> = self
             .awaiting
             .iter()
             .filter(|(_, a)| a.victims.iter().all(|v| !self.terminating.contains_key(v)))
             .map(|(&j, _)| j)
             .collect();
+        let due = |start_s: u64| start_s <= now;
+        ready.extend(reservations.one.iter().filter(|((_, s), _)| due(*s)).map(|((j, _), _)| *j));
+        ready.extend(reservations.plans.iter().filter(|(_, r)| due(r.start_s)).map(|(j, _)| *j));
         for job in ready {
-            if self.is_queued(job) {
+            if self.is_queued(job) && !scan.tried.contains(&job) {
                 let e = &self.jobs[&job];
                 let candidate = Candidate { queue: e.queue, priority: self.priority(job), submitted_s: e.eligible_at };
                 self.attempt(job, candidate, now, depth, &mut scan, &mut reservations, decisions);
@@ -442,9 +448,9 @@ impl Scheduler {
     }
 
     /// May `job`, placed with `demand`, start though it pushes back `reserved`'s promise? The
-    /// right it would do so by: its preemption's, a higher priority (fair share), its place
-    /// ahead of `reserved` in their own queue (`queue-order`: the later job holds a promise
-    /// only because this one was blocked when it was made), or its guarantee against another
+    /// right it would do so by: its preemption's, a higher priority (fair share), its own
+    /// promise ahead of `reserved`'s in their queue's order (`queue-order`: two promises of one
+    /// queue must not hold each other back), or its guarantee against another
     /// queue's reservation (a reservation holds capacity against borrowers, not against a
     /// guarantee; a reserved job within its own guarantee keeps its right to reclaim).
     fn overrides(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
@@ -456,8 +462,10 @@ impl Scheduler {
             return Some("priority");
         }
         if j.queue == r.queue {
+            // Only another promise: letting every older job of the queue pass would hand the
+            // queue each GPU that frees, whatever the fair-share order says (a convoy).
             let key = |id: JobId, e: &super::Entry| (Reverse(self.priority(id)), e.eligible_at, id);
-            return (key(job, j) < key(reserved, r)).then_some("queue-order");
+            return (self.promises.contains(&job) && key(job, j) < key(reserved, r)).then_some("queue-order");
         }
         let book = self.quotas.as_ref()?;
         let within = !demand.is_empty() && demand.iter().all(|(f, d)| !book.over_guarantee(j.queue, f, *d));
