@@ -170,8 +170,8 @@ struct Awaiting {
 }
 
 /// Why a promised start was pushed back: the job that took the capacity, and its right
-/// (`priority`, `guarantee`, `starvation`, or `own-limit` when the job's own quota or
-/// per-user limit held it back).
+/// (`priority`, `guarantee`, `starvation`, `queue-order` for an earlier promise of the same
+/// queue, or `own-limit` when the job's own quota or per-user limit held it back).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PromiseBreak {
     pub by: JobId,

@@ -67,7 +67,8 @@ pub struct BrokenPromise {
     pub job: String,
     pub promised_s: u64,
     /// The job that took the capacity, and its right (`priority`, `guarantee`,
-    /// `starvation`, or `own-limit` for the job's own quota or per-user limit).
+    /// `starvation`, `queue-order` for an earlier promise of the same queue, or `own-limit`
+    /// for the job's own quota or per-user limit).
     pub by: String,
     pub right: &'static str,
 }
