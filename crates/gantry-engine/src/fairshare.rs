@@ -218,6 +218,7 @@ mod tests {
             half_life_s,
             starvation_s: 1_000_000,
             reclaim_protect_s: 600,
+            greedy_reserve_after_s: 1800,
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),

@@ -170,9 +170,17 @@ impl Engine {
     /// What an allocation holds, in fair share's units: billing-weighted milli-GPU, milli-CPU,
     /// MiB of memory.
     pub fn held(&self, id: AllocId, billing_milli: &[(String, u32)]) -> Option<fairshare::Resources> {
-        let allocation = self.allocations.get(&id)?;
+        Some(self.held_by(&self.allocations.get(&id)?.tasks, billing_milli))
+    }
+
+    /// What a reservation will hold once it starts, in fair share's units (as `held`).
+    pub fn planned_held(&self, r: &backfill::Reservation, billing_milli: &[(String, u32)]) -> fairshare::Resources {
+        self.held_by(&r.tasks, billing_milli)
+    }
+
+    fn held_by(&self, tasks: &[ledger::TaskGrant], billing_milli: &[(String, u32)]) -> fairshare::Resources {
         let mut held = [0u64; fairshare::RESOURCES];
-        for task in &allocation.tasks {
+        for task in tasks {
             held[1] += task.cpu as u64;
             held[2] += task.memory >> 20;
             for grant in &task.grants {
@@ -180,7 +188,7 @@ impl Engine {
                 held[0] += milli * self.billing_weight(grant.gpu(), billing_milli) / 1000;
             }
         }
-        Some(held)
+        held
     }
 
     /// The fleet's totals in fair share's units.

@@ -5,7 +5,8 @@
 //! GPU models it has room in), or starvation (past the bound it may stop other queues' work of
 //! its priority or lower that did not itself start starved). Never chosen: non-preemptible
 //! jobs, jobs inside their minimum runtime, jobs a reclaim started less than the protection
-//! period ago (except for priority), and — across queues — a job whose stop would take its
+//! period ago (except for priority; a job a reclaim stopped that started again within it is
+//! only taken last), and — across queues — a job whose stop would take its
 //! queue below its own guarantee ([`Spare`]).
 //!
 //! Among the sets of eligible victims that make room, the cheapest wins: the fewest
@@ -66,9 +67,13 @@ pub struct Victim {
     pub min_runtime_left_s: u64,
     /// It had waited past the starvation bound when it started.
     pub started_starved: bool,
-    /// A reclaim started it (or stopped it, and it started again) less than the protection
-    /// period ago: only priority may stop it.
+    /// A reclaim started it less than the protection period ago: only priority may stop it.
     pub reclaim_protected: bool,
+    /// A reclaim stopped it, and it started again less than the protection period ago: taken
+    /// only when no other victim will do (a hard protection would make a queue within its
+    /// guarantee wait for it; none would let the job that just restarted, having lost least,
+    /// be the cheapest again at every reclaim).
+    pub restarted_after_reclaim: bool,
     /// How often it was preempted before.
     pub preempted_times: u32,
 }
@@ -106,10 +111,11 @@ impl Victim {
     }
 
     /// Cheaper victims sort first; a job already preempted [`PREEMPTED_TIMES_LAST`] times or
-    /// more goes after every other (else the job that just restarted, having lost least, is
-    /// the cheapest again at every reclaim).
+    /// more, or just restarted after a reclaim, goes after every other (else the job that just
+    /// restarted, having lost least, is the cheapest again at every reclaim).
     fn cost(&self) -> (bool, u64, i32, AllocId) {
-        (self.preempted_times >= PREEMPTED_TIMES_LAST, self.work_lost_milli_s, self.priority, self.alloc)
+        let last = self.preempted_times >= PREEMPTED_TIMES_LAST || self.restarted_after_reclaim;
+        (last, self.work_lost_milli_s, self.priority, self.alloc)
     }
 }
 

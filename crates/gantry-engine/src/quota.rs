@@ -329,6 +329,7 @@ mod tests {
             half_life_s: 3600,
             starvation_s: 86_400,
             reclaim_protect_s: 600,
+            greedy_reserve_after_s: 1800,
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),

@@ -78,6 +78,7 @@ struct FairShareEntry {
     half_life: Option<Duration>,
     starvation: Option<Duration>,
     reclaim_protect: Option<Duration>,
+    greedy_reserve_after: Option<Duration>,
 }
 
 #[derive(Deserialize)]
@@ -132,11 +133,18 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
     if file.queue.len() > QUEUES_MAX {
         return Err(SpecError::new("queue", format!("{} queues, the limit is {QUEUES_MAX}", file.queue.len())));
     }
-    let fair = file.fair_share.unwrap_or(FairShareEntry { half_life: None, starvation: None, reclaim_protect: None });
+    let fair = file.fair_share.unwrap_or(FairShareEntry {
+        half_life: None,
+        starvation: None,
+        reclaim_protect: None,
+        greedy_reserve_after: None,
+    });
     let half_life_s = fair.half_life.as_ref().map(|d| seconds("fair_share.half_life", d, 1)).transpose()?;
     let starvation_s = fair.starvation.as_ref().map(|d| seconds("fair_share.starvation", d, 1)).transpose()?;
     let reclaim_protect_s =
         fair.reclaim_protect.as_ref().map(|d| seconds("fair_share.reclaim_protect", d, 0)).transpose()?;
+    let greedy_reserve_after_s =
+        fair.greedy_reserve_after.as_ref().map(|d| seconds("fair_share.greedy_reserve_after", d, 0)).transpose()?;
     let mut billing_milli = Vec::new();
     for (model, weight) in file.billing.unwrap_or_default() {
         let field = format!("billing.{model:?}");
@@ -290,6 +298,7 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
         half_life_s: half_life_s.unwrap_or(HALF_LIFE_DEFAULT_S),
         starvation_s: starvation_s.unwrap_or(STARVATION_DEFAULT_S),
         reclaim_protect_s: reclaim_protect_s.unwrap_or(gantry_types::RECLAIM_PROTECT_DEFAULT_S),
+        greedy_reserve_after_s: greedy_reserve_after_s.unwrap_or(gantry_types::GREEDY_RESERVE_AFTER_DEFAULT_S),
         billing_milli,
     })
 }

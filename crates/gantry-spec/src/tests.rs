@@ -300,6 +300,7 @@ const QUEUES: &str = r#"
 [fair_share]
 half_life = "2d"
 starvation = "12h"
+greedy_reserve_after = "1h"
 
 [billing]
 "H100-SXM5-80GB" = 2.0
@@ -323,7 +324,7 @@ fn a_queue_tree_parses_with_parents_first() {
     let tree = crate::parse_queues(QUEUES, catalog()).expect("valid queue file");
     let names: Vec<&str> = tree.queues.iter().map(|q| q.name.as_str()).collect();
     assert_eq!(names, ["research", "prod", "vision"]);
-    assert_eq!((tree.half_life_s, tree.starvation_s), (2 * 86_400, 12 * 3600));
+    assert_eq!((tree.half_life_s, tree.starvation_s, tree.greedy_reserve_after_s), (2 * 86_400, 12 * 3600, 3600));
     assert_eq!(tree.billing_milli, [("H100-SXM5-80GB".to_string(), 2000)]);
     let research = &tree.queues[0];
     assert_eq!((research.parent, research.weight), (None, 2));
@@ -335,8 +336,8 @@ fn a_queue_tree_parses_with_parents_first() {
     assert_eq!(tree.queues[2].quotas[0].borrow_milli, 4000, "borrow defaults to limit − guaranteed");
     let defaults = crate::parse_queues("[[queue]]\nname = \"a\"\n", catalog()).expect("minimal file");
     assert_eq!(
-        (defaults.half_life_s, defaults.starvation_s),
-        (crate::HALF_LIFE_DEFAULT_S, crate::STARVATION_DEFAULT_S)
+        (defaults.half_life_s, defaults.starvation_s, defaults.greedy_reserve_after_s),
+        (crate::HALF_LIFE_DEFAULT_S, crate::STARVATION_DEFAULT_S, gantry_types::GREEDY_RESERVE_AFTER_DEFAULT_S)
     );
 }
 
@@ -395,6 +396,16 @@ fn bad_queue_files_name_the_queue_and_field() {
             "zero duration",
             "[fair_share]\nstarvation = 0\n[[queue]]\nname = \"a\"\n",
             "fair_share.starvation: 0 s is outside",
+        ),
+        (
+            "negative greedy_reserve_after",
+            "[fair_share]\ngreedy_reserve_after = \"-30m\"\n[[queue]]\nname = \"a\"\n",
+            "fair_share.greedy_reserve_after: \"-30m\" is negative",
+        ),
+        (
+            "misspelt greedy_reserve_after",
+            "[fair_share]\ngreedy_reserve = \"30m\"\n[[queue]]\nname = \"a\"\n",
+            "unknown field `greedy_reserve`",
         ),
         ("billing", "[billing]\n\"A100-SXM4-80GB\" = -2\n[[queue]]\nname = \"a\"\n", "is outside (0, 1000]"),
         ("billing pool", "[billing]\nmilli = 2\n[[queue]]\nname = \"a\"\n", "per GPU model, not the milli pool"),

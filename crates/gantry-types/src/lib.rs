@@ -24,4 +24,6 @@ pub use job::{
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use pending::{ClassFree, PendingJob, PendingReason};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
-pub use queue::{Flavor, QueueSpec, QueueTree, Quota, RECLAIM_PROTECT_DEFAULT_S, UserLimit};
+pub use queue::{
+    Flavor, GREEDY_RESERVE_AFTER_DEFAULT_S, QueueSpec, QueueTree, Quota, RECLAIM_PROTECT_DEFAULT_S, UserLimit,
+};

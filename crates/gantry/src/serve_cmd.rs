@@ -56,7 +56,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     queues: Option<PathBuf>,
     /// What may start past a blocked job: off, greedy, or reserve (the blocked job gets a
-    /// reserved start that later jobs may not delay).
+    /// reserved start that later jobs may not delay; under greedy, only once it has waited the
+    /// queue file's `greedy_reserve_after`).
     #[arg(long, value_parser = ["off", "greedy", "reserve"])]
     backfill: Option<String>,
     /// With --queues: let waiting jobs stop preemptible work they have a right to (lower

@@ -57,7 +57,9 @@ pub struct SimArgs {
     #[arg(long, default_value = "fifo", value_parser = ["fifo", "fair-share"])]
     order: String,
     /// time-replay: what may start past a blocked job: `off` (nothing), `greedy` (later jobs,
-    /// up to a bound of placement work per queue; no reservation: big jobs can starve) or `reserve` (the first
+    /// up to a bound of placement work per queue; with fair share, a blocked job that has
+    /// waited the queue file's `greedy_reserve_after` gets a reserved start, else none: big
+    /// jobs can starve) or `reserve` (the first
     /// --reserve-depth blocked jobs get reserved starts from running jobs' time limits; a
     /// later job starts only if it delays none of them).
     #[arg(long, default_value = "greedy", value_parser = ["off", "greedy", "reserve"])]
@@ -71,7 +73,8 @@ pub struct SimArgs {
     /// guarantee has room; other queues' work of their priority or lower, once waiting past
     /// the starvation bound), cheapest first by GPU-seconds lost: signal, then kill after the
     /// grace period; the victims wait again. No queue is taken below its guarantee, and a job
-    /// a reclaim started or stopped is protected for the queue file's `reclaim_protect`.
+    /// a reclaim started is protected for the queue file's `reclaim_protect` (one a reclaim
+    /// stopped, once it restarts, is taken only when nothing else will do for as long).
     #[arg(long)]
     preempt: bool,
     /// time-replay: stop at this second of the replay clock and show every waiting job with

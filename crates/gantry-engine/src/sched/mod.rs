@@ -57,8 +57,10 @@ impl Order {
 pub enum Backfill {
     /// Nothing: a queue waits behind its blocked head.
     Off,
-    /// Later jobs of the queue, up to `BACKFILL_WORK_MAX` of placement work, whatever that does to the blocked
-    /// one (no reservation: big jobs can starve).
+    /// Later jobs of the queue, up to `BACKFILL_WORK_MAX` of placement work, whatever that does
+    /// to the blocked one — except, under fair share, to a blocked job that has waited the queue
+    /// tree's `greedy_reserve_after`: it gets a reserved start, as with `Reserve` at depth 1.
+    /// (Under FIFO there is no reservation: big jobs can starve.)
     Greedy,
     /// Backfill with reservations: the first `reserve_depth` jobs of a cycle blocked for lack
     /// of resources get reserved starts (from running jobs' planned ends, each planned around
@@ -145,9 +147,11 @@ struct RunningJob {
     /// Its end as planning counts on it (`None`: for ever).
     limit_end: Option<u64>,
     started_starved: bool,
-    /// When it started protected from reclaim for a while (`QueueTree::reclaim_protect_s`): on
-    /// capacity its own preemption freed, or again after a reclaim stopped it.
+    /// When it started protected from reclaim for a while (`QueueTree::reclaim_protect_s`), on
+    /// capacity its own preemption freed; or started again after a reclaim stopped it (a
+    /// victim of last resort for as long).
     protected_since: Option<u64>,
+    restarted_since: Option<u64>,
     milli: u64,
     held: Resources,
     demand: Vec<(Flavor, u64)>,
@@ -233,8 +237,10 @@ pub struct Scheduler {
     /// them (their victims and when the last grace period ends).
     terminating: BTreeMap<AllocId, &'static str>,
     awaiting: BTreeMap<JobId, Awaiting>,
-    /// How long a job started by reclaim is protected from reclaim (`QueueTree`).
+    /// How long a job started by reclaim is protected from reclaim, and how long a blocked job
+    /// waits under greedy backfill before it is promised a start (`QueueTree`).
     reclaim_protect_s: u64,
+    greedy_reserve_after_s: u64,
     /// Per waiting job: the first start promised in its current wait, and whether a higher
     /// right has pushed it back during that wait.
     promise_at: BTreeMap<JobId, u64>,
@@ -247,6 +253,9 @@ pub struct Scheduler {
     promises: Vec<JobId>,
     /// The depth-1 reservation of the previous cycle (reused while it still holds).
     last_reservation: Option<(JobId, u64)>,
+    /// During a pass only: the promises (depth > 1) counted in fair share as if they already
+    /// ran, with what each counts, so the next promise goes to the queue the order puts next.
+    promise_charges: BTreeMap<JobId, (usize, Resources)>,
     plans: Vec<(JobId, Reservation)>,
     stats: SchedStats,
 }
@@ -270,6 +279,7 @@ impl Scheduler {
         };
         let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
         let reclaim_protect_s = fair.as_ref().map_or(0, |fs| fs.tree().reclaim_protect_s);
+        let greedy_reserve_after_s = fair.as_ref().map_or(u64::MAX, |fs| fs.tree().greedy_reserve_after_s);
         let billing = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
         Scheduler {
             engine,
@@ -293,12 +303,14 @@ impl Scheduler {
             terminating: BTreeMap::new(),
             awaiting: BTreeMap::new(),
             reclaim_protect_s,
+            greedy_reserve_after_s,
             promises: Vec::new(),
             preempted_times: BTreeMap::new(),
             reclaimed: BTreeSet::new(),
             promise_at: BTreeMap::new(),
             broken_now: BTreeMap::new(),
             last_reservation: None,
+            promise_charges: BTreeMap::new(),
             plans: Vec::new(),
             stats: SchedStats::default(),
         }
@@ -658,12 +670,17 @@ impl Scheduler {
     /// Record `job` started on `alloc` at `now` (every check passed).
     fn start(&mut self, job: JobId, alloc: AllocId, milli: u64, demand: Vec<(Flavor, u64)>, now: u64) {
         let preemptor = self.awaiting.remove(&job).is_some();
-        let protected_since = (preemptor || self.reclaimed.remove(&job)).then_some(now);
+        let protected_since = preemptor.then_some(now);
+        let restarted_since = self.reclaimed.remove(&job).then_some(now);
         self.promises.retain(|&p| p != job);
         let entry = &self.jobs[&job];
         let q = entry.queue;
         let held = self.engine.held(alloc, &self.billing).expect("just placed");
+        let charged = self.promise_charges.remove(&job);
         if let Some(fs) = self.fair.as_mut() {
+            if let Some((_, amount)) = charged {
+                fs.stop(q, amount, now);
+            }
             fs.start(q, held, now);
         }
         if let Some(book) = self.quotas.as_mut() {
@@ -695,6 +712,7 @@ impl Scheduler {
                 limit_end: entry.job.planned_length_s.map(|d| now + d),
                 started_starved: self.starvation_s.is_some_and(|s| waited >= s),
                 protected_since,
+                restarted_since,
                 milli,
                 held,
                 demand,

@@ -20,6 +20,11 @@
 //! that would still run at a reserved start is kept only if planning them again with it
 //! running moves none later.
 //!
+//! Greedy backfill under fair share promises a start too, at depth 1, but only to a job that
+//! has waited `greedy_reserve_after` (`QueueTree`): otherwise a queue whose waiting work is
+//! wider than the others' is served less than its weight, every GPU that frees going to
+//! someone's narrower job (like Slurm's `bf_min_age_reserve`).
+//!
 //! Past a queue's blocked head the scan is bounded by work, not by a count of jobs: at most
 //! [`BACKFILL_WORK_MAX`] units of placement work (a placement, plus the nodes it visited) per
 //! queue, and a job whose request is the same as one already refused for resources in this
@@ -29,7 +34,8 @@
 //! per pass.
 
 use super::{
-    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, Decision, JobId, Order, PromiseBreak, RunningJob, Scheduler,
+    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, Decision, JobId, Order, PREEMPTORS_MAX, PromiseBreak, RunningJob,
+    Scheduler,
 };
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
@@ -224,6 +230,10 @@ impl Scheduler {
         if self.promises.contains(&job) {
             return;
         }
+        let greedy_waited = self.jobs[&job].eligible_at.saturating_add(self.greedy_reserve_after_s);
+        if self.config.backfill == Backfill::Greedy && now < greedy_waited {
+            return;
+        }
         if depth == 1 {
             if let Some(&holder) = self.promises.first() {
                 if self.fair.is_none() || self.jobs[&job].job.priority <= self.jobs[&holder].job.priority {
@@ -244,6 +254,7 @@ impl Scheduler {
         {
             self.stats.promised.entry(job).or_insert(r.start_s);
             self.promise_at.entry(job).or_insert(r.start_s);
+            self.charge_promise(job, &r, now);
             reservations.plans.push((job, r));
             self.promises.push(job);
         }
@@ -280,7 +291,11 @@ impl Scheduler {
     fn pass(&mut self, now: u64, decisions: &mut Vec<Decision>) -> Vec<JobId> {
         let backfill = self.config.backfill;
         let work_max = if backfill == Backfill::Off { 0 } else { BACKFILL_WORK_MAX };
-        let depth = if backfill == Backfill::Reserve { self.config.reserve_depth.max(1) } else { 0 };
+        let depth = match backfill {
+            Backfill::Reserve => self.config.reserve_depth.max(1),
+            Backfill::Greedy if self.fair.is_some() => 1,
+            _ => 0,
+        };
         let n = self.queue_count;
         let mut scan = Scan {
             blocked: vec![false; n],
@@ -292,6 +307,9 @@ impl Scheduler {
             short: Vec::new(),
         };
         let mut reservations = if depth > 0 { self.reserve_promised(now, depth) } else { Reservations::default() };
+        for (job, r) in &reservations.plans {
+            self.charge_promise(*job, r, now);
+        }
         // First the jobs whose capacity is theirs now: preemptors whose victims are gone, and
         // reserved jobs whose start has come. (Tried later, after the jobs the order puts first
         // were refused for delaying them, the next promise would go to the next job of the
@@ -347,6 +365,9 @@ impl Scheduler {
             }
             self.attempt(job, candidate, now, depth, &mut scan, &mut reservations, decisions);
         }
+        if backfill == Backfill::Off && self.config.preempt {
+            self.behind_short_heads(&mut scan);
+        }
         // The estimates `why` shows: the reserved starts.
         self.estimate.clear();
         if let Some(((job, start_s), _)) = &reservations.one {
@@ -356,7 +377,45 @@ impl Scheduler {
             self.estimate.insert(*job, r.start_s);
         }
         self.plans = reservations.plans;
+        self.release_promise_charges(now);
         scan.short
+    }
+
+    /// Without backfill the pass stops at a queue's blocked head, but a queue's right to
+    /// reclaim is for all its waiting jobs together: behind each head short of resources, the
+    /// next jobs of its queue (up to [`PREEMPTORS_MAX`]) become preemption candidates too, in
+    /// order. (Else a second job within the guarantee waits a whole grace period for the first
+    /// one's victims before it may reclaim.) They start only on what their own victims free.
+    fn behind_short_heads(&self, scan: &mut Scan) {
+        let heads: BTreeSet<usize> = scan.short.iter().map(|j| self.jobs[j].queue).collect();
+        for q in heads {
+            let Some(from) = scan.cursor[q] else { continue };
+            let behind = self.pending[q].range((Bound::Excluded(from), Bound::Unbounded));
+            scan.short.extend(behind.map(|&(_, _, j)| j).filter(|j| !scan.tried.contains(j)).take(PREEMPTORS_MAX));
+        }
+    }
+
+    /// Count promise `job` (planned as `r`) in its queue's fair share for the rest of the pass,
+    /// as if it ran: the order's next pick, and the next promise, go to the queue that is
+    /// behind once it runs. (Otherwise every promise of a deep reservation list goes to the
+    /// queue furthest behind now, and the fleet serves that queue alone until they have all
+    /// started: a convoy, one queue after another.)
+    fn charge_promise(&mut self, job: JobId, r: &Reservation, now: u64) {
+        let Some(fs) = self.fair.as_mut() else { return };
+        let (q, amount) = (self.jobs[&job].queue, self.engine.planned_held(r, &self.billing));
+        fs.start(q, amount, now);
+        self.promise_charges.insert(job, (q, amount));
+    }
+
+    /// Take back every charge `charge_promise` made (at the same `now`: fair share's decayed
+    /// usage is as it was; a promise that started was taken back when it did).
+    fn release_promise_charges(&mut self, now: u64) {
+        let charges = std::mem::take(&mut self.promise_charges);
+        if let Some(fs) = self.fair.as_mut() {
+            for (q, amount) in charges.into_values() {
+                fs.stop(q, amount, now);
+            }
+        }
     }
 
     /// Try to start `job` (picked as `candidate`) and record what came of it.

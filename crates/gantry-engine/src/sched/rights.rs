@@ -9,9 +9,11 @@
 //!   is taken off its queue's room before the next one is judged, and so are the claims of
 //!   preemptors still waiting for their victims.
 //! - Preemption never takes another queue below its own guarantee ([`Spare`]).
-//! - A job a reclaim started, and a job a reclaim stopped once it starts again, is protected
-//!   from reclaim and starvation for `QueueTree::reclaim_protect_s` (priority may still stop
-//!   it): hysteresis both ways, so neither side is taken back minutes later.
+//! - A job a reclaim started is protected from reclaim and starvation for
+//!   `QueueTree::reclaim_protect_s` (priority may still stop it), and a job a reclaim stopped
+//!   is, once it starts again, a victim of last resort for as long: hysteresis both ways, so
+//!   neither side is taken back minutes later, yet a queue within its guarantee never waits
+//!   for a restarted borrower's protection to end.
 //! - What the victims free is kept for their preemptor (`pass.rs`), which is tried first once
 //!   its victims are gone; and while it waits, no other queue may borrow the flavor it
 //!   reclaims (`owed`).
@@ -24,7 +26,7 @@ use super::{Awaiting, Decision, JobId, Scheduler};
 use crate::preempt::{Cause, Right, Spare, Victim};
 use crate::{AllocId, CompiledJob, Engine};
 use gantry_types::{Flavor, PendingReason};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Most jobs that may start preempting in one cycle (bounds the planning per cycle).
 pub const PREEMPTORS_MAX: usize = 8;
@@ -111,6 +113,7 @@ impl Scheduler {
             min_runtime_left_s: entry.job.lifecycle.min_runtime_s.saturating_sub(ran),
             started_starved: r.started_starved,
             reclaim_protected: r.protected_since.is_some_and(|t| now < t.saturating_add(self.reclaim_protect_s)),
+            restarted_after_reclaim: r.restarted_since.is_some_and(|t| now < t.saturating_add(self.reclaim_protect_s)),
             preempted_times: self.preempted_times.get(&r.job).copied().unwrap_or(0),
         }
     }
@@ -206,6 +209,7 @@ impl Scheduler {
             claim(&mut room, plan.right.queue, &plan.demand);
             base = plan.after;
             if plan.victims.is_empty() {
+                self.await_leftover(job, &plan.right, plan.tasks, plan.demand, now);
                 continue;
             }
             let mut until = now;
@@ -231,6 +235,49 @@ impl Scheduler {
             let (tasks, demand) = (plan.tasks, plan.demand);
             self.awaiting.insert(job, Awaiting { victims: plan.victims, until, right, owed, tasks, demand });
         }
+    }
+}
+
+impl Scheduler {
+    /// `job` fits, with no victim of its own, on what victims already stopping free beyond
+    /// their preemptors' needs: it waits for those victims like a preemptor, its planned GPUs
+    /// kept for it (else the next cycle's preemptor, of any queue, takes them and `job` must
+    /// stop victims of its own a cycle later).
+    fn await_leftover(
+        &mut self,
+        job: JobId,
+        right: &Right,
+        tasks: Vec<crate::ledger::TaskGrant>,
+        demand: Vec<(Flavor, u64)>,
+        now: u64,
+    ) {
+        let gpus: BTreeSet<_> = tasks.iter().flat_map(|t| t.grants.iter().map(|g| g.gpu())).collect();
+        let allocations = self.engine.allocations();
+        let uses = |alloc: &AllocId| {
+            allocations
+                .get(alloc)
+                .is_some_and(|a| a.tasks.iter().flat_map(|t| &t.grants).any(|g| gpus.contains(&g.gpu())))
+        };
+        let victims: Vec<AllocId> = self.terminating.keys().copied().filter(uses).collect();
+        if victims.is_empty() {
+            return;
+        }
+        let until = self
+            .awaiting
+            .values()
+            .filter(|a| a.victims.iter().any(|v| victims.contains(v)))
+            .map(|a| a.until)
+            .max()
+            .unwrap_or(now);
+        let owed: Vec<Flavor> = demand.iter().map(|(f, _)| f.clone()).filter(|f| right.guarantee.contains(f)).collect();
+        let right = if !owed.is_empty() {
+            Cause::Guarantee
+        } else if right.starving {
+            Cause::Starvation
+        } else {
+            Cause::Priority
+        };
+        self.awaiting.insert(job, Awaiting { victims, until, right: right.name(), owed, tasks, demand });
     }
 }
 

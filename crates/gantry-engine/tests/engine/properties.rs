@@ -295,6 +295,7 @@ proptest! {
                     min_runtime_left_s: min_left % 2,
                     started_starved: i % 5 == 0,
                     reclaim_protected: i % 7 == 0,
+                    restarted_after_reclaim: i % 5 == 0,
                     preempted_times: (i % 4) as u32,
                 }
             })
@@ -323,7 +324,7 @@ proptest! {
                     let rest: Vec<u64> = chosen.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &a)| a).collect();
                     prop_assert!(!without(&rest), "victim {} was not needed", chosen[i]);
                 }
-                let key = |v: &Victim| (usize::from(v.preempted_times >= gantry_engine::preempt::PREEMPTED_TIMES_LAST), v.work_lost_milli_s);
+                let key = |v: &Victim| (usize::from(v.preempted_times >= gantry_engine::preempt::PREEMPTED_TIMES_LAST || v.restarted_after_reclaim), v.work_lost_milli_s);
                 let of = |a: &u64| victims.iter().find(|v| v.alloc == *a).expect("known");
                 let plan = chosen.iter().fold((0usize, 0u64), |(r, l), a| (r + key(of(a)).0, l + key(of(a)).1));
                 for v in victims.iter().filter(|v| v.cause(&right).is_some()) {

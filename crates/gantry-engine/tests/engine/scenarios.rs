@@ -560,6 +560,7 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
         min_runtime_left_s: 0,
         started_starved: false,
         reclaim_protected: false,
+        restarted_after_reclaim: false,
         preempted_times: 0,
     };
     let right = |priority, guarantee: bool, starving| Right {
@@ -623,6 +624,28 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
             Some(vec![ids[2], ids[3]]),
         ),
         (
+            "a job a reclaim stopped that just restarted is taken last, though it lost least",
+            right(0, true, false),
+            vec![
+                Victim { restarted_after_reclaim: true, ..victim(0, 0, true) },
+                victim(1, 0, true),
+                victim(2, 0, true),
+                victim(3, 0, true),
+            ],
+            Some(vec![ids[1], ids[2]]),
+        ),
+        (
+            "and taken when nothing else will do: a queue within its guarantee does not wait",
+            right(0, true, false),
+            vec![
+                Victim { restarted_after_reclaim: true, ..victim(0, 0, true) },
+                Victim { restarted_after_reclaim: true, ..victim(1, 0, true) },
+                Victim { reclaim_protected: true, ..victim(2, 0, true) },
+                victim(3, 0, true),
+            ],
+            Some(vec![ids[0], ids[3]]),
+        ),
+        (
             "never non-preemptible or inside minimum runtime",
             right(5, false, false),
             vec![
@@ -674,6 +697,7 @@ fn victims_are_chosen_by_gpu_seconds_lost_then_count() {
         min_runtime_left_s: 0,
         started_starved: false,
         reclaim_protected: false,
+        restarted_after_reclaim: false,
         preempted_times: 0,
     };
     let mut victims = vec![v(big, 8000, 60), v(four, 4000, 100)];

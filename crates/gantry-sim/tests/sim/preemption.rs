@@ -99,13 +99,18 @@ fn a_queue_within_its_guarantee_gets_it_within_the_grace_period_by_reclaim() {
 
 #[test]
 fn with_preemption_no_job_waits_beyond_the_starvation_bound_plus_grace() {
-    // Wide 8-GPU jobs starve behind a stream of 1-GPU jobs under greedy backfill.
+    // Wide 8-GPU jobs starve behind a stream of 1-GPU jobs under greedy backfill that never
+    // reserves (`greedy_reserve_after` past the trace).
     let (trace, queues) =
         (include_str!("../fixtures/starvation.jsonl"), include_str!("../fixtures/starvation-queues.toml"));
+    let pure = queues.replace("starvation = \"1h\"", "starvation = \"1h\"\ngreedy_reserve_after = \"30d\"");
     let bound = parse_queues(queues, Catalog::embedded()).expect("queues").starvation_s;
-    let without = fixture_replay(trace, queues, Backfill::Greedy, false);
+    let without = fixture_replay(trace, &pure, Backfill::Greedy, false);
     assert!(without.delay_max_s > 2 * bound, "wide jobs starve: {:?}", without.delay_max_by_queue_s);
-    let with = fixture_replay(trace, queues, Backfill::Greedy, true);
+    // With the default (30 min), the wide job left behind longest is promised a start.
+    let aging = fixture_replay(trace, queues, Backfill::Greedy, false);
+    assert!(aging.delay_max_s < 2 * bound, "greedy reserves for the long-waiting: {:?}", aging.delay_max_by_queue_s);
+    let with = fixture_replay(trace, &pure, Backfill::Greedy, true);
     assert!(
         with.delay_max_s <= bound + gantry_types::GRACE_DEFAULT_S,
         "max wait {} s, bound {bound} s: {:?}",

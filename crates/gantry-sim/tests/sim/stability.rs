@@ -5,8 +5,7 @@
 //! - the replay terminates and every job starts (no reclaim thrash);
 //! - preemptions per job and per simulated hour stay bounded;
 //! - every preemption lets its preemptor start (at the kill, or when the victim ended first);
-//! - a job within its queue's guarantee starts within its victims' grace period plus the
-//!   reclaim protection of whatever it must reclaim;
+//! - a job within its queue's guarantee starts within one cycle plus its victims' grace period;
 //! - no promised start is broken without a recorded higher right;
 //! - while every queue is backlogged, GPU time follows the queues' weights (weighted Jain).
 //!
@@ -43,6 +42,9 @@ const REGRESSIONS: &[(u64, &str)] = &[
     (574, "two promises of one team, each refused for delaying the other: queue order decides"),
     (239, "the check counted a preempted team job waiting again as not holding its guarantee"),
     (1, "at depth 16, a team job refused for another team's reservation never got to reclaim"),
+    (5, "a restarted borrower, protected outright, made a team job within its guarantee wait 193 s"),
+    (84, "without backfill, the second team job behind a blocked head waited for the first's victims"),
+    (606, "what stopping victims freed beyond their preemptor's need went to the next cycle's preemptor"),
 ];
 
 /// A tiny deterministic generator (splitmix64).
@@ -208,15 +210,15 @@ fn check(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJob]) -> Resu
     check_guarantees(case, r, trace)
 }
 
-/// Hysteresis both ways: a job that started on capacity its own reclaim freed, or started
-/// again after a reclaim stopped it, is not stopped by reclaim or starvation within
-/// `reclaim_protect` of that start.
+/// Hysteresis: a job that started on capacity its own reclaim freed is not stopped by reclaim
+/// or starvation within `reclaim_protect` of that start. (A job a reclaim stopped and that
+/// started again is only a victim of last resort for as long: checked in the engine's
+/// scenarios, and bounded here by the preemptions per job.)
 fn check_hysteresis(r: &ReplayResult) -> Result<(), String> {
     let is_reclaim = |e: &gantry_sim::protocol_b::JobEvent| e.cause.is_some_and(|c| c != "priority");
     let mut protected_since: BTreeMap<&str, u64> = BTreeMap::new();
-    // Jobs waiting for a reclaim's victims, jobs stopped by a reclaim (until killed), and jobs
-    // a reclaim killed (until they start again).
-    let (mut reclaiming, mut stopping, mut reclaimed) = (Vec::new(), Vec::new(), Vec::new());
+    // Jobs waiting for a reclaim's victims.
+    let mut reclaiming = Vec::new();
     for e in &r.events {
         let job = e.job.as_str();
         match e.event {
@@ -227,16 +229,10 @@ fn check_hysteresis(r: &ReplayResult) -> Result<(), String> {
                     return Err(format!("{job} reclaimed at {} though protected since {since}", e.time_s));
                 }
                 reclaiming.push(e.preemptor.as_deref().expect("a stop names its preemptor"));
-                stopping.push(job);
-            }
-            "kill" if stopping.contains(&job) => {
-                stopping.retain(|j| *j != job);
-                reclaimed.push(job);
             }
             "start" => {
-                let was = reclaiming.contains(&job) || reclaimed.contains(&job);
+                let was = reclaiming.contains(&job);
                 reclaiming.retain(|j| *j != job);
-                reclaimed.retain(|j| *j != job);
                 if was {
                     protected_since.insert(job, e.time_s);
                 } else {
@@ -251,8 +247,8 @@ fn check_hysteresis(r: &ReplayResult) -> Result<(), String> {
 
 /// A team job that arrives within its team's guarantee (the team's jobs that arrived and have
 /// not ended — running, or waiting, preempted or not — all 1-GPU, plus this one) starts within
-/// the grace period plus the reclaim protection plus the grace again (the victims it must take
-/// may be protected).
+/// one cycle plus the grace period: the replay runs a cycle at its arrival, and its victims are
+/// gone a grace period later.
 fn check_guarantees(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJob]) -> Result<(), String> {
     let arrived = arrivals(trace);
     let mut first_start: BTreeMap<&str, u64> = BTreeMap::new();
@@ -268,7 +264,7 @@ fn check_guarantees(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJo
             _ => {}
         }
     }
-    let bound = GRACE_S + PROTECT_S + GRACE_S;
+    let bound = GRACE_S;
     for (team, &(_, gpus)) in &case.guaranteed {
         let jobs: Vec<(u64, &str)> =
             arrived.iter().filter(|(_, (_, q))| q == team).map(|(n, (a, _))| (*a, n.as_str())).collect();
@@ -316,6 +312,15 @@ fn entitlements(case: &Case, queues: &[&String]) -> Vec<f64> {
 /// Jain's index of each queue's GPU time over its demand-capped entitlement, over the span in
 /// which every queue has a job waiting.
 fn weighted_jain_while_backlogged(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJob]) -> Option<f64> {
+    let x = served_while_backlogged(case, r, trace)?;
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    Some(sum * sum / (x.len() as f64 * squares))
+}
+
+/// Per queue (in name order), its GPU time over its demand-capped entitlement while every
+/// queue has a job waiting; `None` if that span is under an hour.
+fn served_while_backlogged(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJob]) -> Option<Vec<f64>> {
     let arrived = arrivals(trace);
     let queues: Vec<&String> = case.weights.keys().collect();
     // Waiting count and held milli per queue as events go; integrate while all wait.
@@ -353,10 +358,7 @@ fn weighted_jain_while_backlogged(case: &Case, r: &ReplayResult, trace: &[gantry
         return None;
     }
     let entitled = entitlements(case, &queues);
-    let x: Vec<f64> = (0..queues.len()).map(|k| gpu_s[k] / entitled[k]).collect();
-    let sum: f64 = x.iter().sum();
-    let squares: f64 = x.iter().map(|v| v * v).sum();
-    Some(sum * sum / (x.len() as f64 * squares))
+    Some((0..queues.len()).map(|k| gpu_s[k] / entitled[k] / span as f64).collect())
 }
 
 /// Bounds a thrashing scheduler breaks by orders of magnitude (the case: 660
@@ -402,36 +404,55 @@ fn random_multi_queue_traces_keep_every_sharing_invariant() {
 }
 
 /// Weighted Jain of GPU time against demand-capped entitlements while every queue is
-/// backlogged, worst over seeds 1–6: at least 0.95 with no backfill and with reservations at
-/// depth 1 and 4 (measured 0.99, 0.996, 0.98 on 12 seeds). Greedy backfill is held to 0.94:
-/// once the other queues have only 2-GPU jobs left, a queue's 1-GPU jobs take each GPU that
-/// frees before two are free on one node (greedy's known starvation of wider jobs: 0.949 on
-/// seed 2). Depth 16 is not checked here (0.92 on seed 12, and slow on these traces).
+/// backlogged, at least 0.95 in every backfill mode, on seeds 1–6 (depth 16 on 1–2: each of
+/// its replays takes most of a minute on these traces). Measured on seeds 1–12, worst: off
+/// 0.992, greedy 0.995, reserve 1 0.996, depth 4 0.996, depth 16 0.995 (docs/PERFORMANCE.md).
+/// Greedy reaches it by promising a start to a job blocked for `greedy_reserve_after` (without,
+/// 0.949: a queue left with wider jobs than the others loses each GPU that frees to their
+/// narrower ones); deep reservation lists by counting each promise in its queue's share while
+/// the pass picks (without, depth 16 gave every promise to the queue furthest behind: 0.923).
 #[test]
 fn gpu_time_follows_weights_while_every_queue_is_backlogged() {
     let modes = [
-        (Backfill::Off, 1, 0.95),
-        (Backfill::Reserve, 1, 0.95),
-        (Backfill::Reserve, 4, 0.95),
-        (Backfill::Greedy, 1, 0.94),
+        (Backfill::Off, 1, 6),
+        (Backfill::Greedy, 1, 6),
+        (Backfill::Reserve, 1, 6),
+        (Backfill::Reserve, 4, 6),
+        (Backfill::Reserve, 16, 2),
     ];
     let mut failures = Vec::new();
     let mut measured = 0;
-    for seed in 1..=6u64 {
-        let case = generate_backlogged(seed);
-        for (backfill, depth, floor) in modes {
+    for (backfill, depth, seeds) in modes {
+        for seed in 1..=seeds {
+            let case = generate_backlogged(seed);
             let (r, trace) = run(&case, backfill, depth);
             if let Some(j) = weighted_jain_while_backlogged(&case, &r, &trace) {
                 measured += 1;
-                if j < floor {
-                    failures.push(format!(
-                        "seed {seed}, {} depth {depth}: weighted Jain {j:.3} < {floor}",
-                        backfill.name()
-                    ));
+                if j < 0.95 {
+                    failures
+                        .push(format!("seed {seed}, {} depth {depth}: weighted Jain {j:.3} < 0.95", backfill.name()));
                 }
             }
         }
     }
-    assert!(measured >= 18, "every queue backlogged for an hour in only {measured} runs");
+    assert!(measured >= 26, "every queue backlogged for an hour in only {measured} runs");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The measurement behind the numbers above, on any seeds (`GANTRY_JAIN_SEEDS`, default 12):
+/// `cargo test --release -p gantry-sim --test sim weighted_jain_by_mode -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn weighted_jain_by_mode() {
+    let seeds: u64 = std::env::var("GANTRY_JAIN_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    for seed in 1..=seeds {
+        let case = generate_backlogged(seed);
+        let mut line = format!("seed {seed:3}:");
+        for (backfill, depth) in MODES {
+            let (r, trace) = run(&case, backfill, depth);
+            let j = weighted_jain_while_backlogged(&case, &r, &trace).map_or("-".into(), |j| format!("{j:.3}"));
+            line.push_str(&format!(" {} {depth} {j}", backfill.name()));
+        }
+        println!("{line}");
+    }
 }
