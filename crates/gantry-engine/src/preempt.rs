@@ -114,8 +114,13 @@ impl Victim {
     /// more, or just restarted after a reclaim, goes after every other (else the job that just
     /// restarted, having lost least, is the cheapest again at every reclaim).
     fn cost(&self) -> (bool, u64, i32, AllocId) {
-        let last = self.preempted_times >= PREEMPTED_TIMES_LAST || self.restarted_after_reclaim;
-        (last, self.work_lost_milli_s, self.priority, self.alloc)
+        (self.last_resort(), self.work_lost_milli_s, self.priority, self.alloc)
+    }
+
+    /// Taken only when no other victim will do: preempted [`PREEMPTED_TIMES_LAST`] times, or
+    /// just restarted after a reclaim.
+    fn last_resort(&self) -> bool {
+        self.preempted_times >= PREEMPTED_TIMES_LAST || self.restarted_after_reclaim
     }
 }
 
@@ -162,8 +167,8 @@ impl Spare {
     }
 }
 
-/// A candidate set's cost, compared lexicographically: jobs in it already preempted
-/// [`PREEMPTED_TIMES_LAST`] times, GPU-seconds lost, jobs, highest priority among them, then
+/// A candidate set's cost, compared lexicographically: jobs in it of last resort (preempted
+/// [`PREEMPTED_TIMES_LAST`] times, or just restarted after a reclaim), GPU-seconds lost, jobs, highest priority among them, then
 /// the allocations (a deterministic tie-break).
 type PlanCost = (usize, u64, usize, i32, Vec<AllocId>);
 
@@ -302,7 +307,7 @@ impl Engine {
 fn plan_cost(chosen: &[AllocId], victims: &[Victim]) -> PlanCost {
     let of = |a: &AllocId| victims.iter().find(|v| v.alloc == *a).expect("chosen among the victims");
     let lost = chosen.iter().map(|a| of(a).work_lost_milli_s).sum();
-    let repeated = chosen.iter().filter(|a| of(a).preempted_times >= PREEMPTED_TIMES_LAST).count();
+    let repeated = chosen.iter().filter(|a| of(a).last_resort()).count();
     let priority = chosen.iter().map(|a| of(a).priority).max().unwrap_or(i32::MIN);
     let mut allocs = chosen.to_vec();
     allocs.sort_unstable();

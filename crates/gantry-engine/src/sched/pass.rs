@@ -20,6 +20,11 @@
 //! that would still run at a reserved start is kept only if planning them again with it
 //! running moves none later.
 //!
+//! A reservation that frees in the middle of a pass (its job started) goes to the first job
+//! refused earlier in the pass that could not have one, not to the next job refused: else a
+//! wide job the order put first, refused while the slot was held, never gets the promise and
+//! the queue whose job held it keeps it for its next job (`Scan::unpromised`).
+//!
 //! Greedy backfill under fair share promises a start too, at depth 1, but only to a job that
 //! has waited `greedy_reserve_after` (`QueueTree`): otherwise a queue whose waiting work is
 //! wider than the others' is served less than its weight, every GPU that frees going to
@@ -89,6 +94,11 @@ struct Scan {
     refused: BTreeMap<u64, PendingReason>,
     tried: BTreeSet<JobId>,
     short: Vec<JobId>,
+    /// Jobs refused this pass that could not be promised a start because every reservation was
+    /// held, in pass order: when a reserved job starts later in the pass, its slot goes to the
+    /// first of them (not to whichever job the scan refuses next, which would hand the promise
+    /// to the same queue again and again while the job the order put first never gets one).
+    unpromised: Vec<JobId>,
 }
 
 /// A job's request shape: jobs with the same shape get the same placement answer on the same
@@ -305,6 +315,7 @@ impl Scheduler {
             refused: BTreeMap::new(),
             tried: BTreeSet::new(),
             short: Vec::new(),
+            unpromised: Vec::new(),
         };
         let mut reservations = if depth > 0 { self.reserve_promised(now, depth) } else { Reservations::default() };
         for (job, r) in &reservations.plans {
@@ -359,7 +370,7 @@ impl Scheduler {
                 scan.blocked[q] = true;
                 scan.short.push(job);
                 if depth > 0 {
-                    self.promise(job, now, depth, &mut reservations);
+                    self.offer_promise(job, now, depth, &mut scan, &mut reservations);
                 }
                 continue;
             }
@@ -393,6 +404,31 @@ impl Scheduler {
             let behind = self.pending[q].range((Bound::Excluded(from), Bound::Unbounded));
             scan.short.extend(behind.map(|&(_, _, j)| j).filter(|j| !scan.tried.contains(j)).take(PREEMPTORS_MAX));
         }
+    }
+
+    /// Promise `job` a start if a reservation is free; else remember it for the next slot that
+    /// frees in this pass.
+    fn offer_promise(&mut self, job: JobId, now: u64, depth: usize, scan: &mut Scan, reservations: &mut Reservations) {
+        self.promise(job, now, depth, reservations);
+        if !self.promises.contains(&job) {
+            scan.unpromised.push(job);
+        }
+    }
+
+    /// A reservation freed in the middle of the pass: offer it to the jobs refused earlier
+    /// that could not have one, in the order they were refused.
+    fn promise_unpromised(&mut self, now: u64, depth: usize, scan: &mut Scan, reservations: &mut Reservations) {
+        let waiting = std::mem::take(&mut scan.unpromised);
+        let mut left = Vec::new();
+        for job in waiting {
+            if self.is_queued(job) && !self.promises.contains(&job) {
+                self.promise(job, now, depth, reservations);
+                if !self.promises.contains(&job) {
+                    left.push(job);
+                }
+            }
+        }
+        scan.unpromised = left;
     }
 
     /// Count promise `job` (planned as `r`) in its queue's fair share for the rest of the pass,
@@ -439,10 +475,15 @@ impl Scheduler {
                 }
                 self.dequeue(job, candidate.priority, candidate.submitted_s);
                 self.start(job, go.alloc, go.milli, go.demand, now);
-                // Its own reservation, if it had one, is spent.
+                // Its own reservation, if it had one, is spent: the slot goes to the first job
+                // refused before it that could not have one.
+                let held = reservations.plans.len() + usize::from(reservations.one.is_some());
                 reservations.plans.retain(|(k, _)| *k != job);
                 if reservations.one.as_ref().is_some_and(|((k, _), _)| *k == job) {
                     reservations.one = None;
+                }
+                if reservations.plans.len() + usize::from(reservations.one.is_some()) < held {
+                    self.promise_unpromised(now, depth, scan, reservations);
                 }
                 let eligible_since = self.jobs[&job].eligible_at;
                 decisions.push(Decision::Start { job, alloc: go.alloc, milli: go.milli, eligible_since });
@@ -475,7 +516,7 @@ impl Scheduler {
                     scan.short.push(job);
                 }
                 if depth > 0 && (resources || (delayed && depth > 1)) {
-                    self.promise(job, now, depth, reservations);
+                    self.offer_promise(job, now, depth, scan, reservations);
                 }
             }
         }

@@ -102,3 +102,35 @@ fn greedy_backfill_reaches_small_jobs_behind_a_long_run_of_blocked_big_ones() {
         r.events.iter().filter(|e| e.event == "start" && e.job.starts_with("small")).map(|e| e.time_s).collect();
     assert_eq!(small, [20, 20], "the two free GPUs go to the small jobs at once");
 }
+
+/// Under fair share, a reservation that frees in the middle of a pass (its job started) goes
+/// to the first job refused before it that could not have one — here the wide queue's 2-GPU
+/// job, first in the order — not to the next job the scan refuses. (It went to the narrow
+/// queue's next job every time: the 2-GPU job waited 24 s and started last, after all twelve
+/// 1-GPU jobs that arrived with it, with reservations on.) At depth 4 the four promises made
+/// at t = 0, before it arrived, stay ahead of it (promises are kept in the order made).
+#[test]
+fn a_reservation_freed_mid_pass_goes_to_the_job_the_order_put_first() {
+    let mut trace = String::new();
+    for i in 0..12 {
+        let duration = 3 + i % 3;
+        trace.push_str(&format!(
+            "{{\"arrival_s\": 0, \"duration_s\": {duration}, \"job\": {{\"name\": \"n{i}\", \"queue\": \"narrow\", \"gpu\": {{\"count\": 1}}, \"time_limit\": \"20s\"}}}}\n"
+        ));
+    }
+    trace.push_str("{\"arrival_s\": 1, \"duration_s\": 2, \"job\": {\"name\": \"w\", \"queue\": \"wide\", \"gpu\": {\"count\": 2}, \"time_limit\": \"20s\"}}\n");
+    let queues =
+        "[fair_share]\ngreedy_reserve_after = \"5s\"\n[[queue]]\nname = \"narrow\"\n[[queue]]\nname = \"wide\"\n";
+    let catalog = Catalog::embedded();
+    let fleet = parse_fleet(TWO_A100, catalog).expect("fleet");
+    let jobs = read_trace(trace.as_bytes(), catalog, false).expect("trace").jobs;
+    for (backfill, depth) in [(Backfill::Reserve, 1), (Backfill::Greedy, 1)] {
+        let order =
+            gantry_sim::protocol_b::Order::FairShare(gantry_spec::parse_queues(queues, catalog).expect("queues"));
+        let options = ReplayOptions { order, backfill, reserve_depth: depth, ..Default::default() };
+        let r = run_trace(&fleet, catalog, &jobs, Policy::Default, 1, &options).expect("replays");
+        let wide = r.delay_max_by_queue_s["wide"];
+        assert!(wide <= 10, "{} depth {depth}: the wide job waited {wide} s", backfill.name());
+        assert!(r.reserved_late_without_cause.is_empty(), "{:?}", r.reserved_late_without_cause);
+    }
+}
