@@ -420,7 +420,12 @@ impl Scheduler {
     fn promise_unpromised(&mut self, now: u64, depth: usize, scan: &mut Scan, reservations: &mut Reservations) {
         let waiting = std::mem::take(&mut scan.unpromised);
         let mut left = Vec::new();
-        for job in waiting {
+        for (i, &job) in waiting.iter().enumerate() {
+            if self.promises.len() >= depth {
+                // Every reservation held again: the rest wait for the next slot.
+                left.extend_from_slice(&waiting[i..]);
+                break;
+            }
             if self.is_queued(job) && !self.promises.contains(&job) {
                 self.promise(job, now, depth, reservations);
                 if !self.promises.contains(&job) {
