@@ -147,10 +147,10 @@ struct RunningJob {
     /// Its end as planning counts on it (`None`: for ever).
     limit_end: Option<u64>,
     started_starved: bool,
-    /// When it started protected from reclaim for a while (`QueueTree::reclaim_protect_s`), on
-    /// capacity its own preemption freed; or started again after a reclaim stopped it (a
-    /// victim of last resort for as long).
+    /// When it started on capacity its own preemption freed: protected from reclaim for
+    /// `QueueTree::reclaim_protect_s`.
     protected_since: Option<u64>,
+    /// When it started again after a reclaim stopped it: a victim of last resort for as long.
     restarted_since: Option<u64>,
     milli: u64,
     held: Resources,
@@ -237,9 +237,10 @@ pub struct Scheduler {
     /// them (their victims and when the last grace period ends).
     terminating: BTreeMap<AllocId, &'static str>,
     awaiting: BTreeMap<JobId, Awaiting>,
-    /// How long a job started by reclaim is protected from reclaim, and how long a blocked job
-    /// waits under greedy backfill before it is promised a start (`QueueTree`).
+    /// How long a job started by reclaim is protected from reclaim (`QueueTree`).
     reclaim_protect_s: u64,
+    /// How long a blocked job waits under greedy backfill before it is promised a start
+    /// (`QueueTree`; never without fair share).
     greedy_reserve_after_s: u64,
     /// Per waiting job: the first start promised in its current wait, and whether a higher
     /// right has pushed it back during that wait.
