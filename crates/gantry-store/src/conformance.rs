@@ -2,7 +2,7 @@
 //! `tests/`; the PostgreSQL backend will run the same functions). Each check takes a fresh,
 //! empty store from `make` and panics with a message naming what broke.
 
-use crate::{Role, Store, StoreError, TokenRecord};
+use crate::{Batch, Role, Store, StoreError, TokenRecord, UsageRow};
 use gantry_types::{Ending, Event, Job, JobState, TaskStart};
 
 /// The smallest job the store can hold (no tasks), for backend tests.
@@ -107,6 +107,83 @@ pub fn state_is_derived_from_the_log<S: Store>(mut make: impl FnMut() -> S) {
     let before = store.jobs(&[]).expect("lists");
     store.rebuild().expect("rebuilds");
     assert_eq!(store.jobs(&[]).expect("lists"), before);
+    // The derivation in memory (the controller's copy) gives the same rows.
+    let mut rows: std::collections::BTreeMap<u64, crate::JobRow> = Default::default();
+    for (_, event) in store.events_after(0, 1000).expect("log") {
+        let row = crate::apply_event(rows.get(&event.job_id()), &event).expect("applies");
+        rows.insert(row.id, row);
+    }
+    assert_eq!(rows.into_values().collect::<Vec<_>>(), before, "memory and backend agree");
+}
+
+/// A batch (the group commit's unit) is written all or none, commands, events and side tables
+/// together; the command log keeps order and times.
+pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    let token =
+        TokenRecord { name: "ops".into(), role: Role::Admin, queues: Vec::new(), hash: "h1".into(), created_at_s: 1 };
+    let usage = UsageRow {
+        hour_s: 3600,
+        job: 1,
+        queue: "q".into(),
+        user: "u".into(),
+        model: "L4".into(),
+        allocated_milli_s: 10,
+        used_milli_s: 5,
+    };
+    let good = Batch {
+        commands: vec![(10, "{\"a\":1}".into()), (11, "{\"b\":2}".into())],
+        events: vec![submitted(1, "a"), started(1, 11)],
+        tokens_added: vec![token.clone()],
+        tokens_revoked: Vec::new(),
+        drained: vec![("n1".into(), true)],
+        gpu_modes: vec![("n1".into(), 0, "whole".into())],
+        usage: vec![usage.clone()],
+        series: vec![(300, "{}".into(), 0)],
+    };
+    assert!(!good.is_empty() && Batch::default().is_empty());
+    store.commit(std::slice::from_ref(&good)).expect("commits");
+    let log = store.commands_after(0, 10).expect("reads");
+    assert_eq!(
+        log.iter().map(|c| (c.at_s, c.body.as_str())).collect::<Vec<_>>(),
+        [(10, "{\"a\":1}"), (11, "{\"b\":2}")]
+    );
+    assert!(log[0].seq < log[1].seq);
+    assert_eq!(store.commands_after(log[0].seq, 10).expect("reads").len(), 1);
+    assert_eq!(store.job(1).expect("reads").expect("exists").state, JobState::Running);
+    assert_eq!(store.token_by_hash("h1").expect("reads"), Some(token.clone()));
+    assert_eq!(store.drained().expect("reads"), ["n1"]);
+    // A good batch committed together with a bad one is not written either.
+    let good_again = || Batch { series: vec![(600, "{}".into(), 0)], ..Default::default() };
+    let bad_cases: Vec<(&str, Batch)> = vec![
+        ("a conflicting event", Batch { events: vec![submitted(2, "b"), started(9, 1)], ..Default::default() }),
+        (
+            "a token name taken",
+            Batch { tokens_added: vec![TokenRecord { hash: "h2".into(), ..token.clone() }], ..Default::default() },
+        ),
+        (
+            "a ledger row off the hour",
+            Batch { usage: vec![UsageRow { hour_s: 3601, ..usage.clone() }], ..Default::default() },
+        ),
+    ];
+    for (name, mut bad) in bad_cases {
+        bad.commands.push((99, "{}".into()));
+        bad.drained.push(("n2".into(), true));
+        bad.tokens_revoked.push("ops".into());
+        store.commit(&[good_again(), bad]).expect_err(name);
+        assert_eq!(store.commands_after(0, 10).expect("reads").len(), 2, "{name}: no command logged");
+        assert_eq!(store.job(2).expect("reads"), None, "{name}: no event");
+        assert_eq!(store.drained().expect("reads"), ["n1"], "{name}: no side table");
+        assert!(store.token_by_hash("h1").expect("reads").is_some(), "{name}: no revocation");
+        assert_eq!(store.series_points(0).expect("reads").len(), 1, "{name}: the good batch beside it neither");
+    }
+    // Several commands' batches in one commit, in order: a token revoked and made again.
+    let revoke =
+        Batch { tokens_revoked: vec!["ops".into()], drained: vec![("n1".into(), false)], ..Default::default() };
+    let again = Batch { tokens_added: vec![TokenRecord { hash: "h3".into(), ..token }], ..Default::default() };
+    store.commit(&[revoke, again]).expect("commits");
+    assert_eq!(store.tokens().expect("reads").iter().map(|t| t.hash.as_str()).collect::<Vec<_>>(), ["h3"]);
+    assert_eq!(store.drained().expect("reads"), Vec::<String>::new());
 }
 
 /// Tokens: kept by hash, names unique, revocable.

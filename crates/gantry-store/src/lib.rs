@@ -4,7 +4,9 @@
 //! ran) is refused and the whole batch is rolled back: nothing is half-applied.
 //!
 //! [`Store`] is the boundary the controller writes through; every backend must pass the one
-//! [`conformance`] suite. [`SqliteStore`] is the embedded default (WAL, `synchronous=FULL`:
+//! [`conformance`] suite. The controller writes one [`Batch`] per group of commands: the
+//! commands themselves (the command log a replay re-runs), their events and every side table
+//! they change, in one transaction. [`SqliteStore`] is the embedded default (WAL, `synchronous=FULL`:
 //! an append that returned is on disk).
 
 pub mod conformance;
@@ -107,11 +109,50 @@ pub struct UsageRow {
 /// Seconds per ledger bucket.
 pub const USAGE_BUCKET_S: u64 = 3600;
 
+/// One entry of the command log: what reached the controller's state machine, when, in the
+/// order it was applied (`body` is the command's JSON, opaque to the store).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandRecord {
+    pub seq: u64,
+    pub at_s: u64,
+    pub body: String,
+}
+
+/// Everything one or more commands change, written all or none in one transaction (and, on
+/// SQLite, one fsync): the group commit's unit.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Batch {
+    /// The command log: (time, command JSON), in the order applied.
+    pub commands: Vec<(u64, String)>,
+    pub events: Vec<Event>,
+    pub tokens_added: Vec<TokenRecord>,
+    pub tokens_revoked: Vec<String>,
+    /// (node, drained).
+    pub drained: Vec<(String, bool)>,
+    /// (node, GPU index, mode JSON).
+    pub gpu_modes: Vec<(String, u32, String)>,
+    pub usage: Vec<UsageRow>,
+    /// (time, point JSON, drop points before this time).
+    pub series: Vec<(u64, String, u64)>,
+}
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self == &Batch::default()
+    }
+}
+
 /// The boundary the controller writes through. One writer at a time.
 pub trait Store {
     /// Append `events` in order, all or none, updating the derived state in the same
     /// transaction. Returns the sequence number of the last one.
     fn append(&mut self, events: &[Event]) -> Result<u64, StoreError>;
+    /// Write `batches` in order, in one transaction, all or none (a conflicting event, a token
+    /// name taken, a ledger row off the hour: nothing of any of them is written). Several
+    /// commands' batches in one call is the group commit: one transaction, one sync.
+    fn commit(&mut self, batches: &[Batch]) -> Result<(), StoreError>;
+    /// Up to `limit` entries of the command log after sequence number `seq`, in order.
+    fn commands_after(&self, seq: u64, limit: usize) -> Result<Vec<CommandRecord>, StoreError>;
     /// Up to `limit` events after sequence number `seq`, in order.
     fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<(u64, Event)>, StoreError>;
     fn job(&self, id: u64) -> Result<Option<JobRow>, StoreError>;
@@ -146,6 +187,43 @@ pub trait Store {
     fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError>;
     /// The series points at or after `from_s`, oldest first.
     fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError>;
+}
+
+/// `row` after `event` (`None`: a job not seen before): the one derivation of the `jobs`
+/// table from the log, for backends and for the controller's own copy in memory.
+pub fn apply_event(row: Option<&JobRow>, event: &Event) -> Result<JobRow, StoreError> {
+    let next = transition(row.map(|r| r.state), event)?;
+    let mut row = match (row, event) {
+        (None, Event::Submitted { id, at_s, job }) => JobRow {
+            id: *id,
+            name: job.name.clone(),
+            queue: job.queue.clone(),
+            state: next,
+            submitted_at_s: *at_s,
+            started_at_s: None,
+            ended_at_s: None,
+            exit_code: None,
+            requeues: 0,
+            job: (**job).clone(),
+            tasks: Vec::new(),
+        },
+        (Some(row), _) => row.clone(),
+        (None, _) => unreachable!("transition refuses any first event but submitted"),
+    };
+    row.state = next;
+    match event {
+        Event::Submitted { .. } => {}
+        Event::Started { at_s, tasks, .. } => {
+            row.started_at_s = Some(*at_s);
+            row.tasks = tasks.clone();
+        }
+        Event::Ended { at_s, exit_code, .. } => {
+            row.ended_at_s = Some(*at_s);
+            row.exit_code = *exit_code;
+        }
+        Event::Requeued { .. } => row.requeues += 1,
+    }
+    Ok(row)
 }
 
 /// The state a job moves to on `event`, or a conflict. `current` is `None` for a job the

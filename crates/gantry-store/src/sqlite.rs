@@ -2,7 +2,7 @@
 //! FULL` (an append that returned survives a power cut), the event log and the `jobs` table
 //! in one transaction per append.
 
-use crate::{JobRow, Role, Store, StoreError, TokenRecord, UsageRow, transition};
+use crate::{Batch, CommandRecord, JobRow, Role, Store, StoreError, TokenRecord, UsageRow, transition};
 use gantry_types::{Event, JobState, TaskStart};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use std::path::Path;
@@ -59,11 +59,17 @@ CREATE TABLE IF NOT EXISTS series (
     t_s   INTEGER PRIMARY KEY,
     point TEXT    NOT NULL
 );
+CREATE TABLE IF NOT EXISTS commands (
+    seq  INTEGER PRIMARY KEY AUTOINCREMENT,
+    at_s INTEGER NOT NULL,
+    body TEXT    NOT NULL
+);
 ";
 
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
-/// `usage`, 5 `series`, 6 `gpu_modes`; an older store gets the new tables when opened.
-const SCHEMA_VERSION: i64 = 6;
+/// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log); an older store gets the
+/// new tables when opened.
+const SCHEMA_VERSION: i64 = 7;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -203,24 +209,27 @@ const COLUMNS: &str =
 impl Store for SqliteStore {
     fn append(&mut self, events: &[Event]) -> Result<u64, StoreError> {
         let tx = self.conn.transaction()?;
-        let mut last = 0;
-        for event in events {
-            Self::apply(&tx, event)?;
-            let body = serde_json::to_string(event).map_err(|e| StoreError::Backend(e.to_string()))?;
-            let at = match event {
-                Event::Submitted { at_s, .. }
-                | Event::Started { at_s, .. }
-                | Event::Ended { at_s, .. }
-                | Event::Requeued { at_s, .. } => *at_s,
-            };
-            tx.execute(
-                "INSERT INTO events (job_id, kind, at_s, body) VALUES (?1, ?2, ?3, ?4)",
-                params![int(event.job_id())?, event.kind(), int(at)?, body],
-            )?;
-            last = uint(tx.last_insert_rowid())?;
-        }
+        let last = append_events(&tx, events)?;
         tx.commit()?;
         Ok(last)
+    }
+
+    fn commit(&mut self, batches: &[Batch]) -> Result<(), StoreError> {
+        let tx = self.conn.transaction()?;
+        for batch in batches {
+            write_batch(&tx, batch)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn commands_after(&self, seq: u64, limit: usize) -> Result<Vec<CommandRecord>, StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT seq, at_s, body FROM commands WHERE seq > ?1 ORDER BY seq LIMIT ?2")?;
+        let raw: Vec<(i64, i64, String)> = stmt
+            .query_map(params![int(seq)?, int(limit as u64)?], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<Result<_, _>>()?;
+        raw.into_iter().map(|(seq, at, body)| Ok(CommandRecord { seq: uint(seq)?, at_s: uint(at)?, body })).collect()
     }
 
     fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<(u64, Event)>, StoreError> {
@@ -259,16 +268,7 @@ impl Store for SqliteStore {
     }
 
     fn put_token(&mut self, token: &TokenRecord) -> Result<(), StoreError> {
-        let role = serde_json::to_value(token.role).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let queues = serde_json::to_string(&token.queues).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let inserted = self.conn.execute(
-            "INSERT OR IGNORE INTO tokens (name, role, queues, hash, created_at_s) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![token.name, role.as_str(), queues, token.hash, int(token.created_at_s)?],
-        )?;
-        if inserted == 0 {
-            return Err(StoreError::TokenExists(token.name.clone()));
-        }
-        Ok(())
+        put_token(&self.conn, token)
     }
 
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError> {
@@ -289,12 +289,7 @@ impl Store for SqliteStore {
     }
 
     fn set_drained(&mut self, node: &str, drained: bool) -> Result<(), StoreError> {
-        if drained {
-            self.conn.execute("INSERT OR IGNORE INTO drained (node) VALUES (?1)", params![node])?;
-        } else {
-            self.conn.execute("DELETE FROM drained WHERE node = ?1", params![node])?;
-        }
-        Ok(())
+        set_drained(&self.conn, node, drained)
     }
 
     fn drained(&self) -> Result<Vec<String>, StoreError> {
@@ -304,12 +299,7 @@ impl Store for SqliteStore {
     }
 
     fn set_gpu_mode(&mut self, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError> {
-        self.conn.execute(
-            "INSERT INTO gpu_modes (node, gpu, mode) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (node, gpu) DO UPDATE SET mode = excluded.mode",
-            params![node, gpu, mode],
-        )?;
-        Ok(())
+        set_gpu_mode(&self.conn, node, gpu, mode)
     }
 
     fn gpu_modes(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
@@ -320,29 +310,7 @@ impl Store for SqliteStore {
 
     fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        {
-            let mut stmt = tx.prepare_cached(
-                "INSERT INTO usage (hour_s, job_id, queue, user, model, allocated_milli_s, used_milli_s)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (hour_s, job_id, model) DO UPDATE SET
-                   allocated_milli_s = allocated_milli_s + excluded.allocated_milli_s,
-                   used_milli_s = used_milli_s + excluded.used_milli_s",
-            )?;
-            for r in rows {
-                if r.hour_s % crate::USAGE_BUCKET_S != 0 {
-                    return Err(StoreError::Backend(format!("usage hour {} is not on an hour", r.hour_s)));
-                }
-                stmt.execute(params![
-                    int(r.hour_s)?,
-                    int(r.job)?,
-                    r.queue,
-                    r.user,
-                    r.model,
-                    int(r.allocated_milli_s)?,
-                    int(r.used_milli_s)?
-                ])?;
-            }
-        }
+        add_usage(&tx, rows)?;
         tx.commit()?;
         Ok(())
     }
@@ -374,8 +342,7 @@ impl Store for SqliteStore {
 
     fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
-        tx.execute("INSERT OR REPLACE INTO series (t_s, point) VALUES (?1, ?2)", params![int(t_s)?, point])?;
-        tx.execute("DELETE FROM series WHERE t_s < ?1", params![int(keep_from_s)?])?;
+        put_series_point(&tx, t_s, point, keep_from_s)?;
         tx.commit()?;
         Ok(())
     }
@@ -417,4 +384,111 @@ fn decode_token((name, role, queues, hash, created): RawToken) -> Result<TokenRe
     let queues: Vec<String> =
         serde_json::from_str(&queues).map_err(|e| StoreError::Corrupt(format!("token {name:?}: queues: {e}")))?;
     Ok(TokenRecord { name, role, queues, hash, created_at_s: uint(created)? })
+}
+
+/// Append `events` to the log and apply each to the `jobs` table; the last one's sequence
+/// number (0 for none).
+fn append_events(tx: &Transaction<'_>, events: &[Event]) -> Result<u64, StoreError> {
+    let mut last = 0;
+    for event in events {
+        SqliteStore::apply(tx, event)?;
+        let body = serde_json::to_string(event).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let at = match event {
+            Event::Submitted { at_s, .. }
+            | Event::Started { at_s, .. }
+            | Event::Ended { at_s, .. }
+            | Event::Requeued { at_s, .. } => *at_s,
+        };
+        tx.prepare_cached("INSERT INTO events (job_id, kind, at_s, body) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![int(event.job_id())?, event.kind(), int(at)?, body])?;
+        last = uint(tx.last_insert_rowid())?;
+    }
+    Ok(last)
+}
+
+fn put_token(conn: &Connection, token: &TokenRecord) -> Result<(), StoreError> {
+    let role = serde_json::to_value(token.role).map_err(|e| StoreError::Backend(e.to_string()))?;
+    let queues = serde_json::to_string(&token.queues).map_err(|e| StoreError::Backend(e.to_string()))?;
+    let inserted = conn.execute(
+        "INSERT OR IGNORE INTO tokens (name, role, queues, hash, created_at_s) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![token.name, role.as_str(), queues, token.hash, int(token.created_at_s)?],
+    )?;
+    if inserted == 0 {
+        return Err(StoreError::TokenExists(token.name.clone()));
+    }
+    Ok(())
+}
+
+fn set_drained(conn: &Connection, node: &str, drained: bool) -> Result<(), StoreError> {
+    if drained {
+        conn.execute("INSERT OR IGNORE INTO drained (node) VALUES (?1)", params![node])?;
+    } else {
+        conn.execute("DELETE FROM drained WHERE node = ?1", params![node])?;
+    }
+    Ok(())
+}
+
+fn set_gpu_mode(conn: &Connection, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO gpu_modes (node, gpu, mode) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (node, gpu) DO UPDATE SET mode = excluded.mode",
+        params![node, gpu, mode],
+    )?;
+    Ok(())
+}
+
+fn add_usage(conn: &Connection, rows: &[UsageRow]) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO usage (hour_s, job_id, queue, user, model, allocated_milli_s, used_milli_s)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (hour_s, job_id, model) DO UPDATE SET
+           allocated_milli_s = allocated_milli_s + excluded.allocated_milli_s,
+           used_milli_s = used_milli_s + excluded.used_milli_s",
+    )?;
+    for r in rows {
+        if r.hour_s % crate::USAGE_BUCKET_S != 0 {
+            return Err(StoreError::Backend(format!("usage hour {} is not on an hour", r.hour_s)));
+        }
+        stmt.execute(params![
+            int(r.hour_s)?,
+            int(r.job)?,
+            r.queue,
+            r.user,
+            r.model,
+            int(r.allocated_milli_s)?,
+            int(r.used_milli_s)?
+        ])?;
+    }
+    Ok(())
+}
+
+fn put_series_point(conn: &Connection, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError> {
+    conn.execute("INSERT OR REPLACE INTO series (t_s, point) VALUES (?1, ?2)", params![int(t_s)?, point])?;
+    conn.execute("DELETE FROM series WHERE t_s < ?1", params![int(keep_from_s)?])?;
+    Ok(())
+}
+
+/// Everything of one batch, inside the caller's transaction.
+fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
+    for (at_s, body) in &batch.commands {
+        tx.prepare_cached("INSERT INTO commands (at_s, body) VALUES (?1, ?2)")?.execute(params![int(*at_s)?, body])?;
+    }
+    append_events(tx, &batch.events)?;
+    for token in &batch.tokens_added {
+        put_token(tx, token)?;
+    }
+    for name in &batch.tokens_revoked {
+        tx.execute("DELETE FROM tokens WHERE name = ?1", params![name])?;
+    }
+    for (node, drained) in &batch.drained {
+        set_drained(tx, node, *drained)?;
+    }
+    for (node, gpu, mode) in &batch.gpu_modes {
+        set_gpu_mode(tx, node, *gpu, mode)?;
+    }
+    add_usage(tx, &batch.usage)?;
+    for (t_s, point, keep_from_s) in &batch.series {
+        put_series_point(tx, *t_s, point, *keep_from_s)?;
+    }
+    Ok(())
 }

@@ -35,6 +35,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::gpu_modes_replace_per_gpu(memory);
     conformance::usage_ledger(memory);
     conformance::series_points(memory);
+    conformance::batches_are_all_or_none(memory);
     conformance::lifecycle(file_store("lifecycle"));
     conformance::conflicts_roll_back_the_batch(file_store("conflicts"));
     conformance::state_is_derived_from_the_log(file_store("derived"));
@@ -43,6 +44,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::gpu_modes_replace_per_gpu(file_store("gpu-modes"));
     conformance::usage_ledger(file_store("usage"));
     conformance::series_points(file_store("series"));
+    conformance::batches_are_all_or_none(file_store("batches"));
 }
 
 #[test]
