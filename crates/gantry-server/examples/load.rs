@@ -42,10 +42,11 @@ fn main() {
         tick: Duration::from_secs(1),
         scheduling,
         simulate_tasks: Some(Duration::from_secs(24 * 3600)),
-        agents: gantry_server::controller::Agents::Local,
+        agents: gantry_server::control::Agents::Local,
         measure_local_gpus: false,
         billing: Default::default(),
         idle: Default::default(),
+        group_commit: true,
     };
     let running = rt.block_on(start(config)).expect("starts");
     let url = format!("http://{}", running.addr);

@@ -3,7 +3,9 @@
 //! request changes nothing.
 
 use crate::auth::{Principal, bearer};
-use crate::controller::{ApiError, JobView, NodeView};
+use crate::control::{Command, Reply};
+use crate::error::ControlError;
+use crate::views::{self, JobView, NodeView};
 use crate::wire::{Heartbeat, Orders, Register, Registered, TaskKey, TaskState, WAIT_MS_MAX};
 use crate::{Shared, now_s};
 use axum::Json;
@@ -19,18 +21,46 @@ use serde::{Deserialize, Serialize};
 /// Largest request body: a workload file is a few KiB; 1 MiB is a mistake or an attack.
 pub const BODY_BYTES_MAX: usize = 1 << 20;
 
+/// A refused or failed request as the API answers it: the status code and `{"error": ...}`.
+#[derive(Debug)]
+pub struct ApiError(pub ControlError);
+
+impl From<ControlError> for ApiError {
+    fn from(e: ControlError) -> Self {
+        ApiError(e)
+    }
+}
+
+/// The one place a domain error becomes an HTTP status.
+pub fn status_of(e: &ControlError) -> StatusCode {
+    match e {
+        ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
+        ControlError::UnknownJob(_) | ControlError::UnknownNode(_) | ControlError::UnknownToken(_) => {
+            StatusCode::NOT_FOUND
+        }
+        ControlError::TokenExists(_) | ControlError::JobEnded { .. } | ControlError::Conflict(_) => {
+            StatusCode::CONFLICT
+        }
+        ControlError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        ControlError::Forbidden(_) => StatusCode::FORBIDDEN,
+        ControlError::StoreFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ControlError::Store(_) | ControlError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = match &self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        (status, Json(ErrorBody { error: self.to_string() })).into_response()
+        (status_of(&self.0), Json(ErrorBody { error: self.0.to_string() })).into_response()
     }
+}
+
+fn bad(message: String) -> ApiError {
+    ApiError(ControlError::Invalid(message))
+}
+
+/// A reply of the wrong kind for its command: a bug.
+fn unexpected(reply: Reply) -> ApiError {
+    ApiError(ControlError::Internal(format!("unexpected reply {reply:?}")))
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -77,7 +107,7 @@ pub struct TokenSecret {
 fn who(shared: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
     let header = headers.get(axum::http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     let secret = bearer(header)?;
-    shared.controller.lock().expect("not poisoned").authenticate(secret)
+    Ok(shared.read(|c| c.authenticate(secret))?)
 }
 
 /// `GET /healthz`: no token needed.
@@ -154,9 +184,10 @@ async fn submit(
     body: String,
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     let who = who(&shared, &headers)?;
-    let ids = shared.controller.lock().expect("not poisoned").submit(&who, &body, now_s())?;
-    shared.wake.notify_one();
-    Ok((StatusCode::CREATED, Json(Submitted { ids })))
+    match shared.execute(Command::Submit { who, workload: body }).await? {
+        Reply::Submitted { ids } => Ok((StatusCode::CREATED, Json(Submitted { ids }))),
+        other => Err(unexpected(other)),
+    }
 }
 
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
@@ -170,17 +201,15 @@ async fn list(
     let mut states = Vec::new();
     for name in q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
         let state: JobState = serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
-            ApiError::BadRequest(format!(
-                "unknown state {name:?}: use pending, running, completed, failed, cancelled or lost"
-            ))
+            bad(format!("unknown state {name:?}: use pending, running, completed, failed, cancelled or lost"))
         })?;
         states.push(state);
     }
-    Ok(Json(shared.controller.lock().expect("not poisoned").jobs(&who, &states)?))
+    Ok(Json(shared.read(|c| views::jobs::jobs(c, &who, &states))))
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
-    text.parse().map_err(|_| ApiError::BadRequest(format!("{text:?} is not a job id")))
+    text.parse().map_err(|_| bad(format!("{text:?} is not a job id")))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
@@ -192,7 +221,8 @@ async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
     let who = who(&shared, &headers)?;
-    Ok(Json(shared.controller.lock().expect("not poisoned").job(&who, job_id(&id)?)?))
+    let id = job_id(&id)?;
+    Ok(Json(shared.read(|c| views::jobs::job(c, &who, id))?))
 }
 
 #[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
@@ -205,13 +235,12 @@ async fn cancel(
 ) -> Result<Json<Cancelled>, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
-    let stop = shared.controller.lock().expect("not poisoned").cancel(&who, id, now_s())?;
-    if let (Some((attempt, grace)), Some(runner)) = (stop, &shared.runner) {
-        runner.stop(id, attempt, std::time::Duration::from_secs(grace));
+    match shared.execute(Command::Cancel { who, job: id }).await? {
+        Reply::Cancelled { stopping } => {
+            Ok(Json(Cancelled { id, status: if stopping { "stopping" } else { "cancelled" }.into() }))
+        }
+        other => Err(unexpected(other)),
     }
-    shared.wake.notify_one();
-    shared.agents_wake.notify_waiters();
-    Ok(Json(Cancelled { id, status: if stop.is_some() { "stopping" } else { "cancelled" }.into() }))
 }
 
 /// `GET /v1/jobs/{id}/logs`: every task's stdout then stderr, each under a header line.
@@ -221,7 +250,7 @@ async fn cancel(
 async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Result<String, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
-    let view = shared.controller.lock().expect("not poisoned").job(&who, id)?;
+    let view = shared.read(|c| views::jobs::job(c, &who, id))?;
     let dir = crate::runner::job_dir(&shared.data_dir, id);
     let mut text = String::new();
     if shared.runner.is_none() {
@@ -255,10 +284,14 @@ async fn create_token(
     headers: HeaderMap,
     body: String,
 ) -> Result<(StatusCode, Json<TokenSecret>), ApiError> {
-    who(&shared, &headers)?.admin_only("creating tokens")?;
-    let new: NewToken = serde_json::from_str(&body).map_err(|e| ApiError::BadRequest(format!("token request: {e}")))?;
-    let secret =
-        shared.controller.lock().expect("not poisoned").create_token(&new.name, new.role, new.queues, now_s())?;
+    let who = who(&shared, &headers)?;
+    who.admin_only("creating tokens")?;
+    let new: NewToken = serde_json::from_str(&body).map_err(|e| bad(format!("token request: {e}")))?;
+    let secret = crate::auth::new_secret().map_err(|e| ApiError(ControlError::Internal(e)))?;
+    let hash = crate::auth::hash(&secret);
+    shared
+        .execute(Command::CreateToken { who, name: new.name.clone(), role: new.role, queues: new.queues, hash })
+        .await?;
     Ok((StatusCode::CREATED, Json(TokenSecret { name: new.name, secret })))
 }
 
@@ -266,8 +299,8 @@ async fn create_token(
     responses((status = 200, description = "Every token, without secrets or hashes", body = [TokenRecord]), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 403, description = "Admins only", body = ErrorBody)))]
 async fn list_tokens(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<TokenRecord>>, ApiError> {
-    who(&shared, &headers)?.admin_only("listing tokens")?;
-    Ok(Json(shared.controller.lock().expect("not poisoned").tokens()?))
+    let who = who(&shared, &headers)?;
+    Ok(Json(shared.read(|c| views::tokens(c, &who))?))
 }
 
 #[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", params(("name" = String, Path, description = "Token name")),
@@ -278,8 +311,9 @@ async fn revoke_token(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    who(&shared, &headers)?.admin_only("revoking tokens")?;
-    shared.controller.lock().expect("not poisoned").revoke_token(&name)?;
+    let who = who(&shared, &headers)?;
+    who.admin_only("revoking tokens")?;
+    shared.execute(Command::RevokeToken { who, name }).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -287,7 +321,7 @@ async fn revoke_token(
     responses((status = 200, description = "Every node: readiness, GPUs, allocation, utilization, jobs", body = [NodeView]), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
 async fn nodes(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<NodeView>>, ApiError> {
     who(&shared, &headers)?;
-    Ok(Json(shared.controller.lock().expect("not poisoned").nodes(now_s())?))
+    Ok(Json(shared.read(|c| views::nodes::nodes(c, now_s()))))
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -306,7 +340,7 @@ async fn drain(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<Drained>, ApiError> {
-    set_drained(&shared, &headers, name, true)
+    set_drained(&shared, &headers, name, true).await
 }
 
 #[utoipa::path(post, path = "/v1/nodes/{name}/resume", tag = "nodes", params(("name" = String, Path, description = "Node name")),
@@ -317,15 +351,21 @@ async fn resume(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> Result<Json<Drained>, ApiError> {
-    set_drained(&shared, &headers, name, false)
+    set_drained(&shared, &headers, name, false).await
 }
 
-fn set_drained(shared: &Shared, headers: &HeaderMap, node: String, drained: bool) -> Result<Json<Drained>, ApiError> {
+async fn set_drained(
+    shared: &Shared,
+    headers: &HeaderMap,
+    node: String,
+    drained: bool,
+) -> Result<Json<Drained>, ApiError> {
     let who = who(shared, headers)?;
-    let changed = shared.controller.lock().expect("not poisoned").set_drained(&who, &node, drained)?;
-    // A resumed node has room: run a cycle now rather than at the next tick.
-    shared.wake.notify_one();
-    Ok(Json(Drained { node, drained, changed }))
+    // A resumed node has room: the command asks for a cycle now rather than at the next tick.
+    match shared.execute(Command::Drain { who, node: node.clone(), drained }).await? {
+        Reply::Drained { changed } => Ok(Json(Drained { node, drained, changed })),
+        other => Err(unexpected(other)),
+    }
 }
 
 /// `POST /v1/agents/register` (agent or admin token): a remote agent announces its node.
@@ -340,11 +380,11 @@ async fn register_agent(
 ) -> Result<Json<Registered>, ApiError> {
     let who = who(&shared, &headers)?;
     who.agent_only("registering an agent")?;
-    let reg: Register =
-        serde_json::from_str(&body).map_err(|e| ApiError::BadRequest(format!("agent registration: {e}")))?;
-    let registered = shared.controller.lock().expect("not poisoned").register_agent(&who, reg, now_s())?;
-    shared.wake.notify_one();
-    Ok(Json(registered))
+    let registration: Register = serde_json::from_str(&body).map_err(|e| bad(format!("agent registration: {e}")))?;
+    match shared.execute(Command::Register { who, registration }).await? {
+        Reply::Registered(registered) => Ok(Json(registered)),
+        other => Err(unexpected(other)),
+    }
 }
 
 /// `POST /v1/agents/{node}/heartbeat` (agent or admin token): the agent's report in, its
@@ -362,7 +402,7 @@ async fn heartbeat(
 ) -> Result<Json<Orders>, ApiError> {
     let who = who(&shared, &headers)?;
     who.agent_only("heartbeats")?;
-    let beat: Heartbeat = serde_json::from_str(&body).map_err(|e| ApiError::BadRequest(format!("heartbeat: {e}")))?;
+    let beat: Heartbeat = serde_json::from_str(&body).map_err(|e| bad(format!("heartbeat: {e}")))?;
     let wait = std::time::Duration::from_millis(beat.wait_ms.min(WAIT_MS_MAX));
     let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|t| t.stopping).map(|t| t.key.clone()).collect();
     let reported_exits = beat.tasks.iter().any(|t| t.state != TaskState::Running);
@@ -370,7 +410,10 @@ async fn heartbeat(
     let notified = shared.agents_wake.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
-    let orders = shared.controller.lock().expect("not poisoned").agent_heartbeat(&who, &node, beat, now_s())?;
+    let orders = match shared.execute(Command::Heartbeat { who, node: node.clone(), beat }).await? {
+        Reply::Orders(orders) => orders,
+        other => return Err(unexpected(other)),
+    };
     if reported_exits {
         // Capacity came back: schedule now rather than at the next tick.
         shared.wake.notify_one();
@@ -379,7 +422,7 @@ async fn heartbeat(
         return Ok(Json(orders));
     }
     let _ = tokio::time::timeout(wait, notified).await;
-    Ok(Json(shared.controller.lock().expect("not poisoned").agent_orders(&node, &stopping)))
+    Ok(Json(shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?))
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -405,21 +448,20 @@ async fn usage(
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<crate::meter::UsageLine>>, ApiError> {
     let who = who(&shared, &headers)?;
-    let Query(q) = query.map_err(|e| {
-        ApiError::BadRequest(format!("usage: {e} (from/to: Unix seconds; by: user, queue, model or job)"))
-    })?;
+    let Query(q) =
+        query.map_err(|e| bad(format!("usage: {e} (from/to: Unix seconds; by: user, queue, model or job)")))?;
     let now = now_s();
     let hour = gantry_store::USAGE_BUCKET_S;
     let from = q.from.unwrap_or(now.saturating_sub(30 * 24 * 3600));
     let to = q.to.unwrap_or(now);
     if from > to {
-        return Err(ApiError::BadRequest(format!("usage: from ({from}) is after to ({to})")));
+        return Err(bad(format!("usage: from ({from}) is after to ({to})")));
     }
     // The store keeps times as SQLite integers: anything past year 10^11 is "the end".
     let (from, to) = (from.min(1 << 60), to.min(1 << 60));
     let (from, to) = (from - from % hour, to.div_ceil(hour) * hour);
     let by = q.by.unwrap_or(crate::meter::UsageBy::Queue);
-    Ok(Json(shared.controller.lock().expect("not poisoned").usage(&who, from, to, by)?))
+    Ok(Json(usage_lines(&shared, &who, from, to, by)?))
 }
 
 /// `GET /metrics`: OpenMetrics for Prometheus (any token but an agent's; a read-only token is
@@ -429,7 +471,7 @@ async fn usage(
         (status = 401, description = "Missing or unknown token", body = ErrorBody), (status = 403, description = "Not allowed for this token", body = ErrorBody)))]
 async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
     let who = who(&shared, &headers)?;
-    let text = shared.controller.lock().expect("not poisoned").metrics(&who, now_s())?;
+    let text = shared.read(|c| views::metrics::metrics(c, &who, now_s()))?;
     Ok(([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
 }
 
@@ -453,20 +495,20 @@ async fn series(
     let fine = match q.range.as_deref() {
         None | Some("hour") => true,
         Some("week") => false,
-        Some(other) => return Err(ApiError::BadRequest(format!("range {other:?}: use hour or week"))),
+        Some(other) => return Err(bad(format!("range {other:?}: use hour or week"))),
     };
-    Ok(Json(shared.controller.lock().expect("not poisoned").series(&who, fine)))
+    Ok(Json(shared.read(|c| views::series(c, &who, fine))))
 }
 
 /// `GET /v1/plan`: what the online MIG planner would change now, for the waiting and running
 /// jobs (advice: the service does not reconfigure GPUs yet).
 #[utoipa::path(get, path = "/v1/plan", tag = "nodes",
-    responses((status = 200, description = "Reconfigurations and drains the online planner would make now", body = crate::controller::PlanView),
+    responses((status = 200, description = "Reconfigurations and drains the online planner would make now", body = crate::views::PlanView),
         (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 403, description = "An agent token", body = ErrorBody)))]
-async fn plan(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<crate::controller::PlanView>, ApiError> {
+async fn plan(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<crate::views::PlanView>, ApiError> {
     who(&shared, &headers)?.not_agent()?;
-    Ok(Json(shared.controller.lock().expect("not poisoned").plan_advice(now_s())?))
+    Ok(Json(shared.read(|c| views::plan::plan_advice(c, now_s()))?))
 }
 
 /// `GET /v1/idle`: jobs flagged for holding GPUs they do not use (newest last).
@@ -475,5 +517,21 @@ async fn plan(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<c
         (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
 async fn idle(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<crate::idle::IdleEvent>>, ApiError> {
     let who = who(&shared, &headers)?;
-    Ok(Json(shared.controller.lock().expect("not poisoned").idle_events(&who)))
+    Ok(Json(shared.read(|c| views::idle_events(c, &who))))
+}
+
+/// The chargeback report for `[from_s, to_s)` (whole hours) from the ledger in the store.
+pub fn usage_lines(
+    shared: &Shared,
+    who: &Principal,
+    from_s: u64,
+    to_s: u64,
+    by: crate::meter::UsageBy,
+) -> Result<Vec<crate::meter::UsageLine>, ControlError> {
+    who.not_agent()?;
+    let rows = {
+        use gantry_store::Store;
+        shared.reader.lock().expect("not poisoned").usage(from_s, to_s)?
+    };
+    shared.read(|c| views::usage(c, who, rows, by))
 }

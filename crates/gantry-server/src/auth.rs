@@ -4,14 +4,15 @@
 //! first start creates an `admin` token and writes its secret to `admin.token` (mode 0600)
 //! in the data directory.
 
-use crate::controller::ApiError;
+use crate::error::ControlError;
 use gantry_store::{Role, TokenRecord};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-/// Who is calling.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Who is calling (recorded with each command in the command log, never the secret).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Principal {
     pub name: String,
     pub role: Role,
@@ -35,43 +36,117 @@ impl Principal {
     }
 
     /// May it submit to or cancel in `queue`?
-    pub fn acts_on(&self, queue: &str) -> Result<(), ApiError> {
+    pub fn acts_on(&self, queue: &str) -> Result<(), ControlError> {
         match self.role {
             Role::Admin => Ok(()),
             Role::Member if self.queues.iter().any(|q| q == queue) => Ok(()),
-            Role::Member => Err(ApiError::Forbidden(format!(
+            Role::Member => Err(ControlError::Forbidden(format!(
                 "token {:?} is a member of {}, not of queue {queue:?}",
                 self.name,
                 if self.queues.is_empty() { "no queue".to_string() } else { self.queues.join(", ") }
             ))),
-            Role::ReadOnly => Err(ApiError::Forbidden(format!("token {:?} is read-only", self.name))),
-            Role::Agent => Err(ApiError::Forbidden(format!("token {:?} is an agent's", self.name))),
+            Role::ReadOnly => Err(ControlError::Forbidden(format!("token {:?} is read-only", self.name))),
+            Role::Agent => Err(ControlError::Forbidden(format!("token {:?} is an agent's", self.name))),
         }
     }
 
     /// Reads of the fleet's state (usage, metrics): any token but an agent's.
-    pub fn not_agent(&self) -> Result<(), ApiError> {
+    pub fn not_agent(&self) -> Result<(), ControlError> {
         if self.role == Role::Agent {
-            return Err(ApiError::Forbidden(format!("token {:?} is an agent's", self.name)));
+            return Err(ControlError::Forbidden(format!("token {:?} is an agent's", self.name)));
         }
         Ok(())
     }
 
     /// Agent calls: for agent tokens (and admins, for tests and one-box setups).
-    pub fn agent_only(&self, what: &str) -> Result<(), ApiError> {
+    pub fn agent_only(&self, what: &str) -> Result<(), ControlError> {
         if matches!(self.role, Role::Agent | Role::Admin) {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!("{what} is for agent tokens; token {:?} is not one", self.name)))
+            Err(ControlError::Forbidden(format!("{what} is for agent tokens; token {:?} is not one", self.name)))
         }
     }
 
-    pub fn admin_only(&self, what: &str) -> Result<(), ApiError> {
+    pub fn admin_only(&self, what: &str) -> Result<(), ControlError> {
         if self.role == Role::Admin {
             Ok(())
         } else {
-            Err(ApiError::Forbidden(format!("{what} is for admins; token {:?} is not one", self.name)))
+            Err(ControlError::Forbidden(format!("{what} is for admins; token {:?} is not one", self.name)))
         }
+    }
+}
+
+impl Principal {
+    /// The controller itself acting (the first admin token at the first start).
+    pub fn controller() -> Principal {
+        Principal { name: "controller".into(), role: Role::Admin, queues: Vec::new() }
+    }
+}
+
+/// The tokens, kept in memory by hash (the store holds the same records; every change goes
+/// through a command and is committed with it).
+#[derive(Debug, Default)]
+pub struct Tokens {
+    by_name: BTreeMap<String, TokenRecord>,
+    name_of_hash: BTreeMap<String, String>,
+}
+
+impl Tokens {
+    pub fn new(records: Vec<TokenRecord>) -> Tokens {
+        let mut tokens = Tokens::default();
+        for record in records {
+            tokens.insert(record);
+        }
+        tokens
+    }
+
+    fn insert(&mut self, record: TokenRecord) {
+        self.name_of_hash.insert(record.hash.clone(), record.name.clone());
+        self.by_name.insert(record.name.clone(), record);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Who holds this secret?
+    pub fn authenticate(&self, secret: &str) -> Result<Principal, ControlError> {
+        self.name_of_hash
+            .get(&hash(secret))
+            .and_then(|name| self.by_name.get(name))
+            .map(|t| Principal::from(t.clone()))
+            .ok_or_else(|| ControlError::Unauthenticated("unknown or revoked token".into()))
+    }
+
+    /// Check a new token (its secret already hashed) and add it; the record to commit.
+    pub fn add(&mut self, record: TokenRecord) -> Result<TokenRecord, ControlError> {
+        check_name(&record.name)?;
+        if record.role == Role::Member && record.queues.is_empty() {
+            return Err(ControlError::Invalid("a member token needs at least one queue".into()));
+        }
+        if record.role != Role::Member && !record.queues.is_empty() {
+            return Err(ControlError::Invalid("queues apply to member tokens only".into()));
+        }
+        if self.by_name.contains_key(&record.name) {
+            return Err(ControlError::TokenExists(record.name));
+        }
+        if record.hash.len() != 64 || self.name_of_hash.contains_key(&record.hash) {
+            return Err(ControlError::Invalid("a token's hash must be a new SHA-256".into()));
+        }
+        self.insert(record.clone());
+        Ok(record)
+    }
+
+    /// Remove the token called `name`.
+    pub fn revoke(&mut self, name: &str) -> Result<(), ControlError> {
+        let record = self.by_name.remove(name).ok_or_else(|| ControlError::UnknownToken(name.into()))?;
+        self.name_of_hash.remove(&record.hash);
+        Ok(())
+    }
+
+    /// Every token, by name, without its hash.
+    pub fn list(&self) -> Vec<TokenRecord> {
+        self.by_name.values().map(|t| TokenRecord { hash: String::new(), ..t.clone() }).collect()
     }
 }
 
@@ -90,17 +165,15 @@ pub fn new_secret() -> Result<String, String> {
 }
 
 /// The secret from an `Authorization: Bearer …` header value.
-pub fn bearer(header: Option<&str>) -> Result<&str, ApiError> {
+pub fn bearer(header: Option<&str>) -> Result<&str, ControlError> {
     let value = header.ok_or_else(|| {
-        ApiError::Unauthorized(
+        ControlError::Unauthenticated(
             "missing token: send `Authorization: Bearer <token>` (gantry --token, $GANTRY_TOKEN)".into(),
         )
     })?;
-    value
-        .strip_prefix("Bearer ")
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| ApiError::Unauthorized("malformed Authorization header: expected `Bearer <token>`".into()))
+    value.strip_prefix("Bearer ").map(str::trim).filter(|t| !t.is_empty()).ok_or_else(|| {
+        ControlError::Unauthenticated("malformed Authorization header: expected `Bearer <token>`".into())
+    })
 }
 
 /// Write the first admin secret where only this user can read it.
@@ -117,14 +190,14 @@ pub fn write_secret_file(path: &Path, secret: &str) -> Result<(), String> {
 }
 
 /// A token name: plain, short, printable.
-pub fn check_name(name: &str) -> Result<(), ApiError> {
+pub fn check_name(name: &str) -> Result<(), ControlError> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@'));
     if ok {
         Ok(())
     } else {
-        Err(ApiError::BadRequest(format!("{name:?} is not a token name (letters, digits, - _ . @; at most 64)")))
+        Err(ControlError::Invalid(format!("{name:?} is not a token name (letters, digits, - _ . @; at most 64)")))
     }
 }
 
@@ -144,7 +217,7 @@ mod tests {
     fn bearer_headers_are_checked() {
         assert_eq!(bearer(Some("Bearer gty_1")).expect("valid"), "gty_1");
         for bad in [None, Some("Basic x"), Some("Bearer "), Some("gty_1")] {
-            assert!(matches!(bearer(bad), Err(ApiError::Unauthorized(_))), "{bad:?}");
+            assert!(matches!(bearer(bad), Err(ControlError::Unauthenticated(_))), "{bad:?}");
         }
     }
 
@@ -157,5 +230,31 @@ mod tests {
         assert_eq!(err, "token \"alice\" is a member of research, not of queue \"prod\"");
         let reader = Principal { name: "ro".into(), role: Role::ReadOnly, queues: Vec::new() };
         assert!(reader.sees("prod") && reader.acts_on("prod").is_err() && reader.admin_only("tokens").is_err());
+    }
+
+    #[test]
+    fn the_token_table_checks_names_hashes_and_revocation() {
+        let record = |name: &str, secret: &str, role| TokenRecord {
+            name: name.into(),
+            role,
+            queues: if role == Role::Member { vec!["q".into()] } else { Vec::new() },
+            hash: hash(secret),
+            created_at_s: 1,
+        };
+        let mut tokens = Tokens::new(vec![record("admin", "s0", Role::Admin)]);
+        assert_eq!(tokens.authenticate("s0").expect("known").role, Role::Admin);
+        tokens.add(record("alice", "s1", Role::Member)).expect("adds");
+        assert!(matches!(tokens.add(record("alice", "s2", Role::Admin)), Err(ControlError::TokenExists(_))));
+        assert!(matches!(tokens.add(record("bob", "s1", Role::Admin)), Err(ControlError::Invalid(_))), "same hash");
+        assert!(tokens.add(record("bad name", "s3", Role::Admin)).is_err());
+        assert!(tokens.add(TokenRecord { queues: Vec::new(), ..record("m", "s4", Role::Member) }).is_err());
+        assert!(tokens.add(TokenRecord { hash: "short".into(), ..record("h", "s5", Role::Admin) }).is_err());
+        tokens.revoke("alice").expect("revokes");
+        assert!(matches!(tokens.authenticate("s1"), Err(ControlError::Unauthenticated(_))));
+        assert!(matches!(tokens.revoke("alice"), Err(ControlError::UnknownToken(_))));
+        assert_eq!(
+            tokens.list().iter().map(|t| (t.name.as_str(), t.hash.as_str())).collect::<Vec<_>>(),
+            [("admin", "")]
+        );
     }
 }

@@ -19,7 +19,7 @@ pub enum IdleAction {
 }
 
 /// The `[idle]` table of the controller's config file.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct IdlePolicy {
     /// Under this utilization (percent, allocation-weighted over the job's GPUs) a job is idle.

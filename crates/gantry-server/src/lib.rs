@@ -3,16 +3,21 @@
 //! process on this machine (`--local`) or remote agents (`gantry agent`, [`agent`]) that
 //! register their nodes and heartbeat over HTTP ([`wire`]).
 //!
-//! One lock around the [`controller::Controller`] (store + scheduler): the API and the loop
-//! take it briefly; processes run outside it. The loop wakes on a submit, a cancel, a task's
-//! exit, or a tick, runs one cycle, and launches what it decided (or leaves it for the
-//! remote agents' next heartbeat, waking those held in a long poll).
+//! The controller is a state machine ([`control::Controller::apply`]: time and a command in,
+//! effects out) behind one lock; this module is its edge. Every API call that changes
+//! something and every tick of the loop becomes a [`control::Command`] applied under the lock
+//! with the wall clock's time; its effects' batch goes to the group committer ([`commit`]),
+//! and only once that is durable are launches, stops and the reply carried out. The loop
+//! wakes on a submit, a cancel, a task's exit, or a tick. Views ([`views`]) read the state
+//! under the same lock.
 
 pub mod agent;
 pub mod api;
 pub mod auth;
 pub mod client;
-pub mod controller;
+pub mod commit;
+pub mod control;
+pub mod error;
 pub mod idle;
 pub mod meter;
 pub mod metrics;
@@ -20,10 +25,13 @@ pub mod mps;
 pub mod runner;
 pub mod series;
 pub mod ui;
+pub mod views;
 pub mod wire;
 
+use control::{Command, Controller, Effects, Reply};
+use error::ControlError;
 use gantry_catalog::Catalog;
-use gantry_store::SqliteStore;
+use gantry_store::{SqliteStore, Store};
 use gantry_types::Fleet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -51,7 +59,7 @@ pub struct ServeConfig {
     /// Simulate tasks instead of running processes: each lasts this long (benchmarks).
     pub simulate_tasks: Option<Duration>,
     /// The in-process agent runs the tasks, or remote agents do.
-    pub agents: controller::Agents,
+    pub agents: control::Agents,
     /// The fleet is this machine's GPUs as NVML found them: measure their utilization (else
     /// the in-process agent's utilization is simulated).
     pub measure_local_gpus: bool,
@@ -59,12 +67,20 @@ pub struct ServeConfig {
     pub billing: meter::Billing,
     /// When a job counts as idle, and what each queue does about it.
     pub idle: idle::IdlePolicy,
+    /// Commit what queued during a commit together (the default); `false`: one transaction
+    /// per command (the baseline the load benchmark measures against).
+    pub group_commit: bool,
 }
 
 /// What the API handlers share.
 #[derive(Clone, Debug)]
 pub struct Shared {
-    pub controller: Arc<Mutex<controller::Controller>>,
+    pub controller: Arc<Mutex<Controller>>,
+    /// The store's writer (group commit).
+    pub committer: commit::Committer,
+    /// A second connection to the store, for what the controller does not keep in memory
+    /// (the usage ledger).
+    pub reader: Arc<Mutex<SqliteStore>>,
     /// The in-process agent's runner (`None` with remote agents).
     pub runner: Option<runner::Runner>,
     /// Wakes the scheduling loop.
@@ -72,6 +88,91 @@ pub struct Shared {
     /// Wakes remote agents' held heartbeats: there are new orders.
     pub agents_wake: Arc<Notify>,
     pub data_dir: PathBuf,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Controller> {
+        self.controller.lock().expect("not poisoned")
+    }
+
+    /// Apply `command` now, wait until its changes are durable, carry out its effects, and
+    /// return its reply.
+    pub async fn execute(&self, command: Command) -> Result<Reply, ControlError> {
+        self.execute_all(vec![command]).await.pop().unwrap_or(Ok(Reply::Done))
+    }
+
+    /// Apply `commands` in order under one lock, then wait for all their commits (one group)
+    /// and carry out each one's effects in order.
+    pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Reply, ControlError>> {
+        let mut applied = Vec::with_capacity(commands.len());
+        {
+            let mut c = self.lock();
+            for command in commands {
+                if let Some(why) = self.committer.failed() {
+                    applied.push(Err(ControlError::StoreFailed(why)));
+                    continue;
+                }
+                let is_tick = matches!(command, Command::Tick { .. });
+                let started = std::time::Instant::now();
+                let result = c.apply(now_s(), command);
+                if is_tick {
+                    c.observe_cycle(started.elapsed());
+                }
+                applied.push(result.map(|mut effects| {
+                    let durable = self.committer.submit(std::mem::take(&mut effects.commit));
+                    (effects, durable)
+                }));
+            }
+        }
+        let mut replies = Vec::with_capacity(applied.len());
+        for result in applied {
+            replies.push(match result {
+                Ok((effects, durable)) => match commit::Committer::durable(durable).await {
+                    Ok(()) => {
+                        self.carry_out(&effects);
+                        Ok(effects.reply)
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            });
+        }
+        replies
+    }
+
+    /// Read the state, then wait until every change applied before the read is durable (what
+    /// is answered was committed: an agent never gets a launch whose start could be lost).
+    pub async fn read_durable<T>(&self, read: impl FnOnce(&Controller) -> T) -> Result<T, ControlError> {
+        let (value, barrier) = {
+            let c = self.lock();
+            (read(&c), self.committer.submit(gantry_store::Batch::default()))
+        };
+        commit::Committer::durable(barrier).await?;
+        Ok(value)
+    }
+
+    /// Read the state (views: nothing changes).
+    pub fn read<T>(&self, read: impl FnOnce(&Controller) -> T) -> T {
+        read(&self.lock())
+    }
+
+    /// Launches and stops to the in-process runner, wake-ups to agents and the loop.
+    fn carry_out(&self, effects: &Effects) {
+        if let Some(runner) = &self.runner {
+            for stop in &effects.stop {
+                runner.stop(stop.job, stop.attempt, Duration::from_secs(stop.grace_s));
+            }
+            for launch in &effects.launch {
+                runner.launch(launch.clone());
+            }
+        }
+        if effects.agents_have_orders {
+            self.agents_wake.notify_waiters();
+        }
+        if effects.schedule {
+            self.wake.notify_one();
+        }
+    }
 }
 
 /// A started controller: where it listens, and how to stop it.
@@ -97,6 +198,78 @@ impl Running {
     }
 }
 
+/// The running jobs whose tasks the in-process runner had launched (their pid files exist).
+fn launched_locally(data_dir: &std::path::Path, image: &control::Image) -> std::collections::BTreeSet<u64> {
+    image
+        .jobs
+        .iter()
+        .filter(|row| row.state == gantry_types::JobState::Running)
+        .filter(|row| {
+            row.tasks
+                .iter()
+                .any(|t| runner::with_ext(&runner::task_base(data_dir, row.id, &t.group, t.replica), "pid").exists())
+        })
+        .map(|row| row.id)
+        .collect()
+}
+
+/// Open the store, recover, make the first admin token if there is none: the controller,
+/// with everything recovery changed committed.
+fn open_controller(
+    config: &ServeConfig,
+    sampler: &Option<gantry_agent::sample::Sampler>,
+) -> Result<(Controller, SqliteStore, Option<PathBuf>), String> {
+    let mut store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
+    let now = now_s();
+    let week_ago = now.saturating_sub(series::COARSE_POINTS as u64 * series::COARSE_STEP_S);
+    let image = control::Image::read(&store, week_ago).map_err(|e| e.to_string())?;
+    let launched = launched_locally(&config.data_dir, &image);
+    let mut setup = control::Setup::new(config.fleet.clone(), &config.scheduling, config.agents, config.idle.clone());
+    setup.measured_locally = sampler.is_some();
+    let (mut controller, recovered) =
+        Controller::open(setup, image, Catalog::embedded(), &launched, now).map_err(|e| e.to_string())?;
+    controller.set_billing(config.billing.clone());
+    let mut batches = vec![recovered];
+    let mut admin_token_file = None;
+    let mut secret = None;
+    if controller.has_no_tokens() {
+        let new = auth::new_secret()?;
+        let command = Command::CreateToken {
+            who: auth::Principal::controller(),
+            name: "admin".into(),
+            role: gantry_store::Role::Admin,
+            queues: Vec::new(),
+            hash: auth::hash(&new),
+        };
+        batches.push(controller.apply(now, command).map_err(|e| e.to_string())?.commit);
+        secret = Some(new);
+    }
+    store.commit(&batches).map_err(|e| e.to_string())?;
+    if let Some(secret) = secret {
+        let path = config.data_dir.join("admin.token");
+        // A stale file from an earlier store would not match any token: replace it.
+        let _ = std::fs::remove_file(&path);
+        auth::write_secret_file(&path, &secret)?;
+        admin_token_file = Some(path);
+    }
+    Ok((controller, store, admin_token_file))
+}
+
+/// This machine's GPUs as NVML measures them now (in-process agent on real GPUs).
+fn local_samples(sampler: &Option<gantry_agent::sample::Sampler>) -> Vec<wire::GpuSample> {
+    sampler
+        .iter()
+        .flat_map(|s| s.sample())
+        .map(|m| wire::GpuSample {
+            index: m.index,
+            utilization_pct: m.utilization_pct,
+            memory_used_mib: m.memory_used_mib,
+            measured: true,
+            jobs: Vec::new(),
+        })
+        .collect()
+}
+
 /// Open the store, recover, bind and start serving.
 pub async fn start(config: ServeConfig) -> Result<Running, String> {
     std::fs::create_dir_all(&config.data_dir)
@@ -106,35 +279,25 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     let mut config = config;
     config.data_dir = std::fs::canonicalize(&config.data_dir)
         .map_err(|e| format!("data directory {}: {e}", config.data_dir.display()))?;
-    let store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
-    let mut controller = controller::Controller::open(
-        store,
-        &config.fleet,
-        Catalog::embedded(),
-        config.scheduling.clone(),
-        &config.data_dir,
-        config.agents,
-        now_s(),
-    )?;
-    if config.measure_local_gpus {
-        controller.measure_local_gpus();
-    }
     config.billing.check()?;
     config.idle.check()?;
-    controller.set_idle_policy(config.idle.clone());
-    controller.set_billing(config.billing.clone());
+    let sampler = if config.measure_local_gpus { gantry_agent::sample::Sampler::open() } else { None };
+    let (mut controller, store, admin_token_file) = open_controller(&config, &sampler)?;
     let recovered = controller.take_recovered();
-    let admin_token_file = controller.bootstrap_admin(&config.data_dir, now_s())?;
+    let reader = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
+    let committer = commit::Committer::start(store, config.group_commit);
     let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
     // Held by the loop too: with remote agents there is no runner, and the channel must not
     // close (a closed channel would end the loop).
     let exits_keep = exits_tx.clone();
     let shared = Shared {
         controller: Arc::new(Mutex::new(controller)),
+        committer,
+        reader: Arc::new(Mutex::new(reader)),
         runner: match (config.agents, config.simulate_tasks) {
-            (controller::Agents::Remote { .. }, _) => None,
-            (controller::Agents::Local, None) => Some(runner::Runner::new(config.data_dir.clone(), exits_tx)),
-            (controller::Agents::Local, Some(duration)) => {
+            (control::Agents::Remote { .. }, _) => None,
+            (control::Agents::Local, None) => Some(runner::Runner::new(config.data_dir.clone(), exits_tx)),
+            (control::Agents::Local, Some(duration)) => {
                 Some(runner::Runner::simulated(config.data_dir.clone(), exits_tx, duration))
             }
         },
@@ -170,41 +333,19 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
             while let Ok(exit) = exits.try_recv() {
                 ended.push(exit);
             }
-            let effects = {
-                let mut controller = loop_shared.controller.lock().expect("not poisoned");
-                for exit in ended {
-                    if let Err(e) = controller.task_exited(&exit.key, exit.code, exit.timed_out, exit.lost, now_s()) {
-                        tracing::error!(job = exit.key.job, error = %e, "recording a task's exit failed");
-                    }
-                }
-                controller.check_agents(now_s());
-                controller.meter(now_s(), false);
-                let idle = controller.check_idle(now_s());
-                let started = std::time::Instant::now();
-                let cycled = controller.cycle(now_s());
-                controller.observe_cycle(started.elapsed());
-                match cycled {
-                    Ok(mut effects) => {
-                        effects.stop.extend(idle.stop);
-                        effects.agents_have_orders |= idle.agents_have_orders;
-                        effects
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "scheduling cycle failed");
-                        // Idle reclaims still go out: their jobs are already marked cancelled.
-                        idle
-                    }
-                }
-            };
-            if effects.agents_have_orders {
-                loop_shared.agents_wake.notify_waiters();
-            }
-            if let Some(runner) = &loop_shared.runner {
-                for (job, attempt, grace) in effects.stop {
-                    runner.stop(job, attempt, Duration::from_secs(grace));
-                }
-                for launch in effects.launch {
-                    runner.launch(launch);
+            let mut commands: Vec<Command> = ended
+                .into_iter()
+                .map(|exit| Command::TaskExited {
+                    task: exit.key,
+                    code: exit.code,
+                    timed_out: exit.timed_out,
+                    lost: exit.lost,
+                })
+                .collect();
+            commands.push(Command::Tick { samples: local_samples(&sampler) });
+            for result in loop_shared.execute_all(commands).await {
+                if let Err(e) = result {
+                    tracing::error!(error = %e, "applying the loop's commands failed");
                 }
             }
         }

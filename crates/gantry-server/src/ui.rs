@@ -6,8 +6,10 @@
 //! against quota over the week), and a job (its tasks, why it waits, its log tail).
 
 use crate::auth::Principal;
-use crate::controller::{ApiError, GpuView, JobView, NodeView, QueueView};
+use crate::error::ControlError;
+use crate::meter::UsageBy;
 use crate::series::Point;
+use crate::views::{self, GpuView, JobView, NodeView, QueueView};
 use crate::{Shared, now_s};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -91,7 +93,7 @@ fn secret(headers: &HeaderMap) -> Option<String> {
 
 /// Who is looking (`None`: send them to the login page).
 fn viewer(shared: &Shared, headers: &HeaderMap) -> Option<Principal> {
-    let who = secret(headers).and_then(|s| shared.controller.lock().expect("not poisoned").authenticate(&s).ok());
+    let who = secret(headers).and_then(|s| shared.read(|c| c.authenticate(&s)).ok());
     who.filter(|w| w.not_agent().is_ok())
 }
 
@@ -99,12 +101,8 @@ fn to_login() -> Response {
     Redirect::to("/ui/login").into_response()
 }
 
-fn failure(e: ApiError) -> Response {
-    let status = match e {
-        ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-        ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
+fn failure(e: ControlError) -> Response {
+    let status = crate::api::status_of(&e);
     (status, page("Error", "", None, &format!("<h1>{}</h1><p class=err>{}</p>", status, esc(&e.to_string()))))
         .into_response()
 }
@@ -150,7 +148,7 @@ async fn login(State(shared): State<Shared>, body: String) -> Response {
     let next = safe_next(field("next"));
     let valid = !token.is_empty()
         && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        && shared.controller.lock().expect("not poisoned").authenticate(&token).is_ok_and(|w| w.not_agent().is_ok());
+        && shared.read(|c| c.authenticate(&token)).is_ok_and(|w| w.not_agent().is_ok());
     if !valid {
         return (StatusCode::UNAUTHORIZED, login_page("Unknown or revoked token.")).into_response();
     }
@@ -332,16 +330,14 @@ fn node_card(n: &NodeView, queue_of: &BTreeMap<u64, String>) -> String {
 
 async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
-    let (nodes, running, series, advice) = {
-        let c = shared.controller.lock().expect("not poisoned");
-        let nodes = c.nodes(now_s());
-        let running = c.jobs(&who, &[JobState::Running]);
-        (nodes, running, c.series(&who, true), c.plan_advice(now_s()).ok())
-    };
-    let (nodes, running) = match (nodes, running) {
-        (Ok(n), Ok(r)) => (n, r),
-        (Err(e), _) | (_, Err(e)) => return failure(e),
-    };
+    let (nodes, running, series, advice) = shared.read(|c| {
+        (
+            views::nodes::nodes(c, now_s()),
+            views::jobs::jobs(c, &who, &[JobState::Running]),
+            views::series(c, &who, true),
+            views::plan::plan_advice(c, now_s()).ok(),
+        )
+    });
     let queue_of: BTreeMap<u64, String> = running.iter().map(|j| (j.row.id, j.row.queue.clone())).collect();
     let gpus: Vec<&GpuView> = nodes.iter().flat_map(|n| &n.gpus).collect();
     let total = gpus.len() as f64;
@@ -380,7 +376,7 @@ async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> Response {
 }
 
 /// The online MIG planner's advice for the fleet as it is (`GET /v1/plan`), under the map.
-fn planner_panel(advice: &crate::controller::PlanView) -> String {
+fn planner_panel(advice: &crate::views::PlanView) -> String {
     let mut rows = String::new();
     for (what, list) in [("reconfigure now", &advice.reconfigure), ("drain first", &advice.drain)] {
         for c in list {
@@ -417,19 +413,12 @@ fn job_link(j: &JobView) -> String {
 
 async fn queue(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
-    let (jobs, queues, idle) = {
-        let c = shared.controller.lock().expect("not poisoned");
-        let jobs = c.jobs(&who, &[JobState::Pending, JobState::Running]);
-        let idle: std::collections::BTreeSet<u64> = match &jobs {
-            Ok(list) => list.iter().map(|j| j.row.id).filter(|&id| c.is_idle(id)).collect(),
-            Err(_) => Default::default(),
-        };
-        (jobs, c.queues(&who), idle)
-    };
-    let (jobs, queues) = match (jobs, queues) {
-        (Ok(j), Ok(q)) => (j, q),
-        (Err(e), _) | (_, Err(e)) => return failure(e),
-    };
+    let (jobs, queues, idle) = shared.read(|c| {
+        let jobs = views::jobs::jobs(c, &who, &[JobState::Pending, JobState::Running]);
+        let idle: std::collections::BTreeSet<u64> =
+            jobs.iter().map(|j| j.row.id).filter(|&id| views::is_idle(c, id)).collect();
+        (jobs, views::queues::queues(c, &who), idle)
+    });
     let mut pending = String::new();
     let mut running = String::new();
     for j in &jobs {
@@ -528,22 +517,15 @@ async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let hour = gantry_store::USAGE_BUCKET_S;
     let from = now.saturating_sub(7 * 86_400);
     let (from, to) = (from - from % hour, now.div_ceil(hour) * hour);
-    let (by_queue, by_user, by_model, week, total, queues) = {
-        let c = shared.controller.lock().expect("not poisoned");
-        let total = c.nodes(now).map(|n| n.iter().map(|n| n.gpus.len()).sum::<usize>()).unwrap_or(0);
-        (
-            c.usage(&who, from, to, crate::meter::UsageBy::Queue),
-            c.usage(&who, from, to, crate::meter::UsageBy::User),
-            c.usage(&who, from, to, crate::meter::UsageBy::Model),
-            c.series(&who, false),
-            total,
-            c.queues(&who),
-        )
+    let lines = |by| crate::api::usage_lines(&shared, &who, from, to, by);
+    let (by_queue, by_user, by_model) = match (lines(UsageBy::Queue), lines(UsageBy::User), lines(UsageBy::Model)) {
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => return failure(e),
     };
-    let (by_queue, by_user, by_model, queues) = match (by_queue, by_user, by_model, queues) {
-        (Ok(a), Ok(b), Ok(c), Ok(d)) => (a, b, c, d),
-        (Err(e), ..) | (_, Err(e), ..) | (_, _, Err(e), _) | (.., Err(e)) => return failure(e),
-    };
+    let (week, total, queues) = shared.read(|c| {
+        let total: usize = views::nodes::nodes(c, now).iter().map(|n| n.gpus.len()).sum();
+        (views::series(c, &who, false), total, views::queues::queues(c, &who))
+    });
     let table = |title: &str, lines: &[crate::meter::UsageLine]| {
         let mut rows = String::new();
         for l in lines {
@@ -583,9 +565,9 @@ async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> Response {
 async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
     let Ok(id) = id.parse::<u64>() else {
-        return failure(ApiError::NotFound(format!("{id:?} is not a job id")));
+        return failure(ControlError::Invalid(format!("{id:?} is not a job id")));
     };
-    let view = match shared.controller.lock().expect("not poisoned").job(&who, id) {
+    let view = match shared.read(|c| views::jobs::job(c, &who, id)) {
         Ok(v) => v,
         Err(e) => return failure(e),
     };

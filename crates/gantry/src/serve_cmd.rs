@@ -310,10 +310,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             (None, false) => Default::default(),
         },
         idle: args.idle.clone().unwrap_or_default(),
+        group_commit: true,
         agents: if args.local {
-            gantry_server::controller::Agents::Local
+            gantry_server::control::Agents::Local
         } else {
-            gantry_server::controller::Agents::Remote { heartbeat_timeout_s: args.agent_timeout.unwrap_or(30) }
+            gantry_server::control::Agents::Remote { heartbeat_timeout_s: args.agent_timeout.unwrap_or(30) }
         },
     };
     let local = args.local;

@@ -32,14 +32,14 @@ impl Server {
     }
 
     fn start_full(data: PathBuf, scheduling: gantry_engine::sched::SchedulerConfig, fleet: &str) -> Server {
-        Server::start_agents(data, scheduling, fleet, gantry_server::controller::Agents::Local)
+        Server::start_agents(data, scheduling, fleet, gantry_server::control::Agents::Local)
     }
 
     /// A controller whose nodes are served by remote agents.
     fn remote(name: &str) -> Server {
         let data = std::env::temp_dir().join(format!("gantry-server-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let agents = gantry_server::controller::Agents::Remote { heartbeat_timeout_s: 30 };
+        let agents = gantry_server::control::Agents::Remote { heartbeat_timeout_s: 30 };
         Server::start_agents(data, gantry_engine::sched::SchedulerConfig::default(), FLEET, agents)
     }
 
@@ -47,7 +47,7 @@ impl Server {
         data: PathBuf,
         scheduling: gantry_engine::sched::SchedulerConfig,
         fleet: &str,
-        agents: gantry_server::controller::Agents,
+        agents: gantry_server::control::Agents,
     ) -> Server {
         Server::start_config(data, scheduling, fleet, agents, |_| {})
     }
@@ -56,7 +56,7 @@ impl Server {
     fn with_idle(name: &str, idle: gantry_server::idle::IdlePolicy) -> Server {
         let data = std::env::temp_dir().join(format!("gantry-server-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let local = gantry_server::controller::Agents::Local;
+        let local = gantry_server::control::Agents::Local;
         Server::start_config(data, Default::default(), FLEET, local, move |c| c.idle = idle)
     }
 
@@ -64,7 +64,7 @@ impl Server {
         data: PathBuf,
         scheduling: gantry_engine::sched::SchedulerConfig,
         fleet: &str,
-        agents: gantry_server::controller::Agents,
+        agents: gantry_server::control::Agents,
         tweak: impl FnOnce(&mut ServeConfig),
     ) -> Server {
         let fleet = gantry_spec::parse_fleet(fleet, gantry_catalog::Catalog::embedded()).expect("fleet");
@@ -80,6 +80,7 @@ impl Server {
             measure_local_gpus: false,
             billing: Default::default(),
             idle: Default::default(),
+            group_commit: true,
         };
         tweak(&mut config);
         let running = rt.block_on(start(config)).expect("starts");
@@ -833,7 +834,7 @@ fn an_agents_mig_layout_is_taken_on_idle_gpus_and_kept_across_restarts() {
     assert!(reply["error"].as_str().expect("error").contains("with work on it"), "{reply}");
     // A restart keeps the layout (the fleet file still says whole) and the job on its instance.
     let data = server.stop();
-    let agents = gantry_server::controller::Agents::Remote { heartbeat_timeout_s: 30 };
+    let agents = gantry_server::control::Agents::Remote { heartbeat_timeout_s: 30 };
     let server = Server::start_agents(data, gantry_engine::sched::SchedulerConfig::default(), FLEET, agents);
     assert_eq!(mode_of_gpu0(&server), "mig");
     assert_eq!(server.state(ids[0]).0, JobState::Running);

@@ -1,0 +1,136 @@
+//! Group commit: one thread owns the store's writer and commits, in one transaction and one
+//! sync, every batch that queued while the previous commit was in flight. A command's effects
+//! (launches, stops, its reply) wait for its batch to be durable; batches are committed in the
+//! order the state machine produced them, so a later command never becomes durable before an
+//! earlier one it may depend on.
+//!
+//! A failed commit is sticky: the state machine's memory is then ahead of the store, so the
+//! controller refuses further commands ([`ControlError::StoreFailed`]) until it is restarted,
+//! when it recovers from what was committed — what was never acknowledged.
+
+use crate::error::ControlError;
+use gantry_store::{Batch, Store};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+
+/// Most batches in one transaction: bounds one commit's time (and memory) under a flood;
+/// what is left waits for the next, at once.
+pub const GROUP_MAX: usize = 4096;
+
+struct Pending {
+    batch: Batch,
+    done: oneshot::Sender<Result<(), String>>,
+}
+
+/// How the group commit has gone (for `/metrics` and the load benchmark).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Transactions written.
+    pub commits: u64,
+    /// Batches (commands' changes) they held.
+    pub batches: u64,
+}
+
+/// The store's writer, on its own thread.
+#[derive(Debug, Clone)]
+pub struct Committer {
+    queue: mpsc::Sender<Pending>,
+    failed: Arc<Mutex<Option<String>>>,
+    stats: Arc<Mutex<CommitStats>>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("batch", &self.batch).finish_non_exhaustive()
+    }
+}
+
+impl Committer {
+    /// Start the writer thread over `store`. `grouped`: commit what queued together (else
+    /// one transaction per batch: the baseline the load benchmark compares against).
+    pub fn start<S: Store + Send + 'static>(mut store: S, grouped: bool) -> Committer {
+        let (queue, rx) = mpsc::channel::<Pending>();
+        let failed = Arc::new(Mutex::new(None::<String>));
+        let stats = Arc::new(Mutex::new(CommitStats::default()));
+        let (failed_w, stats_w) = (failed.clone(), stats.clone());
+        std::thread::Builder::new()
+            .name("gantry-commit".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut group = vec![first];
+                    while grouped && group.len() < GROUP_MAX {
+                        match rx.try_recv() {
+                            Ok(next) => group.push(next),
+                            Err(_) => break,
+                        }
+                    }
+                    let (batches, dones): (Vec<Batch>, Vec<_>) = group.into_iter().map(|p| (p.batch, p.done)).unzip();
+                    let result = write(&mut store, batches, &failed_w, &stats_w);
+                    for done in dones {
+                        let _ = done.send(result.clone());
+                    }
+                }
+            })
+            .expect("the commit thread starts");
+        Committer { queue, failed, stats }
+    }
+
+    /// Queue `batch` after every batch queued before it; the receiver answers once it is
+    /// durable (or the commit failed). An empty batch is a barrier: it answers once everything
+    /// before it is durable.
+    pub fn submit(&self, batch: Batch) -> oneshot::Receiver<Result<(), String>> {
+        let (done, rx) = oneshot::channel();
+        if self.queue.send(Pending { batch, done }).is_err() {
+            // The thread is gone; the receiver then reads as a failure.
+            *self.failed.lock().expect("not poisoned") = Some("the commit thread stopped".into());
+        }
+        rx
+    }
+
+    /// Why the store failed, once it has.
+    pub fn failed(&self) -> Option<String> {
+        self.failed.lock().expect("not poisoned").clone()
+    }
+
+    pub fn stats(&self) -> CommitStats {
+        *self.stats.lock().expect("not poisoned")
+    }
+
+    /// Wait for a submitted batch.
+    pub async fn durable(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), ControlError> {
+        match rx.await {
+            Ok(result) => result.map_err(ControlError::StoreFailed),
+            Err(_) => Err(ControlError::StoreFailed("the commit thread stopped".into())),
+        }
+    }
+}
+
+fn write<S: Store>(
+    store: &mut S,
+    batches: Vec<Batch>,
+    failed: &Mutex<Option<String>>,
+    stats: &Mutex<CommitStats>,
+) -> Result<(), String> {
+    if let Some(why) = failed.lock().expect("not poisoned").clone() {
+        return Err(why);
+    }
+    let batches: Vec<Batch> = batches.into_iter().filter(|b| !b.is_empty()).collect();
+    if batches.is_empty() {
+        return Ok(());
+    }
+    match store.commit(&batches) {
+        Ok(()) => {
+            let mut s = stats.lock().expect("not poisoned");
+            s.commits += 1;
+            s.batches += batches.len() as u64;
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "committing to the store failed: the controller takes no more commands; restart it");
+            let why = e.to_string();
+            *failed.lock().expect("not poisoned") = Some(why.clone());
+            Err(why)
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The remote agents' side of the state machine: registration (the node's GPUs checked
+//! against the fleet, MIG layouts the hardware has adopted), heartbeats (task reports in,
+//! orders out), and silence (a node whose agent stops heartbeating gets no new work).
+
+use super::{AgentLink, Agents, Controller, Effects, Reply};
+use crate::auth::Principal;
+use crate::error::ControlError;
+use crate::wire::{self, AgentGpu, Heartbeat, Orders, Register, Registered, StopOrder, TaskKey};
+use gantry_types::{GpuMode, Job};
+use std::collections::{BTreeMap, BTreeSet};
+
+impl Controller {
+    /// A remote agent registers node `reg.node`: the node must be in the fleet, with the same
+    /// GPUs (count and models); the agent's UUIDs replace the fleet file's. The node gets work
+    /// from now on, while the agent heartbeats.
+    pub(crate) fn register_agent(
+        &mut self,
+        who: &Principal,
+        reg: &Register,
+        now: u64,
+    ) -> Result<Effects, ControlError> {
+        who.agent_only("registering an agent")?;
+        let Agents::Remote { heartbeat_timeout_s } = self.agents else {
+            return Err(ControlError::Conflict(
+                "this controller runs its own in-process agent (serve --local); remote agents need `gantry serve` without --local".into(),
+            ));
+        };
+        let engine = self.scheduler.engine();
+        let state = engine.state();
+        let Some(node_idx) = state.info.iter().position(|n| n.name == reg.node) else {
+            let names: Vec<&str> = state.info.iter().map(|n| n.name.as_str()).take(20).collect();
+            return Err(ControlError::UnknownNode(format!(
+                "node {:?} is not in the controller's fleet (it has: {})",
+                reg.node,
+                names.join(", ")
+            )));
+        };
+        let mut expected: Vec<AgentGpu> = state
+            .gpus
+            .iter()
+            .filter(|g| g.node as usize == node_idx)
+            .map(|g| AgentGpu {
+                index: g.index,
+                uuid: String::new(),
+                model: self.catalog.model(g.model).id.clone(),
+                mig_mode: None,
+                mig: Vec::new(),
+            })
+            .collect();
+        expected.sort_by_key(|g| g.index);
+        let mut found = reg.gpus.clone();
+        found.sort_by_key(|g| g.index);
+        for g in &mut found {
+            g.mig.sort();
+        }
+        let shape = |gpus: &[AgentGpu]| gpus.iter().map(|g| format!("{}:{}", g.index, g.model)).collect::<Vec<_>>();
+        if shape(&expected) != shape(&found) {
+            return Err(ControlError::Invalid(format!(
+                "node {:?}: the agent found GPUs [{}] but the fleet file says [{}]; fix the fleet file (or the agent's inventory)",
+                reg.node,
+                shape(&found).join(", "),
+                shape(&expected).join(", ")
+            )));
+        }
+        if let Some(g) = found.iter().find(|g| g.uuid.is_empty() || g.uuid.len() > 128 || g.uuid.contains([',', '\n']))
+        {
+            return Err(ControlError::Invalid(format!("node {:?}: GPU {} has no usable UUID", reg.node, g.index)));
+        }
+        // MIG as the hardware has it is MIG as the controller places it: where they differ, an
+        // idle GPU takes the agent's layout (someone ran `gantry mig apply` or nvidia-smi on
+        // the node); a busy one refuses the registration — its tasks hold instances or a card
+        // the hardware no longer has as recorded.
+        let fleet = engine.fleet_now();
+        let ours = &fleet.nodes[node_idx].gpus;
+        let mut adopt: Vec<(u32, GpuMode)> = Vec::new();
+        for g in found.iter().filter(|g| g.mig_mode.is_some()) {
+            let Some(have) = ours.iter().find(|m| m.index == g.index) else { continue };
+            let expected = AgentGpu { mig_mode: None, mig: Vec::new(), ..g.clone() }.with_mode(&have.mode);
+            let Some(hardware) = g.mode() else { continue };
+            if (expected.mig_mode, &expected.mig) == (g.mig_mode, &g.mig) {
+                continue;
+            }
+            let gpu = &state.gpus[state
+                .gpus
+                .iter()
+                .position(|x| x.node as usize == node_idx && x.index == g.index)
+                .expect("checked above")];
+            if !gpu.idle() {
+                return Err(ControlError::Invalid(format!(
+                    "node {:?} GPU {}: the agent found it {} but the controller has it {} with work on it; \
+                     put the layout back (`gantry mig apply` on the node) or let the work end first",
+                    reg.node,
+                    g.index,
+                    hardware.text(),
+                    have.mode.text()
+                )));
+            }
+            if let GpuMode::Mig { instances } = &hardware {
+                let model = self.catalog.model(gpu.model);
+                let legal = match model.mig.as_ref() {
+                    Some(geometry) => geometry.validate_layout(&model.id, instances).map_err(|e| e.to_string()),
+                    None => Err(format!("{} does not support MIG", model.id)),
+                };
+                if let Err(why) = legal {
+                    return Err(ControlError::Invalid(format!(
+                        "node {:?} GPU {}: the agent reports {} that the catalog does not allow: {why}",
+                        reg.node,
+                        g.index,
+                        hardware.text()
+                    )));
+                }
+            }
+            adopt.push((g.index, hardware));
+        }
+        if !adopt.is_empty() {
+            // Recorded first: a restart then rebuilds the GPU as the hardware has it.
+            let specs: BTreeMap<u64, Job> =
+                self.jobs.values().filter(|row| !row.state.is_final()).map(|row| (row.id, row.job.clone())).collect();
+            for (index, mode) in &adopt {
+                let text = serde_json::to_string(mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+                self.pending.gpu_modes.push((reg.node.clone(), *index, text));
+                self.scheduler
+                    .set_gpu_mode(&reg.node, *index, mode, |id| specs.get(&id).cloned())
+                    .map_err(ControlError::Internal)?;
+                self.empty.set_gpu_mode(&reg.node, *index, mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+                tracing::info!(node = %reg.node, gpu = index, mode = %mode.text(), "took the GPU mode the agent found");
+            }
+        }
+        for g in &found {
+            self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
+        }
+        let version = reg.version.chars().take(64).collect();
+        let back = self.links.insert(reg.node.clone(), AgentLink { last_seen_s: now, version, samples: Vec::new() });
+        self.scheduler.set_ready(&reg.node, true).map_err(ControlError::Internal)?;
+        tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
+        let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s };
+        Ok(Effects { reply: Reply::Registered(registered), schedule: true, ..Default::default() })
+    }
+
+    /// A remote agent's heartbeat: record what it reports (tasks running, exited, lost;
+    /// utilization), then answer with its orders.
+    pub(crate) fn agent_heartbeat(
+        &mut self,
+        who: &Principal,
+        node: &str,
+        beat: &Heartbeat,
+        now: u64,
+    ) -> Result<Effects, ControlError> {
+        who.agent_only("heartbeats")?;
+        let Some(link) = self.links.get_mut(node) else {
+            return Err(ControlError::Conflict(format!(
+                "no agent is registered for node {node:?} (since the controller started): register first"
+            )));
+        };
+        link.last_seen_s = now;
+        link.samples = beat.samples.clone();
+        let mut effects = Effects::default();
+        if self.scheduler.set_ready(node, true).map_err(ControlError::Internal)? {
+            tracing::info!(node, "agent is back: the node gets work again");
+        }
+        let mut forget = Vec::new();
+        let mut orphans = Vec::new();
+        let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();
+        let reported: BTreeSet<TaskKey> = beat.tasks.iter().map(|r| r.key.clone()).collect();
+        for report in beat.tasks.iter().cloned() {
+            if let Some(offers) = self.outbox.get_mut(node) {
+                offers.remove(&report.key);
+            }
+            match report.state {
+                wire::TaskState::Running => {
+                    // Stop orders name a run (job, attempt), so a run this controller has
+                    // is never stopped here, whatever task of it is reported.
+                    let current = self.running.get(&report.key.job).is_some_and(|r| r.attempt == report.key.attempt);
+                    if !current && !report.stopping {
+                        // Not a task this controller runs (its job ended, or an older run):
+                        // it must not hold the GPUs.
+                        orphans.push(report.key);
+                    }
+                }
+                wire::TaskState::Exited { code, timed_out } => {
+                    self.task_exited(&report.key, code, timed_out, false, now, &mut effects)?;
+                    forget.push(report.key);
+                }
+                wire::TaskState::Lost => {
+                    self.task_exited(&report.key, None, false, true, now, &mut effects)?;
+                    forget.push(report.key);
+                }
+            }
+        }
+        // Anti-entropy: a task of a run this controller has on this node that the agent neither
+        // reports nor has on offer, and whose exit is not counted, is not there (the agent
+        // stopped between claiming and starting it): offer its launch again.
+        let missing: Vec<(u64, String, u32)> = self
+            .running
+            .iter()
+            .flat_map(|(&job, r)| {
+                r.tasks
+                    .iter()
+                    .filter(|((group, replica), n)| *n == node && !r.exited.contains(&(group.clone(), *replica)))
+                    .map(move |((group, replica), _)| (job, group.clone(), *replica))
+            })
+            .filter(|(job, group, replica)| {
+                let attempt = self.running[job].attempt;
+                let key = TaskKey { job: *job, group: group.clone(), replica: *replica, attempt };
+                !reported.contains(&key) && !self.outbox.get(node).is_some_and(|o| o.contains_key(&key))
+            })
+            .collect();
+        for (job, group, replica) in missing {
+            let attempt = self.running[&job].attempt;
+            if self.running[&job].stopping.is_some() {
+                // Being stopped, and not there: it has stopped.
+                let key = TaskKey { job, group, replica, attempt };
+                self.task_exited(&key, None, false, true, now, &mut effects)?;
+                continue;
+            }
+            let Some(row) = self.jobs.get(&job) else { continue };
+            let Some(placement) = self.scheduler.allocation_of(job).and_then(|a| self.scheduler.placement(a)) else {
+                continue;
+            };
+            let (_, launches) = self.launches(job, row, &placement);
+            for launch in launches.into_iter().filter(|l| l.group == group && l.replica == replica) {
+                tracing::warn!(node, job, task = %format!("{group}/{replica}"), "the agent does not have this task: offering its launch again");
+                self.outbox.entry(node.to_string()).or_default().insert(launch.key(), launch);
+            }
+        }
+        let mut orders = self.agent_orders(node, &stopping);
+        orders.forget = forget;
+        for key in orphans {
+            tracing::warn!(node, job = key.job, attempt = key.attempt, "stopping a task this controller does not run");
+            orders.stop.push(StopOrder { job: key.job, attempt: key.attempt, grace_s: gantry_types::GRACE_DEFAULT_S });
+        }
+        orders.stop.sort();
+        orders.stop.dedup();
+        effects.reply = Reply::Orders(orders);
+        Ok(effects)
+    }
+
+    /// What node `node`'s agent must do now: launch what it has not reported, stop the
+    /// stopping jobs' tasks there (`stopping`: those it already stops).
+    pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
+        let launch = self.outbox.get(node).map(|o| o.values().cloned().collect()).unwrap_or_default();
+        let stop = self
+            .running
+            .iter()
+            .filter(|(_, r)| r.stopping.is_some() && r.tasks.values().any(|n| n == node))
+            .filter(|(job, r)| !stopping.iter().any(|k| k.job == **job && k.attempt == r.attempt))
+            .map(|(&job, r)| StopOrder { job, attempt: r.attempt, grace_s: r.stopping.unwrap_or_default() })
+            .collect();
+        Orders { launch, stop, forget: Vec::new() }
+    }
+
+    /// Nodes whose agent has been silent past the timeout get no new work (what runs there
+    /// keeps its place: the agent may come back and report it). Returns the nodes marked.
+    pub(crate) fn check_agents(&mut self, now: u64) -> Vec<String> {
+        let Agents::Remote { heartbeat_timeout_s } = self.agents else { return Vec::new() };
+        let mut silent = Vec::new();
+        for (node, link) in &self.links {
+            let age = now.saturating_sub(link.last_seen_s);
+            if age > heartbeat_timeout_s && self.scheduler.set_ready(node, false).unwrap_or(false) {
+                tracing::warn!(node, silent_s = age, "agent silent past the heartbeat timeout: no new work goes there");
+                silent.push(node.clone());
+            }
+        }
+        silent
+    }
+}

@@ -1,0 +1,157 @@
+//! What reaches the controller's state machine ([`Command`]) and what must follow
+//! ([`Effects`]). Commands carry everything the state machine needs that it may not fetch
+//! itself: the caller's identity, a token's hash (the secret is drawn at the edge), NVML's
+//! samples of this machine's GPUs. Each applied command is recorded, with its time, in the
+//! command log (`gantry replay` re-runs it).
+
+use crate::auth::Principal;
+use crate::wire::{GpuSample, Heartbeat, Launch, Orders, Register, Registered, TaskKey};
+use gantry_store::{Batch, Role};
+use serde::{Deserialize, Serialize};
+
+/// Something that happened, for the controller to apply.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "kebab-case")]
+pub enum Command {
+    /// A workload file's jobs, all or none.
+    Submit {
+        who: Principal,
+        workload: String,
+    },
+    Cancel {
+        who: Principal,
+        job: u64,
+    },
+    /// Drain (`true`) or resume a node.
+    Drain {
+        who: Principal,
+        node: String,
+        drained: bool,
+    },
+    /// A new token; only its secret's hash travels (and is logged).
+    CreateToken {
+        who: Principal,
+        name: String,
+        role: Role,
+        queues: Vec<String>,
+        hash: String,
+    },
+    RevokeToken {
+        who: Principal,
+        name: String,
+    },
+    Register {
+        who: Principal,
+        registration: Register,
+    },
+    Heartbeat {
+        who: Principal,
+        node: String,
+        beat: Heartbeat,
+    },
+    /// The in-process runner saw a task exit (`code`: `None` if killed by a signal; `lost`:
+    /// it vanished without an exit recorded).
+    TaskExited {
+        task: TaskKey,
+        code: Option<i32>,
+        timed_out: bool,
+        lost: bool,
+    },
+    /// Time passes: silent agents, the meter, idle jobs, then a scheduling cycle. `samples`:
+    /// this machine's GPUs as NVML measured them (in-process agent on real GPUs), else empty.
+    Tick {
+        samples: Vec<GpuSample>,
+    },
+}
+
+impl Command {
+    /// Its name in logs and reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Command::Submit { .. } => "submit",
+            Command::Cancel { .. } => "cancel",
+            Command::Drain { .. } => "drain",
+            Command::CreateToken { .. } => "create-token",
+            Command::RevokeToken { .. } => "revoke-token",
+            Command::Register { .. } => "register",
+            Command::Heartbeat { .. } => "heartbeat",
+            Command::TaskExited { .. } => "task-exited",
+            Command::Tick { .. } => "tick",
+        }
+    }
+}
+
+/// The answer to the command's caller.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reply {
+    #[default]
+    Done,
+    Submitted {
+        ids: Vec<u64>,
+    },
+    /// `stopping`: its tasks are being signalled (else it ended at once).
+    Cancelled {
+        stopping: bool,
+    },
+    /// Whether the drain or resume changed anything.
+    Drained {
+        changed: bool,
+    },
+    Registered(Registered),
+    Orders(Orders),
+}
+
+/// A run whose processes the in-process runner must signal now and kill after `grace_s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StopRun {
+    pub job: u64,
+    pub attempt: u32,
+    pub grace_s: u64,
+}
+
+/// What must follow a command, in this order: `commit` made durable, then the launches and
+/// stops carried out, agents woken, and the reply sent. Nothing of it may happen before the
+/// commit: a start is in the log before its processes exist.
+#[derive(Debug, Default, PartialEq)]
+pub struct Effects {
+    pub commit: Batch,
+    /// For the in-process runner (remote agents get theirs in heartbeat answers).
+    pub launch: Vec<Launch>,
+    pub stop: Vec<StopRun>,
+    /// New orders wait for remote agents: wake their held heartbeats.
+    pub agents_have_orders: bool,
+    /// Capacity may have come back or work arrived: a scheduling cycle should run soon.
+    pub schedule: bool,
+    pub reply: Reply,
+}
+
+/// The decisions of one applied command, as the command log keeps them for replay: what a
+/// replay must reproduce exactly.
+#[derive(Debug, Serialize)]
+pub(crate) struct Decisions<'a> {
+    pub events: &'a [gantry_types::Event],
+    pub launch: &'a [Launch],
+    pub stop: &'a [StopRun],
+    pub reply: &'a Reply,
+}
+
+/// A command log entry: the command and a fingerprint of its decisions.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Logged {
+    #[serde(flatten)]
+    pub command: Command,
+    /// FNV-1a of the decisions' JSON (events, launches, stops, reply).
+    pub decisions: String,
+}
+
+/// FNV-1a, 64 bits, as 16 hex digits: stable across versions and platforms (unlike std's
+/// hasher), which a fingerprint kept in a log must be.
+pub fn fingerprint(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}

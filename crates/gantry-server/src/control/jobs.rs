@@ -1,0 +1,209 @@
+//! A job's way in and out by request: submit (all of a workload file or none), cancel, and
+//! the bookkeeping both share (admission to the scheduler, dependencies).
+
+use super::{Controller, Effects, Reply, StopRun};
+use crate::auth::Principal;
+use crate::error::ControlError;
+use gantry_engine::CompiledJob;
+use gantry_engine::sched::{Admission, JobId, SchedJob};
+use gantry_types::{Ending, Event, Job, JobState};
+use std::collections::BTreeMap;
+
+impl Controller {
+    /// The scheduler's job for `job`, compiled against the fleet once.
+    pub(crate) fn sched_job(&self, job: &Job, compiled: CompiledJob) -> Result<SchedJob, ControlError> {
+        let after = job
+            .after
+            .iter()
+            .map(|d| {
+                d.job
+                    .strip_prefix('#')
+                    .and_then(|id| id.parse().ok())
+                    .map(|id| (d.kind, id))
+                    .ok_or_else(|| ControlError::Internal(format!("stored dependency {:?} is not resolved", d.job)))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(SchedJob {
+            name: job.name.clone(),
+            queue: job.queue.clone(),
+            priority: job.priority,
+            lifecycle: job.lifecycle,
+            control: job.control.clone(),
+            planned_length_s: job.control.time_limit_s,
+            after,
+            compiled,
+        })
+    }
+
+    pub(crate) fn compile(&self, job: &Job) -> Result<CompiledJob, ControlError> {
+        self.empty.compile(job).map_err(|e| ControlError::Invalid(format!("job {:?}: {e}", job.name)))
+    }
+
+    /// Hand a stored job to the scheduler (it waits from `at_s`).
+    pub(crate) fn admit(&mut self, id: u64, job: &Job, at_s: u64) -> Result<Admission, ControlError> {
+        let compiled = self.compile(job)?;
+        self.admit_compiled(id, job, compiled, at_s)
+    }
+
+    fn admit_compiled(
+        &mut self,
+        id: u64,
+        job: &Job,
+        compiled: CompiledJob,
+        at_s: u64,
+    ) -> Result<Admission, ControlError> {
+        let sched = self.sched_job(job, compiled)?;
+        self.scheduler.submit(id, sched, at_s).map_err(ControlError::Invalid)
+    }
+
+    /// A job whose dependency can never be met ends, cancelled, with the log saying why.
+    pub(crate) fn settle(&mut self, admissions: Vec<(u64, Admission)>, now: u64) -> Result<(), ControlError> {
+        for (id, admission) in admissions {
+            if admission == Admission::Never {
+                self.record(Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None })?;
+                tracing::info!(job = id, "cancelled: a dependency can never be met");
+            }
+        }
+        Ok(())
+    }
+
+    /// Dependencies name jobs of the same file (an array's name: all its elements), else the
+    /// latest earlier job of that name; stored resolved, as `#<id>`.
+    fn resolve_dependencies(&self, mut jobs: Vec<Job>, first: u64) -> Result<Vec<Job>, ControlError> {
+        if jobs.iter().all(|j| j.after.is_empty()) {
+            return Ok(jobs);
+        }
+        let local: BTreeMap<String, Vec<usize>> =
+            gantry_spec::dependency_index(jobs.iter()).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for job in &mut jobs {
+            let mut resolved = Vec::new();
+            for d in &job.after {
+                let ids: Vec<u64> = match local.get(d.job.as_str()) {
+                    Some(indices) => indices.iter().map(|&i| first + i as u64).collect(),
+                    None => match self.jobs.values().rev().find(|r| r.name == d.job) {
+                        Some(row) => vec![row.id],
+                        None => {
+                            return Err(ControlError::Invalid(format!(
+                                "job {:?} / after: unknown job {:?} (not in this file, not submitted before)",
+                                job.name, d.job
+                            )));
+                        }
+                    },
+                };
+                resolved
+                    .extend(ids.into_iter().map(|id| gantry_types::Dependency { kind: d.kind, job: format!("#{id}") }));
+            }
+            job.after = resolved;
+        }
+        Ok(jobs)
+    }
+
+    /// Would `job`, which asks for MIG instances, fit the empty fleet once its MIG-capable GPUs
+    /// were laid out for it (the offline planner's layout for this job alone, checked by
+    /// placing it with the engine)? False for jobs without MIG requests and for profiles no
+    /// GPU model here offers.
+    fn fits_once_laid_out(&self, job: &Job) -> bool {
+        let wants_mig =
+            job.groups.iter().any(|g| matches!(g.resources.gpu, Some(gantry_types::GpuRequest::Mig { .. })));
+        wants_mig
+            && gantry_engine::plan::plan(&self.empty.fleet_now(), std::slice::from_ref(job), self.catalog)
+                .is_ok_and(|plan| plan.unplaced.is_empty())
+    }
+
+    /// Could this job ever run here? Placed, then released, on the empty fleet — or, for a job
+    /// asking for MIG instances no GPU is carved into now, on the empty fleet as the planner
+    /// would lay it out for the job alone (it waits for that layout; `GET /v1/plan`).
+    /// `laid_out` remembers the layout check per distinct request: it plans the whole fleet.
+    fn check_fits(
+        &mut self,
+        job: &Job,
+        compiled: &CompiledJob,
+        laid_out: &mut BTreeMap<String, bool>,
+    ) -> Result<(), ControlError> {
+        match self.empty.place(compiled) {
+            Ok(alloc) => {
+                self.empty.release(alloc).map_err(|e| ControlError::Internal(e.to_string()))?;
+            }
+            Err(_) if *laid_out.entry(format!("{:?}", job.groups)).or_insert_with(|| self.fits_once_laid_out(job)) => {
+                tracing::info!(job = %job.name, "accepted: needs MIG instances no GPU has now (see GET /v1/plan)");
+            }
+            Err(reasons) => {
+                let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
+                return Err(ControlError::Invalid(format!(
+                    "job {:?} can never run on this fleet: {}",
+                    job.name,
+                    why.join("; ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Accept a workload file's jobs, all or none: each is checked against the fleet (a job no
+    /// node could ever hold is refused with the engine's reasons) before anything changes.
+    pub(crate) fn submit(&mut self, who: &Principal, workload: &str, now: u64) -> Result<Effects, ControlError> {
+        let jobs =
+            gantry_spec::parse_submission(workload, self.catalog).map_err(|e| ControlError::Invalid(e.to_string()))?;
+        if jobs.is_empty() {
+            return Err(ControlError::Invalid("the workload has no jobs".into()));
+        }
+        for job in &jobs {
+            who.acts_on(&job.queue)?;
+            if !self.scheduler.knows_queue(&job.queue) {
+                return Err(ControlError::Invalid(format!(
+                    "job {:?}: unknown queue {:?} (not in the controller's queue file)",
+                    job.name, job.queue
+                )));
+            }
+        }
+        let first = self.jobs.keys().next_back().map_or(1, |last| last + 1);
+        let jobs = self.resolve_dependencies(jobs, first)?;
+        let mut laid_out = BTreeMap::new();
+        let mut compiled = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            let c = self.compile(job)?;
+            self.check_fits(job, &c, &mut laid_out)?;
+            compiled.push(c);
+        }
+        let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
+        for (id, job) in ids.iter().zip(&jobs) {
+            self.record(Event::Submitted { id: *id, at_s: now, job: Box::new(job.clone()) })?;
+        }
+        tracing::info!(token = %who.name, jobs = ids.len(), first, "submitted");
+        let mut admissions = Vec::new();
+        for ((id, job), compiled) in ids.iter().zip(&jobs).zip(compiled) {
+            admissions.push((*id, self.admit_compiled(*id, job, compiled, now)?));
+        }
+        self.settle(admissions, now)?;
+        Ok(Effects { reply: Reply::Submitted { ids }, schedule: true, ..Default::default() })
+    }
+
+    /// Cancel a job: a waiting one ends now; a running one is stopped (its tasks are
+    /// signalled; it ends when they have exited).
+    pub(crate) fn cancel(&mut self, who: &Principal, id: u64, now: u64) -> Result<Effects, ControlError> {
+        let row = self.jobs.get(&id).ok_or(ControlError::UnknownJob(id))?;
+        who.acts_on(&row.queue)?;
+        let (state, attempt, grace_s) = (row.state, row.requeues, row.job.lifecycle.grace_s);
+        match state {
+            JobState::Pending => {
+                let woken = self.scheduler.cancel_waiting(id as JobId, now).map_err(ControlError::Conflict)?;
+                self.record(Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None })?;
+                self.settle(woken, now)?;
+                Ok(Effects { reply: Reply::Cancelled { stopping: false }, schedule: true, ..Default::default() })
+            }
+            JobState::Running => {
+                let mut effects = Effects { reply: Reply::Cancelled { stopping: true }, ..Default::default() };
+                if let Some(runs) = self.running.get_mut(&id) {
+                    runs.cancelled = true;
+                    runs.stopping = Some(grace_s);
+                }
+                match self.agents {
+                    super::Agents::Local => effects.stop.push(StopRun { job: id, attempt, grace_s }),
+                    super::Agents::Remote { .. } => effects.agents_have_orders = true,
+                }
+                Ok(effects)
+            }
+            state => Err(ControlError::JobEnded { id, state: state.name() }),
+        }
+    }
+}

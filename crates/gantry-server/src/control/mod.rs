@@ -1,0 +1,299 @@
+//! The controller as a deterministic state machine: [`Controller::apply`] takes the time and
+//! a [`Command`] and returns the [`Effects`] that must follow, or a [`ControlError`] with
+//! nothing changed. It reads no clock, does no I/O and takes no lock: time arrives in the
+//! call, the store is written by the caller from `Effects::commit` (before any launch, stop or
+//! reply goes out), processes and agents are the caller's. Read-only views over its state
+//! live in [`crate::views`]; tokens in [`crate::auth`].
+//!
+//! Order of effects, so a crash at any instant loses nothing and runs nothing twice: a change
+//! is committed *before* it is acted on (a job is `started` in the log before its processes
+//! are launched); on restart ([`open`]), jobs the log says were running are re-adopted on
+//! their recorded placement or marked `lost`, never started again.
+
+mod agents;
+pub mod command;
+mod jobs;
+pub mod open;
+mod run;
+mod usage;
+
+pub use command::{Command, Effects, Reply, StopRun};
+pub use open::{Image, Setup};
+
+use crate::auth::Tokens;
+use crate::error::ControlError;
+use crate::wire::{GpuSample, Launch, TaskKey};
+use gantry_catalog::Catalog;
+use gantry_engine::sched::Scheduler;
+use gantry_engine::{AllocId, Engine};
+use gantry_store::{Batch, JobRow};
+use gantry_types::{Event, TaskPlacement};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Who runs the tasks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Agents {
+    /// The in-process agent runs every node's tasks on this machine (`serve --local`).
+    Local,
+    /// Each node's agent connects over the network (`gantry agent`); a node gets work only
+    /// while its agent heartbeats within this many seconds.
+    Remote { heartbeat_timeout_s: u64 },
+}
+
+/// A running job's tasks as the controller tracks them.
+#[derive(Debug)]
+pub(crate) struct Runs {
+    pub alloc: AllocId,
+    /// Which run of the job (its requeues so far).
+    pub attempt: u32,
+    pub tasks_left: u32,
+    /// Its tasks: (group, replica) → node.
+    pub tasks: BTreeMap<(String, u32), String>,
+    /// The tasks whose exits are counted (each once, however often it is reported).
+    pub exited: BTreeSet<(String, u32)>,
+    /// A stop was ordered (cancel, preemption): the grace period, seconds.
+    pub stopping: Option<u64>,
+    /// First non-zero exit code seen, if any.
+    pub failed: Option<i32>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub lost: bool,
+    /// Being stopped for another job (the preemptor's right): it waits again when its tasks
+    /// have exited.
+    pub preempted: Option<&'static str>,
+    /// What it holds on each GPU, for the meter.
+    pub grants: Vec<Held>,
+}
+
+/// Compute held on one GPU.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub node: String,
+    pub gpu: u32,
+    pub model: gantry_catalog::ModelId,
+    pub milli: u64,
+}
+
+/// A connected remote agent.
+#[derive(Clone, Debug)]
+pub(crate) struct AgentLink {
+    pub last_seen_s: u64,
+    pub version: String,
+    pub samples: Vec<GpuSample>,
+}
+
+/// The controller's state: the scheduler and everything the live service knows beside it.
+#[derive(Debug)]
+pub struct Controller {
+    pub(crate) scheduler: Scheduler,
+    pub(crate) catalog: &'static Catalog,
+    pub(crate) agents: Agents,
+    /// The jobs table, as the store derives it from the same events.
+    pub(crate) jobs: BTreeMap<u64, JobRow>,
+    pub(crate) tokens: Tokens,
+    /// (node, GPU index) → UUID.
+    pub(crate) uuids: BTreeMap<(String, u32), String>,
+    /// (node, GPU index) → model.
+    pub(crate) models: BTreeMap<(String, u32), gantry_catalog::ModelId>,
+    pub(crate) meter: crate::meter::Meter,
+    pub(crate) billing: crate::meter::Billing,
+    pub(crate) stats: crate::metrics::ServiceStats,
+    pub(crate) series: crate::series::Series,
+    pub(crate) idle: crate::idle::IdleWatch,
+    /// What the meter saw last (the idle watch reads it).
+    pub(crate) last_holdings: Vec<crate::meter::Holding>,
+    pub(crate) idle_checked_s: Option<u64>,
+    pub(crate) running: BTreeMap<u64, Runs>,
+    /// Tasks re-adopted at open, until the in-process runner takes them.
+    pub(crate) recovered: Vec<TaskKey>,
+    /// Remote agents that registered, by node.
+    pub(crate) links: BTreeMap<String, AgentLink>,
+    /// Launches a remote node's agent has not reported yet, by node: repeated in every answer
+    /// to its heartbeats until it does.
+    pub(crate) outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
+    /// The fleet with nothing running: could a submitted job ever run here?
+    pub(crate) empty: Engine,
+    /// The in-process agent's GPUs are measured with NVML (samples arrive with each tick).
+    pub(crate) measured_locally: bool,
+    /// NVML's last samples of this machine's GPUs, by index.
+    pub(crate) local_samples: BTreeMap<u32, GpuSample>,
+    /// What the command being applied changes, for the caller to commit.
+    pending: Batch,
+}
+
+impl Controller {
+    /// Apply `command` at `now` (Unix seconds). On success, the effects to carry out — the
+    /// commit first. On error nothing changed and nothing is to be committed.
+    pub fn apply(&mut self, now: u64, command: Command) -> Result<Effects, ControlError> {
+        let before = batch_size(&self.pending);
+        let result = self.dispatch(now, &command);
+        let changed = batch_size(&self.pending) > before;
+        let mut effects = match result {
+            Ok(effects) => effects,
+            Err(e) if !changed => return Err(e),
+            Err(e) => {
+                // A broken invariant after a change (a bug): what changed in memory stays
+                // queued, with the command, and is committed with the next one, so the store
+                // and the memory never disagree and a replay fails the same way.
+                tracing::error!(command = command.kind(), error = %e, "a command failed after changing state");
+                self.log(now, command, &Effects::default());
+                return Err(e);
+            }
+        };
+        self.log(now, command, &effects);
+        effects.commit = std::mem::take(&mut self.pending);
+        Ok(effects)
+    }
+
+    /// Put `command` in the command log, with the fingerprint of its decisions.
+    fn log(&mut self, now: u64, command: Command, effects: &Effects) {
+        let decisions = command::Decisions {
+            events: &self.pending.events,
+            launch: &effects.launch,
+            stop: &effects.stop,
+            reply: &effects.reply,
+        };
+        let decisions = command::fingerprint(&serde_json::to_string(&decisions).unwrap_or_default());
+        let body = serde_json::to_string(&command::Logged { command, decisions }).unwrap_or_default();
+        self.pending.commands.push((now, body));
+    }
+
+    fn dispatch(&mut self, now: u64, command: &Command) -> Result<Effects, ControlError> {
+        match command {
+            Command::Submit { who, workload } => self.submit(who, workload, now),
+            Command::Cancel { who, job } => self.cancel(who, *job, now),
+            Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
+            Command::CreateToken { who, name, role, queues, hash } => {
+                who.admin_only("creating tokens")?;
+                let record = gantry_store::TokenRecord {
+                    name: name.clone(),
+                    role: *role,
+                    queues: queues.clone(),
+                    hash: hash.clone(),
+                    created_at_s: now,
+                };
+                let record = self.tokens.add(record)?;
+                self.pending.tokens_added.push(record);
+                Ok(Effects::default())
+            }
+            Command::RevokeToken { who, name } => {
+                who.admin_only("revoking tokens")?;
+                self.tokens.revoke(name)?;
+                self.pending.tokens_revoked.push(name.clone());
+                Ok(Effects::default())
+            }
+            Command::Register { who, registration } => self.register_agent(who, registration, now),
+            Command::Heartbeat { who, node, beat } => self.agent_heartbeat(who, node, beat, now),
+            Command::TaskExited { task, code, timed_out, lost } => {
+                let mut effects = Effects::default();
+                self.task_exited(task, *code, *timed_out, *lost, now, &mut effects)?;
+                Ok(effects)
+            }
+            Command::Tick { samples } => self.tick(now, samples),
+        }
+    }
+
+    /// Record `event`: applied to the jobs table now, committed with the command.
+    pub(crate) fn record(&mut self, event: Event) -> Result<(), ControlError> {
+        let row = gantry_store::apply_event(self.jobs.get(&event.job_id()), &event)?;
+        self.jobs.insert(row.id, row);
+        self.pending.events.push(event);
+        Ok(())
+    }
+
+    /// Time passes: silent agents lose their nodes' new work, the meter and the idle watch
+    /// look, then a scheduling cycle runs.
+    fn tick(&mut self, now: u64, samples: &[GpuSample]) -> Result<Effects, ControlError> {
+        if self.measured_locally {
+            self.local_samples = samples.iter().map(|s| (s.index, s.clone())).collect();
+        }
+        self.check_agents(now);
+        self.meter(now, false);
+        let mut effects = self.check_idle(now);
+        self.cycle(now, &mut effects)?;
+        Ok(effects)
+    }
+
+    /// Whether remote agents run the tasks (else the in-process runner does).
+    pub fn agents(&self) -> Agents {
+        self.agents
+    }
+
+    /// Tasks re-adopted when the controller opened, for the in-process runner to watch (once).
+    pub fn take_recovered(&mut self) -> Vec<TaskKey> {
+        std::mem::take(&mut self.recovered)
+    }
+
+    /// Is there no token yet (the first start: an admin token is made)?
+    pub fn has_no_tokens(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Who holds this secret?
+    pub fn authenticate(&self, secret: &str) -> Result<crate::auth::Principal, ControlError> {
+        self.tokens.authenticate(secret)
+    }
+
+    /// A scheduling cycle took this long (measured by the caller: the state machine has no
+    /// clock).
+    pub fn observe_cycle(&mut self, took: std::time::Duration) {
+        self.stats.cycle_seconds.observe(took.as_secs_f64());
+    }
+
+    /// Prices and weights for chargeback; weights the config leaves out come from the queue
+    /// file's `billing` (GPU-hour weights per model), when there is one.
+    pub fn set_billing(&mut self, mut billing: crate::meter::Billing) {
+        if let gantry_engine::sched::Order::FairShare(tree) = &self.scheduler.config().order {
+            for (model, milli) in &tree.billing_milli {
+                billing.weights.entry(model.clone()).or_insert(f64::from(*milli) / 1000.0);
+            }
+        }
+        self.billing = billing;
+    }
+
+    /// Drain (nothing new starts there; what runs keeps running) or resume a node; remembered
+    /// across restarts.
+    fn set_drained(
+        &mut self,
+        who: &crate::auth::Principal,
+        node: &str,
+        drained: bool,
+    ) -> Result<Effects, ControlError> {
+        who.admin_only(if drained { "draining a node" } else { "resuming a node" })?;
+        let changed = self.scheduler.set_drained(node, drained).map_err(ControlError::UnknownNode)?;
+        self.pending.drained.push((node.to_string(), drained));
+        Ok(Effects { reply: Reply::Drained { changed }, schedule: !drained, ..Default::default() })
+    }
+
+    /// Track a run that started (or was re-adopted) on `placement`.
+    pub(crate) fn track(&mut self, job: u64, alloc: AllocId, attempt: u32, placement: &[TaskPlacement]) {
+        let runs = Runs {
+            alloc,
+            attempt,
+            tasks_left: placement.len() as u32,
+            tasks: placement.iter().map(|t| ((t.group.clone(), t.replica), t.node.clone())).collect(),
+            exited: BTreeSet::new(),
+            stopping: None,
+            failed: None,
+            timed_out: false,
+            cancelled: false,
+            lost: false,
+            preempted: None,
+            grants: self.grants(placement),
+        };
+        self.running.insert(job, runs);
+    }
+}
+
+/// How many changes a batch holds.
+fn batch_size(b: &Batch) -> usize {
+    b.commands.len()
+        + b.events.len()
+        + b.tokens_added.len()
+        + b.tokens_revoked.len()
+        + b.drained.len()
+        + b.gpu_modes.len()
+        + b.usage.len()
+        + b.series.len()
+}

@@ -1,0 +1,282 @@
+//! Opening the state machine: from its [`Setup`] (fleet, scheduling, agents: what the
+//! operator chose) and an [`Image`] of what the store holds (read by the caller), recover —
+//! pending jobs wait again, running ones are re-adopted on exactly their recorded placement or
+//! marked lost. The changes recovery makes are returned as a batch to commit before serving,
+//! headed by an `open` entry in the command log, so a replay re-opens at the same point.
+
+use super::{AgentLink, Agents, Controller};
+use crate::auth::Tokens;
+use crate::error::ControlError;
+use crate::wire::TaskKey;
+use gantry_catalog::Catalog;
+use gantry_engine::sched::{Backfill, Order, Scheduler, SchedulerConfig};
+use gantry_engine::{Engine, EngineConfig};
+use gantry_store::{Batch, JobRow, TokenRecord};
+use gantry_types::{Ending, Event, Fleet, GpuMode, JobState, QueueTree, TaskPlacement};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What the operator chose for this start: recorded in the command log with each open.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Setup {
+    pub fleet: Fleet,
+    /// The queue tree under fair share; `None`: FIFO.
+    pub fair_share: Option<QueueTree>,
+    pub backfill: String,
+    pub reserve_depth: usize,
+    pub preempt: bool,
+    pub agents: Agents,
+    pub idle: crate::idle::IdlePolicy,
+    /// The in-process agent's GPUs are this machine's, measured with NVML.
+    pub measured_locally: bool,
+}
+
+impl Setup {
+    pub fn new(fleet: Fleet, scheduling: &SchedulerConfig, agents: Agents, idle: crate::idle::IdlePolicy) -> Setup {
+        Setup {
+            fleet,
+            fair_share: match &scheduling.order {
+                Order::Fifo => None,
+                Order::FairShare(tree) => Some(tree.clone()),
+            },
+            backfill: scheduling.backfill.name(),
+            reserve_depth: scheduling.reserve_depth,
+            preempt: scheduling.preempt,
+            agents,
+            idle,
+            measured_locally: false,
+        }
+    }
+
+    pub fn scheduling(&self) -> Result<SchedulerConfig, ControlError> {
+        let backfill = match self.backfill.as_str() {
+            "off" => Backfill::Off,
+            "greedy" => Backfill::Greedy,
+            "reserve" => Backfill::Reserve,
+            other => return Err(ControlError::Invalid(format!("backfill {other:?}: off, greedy or reserve"))),
+        };
+        Ok(SchedulerConfig {
+            order: self.fair_share.clone().map_or(Order::Fifo, Order::FairShare),
+            backfill,
+            reserve_depth: self.reserve_depth,
+            preempt: self.preempt,
+        })
+    }
+}
+
+/// What the store holds at open, as the caller read it.
+#[derive(Clone, Debug, Default)]
+pub struct Image {
+    pub jobs: Vec<JobRow>,
+    pub tokens: Vec<TokenRecord>,
+    pub drained: Vec<String>,
+    /// (node, GPU index, mode JSON).
+    pub gpu_modes: Vec<(String, u32, String)>,
+    pub series: Vec<crate::series::Point>,
+}
+
+impl Image {
+    /// Read everything the controller keeps from `store`; series points from `series_from_s`.
+    pub fn read(store: &dyn gantry_store::Store, series_from_s: u64) -> Result<Image, ControlError> {
+        Ok(Image {
+            jobs: store.jobs(&[])?,
+            tokens: store.tokens()?,
+            drained: store.drained()?,
+            gpu_modes: store.gpu_modes()?,
+            series: store
+                .series_points(series_from_s)?
+                .into_iter()
+                .filter_map(|(_, json)| serde_json::from_str(&json).ok())
+                .collect(),
+        })
+    }
+}
+
+/// The `open` entry of the command log.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "command", rename = "open")]
+pub struct Opened {
+    pub setup: Setup,
+    /// Running jobs whose tasks the in-process runner had launched (their pid files exist).
+    pub launched: Vec<u64>,
+}
+
+/// The fleet with the GPU modes recorded at run time (an agent's layout adopted) over the
+/// fleet file's: running tasks are re-adopted on the instances they hold.
+fn fleet_as_recorded(fleet: &Fleet, modes: &[(String, u32, String)]) -> Fleet {
+    let mut fleet = fleet.clone();
+    for (node, index, mode) in modes {
+        let gpu = fleet
+            .nodes
+            .iter_mut()
+            .filter(|n| &n.name == node)
+            .flat_map(|n| n.gpus.iter_mut())
+            .find(|g| g.index == *index);
+        match (gpu, serde_json::from_str::<GpuMode>(mode)) {
+            (Some(gpu), Ok(mode)) => {
+                if gpu.mode != mode {
+                    // Say so: an admin who edited the fleet file would otherwise wonder.
+                    tracing::info!(
+                        node,
+                        gpu = index,
+                        fleet_file = %gpu.mode.text(),
+                        recorded = %mode.text(),
+                        "using the GPU mode recorded from its agent, not the fleet file's; the agent's next registration updates it"
+                    );
+                }
+                gpu.mode = mode;
+            }
+            (None, _) => tracing::warn!(node, gpu = index, "a stored GPU mode names a GPU the fleet no longer has"),
+            (_, Err(e)) => tracing::warn!(node, gpu = index, error = %e, "a stored GPU mode does not read"),
+        }
+    }
+    fleet
+}
+
+impl Controller {
+    /// Open the controller over `image` at `now`. `launched`: the running jobs whose tasks
+    /// the in-process runner had started (ignored with remote agents, which say for themselves).
+    /// Returns the controller and the batch recovery made, to commit before serving.
+    pub fn open(
+        setup: Setup,
+        image: Image,
+        catalog: &'static Catalog,
+        launched: &BTreeSet<u64>,
+        now: u64,
+    ) -> Result<(Controller, Batch), ControlError> {
+        let fleet = fleet_as_recorded(&setup.fleet, &image.gpu_modes);
+        let engine =
+            Engine::new(&fleet, catalog, EngineConfig::default()).map_err(|e| ControlError::Invalid(e.to_string()))?;
+        let uuids = fleet
+            .nodes
+            .iter()
+            .flat_map(|n| n.gpus.iter().map(move |g| ((n.name.clone(), g.index), g.uuid.clone())))
+            .collect();
+        let agents = setup.agents;
+        let mut c = Controller {
+            empty: engine.clone(),
+            scheduler: Scheduler::new(engine, setup.scheduling()?),
+            catalog,
+            agents,
+            jobs: BTreeMap::new(),
+            tokens: Tokens::new(image.tokens),
+            uuids,
+            models: BTreeMap::new(),
+            meter: crate::meter::Meter::default(),
+            billing: crate::meter::Billing::default(),
+            stats: crate::metrics::ServiceStats::default(),
+            series: crate::series::Series::default(),
+            idle: crate::idle::IdleWatch::new(setup.idle.clone()),
+            last_holdings: Vec::new(),
+            idle_checked_s: None,
+            running: BTreeMap::new(),
+            recovered: Vec::new(),
+            links: BTreeMap::<String, AgentLink>::new(),
+            outbox: BTreeMap::new(),
+            measured_locally: setup.measured_locally,
+            local_samples: BTreeMap::new(),
+            pending: Batch::default(),
+        };
+        if agents != Agents::Local {
+            // No agent has connected to this controller yet.
+            for node in &fleet.nodes {
+                c.scheduler.set_ready(&node.name, false).map_err(ControlError::Internal)?;
+            }
+        }
+        c.models = {
+            let state = c.scheduler.engine().state();
+            state.gpus.iter().map(|g| ((state.info[g.node as usize].name.clone(), g.index), g.model)).collect()
+        };
+        c.series.restore(image.series);
+        for node in &image.drained {
+            if let Err(e) = c.scheduler.set_drained(node, true) {
+                tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
+            }
+        }
+        let launched: Vec<u64> = launched.iter().copied().collect();
+        let opened = Opened { setup, launched: launched.clone() };
+        let body = serde_json::to_string(&opened).map_err(|e| ControlError::Internal(e.to_string()))?;
+        c.pending.commands.push((now, body));
+        c.recover(image.jobs, &launched.into_iter().collect(), now)?;
+        let batch = std::mem::take(&mut c.pending);
+        Ok((c, batch))
+    }
+
+    /// Take back the jobs of the log: ended ones for dependencies, pending ones to wait again,
+    /// running ones re-adopted (or requeued if never launched, lost if they cannot be).
+    fn recover(&mut self, rows: Vec<JobRow>, launched: &BTreeSet<u64>, now: u64) -> Result<(), ControlError> {
+        let live: Vec<JobRow> = rows.iter().filter(|r| !r.state.is_final()).cloned().collect();
+        for row in rows {
+            if row.state.is_final() {
+                self.scheduler.record_ended(row.id, row.state == JobState::Completed);
+            }
+            self.jobs.insert(row.id, row);
+        }
+        for row in live {
+            if row.state == JobState::Running {
+                self.recover_running(&row, launched, now)?;
+                continue;
+            }
+            // A job the fleet can no longer hold (the fleet file changed) is failed, with why.
+            match self.admit(row.id, &row.job, row.submitted_at_s) {
+                Ok(admission) => self.settle(vec![(row.id, admission)], now)?,
+                Err(e) => {
+                    self.record(Event::Ended { id: row.id, at_s: now, ending: Ending::Failed, exit_code: None })?;
+                    tracing::warn!(job = row.id, error = %e, "pending job dropped on restart");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn recover_running(&mut self, row: &JobRow, launched: &BTreeSet<u64>, now: u64) -> Result<(), ControlError> {
+        // Started in the log, but no task ever ran (the controller stopped between committing
+        // the start and launching): it simply waits again. (A remote agent says for itself
+        // which tasks it launched: see `readopt`.)
+        if self.agents == Agents::Local && !launched.contains(&row.id) {
+            self.record(Event::Requeued { id: row.id, at_s: now, why: "never launched before a restart".into() })?;
+            if let Err(e) = self.admit(row.id, &row.job, row.submitted_at_s) {
+                tracing::warn!(job = row.id, error = %e, "requeued job dropped on restart");
+            }
+            return Ok(());
+        }
+        if let Err(e) = self.readopt(row, now) {
+            tracing::warn!(job = row.id, error = %e, "a running job could not be re-adopted: lost");
+            self.record(Event::Ended { id: row.id, at_s: now, ending: Ending::Lost, exit_code: None })?;
+        }
+        Ok(())
+    }
+
+    /// Take a job that was running at the last stop back on its recorded placement.
+    fn readopt(&mut self, row: &JobRow, now: u64) -> Result<(), ControlError> {
+        let placement: Vec<TaskPlacement> = row
+            .tasks
+            .iter()
+            .map(|t| t.placement.clone().ok_or_else(|| ControlError::Internal("no recorded placement".into())))
+            .collect::<Result<_, _>>()?;
+        let compiled = self.compile(&row.job)?;
+        let sched = self.sched_job(&row.job, compiled)?;
+        let alloc = self
+            .scheduler
+            .adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)
+            .map_err(ControlError::Internal)?;
+        self.track(row.id, alloc, row.requeues, &placement);
+        match self.agents {
+            Agents::Local => self.recovered.extend(row.tasks.iter().map(|t| TaskKey {
+                job: row.id,
+                group: t.group.clone(),
+                replica: t.replica,
+                attempt: row.requeues,
+            })),
+            // Offered again to each agent: one that has the task reports it (and the offer
+            // is withdrawn); one that never got it launches it now.
+            Agents::Remote { .. } => {
+                let (_, launches) = self.launches(row.id, row, &placement);
+                for launch in launches {
+                    self.outbox.entry(launch.node.clone()).or_default().insert(launch.key(), launch);
+                }
+            }
+        }
+        Ok(())
+    }
+}

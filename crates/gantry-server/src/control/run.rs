@@ -1,0 +1,208 @@
+//! Running jobs: the scheduling cycle's starts and stops, what each task is given (devices,
+//! MPS, rank), and the end of a run when its last task has exited.
+
+use super::{Agents, Controller, Effects, Held, StopRun};
+use crate::error::ControlError;
+use crate::wire::{Launch, TaskKey};
+use gantry_engine::sched::Decision;
+use gantry_store::JobRow;
+use gantry_types::{Ending, Event, GpuGrant, TaskPlacement, TaskStart};
+
+impl Controller {
+    /// What each task of a start is given: the log's record and the agent's launch.
+    pub(crate) fn launches(
+        &self,
+        job: u64,
+        row: &JobRow,
+        placement: &[TaskPlacement],
+    ) -> (Vec<TaskStart>, Vec<Launch>) {
+        let world = placement.len() as u32;
+        let master_node = placement.first().map(|t| t.node.clone()).unwrap_or_default();
+        let mut starts = Vec::new();
+        let mut launches = Vec::new();
+        for (rank, task) in placement.iter().enumerate() {
+            let (devices, mps) = self.devices(task);
+            starts.push(TaskStart {
+                group: task.group.clone(),
+                replica: task.replica,
+                node: task.node.clone(),
+                devices: devices.clone(),
+                placement: Some(task.clone()),
+            });
+            launches.push(Launch {
+                job,
+                job_name: row.name.clone(),
+                group: task.group.clone(),
+                replica: task.replica,
+                rank: rank as u32,
+                world_size: world,
+                node: task.node.clone(),
+                master_node: master_node.clone(),
+                devices,
+                mps,
+                command: row.job.run.command.clone(),
+                env: row.job.run.env.clone(),
+                workdir: row.job.run.workdir.clone(),
+                time_limit_s: row.job.control.time_limit_s,
+                grace_s: row.job.lifecycle.grace_s,
+                attempt: row.requeues,
+            });
+        }
+        (starts, launches)
+    }
+
+    /// The device UUIDs and MPS settings a task's grants give it.
+    fn devices(&self, task: &TaskPlacement) -> (Vec<String>, Option<(u32, u64)>) {
+        let mut devices = Vec::new();
+        let mut mps = None;
+        for grant in &task.gpus {
+            let uuid = self.uuids.get(&(task.node.clone(), grant.gpu())).cloned().unwrap_or_default();
+            match grant {
+                GpuGrant::Whole { .. } | GpuGrant::TimeSlice { .. } => devices.push(uuid),
+                GpuGrant::Mig { profile, start, .. } => {
+                    devices.push(format!("MIG-{}-{profile}-{start}", uuid.trim_start_matches("GPU-")));
+                }
+                GpuGrant::Mps { active_thread_percentage, memory, .. } => {
+                    devices.push(uuid);
+                    mps = Some((*active_thread_percentage, memory.0));
+                }
+            }
+        }
+        (devices, mps)
+    }
+
+    /// What a placement holds on each GPU (computed once, when a job starts or is re-adopted).
+    pub(crate) fn grants(&self, placement: &[TaskPlacement]) -> Vec<Held> {
+        let mut held = Vec::new();
+        for task in placement {
+            for grant in &task.gpus {
+                let Some(&model) = self.models.get(&(task.node.clone(), grant.gpu())) else { continue };
+                let gpu_model = self.catalog.model(model);
+                let milli = match grant {
+                    GpuGrant::Whole { .. } => 1000,
+                    GpuGrant::Mig { profile, .. } => gpu_model
+                        .mig
+                        .as_ref()
+                        .and_then(|g| g.profiles.iter().find(|p| &p.name == profile))
+                        .map_or(0, |p| u64::from(gpu_model.mig_milli(p).0)),
+                    GpuGrant::Mps { milli, .. } | GpuGrant::TimeSlice { milli, .. } => u64::from(milli.0),
+                };
+                held.push(Held { node: task.node.clone(), gpu: grant.gpu(), model, milli });
+            }
+        }
+        held
+    }
+
+    /// Hand launches to whoever runs the tasks: the in-process runner (after the commit) or
+    /// the nodes' agents (in their next heartbeat answer).
+    pub(crate) fn send_launches(&mut self, launches: Vec<Launch>, effects: &mut Effects) {
+        match self.agents {
+            Agents::Local => effects.launch.extend(launches),
+            Agents::Remote { .. } => {
+                for launch in launches {
+                    self.outbox.entry(launch.node.clone()).or_default().insert(launch.key(), launch);
+                }
+                effects.agents_have_orders = true;
+            }
+        }
+    }
+
+    /// Order a run stopped: signalled now, killed after its grace period.
+    pub(crate) fn send_stop(&mut self, job: u64, grace_s: u64, effects: &mut Effects) {
+        let Some(runs) = self.running.get_mut(&job) else { return };
+        runs.stopping = Some(grace_s);
+        match self.agents {
+            Agents::Local => effects.stop.push(StopRun { job, attempt: runs.attempt, grace_s }),
+            Agents::Remote { .. } => effects.agents_have_orders = true,
+        }
+    }
+
+    /// Run a scheduling cycle: each start is recorded, then its tasks handed out.
+    pub(crate) fn cycle(&mut self, now: u64, effects: &mut Effects) -> Result<(), ControlError> {
+        for decision in self.scheduler.cycle(now) {
+            match decision {
+                Decision::Start { job, alloc, eligible_since, .. } => {
+                    self.stats.starts += 1;
+                    self.stats.wait_seconds.observe(now.saturating_sub(eligible_since) as f64);
+                    let placement = self
+                        .scheduler
+                        .placement(alloc)
+                        .ok_or_else(|| ControlError::Internal("placed job vanished".into()))?;
+                    let row = self.jobs.get(&job).ok_or_else(|| ControlError::Internal(format!("no job {job}")))?;
+                    let (starts, launches) = self.launches(job, row, &placement);
+                    let (name, attempt) = (row.name.clone(), row.requeues);
+                    self.record(Event::Started { id: job, at_s: now, tasks: starts })?;
+                    self.track(job, alloc, attempt, &placement);
+                    let mut nodes: Vec<&str> = placement.iter().map(|t| t.node.as_str()).collect();
+                    nodes.dedup();
+                    tracing::info!(job, name = %name, tasks = placement.len(), on = %nodes.join(","), "started");
+                    self.send_launches(launches, effects);
+                }
+                Decision::Stop { job, cause, .. } => {
+                    self.stats.stops += 1;
+                    let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
+                    if let Some(runs) = self.running.get_mut(&job) {
+                        runs.preempted = Some(cause);
+                    }
+                    self.send_stop(job, grace, effects);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A task exited (`code`: its exit code, `None` if killed by a signal; `lost`: it vanished
+    /// without an exit recorded). Each task of a run counts once, however often it is
+    /// reported; a report of another run, or of a job not running, changes nothing.
+    pub(crate) fn task_exited(
+        &mut self,
+        task: &TaskKey,
+        code: Option<i32>,
+        timed_out: bool,
+        lost: bool,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Result<(), ControlError> {
+        let job = task.job;
+        let Some(runs) = self.running.get_mut(&job) else { return Ok(()) };
+        let which = (task.group.clone(), task.replica);
+        if runs.attempt != task.attempt || !runs.tasks.contains_key(&which) || !runs.exited.insert(which) {
+            return Ok(());
+        }
+        runs.tasks_left -= 1;
+        runs.timed_out |= timed_out;
+        runs.lost |= lost;
+        if !lost && code != Some(0) && runs.failed.is_none() {
+            runs.failed = Some(code.unwrap_or(-1));
+        }
+        if runs.tasks_left > 0 {
+            return Ok(());
+        }
+        // Its last seconds count, and its numbers are in the ledger before it is gone.
+        self.meter(now, true);
+        effects.schedule = true;
+        let runs = self.running.remove(&job).expect("present");
+        if let (Some(cause), false) = (runs.preempted, runs.cancelled) {
+            // Stopped for another: it waits again, in its queue, with its original place.
+            self.record(Event::Requeued { id: job, at_s: now, why: format!("preempted ({cause})") })?;
+            self.scheduler.killed(runs.alloc, now);
+            return Ok(());
+        }
+        let ending = if runs.cancelled {
+            Ending::Cancelled
+        } else if runs.lost && runs.failed.is_none() {
+            Ending::Lost
+        } else if runs.timed_out {
+            Ending::TimedOut
+        } else if runs.failed.is_some() {
+            Ending::Failed
+        } else {
+            Ending::Completed
+        };
+        self.record(Event::Ended { id: job, at_s: now, ending, exit_code: runs.failed })?;
+        *self.stats.ended.entry(ending.name()).or_default() += 1;
+        tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
+        let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
+        self.settle(woken, now)
+    }
+}

@@ -1,0 +1,41 @@
+//! What a command or a view can get wrong, as data: the state machine and the views return
+//! these; only the API layer turns them into HTTP status codes (`api::status_of`).
+
+use gantry_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The request itself is wrong: a workload that does not parse, a job that can never fit,
+    /// an agent whose GPUs differ from the fleet file. Nothing changed.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no job {0}")]
+    UnknownJob(u64),
+    #[error("{0}")]
+    UnknownNode(String),
+    #[error("no token {0:?}")]
+    UnknownToken(String),
+    #[error("a token named {0:?} exists already")]
+    TokenExists(String),
+    /// No token, or one the controller does not know.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// A token that may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("job {id} has already ended ({state})")]
+    JobEnded { id: u64, state: &'static str },
+    /// The command does not fit the controller's state (an agent of a node that has not
+    /// registered, a remote agent against an in-process one).
+    #[error("{0}")]
+    Conflict(String),
+    /// The store failed: what was applied is not durable; the controller takes no more
+    /// commands until it is restarted (and recovers from the store).
+    #[error("the store failed ({0}); restart the controller: it recovers from what was committed")]
+    StoreFailed(String),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// A broken invariant: a bug, reported rather than hidden.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,148 @@
+//! `GET /metrics`: the controller's state in the OpenMetrics text format (names in
+//! docs/formats.md).
+
+use crate::auth::Principal;
+use crate::control::{Agents, Controller};
+use crate::error::ControlError;
+use std::collections::BTreeMap;
+
+/// `GET /metrics`: the OpenMetrics exposition (names in docs/formats.md).
+pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, ControlError> {
+    use crate::metrics::Exposition;
+    who.not_agent()?;
+    let nodes = super::nodes::nodes(c, now);
+    let mut out = Exposition::default();
+    out.family(
+        "gantry_gpu_allocated_ratio",
+        "gauge",
+        "",
+        "Compute handed out on a GPU, 0 to 1 (a whole GPU, a MIG slice's share, MPS and time-slice shares).",
+    );
+    for n in &nodes {
+        for g in &n.gpus {
+            let index = g.index.to_string();
+            out.sample(
+                "gantry_gpu_allocated_ratio",
+                &[("node", &n.name), ("gpu", &index), ("model", &g.model)],
+                f64::from(g.allocated_milli) / 1000.0,
+            );
+        }
+    }
+    out.family("gantry_gpu_utilization_ratio", "gauge", "", "A GPU's utilization, 0 to 1, as its agent last sampled it (DCGM_FI_DEV_GPU_UTIL / 100); simulated on simulated fleets.");
+    for n in &nodes {
+        for g in &n.gpus {
+            if let Some(pct) = g.utilization_pct {
+                let index = g.index.to_string();
+                let simulated = if g.measured { "false" } else { "true" };
+                out.sample(
+                    "gantry_gpu_utilization_ratio",
+                    &[("node", &n.name), ("gpu", &index), ("model", &g.model), ("simulated", simulated)],
+                    f64::from(pct) / 100.0,
+                );
+            }
+        }
+    }
+    let mut by_model: BTreeMap<&str, (f64, f64, f64)> = BTreeMap::new();
+    for g in nodes.iter().flat_map(|n| &n.gpus) {
+        let entry = by_model.entry(g.model.as_str()).or_default();
+        let allocated = f64::from(g.allocated_milli) / 1000.0;
+        entry.0 += 1.0;
+        entry.1 += allocated;
+        entry.2 += allocated * f64::from(g.utilization_pct.unwrap_or(0)) / 100.0;
+    }
+    for (name, help, pick) in [
+        ("gantry_fleet_gpus", "GPUs in the fleet.", 0),
+        ("gantry_fleet_allocated_gpus", "GPUs' worth of compute handed out.", 1),
+        ("gantry_fleet_used_gpus", "GPUs' worth of compute in use: allocation × utilization.", 2),
+    ] {
+        out.family(name, "gauge", "", help);
+        for (model, v) in &by_model {
+            out.sample(name, &[("model", model)], [v.0, v.1, v.2][pick]);
+        }
+    }
+    let mut by_queue: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for h in c.holdings() {
+        let entry = by_queue.entry(h.queue).or_default();
+        entry.0 += h.milli as f64 / 1000.0;
+        entry.1 += h.milli as f64 / 1000.0 * f64::from(h.utilization_pct) / 100.0;
+    }
+    out.family("gantry_queue_allocated_gpus", "gauge", "", "GPUs' worth of compute held by a queue's running jobs.");
+    for (queue, (allocated, _)) in &by_queue {
+        out.sample("gantry_queue_allocated_gpus", &[("queue", queue)], *allocated);
+    }
+    out.family(
+        "gantry_queue_used_gpus",
+        "gauge",
+        "",
+        "GPUs' worth of compute a queue's running jobs use: allocation × utilization.",
+    );
+    for (queue, (_, used)) in &by_queue {
+        out.sample("gantry_queue_used_gpus", &[("queue", queue)], *used);
+    }
+    let mut jobs: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    for row in c.jobs.values().filter(|r| !r.state.is_final()) {
+        *jobs.entry((row.queue.clone(), row.state.name())).or_default() += 1;
+    }
+    out.family("gantry_jobs", "gauge", "", "Jobs waiting or running, by queue and state.");
+    for ((queue, state), count) in &jobs {
+        out.sample("gantry_jobs", &[("queue", queue), ("state", state)], *count as f64);
+    }
+    out.family("gantry_jobs_ended", "counter", "", "Jobs ended since the controller started, by how.");
+    for (ending, count) in &c.stats.ended {
+        out.sample("gantry_jobs_ended_total", &[("ending", ending)], *count as f64);
+    }
+    out.family(
+        "gantry_decisions",
+        "counter",
+        "",
+        "Scheduling decisions since the controller started: starts, and stops for preemption.",
+    );
+    out.sample("gantry_decisions_total", &[("kind", "start")], c.stats.starts as f64);
+    out.sample("gantry_decisions_total", &[("kind", "stop")], c.stats.stops as f64);
+    out.histogram("gantry_scheduling_cycle_seconds", "Time one scheduling cycle took.", &c.stats.cycle_seconds);
+    out.histogram(
+        "gantry_job_wait_seconds",
+        "Time from a job's eligibility to its start, per start.",
+        &c.stats.wait_seconds,
+    );
+    out.family(
+        "gantry_idle_jobs",
+        "gauge",
+        "",
+        "Running jobs flagged idle now (under the idle threshold past the idle time).",
+    );
+    out.sample("gantry_idle_jobs", &[], c.idle.flagged() as f64);
+    out.family(
+        "gantry_idle_events",
+        "counter",
+        "",
+        "Idle jobs flagged since the controller started, by what was done.",
+    );
+    for action in ["notify", "reclaim"] {
+        let count = c.idle.counts.get(action).copied().unwrap_or(0);
+        out.sample("gantry_idle_events_total", &[("action", action)], count as f64);
+    }
+    out.family(
+        "gantry_node_ready",
+        "gauge",
+        "",
+        "1 while a node takes new work (its agent is connected and it is not drained), else 0.",
+    );
+    for n in &nodes {
+        out.sample("gantry_node_ready", &[("node", &n.name)], if n.ready && !n.drained { 1.0 } else { 0.0 });
+    }
+    if matches!(c.agents, Agents::Remote { .. }) {
+        out.family(
+            "gantry_agent_heartbeat_age_seconds",
+            "gauge",
+            "seconds",
+            "Seconds since a node's agent last heartbeat.",
+        );
+        for n in &nodes {
+            if let Some(age) = n.heartbeat_age_s {
+                out.sample("gantry_agent_heartbeat_age_seconds", &[("node", &n.name)], age as f64);
+            }
+        }
+    }
+    Ok(out.finish())
+}

@@ -1,0 +1,115 @@
+//! `gantry nodes`, `GET /v1/nodes`: every node with its GPUs, what each holds and uses, and
+//! which jobs run there.
+
+use crate::control::Controller;
+use gantry_types::{GpuGrant, JobState};
+use std::collections::BTreeMap;
+
+/// A node as `gantry nodes` shows it: its GPUs, what each holds, which jobs run there.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct NodeView {
+    pub name: String,
+    pub drained: bool,
+    /// With remote agents: whether this node's agent is connected (it gets work only then).
+    pub ready: bool,
+    /// With remote agents: seconds since its agent's last heartbeat (`None`: never since the
+    /// controller started).
+    pub heartbeat_age_s: Option<u64>,
+    /// With remote agents: the version its agent registered with.
+    pub agent_version: Option<String>,
+    pub gpus: Vec<GpuView>,
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct GpuView {
+    pub index: u32,
+    pub uuid: String,
+    pub model: String,
+    /// whole, mig, mps or time-slice.
+    pub mode: String,
+    /// Compute handed out, milli-GPU of 1000.
+    pub allocated_milli: u32,
+    /// Utilization its agent last sampled, percent (`None`: no sample).
+    pub utilization_pct: Option<u32>,
+    /// Whether that sample was measured (NVML) rather than simulated.
+    pub measured: bool,
+    /// Running jobs holding part or all of it.
+    pub jobs: Vec<u64>,
+    /// A MIG GPU's instances (its layout), each with the job holding it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<MigInstanceView>,
+}
+
+/// One MIG instance of a GPU's layout.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct MigInstanceView {
+    pub profile: String,
+    /// First compute slice.
+    pub start: u8,
+    /// The running job holding it.
+    pub job: Option<u64>,
+}
+
+/// Every node with its GPUs and the running jobs on them.
+pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
+    let engine = c.scheduler.engine();
+    let state = engine.state();
+    let mut on_gpu: BTreeMap<(String, u32), Vec<u64>> = BTreeMap::new();
+    let mut on_instance: BTreeMap<(String, u32, u8), u64> = BTreeMap::new();
+    for row in c.jobs.values().filter(|r| r.state == JobState::Running) {
+        for task in &row.tasks {
+            for grant in task.placement.iter().flat_map(|p| p.gpus.iter()) {
+                on_gpu.entry((task.node.clone(), grant.gpu())).or_default().push(row.id);
+                if let GpuGrant::Mig { gpu, start, .. } = grant {
+                    on_instance.insert((task.node.clone(), *gpu, *start), row.id);
+                }
+            }
+        }
+    }
+    let mut nodes: Vec<NodeView> = state
+        .info
+        .iter()
+        .map(|n| NodeView {
+            name: n.name.clone(),
+            drained: engine.is_drained(&n.name),
+            ready: !engine.has_mark(&n.name, gantry_engine::NOT_READY_TAINT),
+            heartbeat_age_s: c.links.get(&n.name).map(|l| now.saturating_sub(l.last_seen_s)),
+            agent_version: c.links.get(&n.name).map(|l| l.version.clone()),
+            gpus: Vec::new(),
+        })
+        .collect();
+    for gpu in &state.gpus {
+        let node = &mut nodes[gpu.node as usize];
+        let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
+        jobs.dedup();
+        let sample = c.gpu_sample(&node.name, gpu.index, jobs.first().copied());
+        let gpu_model = c.catalog.model(gpu.model);
+        let instances = match &gpu.units {
+            gantry_engine::state::Units::Mig { slots } => slots
+                .iter()
+                .map(|slot| MigInstanceView {
+                    profile: gpu_model
+                        .mig
+                        .as_ref()
+                        .and_then(|g| g.profiles.get(usize::from(slot.profile)))
+                        .map_or_else(String::new, |p| p.name.clone()),
+                    start: slot.start,
+                    job: on_instance.get(&(node.name.clone(), gpu.index, slot.start)).copied(),
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        node.gpus.push(GpuView {
+            index: gpu.index,
+            uuid: gpu.uuid.clone(),
+            model: c.catalog.model(gpu.model).id.clone(),
+            mode: format!("{:?}", gpu.units.kind()).to_ascii_lowercase().replace("timeslice", "time-slice"),
+            allocated_milli: gpu.used_milli,
+            utilization_pct: sample.as_ref().map(|s| s.utilization_pct),
+            measured: sample.is_some_and(|s| s.measured),
+            jobs,
+            instances,
+        });
+    }
+    nodes
+}
