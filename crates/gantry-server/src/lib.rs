@@ -22,6 +22,7 @@ pub mod idle;
 pub mod meter;
 pub mod metrics;
 pub mod mps;
+pub mod replay;
 pub mod runner;
 pub mod series;
 pub mod ui;
@@ -286,7 +287,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     let recovered = controller.take_recovered();
     let reader = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
     let committer = commit::Committer::start(store, config.group_commit);
-    let (exits_tx, mut exits) = mpsc::channel::<runner::Exit>(1024);
+    let (exits_tx, exits) = mpsc::channel::<runner::Exit>(1024);
     // Held by the loop too: with remote agents there is no runner, and the channel must not
     // close (a closed channel would end the loop).
     let exits_keep = exits_tx.clone();
@@ -316,41 +317,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
 
-    let loop_shared = shared.clone();
-    let tick = config.tick;
-    let scheduler = tokio::spawn(async move {
-        let _exits_keep = exits_keep;
-        loop {
-            let mut ended = Vec::new();
-            tokio::select! {
-                _ = loop_shared.wake.notified() => {}
-                exit = exits.recv() => match exit {
-                    Some(exit) => ended.push(exit),
-                    None => return,
-                },
-                _ = tokio::time::sleep(tick) => {}
-            }
-            while let Ok(exit) = exits.try_recv() {
-                ended.push(exit);
-            }
-            let mut commands: Vec<Command> = ended
-                .into_iter()
-                .map(|exit| Command::TaskExited {
-                    task: exit.key,
-                    code: exit.code,
-                    timed_out: exit.timed_out,
-                    lost: exit.lost,
-                })
-                .collect();
-            commands.push(Command::Tick { samples: local_samples(&sampler) });
-            for result in loop_shared.execute_all(commands).await {
-                if let Err(e) = result {
-                    tracing::error!(error = %e, "applying the loop's commands failed");
-                }
-            }
-        }
-    });
-
+    let scheduler = tokio::spawn(scheduling_loop(shared.clone(), exits, exits_keep, config.tick, sampler));
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
     let app = api::router(shared);
     let server = tokio::spawn(async move {
@@ -361,4 +328,45 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
             .await
     });
     Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), server, scheduler })
+}
+
+/// The loop: wakes on a wake-up, a task's exit or the tick, and applies the exits seen and a
+/// tick (a scheduling cycle) as commands. `_exits_keep` holds the exits channel open when
+/// there is no runner (remote agents): a closed channel ends the loop.
+async fn scheduling_loop(
+    shared: Shared,
+    mut exits: mpsc::Receiver<runner::Exit>,
+    _exits_keep: mpsc::Sender<runner::Exit>,
+    tick: Duration,
+    sampler: Option<gantry_agent::sample::Sampler>,
+) {
+    loop {
+        let mut ended = Vec::new();
+        tokio::select! {
+            _ = shared.wake.notified() => {}
+            exit = exits.recv() => match exit {
+                Some(exit) => ended.push(exit),
+                None => return,
+            },
+            _ = tokio::time::sleep(tick) => {}
+        }
+        while let Ok(exit) = exits.try_recv() {
+            ended.push(exit);
+        }
+        let mut commands: Vec<Command> = ended
+            .into_iter()
+            .map(|exit| Command::TaskExited {
+                task: exit.key,
+                code: exit.code,
+                timed_out: exit.timed_out,
+                lost: exit.lost,
+            })
+            .collect();
+        commands.push(Command::Tick { samples: local_samples(&sampler) });
+        for result in shared.execute_all(commands).await {
+            if let Err(e) = result {
+                tracing::error!(error = %e, "applying the loop's commands failed");
+            }
+        }
+    }
 }

@@ -12,6 +12,7 @@ mod mig_cmd;
 mod parallel;
 mod place_cmd;
 mod plan_cmd;
+mod replay_cmd;
 mod sbatch;
 mod serve_cmd;
 mod sim_cmd;
@@ -100,6 +101,10 @@ enum Command {
     Usage(usage_cmd::UsageArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
+    /// Re-run the controller's command log through a fresh state machine and check that every
+    /// decision (starts and placements, stops, endings, pending reasons) comes out the same.
+    #[command(after_help = replay_cmd::EXAMPLES)]
+    Replay(replay_cmd::ReplayArgs),
     /// Check a fleet file and/or a workload file without placing anything.
     #[command(after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml")]
     Validate(place_cmd::ValidateArgs),
@@ -145,6 +150,7 @@ fn main() -> ExitCode {
         Command::Usage(args) => usage_cmd::run(args),
         Command::Nodes(args) => jobs_cmd::nodes(args),
         Command::Mig(args) => mig_cmd::run(args),
+        Command::Replay(args) => replay_cmd::run(args),
         Command::Discover { json } => serve_cmd::discover(json),
         Command::Drain(args) => jobs_cmd::drain(args, true),
         Command::Resume(args) => jobs_cmd::drain(args, false),

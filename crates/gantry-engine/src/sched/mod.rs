@@ -758,6 +758,12 @@ impl Scheduler {
     }
 
     /// Why job `id` waits, and its estimate; `None` if it is not waiting.
+    /// Each waiting job's reason and estimated start as the last cycle left them, by id: what
+    /// a replay of the live log compares, cycle by cycle.
+    pub fn reasons(&self) -> impl Iterator<Item = (JobId, &PendingReason, Option<u64>)> + '_ {
+        self.reason.iter().map(|(id, reason)| (*id, reason, self.estimate.get(id).copied()))
+    }
+
     pub fn why(&self, id: JobId) -> Option<PendingJob> {
         let e = self.jobs.get(&id)?;
         let entry = |reason: PendingReason, estimate_s: Option<u64>| PendingJob {

@@ -25,8 +25,37 @@ impl Controller {
                 "this controller runs its own in-process agent (serve --local); remote agents need `gantry serve` without --local".into(),
             ));
         };
-        let engine = self.scheduler.engine();
-        let state = engine.state();
+        let (node_idx, found) = self.check_inventory(reg)?;
+        let adopt = self.layouts_to_adopt(reg, node_idx, &found)?;
+        if !adopt.is_empty() {
+            // Recorded first: a restart then rebuilds the GPU as the hardware has it.
+            let specs: BTreeMap<u64, Job> =
+                self.jobs.values().filter(|row| !row.state.is_final()).map(|row| (row.id, row.job.clone())).collect();
+            for (index, mode) in &adopt {
+                let text = serde_json::to_string(mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+                self.pending.gpu_modes.push((reg.node.clone(), *index, text));
+                self.scheduler
+                    .set_gpu_mode(&reg.node, *index, mode, |id| specs.get(&id).cloned())
+                    .map_err(ControlError::Internal)?;
+                self.empty.set_gpu_mode(&reg.node, *index, mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+                tracing::info!(node = %reg.node, gpu = index, mode = %mode.text(), "took the GPU mode the agent found");
+            }
+        }
+        for g in &found {
+            self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
+        }
+        let version = reg.version.chars().take(64).collect();
+        let back = self.links.insert(reg.node.clone(), AgentLink { last_seen_s: now, version, samples: Vec::new() });
+        self.scheduler.set_ready(&reg.node, true).map_err(ControlError::Internal)?;
+        tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
+        let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s };
+        Ok(Effects { reply: Reply::Registered(registered), schedule: true, ..Default::default() })
+    }
+
+    /// The node must be in the fleet with the same GPUs (indices and models) and usable UUIDs:
+    /// its index in the engine and the agent's GPUs, sorted.
+    fn check_inventory(&self, reg: &Register) -> Result<(usize, Vec<AgentGpu>), ControlError> {
+        let state = self.scheduler.engine().state();
         let Some(node_idx) = state.info.iter().position(|n| n.name == reg.node) else {
             let names: Vec<&str> = state.info.iter().map(|n| n.name.as_str()).take(20).collect();
             return Err(ControlError::UnknownNode(format!(
@@ -66,10 +95,21 @@ impl Controller {
         {
             return Err(ControlError::Invalid(format!("node {:?}: GPU {} has no usable UUID", reg.node, g.index)));
         }
-        // MIG as the hardware has it is MIG as the controller places it: where they differ, an
-        // idle GPU takes the agent's layout (someone ran `gantry mig apply` or nvidia-smi on
-        // the node); a busy one refuses the registration — its tasks hold instances or a card
-        // the hardware no longer has as recorded.
+        Ok((node_idx, found))
+    }
+
+    /// MIG as the hardware has it is MIG as the controller places it: where they differ, an
+    /// idle GPU takes the agent's layout (someone ran `gantry mig apply` or nvidia-smi on the
+    /// node); a busy one refuses the registration — its tasks hold instances or a card the
+    /// hardware no longer has as recorded. The GPUs whose mode is to change, and to what.
+    fn layouts_to_adopt(
+        &self,
+        reg: &Register,
+        node_idx: usize,
+        found: &[AgentGpu],
+    ) -> Result<Vec<(u32, GpuMode)>, ControlError> {
+        let engine = self.scheduler.engine();
+        let state = engine.state();
         let fleet = engine.fleet_now();
         let ours = &fleet.nodes[node_idx].gpus;
         let mut adopt: Vec<(u32, GpuMode)> = Vec::new();
@@ -112,29 +152,7 @@ impl Controller {
             }
             adopt.push((g.index, hardware));
         }
-        if !adopt.is_empty() {
-            // Recorded first: a restart then rebuilds the GPU as the hardware has it.
-            let specs: BTreeMap<u64, Job> =
-                self.jobs.values().filter(|row| !row.state.is_final()).map(|row| (row.id, row.job.clone())).collect();
-            for (index, mode) in &adopt {
-                let text = serde_json::to_string(mode).map_err(|e| ControlError::Internal(e.to_string()))?;
-                self.pending.gpu_modes.push((reg.node.clone(), *index, text));
-                self.scheduler
-                    .set_gpu_mode(&reg.node, *index, mode, |id| specs.get(&id).cloned())
-                    .map_err(ControlError::Internal)?;
-                self.empty.set_gpu_mode(&reg.node, *index, mode).map_err(|e| ControlError::Internal(e.to_string()))?;
-                tracing::info!(node = %reg.node, gpu = index, mode = %mode.text(), "took the GPU mode the agent found");
-            }
-        }
-        for g in &found {
-            self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
-        }
-        let version = reg.version.chars().take(64).collect();
-        let back = self.links.insert(reg.node.clone(), AgentLink { last_seen_s: now, version, samples: Vec::new() });
-        self.scheduler.set_ready(&reg.node, true).map_err(ControlError::Internal)?;
-        tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
-        let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s };
-        Ok(Effects { reply: Reply::Registered(registered), schedule: true, ..Default::default() })
+        Ok(adopt)
     }
 
     /// A remote agent's heartbeat: record what it reports (tasks running, exited, lost;
@@ -158,10 +176,34 @@ impl Controller {
         if self.scheduler.set_ready(node, true).map_err(ControlError::Internal)? {
             tracing::info!(node, "agent is back: the node gets work again");
         }
-        let mut forget = Vec::new();
-        let mut orphans = Vec::new();
         let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();
         let reported: BTreeSet<TaskKey> = beat.tasks.iter().map(|r| r.key.clone()).collect();
+        let (forget, orphans) = self.absorb_reports(node, beat, now, &mut effects)?;
+        self.reoffer_missing(node, &reported, now, &mut effects)?;
+        let mut orders = self.agent_orders(node, &stopping);
+        orders.forget = forget;
+        for key in orphans {
+            tracing::warn!(node, job = key.job, attempt = key.attempt, "stopping a task this controller does not run");
+            orders.stop.push(StopOrder { job: key.job, attempt: key.attempt, grace_s: gantry_types::GRACE_DEFAULT_S });
+        }
+        orders.stop.sort();
+        orders.stop.dedup();
+        effects.reply = Reply::Orders(orders);
+        Ok(effects)
+    }
+
+    /// Count the exits a heartbeat reports and withdraw the launches it confirms. Returns the
+    /// reports the agent may forget (their exits are counted) and the tasks it runs that this
+    /// controller does not (their job ended, or an older run): they must not hold the GPUs.
+    fn absorb_reports(
+        &mut self,
+        node: &str,
+        beat: &Heartbeat,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Result<(Vec<TaskKey>, Vec<TaskKey>), ControlError> {
+        let mut forget = Vec::new();
+        let mut orphans = Vec::new();
         for report in beat.tasks.iter().cloned() {
             if let Some(offers) = self.outbox.get_mut(node) {
                 offers.remove(&report.key);
@@ -178,18 +220,29 @@ impl Controller {
                     }
                 }
                 wire::TaskState::Exited { code, timed_out } => {
-                    self.task_exited(&report.key, code, timed_out, false, now, &mut effects)?;
+                    self.task_exited(&report.key, code, timed_out, false, now, effects)?;
                     forget.push(report.key);
                 }
                 wire::TaskState::Lost => {
-                    self.task_exited(&report.key, None, false, true, now, &mut effects)?;
+                    self.task_exited(&report.key, None, false, true, now, effects)?;
                     forget.push(report.key);
                 }
             }
         }
-        // Anti-entropy: a task of a run this controller has on this node that the agent neither
-        // reports nor has on offer, and whose exit is not counted, is not there (the agent
-        // stopped between claiming and starting it): offer its launch again.
+        Ok((forget, orphans))
+    }
+
+    /// Anti-entropy: a task of a run this controller has on this node that the agent neither
+    /// reports (`reported`) nor has on offer, and whose exit is not counted, is not there (the
+    /// agent stopped between claiming and starting it): offer its launch again — or, if the
+    /// run is being stopped, count it as stopped.
+    fn reoffer_missing(
+        &mut self,
+        node: &str,
+        reported: &BTreeSet<TaskKey>,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Result<(), ControlError> {
         let missing: Vec<(u64, String, u32)> = self
             .running
             .iter()
@@ -210,7 +263,7 @@ impl Controller {
             if self.running[&job].stopping.is_some() {
                 // Being stopped, and not there: it has stopped.
                 let key = TaskKey { job, group, replica, attempt };
-                self.task_exited(&key, None, false, true, now, &mut effects)?;
+                self.task_exited(&key, None, false, true, now, effects)?;
                 continue;
             }
             let Some(row) = self.jobs.get(&job) else { continue };
@@ -223,16 +276,7 @@ impl Controller {
                 self.outbox.entry(node.to_string()).or_default().insert(launch.key(), launch);
             }
         }
-        let mut orders = self.agent_orders(node, &stopping);
-        orders.forget = forget;
-        for key in orphans {
-            tracing::warn!(node, job = key.job, attempt = key.attempt, "stopping a task this controller does not run");
-            orders.stop.push(StopOrder { job: key.job, attempt: key.attempt, grace_s: gantry_types::GRACE_DEFAULT_S });
-        }
-        orders.stop.sort();
-        orders.stop.dedup();
-        effects.reply = Reply::Orders(orders);
-        Ok(effects)
+        Ok(())
     }
 
     /// What node `node`'s agent must do now: launch what it has not reported, stop the

@@ -148,11 +148,13 @@ impl Controller {
 
     /// Put `command` in the command log, with the fingerprint of its decisions.
     fn log(&mut self, now: u64, command: Command, effects: &Effects) {
+        let reasons = matches!(command, Command::Tick { .. }).then(|| self.reasons_fingerprint()).flatten();
         let decisions = command::Decisions {
             events: &self.pending.events,
             launch: &effects.launch,
             stop: &effects.stop,
             reply: &effects.reply,
+            reasons,
         };
         let decisions = command::fingerprint(&serde_json::to_string(&decisions).unwrap_or_default());
         let body = serde_json::to_string(&command::Logged { command, decisions }).unwrap_or_default();
@@ -192,6 +194,16 @@ impl Controller {
             }
             Command::Tick { samples } => self.tick(now, samples),
         }
+    }
+
+    /// The waiting jobs' reasons and estimates as the last cycle left them, fingerprinted
+    /// (`None` past [`command::REASONS_CHECKED_MAX`] waiting jobs).
+    fn reasons_fingerprint(&self) -> Option<String> {
+        let reasons: Vec<_> = self.scheduler.reasons().take(command::REASONS_CHECKED_MAX + 1).collect();
+        if reasons.len() > command::REASONS_CHECKED_MAX {
+            return None;
+        }
+        serde_json::to_string(&reasons).ok().map(|json| command::fingerprint(&json))
     }
 
     /// Record `event`: applied to the jobs table now, committed with the command.

@@ -99,6 +99,8 @@ pub struct Opened {
     pub setup: Setup,
     /// Running jobs whose tasks the in-process runner had launched (their pid files exist).
     pub launched: Vec<u64>,
+    /// Fingerprint of what recovery recorded (its events), as for any command.
+    pub decisions: String,
 }
 
 /// The fleet with the GPU modes recorded at run time (an agent's layout adopted) over the
@@ -193,11 +195,15 @@ impl Controller {
                 tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
             }
         }
-        let launched: Vec<u64> = launched.iter().copied().collect();
-        let opened = Opened { setup, launched: launched.clone() };
+        c.recover(image.jobs, launched, now)?;
+        let events = serde_json::to_string(&c.pending.events).map_err(|e| ControlError::Internal(e.to_string()))?;
+        let opened = Opened {
+            setup,
+            launched: launched.iter().copied().collect(),
+            decisions: super::command::fingerprint(&events),
+        };
         let body = serde_json::to_string(&opened).map_err(|e| ControlError::Internal(e.to_string()))?;
-        c.pending.commands.push((now, body));
-        c.recover(image.jobs, &launched.into_iter().collect(), now)?;
+        c.pending.commands.insert(0, (now, body));
         let batch = std::mem::take(&mut c.pending);
         Ok((c, batch))
     }

@@ -4,21 +4,32 @@
 use crate::auth::Principal;
 use crate::control::{Agents, Controller};
 use crate::error::ControlError;
+use crate::metrics::Exposition;
+use crate::views::NodeView;
 use std::collections::BTreeMap;
 
 /// `GET /metrics`: the OpenMetrics exposition (names in docs/formats.md).
 pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, ControlError> {
-    use crate::metrics::Exposition;
     who.not_agent()?;
     let nodes = super::nodes::nodes(c, now);
     let mut out = Exposition::default();
+    gpus(&mut out, &nodes);
+    fleet(&mut out, &nodes);
+    queues(&mut out, c);
+    jobs_and_service(&mut out, c);
+    node_health(&mut out, c, &nodes);
+    Ok(out.finish())
+}
+
+/// Per GPU: allocation and utilization.
+fn gpus(out: &mut Exposition, nodes: &[NodeView]) {
     out.family(
         "gantry_gpu_allocated_ratio",
         "gauge",
         "",
         "Compute handed out on a GPU, 0 to 1 (a whole GPU, a MIG slice's share, MPS and time-slice shares).",
     );
-    for n in &nodes {
+    for n in nodes {
         for g in &n.gpus {
             let index = g.index.to_string();
             out.sample(
@@ -29,7 +40,7 @@ pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, Cont
         }
     }
     out.family("gantry_gpu_utilization_ratio", "gauge", "", "A GPU's utilization, 0 to 1, as its agent last sampled it (DCGM_FI_DEV_GPU_UTIL / 100); simulated on simulated fleets.");
-    for n in &nodes {
+    for n in nodes {
         for g in &n.gpus {
             if let Some(pct) = g.utilization_pct {
                 let index = g.index.to_string();
@@ -42,6 +53,10 @@ pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, Cont
             }
         }
     }
+}
+
+/// Per model: GPUs, allocated, used.
+fn fleet(out: &mut Exposition, nodes: &[NodeView]) {
     let mut by_model: BTreeMap<&str, (f64, f64, f64)> = BTreeMap::new();
     for g in nodes.iter().flat_map(|n| &n.gpus) {
         let entry = by_model.entry(g.model.as_str()).or_default();
@@ -60,6 +75,10 @@ pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, Cont
             out.sample(name, &[("model", model)], [v.0, v.1, v.2][pick]);
         }
     }
+}
+
+/// Per queue: allocated and used.
+fn queues(out: &mut Exposition, c: &Controller) {
     let mut by_queue: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for h in c.holdings() {
         let entry = by_queue.entry(h.queue).or_default();
@@ -79,6 +98,10 @@ pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, Cont
     for (queue, (_, used)) in &by_queue {
         out.sample("gantry_queue_used_gpus", &[("queue", queue)], *used);
     }
+}
+
+/// Jobs by queue and state, endings, decisions, cycle and wait times, idle jobs.
+fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     let mut jobs: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
     for row in c.jobs.values().filter(|r| !r.state.is_final()) {
         *jobs.entry((row.queue.clone(), row.state.name())).or_default() += 1;
@@ -122,13 +145,17 @@ pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, Cont
         let count = c.idle.counts.get(action).copied().unwrap_or(0);
         out.sample("gantry_idle_events_total", &[("action", action)], count as f64);
     }
+}
+
+/// Nodes taking work, agents' heartbeat ages.
+fn node_health(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     out.family(
         "gantry_node_ready",
         "gauge",
         "",
         "1 while a node takes new work (its agent is connected and it is not drained), else 0.",
     );
-    for n in &nodes {
+    for n in nodes {
         out.sample("gantry_node_ready", &[("node", &n.name)], if n.ready && !n.drained { 1.0 } else { 0.0 });
     }
     if matches!(c.agents, Agents::Remote { .. }) {
@@ -138,11 +165,10 @@ pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, Cont
             "seconds",
             "Seconds since a node's agent last heartbeat.",
         );
-        for n in &nodes {
+        for n in nodes {
             if let Some(age) = n.heartbeat_age_s {
                 out.sample("gantry_agent_heartbeat_age_seconds", &[("node", &n.name)], age as f64);
             }
         }
     }
-    Ok(out.finish())
 }
