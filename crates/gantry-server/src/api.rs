@@ -122,7 +122,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, register_agent, heartbeat),
+    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, register_agent, heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -156,6 +156,8 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show).delete(cancel))
         .route("/v1/jobs/{id}/logs", get(logs))
+        .route("/v1/jobs/{id}/hold", post(hold))
+        .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{name}/drain", post(drain))
         .route("/v1/nodes/{name}/resume", post(resume))
@@ -239,6 +241,47 @@ async fn cancel(
         Reply::Cancelled { stopping } => {
             Ok(Json(Cancelled { id, status: if stopping { "stopping" } else { "cancelled" }.into() }))
         }
+        other => Err(unexpected(other)),
+    }
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Held {
+    pub id: u64,
+    pub held: bool,
+    /// Whether this call changed anything.
+    pub changed: bool,
+}
+
+/// `POST /v1/jobs/{id}/hold`: a waiting job leaves its queue until released.
+#[utoipa::path(post, path = "/v1/jobs/{id}/hold", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, description = "Held", body = Held), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody), (status = 409, description = "Not waiting", body = ErrorBody)))]
+async fn hold(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Held>, ApiError> {
+    set_held(&shared, &headers, &id, true).await
+}
+
+/// `POST /v1/jobs/{id}/release`: a held job waits again, from now.
+#[utoipa::path(post, path = "/v1/jobs/{id}/release", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
+    responses((status = 200, description = "Released", body = Held), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Not allowed for this token", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody), (status = 409, description = "Not waiting", body = ErrorBody)))]
+async fn release(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Held>, ApiError> {
+    set_held(&shared, &headers, &id, false).await
+}
+
+async fn set_held(shared: &Shared, headers: &HeaderMap, id: &str, held: bool) -> Result<Json<Held>, ApiError> {
+    let who = who(shared, headers)?;
+    let id = job_id(id)?;
+    match shared.execute(Command::Hold { who, job: id, held }).await? {
+        Reply::Held { changed } => Ok(Json(Held { id, held, changed })),
         other => Err(unexpected(other)),
     }
 }

@@ -95,10 +95,10 @@ fn kind_of(body: &str) -> Result<String, ControlError> {
 
 impl Replay {
     fn step(&mut self, record: &CommandRecord, log: &dyn Store, report: &mut ReplayReport) -> Result<(), ControlError> {
-        let kind = kind_of(&record.body)?;
-        *report.commands.entry(kind.clone()).or_default() += 1;
+        let mut kind = kind_of(&record.body)?;
         let bad = |e: serde_json::Error| ControlError::Invalid(format!("log entry {}: {e}", record.seq));
         let (recorded, batch) = if kind == "open" {
+            *report.commands.entry(kind.clone()).or_default() += 1;
             let opened: Opened = serde_json::from_str(&record.body).map_err(bad)?;
             let image = Image::read(&self.mem, 0)?;
             let launched = opened.launched.iter().copied().collect();
@@ -107,6 +107,8 @@ impl Replay {
             (opened.decisions, batch)
         } else {
             let logged: Logged = serde_json::from_str(&record.body).map_err(bad)?;
+            kind = logged.command.kind().to_string();
+            *report.commands.entry(kind.clone()).or_default() += 1;
             let Some(controller) = self.controller.as_mut() else {
                 report.differ(record, &kind, "the log does not begin with an open entry".into());
                 return Ok(());
@@ -166,7 +168,7 @@ fn count(events: &[Event], report: &mut ReplayReport) {
             Event::Started { .. } => report.starts += 1,
             Event::Ended { .. } => report.ends += 1,
             Event::Requeued { .. } => report.requeues += 1,
-            Event::Submitted { .. } => {}
+            Event::Submitted { .. } | Event::Held { .. } => {}
         }
     }
 }
@@ -179,18 +181,9 @@ fn live_events_at(log: &dyn Store, at_s: u64) -> Result<Vec<Event>, ControlError
         let page = log.events_after(seq, PAGE)?;
         let Some((last, _)) = page.last() else { break };
         seq = *last;
-        found.extend(page.into_iter().map(|(_, e)| e).filter(|e| event_time(e) == at_s));
+        found.extend(page.into_iter().map(|(_, e)| e).filter(|e| e.at_s() == at_s));
     }
     Ok(found)
-}
-
-fn event_time(event: &Event) -> u64 {
-    match event {
-        Event::Submitted { at_s, .. }
-        | Event::Started { at_s, .. }
-        | Event::Ended { at_s, .. }
-        | Event::Requeued { at_s, .. } => *at_s,
-    }
 }
 
 /// Events in a line each a reader can compare: kind, job, and where a start went.

@@ -98,6 +98,13 @@ pub fn state_is_derived_from_the_log<S: Store>(mut make: impl FnMut() -> S) {
         if id % 2 == 0 {
             store.append(&[started(id, 100 + id)]).expect("starts");
         }
+        if id % 6 == 0 {
+            store.append(&[Event::Held { id, at_s: 150 + id, held: true }]).expect_err("only a waiting job is held");
+        }
+        if id % 5 == 0 && id % 2 == 1 {
+            store.append(&[Event::Held { id, at_s: 150, held: true }]).expect("holds");
+            store.append(&[Event::Held { id, at_s: 160, held: id == 15 }]).expect("releases");
+        }
         if id % 4 == 0 {
             store
                 .append(&[ended(id, 200 + id, if id % 8 == 0 { Ending::Failed } else { Ending::Completed })])
@@ -105,6 +112,10 @@ pub fn state_is_derived_from_the_log<S: Store>(mut make: impl FnMut() -> S) {
         }
     }
     let before = store.jobs(&[]).expect("lists");
+    assert!(
+        before[14].job.control.hold && !before[4].job.control.hold,
+        "a hold is kept in the job, a release undoes it"
+    );
     store.rebuild().expect("rebuilds");
     assert_eq!(store.jobs(&[]).expect("lists"), before);
     // The derivation in memory (the controller's copy) gives the same rows.

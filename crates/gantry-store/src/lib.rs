@@ -222,6 +222,7 @@ pub fn apply_event(row: Option<&JobRow>, event: &Event) -> Result<JobRow, StoreE
             row.exit_code = *exit_code;
         }
         Event::Requeued { .. } => row.requeues += 1,
+        Event::Held { held, .. } => row.job.control.hold = *held,
     }
     Ok(row)
 }
@@ -234,6 +235,7 @@ pub fn transition(current: Option<JobState>, event: &Event) -> Result<JobState, 
         (None, Event::Submitted { .. }) => Some(Pending),
         (Some(Pending), Event::Started { .. }) => Some(Running),
         (Some(Running), Event::Requeued { .. }) => Some(Pending),
+        (Some(Pending), Event::Held { .. }) => Some(Pending),
         (Some(Pending), Event::Ended { ending: gantry_types::Ending::Cancelled, .. }) => Some(Cancelled),
         (Some(Running), Event::Ended { ending, .. }) => Some(ending.state()),
         _ => None,

@@ -149,6 +149,15 @@ impl SqliteStore {
             Event::Requeued { .. } => {
                 tx.execute("UPDATE jobs SET state = ?2, requeues = requeues + 1 WHERE id = ?1", params![id, next])?;
             }
+            Event::Held { held, .. } => {
+                // The hold lives in the job's control fields (what a restart admits it with).
+                let body: String = tx.query_row("SELECT job FROM jobs WHERE id = ?1", params![id], |r| r.get(0))?;
+                let mut job: gantry_types::Job =
+                    serde_json::from_str(&body).map_err(|e| StoreError::Corrupt(format!("job {id}: spec: {e}")))?;
+                job.control.hold = *held;
+                let body = serde_json::to_string(&job).map_err(|e| StoreError::Backend(e.to_string()))?;
+                tx.execute("UPDATE jobs SET job = ?2 WHERE id = ?1", params![id, body])?;
+            }
         }
         Ok(())
     }
@@ -393,12 +402,7 @@ fn append_events(tx: &Transaction<'_>, events: &[Event]) -> Result<u64, StoreErr
     for event in events {
         SqliteStore::apply(tx, event)?;
         let body = serde_json::to_string(event).map_err(|e| StoreError::Backend(e.to_string()))?;
-        let at = match event {
-            Event::Submitted { at_s, .. }
-            | Event::Started { at_s, .. }
-            | Event::Ended { at_s, .. }
-            | Event::Requeued { at_s, .. } => *at_s,
-        };
+        let at = event.at_s();
         tx.prepare_cached("INSERT INTO events (job_id, kind, at_s, body) VALUES (?1, ?2, ?3, ?4)")?
             .execute(params![int(event.job_id())?, event.kind(), int(at)?, body])?;
         last = uint(tx.last_insert_rowid())?;

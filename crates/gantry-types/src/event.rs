@@ -100,6 +100,8 @@ pub enum Event {
     Ended { id: u64, at_s: u64, ending: Ending, exit_code: Option<i32> },
     /// It was stopped for another (preemption) and waits again.
     Requeued { id: u64, at_s: u64, why: String },
+    /// A waiting job was held (`held`: it never starts until released) or released.
+    Held { id: u64, at_s: u64, held: bool },
 }
 
 impl Event {
@@ -108,7 +110,19 @@ impl Event {
             Event::Submitted { id, .. }
             | Event::Started { id, .. }
             | Event::Ended { id, .. }
-            | Event::Requeued { id, .. } => *id,
+            | Event::Requeued { id, .. }
+            | Event::Held { id, .. } => *id,
+        }
+    }
+
+    /// When it happened.
+    pub fn at_s(&self) -> u64 {
+        match self {
+            Event::Submitted { at_s, .. }
+            | Event::Started { at_s, .. }
+            | Event::Ended { at_s, .. }
+            | Event::Requeued { at_s, .. }
+            | Event::Held { at_s, .. } => *at_s,
         }
     }
 
@@ -118,6 +132,8 @@ impl Event {
             Event::Started { .. } => "started",
             Event::Ended { .. } => "ended",
             Event::Requeued { .. } => "requeued",
+            Event::Held { held: true, .. } => "held",
+            Event::Held { held: false, .. } => "released",
         }
     }
 }

@@ -348,6 +348,20 @@ pub fn cancel(args: JobArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `gantry hold` (`held`) and `gantry release`.
+pub fn hold(args: JobArgs, held: bool) -> anyhow::Result<ExitCode> {
+    let path = format!("/v1/jobs/{}/{}", args.id, if held { "hold" } else { "release" });
+    let reply = args.server.call("POST", &path, None)?;
+    if args.server.json {
+        println!("{reply}");
+    } else {
+        let state = if held { "held" } else { "released" };
+        let already = if reply["changed"] == Value::Bool(false) { " (already)" } else { "" };
+        println!("job {}: {state}{already}", args.id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 #[derive(Args)]
 pub struct LogsArgs {
     /// Job id.

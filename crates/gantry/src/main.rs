@@ -78,6 +78,10 @@ enum Command {
     Why(jobs_cmd::JobArgs),
     /// Cancel a job (a running one is signalled, then killed after its grace period).
     Cancel(jobs_cmd::JobArgs),
+    /// Hold a waiting job: it leaves its queue and never starts until released.
+    Hold(jobs_cmd::JobArgs),
+    /// Release a held job: it waits again, from now.
+    Release(jobs_cmd::JobArgs),
     /// A job's task output (stdout and stderr); -f follows it until the job ends.
     Logs(jobs_cmd::LogsArgs),
     /// Show or change this machine's MIG layouts through NVML (idle GPUs in MIG mode only;
@@ -146,6 +150,8 @@ fn main() -> ExitCode {
         Command::Why(args) => jobs_cmd::why(args),
         Command::Cancel(args) => jobs_cmd::cancel(args),
         Command::Logs(args) => jobs_cmd::logs(args),
+        Command::Hold(args) => jobs_cmd::hold(args, true),
+        Command::Release(args) => jobs_cmd::hold(args, false),
         Command::Token(args) => jobs_cmd::token(args),
         Command::Usage(args) => usage_cmd::run(args),
         Command::Nodes(args) => jobs_cmd::nodes(args),

@@ -22,6 +22,12 @@ pub enum Command {
         who: Principal,
         job: u64,
     },
+    /// Hold a waiting job (`held`: it never starts until released) or release it.
+    Hold {
+        who: Principal,
+        job: u64,
+        held: bool,
+    },
     /// Drain (`true`) or resume a node.
     Drain {
         who: Principal,
@@ -70,6 +76,8 @@ impl Command {
         match self {
             Command::Submit { .. } => "submit",
             Command::Cancel { .. } => "cancel",
+            Command::Hold { held: true, .. } => "hold",
+            Command::Hold { held: false, .. } => "release",
             Command::Drain { .. } => "drain",
             Command::CreateToken { .. } => "create-token",
             Command::RevokeToken { .. } => "revoke-token",
@@ -96,6 +104,10 @@ pub enum Reply {
     },
     /// Whether the drain or resume changed anything.
     Drained {
+        changed: bool,
+    },
+    /// Whether the hold or release changed anything.
+    Held {
         changed: bool,
     },
     Registered(Registered),

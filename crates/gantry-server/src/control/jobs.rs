@@ -206,4 +206,30 @@ impl Controller {
             state => Err(ControlError::JobEnded { id, state: state.name() }),
         }
     }
+
+    /// Hold a waiting job (it leaves its queue and never starts until released) or release
+    /// it (it waits again from now). Holding a held job, or releasing one that is not, changes
+    /// nothing.
+    pub(crate) fn set_held(&mut self, who: &Principal, id: u64, held: bool, now: u64) -> Result<Effects, ControlError> {
+        let row = self.jobs.get(&id).ok_or(ControlError::UnknownJob(id))?;
+        who.acts_on(&row.queue)?;
+        if row.state != JobState::Pending {
+            return Err(ControlError::Conflict(format!(
+                "job {id} is {}: only a waiting job can be held or released",
+                row.state.name()
+            )));
+        }
+        if row.job.control.hold == held {
+            return Ok(Effects { reply: Reply::Held { changed: false }, ..Default::default() });
+        }
+        if held {
+            self.scheduler.hold(id).map_err(ControlError::Conflict)?;
+            self.record(Event::Held { id, at_s: now, held })?;
+        } else {
+            let admission = self.scheduler.release(id, now).map_err(ControlError::Conflict)?;
+            self.record(Event::Held { id, at_s: now, held })?;
+            self.settle(vec![(id, admission)], now)?;
+        }
+        Ok(Effects { reply: Reply::Held { changed: true }, schedule: !held, ..Default::default() })
+    }
 }

@@ -165,6 +165,7 @@ impl Controller {
         match command {
             Command::Submit { who, workload } => self.submit(who, workload, now),
             Command::Cancel { who, job } => self.cancel(who, *job, now),
+            Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
             Command::CreateToken { who, name, role, queues, hash } => {
                 who.admin_only("creating tokens")?;

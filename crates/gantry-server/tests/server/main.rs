@@ -257,8 +257,15 @@ fn a_restart_readopts_running_tasks_and_runs_every_job_once() {
     // A task that dies while the controller is down, leaving no exit behind, is lost.
     let victim = server.submit("[[job]]\nname = \"victim\"\ncommand = \"sleep 60\"\n");
     server.wait_for(victim[0], JobState::Running);
+    // Running is shown once the start is decided; the launch follows its commit.
+    let pid_file = server.data.join("jobs").join(victim[0].to_string()).join("main-0.pid");
+    for _ in 0..200 {
+        if pid_file.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let data = server.stop();
-    let pid_file = data.join("jobs").join(victim[0].to_string()).join("main-0.pid");
     let pgid = std::fs::read_to_string(&pid_file).expect("pid file").trim().to_string();
     let killed = std::process::Command::new("kill").args(["-KILL", "--", &format!("-{pgid}")]).status().expect("kill");
     assert!(killed.success());
@@ -596,7 +603,9 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/idle",
             "/v1/jobs",
             "/v1/jobs/{id}",
+            "/v1/jobs/{id}/hold",
             "/v1/jobs/{id}/logs",
+            "/v1/jobs/{id}/release",
             "/v1/nodes",
             "/v1/nodes/{name}/drain",
             "/v1/nodes/{name}/resume",

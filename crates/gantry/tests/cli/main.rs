@@ -577,6 +577,116 @@ fn spawn_with(args: &[&str], envs: &[(&str, &str)]) -> (ServeGuard, String) {
     (ServeGuard(server), url)
 }
 
+/// `gantry replay` on a controller's data directory: every decision of its log, across its
+/// restarts, comes out identical.
+fn assert_replays_identically(data: &std::path::Path) -> String {
+    let out = gantry(&["replay", "--data", data.to_str().expect("utf-8")]);
+    let text = stdout(&out);
+    assert!(out.status.success() && text.contains("every decision replays identically"), "{text}{}", stderr(&out));
+    text
+}
+
+/// A recorded live run with every kind of command — preemption (a requeue), a cancel of a
+/// running and of a waiting job, a hold and a release, dependencies, token changes, a drain
+/// and a resume, a controller kill -9 and restart — replays with every decision identical.
+#[test]
+fn a_recorded_run_with_every_kind_of_command_replays_identically() {
+    let dir = temp_dir("replay-all");
+    let write = |name: &str, text: &str| write_fixture(&dir, name, text);
+    let fleet = write(
+        "fleet.toml",
+        "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n",
+    );
+    let queues = write("queues.toml", "[[queue]]\nname = \"default\"\n");
+    let data = dir.join("data");
+    let args = [
+        "serve",
+        "--local",
+        "--fleet",
+        &fleet,
+        "--queues",
+        &queues,
+        "--preempt",
+        "--listen",
+        "127.0.0.1:0",
+        "--data",
+        data.to_str().expect("utf-8"),
+    ];
+    let (mut server, mut url) = spawn(&args);
+    let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    let run = |url: &str, words: &[&str]| -> String {
+        let out = gantry(&[words, &["--server", url, "--token", &token]].concat());
+        assert!(out.status.success(), "{words:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let submit = |url: &str, text: &str| -> u64 {
+        let file = write("w.toml", text);
+        let out = run(url, &["submit", &file]);
+        out.trim().rsplit([' ', '-']).next().and_then(|id| id.parse().ok()).expect("an id")
+    };
+    let state = |url: &str, id: u64| -> String {
+        let job: serde_json::Value =
+            serde_json::from_str(&run(url, &["show", &id.to_string(), "--json"])).expect("json");
+        job["state"].as_str().unwrap_or_default().to_string()
+    };
+    let wait = |url: &str, id: u64, want: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while state(url, id) != want {
+            assert!(std::time::Instant::now() < deadline, "job {id} never became {want}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let low = submit(
+        &url,
+        "[[job]]\nname = \"low\"\ncount = 2\ngpu = { count = 1 }\ngrace = \"1s\"\ncommand = \"sleep 3\"\n",
+    );
+    wait(&url, low - 1, "running");
+    wait(&url, low, "running");
+    // A higher priority stops one of them (it waits again and reruns).
+    let high = submit(&url, "[[job]]\nname = \"high\"\npriority = 10\ngpu = { count = 1 }\ncommand = \"true\"\n");
+    wait(&url, high, "completed");
+    let held = submit(&url, "[[job]]\nname = \"later\"\nhold = true\ngpu = { count = 1 }\ncommand = \"true\"\n");
+    let deps = submit(
+        &url,
+        "[[job]]\nname = \"prep\"\ngpu = { count = 2 }\ncommand = \"true\"\n[[job]]\nname = \"train\"\nafter = [\"prep\"]\ncommand = \"true\"\n",
+    );
+    let doomed = submit(&url, "[[job]]\nname = \"doomed\"\ngpu = { count = 2 }\ncommand = \"true\"\n");
+    run(&url, &["cancel", &doomed.to_string()]);
+    run(&url, &["hold", &(deps - 1).to_string()]);
+    run(&url, &["token", "create", "alice", "--role", "member", "--queue", "default"]);
+    run(&url, &["token", "revoke", "alice"]);
+    run(&url, &["drain", "n1"]);
+    run(&url, &["resume", "n1"]);
+    // The controller dies mid-run and comes back on the same store.
+    server.0.kill().expect("SIGKILL");
+    server.0.wait().expect("reaped");
+    (server, url) = spawn(&args);
+    run(&url, &["release", &(deps - 1).to_string()]);
+    run(&url, &["release", &held.to_string()]);
+    wait(&url, held, "completed");
+    wait(&url, deps, "completed");
+    let long = submit(&url, "[[job]]\nname = \"long\"\ngrace = \"1s\"\ncommand = \"sleep 30\"\n");
+    wait(&url, long, "running");
+    run(&url, &["cancel", &long.to_string()]);
+    wait(&url, long, "cancelled");
+    drop(server);
+    let report = assert_replays_identically(&data);
+    for kind in [
+        "open 2",
+        "submit 6",
+        "cancel 2",
+        "hold 1",
+        "release 2",
+        "create-token ",
+        "revoke-token 1",
+        "drain 2",
+        "task-exited ",
+    ] {
+        assert!(report.contains(kind), "{kind:?} missing from {report}");
+    }
+    assert!(!report.contains(" 0 requeues"), "the preemption is in the log: {report}");
+}
+
 /// The controller killed with SIGKILL at several moments of a 500-job run, restarted each
 /// time: every job completes, and exactly once — counted from the tasks' own output.
 #[test]
@@ -618,6 +728,8 @@ fn a_controller_killed_mid_run_loses_and_repeats_nothing() {
     let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
     ids.sort_unstable();
     assert_eq!(ids, (1..=500).collect::<Vec<u64>>(), "every job ran exactly once");
+    let report = assert_replays_identically(&data);
+    assert!(report.contains("open 5") && report.contains("500 endings"), "{report}");
 }
 
 #[test]
@@ -748,6 +860,8 @@ fn remote_agents_killed_and_restarted_repeat_nothing() {
     let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
     ids.sort_unstable();
     assert_eq!(ids, (1..=40).collect::<Vec<u64>>(), "every job ran exactly once");
+    let report = assert_replays_identically(&data);
+    assert!(report.contains("register ") && report.contains("heartbeat "), "{report}");
 }
 
 /// `serve --local --demo` (the README's first command) submits the bundled demo jobs on the
@@ -795,6 +909,7 @@ fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
     let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
     assert_eq!(listed.as_array().map_or(0, Vec::len), 22, "not submitted twice");
     drop(server);
+    assert_replays_identically(&data);
     let refused = gantry(&["serve", "--demo"]);
     assert!(stderr(&refused).contains("--local"), "{}", stderr(&refused));
 }
