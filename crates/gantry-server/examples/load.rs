@@ -1,6 +1,7 @@
-//! The live-service benchmark (issue 5 §7): sustained submissions per second over HTTP with
-//! 10,000 jobs queued, and submit → running latency for jobs that can start, on a simulated
-//! 1,000-GPU fleet (tasks simulated: no processes).
+//! The live-service benchmark (issue 5 §7, issue 18 §8): sustained submissions per second over
+//! HTTP with 10,000 jobs queued, and submit → running latency for jobs that can start, on a
+//! simulated 1,000-GPU fleet (tasks simulated: no processes) — once with one commit per
+//! command and once with group commit, in the same run.
 //!
 //! Fleet: 124 nodes × 8 H100 and one node × 8 A100. The A100 node is filled first, then 942
 //! H100s; the 10,000 queued jobs each ask for 8 A100s (they wait behind the first); each probe
@@ -25,6 +26,13 @@ fn main() {
     let queued = args.first().copied().unwrap_or(10_000);
     let clients = args.get(1).copied().unwrap_or(8);
     let probes = args.get(2).copied().unwrap_or(50);
+    for group_commit in [false, true] {
+        println!("== {}", if group_commit { "group commit" } else { "one commit per command" });
+        run(queued, clients, probes, group_commit);
+    }
+}
+
+fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
     let catalog = gantry_catalog::Catalog::embedded();
     let fleet = gantry_spec::parse_fleet(FLEET, catalog).expect("fleet");
     let data = std::env::temp_dir().join(format!("gantry-load-{}", std::process::id()));
@@ -46,7 +54,7 @@ fn main() {
         measure_local_gpus: false,
         billing: Default::default(),
         idle: Default::default(),
-        group_commit: true,
+        group_commit,
     };
     let running = rt.block_on(start(config)).expect("starts");
     let url = format!("http://{}", running.addr);
@@ -117,6 +125,11 @@ fn main() {
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
         latencies[latencies.len() - 1]
+    );
+    let (commits, batches) = running.commit_stats();
+    println!(
+        "commits: {commits} transactions for {batches} commands ({:.1} per commit)",
+        batches as f64 / commits.max(1) as f64
     );
     rt.block_on(running.shutdown());
     let _ = std::fs::remove_dir_all(&data);

@@ -183,11 +183,18 @@ pub struct Running {
     /// Where the first admin token was written, if this start created it.
     pub admin_token_file: Option<PathBuf>,
     shutdown: Option<oneshot::Sender<()>>,
+    committer: commit::Committer,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
+    /// Transactions committed so far, and the commands' batches they held.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        let stats = self.committer.stats();
+        (stats.commits, stats.batches)
+    }
+
     /// Stop accepting requests, finish those in flight, stop the loop. Running tasks keep
     /// running (they are in their own process groups); the next start re-adopts them.
     pub async fn shutdown(mut self) {
@@ -319,6 +326,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
 
     let scheduler = tokio::spawn(scheduling_loop(shared.clone(), exits, exits_keep, config.tick, sampler));
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
+    let committer = shared.committer.clone();
     let app = api::router(shared);
     let server = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -327,7 +335,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
             })
             .await
     });
-    Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), server, scheduler })
+    Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), committer, server, scheduler })
 }
 
 /// The loop: wakes on a wake-up, a task's exit or the tick, and applies the exits seen and a
