@@ -8,6 +8,8 @@
 //! asks for one of the 50 free H100s in its own queue, so it is at the head of its queue and
 //! measures how fast a cycle decides with the big queue behind.
 //!
+//! Each client thread submits over one kept-alive connection.
+//!
 //!     cargo run --release -p gantry-server --example load [-- QUEUED CLIENTS PROBES]
 
 use gantry_server::client::request;
@@ -16,6 +18,55 @@ use std::time::{Duration, Instant};
 
 const FLEET: &str = "[[node]]\nname = \"h100\"\ncount = 124\ncpu = 192\nmemory = \"2TiB\"\n[node.gpus]\nmodel = \"H100-SXM5-80GB\"\ncount = 8\n\
 [[node]]\nname = \"a100\"\ncpu = 192\nmemory = \"2TiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 8\n";
+
+/// One client's connection, kept open between requests (HTTP/1.1 keep-alive), as a load
+/// generator or an SDK would: the CLI's client opens one per request.
+struct KeepAlive {
+    stream: std::io::BufReader<std::net::TcpStream>,
+    host: String,
+    token: String,
+}
+
+impl KeepAlive {
+    fn open(url: &str, token: &str) -> KeepAlive {
+        let host = url.trim_start_matches("http://").to_string();
+        let stream = std::net::TcpStream::connect(&host).expect("connects");
+        stream.set_nodelay(true).expect("nodelay");
+        KeepAlive { stream: std::io::BufReader::new(stream), host, token: token.to_string() }
+    }
+
+    /// POST `body` to `path`; the status code.
+    fn post(&mut self, path: &str, body: &str) -> u16 {
+        use std::io::{BufRead, Read, Write};
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+            self.host,
+            self.token,
+            body.len()
+        );
+        let conn = self.stream.get_mut();
+        conn.write_all(head.as_bytes()).and_then(|_| conn.write_all(body.as_bytes())).expect("sends");
+        let mut status = 0;
+        let mut length = 0usize;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            self.stream.read_line(&mut line).expect("reads");
+            let l = line.trim_end();
+            if l.is_empty() {
+                break;
+            }
+            if l.starts_with("HTTP/1.1 ") {
+                status = l[9..12].parse().expect("status");
+            } else if let Some(v) = l.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().expect("length");
+            }
+        }
+        let mut payload = vec![0; length];
+        self.stream.read_exact(&mut payload).expect("reads the body");
+        status
+    }
+}
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -87,13 +138,14 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
     let started = Instant::now();
     std::thread::scope(|scope| {
         for c in 0..clients {
-            let call = &call;
+            let (url, token) = (&url, &token);
             scope.spawn(move || {
+                let mut client = KeepAlive::open(url, token);
                 for i in (c..queued).step_by(clients) {
                     let body = format!(
                         "[[job]]\nname = \"bulk-{i}\"\nqueue = \"bulk\"\ngpu = {{ count = 8 }}\nmodel = \"A100*\"\n"
                     );
-                    call("POST", "/v1/jobs", Some(&body));
+                    assert_eq!(client.post("/v1/jobs", &body), 201, "submission {i}");
                 }
             });
         }
@@ -126,6 +178,17 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
         percentile(&latencies, 0.99),
         latencies[latencies.len() - 1]
     );
+    let metrics = call("GET", "/metrics", None);
+    let read = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let (sum, count) = (read("gantry_scheduling_cycle_seconds_sum"), read("gantry_scheduling_cycle_seconds_count"));
+    println!("cycles: {count} taking {:.2} ms on average", 1000.0 * sum / count.max(1.0));
     let (commits, batches) = running.commit_stats();
     println!(
         "commits: {commits} transactions for {batches} commands ({:.1} per commit)",

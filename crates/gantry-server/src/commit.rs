@@ -14,6 +14,18 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
+/// What the committer writes to: any [`Store`] (and, in tests, a store that can be held in
+/// the middle of a commit).
+pub trait Commit {
+    fn commit(&mut self, batches: &[Batch]) -> Result<(), gantry_store::StoreError>;
+}
+
+impl<S: Store> Commit for S {
+    fn commit(&mut self, batches: &[Batch]) -> Result<(), gantry_store::StoreError> {
+        Store::commit(self, batches)
+    }
+}
+
 /// Most batches in one transaction: bounds one commit's time (and memory) under a flood;
 /// what is left waits for the next, at once.
 pub const GROUP_MAX: usize = 4096;
@@ -49,7 +61,7 @@ impl std::fmt::Debug for Pending {
 impl Committer {
     /// Start the writer thread over `store`. `grouped`: commit what queued together (else
     /// one transaction per batch: the baseline the load benchmark compares against).
-    pub fn start<S: Store + Send + 'static>(mut store: S, grouped: bool) -> Committer {
+    pub fn start<S: Commit + Send + 'static>(mut store: S, grouped: bool) -> Committer {
         let (queue, rx) = mpsc::channel::<Pending>();
         let failed = Arc::new(Mutex::new(None::<String>));
         let stats = Arc::new(Mutex::new(CommitStats::default()));
@@ -106,7 +118,7 @@ impl Committer {
     }
 }
 
-fn write<S: Store>(
+fn write<S: Commit>(
     store: &mut S,
     batches: Vec<Batch>,
     failed: &Mutex<Option<String>>,
@@ -132,5 +144,75 @@ fn write<S: Store>(
             *failed.lock().expect("not poisoned") = Some(why.clone());
             Err(why)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::{Receiver, Sender};
+
+    /// A store whose commits wait for a go-ahead, recording each group's size.
+    struct Held {
+        entered: Sender<()>,
+        go: Receiver<bool>,
+        groups: Sender<usize>,
+    }
+
+    impl Commit for Held {
+        fn commit(&mut self, batches: &[Batch]) -> Result<(), gantry_store::StoreError> {
+            let _ = self.entered.send(());
+            let ok = self.go.recv().unwrap_or(false);
+            let _ = self.groups.send(batches.len());
+            if ok { Ok(()) } else { Err(gantry_store::StoreError::Backend("disk full".into())) }
+        }
+    }
+
+    fn batch(n: u64) -> Batch {
+        Batch { commands: vec![(n, "{}".into())], ..Default::default() }
+    }
+
+    #[test]
+    fn batches_queued_during_a_commit_go_in_the_next_one_and_wait_for_it() {
+        let (go_tx, go) = mpsc::channel();
+        let (groups, group_rx) = mpsc::channel();
+        let (entered, in_commit) = mpsc::channel();
+        let committer = Committer::start(Held { entered, go, groups }, true);
+        let mut first = committer.submit(batch(1));
+        // While the first commit is held, three more queue up; none is answered yet.
+        in_commit.recv().expect("the first commit started");
+        let mut rest: Vec<_> = (2..=4).map(|n| committer.submit(batch(n))).collect();
+        let barrier = committer.submit(Batch::default());
+        assert!(first.try_recv().is_err(), "not acknowledged before it is durable");
+        go_tx.send(true).expect("go");
+        assert_eq!(group_rx.recv().expect("group"), 1);
+        assert!(rest.iter_mut().all(|r| r.try_recv().is_err()), "the next group is still in flight");
+        go_tx.send(true).expect("go");
+        assert_eq!(group_rx.recv().expect("group"), 3, "three batches, one transaction; the barrier adds nothing");
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        rt.block_on(async {
+            Committer::durable(first).await.expect("durable");
+            for r in rest {
+                Committer::durable(r).await.expect("durable");
+            }
+            Committer::durable(barrier).await.expect("the barrier answers after them");
+        });
+        assert_eq!(committer.stats(), CommitStats { commits: 2, batches: 4 });
+    }
+
+    #[test]
+    fn a_failed_commit_is_sticky() {
+        let (go_tx, go) = mpsc::channel();
+        let (groups, _group_rx) = mpsc::channel();
+        let (entered, _in_commit) = mpsc::channel();
+        let committer = Committer::start(Held { entered, go, groups }, true);
+        go_tx.send(false).expect("go");
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        let err = rt.block_on(Committer::durable(committer.submit(batch(1)))).expect_err("failed");
+        assert!(matches!(err, ControlError::StoreFailed(_)), "{err}");
+        assert!(committer.failed().is_some_and(|why| why.contains("disk full")));
+        // Later batches are refused without touching the store.
+        let err = rt.block_on(Committer::durable(committer.submit(batch(2)))).expect_err("still failed");
+        assert!(err.to_string().contains("restart the controller"), "{err}");
     }
 }

@@ -105,7 +105,14 @@ impl Shared {
     /// Apply `commands` in order under one lock, then wait for all their commits (one group)
     /// and carry out each one's effects in order.
     pub async fn execute_all(&self, commands: Vec<Command>) -> Vec<Result<Reply, ControlError>> {
+        self.execute_all_timed(commands).await.0
+    }
+
+    /// [`Shared::execute_all`], and how long applying took (under the lock: CPU, not the wait
+    /// for the commit).
+    async fn execute_all_timed(&self, commands: Vec<Command>) -> (Vec<Result<Reply, ControlError>>, Duration) {
         let mut applied = Vec::with_capacity(commands.len());
+        let locked = std::time::Instant::now();
         {
             let mut c = self.lock();
             for command in commands {
@@ -125,6 +132,7 @@ impl Shared {
                 }));
             }
         }
+        let took = locked.elapsed();
         let mut replies = Vec::with_capacity(applied.len());
         for result in applied {
             replies.push(match result {
@@ -138,7 +146,7 @@ impl Shared {
                 Err(e) => Err(e),
             });
         }
-        replies
+        (replies, took)
     }
 
     /// Read the state, then wait until every change applied before the read is durable (what
@@ -338,8 +346,17 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), committer, server, scheduler })
 }
 
+/// Longest pause the loop takes between two cycles under load (see [`scheduling_loop`]): bounds
+/// what a slow cycle adds to submit → running.
+pub const CYCLE_PAUSE_MAX: Duration = Duration::from_millis(25);
+
 /// The loop: wakes on a wake-up, a task's exit or the tick, and applies the exits seen and a
-/// tick (a scheduling cycle) as commands. `_exits_keep` holds the exits channel open when
+/// tick (a scheduling cycle) as commands. Under a flood of submissions each wakes the loop, and
+/// a cycle per submission would spend the controller on cycles (each walks the waiting queue)
+/// and hold the lock the submissions need: so after each iteration the loop pauses as long as
+/// it took (at most [`CYCLE_PAUSE_MAX`]) before the next, and cycles take at most about half
+/// the time; an idle controller answers a wake-up at once. (The pause is the time spent
+/// applying, under the lock; not the wait for the commit, which is I/O.) `_exits_keep` holds the exits channel open when
 /// there is no runner (remote agents): a closed channel ends the loop.
 async fn scheduling_loop(
     shared: Shared,
@@ -348,6 +365,7 @@ async fn scheduling_loop(
     tick: Duration,
     sampler: Option<gantry_agent::sample::Sampler>,
 ) {
+    let mut next_allowed = tokio::time::Instant::now();
     loop {
         let mut ended = Vec::new();
         tokio::select! {
@@ -358,6 +376,7 @@ async fn scheduling_loop(
             },
             _ = tokio::time::sleep(tick) => {}
         }
+        tokio::time::sleep_until(next_allowed).await;
         while let Ok(exit) = exits.try_recv() {
             ended.push(exit);
         }
@@ -371,10 +390,12 @@ async fn scheduling_loop(
             })
             .collect();
         commands.push(Command::Tick { samples: local_samples(&sampler) });
-        for result in shared.execute_all(commands).await {
+        let (results, took) = shared.execute_all_timed(commands).await;
+        for result in results {
             if let Err(e) = result {
                 tracing::error!(error = %e, "applying the loop's commands failed");
             }
         }
+        next_allowed = tokio::time::Instant::now() + took.min(CYCLE_PAUSE_MAX);
     }
 }

@@ -12,6 +12,7 @@
 //! scheduler's side is `rights.rs`). Every job that does not start carries a typed
 //! [`PendingReason`] and, where one was reserved, an estimated start.
 
+mod digest;
 mod pass;
 mod rights;
 
@@ -187,6 +188,8 @@ pub struct PromiseBreak {
 #[derive(Debug)]
 struct Entry {
     job: SchedJob,
+    /// Its request's shape (`pass::shape_of`), computed once: a pass asks for it per visit.
+    shape: u64,
     queue: usize,
     /// Since when it has been eligible (submitted, dependencies met).
     eligible_at: u64,
@@ -230,8 +233,8 @@ pub struct Scheduler {
     waiting_on_deps: BTreeSet<JobId>,
     /// How each ended job ended: true = completed.
     ended: BTreeMap<JobId, bool>,
-    reason: BTreeMap<JobId, PendingReason>,
-    estimate: BTreeMap<JobId, u64>,
+    reason: digest::DigestMap<JobId, PendingReason>,
+    estimate: digest::DigestMap<JobId, u64>,
     running: BTreeMap<AllocId, RunningJob>,
     /// Preemption: allocations in their grace period (and why), and the jobs waiting for
     /// them (their victims and when the last grace period ends).
@@ -298,8 +301,8 @@ impl Scheduler {
             held: BTreeSet::new(),
             waiting_on_deps: BTreeSet::new(),
             ended: BTreeMap::new(),
-            reason: BTreeMap::new(),
-            estimate: BTreeMap::new(),
+            reason: Default::default(),
+            estimate: Default::default(),
             running: BTreeMap::new(),
             terminating: BTreeMap::new(),
             awaiting: BTreeMap::new(),
@@ -478,7 +481,7 @@ impl Scheduler {
     pub fn submit(&mut self, id: JobId, job: SchedJob, now: u64) -> Result<Admission, String> {
         let queue = self.admissible(id, &job)?;
         let hold = job.control.hold;
-        self.jobs.insert(id, Entry { job, queue, eligible_at: now });
+        self.jobs.insert(id, Entry { shape: pass::shape_of(&job.compiled), job, queue, eligible_at: now });
         Ok(if hold {
             self.held.insert(id);
             Admission::Held
@@ -651,7 +654,7 @@ impl Scheduler {
             .engine
             .place_recorded(&job.compiled, placement)
             .ok_or_else(|| format!("job {:?}: its recorded placement is not free on this fleet", job.name))?;
-        self.jobs.insert(id, Entry { job, queue, eligible_at: started_at });
+        self.jobs.insert(id, Entry { shape: pass::shape_of(&job.compiled), job, queue, eligible_at: started_at });
         let milli: u64 = self
             .engine
             .allocations()
@@ -758,10 +761,16 @@ impl Scheduler {
     }
 
     /// Why job `id` waits, and its estimate; `None` if it is not waiting.
-    /// Each waiting job's reason and estimated start as the last cycle left them, by id: what
-    /// a replay of the live log compares, cycle by cycle.
+    /// Each waiting job's reason and estimated start as the last cycle left them, by id.
     pub fn reasons(&self) -> impl Iterator<Item = (JobId, &PendingReason, Option<u64>)> + '_ {
         self.reason.iter().map(|(id, reason)| (*id, reason, self.estimate.get(id).copied()))
+    }
+
+    /// A fingerprint of every waiting job's reason and estimated start, kept up to date as
+    /// they change (reading it costs nothing): what a replay of the live log compares after
+    /// each cycle.
+    pub fn reasons_digest(&self) -> u64 {
+        self.reason.digest() ^ self.estimate.digest().rotate_left(1)
     }
 
     pub fn why(&self, id: JobId) -> Option<PendingJob> {

@@ -104,7 +104,7 @@ struct Scan {
 /// A job's request shape: jobs with the same shape get the same placement answer on the same
 /// fleet. A group's fingerprint already covers everything its tasks' placement depends on
 /// (topology included); the replicas make the gang.
-fn shape_of(job: &CompiledJob) -> u64 {
+pub(super) fn shape_of(job: &CompiledJob) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for g in &job.groups {
         (g.fingerprint, g.replicas).hash(&mut h);
@@ -363,7 +363,7 @@ impl Scheduler {
             let q = candidate.queue;
             scan.cursor[q] = Some((Reverse(candidate.priority), candidate.submitted_s, job));
             scan.visits[q] += 1;
-            if let Some(reason) = scan.refused.get(&shape_of(&self.jobs[&job].job.compiled)) {
+            if let Some(reason) = scan.refused.get(&self.jobs[&job].shape) {
                 // The same request was refused for resources this pass: the same answer.
                 scan.tried.insert(job);
                 self.reason.insert(job, reason.clone());
@@ -507,7 +507,7 @@ impl Scheduler {
                 // them ahead of (and push back) what was promised.
                 let delayed = matches!(reason, PendingReason::Reservation { .. });
                 if resources {
-                    scan.refused.insert(shape_of(&self.jobs[&job].job.compiled), reason.clone());
+                    scan.refused.insert(self.jobs[&job].shape, reason.clone());
                 }
                 if !resources && !delayed && self.promises.contains(&job) {
                     // A promised job its own limits hold back (quota, per-user limit).

@@ -146,15 +146,10 @@ pub(crate) struct Decisions<'a> {
     pub launch: &'a [Launch],
     pub stop: &'a [StopRun],
     pub reply: &'a Reply,
-    /// After a tick: every waiting job's reason and estimated start (fingerprinted), while
-    /// there are at most [`REASONS_CHECKED_MAX`] of them.
+    /// After a tick: the scheduler's fingerprint of every waiting job's reason and estimated
+    /// start (kept up to date as they change, so free to read however long the queue).
     pub reasons: Option<String>,
 }
-
-/// Most waiting jobs whose reasons a tick's log entry fingerprints: past this, serializing them
-/// every cycle would cost more than the cycle; a replay then checks starts, stops and endings
-/// but not the reasons of that tick.
-pub const REASONS_CHECKED_MAX: usize = 100_000;
 
 /// A command log entry: the command and a fingerprint of its decisions.
 #[derive(Debug, Serialize, Deserialize)]

@@ -148,7 +148,8 @@ impl Controller {
 
     /// Put `command` in the command log, with the fingerprint of its decisions.
     fn log(&mut self, now: u64, command: Command, effects: &Effects) {
-        let reasons = matches!(command, Command::Tick { .. }).then(|| self.reasons_fingerprint()).flatten();
+        let reasons =
+            matches!(command, Command::Tick { .. }).then(|| format!("{:016x}", self.scheduler.reasons_digest()));
         let decisions = command::Decisions {
             events: &self.pending.events,
             launch: &effects.launch,
@@ -195,16 +196,6 @@ impl Controller {
             }
             Command::Tick { samples } => self.tick(now, samples),
         }
-    }
-
-    /// The waiting jobs' reasons and estimates as the last cycle left them, fingerprinted
-    /// (`None` past [`command::REASONS_CHECKED_MAX`] waiting jobs).
-    fn reasons_fingerprint(&self) -> Option<String> {
-        let reasons: Vec<_> = self.scheduler.reasons().take(command::REASONS_CHECKED_MAX + 1).collect();
-        if reasons.len() > command::REASONS_CHECKED_MAX {
-            return None;
-        }
-        serde_json::to_string(&reasons).ok().map(|json| command::fingerprint(&json))
     }
 
     /// Record `event`: applied to the jobs table now, committed with the command.
