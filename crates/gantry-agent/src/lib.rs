@@ -1,10 +1,15 @@
-//! The node agent's machine-facing pieces: GPU discovery ([`discover`]) with how the GPUs
-//! connect ([`topology`]), and utilization samples ([`sample`]), through NVML, loaded at run time. The agent's loop itself (register,
-//! heartbeat, run tasks) lives in `gantry-server` beside the runner it shares with the
-//! in-process agent.
+//! The node agent, whole: its loop ([`node`]: register the node, heartbeat, carry out the
+//! controller's orders), the task [`runner`] (processes, pid and exit files, signals), [`mps`]
+//! control daemons, GPU discovery ([`discover`]) with how the GPUs connect ([`topology`]), MIG
+//! layouts ([`mig`], [`mig_nvml`]) and utilization samples ([`sample`]) through NVML, loaded
+//! at run time. It speaks to the controller only through `gantry-wire`; `serve --local` runs
+//! the same runner in-process.
 
 pub mod discover;
 pub mod mig;
 pub mod mig_nvml;
+pub mod mps;
+pub mod node;
+pub mod runner;
 pub mod sample;
 pub mod topology;

@@ -12,8 +12,8 @@
 //!
 //!     cargo run --release -p gantry-server --example load [-- QUEUED CLIENTS PROBES]
 
-use gantry_server::client::request;
 use gantry_server::{ServeConfig, start};
+use gantry_wire::client::request;
 use std::time::{Duration, Instant};
 
 const FLEET: &str = "[[node]]\nname = \"h100\"\ncount = 124\ncpu = 192\nmemory = \"2TiB\"\n[node.gpus]\nmodel = \"H100-SXM5-80GB\"\ncount = 8\n\

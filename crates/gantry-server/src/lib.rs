@@ -11,29 +11,26 @@
 //! wakes on a submit, a cancel, a task's exit, or a tick. Views ([`views`]) read the state
 //! under the same lock.
 
-pub mod agent;
 pub mod api;
 pub mod auth;
-pub mod client;
 pub mod commit;
 pub mod control;
 pub mod error;
 pub mod idle;
 pub mod meter;
 pub mod metrics;
-pub mod mps;
 pub mod replay;
-pub mod runner;
 pub mod series;
 pub mod ui;
 pub mod views;
-pub mod wire;
 
 use control::{Command, Controller, Effects, Reply};
 use error::ControlError;
+pub use gantry_agent::runner;
 use gantry_catalog::Catalog;
 use gantry_store::{SqliteStore, Store};
 use gantry_types::Fleet;
+pub use gantry_wire as wire;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_server::wire::AgentGpu;
+use gantry_wire::AgentGpu;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -83,7 +83,7 @@ fn inventory(args: &AgentArgs) -> anyhow::Result<(String, Vec<AgentGpu>)> {
 
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let (node, gpus) = inventory(&args)?;
-    gantry_server::agent::check_node_name(&node).map_err(|e| anyhow::anyhow!(e))?;
+    gantry_agent::node::check_node_name(&node).map_err(|e| anyhow::anyhow!(e))?;
     let token = args
         .token
         .clone()
@@ -99,7 +99,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         None => crate::serve_cmd::default_data_dir()?.join(format!("agent-{node}")),
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
-    let config = gantry_server::agent::AgentConfig {
+    let config = gantry_agent::node::AgentConfig {
         server: server.clone(),
         token,
         node: node.clone(),
@@ -121,7 +121,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
                 let _ = stop_tx.send(());
             }
         });
-        gantry_server::agent::run(config, stop_rx).await.map_err(|e| anyhow::anyhow!(e))?;
+        gantry_agent::node::run(config, stop_rx).await.map_err(|e| anyhow::anyhow!(e))?;
         eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
         Ok(ExitCode::SUCCESS)
     })

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_server::client::request;
+use gantry_wire::client::request;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -25,6 +25,14 @@ impl Controller {
                 "this controller runs its own in-process agent (serve --local); remote agents need `gantry serve` without --local".into(),
             ));
         };
+        if reg.protocol == 0 || reg.protocol > wire::PROTOCOL_VERSION {
+            return Err(ControlError::Invalid(format!(
+                "node {:?}: the agent speaks protocol {}, this controller {} (upgrade the controller before its agents)",
+                reg.node,
+                reg.protocol,
+                wire::PROTOCOL_VERSION
+            )));
+        }
         let (node_idx, found) = self.check_inventory(reg)?;
         let adopt = self.layouts_to_adopt(reg, node_idx, &found)?;
         if !adopt.is_empty() {
@@ -48,7 +56,7 @@ impl Controller {
         let back = self.links.insert(reg.node.clone(), AgentLink { last_seen_s: now, version, samples: Vec::new() });
         self.scheduler.set_ready(&reg.node, true).map_err(ControlError::Internal)?;
         tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
-        let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s };
+        let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s, protocol: wire::PROTOCOL_VERSION };
         Ok(Effects { reply: Reply::Registered(registered), schedule: true, ..Default::default() })
     }
 

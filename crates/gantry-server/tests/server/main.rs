@@ -3,9 +3,9 @@
 //! cancel and time limits end the whole process group, and a restart loses or runs nothing
 //! twice.
 
-use gantry_server::client::request;
 use gantry_server::{ServeConfig, start};
 use gantry_types::JobState;
+use gantry_wire::client::request;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -500,6 +500,13 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
         (
             Some(&agent),
             "/v1/agents/register",
+            good.replace("\"node\"", "\"protocol\": 2, \"node\""),
+            400,
+            "the agent speaks protocol 2, this controller 1",
+        ),
+        (
+            Some(&agent),
+            "/v1/agents/register",
             good.replace("\"mig_mode\": false", r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 2}]"#),
             400,
             "GPU 0: the agent reports mig 3g.40gb@2 that the catalog does not allow",
@@ -520,7 +527,7 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     assert!(body["pending"].to_string().contains("gantry.io/not-ready"), "{body}");
     let (status, reply) = server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(good));
     assert_eq!(status, 200, "{reply}");
-    assert_eq!(reply["heartbeat_timeout_s"], 30);
+    assert_eq!((&reply["heartbeat_timeout_s"], &reply["protocol"]), (&Value::from(30), &Value::from(1)));
     // The launch comes with the heartbeat (held until the cycle places it), again until the
     // agent reports the task; it carries the agent's own UUIDs.
     let beat = |body: &str| -> Value {

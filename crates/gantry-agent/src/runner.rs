@@ -3,7 +3,7 @@
 //! limit enforced (SIGTERM to the group, SIGKILL after the grace period), and its exit reported
 //! to the scheduling loop.
 
-use crate::wire::{Launch, TaskKey};
+use gantry_wire::{Launch, TaskKey};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
@@ -134,7 +134,7 @@ impl Runner {
         let argv: Vec<String> =
             if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
         // Real MIG UUIDs where NVML knows them (the controller names instances by layout).
-        let devices = gantry_agent::mig_nvml::resolve_devices(&l.devices).join(",");
+        let devices = crate::mig_nvml::resolve_devices(&l.devices).join(",");
         let mut cmd = tokio::process::Command::new("sh");
         cmd.arg("-c")
             .arg(WRAPPER)

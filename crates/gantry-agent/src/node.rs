@@ -1,7 +1,7 @@
 //! `gantry agent`: the node agent that talks to a controller over the network. It registers
 //! its node (GPUs from NVML or an inventory file), then heartbeats in a loop: each heartbeat
 //! reports every task it knows (running, exited, lost) and a utilization sample, and the
-//! answer carries its orders (launch, stop, forget; see [`crate::wire`]). Tasks run through
+//! answer carries its orders (launch, stop, forget; see `gantry_wire`). Tasks run through
 //! the same [`Runner`] as the in-process agent's.
 //!
 //! A task never runs twice: before starting a task the agent *claims* it on disk
@@ -11,9 +11,9 @@
 //! process group is alive is watched again (re-adopted), one that left an exit file is
 //! reported exited, one that did neither is reported lost.
 
-use crate::client::request;
 use crate::runner::{Exit, Runner, group_alive, task_base, with_ext};
-use crate::wire::{
+use gantry_wire::client::request;
+use gantry_wire::{
     AgentGpu, GpuSample, Heartbeat, JobShare, Launch, Orders, Register, Registered, TaskKey, TaskReport, TaskState,
 };
 use std::collections::{BTreeMap, BTreeSet};
@@ -111,7 +111,7 @@ struct Agent {
     tasks: BTreeMap<TaskKey, Tracked>,
     /// Runs ordered to stop (job, attempt), so each order is carried out once.
     stopped: BTreeSet<(u64, u32)>,
-    sampler: Option<gantry_agent::sample::Sampler>,
+    sampler: Option<crate::sample::Sampler>,
 }
 
 impl Agent {
@@ -207,8 +207,7 @@ impl Agent {
                 .sample()
                 .into_iter()
                 .map(|m| {
-                    let shares =
-                        gantry_agent::sample::attribute(&m.processes, gantry_agent::sample::process_group, &groups);
+                    let shares = crate::sample::attribute(&m.processes, crate::sample::process_group, &groups);
                     GpuSample {
                         index: m.index,
                         utilization_pct: m.utilization_pct,
@@ -232,7 +231,7 @@ impl Agent {
                 });
                 GpuSample {
                     index: gpu.index,
-                    utilization_pct: holder.map_or(0, |(k, _)| gantry_agent::sample::simulated_pct(k.job, gpu.index)),
+                    utilization_pct: holder.map_or(0, |(k, _)| crate::sample::simulated_pct(k.job, gpu.index)),
                     memory_used_mib: 0,
                     measured: false,
                     jobs: Vec::new(),
@@ -382,10 +381,22 @@ async fn register(config: &AgentConfig) -> Result<Option<Registered>, String> {
         node: config.node.clone(),
         gpus: config.gpus.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
+        protocol: gantry_wire::PROTOCOL_VERSION,
     };
     let body = serde_json::to_string(&reg).map_err(|e| e.to_string())?;
     match call(config, "/v1/agents/register".into(), body).await {
-        Ok((200, text)) => serde_json::from_str(&text).map(Some).map_err(|e| format!("registration answer: {e}")),
+        Ok((200, text)) => {
+            let registered: Registered =
+                serde_json::from_str(&text).map_err(|e| format!("registration answer: {e}"))?;
+            if registered.protocol < gantry_wire::PROTOCOL_VERSION {
+                return Err(format!(
+                    "the controller speaks protocol {}, this agent {}: upgrade the controller first",
+                    registered.protocol,
+                    gantry_wire::PROTOCOL_VERSION
+                ));
+            }
+            Ok(Some(registered))
+        }
         Ok((status, text)) if (400..500).contains(&status) => {
             Err(format!("the controller refused this agent ({status}): {}", error_text(&text)))
         }
@@ -417,7 +428,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
         config: config.clone(),
         tasks: BTreeMap::new(),
         stopped: BTreeSet::new(),
-        sampler: gantry_agent::sample::Sampler::open(),
+        sampler: crate::sample::Sampler::open(),
     };
     agent.recover()?;
     let path = format!("/v1/agents/{}/heartbeat", config.node);

@@ -9,7 +9,19 @@
 //!   controller counts each task's exit once;
 //! - a stop is repeated while the agent still reports the task running.
 
+pub mod client;
+
 use serde::{Deserialize, Serialize};
+
+/// The protocol this build speaks. An agent says which it speaks when it registers; the
+/// controller refuses one newer than its own (the agent was upgraded first: upgrade the
+/// controller) and answers with its own, so an agent can refuse an older controller. Version
+/// 1 is the protocol as first shipped; a change that an older peer would misread bumps it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+fn protocol_one() -> u32 {
+    1
+}
 
 /// One task of one run of a job: what a launch, a report and a forget name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -67,6 +79,9 @@ pub struct Register {
     /// The agent's version (`gantry --version`), for the log.
     #[serde(default)]
     pub version: String,
+    /// The protocol version the agent speaks ([`PROTOCOL_VERSION`]; 1 when absent).
+    #[serde(default = "protocol_one")]
+    pub protocol: u32,
 }
 
 /// A GPU as the agent found it (NVML or its inventory file).
@@ -136,6 +151,9 @@ pub struct Registered {
     pub node: String,
     /// Silent longer than this, the node gets no new work until the agent is back.
     pub heartbeat_timeout_s: u64,
+    /// The protocol version the controller speaks (1 when absent).
+    #[serde(default = "protocol_one")]
+    pub protocol: u32,
 }
 
 /// How a task the agent knows is doing.
