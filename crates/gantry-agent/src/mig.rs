@@ -65,24 +65,28 @@ fn size(model: &GpuModel, profile: &str) -> u8 {
 
 /// A layout as written on a command line: `1g.10gb@0,2g.20gb@2` (profile@start, comma
 /// separated); `none` or an empty string for no instances. Legality is `apply_layout`'s check.
-pub fn parse_layout(text: &str) -> Result<Vec<MigInstanceSpec>, String> {
+pub fn parse_layout(text: &str) -> Result<Vec<MigInstanceSpec>, MigError> {
     let text = text.trim();
     if text.is_empty() || text == "none" {
         return Ok(Vec::new());
     }
     if text.len() > 1024 {
-        return Err(format!("layout is {} characters long; a GPU has at most 8 instances", text.len()));
+        return Err(MigError::Layout(format!(
+            "layout is {} characters long; a GPU has at most 8 instances",
+            text.len()
+        )));
     }
     text.split(',')
         .map(|item| {
             let item = item.trim();
-            let (profile, start) = item
-                .split_once('@')
-                .ok_or_else(|| format!("{item:?}: write each instance as PROFILE@START, e.g. 1g.10gb@0"))?;
-            let start: u8 =
-                start.parse().map_err(|_| format!("{item:?}: the start {start:?} is not a slice number (0 to 7)"))?;
+            let (profile, start) = item.split_once('@').ok_or_else(|| {
+                MigError::Layout(format!("{item:?}: write each instance as PROFILE@START, e.g. 1g.10gb@0"))
+            })?;
+            let start: u8 = start.parse().map_err(|_| {
+                MigError::Layout(format!("{item:?}: the start {start:?} is not a slice number (0 to 7)"))
+            })?;
             if profile.is_empty() {
-                return Err(format!("{item:?}: no profile before @"));
+                return Err(MigError::Layout(format!("{item:?}: no profile before @")));
             }
             Ok(MigInstanceSpec { profile: profile.to_string(), start })
         })
@@ -237,9 +241,9 @@ mod tests {
             ("1g.10gb@300", "not a slice number"),
         ] {
             let err = parse_layout(bad).expect_err(bad);
-            assert!(err.contains(says), "{bad}: {err}");
+            assert!(err.to_string().contains(says), "{bad}: {err}");
         }
-        assert!(parse_layout(&"1g.10gb@0,".repeat(200)).expect_err("long").contains("at most 8"));
+        assert!(parse_layout(&"1g.10gb@0,".repeat(200)).expect_err("long").to_string().contains("at most 8"));
     }
 
     fn a100() -> GpuModel {

@@ -21,6 +21,23 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
+/// Why the agent stopped (or never started).
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Its own settings: the node name, the data directory.
+    #[error("{0}")]
+    Config(String),
+    /// The controller said no for good (a wrong token, an unknown node, other GPUs).
+    #[error("the controller refused this agent ({status}): {message}")]
+    Refused { status: u16, message: String },
+    /// The two sides do not speak the same protocol version.
+    #[error("{0}")]
+    Protocol(String),
+    /// Reading or writing its own files (claims, task state).
+    #[error("{0}")]
+    Io(String),
+}
+
 /// How the agent runs.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -94,12 +111,14 @@ fn wait_for(path: &Path, limit: std::time::Duration) {
 }
 
 /// Node names go into URL paths: keep them to what needs no escaping.
-pub fn check_node_name(node: &str) -> Result<(), String> {
+pub fn check_node_name(node: &str) -> Result<(), AgentError> {
     if node.is_empty()
         || node.len() > 253
         || !node.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     {
-        return Err(format!("node name {node:?}: use letters, digits, '-', '_' and '.' (at most 253)"));
+        return Err(AgentError::Config(format!(
+            "node name {node:?}: use letters, digits, '-', '_' and '.' (at most 253)"
+        )));
     }
     Ok(())
 }
@@ -116,7 +135,7 @@ struct Agent {
 
 impl Agent {
     /// Read back the claims of an earlier run of this agent: re-adopt, or report.
-    fn recover(&mut self) -> Result<(), String> {
+    fn recover(&mut self) -> Result<(), AgentError> {
         let jobs = self.config.data_dir.join("jobs");
         let Ok(dirs) = std::fs::read_dir(&jobs) else { return Ok(()) };
         let mut latest: BTreeMap<(u64, String, u32), Claim> = BTreeMap::new();
@@ -127,10 +146,11 @@ impl Agent {
                 if !name.contains(".claim-") || name.ends_with(".tmp") {
                     continue;
                 }
-                let text =
-                    std::fs::read_to_string(file.path()).map_err(|e| format!("{}: {e}", file.path().display()))?;
-                let claim: Claim = serde_json::from_str(&text)
-                    .map_err(|e| format!("{}: not a claim this agent wrote ({e})", file.path().display()))?;
+                let text = std::fs::read_to_string(file.path())
+                    .map_err(|e| AgentError::Io(format!("{}: {e}", file.path().display())))?;
+                let claim: Claim = serde_json::from_str(&text).map_err(|e| {
+                    AgentError::Io(format!("{}: not a claim this agent wrote ({e})", file.path().display()))
+                })?;
                 if claim.forgotten {
                     continue;
                 }
@@ -320,28 +340,30 @@ impl Agent {
     }
 
     /// Create the claim: `Ok(false)` if it exists already.
-    fn claim(&self, key: &TaskKey, base: &Path, devices: &[String]) -> Result<bool, String> {
+    fn claim(&self, key: &TaskKey, base: &Path, devices: &[String]) -> Result<bool, AgentError> {
         let path = claim_path(&self.config.data_dir, key);
         if path.exists() {
             return Ok(false);
         }
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|e| AgentError::Io(format!("{}: {e}", dir.display())))?;
         }
         // An earlier run's files must not be read as this run's.
         for ext in ["exit", "pid"] {
             let _ = std::fs::remove_file(with_ext(base, ext));
         }
         let claim = Claim { key: key.clone(), devices: devices.to_vec(), forgotten: false };
-        let text = serde_json::to_string(&claim).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string(&claim).map_err(|e| AgentError::Io(e.to_string()))?;
         use std::io::Write;
         match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(mut file) => {
-                file.write_all(text.as_bytes()).and_then(|_| file.sync_all()).map_err(|e| e.to_string())?;
+                file.write_all(text.as_bytes())
+                    .and_then(|_| file.sync_all())
+                    .map_err(|e| AgentError::Io(format!("{}: {e}", path.display())))?;
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(format!("{}: {e}", path.display())),
+            Err(e) => Err(AgentError::Io(format!("{}: {e}", path.display()))),
         }
     }
 
@@ -361,10 +383,12 @@ impl Agent {
 
 /// One blocking call on a worker thread.
 async fn call(config: &AgentConfig, path: String, body: String) -> Result<(u16, String), String> {
+    // The transport's failures are retried, never returned: a message is enough.
     let (server, token) = (config.server.clone(), config.token.clone());
     tokio::task::spawn_blocking(move || request(&server, Some(&token), "POST", &path, Some(&body)))
         .await
         .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
 }
 
 fn error_text(body: &str) -> String {
@@ -376,29 +400,29 @@ fn error_text(body: &str) -> String {
 
 /// Register with the controller: `Err` for an answer that will not change by retrying
 /// (wrong token, unknown node, GPUs that do not match the fleet file).
-async fn register(config: &AgentConfig) -> Result<Option<Registered>, String> {
+async fn register(config: &AgentConfig) -> Result<Option<Registered>, AgentError> {
     let reg = Register {
         node: config.node.clone(),
         gpus: config.gpus.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         protocol: gantry_wire::PROTOCOL_VERSION,
     };
-    let body = serde_json::to_string(&reg).map_err(|e| e.to_string())?;
+    let body = serde_json::to_string(&reg).map_err(|e| AgentError::Protocol(e.to_string()))?;
     match call(config, "/v1/agents/register".into(), body).await {
         Ok((200, text)) => {
             let registered: Registered =
-                serde_json::from_str(&text).map_err(|e| format!("registration answer: {e}"))?;
+                serde_json::from_str(&text).map_err(|e| AgentError::Protocol(format!("registration answer: {e}")))?;
             if registered.protocol < gantry_wire::PROTOCOL_VERSION {
-                return Err(format!(
+                return Err(AgentError::Protocol(format!(
                     "the controller speaks protocol {}, this agent {}: upgrade the controller first",
                     registered.protocol,
                     gantry_wire::PROTOCOL_VERSION
-                ));
+                )));
             }
             Ok(Some(registered))
         }
         Ok((status, text)) if (400..500).contains(&status) => {
-            Err(format!("the controller refused this agent ({status}): {}", error_text(&text)))
+            Err(AgentError::Refused { status, message: error_text(&text) })
         }
         Ok((status, text)) => {
             tracing::warn!(status, error = %error_text(&text), "registration failed; trying again");
@@ -413,15 +437,15 @@ async fn register(config: &AgentConfig) -> Result<Option<Registered>, String> {
 
 /// Run the agent until `shutdown` fires (its tasks keep running: the next start re-adopts
 /// them) or the controller refuses it for good.
-pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), String> {
+pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), AgentError> {
     check_node_name(&config.node)?;
     std::fs::create_dir_all(&config.data_dir)
-        .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
+        .map_err(|e| AgentError::Config(format!("cannot create data directory {}: {e}", config.data_dir.display())))?;
     // Absolute: tasks run in their own working directories and write their pid and exit
     // files by these paths.
     let mut config = config;
     config.data_dir = std::fs::canonicalize(&config.data_dir)
-        .map_err(|e| format!("data directory {}: {e}", config.data_dir.display()))?;
+        .map_err(|e| AgentError::Config(format!("data directory {}: {e}", config.data_dir.display())))?;
     let (exits_tx, mut exits) = mpsc::channel::<Exit>(1024);
     let mut agent = Agent {
         runner: Runner::new(config.data_dir.clone(), exits_tx),
@@ -454,7 +478,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
         while let Ok(exit) = exits.try_recv() {
             agent.exited(exit);
         }
-        let body = serde_json::to_string(&agent.heartbeat()).map_err(|e| e.to_string())?;
+        let body = serde_json::to_string(&agent.heartbeat()).map_err(|e| AgentError::Protocol(e.to_string()))?;
         let answer = tokio::select! {
             _ = &mut shutdown => return Ok(()),
             // A task ended while the heartbeat was held: report it now (the held answer is
@@ -480,7 +504,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
                 registered = false;
             }
             Ok((status @ (401 | 403), text)) => {
-                return Err(format!("the controller refused this agent ({status}): {}", error_text(&text)));
+                return Err(AgentError::Refused { status, message: error_text(&text) });
             }
             Ok((status, text)) => {
                 tracing::warn!(status, error = %error_text(&text), "heartbeat refused; trying again");

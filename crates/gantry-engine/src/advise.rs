@@ -300,12 +300,12 @@ pub fn advise(shape: &Shape, model: &GpuModel) -> Result<Advice, AdviceError> {
 }
 
 /// The catalog model to advise for: `name` (an id, alias or NVML name), or H100-SXM5-80GB.
-pub fn model<'c>(catalog: &'c Catalog, name: Option<&str>) -> Result<&'c GpuModel, String> {
+pub fn model<'c>(catalog: &'c Catalog, name: Option<&str>) -> Result<&'c GpuModel, crate::EngineError> {
     let name = name.unwrap_or("H100-SXM5-80GB");
     catalog
         .lookup(name)
         .map(|id| catalog.model(id))
-        .ok_or_else(|| format!("unknown GPU model {name:?}: `gantry catalog` lists them"))
+        .ok_or_else(|| crate::EngineError::Fleet(format!("unknown GPU model {name:?}: `gantry catalog` lists them")))
 }
 
 #[cfg(test)]

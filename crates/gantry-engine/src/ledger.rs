@@ -236,7 +236,10 @@ fn give(state: &mut ClusterState, node: NodeIdx, grant: &Grant) {
 
 /// Recompute every counter from the allocations and compare: the ledger's global invariant.
 /// O(fleet); for tests and debug checks, not the hot path.
-pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'a TaskGrant>) -> Result<(), String> {
+pub fn check_invariants<'a>(
+    state: &ClusterState,
+    tasks: impl Iterator<Item = &'a TaskGrant>,
+) -> Result<(), crate::EngineError> {
     let mut fresh = state.clone();
     fresh.used_milli_total = 0;
     fresh.index = crate::index::FreeIndex::new(fresh.nodes.len());
@@ -265,41 +268,53 @@ pub fn check_invariants<'a>(state: &ClusterState, tasks: impl Iterator<Item = &'
     for task in tasks {
         let node = &fresh.nodes[task.node as usize];
         if node.cpu_free < task.cpu || node.memory_free < task.memory {
-            return Err(format!("node {} over-allocated", state.info[task.node as usize].name));
+            return Err(crate::EngineError::Invariant(format!(
+                "node {} over-allocated",
+                state.info[task.node as usize].name
+            )));
         }
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(&mut fresh, task)));
         if outcome.is_err() {
-            return Err(format!("allocations over-allocate on node {}", state.info[task.node as usize].name));
+            return Err(crate::EngineError::Invariant(format!(
+                "allocations over-allocate on node {}",
+                state.info[task.node as usize].name
+            )));
         }
     }
     let hot: Vec<crate::state::GpuHot> = state.gpus.iter().map(crate::state::GpuHot::of).collect();
     if hot != state.hot {
-        return Err("hot GPU records disagree with the GPUs".into());
+        return Err(crate::EngineError::Invariant("hot GPU records disagree with the GPUs".into()));
     }
     if fresh.node_tags != state.node_tags {
-        return Err("per-node task kinds disagree with the allocations".into());
+        return Err(crate::EngineError::Invariant("per-node task kinds disagree with the allocations".into()));
     }
     if fresh.index != state.index {
-        return Err("free-capacity index disagrees with the allocations".into());
+        return Err(crate::EngineError::Invariant("free-capacity index disagrees with the allocations".into()));
     }
     if fresh.used_milli_total != state.used_milli_total {
-        return Err("fleet-wide compute counter disagrees with the allocations".into());
+        return Err(crate::EngineError::Invariant("fleet-wide compute counter disagrees with the allocations".into()));
     }
     for ((a, b), info) in fresh.nodes.iter().zip(&state.nodes).zip(&state.info) {
         if (a.cpu_free, a.memory_free, a.used_milli, a.whole_free, a.max_share_free, a.mig_free_mask)
             != (b.cpu_free, b.memory_free, b.used_milli, b.whole_free, b.max_share_free, b.mig_free_mask)
         {
-            return Err(format!("node {} counters disagree with its allocations", info.name));
+            return Err(crate::EngineError::Invariant(format!(
+                "node {} counters disagree with its allocations",
+                info.name
+            )));
         }
     }
     for (a, b) in fresh.gpus.iter().zip(&state.gpus) {
         if (a.used_milli, a.used_memory, a.clients, a.exclusive, &a.units)
             != (b.used_milli, b.used_memory, b.clients, b.exclusive, &b.units)
         {
-            return Err(format!("GPU {} counters disagree with its allocations", a.uuid));
+            return Err(crate::EngineError::Invariant(format!(
+                "GPU {} counters disagree with its allocations",
+                a.uuid
+            )));
         }
         if a.used_milli > 1000 || a.used_memory > a.memory_total {
-            return Err(format!("GPU {} over-allocated", a.uuid));
+            return Err(crate::EngineError::Invariant(format!("GPU {} over-allocated", a.uuid)));
         }
     }
     Ok(())

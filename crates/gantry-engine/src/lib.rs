@@ -60,6 +60,9 @@ pub enum EngineError {
     Job(String),
     #[error("no allocation {0}")]
     UnknownAllocation(u64),
+    /// A broken ledger invariant (`check_invariants`): a bug, caught by tests and debug checks.
+    #[error("ledger invariant broken: {0}")]
+    Invariant(String),
 }
 
 /// How an engine decides.
@@ -572,7 +575,7 @@ impl Engine {
     }
 
     /// Recompute every counter from the ledger and compare (tests, debug).
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), EngineError> {
         ledger::check_invariants(&self.state, self.allocations.values().flat_map(|a| a.tasks.iter()))
     }
 }

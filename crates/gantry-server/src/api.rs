@@ -44,6 +44,16 @@ pub fn status_of(e: &ControlError) -> StatusCode {
         ControlError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
         ControlError::Forbidden(_) => StatusCode::FORBIDDEN,
         ControlError::StoreFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ControlError::Sched(e) => {
+            use gantry_engine::sched::SchedError;
+            match e {
+                SchedError::UnknownJob(_) => StatusCode::NOT_FOUND,
+                SchedError::UnknownQueue { .. } => StatusCode::BAD_REQUEST,
+                SchedError::NotWaiting { .. } => StatusCode::CONFLICT,
+                SchedError::Engine(gantry_engine::EngineError::Fleet(_)) => StatusCode::NOT_FOUND,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            }
+        }
         ControlError::Store(_) | ControlError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
@@ -330,7 +340,7 @@ async fn create_token(
     let who = who(&shared, &headers)?;
     who.admin_only("creating tokens")?;
     let new: NewToken = serde_json::from_str(&body).map_err(|e| bad(format!("token request: {e}")))?;
-    let secret = crate::auth::new_secret().map_err(|e| ApiError(ControlError::Internal(e)))?;
+    let secret = crate::auth::new_secret().map_err(|e| ApiError(ControlError::Internal(e.to_string())))?;
     let hash = crate::auth::hash(&secret);
     shared
         .execute(Command::CreateToken { who, name: new.name.clone(), role: new.role, queues: new.queues, hash })

@@ -156,11 +156,11 @@ pub fn hash(secret: &str) -> String {
 }
 
 /// A new secret: `gty_` and 64 hex digits from the kernel's random source.
-pub fn new_secret() -> Result<String, String> {
+pub fn new_secret() -> Result<String, crate::error::ServeError> {
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| format!("cannot read /dev/urandom for a token: {e}"))?;
+        .map_err(|e| crate::error::ServeError::Io(format!("cannot read /dev/urandom for a token: {e}")))?;
     Ok(format!("gty_{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
@@ -177,7 +177,7 @@ pub fn bearer(header: Option<&str>) -> Result<&str, ControlError> {
 }
 
 /// Write the first admin secret where only this user can read it.
-pub fn write_secret_file(path: &Path, secret: &str) -> Result<(), String> {
+pub fn write_secret_file(path: &Path, secret: &str) -> Result<(), crate::error::ServeError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut file = std::fs::OpenOptions::new()
@@ -185,8 +185,9 @@ pub fn write_secret_file(path: &Path, secret: &str) -> Result<(), String> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    writeln!(file, "{secret}").map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|e| crate::error::ServeError::Io(format!("cannot write {}: {e}", path.display())))?;
+    writeln!(file, "{secret}")
+        .map_err(|e| crate::error::ServeError::Io(format!("cannot write {}: {e}", path.display())))
 }
 
 /// A token name: plain, short, printable.

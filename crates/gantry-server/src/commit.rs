@@ -91,7 +91,7 @@ impl Committer {
     /// Queue `batch` after every batch queued before it; the receiver answers once it is
     /// durable (or the commit failed). An empty batch is a barrier: it answers once everything
     /// before it is durable.
-    pub fn submit(&self, batch: Batch) -> oneshot::Receiver<Result<(), String>> {
+    pub(crate) fn submit(&self, batch: Batch) -> oneshot::Receiver<Result<(), String>> {
         let (done, rx) = oneshot::channel();
         if self.queue.send(Pending { batch, done }).is_err() {
             // The thread is gone; the receiver then reads as a failure.
@@ -110,7 +110,7 @@ impl Committer {
     }
 
     /// Wait for a submitted batch.
-    pub async fn durable(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), ControlError> {
+    pub(crate) async fn durable(rx: oneshot::Receiver<Result<(), String>>) -> Result<(), ControlError> {
         match rx.await {
             Ok(result) => result.map_err(ControlError::StoreFailed),
             Err(_) => Err(ControlError::StoreFailed("the commit thread stopped".into())),

@@ -3,6 +3,21 @@
 
 use gantry_store::StoreError;
 
+/// Why the controller could not start: its configuration, its files, its store.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A setting out of range (`[billing]`, `[idle]`, the listen address).
+    #[error("{0}")]
+    Config(String),
+    /// The data directory, `admin.token`, the random source.
+    #[error("{0}")]
+    Io(String),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
     /// The request itself is wrong: a workload that does not parse, a job that can never fit,
@@ -35,6 +50,9 @@ pub enum ControlError {
     StoreFailed(String),
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The scheduler refused: its own typed reason (`api::status_of` maps each).
+    #[error("{0}")]
+    Sched(#[from] gantry_engine::sched::SchedError),
     /// A broken invariant: a bug, reported rather than hidden.
     #[error("internal error: {0}")]
     Internal(String),

@@ -39,12 +39,18 @@ impl Default for IdlePolicy {
 }
 
 impl IdlePolicy {
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), crate::error::ServeError> {
         if self.threshold_pct > 100 {
-            return Err(format!("idle.threshold_pct = {}: a percentage, 0 to 100", self.threshold_pct));
+            return Err(crate::error::ServeError::Config(format!(
+                "idle.threshold_pct = {}: a percentage, 0 to 100",
+                self.threshold_pct
+            )));
         }
         if self.after_minutes > 7 * 24 * 60 {
-            return Err(format!("idle.after_minutes = {}: 0 (at once) to 10080 (a week)", self.after_minutes));
+            return Err(crate::error::ServeError::Config(format!(
+                "idle.after_minutes = {}: 0 (at once) to 10080 (a week)",
+                self.after_minutes
+            )));
         }
         Ok(())
     }

@@ -25,7 +25,7 @@ pub mod ui;
 pub mod views;
 
 use control::{Command, Controller, Effects, Reply};
-use error::ControlError;
+use error::{ControlError, ServeError};
 pub use gantry_agent::runner;
 use gantry_catalog::Catalog;
 use gantry_store::{SqliteStore, Store};
@@ -231,16 +231,15 @@ fn launched_locally(data_dir: &std::path::Path, image: &control::Image) -> std::
 fn open_controller(
     config: &ServeConfig,
     sampler: &Option<gantry_agent::sample::Sampler>,
-) -> Result<(Controller, SqliteStore, Option<PathBuf>), String> {
-    let mut store = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
+) -> Result<(Controller, SqliteStore, Option<PathBuf>), ServeError> {
+    let mut store = SqliteStore::open(&config.data_dir.join("gantry.db"))?;
     let now = now_s();
     let week_ago = now.saturating_sub(series::COARSE_POINTS as u64 * series::COARSE_STEP_S);
-    let image = control::Image::read(&store, week_ago).map_err(|e| e.to_string())?;
+    let image = control::Image::read(&store, week_ago)?;
     let launched = launched_locally(&config.data_dir, &image);
     let mut setup = control::Setup::new(config.fleet.clone(), &config.scheduling, config.agents, config.idle.clone());
     setup.measured_locally = sampler.is_some();
-    let (mut controller, recovered) =
-        Controller::open(setup, image, Catalog::embedded(), &launched, now).map_err(|e| e.to_string())?;
+    let (mut controller, recovered) = Controller::open(setup, image, Catalog::embedded(), &launched, now)?;
     controller.set_billing(config.billing.clone());
     let mut batches = vec![recovered];
     let mut admin_token_file = None;
@@ -254,10 +253,10 @@ fn open_controller(
             queues: Vec::new(),
             hash: auth::hash(&new),
         };
-        batches.push(controller.apply(now, command).map_err(|e| e.to_string())?.commit);
+        batches.push(controller.apply(now, command)?.commit);
         secret = Some(new);
     }
-    store.commit(&batches).map_err(|e| e.to_string())?;
+    store.commit(&batches)?;
     if let Some(secret) = secret {
         let path = config.data_dir.join("admin.token");
         // A stale file from an earlier store would not match any token: replace it.
@@ -284,20 +283,20 @@ fn local_samples(sampler: &Option<gantry_agent::sample::Sampler>) -> Vec<wire::G
 }
 
 /// Open the store, recover, bind and start serving.
-pub async fn start(config: ServeConfig) -> Result<Running, String> {
+pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     std::fs::create_dir_all(&config.data_dir)
-        .map_err(|e| format!("cannot create data directory {}: {e}", config.data_dir.display()))?;
+        .map_err(|e| ServeError::Io(format!("cannot create data directory {}: {e}", config.data_dir.display())))?;
     // Absolute: tasks run in their own working directories and write their pid and exit
     // files by these paths.
     let mut config = config;
     config.data_dir = std::fs::canonicalize(&config.data_dir)
-        .map_err(|e| format!("data directory {}: {e}", config.data_dir.display()))?;
+        .map_err(|e| ServeError::Io(format!("data directory {}: {e}", config.data_dir.display())))?;
     config.billing.check()?;
     config.idle.check()?;
     let sampler = if config.measure_local_gpus { gantry_agent::sample::Sampler::open() } else { None };
     let (mut controller, store, admin_token_file) = open_controller(&config, &sampler)?;
     let recovered = controller.take_recovered();
-    let reader = SqliteStore::open(&config.data_dir.join("gantry.db")).map_err(|e| e.to_string())?;
+    let reader = SqliteStore::open(&config.data_dir.join("gantry.db"))?;
     let committer = commit::Committer::start(store, config.group_commit);
     let (exits_tx, exits) = mpsc::channel::<runner::Exit>(1024);
     // Held by the loop too: with remote agents there is no runner, and the channel must not
@@ -326,8 +325,8 @@ pub async fn start(config: ServeConfig) -> Result<Running, String> {
     }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        .map_err(|e| ServeError::Config(format!("cannot listen on {}: {e}", config.listen)))?;
+    let addr = listener.local_addr().map_err(|e| ServeError::Io(e.to_string()))?;
 
     let scheduler = tokio::spawn(scheduling_loop(shared.clone(), exits, exits_keep, config.tick, sampler));
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();

@@ -121,10 +121,12 @@ impl Billing {
     }
 
     /// Every price and weight must be a finite, non-negative number.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), crate::error::ServeError> {
         for (table, name) in [(&self.price_per_gpu_hour, "price_per_gpu_hour"), (&self.weights, "weights")] {
             if let Some((model, v)) = table.iter().find(|(_, v)| !v.is_finite() || **v < 0.0) {
-                return Err(format!("billing.{name}.{model} = {v}: must be a number ≥ 0"));
+                return Err(crate::error::ServeError::Config(format!(
+                    "billing.{name}.{model} = {v}: must be a number ≥ 0"
+                )));
             }
         }
         Ok(())

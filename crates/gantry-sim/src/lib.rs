@@ -7,6 +7,7 @@
 //! same trace, policy and seed ⇒ same result.
 
 pub mod alibaba;
+pub mod error;
 pub mod mig_day;
 pub mod native;
 pub mod protocol_a;
@@ -16,5 +17,6 @@ pub mod synth;
 pub mod trace;
 
 pub use alibaba::{Mode, Skipped, TraceError, TraceNode, TracePod};
+pub use error::SimError;
 pub use protocol_a::{Arrival, ProtocolA, RunResult};
 pub use trace::{SimFleet, typical_shapes};

@@ -161,12 +161,12 @@ fn pick<T: Copy>(rng: &mut SeededRng, mix: &[(T, u64)]) -> T {
 }
 
 /// Build the fleet, the shapes and the seeded arrivals.
-pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenario, String> {
+pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenario, crate::SimError> {
     if config.nodes == 0 || config.gpus_per_node == 0 || config.days == 0 {
         return Err("nodes, GPUs per node and days must be at least 1".into());
     }
     if !(0.05..=2.0).contains(&config.load) {
-        return Err(format!("load {} is outside 0.05..=2", config.load));
+        return Err(format!("load {} is outside 0.05..=2", config.load).into());
     }
     let id = catalog.lookup(&config.model).ok_or_else(|| format!("unknown GPU model {:?}", config.model))?;
     let model = catalog.model(id);
@@ -286,7 +286,7 @@ fn standard_layouts(model: &gantry_catalog::GpuModel) -> Vec<(String, Vec<MigIns
 
 /// The static layouts tried: the first k GPUs (k in steps of half a node) in each standard
 /// layout, and the offline planner's layout for the scenario's mean concurrent demand.
-pub fn static_candidates(s: &Scenario, catalog: &'static Catalog) -> Result<Vec<(String, Fleet)>, String> {
+pub fn static_candidates(s: &Scenario, catalog: &'static Catalog) -> Result<Vec<(String, Fleet)>, crate::SimError> {
     let model = catalog.model(catalog.lookup(&s.fleet.nodes[0].gpus[0].model).ok_or("unknown model")?);
     let per_node = s.fleet.nodes[0].gpus.len();
     let total = s.fleet.nodes.len() * per_node;
@@ -478,7 +478,7 @@ pub fn replay(
     label: &str,
     dynamic: Option<&DayConfig>,
     catalog: &'static Catalog,
-) -> Result<DayResult, String> {
+) -> Result<DayResult, crate::SimError> {
     let mut fleet = fleet.clone();
     let mut engine = Engine::new(&fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
     let mut compiled: Vec<CompiledJob> =
@@ -687,7 +687,7 @@ pub fn evaluate(
     config: &DayConfig,
     catalog: &'static Catalog,
     mut progress: impl FnMut(usize, usize),
-) -> Result<Evaluation, String> {
+) -> Result<Evaluation, crate::SimError> {
     let s = scenario(config, catalog)?;
     let candidates = static_candidates(&s, catalog)?;
     let total = candidates.len() + 1;

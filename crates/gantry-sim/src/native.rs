@@ -15,7 +15,7 @@ pub fn check_fits(
     catalog: &'static Catalog,
     jobs: Vec<TraceJob>,
     lenient: bool,
-) -> Result<(Vec<TraceJob>, BTreeMap<String, u64>), String> {
+) -> Result<(Vec<TraceJob>, BTreeMap<String, u64>), crate::SimError> {
     let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
     let mut kept = Vec::with_capacity(jobs.len());
     let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
@@ -36,7 +36,7 @@ pub fn check_fits(
         match outcome {
             Ok(()) => kept.push(t),
             Err(_) if lenient => *skipped.entry("job can never run on this fleet".into()).or_default() += 1,
-            Err(why) => return Err(format!("line {} / job {:?}: {why}", t.line, t.job.name)),
+            Err(why) => return Err(format!("line {} / job {:?}: {why}", t.line, t.job.name).into()),
         }
     }
     if kept.is_empty() {

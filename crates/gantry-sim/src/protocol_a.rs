@@ -111,7 +111,7 @@ pub fn inflate(pods: &[TracePod], capacity_milli: u64, tune: f64, seed: u64) -> 
 }
 
 /// An exact arrival order from names (`openb-pod-0042`, `openb-pod-0042-tuned-7`).
-pub fn arrivals_from_names(pods: &[TracePod], names: &[String]) -> Result<Vec<Arrival>, String> {
+pub fn arrivals_from_names(pods: &[TracePod], names: &[String]) -> Result<Vec<Arrival>, crate::SimError> {
     let index: BTreeMap<&str, usize> = pods.iter().enumerate().map(|(i, p)| (p.name.as_str(), i)).collect();
     names
         .iter()
@@ -123,7 +123,8 @@ pub fn arrivals_from_names(pods: &[TracePod], names: &[String]) -> Result<Vec<Ar
                 .map(|&pod| Arrival { pod, name: name.clone() })
                 .ok_or_else(|| format!("arrival {}: pod {base:?} is not in the pod list", line + 1))
         })
-        .collect()
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(crate::SimError::Input)
 }
 
 /// Python's `round(x, 0)` (half to even), as the reference's analysis script rounds.

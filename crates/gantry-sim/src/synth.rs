@@ -156,7 +156,7 @@ fn pick_tenant(rng: &mut SeededRng, config: &SynthConfig) -> u32 {
 }
 
 /// Generate the trace as JSON lines (one per job, in arrival order, each ending in `\n`).
-pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) -> Result<String, String> {
+pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) -> Result<String, crate::SimError> {
     if config.jobs == 0 || config.tenants == 0 {
         return Err("--jobs and --tenants must be at least 1".into());
     }
@@ -167,10 +167,11 @@ pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) 
             "--tenant-mix gives {} weights for {} tenants (or all zero)",
             config.tenant_mix.len(),
             config.tenants
-        ));
+        )
+        .into());
     }
     if !(config.load.is_finite() && config.load > 0.0 && config.load <= 100.0) {
-        return Err(format!("--load {} must be in (0, 100]", config.load));
+        return Err(format!("--load {} must be in (0, 100]", config.load).into());
     }
     let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
     let capacity = engine.state().gpus.len() as f64 * 1000.0;

@@ -207,7 +207,8 @@ fn demo_billing() -> gantry_server::meter::Billing {
 
 /// `--demo`: submit the bundled demo workload unless the store already has jobs.
 fn submit_demo(url: &str, token: Option<&str>) -> Result<String, String> {
-    let (status, listed) = gantry_wire::client::request(url, token, "GET", "/v1/jobs", None)?;
+    let (status, listed) =
+        gantry_wire::client::request(url, token, "GET", "/v1/jobs", None).map_err(|e| e.to_string())?;
     if status != 200 {
         return Err(format!("listing jobs: HTTP {status}: {listed}"));
     }
@@ -215,7 +216,8 @@ fn submit_demo(url: &str, token: Option<&str>) -> Result<String, String> {
         return Ok("  demo: the store has jobs already, none submitted (`gantry queue` lists them)".into());
     }
     let workload = crate::place_cmd::DEMO_WORKLOAD;
-    let (status, reply) = gantry_wire::client::request(url, token, "POST", "/v1/jobs", Some(workload))?;
+    let (status, reply) =
+        gantry_wire::client::request(url, token, "POST", "/v1/jobs", Some(workload)).map_err(|e| e.to_string())?;
     if status != 201 {
         return Err(format!("HTTP {status}: {reply}"));
     }

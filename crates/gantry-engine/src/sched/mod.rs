@@ -81,6 +81,28 @@ impl Backfill {
     }
 }
 
+/// What a scheduler refuses, as data (callers map these to their own errors).
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum SchedError {
+    #[error("no job {0}")]
+    UnknownJob(JobId),
+    #[error("job id {0} submitted twice")]
+    Duplicate(JobId),
+    #[error("job {job:?}: unknown queue {queue:?}")]
+    UnknownQueue { job: String, queue: String },
+    /// A hold, release or cancel of a job in the wrong state (`is`: what it is instead).
+    #[error("job {job:?} is {is}")]
+    NotWaiting { job: String, is: &'static str },
+    #[error("job {job:?}: its recorded placement is not free on this fleet")]
+    PlacementTaken { job: String },
+    #[error("job {0}: no spec to compile it again")]
+    NoSpec(JobId),
+    /// The engine refused (an unknown node or GPU, a mode the GPU cannot take, a spec that no
+    /// longer compiles).
+    #[error("{0}")]
+    Engine(#[from] crate::EngineError),
+}
+
 /// How a scheduler decides.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedulerConfig {
@@ -339,9 +361,9 @@ impl Scheduler {
     }
 
     /// Drain or resume a node (see [`Engine::set_drained`]).
-    pub fn set_drained(&mut self, node: &str, drained: bool) -> Result<bool, String> {
+    pub fn set_drained(&mut self, node: &str, drained: bool) -> Result<bool, SchedError> {
         self.last_reservation = None;
-        self.engine.set_drained(node, drained).map_err(|e| e.to_string())
+        Ok(self.engine.set_drained(node, drained)?)
     }
 
     /// Reconfigure an idle GPU ([`Engine::set_gpu_mode`]) and compile every job the scheduler
@@ -354,15 +376,13 @@ impl Scheduler {
         index: u32,
         mode: &gantry_types::GpuMode,
         spec_of: impl Fn(JobId) -> Option<gantry_types::Job>,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, SchedError> {
         let specs: Vec<(JobId, gantry_types::Job)> = self
             .jobs
             .keys()
-            .map(|&id| {
-                spec_of(id).map(|spec| (id, spec)).ok_or_else(|| format!("job {id}: no spec to compile it again"))
-            })
+            .map(|&id| spec_of(id).map(|spec| (id, spec)).ok_or(SchedError::NoSpec(id)))
             .collect::<Result<_, _>>()?;
-        if !self.engine.set_gpu_mode(node, index, mode).map_err(|e| e.to_string())? {
+        if !self.engine.set_gpu_mode(node, index, mode)? {
             return Ok(false);
         }
         self.last_reservation = None;
@@ -373,16 +393,16 @@ impl Scheduler {
             }
             // A spec that compiled before compiles again: compiling reads the catalog and the
             // fleet's models, which a mode change leaves as they were.
-            entry.job.compiled = self.engine.compile(&spec).map_err(|e| format!("job {id}: {e}"))?;
+            entry.job.compiled = self.engine.compile(&spec)?;
         }
         Ok(true)
     }
 
     /// Mark a node ready (its agent is connected) or not: nothing new starts on a node that
     /// is not ready; what runs there keeps running.
-    pub fn set_ready(&mut self, node: &str, ready: bool) -> Result<bool, String> {
+    pub fn set_ready(&mut self, node: &str, ready: bool) -> Result<bool, SchedError> {
         self.last_reservation = None;
-        self.engine.set_mark(node, crate::NOT_READY_TAINT, !ready).map_err(|e| e.to_string())
+        Ok(self.engine.set_mark(node, crate::NOT_READY_TAINT, !ready)?)
     }
 
     /// Does the queue order know queue `name` (FIFO knows every name)?
@@ -465,20 +485,21 @@ impl Scheduler {
 
     /// The queue index for a new job `id`, or why it cannot be taken: an id used before, or a
     /// queue the tree lacks.
-    fn admissible(&self, id: JobId, job: &SchedJob) -> Result<usize, String> {
+    fn admissible(&self, id: JobId, job: &SchedJob) -> Result<usize, SchedError> {
         if self.jobs.contains_key(&id) {
-            return Err(format!("job id {id} submitted twice"));
+            return Err(SchedError::Duplicate(id));
         }
         match &self.fair {
             None => Ok(0),
-            Some(fs) => {
-                fs.tree().find(&job.queue).ok_or_else(|| format!("job {:?}: unknown queue {:?}", job.name, job.queue))
-            }
+            Some(fs) => fs
+                .tree()
+                .find(&job.queue)
+                .ok_or_else(|| SchedError::UnknownQueue { job: job.name.clone(), queue: job.queue.clone() }),
         }
     }
 
     /// Submit `job` as `id` at `now`. Fails on an id used before or a queue the tree lacks.
-    pub fn submit(&mut self, id: JobId, job: SchedJob, now: u64) -> Result<Admission, String> {
+    pub fn submit(&mut self, id: JobId, job: SchedJob, now: u64) -> Result<Admission, SchedError> {
         let queue = self.admissible(id, &job)?;
         let hold = job.control.hold;
         self.jobs.insert(id, Entry { shape: pass::shape_of(&job.compiled), job, queue, eligible_at: now });
@@ -504,8 +525,8 @@ impl Scheduler {
     }
 
     /// Hold a waiting job: it leaves its queue and never starts until released.
-    pub fn hold(&mut self, id: JobId) -> Result<(), String> {
-        let Some(entry) = self.jobs.get(&id) else { return Err(format!("no job {id}")) };
+    pub fn hold(&mut self, id: JobId) -> Result<(), SchedError> {
+        let Some(entry) = self.jobs.get(&id) else { return Err(SchedError::UnknownJob(id)) };
         if self.held.contains(&id) {
             return Ok(());
         }
@@ -513,17 +534,17 @@ impl Scheduler {
         if self.pending[entry.queue].contains(&key) {
             self.dequeue(id, key.0.0, key.1);
         } else if !self.waiting_on_deps.remove(&id) {
-            return Err(format!("job {:?} is not waiting (running or done)", entry.job.name));
+            return Err(SchedError::NotWaiting { job: entry.job.name.clone(), is: "not waiting (running or done)" });
         }
         self.held.insert(id);
         Ok(())
     }
 
     /// Release a held job at `now`: it becomes eligible then (or waits for its dependencies).
-    pub fn release(&mut self, id: JobId, now: u64) -> Result<Admission, String> {
-        let Some(entry) = self.jobs.get_mut(&id) else { return Err(format!("no job {id}")) };
+    pub fn release(&mut self, id: JobId, now: u64) -> Result<Admission, SchedError> {
+        let Some(entry) = self.jobs.get_mut(&id) else { return Err(SchedError::UnknownJob(id)) };
         if !self.held.remove(&id) {
-            return Err(format!("job {:?} is not held", entry.job.name));
+            return Err(SchedError::NotWaiting { job: entry.job.name.clone(), is: "not held" });
         }
         entry.eligible_at = now;
         Ok(self.admit(id, now))
@@ -532,13 +553,13 @@ impl Scheduler {
     /// Cancel a job that is not running: it leaves its queue, hold or dependency wait for good
     /// and counts as failed for its dependents (returned as [`Scheduler::ended`] returns
     /// them). A running job is stopped by its runner instead, then reported with `ended`.
-    pub fn cancel_waiting(&mut self, id: JobId, now: u64) -> Result<Vec<(JobId, Admission)>, String> {
-        let Some(entry) = self.jobs.get(&id) else { return Err(format!("no job {id}")) };
+    pub fn cancel_waiting(&mut self, id: JobId, now: u64) -> Result<Vec<(JobId, Admission)>, SchedError> {
+        let Some(entry) = self.jobs.get(&id) else { return Err(SchedError::UnknownJob(id)) };
         if self.ended.contains_key(&id) {
-            return Err(format!("job {:?} has ended", entry.job.name));
+            return Err(SchedError::NotWaiting { job: entry.job.name.clone(), is: "ended" });
         }
         if self.running.values().any(|r| r.job == id) {
-            return Err(format!("job {:?} is running", entry.job.name));
+            return Err(SchedError::NotWaiting { job: entry.job.name.clone(), is: "running" });
         }
         let key = (Reverse(self.priority(id)), entry.eligible_at, id);
         if self.pending[entry.queue].contains(&key) {
@@ -648,19 +669,19 @@ impl Scheduler {
         placement: &[gantry_types::TaskPlacement],
         started_at: u64,
         now: u64,
-    ) -> Result<AllocId, String> {
+    ) -> Result<AllocId, SchedError> {
         let queue = self.admissible(id, &job)?;
         let alloc = self
             .engine
             .place_recorded(&job.compiled, placement)
-            .ok_or_else(|| format!("job {:?}: its recorded placement is not free on this fleet", job.name))?;
+            .ok_or_else(|| SchedError::PlacementTaken { job: job.name.clone() })?;
         self.jobs.insert(id, Entry { shape: pass::shape_of(&job.compiled), job, queue, eligible_at: started_at });
         let milli: u64 = self
             .engine
             .allocations()
             .get(&alloc)
             .map(|a| a.tasks.iter().map(|t| t.milli(self.engine.state()) as u64).sum())
-            .ok_or_else(|| format!("no allocation {alloc}"))?;
+            .ok_or(SchedError::Engine(crate::EngineError::UnknownAllocation(alloc)))?;
         let demand = self.engine.quota_demand(alloc).unwrap_or_default();
         // Counted from now (fair share's clock only moves forward); planning knows its real start.
         self.start(id, alloc, milli, demand, now);

@@ -72,7 +72,10 @@ fn a_cycle_starts_what_fits_reserves_the_head_and_explains_the_rest() {
         "{}",
         wide.reason
     );
-    assert_eq!(s.submit(2, job(&s, "again", "default", 1, 0, 1), 10), Err("job id 2 submitted twice".into()));
+    assert_eq!(
+        s.submit(2, job(&s, "again", "default", 1, 0, 1), 10),
+        Err(gantry_engine::sched::SchedError::Duplicate(2))
+    );
     // a ends at 100 (short at 70): wide starts as promised.
     let short_alloc = s.engine().allocations().keys().copied().find(|&k| k != a_alloc).expect("short runs");
     s.ended(short_alloc, true, 70).expect("running");
@@ -126,13 +129,13 @@ fn dependencies_and_holds_keep_jobs_out_of_the_queue() {
     assert_eq!(s.pending().iter().map(|p| p.reason.clone()).collect::<Vec<_>>(), [PendingReason::Held]);
     // Released, it is eligible from then on; holding a queued job takes it out again.
     assert_eq!(s.release(4, 15), Ok(Admission::Queued { starving_at: None }));
-    assert_eq!(s.release(4, 15), Err("job \"held\" is not held".into()));
+    assert_eq!(s.release(4, 15).map_err(|e| e.to_string()), Err("job \"held\" is not held".to_string()));
     s.hold(4).expect("queued");
     assert_eq!(started(&s.cycle(15)), Vec::<u64>::new(), "held again");
     s.release(4, 20).expect("held");
     assert_eq!(started(&s.cycle(20)), [4]);
-    assert_eq!(s.hold(4), Err("job \"held\" is not waiting (running or done)".into()));
-    assert_eq!(s.hold(99), Err("no job 99".into()));
+    assert_eq!(s.hold(4).map_err(|e| e.to_string()), Err("job \"held\" is not waiting (running or done)".to_string()));
+    assert_eq!(s.hold(99).map_err(|e| e.to_string()), Err("no job 99".to_string()));
 }
 
 #[test]
@@ -197,7 +200,7 @@ fn a_reconfigured_gpu_takes_the_waiting_mig_job_once_jobs_are_compiled_again() {
     let layout = gantry_types::GpuMode::Mig { instances };
     // A spec missing: refused, and the GPU keeps its mode.
     let refused = s.set_gpu_mode("n", 0, &layout, |_| None);
-    assert!(refused.as_ref().is_err_and(|e| e.contains("job 1")), "{refused:?}");
+    assert!(refused.as_ref().is_err_and(|e| e.to_string().contains("job 1")), "{refused:?}");
     assert_eq!(s.engine().fleet_now().nodes[0].gpus[0].mode, gantry_types::GpuMode::Whole);
     assert_eq!(s.set_gpu_mode("n", 0, &layout, |id| (id == 1).then(|| spec.clone())), Ok(true));
     assert_eq!(started(&s.cycle(1)), [1], "compiled again, it starts on the new instances");

@@ -42,9 +42,7 @@ impl Controller {
             for (index, mode) in &adopt {
                 let text = serde_json::to_string(mode).map_err(|e| ControlError::Internal(e.to_string()))?;
                 self.pending.gpu_modes.push((reg.node.clone(), *index, text));
-                self.scheduler
-                    .set_gpu_mode(&reg.node, *index, mode, |id| specs.get(&id).cloned())
-                    .map_err(ControlError::Internal)?;
+                self.scheduler.set_gpu_mode(&reg.node, *index, mode, |id| specs.get(&id).cloned())?;
                 self.empty.set_gpu_mode(&reg.node, *index, mode).map_err(|e| ControlError::Internal(e.to_string()))?;
                 tracing::info!(node = %reg.node, gpu = index, mode = %mode.text(), "took the GPU mode the agent found");
             }
@@ -54,7 +52,7 @@ impl Controller {
         }
         let version = reg.version.chars().take(64).collect();
         let back = self.links.insert(reg.node.clone(), AgentLink { last_seen_s: now, version, samples: Vec::new() });
-        self.scheduler.set_ready(&reg.node, true).map_err(ControlError::Internal)?;
+        self.scheduler.set_ready(&reg.node, true)?;
         tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
         let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s, protocol: wire::PROTOCOL_VERSION };
         Ok(Effects { reply: Reply::Registered(registered), schedule: true, ..Default::default() })
@@ -181,7 +179,7 @@ impl Controller {
         link.last_seen_s = now;
         link.samples = beat.samples.clone();
         let mut effects = Effects::default();
-        if self.scheduler.set_ready(node, true).map_err(ControlError::Internal)? {
+        if self.scheduler.set_ready(node, true)? {
             tracing::info!(node, "agent is back: the node gets work again");
         }
         let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();

@@ -53,7 +53,7 @@ impl Controller {
         at_s: u64,
     ) -> Result<Admission, ControlError> {
         let sched = self.sched_job(job, compiled)?;
-        self.scheduler.submit(id, sched, at_s).map_err(ControlError::Invalid)
+        Ok(self.scheduler.submit(id, sched, at_s)?)
     }
 
     /// A job whose dependency can never be met ends, cancelled, with the log saying why.
@@ -186,7 +186,7 @@ impl Controller {
         let (state, attempt, grace_s) = (row.state, row.requeues, row.job.lifecycle.grace_s);
         match state {
             JobState::Pending => {
-                let woken = self.scheduler.cancel_waiting(id as JobId, now).map_err(ControlError::Conflict)?;
+                let woken = self.scheduler.cancel_waiting(id as JobId, now)?;
                 self.record(Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None })?;
                 self.settle(woken, now)?;
                 Ok(Effects { reply: Reply::Cancelled { stopping: false }, schedule: true, ..Default::default() })
@@ -223,10 +223,10 @@ impl Controller {
             return Ok(Effects { reply: Reply::Held { changed: false }, ..Default::default() });
         }
         if held {
-            self.scheduler.hold(id).map_err(ControlError::Conflict)?;
+            self.scheduler.hold(id)?;
             self.record(Event::Held { id, at_s: now, held })?;
         } else {
-            let admission = self.scheduler.release(id, now).map_err(ControlError::Conflict)?;
+            let admission = self.scheduler.release(id, now)?;
             self.record(Event::Held { id, at_s: now, held })?;
             self.settle(vec![(id, admission)], now)?;
         }

@@ -265,7 +265,7 @@ impl Controller {
         drained: bool,
     ) -> Result<Effects, ControlError> {
         who.admin_only(if drained { "draining a node" } else { "resuming a node" })?;
-        let changed = self.scheduler.set_drained(node, drained).map_err(ControlError::UnknownNode)?;
+        let changed = self.scheduler.set_drained(node, drained)?;
         self.pending.drained.push((node.to_string(), drained));
         Ok(Effects { reply: Reply::Drained { changed }, schedule: !drained, ..Default::default() })
     }

@@ -182,7 +182,7 @@ impl Controller {
         if agents != Agents::Local {
             // No agent has connected to this controller yet.
             for node in &fleet.nodes {
-                c.scheduler.set_ready(&node.name, false).map_err(ControlError::Internal)?;
+                c.scheduler.set_ready(&node.name, false)?;
             }
         }
         c.models = {
@@ -262,10 +262,7 @@ impl Controller {
             .collect::<Result<_, _>>()?;
         let compiled = self.compile(&row.job)?;
         let sched = self.sched_job(&row.job, compiled)?;
-        let alloc = self
-            .scheduler
-            .adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)
-            .map_err(ControlError::Internal)?;
+        let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
         self.track(row.id, alloc, row.requeues, &placement);
         match self.agents {
             Agents::Local => self.recovered.extend(row.tasks.iter().map(|t| TaskKey {

@@ -62,7 +62,7 @@ pub fn run(
     policy: Policy,
     seed: u64,
     options: &ReplayOptions,
-) -> Result<ReplayResult, EngineError> {
+) -> Result<ReplayResult, crate::SimError> {
     let ordered: Vec<TraceNode> = node_order.iter().map(|&i| nodes[i].clone()).collect();
     let fleet = SimFleet::from_trace(&ordered);
     let probe = Engine::new(&fleet.fleet, fleet.catalog, EngineConfig::default())?;
@@ -91,7 +91,7 @@ pub fn run(
             job,
         })
         .collect();
-    replay(engine, jobs, seed, options).map_err(EngineError::Job)
+    replay(engine, jobs, seed, options)
 }
 
 /// Replay a native trace on `fleet` (FGD's task types learned from the jobs placed).
@@ -102,7 +102,7 @@ pub fn run_trace(
     policy: Policy,
     seed: u64,
     options: &ReplayOptions,
-) -> Result<ReplayResult, EngineError> {
+) -> Result<ReplayResult, crate::SimError> {
     let config = EngineConfig { policy, seed, limits: SearchLimits::default(), shapes: None };
     let engine = Engine::new(fleet, catalog, config)?;
     let jobs = trace
@@ -122,5 +122,5 @@ pub fn run_trace(
             })
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
-    replay(engine, jobs, seed, options).map_err(EngineError::Job)
+    replay(engine, jobs, seed, options)
 }

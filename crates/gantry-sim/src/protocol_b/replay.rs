@@ -117,14 +117,19 @@ struct Replay<'a> {
 
 /// The replay loop over `engine` (empty at the start). Same jobs, engine, order and seed ⇒
 /// same result. Fails only if a job's queue is not in the fair-share tree.
-pub fn replay(engine: Engine, jobs: Vec<SimJob>, seed: u64, options: &ReplayOptions) -> Result<ReplayResult, String> {
+pub fn replay(
+    engine: Engine,
+    jobs: Vec<SimJob>,
+    seed: u64,
+    options: &ReplayOptions,
+) -> Result<ReplayResult, crate::SimError> {
     if options.preempt && options.order == super::Order::Fifo {
         return Err("preemption needs fair-share order (FIFO ignores priority)".into());
     }
     if let super::Order::FairShare(tree) = &options.order
         && let Some(j) = jobs.iter().find(|j| tree.find(&j.tenant).is_none())
     {
-        return Err(format!("job {:?}: unknown queue {:?}", j.name, j.tenant));
+        return Err(format!("job {:?}: unknown queue {:?}", j.name, j.tenant).into());
     }
     let mut sim = Replay::new(engine, jobs, seed, options);
     let mut stopped_at = None;
@@ -360,7 +365,7 @@ impl<'a> Replay<'a> {
         }
     }
 
-    fn arrive(&mut self, job: usize, t: u64) -> Result<(), String> {
+    fn arrive(&mut self, job: usize, t: u64) -> Result<(), crate::SimError> {
         match self.submissions[job].take() {
             // A dependency on a job not in the replay can never be met.
             None => self.dependency_never += 1,

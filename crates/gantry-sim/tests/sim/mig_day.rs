@@ -100,6 +100,6 @@ fn bad_settings_are_refused_with_why() {
     ];
     for (name, config, says) in cases {
         let err = evaluate(&config, catalog, |_, _| {}).expect_err(name);
-        assert!(err.contains(says), "{name}: {err}");
+        assert!(err.to_string().contains(says), "{name}: {err}");
     }
 }

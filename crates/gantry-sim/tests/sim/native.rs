@@ -53,7 +53,7 @@ fn jobs_the_empty_fleet_cannot_hold_are_refused_or_skipped() {
     let f = fleet(TWO_A100);
     let jobs = read_trace(text.as_bytes(), catalog, false).expect("trace").jobs;
     let err = check_fits(&f, catalog, jobs.clone(), false).expect_err("strict refuses");
-    assert!(err.starts_with("line 2 / job \"big\": can never run on this fleet, even empty: "), "{err}");
+    assert!(err.to_string().starts_with("line 2 / job \"big\": can never run on this fleet, even empty: "), "{err}");
     let (kept, skipped) = check_fits(&f, catalog, jobs, true).expect("lenient skips");
     assert_eq!(kept.iter().map(|j| j.job.name.as_str()).collect::<Vec<_>>(), ["ok"]);
     assert_eq!(skipped.values().sum::<u64>(), 2);

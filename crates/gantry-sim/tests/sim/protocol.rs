@@ -54,7 +54,7 @@ fn replayed_arrivals_must_name_known_pods() {
     let ok = protocol_a::arrivals_from_names(&pods, &["pod-3".into(), "pod-3-tuned-9".into()]).expect("known");
     assert_eq!((ok[0].pod, ok[1].pod), (3, 3));
     let err = protocol_a::arrivals_from_names(&pods, &["pod-3".into(), "ghost-tuned-1".into()]).expect_err("unknown");
-    assert!(err.contains("arrival 2: pod \"ghost\""), "{err}");
+    assert!(err.to_string().contains("arrival 2: pod \"ghost\""), "{err}");
 }
 
 #[test]
