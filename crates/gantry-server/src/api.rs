@@ -196,7 +196,9 @@ async fn submit(
     body: String,
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     let who = who(&shared, &headers)?;
-    match shared.execute(Command::Submit { who, workload: body }).await? {
+    let jobs =
+        gantry_spec::parse_submission(&body, gantry_catalog::Catalog::embedded()).map_err(|e| bad(e.to_string()))?;
+    match shared.execute(Command::Submit { who, jobs }).await? {
         Reply::Submitted { ids } => Ok((StatusCode::CREATED, Json(Submitted { ids }))),
         other => Err(unexpected(other)),
     }

@@ -17,6 +17,7 @@ pub mod commit;
 pub mod control;
 pub mod error;
 pub mod idle;
+pub mod live_sim;
 pub mod meter;
 pub mod metrics;
 pub mod replay;

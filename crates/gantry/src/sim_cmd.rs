@@ -106,6 +106,12 @@ pub struct SimArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// With --trace: replay through the live controller (the state machine `gantry serve`
+    /// runs, on the simulator's clock, with simulated tasks) instead of the engine-only time
+    /// replay; same order, backfill and preemption flags. Reports starts, endings, waits and
+    /// preemptions, and writes the same --decisions-out events.
+    #[arg(long, requires = "trace", conflicts_with_all = ["seeds", "until", "why", "report", "compress"])]
+    live: bool,
     /// Write every decision to this CSV file: under Protocol A each arrival's placement
     /// (seq,pod_list,policy,pod,node,gpu_index); in a time replay every job's start, end, stop
     /// (with its preemptor and right) and kill
@@ -514,6 +520,9 @@ fn native_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitC
             args.queues.as_ref().map_or_else(|| "the queue file".into(), |q| q.display().to_string())
         );
     }
+    if args.live {
+        return live_replay(args, &name, fleet, &jobs, &order);
+    }
     let mut runs = Vec::new();
     for &policy in &args.policy {
         for seed in args.seed..args.seed + args.seeds as u64 {
@@ -524,6 +533,56 @@ fn native_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitC
         }
     }
     finish_replay(args, &[(name, runs)])
+}
+
+/// `--live`: the trace through the live controller in simulated time.
+fn live_replay(
+    args: &SimArgs,
+    name: &str,
+    fleet: gantry_types::Fleet,
+    jobs: &[gantry_spec::TraceJob],
+    order: &protocol_b::Order,
+) -> anyhow::Result<ExitCode> {
+    let options = replay_options(args, order);
+    let scheduling = gantry_engine::sched::SchedulerConfig {
+        order: order.clone(),
+        backfill: options.backfill,
+        reserve_depth: options.reserve_depth,
+        preempt: options.preempt,
+    };
+    let started = std::time::Instant::now();
+    let r = gantry_server::live_sim::run(fleet, jobs, &scheduling, gantry_catalog::Catalog::embedded())?;
+    let wall = started.elapsed().as_secs_f64();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        let pct =
+            |p: f64| r.waits_s.get(((r.waits_s.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(0);
+        println!(
+            "{name} (live controller, {} order, {} backfill): {} jobs, {} started, {} completed, {} hit their time limit, {} preemptions; wait p50 {} s, p90 {} s, max {} s; {} commands; ended at {} s; {wall:.2} s",
+            args.order,
+            args.backfill,
+            r.jobs,
+            r.started,
+            r.completed,
+            r.time_limit_ended,
+            r.preemptions,
+            pct(0.5),
+            pct(0.9),
+            r.waits_s.last().copied().unwrap_or(0),
+            r.commands,
+            r.end_s
+        );
+    }
+    if let Some(path) = &args.decisions_out {
+        let mut out = String::from("trace,policy,seed,time_s,event,job,queue,milli,preemptor,cause,kill_at_s\n");
+        for e in &r.events {
+            out.push_str(&format!("{name},live,0,{},{},{},{},,,,\n", e.time_s, e.event, e.job, e.queue));
+        }
+        std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The queue order for a time replay: FIFO, or fair share over --queues (else one queue per

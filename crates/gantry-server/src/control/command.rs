@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "kebab-case")]
 pub enum Command {
-    /// A workload file's jobs, all or none.
+    /// A workload file's jobs, all or none, as the edge parsed them (the log keeps the jobs,
+    /// so a replay does not depend on the parser).
     Submit {
         who: Principal,
-        workload: String,
+        jobs: Vec<gantry_types::Job>,
     },
     Cancel {
         who: Principal,

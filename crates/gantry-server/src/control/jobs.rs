@@ -141,9 +141,7 @@ impl Controller {
 
     /// Accept a workload file's jobs, all or none: each is checked against the fleet (a job no
     /// node could ever hold is refused with the engine's reasons) before anything changes.
-    pub(crate) fn submit(&mut self, who: &Principal, workload: &str, now: u64) -> Result<Effects, ControlError> {
-        let jobs =
-            gantry_spec::parse_submission(workload, self.catalog).map_err(|e| ControlError::Invalid(e.to_string()))?;
+    pub(crate) fn submit(&mut self, who: &Principal, jobs: Vec<Job>, now: u64) -> Result<Effects, ControlError> {
         if jobs.is_empty() {
             return Err(ControlError::Invalid("the workload has no jobs".into()));
         }

@@ -164,7 +164,7 @@ impl Controller {
 
     fn dispatch(&mut self, now: u64, command: &Command) -> Result<Effects, ControlError> {
         match command {
-            Command::Submit { who, workload } => self.submit(who, workload, now),
+            Command::Submit { who, jobs } => self.submit(who, jobs.clone(), now),
             Command::Cancel { who, job } => self.cancel(who, *job, now),
             Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
@@ -217,6 +217,30 @@ impl Controller {
         let mut effects = self.check_idle(now);
         self.cycle(now, &mut effects)?;
         Ok(effects)
+    }
+
+    /// When the scheduler next needs a cycle with nothing else happening (a starvation bound
+    /// or a reserved start coming due), if it does.
+    pub fn next_wake(&self, now: u64) -> Option<u64> {
+        self.scheduler.next_wake(now)
+    }
+
+    /// The tasks of `job`'s current run (none if it is not running).
+    pub fn tasks_of(&self, job: u64) -> Vec<TaskKey> {
+        self.running
+            .get(&job)
+            .map(|r| {
+                r.tasks
+                    .keys()
+                    .map(|(group, replica)| TaskKey {
+                        job,
+                        group: group.clone(),
+                        replica: *replica,
+                        attempt: r.attempt,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Whether remote agents run the tasks (else the in-process runner does).

@@ -365,6 +365,69 @@ fn sim_time_replay_writes_every_start_stop_and_kill() {
     assert!(lines.iter().any(|l| l.contains(",110,kill,")), "{csv}");
 }
 
+/// `gantry sim --live` drives the live controller's state machine on the simulator's clock:
+/// on traces whose jobs all have time limits (so both plan with the same ends) its starts,
+/// stops, kills and endings are those of the engine-only time replay, event for event, in
+/// every queue order, backfill and preemption mode.
+#[test]
+fn sim_live_decides_as_the_engine_only_replay_does() {
+    let dir = temp_dir("sim-live");
+    let synth = dir.join("synth.jsonl");
+    let out =
+        gantry(&["synth", "--jobs", "200", "--seed", "3", "--load", "1.2", "--out", synth.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Every job gets its duration as its time limit: the replay would otherwise plan with the
+    // trace's durations, which a live controller cannot know.
+    let mut limited = String::new();
+    for line in std::fs::read_to_string(&synth).expect("trace").lines() {
+        let mut v: serde_json::Value = serde_json::from_str(line).expect("json");
+        v["job"]["time_limit"] = serde_json::Value::String(format!("{}s", v["duration_s"]));
+        limited += &format!("{v}\n");
+    }
+    let traces = [
+        write_fixture(&dir, "synth-limited.jsonl", &limited),
+        write_fixture(
+            &dir,
+            "preempt.jsonl",
+            r#"{"arrival_s": 0, "duration_s": 1000, "job": {"name": "low", "queue": "x", "grace": 10, "time_limit": "1000s", "gpu": {"count": 8}, "model": ["H100*"]}}
+{"arrival_s": 0, "duration_s": 1000, "job": {"name": "low2", "queue": "x", "grace": 10, "time_limit": "1000s", "gpu": {"count": 8}, "model": ["H100*"]}}
+{"arrival_s": 100, "duration_s": 50, "job": {"name": "urgent", "queue": "y", "priority": 5, "time_limit": "50s", "gpu": {"count": 8}, "model": ["H100*"]}}
+"#,
+        ),
+    ];
+    let events = |trace: &str, modes: &[&str], live: bool| -> Vec<String> {
+        let csv = dir.join("events.csv");
+        let mut args = vec!["sim", "--trace", trace, "--seed", "0", "--decisions-out", csv.to_str().expect("utf-8")];
+        args.extend_from_slice(modes);
+        if live {
+            args.push("--live");
+        }
+        let out = gantry(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let text = std::fs::read_to_string(&csv).expect("written");
+        text.lines().skip(1).map(|l| l.split(',').skip(3).take(3).collect::<Vec<_>>().join(",")).collect()
+    };
+    let modes: [&[&str]; 5] = [
+        &[],
+        &["--backfill", "off"],
+        &["--order", "fair-share"],
+        &["--order", "fair-share", "--backfill", "reserve", "--reserve-depth", "4"],
+        &["--order", "fair-share", "--preempt", "--backfill", "reserve"],
+    ];
+    for trace in &traces {
+        for mode in modes {
+            let replayed = events(trace, mode, false);
+            assert!(!replayed.is_empty());
+            assert_eq!(events(trace, mode, true), replayed, "{trace} {mode:?}");
+        }
+    }
+    let preempted = events(&traces[1], &["--order", "fair-share", "--preempt"], true);
+    assert!(
+        preempted.contains(&"100,stop,low".to_string()) && preempted.contains(&"110,kill,low".to_string()),
+        "{preempted:?}"
+    );
+}
+
 #[test]
 fn sim_backfill_modes_report_reservations() {
     let dir = temp_dir("sim-backfill");
