@@ -491,33 +491,46 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
             }
             answer = call(&config, path.clone(), body) => answer,
         };
-        match answer {
-            Ok((200, text)) => {
-                unreachable = false;
-                match serde_json::from_str::<Orders>(&text) {
-                    Ok(orders) => agent.apply(orders),
-                    Err(e) => tracing::error!(error = %e, "unreadable orders"),
-                }
-            }
-            Ok((409, _)) => {
-                // The controller restarted (it forgets agents): register again.
-                registered = false;
-            }
-            Ok((status @ (401 | 403), text)) => {
-                return Err(AgentError::Refused { status, message: error_text(&text) });
-            }
-            Ok((status, text)) => {
-                tracing::warn!(status, error = %error_text(&text), "heartbeat refused; trying again");
-                tokio::time::sleep(config.retry).await;
-            }
-            Err(e) => {
-                if !unreachable {
-                    tracing::warn!(error = %e, "controller unreachable; tasks keep running, trying again");
-                    unreachable = true;
-                }
-                registered = false;
-                tokio::time::sleep(config.retry).await;
+        handle_answer(&mut agent, &config, answer, &mut registered, &mut unreachable).await?;
+    }
+}
+
+/// What to do with a heartbeat's answer: carry out its orders, register again (the controller
+/// restarted), stop for good (refused), or wait and try again.
+async fn handle_answer(
+    agent: &mut Agent,
+    config: &AgentConfig,
+    answer: Result<(u16, String), String>,
+    registered: &mut bool,
+    unreachable: &mut bool,
+) -> Result<(), AgentError> {
+    match answer {
+        Ok((200, text)) => {
+            *unreachable = false;
+            match serde_json::from_str::<Orders>(&text) {
+                Ok(orders) => agent.apply(orders),
+                Err(e) => tracing::error!(error = %e, "unreadable orders"),
             }
         }
+        Ok((409, _)) => {
+            // The controller restarted (it forgets agents): register again.
+            *registered = false;
+        }
+        Ok((status @ (401 | 403), text)) => {
+            return Err(AgentError::Refused { status, message: error_text(&text) });
+        }
+        Ok((status, text)) => {
+            tracing::warn!(status, error = %error_text(&text), "heartbeat refused; trying again");
+            tokio::time::sleep(config.retry).await;
+        }
+        Err(e) => {
+            if !*unreachable {
+                tracing::warn!(error = %e, "controller unreachable; tasks keep running, trying again");
+                *unreachable = true;
+            }
+            *registered = false;
+            tokio::time::sleep(config.retry).await;
+        }
     }
+    Ok(())
 }

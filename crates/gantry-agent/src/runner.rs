@@ -133,33 +133,7 @@ impl Runner {
         };
         let argv: Vec<String> =
             if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
-        // Real MIG UUIDs where NVML knows them (the controller names instances by layout).
-        let devices = crate::mig_nvml::resolve_devices(&l.devices).join(",");
-        let mut cmd = tokio::process::Command::new("sh");
-        cmd.arg("-c")
-            .arg(WRAPPER)
-            .arg("gantry-task")
-            .args(&argv)
-            .env("GANTRY_EXIT_FILE", with_ext(&base, "exit"))
-            .env("GANTRY_PID_FILE", with_ext(&base, "pid"))
-            .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("CUDA_VISIBLE_DEVICES", &devices)
-            .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { devices.as_str() })
-            .env("GANTRY_JOB_ID", l.job.to_string())
-            .env("GANTRY_JOB_NAME", &l.job_name)
-            .env("GANTRY_TASK_GROUP", &l.group)
-            .env("GANTRY_TASK_INDEX", l.replica.to_string())
-            .env("GANTRY_RANK", l.rank.to_string())
-            .env("GANTRY_WORLD_SIZE", l.world_size.to_string())
-            .env("GANTRY_NODE", &l.node)
-            .env("GANTRY_MASTER_ADDR", master_addr(l))
-            .env("GANTRY_MASTER_PORT", (29_500 + l.job % 10_000).to_string())
-            .current_dir(l.workdir.as_deref().map_or(dir.clone(), PathBuf::from))
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .process_group(0)
-            .kill_on_drop(false);
+        let mut cmd = task_command(l, &argv, &base, &dir, out, err);
         // An MPS client: its GPU's daemon runs before it starts (device 0 is the one GPU it sees).
         let mps_gpu = l.mps.and_then(|_| l.devices.first().cloned());
         if let (Some((percentage, memory)), Some(gpu)) = (l.mps, &mps_gpu) {
@@ -188,25 +162,7 @@ impl Runner {
         {
             stop_groups(vec![pgid], grace);
         }
-        let limit = l.time_limit_s.map(Duration::from_secs);
-        let mut timed_out = false;
-        let status = match limit {
-            None => child.wait().await,
-            Some(limit) => match tokio::time::timeout(limit, child.wait()).await {
-                Ok(status) => status,
-                Err(_) => {
-                    timed_out = true;
-                    signal_group(pgid, Signal::SIGTERM);
-                    match tokio::time::timeout(Duration::from_secs(l.grace_s), child.wait()).await {
-                        Ok(status) => status,
-                        Err(_) => {
-                            signal_group(pgid, Signal::SIGKILL);
-                            child.wait().await
-                        }
-                    }
-                }
-            },
-        };
+        let (status, timed_out) = wait_within_limit(&mut child, pgid, l).await;
         if let Some(list) = self.groups.lock().expect("not poisoned").get_mut(&l.job) {
             list.retain(|&g| g != pgid);
         }
@@ -278,4 +234,67 @@ fn stop_groups(groups: Vec<i32>, grace: Duration) {
             signal_group(pgid, Signal::SIGKILL);
         }
     });
+}
+
+/// The wrapped command of a task: its program under the `sh` wrapper that writes the pid and
+/// exit files, its environment (the job's, then gantry's), working directory, logs and its own
+/// process group.
+fn task_command(
+    l: &Launch,
+    argv: &[String],
+    base: &Path,
+    dir: &Path,
+    out: std::fs::File,
+    err: std::fs::File,
+) -> tokio::process::Command {
+    // Real MIG UUIDs where NVML knows them (the controller names instances by layout).
+    let devices = crate::mig_nvml::resolve_devices(&l.devices).join(",");
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(WRAPPER)
+        .arg("gantry-task")
+        .args(argv)
+        .env("GANTRY_EXIT_FILE", with_ext(base, "exit"))
+        .env("GANTRY_PID_FILE", with_ext(base, "pid"))
+        .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env("CUDA_VISIBLE_DEVICES", &devices)
+        .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { devices.as_str() })
+        .env("GANTRY_JOB_ID", l.job.to_string())
+        .env("GANTRY_JOB_NAME", &l.job_name)
+        .env("GANTRY_TASK_GROUP", &l.group)
+        .env("GANTRY_TASK_INDEX", l.replica.to_string())
+        .env("GANTRY_RANK", l.rank.to_string())
+        .env("GANTRY_WORLD_SIZE", l.world_size.to_string())
+        .env("GANTRY_NODE", &l.node)
+        .env("GANTRY_MASTER_ADDR", master_addr(l))
+        .env("GANTRY_MASTER_PORT", (29_500 + l.job % 10_000).to_string())
+        .current_dir(l.workdir.as_deref().map_or(dir.to_path_buf(), PathBuf::from))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0)
+        .kill_on_drop(false);
+    cmd
+}
+
+/// Wait for a task; past its time limit, SIGTERM its group, then SIGKILL after its grace
+/// period. Its exit status, and whether the limit ended it.
+async fn wait_within_limit(
+    child: &mut tokio::process::Child,
+    pgid: i32,
+    l: &Launch,
+) -> (std::io::Result<std::process::ExitStatus>, bool) {
+    let Some(limit) = l.time_limit_s.map(Duration::from_secs) else { return (child.wait().await, false) };
+    if let Ok(status) = tokio::time::timeout(limit, child.wait()).await {
+        return (status, false);
+    }
+    signal_group(pgid, Signal::SIGTERM);
+    let status = match tokio::time::timeout(Duration::from_secs(l.grace_s), child.wait()).await {
+        Ok(status) => status,
+        Err(_) => {
+            signal_group(pgid, Signal::SIGKILL);
+            child.wait().await
+        }
+    };
+    (status, true)
 }

@@ -462,7 +462,7 @@ fn dependencies_parse_and_cycles_or_unknown_jobs_are_refused() {
         catalog(),
     )
     .expect("valid workload");
-    assert_eq!(jobs[1].after, [Dependency { kind: DependencyKind::AfterOk, job: "prep".into() }]);
+    assert_eq!(jobs[1].after, [Dependency { kind: DependencyKind::AfterOk, job: "prep".into(), id: None }]);
     assert_eq!(
         jobs[2].after.iter().map(|d| d.kind).collect::<Vec<_>>(),
         [DependencyKind::AfterAny, DependencyKind::AfterNotOk, DependencyKind::AfterOk]

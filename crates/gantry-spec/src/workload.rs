@@ -187,7 +187,7 @@ fn dependency(field: &str, text: &str) -> Result<Dependency, SpecError> {
     if job.trim().is_empty() {
         return Err(SpecError::new(field, format!("{text:?} names no job")));
     }
-    Ok(Dependency { kind, job: job.to_string() })
+    Ok(Dependency { kind, job: job.to_string(), id: None })
 }
 
 /// What a dependency's name stands for: a job by its name, and an array by its name (all its

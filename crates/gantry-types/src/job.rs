@@ -69,11 +69,16 @@ pub enum DependencyKind {
     AfterNotOk,
 }
 
-/// One dependency of a job on another, by name.
+/// One dependency of a job on another, by name — and, once the live service has resolved
+/// the name at submission, by id.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Dependency {
     pub kind: DependencyKind,
+    /// The job (or array) named, as written.
     pub job: String,
+    /// The job it stands for (one entry per element when the name is an array's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
 }
 
 /// Whether and how a running job may be preempted.

@@ -136,6 +136,25 @@ pub struct SchedJob {
     pub compiled: CompiledJob,
 }
 
+impl SchedJob {
+    /// The one conversion from a submitted job (`spec`, compiled once into `compiled`) to the
+    /// scheduler's, used by the live controller and the simulator alike: `after` are its
+    /// dependencies resolved to ids (each caller resolves names its own way); planning counts
+    /// on its time limit (a simulator that knows the trace's durations may set more).
+    pub fn of(spec: &gantry_types::Job, compiled: CompiledJob, after: Vec<(DependencyKind, JobId)>) -> SchedJob {
+        SchedJob {
+            name: spec.name.clone(),
+            queue: spec.queue.clone(),
+            priority: spec.priority,
+            lifecycle: spec.lifecycle,
+            control: spec.control.clone(),
+            planned_length_s: spec.control.time_limit_s,
+            after,
+            compiled,
+        }
+    }
+}
+
 /// What became of a submitted (or requeued) job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {

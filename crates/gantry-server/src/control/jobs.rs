@@ -10,29 +10,20 @@ use gantry_types::{Ending, Event, Job, JobState};
 use std::collections::BTreeMap;
 
 impl Controller {
-    /// The scheduler's job for `job`, compiled against the fleet once.
+    /// The scheduler's job for `job` (compiled once), through the engine's one conversion.
+    /// Its dependencies were resolved to ids at submission (stores written before ids were
+    /// kept have `#<id>` as the name).
     pub(crate) fn sched_job(&self, job: &Job, compiled: CompiledJob) -> Result<SchedJob, ControlError> {
         let after = job
             .after
             .iter()
             .map(|d| {
-                d.job
-                    .strip_prefix('#')
-                    .and_then(|id| id.parse().ok())
+                d.id.or_else(|| d.job.strip_prefix('#').and_then(|id| id.parse().ok()))
                     .map(|id| (d.kind, id))
                     .ok_or_else(|| ControlError::Internal(format!("stored dependency {:?} is not resolved", d.job)))
             })
             .collect::<Result<_, _>>()?;
-        Ok(SchedJob {
-            name: job.name.clone(),
-            queue: job.queue.clone(),
-            priority: job.priority,
-            lifecycle: job.lifecycle,
-            control: job.control.clone(),
-            planned_length_s: job.control.time_limit_s,
-            after,
-            compiled,
-        })
+        Ok(SchedJob::of(job, compiled, after))
     }
 
     pub(crate) fn compile(&self, job: &Job) -> Result<CompiledJob, ControlError> {
@@ -68,7 +59,7 @@ impl Controller {
     }
 
     /// Dependencies name jobs of the same file (an array's name: all its elements), else the
-    /// latest earlier job of that name; stored resolved, as `#<id>`.
+    /// latest earlier job of that name; stored with the name and the id it resolved to.
     fn resolve_dependencies(&self, mut jobs: Vec<Job>, first: u64) -> Result<Vec<Job>, ControlError> {
         if jobs.iter().all(|j| j.after.is_empty()) {
             return Ok(jobs);
@@ -90,8 +81,11 @@ impl Controller {
                         }
                     },
                 };
-                resolved
-                    .extend(ids.into_iter().map(|id| gantry_types::Dependency { kind: d.kind, job: format!("#{id}") }));
+                resolved.extend(ids.into_iter().map(|id| gantry_types::Dependency {
+                    kind: d.kind,
+                    job: d.job.clone(),
+                    id: Some(id),
+                }));
             }
             job.after = resolved;
         }

@@ -28,26 +28,20 @@ use crate::trace::{SimFleet, compile_pods, typical_shapes};
 use gantry_catalog::Catalog;
 use gantry_engine::{CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
 use gantry_spec::TraceJob;
-use gantry_types::{Dependency, Fleet, JobControl, Lifecycle};
+use gantry_types::Fleet;
 
 /// One job of a replay, ready for the engine.
 #[derive(Debug)]
 pub struct SimJob {
-    pub name: String,
-    /// Whose GPU time it is (the job's queue).
-    pub tenant: String,
+    /// The job as submitted (its queue is the tenant whose GPU time it is).
+    pub spec: gantry_types::Job,
     /// Seconds on the trace's clock.
     pub arrival_s: u64,
     /// Run time once started; `None` = until the replay ends.
     pub duration_s: Option<u64>,
     /// Busy share of its GPUs, 0..=1; `None` = drawn with the seed.
     pub utilization: Option<f64>,
-    pub priority: i32,
-    pub lifecycle: Lifecycle,
-    /// Jobs (by name) that must have ended first.
-    pub after: Vec<Dependency>,
-    /// User, time limit, hold, array.
-    pub control: JobControl,
+    /// `spec` compiled against the replay's engine, once.
     pub job: CompiledJob,
 }
 
@@ -76,18 +70,13 @@ pub fn run(
         .iter()
         .zip(compiled)
         .map(|(p, job)| SimJob {
-            name: p.name.clone(),
-            tenant: if p.qos.is_empty() { "default".to_string() } else { p.qos.clone() },
+            spec: crate::trace::job_for(p, p.name.clone()),
             arrival_s: p.creation_s.unwrap_or(origin),
             duration_s: match (p.creation_s, p.deletion_s) {
                 (Some(c), Some(d)) => Some(d.saturating_sub(c)),
                 _ => None,
             },
             utilization: None,
-            priority: 0,
-            lifecycle: Lifecycle::default(),
-            after: Vec::new(),
-            control: JobControl::default(),
             job,
         })
         .collect();
@@ -109,15 +98,10 @@ pub fn run_trace(
         .iter()
         .map(|t| {
             Ok(SimJob {
-                name: t.job.name.clone(),
-                tenant: t.job.queue.clone(),
+                spec: t.job.clone(),
                 arrival_s: t.arrival_s,
                 duration_s: t.duration_s,
                 utilization: t.utilization,
-                priority: t.job.priority,
-                lifecycle: t.job.lifecycle,
-                after: t.job.after.clone(),
-                control: t.job.control.clone(),
                 job: engine.compile(&t.job)?,
             })
         })

@@ -10,7 +10,7 @@ use super::options::ReplayOptions;
 use super::result::{BrokenPromise, JAIN_WINDOWS, JobEvent, ReplayResult, SAMPLES, Sample, Waits, jain, percentile};
 use gantry_engine::rng::mix;
 use gantry_engine::sched::{Admission, Decision, JobId, SchedJob, Scheduler, SchedulerConfig};
-use gantry_engine::{AllocId, CompiledJob, Engine};
+use gantry_engine::{AllocId, Engine};
 use gantry_types::DependencyKind;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
@@ -127,9 +127,9 @@ pub fn replay(
         return Err("preemption needs fair-share order (FIFO ignores priority)".into());
     }
     if let super::Order::FairShare(tree) = &options.order
-        && let Some(j) = jobs.iter().find(|j| tree.find(&j.tenant).is_none())
+        && let Some(j) = jobs.iter().find(|j| tree.find(&j.spec.queue).is_none())
     {
-        return Err(format!("job {:?}: unknown queue {:?}", j.name, j.tenant).into());
+        return Err(format!("job {:?}: unknown queue {:?}", j.spec.name, j.spec.queue).into());
     }
     let mut sim = Replay::new(engine, jobs, seed, options);
     let mut stopped_at = None;
@@ -194,18 +194,18 @@ impl<'a> Replay<'a> {
             .unwrap_or(start)
             .max(start + 1);
         let step = ((last_arrival - start) / SAMPLES as u64).max(1);
-        let mut tenants: Vec<String> = jobs.iter().map(|j| j.tenant.clone()).collect();
+        let mut tenants: Vec<String> = jobs.iter().map(|j| j.spec.queue.clone()).collect();
         tenants.sort();
         tenants.dedup();
         let tenant_of: Vec<usize> =
-            jobs.iter().map(|j| tenants.binary_search(&j.tenant).expect("every tenant is listed")).collect();
+            jobs.iter().map(|j| tenants.binary_search(&j.spec.queue).expect("every tenant is listed")).collect();
 
         // Dependencies by index: a name stands for a job, or for every element of an array;
         // a job naming one that is not in the replay can never start (`None`).
         let mut index: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (i, j) in jobs.iter().enumerate() {
-            index.entry(j.name.as_str()).or_default().push(i);
-            if let Some(a) = &j.control.array {
+            index.entry(j.spec.name.as_str()).or_default().push(i);
+            if let Some(a) = &j.spec.control.array {
                 index.entry(a.array.as_str()).or_default().push(i);
             }
         }
@@ -213,7 +213,7 @@ impl<'a> Replay<'a> {
             .iter()
             .map(|j| {
                 let mut list = Vec::new();
-                for d in &j.after {
+                for d in &j.spec.after {
                     list.extend(index.get(d.job.as_str())?.iter().map(|&k| (d.kind, k as JobId)));
                 }
                 Some(list)
@@ -222,24 +222,20 @@ impl<'a> Replay<'a> {
         let mut meta = Vec::with_capacity(jobs.len());
         let mut submissions = Vec::with_capacity(jobs.len());
         for (j, after) in jobs.into_iter().zip(deps) {
-            let SimJob { name, tenant, duration_s, utilization, priority, lifecycle, control, job, .. } = j;
+            let SimJob { spec, duration_s, utilization, job, .. } = j;
             meta.push(Meta {
-                name: name.clone(),
-                tenant: tenant.clone(),
+                name: spec.name.clone(),
+                tenant: spec.queue.clone(),
                 duration_s,
                 utilization,
-                time_limit_s: control.time_limit_s,
+                time_limit_s: spec.control.time_limit_s,
             });
-            let compiled: CompiledJob = job;
-            submissions.push(after.map(|after| SchedJob {
-                name,
-                queue: tenant,
-                priority,
-                lifecycle,
-                planned_length_s: control.time_limit_s.or(duration_s),
-                control,
-                after,
-                compiled,
+            submissions.push(after.map(|after| {
+                let mut submission = SchedJob::of(&spec, job, after);
+                // The replay knows each job's duration: planning may count on it where the
+                // job has no time limit (the live controller cannot: see `gantry sim --live`).
+                submission.planned_length_s = spec.control.time_limit_s.or(duration_s);
+                submission
             }));
         }
         let mut events = BinaryHeap::new();
