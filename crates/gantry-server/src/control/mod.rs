@@ -17,6 +17,9 @@ pub mod open;
 mod run;
 mod usage;
 
+#[cfg(test)]
+mod tests;
+
 pub use command::{Command, Effects, Reply, StopRun};
 pub use open::{Image, Setup};
 
