@@ -750,6 +750,63 @@ fn a_recorded_run_with_every_kind_of_command_replays_identically() {
     assert!(!report.contains(" 0 requeues"), "the preemption is in the log: {report}");
 }
 
+/// `gantry replay` against a log someone tampered with: an unreadable entry is an error (exit
+/// 2), a changed decision is named as the first difference (exit 1), and so is a log whose
+/// open entry is gone; an empty log says so, and a missing data directory is an error.
+#[test]
+fn replay_names_a_tampered_decision_and_refuses_an_unreadable_log() {
+    let dir = temp_dir("replay-tampered");
+    let data = dir.join("data");
+    let args = ["serve", "--local", "--listen", "127.0.0.1:0", "--data", data.to_str().expect("utf-8")];
+    let (server, url) = spawn(&args);
+    let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
+    let workload =
+        write_fixture(&dir, "w.toml", "[[job]]\nname = \"x\"\ncount = 3\ngpu = { count = 1 }\ncommand = \"true\"\n");
+    let out = gantry(&["submit", &workload, "--server", &url, "--token", &token, "--wait"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    drop(server);
+    let db = data.join("gantry.db");
+    let replay = |dir: &std::path::Path| gantry(&["replay", "--data", dir.to_str().expect("utf-8")]);
+    assert!(replay(&data).status.success(), "{}", stdout(&replay(&data)));
+    let conn = rusqlite::Connection::open(&db).expect("opens");
+    // An entry that is not JSON: an error, not a guess.
+    let last: (i64, String) = conn
+        .query_row("SELECT seq, body FROM commands ORDER BY seq DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("an entry");
+    conn.execute("UPDATE commands SET body = 'not json' WHERE seq = ?1", [last.0]).expect("tampers");
+    let out = replay(&data);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("does not read"), "{}", stderr(&out));
+    conn.execute("UPDATE commands SET body = ?2 WHERE seq = ?1", rusqlite::params![last.0, last.1]).expect("restores");
+    // The submit's fingerprint changed: the replay names that entry.
+    let changed = conn
+        .execute(
+            "UPDATE commands SET body = json_set(body, '$.decisions', '0000000000000000') WHERE json_extract(body, '$.command') = 'submit'",
+            [],
+        )
+        .expect("tampers");
+    assert_eq!(changed, 1);
+    let out = replay(&data);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("first difference: entry") && stdout(&out).contains("(submit at"),
+        "{}",
+        stdout(&out)
+    );
+    // A log that does not begin with an open (entries lost): named, not replayed blindly.
+    conn.execute("DELETE FROM commands WHERE json_extract(body, '$.command') = 'open'", []).expect("tampers");
+    let out = replay(&data);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("does not begin with an open entry"), "{}", stdout(&out));
+    // A store from before the command log: nothing to replay, and it says so.
+    conn.execute("DELETE FROM commands", []).expect("empties");
+    let out = replay(&data);
+    assert!(out.status.success() && stdout(&out).contains("the log is empty"), "{}", stdout(&out));
+    let out = replay(&dir.join("nowhere"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does not exist: point --data at a controller's data directory"), "{}", stderr(&out));
+}
+
 /// The controller killed with SIGKILL at several moments of a 500-job run, restarted each
 /// time: every job completes, and exactly once — counted from the tasks' own output.
 #[test]
