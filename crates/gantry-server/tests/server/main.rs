@@ -797,7 +797,15 @@ fn a_mig_job_no_gpu_is_carved_for_yet_waits_for_a_layout_and_the_planner_propose
     let ids =
         server.submit("[[job]]\nname = \"infer\"\ncount = 2\ngpu = { mig = \"2g.20gb\" }\ncommand = \"sleep 30\"\n");
     for id in &ids {
-        let (state, why) = server.state(*id);
+        // The reason is the first cycle's after the submission (the reply does not wait for it).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (state, why) = loop {
+            let (state, why) = server.state(*id);
+            if why["pending"]["reason"]["reasons"][0]["reason"]["reason"].is_string() || Instant::now() > deadline {
+                break (state, why);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         assert_eq!(state, JobState::Pending, "{why}");
         let reason = &why["pending"]["reason"]["reasons"][0]["reason"];
         assert_eq!(
