@@ -38,13 +38,41 @@ pub enum AgentError {
     Io(String),
 }
 
+/// An answer to one message: the HTTP status and body, or why nothing came back.
+pub type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(u16, String), String>> + Send>>;
+
+/// How the agent reaches its controller: `POST path` with a JSON body, the answer's status and
+/// body. Over HTTP ([`HttpLink`]) for `gantry agent`; in-process for `serve --local`, through
+/// the same messages and the same handlers.
+pub trait Link: Send + Sync + std::fmt::Debug {
+    fn post(&self, path: String, body: String) -> Answer;
+}
+
+/// The controller over HTTP, with an agent (or admin) token.
+#[derive(Clone, Debug)]
+pub struct HttpLink {
+    /// `http://HOST:PORT`.
+    pub server: String,
+    pub token: String,
+}
+
+impl Link for HttpLink {
+    fn post(&self, path: String, body: String) -> Answer {
+        let (server, token) = (self.server.clone(), self.token.clone());
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || request(&server, Some(&token), "POST", &path, Some(&body)))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// How the agent runs.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
-    /// The controller, `http://HOST:PORT`.
-    pub server: String,
-    /// An `agent` (or admin) token.
-    pub token: String,
+    /// The controller.
+    pub link: std::sync::Arc<dyn Link>,
     /// The fleet node this agent serves.
     pub node: String,
     pub gpus: Vec<AgentGpu>,
@@ -54,6 +82,11 @@ pub struct AgentConfig {
     pub wait: Duration,
     /// Pause before trying again after the controller could not be reached.
     pub retry: Duration,
+    /// Simulate tasks instead of running processes: each lasts this long (benchmarks).
+    pub simulate: Option<Duration>,
+    /// Sample the GPUs through NVML (else utilization is simulated): false for the agents of a
+    /// simulated fleet run in-process.
+    pub measure_gpus: bool,
 }
 
 /// A claim file's content.
@@ -381,14 +414,10 @@ impl Agent {
     }
 }
 
-/// One blocking call on a worker thread.
+/// One message to the controller (the transport's failures are retried, never returned: a
+/// message is enough).
 async fn call(config: &AgentConfig, path: String, body: String) -> Result<(u16, String), String> {
-    // The transport's failures are retried, never returned: a message is enough.
-    let (server, token) = (config.server.clone(), config.token.clone());
-    tokio::task::spawn_blocking(move || request(&server, Some(&token), "POST", &path, Some(&body)))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+    config.link.post(path, body).await
 }
 
 fn error_text(body: &str) -> String {
@@ -448,11 +477,14 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
         .map_err(|e| AgentError::Config(format!("data directory {}: {e}", config.data_dir.display())))?;
     let (exits_tx, mut exits) = mpsc::channel::<Exit>(1024);
     let mut agent = Agent {
-        runner: Runner::new(config.data_dir.clone(), exits_tx),
+        runner: match config.simulate {
+            Some(duration) => Runner::simulated(config.data_dir.clone(), exits_tx, duration),
+            None => Runner::new(config.data_dir.clone(), exits_tx),
+        },
         config: config.clone(),
         tasks: BTreeMap::new(),
         stopped: BTreeSet::new(),
-        sampler: crate::sample::Sampler::open(),
+        sampler: if config.measure_gpus { crate::sample::Sampler::open() } else { None },
     };
     agent.recover()?;
     let path = format!("/v1/agents/{}/heartbeat", config.node);

@@ -133,6 +133,23 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
     while running_count() < 943 {
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Running once started; launched once each node's agent has claimed its tasks (on disk,
+    // synced) and reported them with a sample: wait for that too, so the fill does not overlap
+    // the measurement.
+    let sampled_busy = || {
+        let nodes: serde_json::Value = serde_json::from_str(&call("GET", "/v1/nodes", None)).expect("json");
+        nodes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|n| n["gpus"].as_array().into_iter().flatten())
+            .filter(|g| g["utilization_pct"].as_u64().unwrap_or(0) > 0)
+            .count()
+    };
+    let waited = Instant::now();
+    while sampled_busy() < 950 && waited.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     eprintln!("fleet filled: 950 of 1,000 GPUs busy");
     // Queue: `queued` single-job submissions from `clients` threads.
     let started = Instant::now();

@@ -306,9 +306,8 @@ async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<S
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
     let view = shared.read(|c| views::jobs::job(c, &who, id))?;
-    let dir = crate::runner::job_dir(&shared.data_dir, id);
     let mut text = String::new();
-    if shared.runner.is_none() {
+    if !shared.local {
         // Remote agents keep their tasks' output on their own hosts.
         for task in &view.row.tasks {
             text += &format!(
@@ -319,6 +318,7 @@ async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<S
         return Ok(text);
     }
     for task in &view.row.tasks {
+        let dir = crate::runner::job_dir(&crate::local_agents::node_dir(&shared.data_dir, &task.node), id);
         for stream in ["out", "err"] {
             let path = dir.join(format!("{}-{}.{stream}", task.group, task.replica));
             let content = std::fs::read_to_string(&path).unwrap_or_default();
@@ -434,12 +434,19 @@ async fn register_agent(
     body: String,
 ) -> Result<Json<Registered>, ApiError> {
     let who = who(&shared, &headers)?;
-    who.agent_only("registering an agent")?;
-    let registration: Register = serde_json::from_str(&body).map_err(|e| bad(format!("agent registration: {e}")))?;
-    match shared.execute(Command::Register { who, registration }).await? {
-        Reply::Registered(registered) => Ok(Json(registered)),
-        other => Err(unexpected(other)),
+    refuse_remote_agents(&shared)?;
+    Ok(Json(agent_register(&shared, who, &body).await?))
+}
+
+/// A `--local` controller's nodes are served by its own in-process agents: an agent over the
+/// network would take a node from them.
+fn refuse_remote_agents(shared: &Shared) -> Result<(), ApiError> {
+    if shared.local {
+        return Err(ApiError(ControlError::Conflict(
+            "this controller runs its own in-process agents (serve --local); remote agents need `gantry serve` without --local".into(),
+        )));
     }
+    Ok(())
 }
 
 /// `POST /v1/agents/{node}/heartbeat` (agent or admin token): the agent's report in, its
@@ -456,13 +463,38 @@ async fn heartbeat(
     body: String,
 ) -> Result<Json<Orders>, ApiError> {
     let who = who(&shared, &headers)?;
+    refuse_remote_agents(&shared)?;
+    Ok(Json(agent_heartbeat(&shared, who, node, &body).await?))
+}
+
+/// An agent registers (the HTTP handler's work, also called in-process by `serve --local`'s
+/// agents).
+pub async fn agent_register(shared: &Shared, who: Principal, body: &str) -> Result<Registered, ApiError> {
+    who.agent_only("registering an agent")?;
+    let registration: Register = serde_json::from_str(body).map_err(|e| bad(format!("agent registration: {e}")))?;
+    match shared.execute(Command::Register { who, registration }).await? {
+        Reply::Registered(registered) => Ok(registered),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// An agent's heartbeat: its report in, its orders out, held up to `wait_ms` when there is
+/// nothing to order (the HTTP handler's work, also called in-process).
+pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body: &str) -> Result<Orders, ApiError> {
     who.agent_only("heartbeats")?;
-    let beat: Heartbeat = serde_json::from_str(&body).map_err(|e| bad(format!("heartbeat: {e}")))?;
+    let beat: Heartbeat = serde_json::from_str(body).map_err(|e| bad(format!("heartbeat: {e}")))?;
     let wait = std::time::Duration::from_millis(beat.wait_ms.min(WAIT_MS_MAX));
     let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|t| t.stopping).map(|t| t.key.clone()).collect();
     let reported_exits = beat.tasks.iter().any(|t| t.state != TaskState::Running);
     // Listen for new orders before looking, so none slips between the look and the wait.
-    let notified = shared.agents_wake.notified();
+    // Only a fleet node gets a wake-up (a hostile path must not grow the table).
+    if !shared.read(|c| c.knows_node(&node)) {
+        return Err(ApiError(ControlError::Conflict(format!(
+            "no agent is registered for node {node:?} (since the controller started): register first"
+        ))));
+    }
+    let wake = shared.agents_wake.of(&node);
+    let notified = wake.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
     let orders = match shared.execute(Command::Heartbeat { who, node: node.clone(), beat }).await? {
@@ -474,10 +506,10 @@ async fn heartbeat(
         shared.wake.notify_one();
     }
     if !orders.is_empty() || wait.is_zero() {
-        return Ok(Json(orders));
+        return Ok(orders);
     }
     let _ = tokio::time::timeout(wait, notified).await;
-    Ok(Json(shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?))
+    Ok(shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?)
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -18,6 +18,7 @@ pub mod control;
 pub mod error;
 pub mod idle;
 pub mod live_sim;
+pub mod local_agents;
 pub mod meter;
 pub mod metrics;
 pub mod replay;
@@ -36,7 +37,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, oneshot};
 
 /// Seconds since the Unix epoch: the controller's clock (the engine only ever gets it as an
 /// argument).
@@ -57,10 +58,11 @@ pub struct ServeConfig {
     pub scheduling: gantry_engine::sched::SchedulerConfig,
     /// Simulate tasks instead of running processes: each lasts this long (benchmarks).
     pub simulate_tasks: Option<Duration>,
-    /// The in-process agent runs the tasks, or remote agents do.
+    /// `Local`: one agent per fleet node runs in this process (`serve --local`); `Remote`:
+    /// each node's agent connects over the network (`gantry agent`).
     pub agents: control::Agents,
-    /// The fleet is this machine's GPUs as NVML found them: measure their utilization (else
-    /// the in-process agent's utilization is simulated).
+    /// The fleet is this machine's GPUs as NVML found them: the in-process agents measure
+    /// their utilization (else it is simulated).
     pub measure_local_gpus: bool,
     /// Prices and weights for chargeback (`GET /v1/usage`).
     pub billing: meter::Billing,
@@ -69,6 +71,19 @@ pub struct ServeConfig {
     /// Commit what queued during a commit together (the default); `false`: one transaction
     /// per command (the baseline the load benchmark measures against).
     pub group_commit: bool,
+}
+
+/// One wake-up per node, for the heartbeats its agent holds in a long poll: a start on one
+/// node wakes that node's agent, not every agent of the fleet.
+#[derive(Debug, Default)]
+pub struct AgentWakes {
+    nodes: Mutex<std::collections::BTreeMap<String, Arc<Notify>>>,
+}
+
+impl AgentWakes {
+    pub fn of(&self, node: &str) -> Arc<Notify> {
+        self.nodes.lock().expect("not poisoned").entry(node.to_string()).or_default().clone()
+    }
 }
 
 /// What the API handlers share.
@@ -80,12 +95,13 @@ pub struct Shared {
     /// A second connection to the store, for what the controller does not keep in memory
     /// (the usage ledger).
     pub reader: Arc<Mutex<SqliteStore>>,
-    /// The in-process agent's runner (`None` with remote agents).
-    pub runner: Option<runner::Runner>,
+    /// The agents run in this process (`serve --local`): task logs are on this machine, under
+    /// each node's directory (`local_agents::node_dir`).
+    pub local: bool,
     /// Wakes the scheduling loop.
     pub wake: Arc<Notify>,
     /// Wakes remote agents' held heartbeats: there are new orders.
-    pub agents_wake: Arc<Notify>,
+    pub agents_wake: Arc<AgentWakes>,
     pub data_dir: PathBuf,
 }
 
@@ -163,18 +179,12 @@ impl Shared {
         read(&self.lock())
     }
 
-    /// Launches and stops to the in-process runner, wake-ups to agents and the loop.
+    /// Wake-ups to the agents with new orders and to the loop. (Launches and stops reach the
+    /// agents in their heartbeats' answers; `Effects::launch` and `stop` are for a caller that
+    /// runs tasks itself, as `gantry sim --live` does.)
     fn carry_out(&self, effects: &Effects) {
-        if let Some(runner) = &self.runner {
-            for stop in &effects.stop {
-                runner.stop(stop.job, stop.attempt, Duration::from_secs(stop.grace_s));
-            }
-            for launch in &effects.launch {
-                runner.launch(launch.clone());
-            }
-        }
-        if effects.agents_have_orders {
-            self.agents_wake.notify_waiters();
+        for node in &effects.wake {
+            self.agents_wake.of(node).notify_waiters();
         }
         if effects.schedule {
             self.wake.notify_one();
@@ -190,6 +200,7 @@ pub struct Running {
     pub admin_token_file: Option<PathBuf>,
     shutdown: Option<oneshot::Sender<()>>,
     committer: commit::Committer,
+    agents: local_agents::Agents,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
 }
@@ -204,6 +215,7 @@ impl Running {
     /// Stop accepting requests, finish those in flight, stop the loop. Running tasks keep
     /// running (they are in their own process groups); the next start re-adopts them.
     pub async fn shutdown(mut self) {
+        std::mem::take(&mut self.agents).stop().await;
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -212,35 +224,22 @@ impl Running {
     }
 }
 
-/// The running jobs whose tasks the in-process runner had launched (their pid files exist).
-fn launched_locally(data_dir: &std::path::Path, image: &control::Image) -> std::collections::BTreeSet<u64> {
-    image
-        .jobs
-        .iter()
-        .filter(|row| row.state == gantry_types::JobState::Running)
-        .filter(|row| {
-            row.tasks
-                .iter()
-                .any(|t| runner::with_ext(&runner::task_base(data_dir, row.id, &t.group, t.replica), "pid").exists())
-        })
-        .map(|row| row.id)
-        .collect()
-}
+/// In-process agents heartbeat at least every 5 s; silent this long, they are gone.
+const LOCAL_HEARTBEAT_TIMEOUT_S: u64 = 30;
 
 /// Open the store, recover, make the first admin token if there is none: the controller,
 /// with everything recovery changed committed.
-fn open_controller(
-    config: &ServeConfig,
-    sampler: &Option<gantry_agent::sample::Sampler>,
-) -> Result<(Controller, SqliteStore, Option<PathBuf>), ServeError> {
+fn open_controller(config: &ServeConfig) -> Result<(Controller, SqliteStore, Option<PathBuf>), ServeError> {
     let mut store = SqliteStore::open(&config.data_dir.join("gantry.db"))?;
     let now = now_s();
     let week_ago = now.saturating_sub(series::COARSE_POINTS as u64 * series::COARSE_STEP_S);
     let image = control::Image::read(&store, week_ago)?;
-    let launched = launched_locally(&config.data_dir, &image);
-    let mut setup = control::Setup::new(config.fleet.clone(), &config.scheduling, config.agents, config.idle.clone());
-    setup.measured_locally = sampler.is_some();
-    let (mut controller, recovered) = Controller::open(setup, image, Catalog::embedded(), &launched, now)?;
+    // In-process agents are agents like any other: the controller waits for them to register
+    // and to heartbeat, and takes their word for what runs after a restart.
+    let agents = control::Agents::Remote { heartbeat_timeout_s: LOCAL_HEARTBEAT_TIMEOUT_S };
+    let agents = if config.agents == control::Agents::Local { agents } else { config.agents };
+    let setup = control::Setup::new(config.fleet.clone(), &config.scheduling, agents, config.idle.clone());
+    let (mut controller, recovered) = Controller::open(setup, image, Catalog::embedded(), &Default::default(), now)?;
     controller.set_billing(config.billing.clone());
     let mut batches = vec![recovered];
     let mut admin_token_file = None;
@@ -268,21 +267,6 @@ fn open_controller(
     Ok((controller, store, admin_token_file))
 }
 
-/// This machine's GPUs as NVML measures them now (in-process agent on real GPUs).
-fn local_samples(sampler: &Option<gantry_agent::sample::Sampler>) -> Vec<wire::GpuSample> {
-    sampler
-        .iter()
-        .flat_map(|s| s.sample())
-        .map(|m| wire::GpuSample {
-            index: m.index,
-            utilization_pct: m.utilization_pct,
-            memory_used_mib: m.memory_used_mib,
-            measured: true,
-            jobs: Vec::new(),
-        })
-        .collect()
-}
-
 /// Open the store, recover, bind and start serving.
 pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     std::fs::create_dir_all(&config.data_dir)
@@ -294,42 +278,30 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         .map_err(|e| ServeError::Io(format!("data directory {}: {e}", config.data_dir.display())))?;
     config.billing.check()?;
     config.idle.check()?;
-    let sampler = if config.measure_local_gpus { gantry_agent::sample::Sampler::open() } else { None };
-    let (mut controller, store, admin_token_file) = open_controller(&config, &sampler)?;
-    let recovered = controller.take_recovered();
+    let (controller, store, admin_token_file) = open_controller(&config)?;
     let reader = SqliteStore::open(&config.data_dir.join("gantry.db"))?;
     let committer = commit::Committer::start(store, config.group_commit);
-    let (exits_tx, exits) = mpsc::channel::<runner::Exit>(1024);
-    // Held by the loop too: with remote agents there is no runner, and the channel must not
-    // close (a closed channel would end the loop).
-    let exits_keep = exits_tx.clone();
+    let local = config.agents == control::Agents::Local;
     let shared = Shared {
         controller: Arc::new(Mutex::new(controller)),
         committer,
         reader: Arc::new(Mutex::new(reader)),
-        runner: match (config.agents, config.simulate_tasks) {
-            (control::Agents::Remote { .. }, _) => None,
-            (control::Agents::Local, None) => Some(runner::Runner::new(config.data_dir.clone(), exits_tx)),
-            (control::Agents::Local, Some(duration)) => {
-                Some(runner::Runner::simulated(config.data_dir.clone(), exits_tx, duration))
-            }
-        },
+        local,
         wake: Arc::new(Notify::new()),
-        agents_wake: Arc::new(Notify::new()),
+        agents_wake: Arc::new(AgentWakes::default()),
         data_dir: config.data_dir.clone(),
     };
-    if let Some(runner) = &shared.runner {
-        for task in recovered {
-            let base = runner::task_base(&config.data_dir, task.job, &task.group, task.replica);
-            runner.watch(task, base);
-        }
-    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ServeError::Config(format!("cannot listen on {}: {e}", config.listen)))?;
     let addr = listener.local_addr().map_err(|e| ServeError::Io(e.to_string()))?;
 
-    let scheduler = tokio::spawn(scheduling_loop(shared.clone(), exits, exits_keep, config.tick, sampler));
+    let scheduler = tokio::spawn(scheduling_loop(shared.clone(), config.tick));
+    let agents = if local {
+        local_agents::start(&shared, &config.fleet, config.simulate_tasks, config.measure_local_gpus)
+    } else {
+        local_agents::Agents::default()
+    };
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
     let committer = shared.committer.clone();
     let app = api::router(shared);
@@ -340,57 +312,32 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
             })
             .await
     });
-    Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), committer, server, scheduler })
+    Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), committer, agents, server, scheduler })
 }
 
 /// Longest pause the loop takes between two cycles under load (see [`scheduling_loop`]): bounds
 /// what a slow cycle adds to submit → running.
 pub const CYCLE_PAUSE_MAX: Duration = Duration::from_millis(25);
 
-/// The loop: wakes on a wake-up, a task's exit or the tick, and applies the exits seen and a
-/// tick (a scheduling cycle) as commands. Under a flood of submissions each wakes the loop, and
-/// a cycle per submission would spend the controller on cycles (each walks the waiting queue)
-/// and hold the lock the submissions need: so after each iteration the loop pauses as long as
-/// it took (at most [`CYCLE_PAUSE_MAX`]) before the next, and cycles take at most about half
-/// the time; an idle controller answers a wake-up at once. (The pause is the time spent
-/// applying, under the lock; not the wait for the commit, which is I/O.) `_exits_keep` holds the exits channel open when
-/// there is no runner (remote agents): a closed channel ends the loop.
-async fn scheduling_loop(
-    shared: Shared,
-    mut exits: mpsc::Receiver<runner::Exit>,
-    _exits_keep: mpsc::Sender<runner::Exit>,
-    tick: Duration,
-    sampler: Option<gantry_agent::sample::Sampler>,
-) {
+/// The loop: wakes on a wake-up or the tick and applies a tick (a scheduling cycle). Under a
+/// flood of submissions each wakes the loop, and a cycle per submission would spend the
+/// controller on cycles (each walks the waiting queue) and hold the lock the submissions need:
+/// so after each cycle the loop pauses as long as it took (at most [`CYCLE_PAUSE_MAX`]) before
+/// the next, and cycles take at most about half the time; an idle controller answers a
+/// wake-up at once. (The pause is the time spent applying, under the lock; not the wait for
+/// the commit, which is I/O.)
+async fn scheduling_loop(shared: Shared, tick: Duration) {
     let mut next_allowed = tokio::time::Instant::now();
     loop {
-        let mut ended = Vec::new();
         tokio::select! {
             _ = shared.wake.notified() => {}
-            exit = exits.recv() => match exit {
-                Some(exit) => ended.push(exit),
-                None => return,
-            },
             _ = tokio::time::sleep(tick) => {}
         }
         tokio::time::sleep_until(next_allowed).await;
-        while let Ok(exit) = exits.try_recv() {
-            ended.push(exit);
-        }
-        let mut commands: Vec<Command> = ended
-            .into_iter()
-            .map(|exit| Command::TaskExited {
-                task: exit.key,
-                code: exit.code,
-                timed_out: exit.timed_out,
-                lost: exit.lost,
-            })
-            .collect();
-        commands.push(Command::Tick { samples: local_samples(&sampler) });
-        let (results, took) = shared.execute_all_timed(commands).await;
+        let (results, took) = shared.execute_all_timed(vec![Command::Tick { samples: Vec::new() }]).await;
         for result in results {
             if let Err(e) = result {
-                tracing::error!(error = %e, "applying the loop's commands failed");
+                tracing::error!(error = %e, "the scheduling cycle failed");
             }
         }
         next_allowed = tokio::time::Instant::now() + took.min(CYCLE_PAUSE_MAX);

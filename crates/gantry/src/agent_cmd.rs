@@ -100,13 +100,14 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
     let config = gantry_agent::node::AgentConfig {
-        server: server.clone(),
-        token,
+        link: std::sync::Arc::new(gantry_agent::node::HttpLink { server: server.clone(), token }),
         node: node.clone(),
         gpus,
         data_dir: data_dir.clone(),
         wait: std::time::Duration::from_secs(5),
         retry: std::time::Duration::from_secs(1),
+        simulate: None,
+        measure_gpus: true,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {

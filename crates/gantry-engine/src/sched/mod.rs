@@ -381,8 +381,11 @@ impl Scheduler {
 
     /// Drain or resume a node (see [`Engine::set_drained`]).
     pub fn set_drained(&mut self, node: &str, drained: bool) -> Result<bool, SchedError> {
-        self.last_reservation = None;
-        Ok(self.engine.set_drained(node, drained)?)
+        let changed = self.engine.set_drained(node, drained)?;
+        if changed {
+            self.last_reservation = None;
+        }
+        Ok(changed)
     }
 
     /// Reconfigure an idle GPU ([`Engine::set_gpu_mode`]) and compile every job the scheduler
@@ -420,8 +423,12 @@ impl Scheduler {
     /// Mark a node ready (its agent is connected) or not: nothing new starts on a node that
     /// is not ready; what runs there keeps running.
     pub fn set_ready(&mut self, node: &str, ready: bool) -> Result<bool, SchedError> {
-        self.last_reservation = None;
-        Ok(self.engine.set_mark(node, crate::NOT_READY_TAINT, !ready)?)
+        // Every heartbeat says "ready": only a change may move a reserved start.
+        let changed = self.engine.set_mark(node, crate::NOT_READY_TAINT, !ready)?;
+        if changed {
+            self.last_reservation = None;
+        }
+        Ok(changed)
     }
 
     /// Does the queue order know queue `name` (FIFO knows every name)?

@@ -132,8 +132,8 @@ pub struct Effects {
     /// For the in-process runner (remote agents get theirs in heartbeat answers).
     pub launch: Vec<Launch>,
     pub stop: Vec<StopRun>,
-    /// New orders wait for remote agents: wake their held heartbeats.
-    pub agents_have_orders: bool,
+    /// Nodes whose agents have new orders: wake their held heartbeats.
+    pub wake: std::collections::BTreeSet<String>,
     /// Capacity may have come back or work arrived: a scheduling cycle should run soon.
     pub schedule: bool,
     pub reply: Reply,

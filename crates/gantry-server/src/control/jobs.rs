@@ -191,7 +191,9 @@ impl Controller {
                 }
                 match self.agents {
                     super::Agents::Local => effects.stop.push(StopRun { job: id, attempt, grace_s }),
-                    super::Agents::Remote { .. } => effects.agents_have_orders = true,
+                    super::Agents::Remote { .. } => {
+                        effects.wake.extend(self.running.get(&id).into_iter().flat_map(|r| r.tasks.values().cloned()));
+                    }
                 }
                 Ok(effects)
             }

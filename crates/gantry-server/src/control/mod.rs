@@ -228,6 +228,11 @@ impl Controller {
         self.scheduler.next_wake(now)
     }
 
+    /// Is `node` a node of the fleet?
+    pub fn knows_node(&self, node: &str) -> bool {
+        self.scheduler.engine().state().info.iter().any(|n| n.name == node)
+    }
+
     /// The tasks of `job`'s current run (none if it is not running).
     pub fn tasks_of(&self, job: u64) -> Vec<TaskKey> {
         self.running

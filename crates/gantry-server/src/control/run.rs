@@ -100,9 +100,9 @@ impl Controller {
             Agents::Local => effects.launch.extend(launches),
             Agents::Remote { .. } => {
                 for launch in launches {
+                    effects.wake.insert(launch.node.clone());
                     self.outbox.entry(launch.node.clone()).or_default().insert(launch.key(), launch);
                 }
-                effects.agents_have_orders = true;
             }
         }
     }
@@ -113,7 +113,7 @@ impl Controller {
         runs.stopping = Some(grace_s);
         match self.agents {
             Agents::Local => effects.stop.push(StopRun { job, attempt: runs.attempt, grace_s }),
-            Agents::Remote { .. } => effects.agents_have_orders = true,
+            Agents::Remote { .. } => effects.wake.extend(runs.tasks.values().cloned()),
         }
     }
 

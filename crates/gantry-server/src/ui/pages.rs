@@ -232,7 +232,8 @@ fn log_tails(shared: &Shared, id: u64, row: &gantry_store::JobRow) -> String {
     let mut logs = String::new();
     for t in &row.tasks {
         for stream in ["out", "err"] {
-            let path = crate::runner::job_dir(&shared.data_dir, id).join(format!("{}-{}.{stream}", t.group, t.replica));
+            let node_dir = crate::local_agents::node_dir(&shared.data_dir, &t.node);
+            let path = crate::runner::job_dir(&node_dir, id).join(format!("{}-{}.{stream}", t.group, t.replica));
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             if text.is_empty() {
                 continue;
@@ -249,7 +250,7 @@ fn log_tails(shared: &Shared, id: u64, row: &gantry_store::JobRow) -> String {
         }
     }
     if logs.is_empty() {
-        logs = if shared.runner.is_none() {
+        logs = if !shared.local {
             "<p class=muted>Task output stays on the node's agent (its data directory, <code>jobs/&lt;id&gt;/</code>).</p>".into()
         } else {
             "<p class=muted>No output yet.</p>".into()

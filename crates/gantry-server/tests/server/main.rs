@@ -258,7 +258,7 @@ fn a_restart_readopts_running_tasks_and_runs_every_job_once() {
     let victim = server.submit("[[job]]\nname = \"victim\"\ncommand = \"sleep 60\"\n");
     server.wait_for(victim[0], JobState::Running);
     // Running is shown once the start is decided; the launch follows its commit.
-    let pid_file = server.data.join("jobs").join(victim[0].to_string()).join("main-0.pid");
+    let pid_file = server.data.join("nodes/n1/jobs").join(victim[0].to_string()).join("main-0.pid");
     for _ in 0..200 {
         if pid_file.exists() {
             break;
@@ -426,7 +426,19 @@ fn nodes_show_their_gpus_and_a_drain_holds_new_work_across_restarts() {
     let server = Server::new("drain");
     let busy = server.submit("[[job]]\nname = \"busy\"\ngpu = { count = 1 }\ncommand = \"sleep 2\"\n");
     server.wait_for(busy[0], JobState::Running);
-    let (status, nodes) = server.call("GET", "/v1/nodes", None);
+    // Utilization arrives with the agent's next heartbeat after the launch.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (status, nodes) = loop {
+        let (status, nodes) = server.call("GET", "/v1/nodes", None);
+        let sampled = nodes[0]["gpus"].as_array().is_some_and(|gpus| {
+            gpus.iter()
+                .any(|g| g["jobs"] == serde_json::json!([busy[0]]) && g["utilization_pct"].as_u64().unwrap_or(0) > 0)
+        });
+        if sampled || Instant::now() > deadline {
+            break (status, nodes);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(status, 200, "{nodes}");
     assert_eq!(nodes[0]["name"], "n1");
     assert_eq!(nodes[0]["drained"], false);
@@ -579,7 +591,9 @@ fn a_local_controller_refuses_remote_agents() {
     let body = r#"{"node": "n1", "gpus": []}"#;
     let (status, reply) = server.call("POST", "/v1/agents/register", Some(body));
     assert_eq!(status, 409, "{reply}");
-    assert!(reply["error"].as_str().expect("error").contains("in-process agent"), "{reply}");
+    assert!(reply["error"].as_str().expect("error").contains("in-process agents"), "{reply}");
+    let (status, reply) = server.call("POST", "/v1/agents/n1/heartbeat", Some(r#"{"tasks": []}"#));
+    assert_eq!(status, 409, "a remote heartbeat is refused too: {reply}");
     server.stop();
 }
 
@@ -676,7 +690,16 @@ fn metrics_expose_allocation_next_to_utilization() {
     let server = Server::new("metrics");
     let ids = server.submit("[[job]]\nname = \"busy\"\ngpu = { count = 1 }\ncommand = \"sleep 2\"\n");
     server.wait_for(ids[0], JobState::Running);
-    let (status, text) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
+    // Utilization arrives with the agent's next heartbeat after the launch.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (status, text) = loop {
+        let (status, text) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
+        let busy = "gantry_gpu_utilization_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\",simulated=\"true\"} 0.";
+        if text.contains(busy) || Instant::now() > deadline {
+            break (status, text);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     assert_eq!(status, 200, "{text}");
     for line in [
         "gantry_gpu_allocated_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\"} 1",

@@ -743,7 +743,8 @@ fn a_recorded_run_with_every_kind_of_command_replays_identically() {
         "create-token ",
         "revoke-token 1",
         "drain 2",
-        "task-exited ",
+        "register 2",
+        "heartbeat ",
     ] {
         assert!(report.contains(kind), "{kind:?} missing from {report}");
     }

@@ -1,0 +1,112 @@
+//! `serve --local`: one node agent per fleet node, run in this process — the same agent as
+//! `gantry agent` (`gantry_agent::node`), speaking the same messages to the same handlers,
+//! only without the network in between ([`InProcess`] is its link). The controller sees remote
+//! agents; the recovery after a restart is the agents' own (their claims on disk), so there is
+//! one way tasks run, whether the agents are on other machines or here.
+
+use crate::api::{ApiError, agent_heartbeat, agent_register, status_of};
+use crate::auth::Principal;
+use crate::{Shared, wire};
+use gantry_agent::node::{AgentConfig, Answer, Link};
+use gantry_store::Role;
+use gantry_types::Fleet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How long an in-process agent's heartbeat may be held with nothing to order.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// An agent's data directory (claims, task logs under `jobs/<id>/`, MPS pipes).
+pub fn node_dir(data_dir: &Path, node: &str) -> PathBuf {
+    data_dir.join("nodes").join(node)
+}
+
+/// The controller, in the same process.
+#[derive(Clone, Debug)]
+pub struct InProcess {
+    shared: Shared,
+    who: Principal,
+}
+
+fn answer<T: serde::Serialize>(result: Result<T, ApiError>) -> (u16, String) {
+    match result {
+        Ok(value) => (200, serde_json::to_string(&value).unwrap_or_default()),
+        Err(ApiError(e)) => (status_of(&e).as_u16(), serde_json::json!({ "error": e.to_string() }).to_string()),
+    }
+}
+
+impl Link for InProcess {
+    fn post(&self, path: String, body: String) -> Answer {
+        let (shared, who) = (self.shared.clone(), self.who.clone());
+        Box::pin(async move {
+            if path == "/v1/agents/register" {
+                return Ok(answer(agent_register(&shared, who, &body).await));
+            }
+            match path.strip_prefix("/v1/agents/").and_then(|p| p.strip_suffix("/heartbeat")) {
+                Some(node) => Ok(answer(agent_heartbeat(&shared, who, node.to_string(), &body).await)),
+                None => Ok((404, format!("{{\"error\": \"no route {path}\"}}"))),
+            }
+        })
+    }
+}
+
+/// The in-process agents, and how to stop them (their tasks keep running).
+#[derive(Debug, Default)]
+pub struct Agents {
+    stops: Vec<oneshot::Sender<()>>,
+    loops: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Agents {
+    pub async fn stop(self) {
+        for stop in self.stops {
+            let _ = stop.send(());
+        }
+        for handle in self.loops {
+            let _ = handle.await;
+        }
+    }
+}
+
+/// Start one agent per node of `fleet`. `simulate`: tasks last this long instead of running;
+/// `measure`: the GPUs are this machine's, sampled with NVML.
+pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure: bool) -> Agents {
+    let who = Principal { name: "local-agent".into(), role: Role::Agent, queues: Vec::new() };
+    let link: Arc<dyn Link> = Arc::new(InProcess { shared: shared.clone(), who });
+    let mut agents = Agents::default();
+    for node in &fleet.nodes {
+        let gpus = node
+            .gpus
+            .iter()
+            .map(|g| wire::AgentGpu {
+                index: g.index,
+                uuid: g.uuid.clone(),
+                model: g.model.clone(),
+                // Not reported: the controller's own record of each GPU's mode stands.
+                mig_mode: None,
+                mig: Vec::new(),
+            })
+            .collect();
+        let config = AgentConfig {
+            link: link.clone(),
+            node: node.name.clone(),
+            gpus,
+            data_dir: node_dir(&shared.data_dir, &node.name),
+            wait: WAIT,
+            retry: Duration::from_secs(1),
+            simulate,
+            measure_gpus: measure,
+        };
+        let (stop, stopped) = oneshot::channel();
+        let name = node.name.clone();
+        agents.stops.push(stop);
+        agents.loops.push(tokio::spawn(async move {
+            if let Err(e) = gantry_agent::node::run(config, stopped).await {
+                tracing::error!(node = %name, error = %e, "the in-process agent stopped");
+            }
+        }));
+    }
+    agents
+}
