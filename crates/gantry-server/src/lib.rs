@@ -334,7 +334,7 @@ async fn scheduling_loop(shared: Shared, tick: Duration) {
             _ = tokio::time::sleep(tick) => {}
         }
         tokio::time::sleep_until(next_allowed).await;
-        let (results, took) = shared.execute_all_timed(vec![Command::Tick { samples: Vec::new() }]).await;
+        let (results, took) = shared.execute_all_timed(vec![Command::Tick {}]).await;
         for result in results {
             if let Err(e) = result {
                 tracing::error!(error = %e, "the scheduling cycle failed");

@@ -110,7 +110,7 @@ impl Driver<'_> {
                 Due::Wake => {}
             }
         }
-        self.apply(t, Command::Tick { samples: Vec::new() }, None)?;
+        self.apply(t, Command::Tick {}, None)?;
         if let Some(at) = self.controller.next_wake(t)
             && at > t
             && !self.due.iter().any(|Reverse((when, d))| *when == at && *d == Due::Wake)

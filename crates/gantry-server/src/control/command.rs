@@ -5,7 +5,7 @@
 //! command log (`gantry replay` re-runs it).
 
 use crate::auth::Principal;
-use crate::wire::{GpuSample, Heartbeat, Launch, Orders, Register, Registered, TaskKey};
+use crate::wire::{Heartbeat, Launch, Orders, Register, Registered, TaskKey};
 use gantry_store::{Batch, Role};
 use serde::{Deserialize, Serialize};
 
@@ -64,11 +64,8 @@ pub enum Command {
         timed_out: bool,
         lost: bool,
     },
-    /// Time passes: silent agents, the meter, idle jobs, then a scheduling cycle. `samples`:
-    /// this machine's GPUs as NVML measured them (in-process agent on real GPUs), else empty.
-    Tick {
-        samples: Vec<GpuSample>,
-    },
+    /// Time passes: silent agents, the meter, idle jobs, then a scheduling cycle.
+    Tick {},
 }
 
 impl Command {

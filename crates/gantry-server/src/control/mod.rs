@@ -108,8 +108,6 @@ pub struct Controller {
     pub(crate) last_holdings: Vec<crate::meter::Holding>,
     pub(crate) idle_checked_s: Option<u64>,
     pub(crate) running: BTreeMap<u64, Runs>,
-    /// Tasks re-adopted at open, until the in-process runner takes them.
-    pub(crate) recovered: Vec<TaskKey>,
     /// Remote agents that registered, by node.
     pub(crate) links: BTreeMap<String, AgentLink>,
     /// Launches a remote node's agent has not reported yet, by node: repeated in every answer
@@ -117,10 +115,6 @@ pub struct Controller {
     pub(crate) outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
     /// The fleet with nothing running: could a submitted job ever run here?
     pub(crate) empty: Engine,
-    /// The in-process agent's GPUs are measured with NVML (samples arrive with each tick).
-    pub(crate) measured_locally: bool,
-    /// NVML's last samples of this machine's GPUs, by index.
-    pub(crate) local_samples: BTreeMap<u32, GpuSample>,
     /// What the command being applied changes, for the caller to commit.
     pending: Batch,
 }
@@ -197,7 +191,7 @@ impl Controller {
                 self.task_exited(task, *code, *timed_out, *lost, now, &mut effects)?;
                 Ok(effects)
             }
-            Command::Tick { samples } => self.tick(now, samples),
+            Command::Tick {} => self.tick(now),
         }
     }
 
@@ -211,10 +205,7 @@ impl Controller {
 
     /// Time passes: silent agents lose their nodes' new work, the meter and the idle watch
     /// look, then a scheduling cycle runs.
-    fn tick(&mut self, now: u64, samples: &[GpuSample]) -> Result<Effects, ControlError> {
-        if self.measured_locally {
-            self.local_samples = samples.iter().map(|s| (s.index, s.clone())).collect();
-        }
+    fn tick(&mut self, now: u64) -> Result<Effects, ControlError> {
         self.check_agents(now);
         self.meter(now, false);
         let mut effects = self.check_idle(now);
@@ -254,11 +245,6 @@ impl Controller {
     /// Whether remote agents run the tasks (else the in-process runner does).
     pub fn agents(&self) -> Agents {
         self.agents
-    }
-
-    /// Tasks re-adopted when the controller opened, for the in-process runner to watch (once).
-    pub fn take_recovered(&mut self) -> Vec<TaskKey> {
-        std::mem::take(&mut self.recovered)
     }
 
     /// Is there no token yet (the first start: an admin token is made)?

@@ -7,7 +7,6 @@
 use super::{AgentLink, Agents, Controller};
 use crate::auth::Tokens;
 use crate::error::ControlError;
-use crate::wire::TaskKey;
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Backfill, Order, Scheduler, SchedulerConfig};
 use gantry_engine::{Engine, EngineConfig};
@@ -27,8 +26,6 @@ pub struct Setup {
     pub preempt: bool,
     pub agents: Agents,
     pub idle: crate::idle::IdlePolicy,
-    /// The in-process agent's GPUs are this machine's, measured with NVML.
-    pub measured_locally: bool,
 }
 
 impl Setup {
@@ -44,7 +41,6 @@ impl Setup {
             preempt: scheduling.preempt,
             agents,
             idle,
-            measured_locally: false,
         }
     }
 
@@ -172,11 +168,8 @@ impl Controller {
             last_holdings: Vec::new(),
             idle_checked_s: None,
             running: BTreeMap::new(),
-            recovered: Vec::new(),
             links: BTreeMap::<String, AgentLink>::new(),
             outbox: BTreeMap::new(),
-            measured_locally: setup.measured_locally,
-            local_samples: BTreeMap::new(),
             pending: Batch::default(),
         };
         if agents != Agents::Local {
@@ -265,12 +258,8 @@ impl Controller {
         let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
         self.track(row.id, alloc, row.requeues, &placement);
         match self.agents {
-            Agents::Local => self.recovered.extend(row.tasks.iter().map(|t| TaskKey {
-                job: row.id,
-                group: t.group.clone(),
-                replica: t.replica,
-                attempt: row.requeues,
-            })),
+            // The caller runs the tasks itself and knows them.
+            Agents::Local => {}
             // Offered again to each agent: one that has the task reports it (and the offer
             // is withdrawn); one that never got it launches it now.
             Agents::Remote { .. } => {

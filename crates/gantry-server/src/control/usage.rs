@@ -7,22 +7,18 @@ use crate::wire::GpuSample;
 use std::collections::BTreeMap;
 
 impl Controller {
-    /// GPU `index` of `node`'s utilization: its remote agent's last sample; with the
-    /// in-process agent, NVML's (`local`) or else simulated from the job holding it.
+    /// GPU `index` of `node`'s utilization: its agent's last sample; with `Agents::Local` (a
+    /// caller running tasks itself: the simulator), simulated from the job holding it.
     pub(crate) fn gpu_sample(&self, node: &str, index: u32, holder: Option<u64>) -> Option<GpuSample> {
-        let local = &self.local_samples;
         match self.agents {
             Agents::Remote { .. } => {
                 self.links.get(node).and_then(|l| l.samples.iter().find(|s| s.index == index)).cloned()
             }
-            // On real GPUs, what NVML cannot measure (a GPU in MIG mode: its instances have no
-            // utilization counters) stays unmeasured rather than made up.
-            Agents::Local if self.measured_locally => local.get(&index).cloned(),
-            Agents::Local => local.get(&index).cloned().or_else(|| {
+            Agents::Local => {
                 // Simulated: a steady made-up load while a job holds the GPU, else idle.
                 let pct = holder.map_or(0, |job| gantry_agent::sample::simulated_pct(job, index));
                 Some(GpuSample { index, utilization_pct: pct, memory_used_mib: 0, measured: false, jobs: Vec::new() })
-            }),
+            }
         }
     }
 
