@@ -1,5 +1,5 @@
-//! `gantry serve`: the controller — with `--local`, also the in-process agent for this
-//! machine (its GPUs through NVML, else the bundled demo fleet); without it, the nodes of
+//! `gantry serve`: the controller — with `--local`, also one node agent per node of the fleet,
+//! in-process (this machine's GPUs through NVML, else the bundled demo fleet); without it, the nodes of
 //! `--fleet` are served by remote agents (`gantry agent`, see agent_cmd.rs).
 
 use anyhow::{Context, bail};
@@ -25,7 +25,8 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8177";
 
 #[derive(Args)]
 pub struct ServeArgs {
-    /// Run the agent in this process, on this machine. Without it, the fleet file's nodes are
+    /// Run the node agents in this process, on this machine (one per node of the fleet: this
+    /// machine's GPUs, or a simulated fleet). Without it, the fleet file's nodes are
     /// served by remote agents (`gantry agent`), each getting work while it heartbeats.
     #[arg(long)]
     local: bool,
