@@ -1,8 +1,8 @@
-//! `gantry agent`: the node agent that talks to a controller over the network. It registers
-//! its node (GPUs from NVML or an inventory file), then heartbeats in a loop: each heartbeat
-//! reports every task it knows (running, exited, lost) and a utilization sample, and the
-//! answer carries its orders (launch, stop, forget; see `gantry_wire`). Tasks run through
-//! the same [`Runner`] as the in-process agent's.
+//! The node agent (`gantry agent`, and one per node inside `serve --local`): it registers its
+//! node (GPUs from NVML or an inventory file), then heartbeats in a loop through its [`Link`]
+//! to the controller (HTTP, or in-process): each heartbeat reports every task it knows
+//! (running, exited, lost) and a utilization sample, and the answer carries its orders
+//! (launch, stop, forget; see `gantry_wire`). Tasks run through its [`Runner`].
 //!
 //! A task never runs twice: before starting a task the agent *claims* it on disk
 //! (`jobs/<id>/<group>-<replica>.claim-<attempt>`, created exclusively), so a repeated

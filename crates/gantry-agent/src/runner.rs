@@ -1,7 +1,7 @@
-//! The in-process agent's runner: each task is a real process in its own process group, with
-//! its devices and ranks in the environment, stdout and stderr in the data directory, its time
-//! limit enforced (SIGTERM to the group, SIGKILL after the grace period), and its exit reported
-//! to the scheduling loop.
+//! The agent's task runner: each task is a real process in its own process group, with its
+//! devices and ranks in the environment, stdout and stderr in the agent's data directory, its
+//! time limit enforced (SIGTERM to the group, SIGKILL after the grace period), and its exit
+//! reported to the agent's loop.
 
 use gantry_wire::{Launch, TaskKey};
 use nix::sys::signal::{Signal, killpg};

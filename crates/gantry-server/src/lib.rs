@@ -1,7 +1,7 @@
 //! The controller (`gantry serve`): the REST API, the scheduling loop over the engine's
-//! `Scheduler`, the store, and either the in-process agent that runs every task as a real
-//! process on this machine (`--local`) or remote agents (`gantry agent`, [`agent`]) that
-//! register their nodes and heartbeat over HTTP ([`wire`]).
+//! `Scheduler`, the store, and the node agents — remote (`gantry agent`) or, with `--local`,
+//! one per node in this process ([`local_agents`]) — that register their nodes and heartbeat
+//! ([`wire`]).
 //!
 //! The controller is a state machine ([`control::Controller::apply`]: time and a command in,
 //! effects out) behind one lock; this module is its edge. Every API call that changes

@@ -14,8 +14,8 @@ pub enum JobState {
     Completed,
     Failed,
     Cancelled,
-    /// It was running when its agent (or the controller with an in-process agent) went away
-    /// and could not be re-adopted: never run again automatically.
+    /// It was running when its agent went away and could not be re-adopted: never run again
+    /// automatically.
     Lost,
 }
 

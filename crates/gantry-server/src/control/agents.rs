@@ -22,7 +22,8 @@ impl Controller {
         who.agent_only("registering an agent")?;
         let Agents::Remote { heartbeat_timeout_s } = self.agents else {
             return Err(ControlError::Conflict(
-                "this controller runs its own in-process agent (serve --local); remote agents need `gantry serve` without --local".into(),
+                "this controller runs tasks itself (Agents::Local); agents need a controller that waits for them"
+                    .into(),
             ));
         };
         if reg.protocol == 0 || reg.protocol > wire::PROTOCOL_VERSION {

@@ -56,7 +56,7 @@ pub enum Command {
         node: String,
         beat: Heartbeat,
     },
-    /// The in-process runner saw a task exit (`code`: `None` if killed by a signal; `lost`:
+    /// A caller running tasks itself (`Agents::Local`: the simulator) saw a task exit (`code`: `None` if killed by a signal; `lost`:
     /// it vanished without an exit recorded).
     TaskExited {
         task: TaskKey,
@@ -112,7 +112,7 @@ pub enum Reply {
     Orders(Orders),
 }
 
-/// A run whose processes the in-process runner must signal now and kill after `grace_s`.
+/// A run a caller running tasks itself must signal now and kill after `grace_s`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct StopRun {
     pub job: u64,
@@ -126,7 +126,8 @@ pub struct StopRun {
 #[derive(Debug, Default, PartialEq)]
 pub struct Effects {
     pub commit: Batch,
-    /// For the in-process runner (remote agents get theirs in heartbeat answers).
+    /// For a caller running tasks itself (`Agents::Local`); agents get theirs in their
+    /// heartbeats' answers.
     pub launch: Vec<Launch>,
     pub stop: Vec<StopRun>,
     /// Nodes whose agents have new orders: wake their held heartbeats.

@@ -37,7 +37,8 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Agents {
-    /// The in-process agent runs every node's tasks on this machine (`serve --local`).
+    /// The caller runs every task itself and applies their exits as commands (the simulator's
+    /// `gantry sim --live`); launches and stops come back in the effects.
     Local,
     /// Each node's agent connects over the network (`gantry agent`); a node gets work only
     /// while its agent heartbeats within this many seconds.
@@ -242,7 +243,7 @@ impl Controller {
             .unwrap_or_default()
     }
 
-    /// Whether remote agents run the tasks (else the in-process runner does).
+    /// Whether agents run the tasks (else the caller does).
     pub fn agents(&self) -> Agents {
         self.agents
     }

@@ -93,7 +93,7 @@ impl Image {
 #[serde(tag = "command", rename = "open")]
 pub struct Opened {
     pub setup: Setup,
-    /// Running jobs whose tasks the in-process runner had launched (their pid files exist).
+    /// With `Agents::Local`: running jobs whose tasks the caller had launched.
     pub launched: Vec<u64>,
     /// Fingerprint of what recovery recorded (its events), as for any command.
     pub decisions: String,
@@ -133,7 +133,7 @@ fn fleet_as_recorded(fleet: &Fleet, modes: &[(String, u32, String)]) -> Fleet {
 
 impl Controller {
     /// Open the controller over `image` at `now`. `launched`: the running jobs whose tasks
-    /// the in-process runner had started (ignored with remote agents, which say for themselves).
+    /// the caller had started (with `Agents::Local`; agents say for themselves).
     /// Returns the controller and the batch recovery made, to commit before serving.
     pub fn open(
         setup: Setup,

@@ -93,7 +93,7 @@ impl Controller {
         held
     }
 
-    /// Hand launches to whoever runs the tasks: the in-process runner (after the commit) or
+    /// Hand launches to whoever runs the tasks: the caller (after the commit) or
     /// the nodes' agents (in their next heartbeat answer).
     pub(crate) fn send_launches(&mut self, launches: Vec<Launch>, effects: &mut Effects) {
         match self.agents {

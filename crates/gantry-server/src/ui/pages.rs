@@ -227,7 +227,8 @@ fn task_rows(row: &gantry_store::JobRow) -> String {
     tasks
 }
 
-/// The last 50 lines of each task's stdout and stderr (in-process agent), or where they are.
+/// The last 50 lines of each task's stdout and stderr (agents in this process), or where they
+/// are.
 fn log_tails(shared: &Shared, id: u64, row: &gantry_store::JobRow) -> String {
     let mut logs = String::new();
     for t in &row.tasks {
