@@ -2,6 +2,10 @@
 //! read a job's task logs. Every error is a 4xx/5xx with `{"error": "..."}`; a refused
 //! request changes nothing.
 
+mod agents;
+
+pub use agents::{agent_heartbeat, agent_register};
+
 use crate::auth::{Principal, bearer};
 use crate::control::{Command, Reply};
 use crate::error::ControlError;
@@ -132,7 +136,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, register_agent, heartbeat),
+    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, agents::register_agent, agents::heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -178,8 +182,8 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/series", get(series))
         .route("/v1/idle", get(idle))
         .route("/v1/plan", get(plan))
-        .route("/v1/agents/register", post(register_agent))
-        .route("/v1/agents/{node}/heartbeat", post(heartbeat))
+        .route("/v1/agents/register", post(agents::register_agent))
+        .route("/v1/agents/{node}/heartbeat", post(agents::heartbeat))
         .merge(crate::ui::router())
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(shared)
@@ -421,95 +425,6 @@ async fn set_drained(
         Reply::Drained { changed } => Ok(Json(Drained { node, drained, changed })),
         other => Err(unexpected(other)),
     }
-}
-
-/// `POST /v1/agents/register` (agent or admin token): a remote agent announces its node.
-#[utoipa::path(post, path = "/v1/agents/register", tag = "agents", request_body = Register,
-    responses((status = 200, description = "Registered: the node gets work while the agent heartbeats", body = Registered), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 403, description = "Agent or admin tokens only", body = ErrorBody), (status = 404, description = "Not a node of the fleet", body = ErrorBody),
-        (status = 409, description = "The controller runs its own agent (--local)", body = ErrorBody)))]
-async fn register_agent(
-    State(shared): State<Shared>,
-    headers: HeaderMap,
-    body: String,
-) -> Result<Json<Registered>, ApiError> {
-    let who = who(&shared, &headers)?;
-    refuse_remote_agents(&shared)?;
-    Ok(Json(agent_register(&shared, who, &body).await?))
-}
-
-/// A `--local` controller's nodes are served by its own in-process agents: an agent over the
-/// network would take a node from them.
-fn refuse_remote_agents(shared: &Shared) -> Result<(), ApiError> {
-    if shared.local {
-        return Err(ApiError(ControlError::Conflict(
-            "this controller runs its own in-process agents (serve --local); remote agents need `gantry serve` without --local".into(),
-        )));
-    }
-    Ok(())
-}
-
-/// `POST /v1/agents/{node}/heartbeat` (agent or admin token): the agent's report in, its
-/// orders out; with nothing to order, held up to `wait_ms` for new orders (a long poll).
-#[utoipa::path(post, path = "/v1/agents/{node}/heartbeat", tag = "agents", params(("node" = String, Path, description = "The agent's node")),
-    request_body = Heartbeat,
-    responses((status = 200, description = "The agent's orders", body = Orders), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 403, description = "Agent or admin tokens only", body = ErrorBody),
-        (status = 409, description = "Not registered since the controller started: register again", body = ErrorBody)))]
-async fn heartbeat(
-    State(shared): State<Shared>,
-    headers: HeaderMap,
-    Path(node): Path<String>,
-    body: String,
-) -> Result<Json<Orders>, ApiError> {
-    let who = who(&shared, &headers)?;
-    refuse_remote_agents(&shared)?;
-    Ok(Json(agent_heartbeat(&shared, who, node, &body).await?))
-}
-
-/// An agent registers (the HTTP handler's work, also called in-process by `serve --local`'s
-/// agents).
-pub async fn agent_register(shared: &Shared, who: Principal, body: &str) -> Result<Registered, ApiError> {
-    who.agent_only("registering an agent")?;
-    let registration: Register = serde_json::from_str(body).map_err(|e| bad(format!("agent registration: {e}")))?;
-    match shared.execute(Command::Register { who, registration }).await? {
-        Reply::Registered(registered) => Ok(registered),
-        other => Err(unexpected(other)),
-    }
-}
-
-/// An agent's heartbeat: its report in, its orders out, held up to `wait_ms` when there is
-/// nothing to order (the HTTP handler's work, also called in-process).
-pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body: &str) -> Result<Orders, ApiError> {
-    who.agent_only("heartbeats")?;
-    let beat: Heartbeat = serde_json::from_str(body).map_err(|e| bad(format!("heartbeat: {e}")))?;
-    let wait = std::time::Duration::from_millis(beat.wait_ms.min(WAIT_MS_MAX));
-    let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|t| t.stopping).map(|t| t.key.clone()).collect();
-    let reported_exits = beat.tasks.iter().any(|t| t.state != TaskState::Running);
-    // Listen for new orders before looking, so none slips between the look and the wait.
-    // Only a fleet node gets a wake-up (a hostile path must not grow the table).
-    if !shared.read(|c| c.knows_node(&node)) {
-        return Err(ApiError(ControlError::Conflict(format!(
-            "no agent is registered for node {node:?} (since the controller started): register first"
-        ))));
-    }
-    let wake = shared.agents_wake.of(&node);
-    let notified = wake.notified();
-    tokio::pin!(notified);
-    notified.as_mut().enable();
-    let orders = match shared.execute(Command::Heartbeat { who, node: node.clone(), beat }).await? {
-        Reply::Orders(orders) => orders,
-        other => return Err(unexpected(other)),
-    };
-    if reported_exits {
-        // Capacity came back: schedule now rather than at the next tick.
-        shared.wake.notify_one();
-    }
-    if !orders.is_empty() || wait.is_zero() {
-        return Ok(orders);
-    }
-    let _ = tokio::time::timeout(wait, notified).await;
-    Ok(shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?)
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
