@@ -20,7 +20,7 @@ use gantry_engine::sched::SchedulerConfig;
 use gantry_spec::TraceJob;
 use gantry_types::{Event, Fleet};
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 
 /// One job event, as the time replay's `--events` CSV has them.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -62,6 +62,8 @@ struct Driver<'t> {
     controller: Controller,
     trace: &'t [TraceJob],
     due: BinaryHeap<Reverse<(u64, Due)>>,
+    /// Times a wake-up is already due (so one is not queued twice).
+    wakes: BTreeSet<u64>,
     /// Job id → trace index.
     of_id: BTreeMap<u64, usize>,
     submitted_at: BTreeMap<u64, u64>,
@@ -82,6 +84,7 @@ pub fn run(
         controller,
         trace,
         due: trace.iter().enumerate().map(|(i, t)| Reverse((t.arrival_s, Due::Arrive(i)))).collect(),
+        wakes: BTreeSet::new(),
         of_id: BTreeMap::new(),
         submitted_at: BTreeMap::new(),
         result: LiveResult { jobs: trace.len() as u64, ..Default::default() },
@@ -113,7 +116,7 @@ impl Driver<'_> {
         self.apply(t, Command::Tick {}, None)?;
         if let Some(at) = self.controller.next_wake(t)
             && at > t
-            && !self.due.iter().any(|Reverse((when, d))| *when == at && *d == Due::Wake)
+            && self.wakes.insert(at)
         {
             self.due.push(Reverse((at, Due::Wake)));
         }
