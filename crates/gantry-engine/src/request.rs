@@ -40,7 +40,7 @@ impl GpuNeed {
 }
 
 /// One task group, compiled.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CompiledGroup {
     pub name: String,
     pub replicas: u32,
@@ -72,8 +72,8 @@ pub struct CompiledGroup {
     pub fingerprint: u64,
 }
 
-/// A job ready to place.
-#[derive(Debug)]
+/// A job ready to place (a clone is the same request: jobs of one shape compile once).
+#[derive(Clone, Debug)]
 pub struct CompiledJob {
     pub name: String,
     pub groups: Vec<CompiledGroup>,

@@ -13,6 +13,7 @@
 //! [`PendingReason`] and, where one was reserved, an estimated start.
 
 mod digest;
+mod moves;
 mod pass;
 mod rights;
 
@@ -97,6 +98,9 @@ pub enum SchedError {
     PlacementTaken { job: String },
     #[error("job {0}: no spec to compile it again")]
     NoSpec(JobId),
+    /// A move of an allocation in its grace period (it is about to end, not to move).
+    #[error("allocation {0} is being stopped; it cannot move")]
+    Stopping(AllocId),
     /// The engine refused (an unknown node or GPU, a mode the GPU cannot take, a spec that no
     /// longer compiles).
     #[error("{0}")]
@@ -389,7 +393,8 @@ impl Scheduler {
     }
 
     /// Reconfigure an idle GPU ([`Engine::set_gpu_mode`]) and compile every job the scheduler
-    /// holds again against the new device classes, from its spec (`spec_of`, by id). Every
+    /// holds that has not ended again against the new device classes, from its spec
+    /// (`spec_of`, by id). Every
     /// spec is looked up first: a job without one is the error and nothing changes. Returns
     /// whether the mode changed.
     pub fn set_gpu_mode(
@@ -399,9 +404,11 @@ impl Scheduler {
         mode: &gantry_types::GpuMode,
         spec_of: impl Fn(JobId) -> Option<gantry_types::Job>,
     ) -> Result<bool, SchedError> {
+        // Jobs that ended are never placed again: only the others are compiled again.
         let specs: Vec<(JobId, gantry_types::Job)> = self
             .jobs
             .keys()
+            .filter(|id| !self.ended.contains_key(id))
             .map(|&id| spec_of(id).map(|spec| (id, spec)).ok_or(SchedError::NoSpec(id)))
             .collect::<Result<_, _>>()?;
         if !self.engine.set_gpu_mode(node, index, mode)? {
@@ -416,6 +423,7 @@ impl Scheduler {
             // A spec that compiled before compiles again: compiling reads the catalog and the
             // fleet's models, which a mode change leaves as they were.
             entry.job.compiled = self.engine.compile(&spec)?;
+            entry.shape = pass::shape_of(&entry.job.compiled);
         }
         Ok(true)
     }

@@ -4,6 +4,7 @@
 #![allow(clippy::type_complexity)]
 
 mod boundary;
+mod moves;
 mod online;
 mod properties;
 mod reconfigure;
