@@ -12,6 +12,9 @@ pub enum SimError {
     Engine(#[from] gantry_engine::EngineError),
     #[error(transparent)]
     Sched(#[from] gantry_engine::sched::SchedError),
+    /// The MIG planner refused (a fleet or demand it cannot plan for).
+    #[error(transparent)]
+    Plan(#[from] gantry_engine::plan::PlanError),
 }
 
 impl From<String> for SimError {

@@ -14,13 +14,16 @@
 //! live controller runs). Everything runs on a virtual clock in trace seconds;
 //! same trace, options, policy and seed ⇒ same result.
 
+mod operator;
 mod options;
 mod replay;
 mod result;
 
 pub use gantry_engine::sched::PREEMPTORS_MAX;
+pub(crate) use operator::{Moment, Operator};
 pub use options::{BACKFILL_WORK_MAX, Backfill, Order, RESERVE_DEPTH_MAX, ReplayOptions};
 pub use replay::replay;
+pub(crate) use replay::replay_with;
 pub use result::{BrokenPromise, JAIN_WINDOWS, JobEvent, ReplayResult, SAMPLES, Sample, Waits};
 
 use crate::alibaba::{TraceNode, TracePod};
@@ -43,6 +46,9 @@ pub struct SimJob {
     pub utilization: Option<f64>,
     /// `spec` compiled against the replay's engine, once.
     pub job: CompiledJob,
+    /// Seconds it waits for a first start before it gives up (a deployment that goes
+    /// elsewhere); `None` = for ever.
+    pub patience_s: Option<u64>,
 }
 
 /// Replay the Alibaba trace's `pods` (with creation times; pods without one arrive with the
@@ -78,6 +84,7 @@ pub fn run(
             },
             utilization: None,
             job,
+            patience_s: None,
         })
         .collect();
     replay(engine, jobs, seed, options)
@@ -103,6 +110,7 @@ pub fn run_trace(
                 duration_s: t.duration_s,
                 utilization: t.utilization,
                 job: engine.compile(&t.job)?,
+                patience_s: None,
             })
         })
         .collect::<Result<Vec<_>, EngineError>>()?;

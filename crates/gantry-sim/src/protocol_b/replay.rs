@@ -2,10 +2,14 @@
 //! submitted at their arrival, reported ended at their departure (or at their time limit)
 //! and killed when a stop's grace period is over; after the events of each instant one
 //! scheduling cycle runs
-//! and its decisions are carried out on the clock. This module only keeps the clock and
-//! measures: allocation and utilization over time, waits, fairness, preemptions.
+//! and its decisions are carried out on the clock. A job with a patience that has not
+//! started within it gives up (is cancelled). An [`Operator`] (the MIG planner) may change
+//! the fleet at the instants it asks for, before that instant's cycle. This module only keeps
+//! the clock and measures: allocation and utilization over time, waits, fairness,
+//! preemptions.
 
 use super::SimJob;
+use super::operator::{Moment, Operator};
 use super::options::ReplayOptions;
 use super::result::{BrokenPromise, JAIN_WINDOWS, JobEvent, ReplayResult, SAMPLES, Sample, Waits, jain, percentile};
 use gantry_engine::rng::mix;
@@ -30,6 +34,10 @@ enum Event {
     Arrive {
         job: usize,
     },
+    /// A job's patience is over: if it has not started, it gives up.
+    GiveUp {
+        job: usize,
+    },
     /// A pending job reaches the starvation bound (with preemption on): a cycle runs then, so
     /// the guard acts on time even when nothing else happens.
     Starving {
@@ -37,6 +45,8 @@ enum Event {
     },
     /// A running job becomes eligible as a victim again (`Scheduler::next_wake`).
     Wake,
+    /// The operator acts (`Operator::next_at`).
+    Operate,
 }
 
 /// Simulated utilization of a job's allocation where the trace gives none: a seeded draw in
@@ -46,11 +56,12 @@ fn drawn_utilization(seed: u64, job: usize) -> f64 {
 }
 
 /// A running allocation as the replay measures it.
-struct Run {
-    job: usize,
+pub(crate) struct Run {
+    /// The job (its index in the replay's jobs).
+    pub job: usize,
     started_at: u64,
     /// When its departure is scheduled.
-    planned_end: u64,
+    pub planned_end: u64,
     /// It is stopped at its time limit (before its work was done): a failure.
     hits_limit: bool,
     milli: u64,
@@ -63,6 +74,7 @@ struct Meta {
     duration_s: Option<u64>,
     utilization: Option<f64>,
     time_limit_s: Option<u64>,
+    patience_s: Option<u64>,
 }
 
 /// The clock, the scheduler and the measurements.
@@ -71,8 +83,9 @@ struct Replay<'a> {
     options: &'a ReplayOptions,
     seed: u64,
     meta: Vec<Meta>,
-    /// Submitted at arrival (taken out then).
-    submissions: Vec<Option<SchedJob>>,
+    /// Submitted at arrival (taken out then), with its spec to compile it again if an
+    /// operator reconfigured the fleet before it arrived.
+    submissions: Vec<Option<(SchedJob, gantry_types::Job)>>,
     start: u64,
     last_arrival: u64,
     end: u64,
@@ -81,8 +94,14 @@ struct Replay<'a> {
     events: BinaryHeap<Reverse<(u64, Event)>>,
     running: BTreeMap<AllocId, Run>,
     ever_started: BTreeSet<usize>,
-    /// Wake-ups already scheduled.
+    /// Jobs in a queue now, and jobs that can never start (a dependency never met).
+    waiting: BTreeSet<usize>,
+    dropped: BTreeSet<usize>,
+    gave_up: u64,
+    /// Wake-ups and operator instants already scheduled.
     wakes: BTreeSet<u64>,
+    operate_at: BTreeSet<u64>,
+    operator: Option<&'a mut dyn Operator>,
 
     // Measurements.
     delays: Vec<u64>,
@@ -106,6 +125,8 @@ struct Replay<'a> {
     window_gpu_s: Vec<Vec<f64>>,
     window_active: Vec<Vec<bool>>,
     waiting_now: BTreeMap<String, u64>,
+    /// What `waiting_now` was counted from.
+    waiting_key: Option<(u64, usize, usize, usize)>,
     wait_job_s: BTreeMap<String, u64>,
     series: Vec<Sample>,
     area_alloc: f64,
@@ -123,6 +144,17 @@ pub fn replay(
     seed: u64,
     options: &ReplayOptions,
 ) -> Result<ReplayResult, crate::SimError> {
+    replay_with(engine, jobs, seed, options, None)
+}
+
+/// [`replay`], with `operator` changing the fleet as it runs.
+pub(crate) fn replay_with<'a>(
+    engine: Engine,
+    jobs: Vec<SimJob>,
+    seed: u64,
+    options: &'a ReplayOptions,
+    operator: Option<&'a mut dyn Operator>,
+) -> Result<ReplayResult, crate::SimError> {
     if options.preempt && options.order == super::Order::Fifo {
         return Err("preemption needs fair-share order (FIFO ignores priority)".into());
     }
@@ -131,7 +163,8 @@ pub fn replay(
     {
         return Err(format!("job {:?}: unknown queue {:?}", j.spec.name, j.spec.queue).into());
     }
-    let mut sim = Replay::new(engine, jobs, seed, options);
+    let mut sim = Replay::new(engine, jobs, seed, options, operator);
+    sim.schedule_operator(sim.start);
     let mut stopped_at = None;
     while let Some(Reverse((t, event))) = sim.events.pop() {
         if options.until_s.is_some_and(|until| t > until) {
@@ -143,19 +176,45 @@ pub fn replay(
         // controller's tick sees it): two victims of one preemptor killed at the same second
         // must both be gone before anything else may restart on what they freed.
         let mut event = event;
+        let mut operate = false;
+        // An instant with nothing but the patience of jobs that started long ago runs no cycle.
+        let mut happened = false;
         loop {
-            match event {
-                Event::Arrive { job } => sim.arrive(job, t)?,
-                Event::Depart { alloc, .. } => sim.depart(alloc, t),
-                Event::Kill { alloc, .. } => sim.kill(alloc, t),
-                Event::Starving { .. } | Event::Wake => {}
-            }
+            happened |= match event {
+                Event::Arrive { job } => {
+                    sim.arrive(job, t)?;
+                    true
+                }
+                Event::GiveUp { job } => sim.give_up(job, t)?,
+                Event::Depart { alloc, .. } => {
+                    sim.depart(alloc, t);
+                    true
+                }
+                Event::Kill { alloc, .. } => {
+                    sim.kill(alloc, t);
+                    true
+                }
+                Event::Operate => {
+                    operate = true;
+                    true
+                }
+                Event::Starving { .. } | Event::Wake => true,
+            };
             match sim.events.peek() {
                 Some(Reverse((next, _))) if *next == t => {
                     event = sim.events.pop().expect("peeked").0.1;
                 }
                 _ => break,
             }
+        }
+        if !happened {
+            continue;
+        }
+        if operate {
+            // The operator plans for what this instant's events leave waiting.
+            let decisions = sim.scheduler.cycle(t);
+            sim.carry_out(decisions, t);
+            sim.operate(t)?;
         }
         let decisions = sim.scheduler.cycle(t);
         sim.carry_out(decisions, t);
@@ -165,6 +224,7 @@ pub fn replay(
         {
             sim.events.push(Reverse((at, Event::Wake)));
         }
+        sim.schedule_operator(t + 1);
     }
     if let Some(until) = stopped_at {
         sim.integrate(until);
@@ -173,7 +233,13 @@ pub fn replay(
 }
 
 impl<'a> Replay<'a> {
-    fn new(engine: Engine, jobs: Vec<SimJob>, seed: u64, options: &'a ReplayOptions) -> Self {
+    fn new(
+        engine: Engine,
+        jobs: Vec<SimJob>,
+        seed: u64,
+        options: &'a ReplayOptions,
+        operator: Option<&'a mut dyn Operator>,
+    ) -> Self {
         let compress = options.compress.max(1);
         let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
         let origin = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
@@ -222,20 +288,21 @@ impl<'a> Replay<'a> {
         let mut meta = Vec::with_capacity(jobs.len());
         let mut submissions = Vec::with_capacity(jobs.len());
         for (j, after) in jobs.into_iter().zip(deps) {
-            let SimJob { spec, duration_s, utilization, job, .. } = j;
+            let SimJob { spec, duration_s, utilization, job, patience_s, .. } = j;
             meta.push(Meta {
                 name: spec.name.clone(),
                 tenant: spec.queue.clone(),
                 duration_s,
                 utilization,
                 time_limit_s: spec.control.time_limit_s,
+                patience_s,
             });
             submissions.push(after.map(|after| {
                 let mut submission = SchedJob::of(&spec, job, after);
                 // The replay knows each job's duration: planning may count on it where the
                 // job has no time limit (the live controller cannot: see `gantry sim --live`).
                 submission.planned_length_s = spec.control.time_limit_s.or(duration_s);
-                submission
+                (submission, spec)
             }));
         }
         let mut events = BinaryHeap::new();
@@ -262,7 +329,12 @@ impl<'a> Replay<'a> {
             events,
             running: BTreeMap::new(),
             ever_started: BTreeSet::new(),
+            waiting: BTreeSet::new(),
+            dropped: BTreeSet::new(),
+            gave_up: 0,
             wakes: BTreeSet::new(),
+            operate_at: BTreeSet::new(),
+            operator,
             delays: Vec::new(),
             delay_max_by_queue: BTreeMap::new(),
             delays_by_queue: BTreeMap::new(),
@@ -284,6 +356,7 @@ impl<'a> Replay<'a> {
             tenant_gpu_s: BTreeMap::new(),
             window_s,
             waiting_now: BTreeMap::new(),
+            waiting_key: None,
             wait_job_s: BTreeMap::new(),
             series: Vec::with_capacity(SAMPLES + 1),
             area_alloc: 0.0,
@@ -294,11 +367,35 @@ impl<'a> Replay<'a> {
         }
     }
 
+    /// Schedule the operator's next instant, if it wants one at or after `earliest`.
+    fn schedule_operator(&mut self, earliest: u64) {
+        let Some(at) = self.operator.as_deref().and_then(|op| op.next_at()) else { return };
+        let at = at.max(earliest);
+        if self.operate_at.insert(at) {
+            self.events.push(Reverse((at, Event::Operate)));
+        }
+    }
+
+    /// Let the operator act at `t`; the allocations it moved keep running where they went.
+    fn operate(&mut self, t: u64) -> Result<(), crate::SimError> {
+        let Some(op) = self.operator.as_deref_mut() else { return Ok(()) };
+        let moment = Moment { scheduler: &mut self.scheduler, running: &self.running, waiting: &self.waiting };
+        let moved = op.act(t, moment)?;
+        for (old, new) in moved {
+            let run = self.running.remove(&old).expect("the operator moves running allocations");
+            self.events.push(Reverse((run.planned_end, Event::Depart { job: run.job, alloc: new })));
+            self.event(t, "move", run.job, run.milli, None);
+            self.running.insert(new, run);
+        }
+        Ok(())
+    }
+
     /// Record an event of `job`; `by`: the preemptor, its right and the kill time of a stop.
     fn event(&mut self, t: u64, event: &'static str, job: usize, milli: u64, by: Option<(usize, &'static str, u64)>) {
         self.job_events.push(JobEvent {
             time_s: t,
             event,
+            index: job,
             job: self.meta[job].name.clone(),
             queue: self.meta[job].tenant.clone(),
             milli,
@@ -344,6 +441,9 @@ impl<'a> Replay<'a> {
         for (reason, &n) in &self.waiting_now {
             *self.wait_job_s.entry(reason.clone()).or_default() += n * (t - self.last_t);
         }
+        if let Some(op) = self.operator.as_deref_mut() {
+            op.observe(self.last_t, t, &self.scheduler);
+        }
         self.last_t = t;
     }
 
@@ -352,11 +452,15 @@ impl<'a> Replay<'a> {
         match admission {
             Admission::Queued { starving_at } => {
                 self.tenant_pending[self.tenant_of[job]] += 1;
+                self.waiting.insert(job);
                 if let Some(at) = starving_at {
                     self.events.push(Reverse((at, Event::Starving { job })));
                 }
             }
-            Admission::Never => self.dependency_never += 1,
+            Admission::Never => {
+                self.dependency_never += 1;
+                self.dropped.insert(job);
+            }
             Admission::Held | Admission::Dependencies => {}
         }
     }
@@ -364,13 +468,40 @@ impl<'a> Replay<'a> {
     fn arrive(&mut self, job: usize, t: u64) -> Result<(), crate::SimError> {
         match self.submissions[job].take() {
             // A dependency on a job not in the replay can never be met.
-            None => self.dependency_never += 1,
-            Some(submission) => {
+            None => self.admitted(job, Admission::Never),
+            Some((mut submission, spec)) => {
+                if !self.scheduler.engine().is_current(&submission.compiled) {
+                    submission.compiled = self.scheduler.engine().compile(&spec)?;
+                }
                 let admission = self.scheduler.submit(job as JobId, submission, t)?;
                 self.admitted(job, admission);
             }
         }
+        if let Some(patience) = self.meta[job].patience_s {
+            // It may still start at the last second of its patience.
+            self.events.push(Reverse((t + patience + 1, Event::GiveUp { job })));
+        }
         Ok(())
+    }
+
+    /// A job's patience is over: one that never started gives up (cancelled; its dependents
+    /// see it as failed). Patience is for a first start only.
+    /// Returns whether it gave up.
+    fn give_up(&mut self, job: usize, t: u64) -> Result<bool, crate::SimError> {
+        if self.ever_started.contains(&job) || self.dropped.contains(&job) {
+            return Ok(false);
+        }
+        let woken = self.scheduler.cancel_waiting(job as JobId, t)?;
+        if self.waiting.remove(&job) {
+            self.tenant_pending[self.tenant_of[job]] -= 1;
+        }
+        self.dropped.insert(job);
+        self.gave_up += 1;
+        self.event(t, "give-up", job, 0, None);
+        for (w, admission) in woken {
+            self.admitted(w as usize, admission);
+        }
+        Ok(true)
     }
 
     /// Stop measuring a running allocation; `None` if it is no longer running (a job killed
@@ -430,6 +561,7 @@ impl<'a> Replay<'a> {
     fn start(&mut self, job: usize, alloc: AllocId, milli: u64, eligible_since: u64, t: u64) {
         let m = &self.meta[job];
         self.tenant_pending[self.tenant_of[job]] -= 1;
+        self.waiting.remove(&job);
         let waited = t - eligible_since;
         // A preempted job that starts again keeps its first wait.
         if self.ever_started.insert(job) {
@@ -451,7 +583,14 @@ impl<'a> Replay<'a> {
 
     /// Why each job still waits, held until the next event; who wanted GPUs in this window.
     fn record_waiting(&mut self, t: u64) {
-        self.waiting_now = self.scheduler.waiting_by_kind();
+        // The counts follow from the reasons and how many jobs wait, held or not: recounted
+        // only when one of those changed (most instants change neither).
+        let s = &self.scheduler;
+        let key = (s.reasons_digest(), s.queued(), s.held_count(), s.waiting_on_dependencies());
+        if self.waiting_key != Some(key) {
+            self.waiting_now = s.waiting_by_kind();
+            self.waiting_key = Some(key);
+        }
         if t < self.last_arrival {
             let w = (((t - self.start) as f64 / self.window_s) as usize).min(JAIN_WINDOWS - 1);
             for k in 0..self.tenants.len() {
@@ -514,6 +653,7 @@ impl<'a> Replay<'a> {
             time_limit_ended: self.time_limit_ended,
             held: s.held_count() as u64,
             dependency_never: self.dependency_never,
+            gave_up: self.gave_up,
             waiting_on_dependencies: s.waiting_on_dependencies() as u64,
             wait_job_s_by_reason: self.wait_job_s,
             seed: self.seed,

@@ -27,8 +27,12 @@ pub struct JobEvent {
     pub time_s: u64,
     /// `start`, `end` (completed), `time-limit` (stopped at its time limit), `stop` (signalled
     /// for a preemptor; killed at `kill_at_s` unless it ends first), `kill` (its grace period
-    /// over: its work is lost and it waits again).
+    /// over: its work is lost and it waits again), `move` (an operator moved it elsewhere; it
+    /// keeps running), `give-up` (its patience ran out before it started).
     pub event: &'static str,
+    /// The job's position in the replay's list of jobs.
+    #[serde(skip)]
+    pub index: usize,
     pub job: String,
     pub queue: String,
     /// Milli-GPU it holds (start, end, stop, kill).
@@ -114,6 +118,8 @@ pub struct ReplayResult {
     /// waiting on dependencies at the end.
     pub dependency_never: u64,
     pub waiting_on_dependencies: u64,
+    /// Jobs whose patience ran out before they started (`SimJob::patience_s`; cancelled).
+    pub gave_up: u64,
     /// Job-seconds spent waiting, by why (as of each scheduling pass): the kind of the
     /// job's pending reason (`PendingReason::kind`: `resources: <engine reason>`, `quota`,
     /// `user-limit`, `array-throttle`, `reservation`, `queue-order`, `dependency`, `held`,

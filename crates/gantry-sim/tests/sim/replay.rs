@@ -48,3 +48,52 @@ c,1000,1024,1,250,,BE,Running,200,300,200
     .expect("replays");
     assert!(squeezed.delay_p99_s >= 80, "{squeezed:?}");
 }
+
+/// Patience (`SimJob::patience_s`): a job may still start at the last second of it; one past
+/// it gives up (cancelled, its `afterok` dependents dropped); patience never touches a job
+/// that has started.
+#[test]
+fn a_job_gives_up_when_its_patience_runs_out_before_it_starts() {
+    use gantry_catalog::Catalog;
+    use gantry_engine::{Engine, EngineConfig};
+    let catalog = Catalog::embedded();
+    let fleet = gantry_spec::parse_fleet(crate::TWO_A100, catalog).expect("fleet");
+    let engine = Engine::new(&fleet, catalog, EngineConfig::default()).expect("engine");
+    let workload = r#"
+[[job]]
+name = "hog"
+gpu = { count = 2 }
+[[job]]
+name = "eager"
+gpu = { count = 1 }
+[[job]]
+name = "impatient"
+gpu = { count = 1 }
+[[job]]
+name = "after-impatient"
+gpu = { count = 1 }
+after = ["afterok:impatient"]
+"#;
+    let specs = gantry_spec::parse_workload(workload, catalog).expect("workload");
+    // (arrival, duration, patience) per job: the hog holds both GPUs until 100.
+    let timing = [(0, 100, Some(5)), (10, 50, Some(90)), (10, 50, Some(89)), (20, 50, None)];
+    let jobs: Vec<protocol_b::SimJob> = specs
+        .into_iter()
+        .zip(timing)
+        .map(|(spec, (arrival_s, duration_s, patience_s))| protocol_b::SimJob {
+            job: engine.compile(&spec).expect("compiles"),
+            spec,
+            arrival_s,
+            duration_s: Some(duration_s),
+            utilization: None,
+            patience_s,
+        })
+        .collect();
+    let r = protocol_b::replay(engine, jobs, 1, &protocol_b::ReplayOptions::default()).expect("replays");
+    assert_eq!((r.started, r.gave_up, r.dependency_never, r.never_started), (2, 1, 1, 0), "{:?}", r.events);
+    let at = |event: &str, job: &str| r.events.iter().find(|e| e.event == event && e.job == job).map(|e| e.time_s);
+    assert_eq!(at("start", "hog"), Some(0), "its patience is moot once started");
+    assert_eq!(at("start", "eager"), Some(100), "the last second of its patience");
+    assert_eq!(at("give-up", "impatient"), Some(100));
+    assert_eq!(at("start", "impatient"), None);
+}
