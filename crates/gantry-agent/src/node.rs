@@ -468,7 +468,7 @@ async fn register(config: &AgentConfig) -> Result<Option<Registered>, AgentError
 /// them) or the controller refuses it for good.
 pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), AgentError> {
     check_node_name(&config.node)?;
-    std::fs::create_dir_all(&config.data_dir)
+    crate::runner::private_dir(&config.data_dir)
         .map_err(|e| AgentError::Config(format!("cannot create data directory {}: {e}", config.data_dir.display())))?;
     // Absolute: tasks run in their own working directories and write their pid and exit
     // files by these paths.

@@ -35,6 +35,24 @@ pub fn task_base(data_dir: &Path, job: u64, group: &str, replica: u32) -> PathBu
 }
 
 /// The file `ext` of a task (`pid`, `exit`, `out`, `err`).
+/// A new (or emptied) file only its owner may read: task logs hold what jobs print, secrets
+/// included; admins read them through the API.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // An older run's file keeps its mode on open: set it.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+/// Create `dir` (and its parents) and make it private to this user (0700): a controller's or
+/// agent's data directory holds the store, tokens and task logs.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 pub fn with_ext(base: &Path, ext: &str) -> PathBuf {
     let mut name = base.as_os_str().to_owned();
     name.push(".");
@@ -126,9 +144,7 @@ impl Runner {
         for ext in ["exit", "pid"] {
             let _ = std::fs::remove_file(with_ext(&base, ext));
         }
-        let (Ok(out), Ok(err)) =
-            (std::fs::File::create(with_ext(&base, "out")), std::fs::File::create(with_ext(&base, "err")))
-        else {
+        let (Ok(out), Ok(err)) = (private_file(&with_ext(&base, "out")), private_file(&with_ext(&base, "err"))) else {
             return failed(126);
         };
         let argv: Vec<String> =

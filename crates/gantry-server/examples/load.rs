@@ -105,6 +105,12 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
         measure_local_gpus: false,
         billing: Default::default(),
         idle: Default::default(),
+        // The benchmark keeps tens of thousands of jobs waiting on purpose.
+        admission: gantry_server::admission::AdmissionLimits {
+            pending_per_user: 1_000_000,
+            pending_per_queue: 1_000_000,
+            ..Default::default()
+        },
         group_commit,
     };
     let running = rt.block_on(start(config)).expect("starts");

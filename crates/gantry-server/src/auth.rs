@@ -77,6 +77,26 @@ impl Principal {
 }
 
 impl Principal {
+    /// `job` as this principal submits it: its user is the token's. A member (or anyone but
+    /// an admin) naming another user is refused; an admin may submit on behalf of a user,
+    /// recorded in `submitted_by`.
+    pub fn stamp(&self, mut job: gantry_types::Job) -> Result<gantry_types::Job, ControlError> {
+        match job.control.user.as_deref() {
+            Some(user) if user != self.name && self.role == Role::Admin => {
+                job.control.submitted_by = Some(self.name.clone());
+            }
+            Some(user) if user != self.name => {
+                return Err(ControlError::Forbidden(format!(
+                    "job {:?}: token {:?} submits as itself, not as user {user:?} (only an admin may submit on \
+                     behalf of another user); leave `user` out",
+                    job.name, self.name
+                )));
+            }
+            _ => job.control.user = Some(self.name.clone()),
+        }
+        Ok(job)
+    }
+
     /// The controller itself acting (the first admin token at the first start).
     pub fn controller() -> Principal {
         Principal { name: "controller".into(), role: Role::Admin, queues: Vec::new() }

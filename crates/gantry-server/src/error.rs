@@ -40,6 +40,13 @@ pub enum ControlError {
     Forbidden(String),
     #[error("job {id} has already ended ({state})")]
     JobEnded { id: u64, state: &'static str },
+    /// A request over an admission limit of size (`admission.rs`): nothing stored.
+    #[error("{message}: over the limit {limit} = {value}")]
+    TooLarge { limit: &'static str, value: u64, message: String },
+    /// A request over an admission limit of backlog (pending jobs per user or queue):
+    /// nothing stored; it may succeed once jobs have started or ended.
+    #[error("{message}: over the limit {limit} = {value}")]
+    TooMany { limit: &'static str, value: u64, message: String },
     /// The command does not fit the controller's state (an agent of a node that has not
     /// registered, a remote agent against an in-process one).
     #[error("{0}")]

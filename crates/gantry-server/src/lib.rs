@@ -11,6 +11,7 @@
 //! wakes on a submit, a cancel, a task's exit, or a tick. Views ([`views`]) read the state
 //! under the same lock.
 
+pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod commit;
@@ -71,6 +72,8 @@ pub struct ServeConfig {
     /// Commit what queued during a commit together (the default); `false`: one transaction
     /// per command (the baseline the load benchmark measures against).
     pub group_commit: bool,
+    /// What one request, user and queue may put in.
+    pub admission: admission::AdmissionLimits,
 }
 
 /// One wake-up per node, for the heartbeats its agent holds in a long poll: a start on one
@@ -103,6 +106,8 @@ pub struct Shared {
     /// Wakes remote agents' held heartbeats: there are new orders.
     pub agents_wake: Arc<AgentWakes>,
     pub data_dir: PathBuf,
+    /// What one request, user and queue may put in (`[admission]`).
+    pub admission: admission::AdmissionLimits,
 }
 
 impl Shared {
@@ -238,7 +243,8 @@ fn open_controller(config: &ServeConfig) -> Result<(Controller, SqliteStore, Opt
     // and to heartbeat, and takes their word for what runs after a restart.
     let agents = control::Agents::Remote { heartbeat_timeout_s: LOCAL_HEARTBEAT_TIMEOUT_S };
     let agents = if config.agents == control::Agents::Local { agents } else { config.agents };
-    let setup = control::Setup::new(config.fleet.clone(), &config.scheduling, agents, config.idle.clone());
+    let mut setup = control::Setup::new(config.fleet.clone(), &config.scheduling, agents, config.idle.clone());
+    setup.admission = config.admission.clone();
     let (mut controller, recovered) = Controller::open(setup, image, Catalog::embedded(), &Default::default(), now)?;
     controller.set_billing(config.billing.clone());
     let mut batches = vec![recovered];
@@ -267,9 +273,23 @@ fn open_controller(config: &ServeConfig) -> Result<(Controller, SqliteStore, Opt
     Ok((controller, store, admin_token_file))
 }
 
+/// The store and its WAL readable by this user only (SQLite gives the WAL and shared-memory
+/// files it creates later the database file's mode).
+fn private_store_files(dir: &std::path::Path) -> Result<(), ServeError> {
+    use std::os::unix::fs::PermissionsExt;
+    for name in ["gantry.db", "gantry.db-wal", "gantry.db-shm"] {
+        let path = dir.join(name);
+        if path.exists() {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                .map_err(|e| ServeError::Io(format!("cannot make {} private: {e}", path.display())))?;
+        }
+    }
+    Ok(())
+}
+
 /// Open the store, recover, bind and start serving.
 pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
-    std::fs::create_dir_all(&config.data_dir)
+    gantry_agent::runner::private_dir(&config.data_dir)
         .map_err(|e| ServeError::Io(format!("cannot create data directory {}: {e}", config.data_dir.display())))?;
     // Absolute: tasks run in their own working directories and write their pid and exit
     // files by these paths.
@@ -278,7 +298,9 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         .map_err(|e| ServeError::Io(format!("data directory {}: {e}", config.data_dir.display())))?;
     config.billing.check()?;
     config.idle.check()?;
+    config.admission.check()?;
     let (controller, store, admin_token_file) = open_controller(&config)?;
+    private_store_files(&config.data_dir)?;
     let reader = SqliteStore::open(&config.data_dir.join("gantry.db"))?;
     let committer = commit::Committer::start(store, config.group_commit);
     let local = config.agents == control::Agents::Local;
@@ -290,6 +312,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         wake: Arc::new(Notify::new()),
         agents_wake: Arc::new(AgentWakes::default()),
         data_dir: config.data_dir.clone(),
+        admission: config.admission.clone(),
     };
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

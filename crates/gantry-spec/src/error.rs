@@ -9,11 +9,20 @@ pub struct SpecError {
     pub field: String,
     pub message: String,
     pub hint: Option<String>,
+    /// The input is over a size limit (its name and value) rather than wrong: a service
+    /// answers 413 naming it.
+    pub limit: Option<(&'static str, u64)>,
 }
 
 impl SpecError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> SpecError {
-        SpecError { field: field.into(), message: message.into(), hint: None }
+        SpecError { field: field.into(), message: message.into(), hint: None, limit: None }
+    }
+
+    /// Mark the error as a size limit exceeded (`name`, its `value`).
+    pub fn limit(mut self, name: &'static str, value: u64) -> SpecError {
+        self.limit = Some((name, value));
+        self
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> SpecError {

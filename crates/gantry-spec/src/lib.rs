@@ -26,7 +26,8 @@ pub use queues::{
 };
 pub use trace::{TRACE_LINE_BYTES_MAX, TRACE_SECONDS_MAX, Trace, TraceJob, parse_trace_line, read_trace};
 pub use workload::{
-    GPUS_PER_TASK_MAX, JOBS_MAX, PRIORITY_RANGE, REPLICAS_MAX, dependency_index, parse_submission, parse_workload,
+    GPUS_PER_TASK_MAX, JOBS_MAX, NAME_CHARS_MAX, PRIORITY_RANGE, REPLICAS_MAX, check_name, dependency_index,
+    parse_submission, parse_workload, printable,
 };
 
 #[cfg(test)]

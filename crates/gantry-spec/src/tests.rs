@@ -595,3 +595,34 @@ fn a_memory_only_request_carries_the_advisor_hint() {
     let old = serde_json::to_string(&jobs[1]).expect("json");
     assert!(!old.contains("hint"), "{old}");
 }
+
+#[test]
+fn a_submission_over_its_job_budget_is_refused_naming_the_limit() {
+    let cases = [
+        ("[[job]]\nname = \"a\"\narray = 100000\n", 10_000),
+        ("[[job]]\nname = \"a\"\ncount = 11\n", 10),
+        ("[[job]]\nname = \"a\"\ncount = 6\n[[job]]\nname = \"b\"\narray = \"0-4\"\n", 10),
+        ("[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n[[job]]\nname = \"c\"\n", 2),
+    ];
+    for (text, max) in cases {
+        let err = parse_submission(text, catalog(), max).expect_err(text);
+        assert_eq!(err.limit, Some(("jobs_per_request", max as u64)), "{text}: {err}");
+    }
+    assert_eq!(parse_submission("[[job]]\nname = \"a\"\ncount = 10\n", catalog(), 10).expect("at the limit").len(), 10);
+}
+
+#[test]
+fn names_are_printable_and_bounded() {
+    for bad in ["\u{1b}[2J", "a\u{7}", "rtl\u{202e}txt", "zero\u{200b}width", "tab\there", " ", ""] {
+        let err = check_name("job", bad).expect_err(bad);
+        assert!(err.message.contains("unprintable") || err.message.contains("empty"), "{bad:?}: {err}");
+    }
+    let long = "x".repeat(NAME_CHARS_MAX + 1);
+    assert_eq!(check_name("job", &long).expect_err("long").limit, Some(("name_chars", NAME_CHARS_MAX as u64)));
+    for good in ["train", "sweep[3]", "résumé ✓ 训练", &"x".repeat(NAME_CHARS_MAX)] {
+        check_name("job", good).expect(good);
+    }
+    // Task names too, in workload files and traces alike.
+    let err = parse_workload("[[job]]\nname = \"a\"\n[[job.task]]\nname = \"\\u001b]0;x\"\n", catalog());
+    assert!(err.is_err_and(|e| e.message.contains("unprintable")));
+}

@@ -89,7 +89,7 @@ pub fn parse_trace_line(line_no: u64, text: &str, catalog: &Catalog) -> Result<V
         return Err(SpecError::new(format!("{at} / job.name"), "empty job name"));
     }
     let job_at = format!("{at} / job {:?}", line.job.name);
-    let jobs = parse_job(&job_at, line.job, catalog)?;
+    let jobs = parse_job(&job_at, line.job, catalog, crate::JOBS_MAX as usize)?;
     Ok(jobs
         .into_iter()
         .map(|job| TraceJob { line: line_no, arrival_s, duration_s, utilization: line.utilization, job })

@@ -268,16 +268,18 @@ fn check_dependencies_in<'a>(
 
 /// Parse and validate a workload file into jobs, in file order.
 pub fn parse_workload(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
-    parse_workload_in(text, catalog, false)
+    parse_workload_in(text, catalog, false, JOBS_MAX as usize)
 }
 
 /// As [`parse_workload`], for a submission to a live service: a dependency may name a job
 /// submitted earlier (not in this file); the service resolves it. Cycles are still refused.
-pub fn parse_submission(text: &str, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
-    parse_workload_in(text, catalog, true)
+/// More than `jobs_max` jobs (counts and arrays expanded) is refused before they are built,
+/// with the limit named (`jobs_per_request`).
+pub fn parse_submission(text: &str, catalog: &Catalog, jobs_max: usize) -> Result<Vec<Job>, SpecError> {
+    parse_workload_in(text, catalog, true, jobs_max)
 }
 
-fn parse_workload_in(text: &str, catalog: &Catalog, external: bool) -> Result<Vec<Job>, SpecError> {
+fn parse_workload_in(text: &str, catalog: &Catalog, external: bool, jobs_max: usize) -> Result<Vec<Job>, SpecError> {
     if text.len() > SPEC_BYTES_MAX {
         return Err(SpecError::new(
             "",
@@ -289,26 +291,70 @@ fn parse_workload_in(text: &str, catalog: &Catalog, external: bool) -> Result<Ve
     let mut names = BTreeSet::new();
     for entry in file.job {
         let at = format!("job {:?}", entry.name);
-        if entry.name.trim().is_empty() {
-            return Err(SpecError::new("job.name", "empty job name"));
+        if jobs.len() >= jobs_max {
+            return Err(too_many_jobs(jobs_max));
         }
-        let job = parse_job(&at, entry, catalog)?;
+        // Over the budget left, the error names the submission's whole limit.
+        let job = parse_job(&at, entry, catalog, jobs_max - jobs.len()).map_err(|e| match e.limit {
+            Some(("jobs_per_request", _)) => too_many_jobs(jobs_max),
+            _ => e,
+        })?;
         for one in job {
             if !names.insert(one.name.clone()) {
                 return Err(SpecError::new(format!("job {:?}", one.name), "job name used twice")
                     .hint("job names must be unique; count adds -0, -1, ..."));
             }
             jobs.push(one);
-            if jobs.len() as i64 > JOBS_MAX {
-                return Err(SpecError::new("job", format!("more than {JOBS_MAX} jobs")));
-            }
         }
     }
     check_dependencies_in(jobs.iter().map(|j| (j, format!("job {:?}", j.name))), external)?;
     Ok(jobs)
 }
 
-pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Result<Vec<Job>, SpecError> {
+/// More jobs than one file or submission may hold.
+fn too_many_jobs(jobs_max: usize) -> SpecError {
+    SpecError::new("job", format!("more than {jobs_max} jobs (counts and arrays expanded)"))
+        .hint("split the workload into several submissions")
+        .limit("jobs_per_request", jobs_max as u64)
+}
+
+/// Longest job or task name, in characters.
+pub const NAME_CHARS_MAX: usize = 128;
+
+/// A job or task name: not blank, at most [`NAME_CHARS_MAX`] characters, and nothing a
+/// terminal would act on (control characters, bidirectional overrides, zero-width marks) —
+/// names are printed by `gantry queue` and shown on the dashboard.
+pub fn check_name(field: &str, name: &str) -> Result<(), SpecError> {
+    if name.trim().is_empty() {
+        return Err(SpecError::new(field, "empty name"));
+    }
+    let chars = name.chars().count();
+    if chars > NAME_CHARS_MAX {
+        return Err(SpecError::new(field, format!("the name has {chars} characters, the limit is {NAME_CHARS_MAX}"))
+            .limit("name_chars", NAME_CHARS_MAX as u64));
+    }
+    if let Some(c) = name.chars().find(|&c| !printable(c)) {
+        return Err(SpecError::new(field, format!("the name holds the unprintable character U+{:04X}", c as u32))
+            .hint("names are letters, digits, punctuation and spaces"));
+    }
+    Ok(())
+}
+
+/// Printable: not a control character, not a format character that reorders or hides text.
+pub fn printable(c: char) -> bool {
+    !c.is_control()
+        && !matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2069}' | '\u{FEFF}')
+}
+
+/// `budget`: how many jobs this entry may expand to (counts and arrays are refused past it
+/// before they are built).
+pub(crate) fn parse_job(
+    at: &str,
+    mut entry: JobEntry,
+    catalog: &Catalog,
+    budget: usize,
+) -> Result<Vec<Job>, SpecError> {
+    check_name(&format!("{at} / name"), &entry.name)?;
     let shorthand = TaskEntry {
         name: None,
         replicas: entry.replicas.take(),
@@ -351,6 +397,7 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
     let mut group_names = BTreeSet::new();
     for (i, task) in tasks.into_iter().enumerate() {
         let name = task.name.clone().unwrap_or_else(|| format!("task{i}"));
+        check_name(&format!("{at} / task {name:?}"), &name)?;
         let field = format!("{at} / task {name:?}");
         if !group_names.insert(name.clone()) {
             return Err(SpecError::new(field, "task group name used twice"));
@@ -400,7 +447,7 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
         )
         .hint("a job can never run past its time limit, so a longer minimum runtime means \"never preempt\": say preemptible = false instead"));
     }
-    let control = JobControl { user, time_limit_s, hold: entry.hold.unwrap_or(false), array: None };
+    let control = JobControl { user, time_limit_s, hold: entry.hold.unwrap_or(false), array: None, submitted_by: None };
     let run = parse_run(at, entry.command.take(), entry.env.take(), entry.workdir.take())?;
     let job =
         Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after, control, run };
@@ -415,10 +462,16 @@ pub(crate) fn parse_job(at: &str, mut entry: JobEntry, catalog: &Catalog) -> Res
         (Some(n), None) => {
             let n =
                 quantity::count(&format!("{at} / count"), n, 1, JOBS_MAX, "count makes that many copies of the job")?;
+            if n as usize > budget {
+                return Err(too_many_jobs(budget));
+            }
             (0..n).map(|i| Job { name: format!("{}-{i}", entry.name), ..job.clone() }).collect()
         }
         (None, Some(spec)) => {
             let (indices, max_running) = array_indices(&format!("{at} / array"), spec)?;
+            if indices.len() > budget {
+                return Err(too_many_jobs(budget));
+            }
             indices
                 .into_iter()
                 .map(|index| {

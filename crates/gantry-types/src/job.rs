@@ -39,8 +39,12 @@ pub struct Run {
 /// What the submitter controls about when and how long a job runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobControl {
-    /// The submitting user, for per-user limits (`None`: no user limits apply).
+    /// The submitting user, for per-user limits (`None`: no user limits apply). A live
+    /// service sets it from the submitting token.
     pub user: Option<String>,
+    /// An admin who submitted on behalf of `user` (set by the service, never by a spec).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_by: Option<String>,
     /// The job is ended when it has run this long; planning (backfill, estimates) counts on it.
     pub time_limit_s: Option<u64>,
     /// Held: never started until released.

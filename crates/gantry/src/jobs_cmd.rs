@@ -130,9 +130,19 @@ pub struct JobArgs {
 fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => shown(s),
         other => other.to_string(),
     }
+}
+
+/// Stored text as the terminal may show it: an unprintable character (an escape sequence, a
+/// bidirectional override — the controller refuses them in names, but a store may predate
+/// that) is written as `\u{…}`, never sent raw.
+pub fn shown(s: &str) -> String {
+    if s.chars().all(gantry_spec::printable) {
+        return s.to_string();
+    }
+    s.chars().map(|c| if gantry_spec::printable(c) { c.to_string() } else { c.escape_unicode().to_string() }).collect()
 }
 
 /// Seconds since the Unix epoch as `2026-11-21 19:41:26 UTC` (days to civil date: Howard
@@ -147,7 +157,7 @@ fn utc(v: &Value) -> String {
 fn reason_text(pending: &Value) -> String {
     // The typed reason as the controller serialized it; formatted here for display.
     serde_json::from_value::<gantry_types::PendingReason>(pending["reason"].clone())
-        .map(|r| r.to_string())
+        .map(|r| shown(&r.to_string()))
         .unwrap_or_else(|_| pending["reason"].to_string())
 }
 
@@ -398,6 +408,13 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_text_never_reaches_the_terminal_raw() {
+        assert_eq!(shown("train-1 [ok]"), "train-1 [ok]");
+        assert_eq!(shown("\u{1b}[2Jowned"), "\\u{1b}[2Jowned");
+        assert_eq!(cell(&Value::String("a\u{202e}b\u{7}".into())), "a\\u{202e}b\\u{7}");
+    }
 
     #[test]
     fn consecutive_ids_read_as_ranges() {

@@ -80,6 +80,9 @@ pub struct ServeArgs {
     /// Idle detection: only from the config file's `[idle]`.
     #[arg(skip)]
     idle: Option<gantry_server::idle::IdlePolicy>,
+    /// Admission limits: only from the config file's `[admission]`.
+    #[arg(skip)]
+    admission: Option<gantry_server::admission::AdmissionLimits>,
 }
 
 /// `gantry serve --config FILE`.
@@ -95,6 +98,7 @@ struct ConfigFile {
     log_format: Option<String>,
     billing: Option<gantry_server::meter::Billing>,
     idle: Option<gantry_server::idle::IdlePolicy>,
+    admission: Option<gantry_server::admission::AdmissionLimits>,
 }
 
 /// Fill what the command line left out from the configuration file.
@@ -129,6 +133,10 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
         idle.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     args.idle = file.idle;
+    if let Some(admission) = &file.admission {
+        admission.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    args.admission = file.admission;
     Ok(args)
 }
 
@@ -313,6 +321,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             (None, false) => Default::default(),
         },
         idle: args.idle.clone().unwrap_or_default(),
+        admission: args.admission.clone().unwrap_or_default(),
         group_commit: true,
         agents: if args.local {
             gantry_server::control::Agents::Local

@@ -12,7 +12,7 @@ use super::*;
 pub(super) async fn register_agent(
     State(shared): State<Shared>,
     headers: HeaderMap,
-    body: String,
+    Text(body): Text,
 ) -> Result<Json<Registered>, ApiError> {
     let who = who(&shared, &headers)?;
     refuse_remote_agents(&shared)?;
@@ -41,7 +41,7 @@ pub(super) async fn heartbeat(
     State(shared): State<Shared>,
     headers: HeaderMap,
     Path(node): Path<String>,
-    body: String,
+    Text(body): Text,
 ) -> Result<Json<Orders>, ApiError> {
     let who = who(&shared, &headers)?;
     refuse_remote_agents(&shared)?;

@@ -3,6 +3,7 @@
 //! request changes nothing.
 
 mod agents;
+mod body;
 
 pub use agents::{agent_heartbeat, agent_register};
 
@@ -18,12 +19,10 @@ use axum::http::HeaderMap;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use body::Text;
 use gantry_store::{Role, TokenRecord};
 use gantry_types::JobState;
 use serde::{Deserialize, Serialize};
-
-/// Largest request body: a workload file is a few KiB; 1 MiB is a mistake or an attack.
-pub const BODY_BYTES_MAX: usize = 1 << 20;
 
 /// A refused or failed request as the API answers it: the status code and `{"error": ...}`.
 #[derive(Debug)]
@@ -46,6 +45,8 @@ pub fn status_of(e: &ControlError) -> StatusCode {
             StatusCode::CONFLICT
         }
         ControlError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        ControlError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        ControlError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
         ControlError::Forbidden(_) => StatusCode::FORBIDDEN,
         ControlError::StoreFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
         ControlError::Sched(e) => {
@@ -64,7 +65,13 @@ pub fn status_of(e: &ControlError) -> StatusCode {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (status_of(&self.0), Json(ErrorBody { error: self.0.to_string() })).into_response()
+        let (limit, value) = match &self.0 {
+            ControlError::TooLarge { limit, value, .. } | ControlError::TooMany { limit, value, .. } => {
+                (Some(limit.to_string()), Some(*value))
+            }
+            _ => (None, None),
+        };
+        (status_of(&self.0), Json(ErrorBody { error: self.0.to_string(), limit, value })).into_response()
     }
 }
 
@@ -77,9 +84,15 @@ fn unexpected(reply: Reply) -> ApiError {
     ApiError(ControlError::Internal(format!("unexpected reply {reply:?}")))
 }
 
+/// Every error the API answers, whatever the status.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: String,
+    /// For 413 and 429: the admission limit the request went over, and its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
@@ -185,7 +198,9 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/agents/register", post(agents::register_agent))
         .route("/v1/agents/{node}/heartbeat", post(agents::heartbeat))
         .merge(crate::ui::router())
-        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .fallback(body::not_found)
+        .method_not_allowed_fallback(body::method_not_allowed)
+        .layer(DefaultBodyLimit::max(shared.admission.body_bytes))
         .with_state(shared)
 }
 
@@ -197,11 +212,16 @@ pub fn router(shared: Shared) -> axum::Router {
 async fn submit(
     State(shared): State<Shared>,
     headers: HeaderMap,
-    body: String,
+    Text(body): Text,
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     let who = who(&shared, &headers)?;
-    let jobs =
-        gantry_spec::parse_submission(&body, gantry_catalog::Catalog::embedded()).map_err(|e| bad(e.to_string()))?;
+    let jobs_max = shared.admission.jobs_per_request;
+    let jobs = gantry_spec::parse_submission(&body, gantry_catalog::Catalog::embedded(), jobs_max).map_err(|e| {
+        ApiError(match e.limit {
+            Some((limit, value)) => ControlError::TooLarge { limit, value, message: e.message },
+            None => ControlError::Invalid(e.to_string()),
+        })
+    })?;
     match shared.execute(Command::Submit { who, jobs }).await? {
         Reply::Submitted { ids } => Ok((StatusCode::CREATED, Json(Submitted { ids }))),
         other => Err(unexpected(other)),
@@ -341,7 +361,7 @@ async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<S
 async fn create_token(
     State(shared): State<Shared>,
     headers: HeaderMap,
-    body: String,
+    Text(body): Text,
 ) -> Result<(StatusCode, Json<TokenSecret>), ApiError> {
     let who = who(&shared, &headers)?;
     who.admin_only("creating tokens")?;

@@ -139,6 +139,7 @@ impl Controller {
         if jobs.is_empty() {
             return Err(ControlError::Invalid("the workload has no jobs".into()));
         }
+        let jobs = jobs.into_iter().map(|job| who.stamp(job)).collect::<Result<Vec<_>, _>>()?;
         for job in &jobs {
             who.acts_on(&job.queue)?;
             if !self.scheduler.knows_queue(&job.queue) {
@@ -148,6 +149,7 @@ impl Controller {
                 )));
             }
         }
+        self.admissible(&jobs)?;
         let first = self.jobs.keys().next_back().map_or(1, |last| last + 1);
         let jobs = self.resolve_dependencies(jobs, first)?;
         let mut laid_out = BTreeMap::new();
@@ -168,6 +170,46 @@ impl Controller {
         }
         self.settle(admissions, now)?;
         Ok(Effects { reply: Reply::Submitted { ids }, schedule: true, ..Default::default() })
+    }
+
+    /// The admission limits a submission must meet (`admission.rs`): jobs per request, name
+    /// lengths, and how many jobs its users and queues would then have waiting.
+    fn admissible(&self, jobs: &[Job]) -> Result<(), ControlError> {
+        let limits = &self.admission;
+        if jobs.len() > limits.jobs_per_request {
+            return Err(ControlError::TooLarge {
+                limit: "jobs_per_request",
+                value: limits.jobs_per_request as u64,
+                message: format!("{} jobs in one submission", jobs.len()),
+            });
+        }
+        let (mut users, mut queues) = (BTreeMap::<&str, usize>::new(), BTreeMap::<&str, usize>::new());
+        for job in jobs {
+            limits.check_names(job)?;
+            *users.entry(job.control.user.as_deref().unwrap_or_default()).or_default() += 1;
+            *queues.entry(job.queue.as_str()).or_default() += 1;
+        }
+        for (user, n) in users {
+            let waiting = self.backlog.of_user(user);
+            if waiting + n > limits.pending_per_user {
+                return Err(ControlError::TooMany {
+                    limit: "pending_per_user",
+                    value: limits.pending_per_user as u64,
+                    message: format!("user {user:?} has {waiting} jobs waiting and submits {n} more"),
+                });
+            }
+        }
+        for (queue, n) in queues {
+            let waiting = self.backlog.of_queue(queue);
+            if waiting + n > limits.pending_per_queue {
+                return Err(ControlError::TooMany {
+                    limit: "pending_per_queue",
+                    value: limits.pending_per_queue as u64,
+                    message: format!("queue {queue:?} has {waiting} jobs waiting and {n} more are submitted"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Cancel a job: a waiting one ends now; a running one is stopped (its tasks are

@@ -11,6 +11,7 @@
 //! their recorded placement or marked `lost`, never started again.
 
 mod agents;
+mod backlog;
 pub mod command;
 mod jobs;
 pub mod open;
@@ -116,6 +117,9 @@ pub struct Controller {
     pub(crate) outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
     /// The fleet with nothing running: could a submitted job ever run here?
     pub(crate) empty: Engine,
+    /// Jobs waiting per user and queue, and the limits on them and on submissions.
+    pub(crate) backlog: backlog::Backlog,
+    pub(crate) admission: crate::admission::AdmissionLimits,
     /// What the command being applied changes, for the caller to commit.
     pending: Batch,
 }
@@ -198,7 +202,9 @@ impl Controller {
 
     /// Record `event`: applied to the jobs table now, committed with the command.
     pub(crate) fn record(&mut self, event: Event) -> Result<(), ControlError> {
-        let row = gantry_store::apply_event(self.jobs.get(&event.job_id()), &event)?;
+        let before = self.jobs.get(&event.job_id());
+        let row = gantry_store::apply_event(before, &event)?;
+        self.backlog.change(before, Some(&row));
         self.jobs.insert(row.id, row);
         self.pending.events.push(event);
         Ok(())

@@ -26,6 +26,9 @@ pub struct Setup {
     pub preempt: bool,
     pub agents: Agents,
     pub idle: crate::idle::IdlePolicy,
+    /// Admission limits (logs recorded before they existed replay with the defaults).
+    #[serde(default)]
+    pub admission: crate::admission::AdmissionLimits,
 }
 
 impl Setup {
@@ -41,6 +44,7 @@ impl Setup {
             preempt: scheduling.preempt,
             agents,
             idle,
+            admission: Default::default(),
         }
     }
 
@@ -170,6 +174,8 @@ impl Controller {
             running: BTreeMap::new(),
             links: BTreeMap::<String, AgentLink>::new(),
             outbox: BTreeMap::new(),
+            backlog: Default::default(),
+            admission: setup.admission.clone(),
             pending: Batch::default(),
         };
         if agents != Agents::Local {
@@ -189,6 +195,7 @@ impl Controller {
             }
         }
         c.recover(image.jobs, launched, now)?;
+        c.backlog = super::backlog::Backlog::of(c.jobs.values());
         let events = serde_json::to_string(&c.pending.events).map_err(|e| ControlError::Internal(e.to_string()))?;
         let opened = Opened {
             setup,

@@ -34,7 +34,7 @@ fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &m
             if n > 1 && rng.below(4) == 0 {
                 text += &format!("after = [\"j{}\"]\n", rng.below(n - 1) + 1);
             }
-            let jobs = gantry_spec::parse_submission(&text, Catalog::embedded()).expect("a valid workload");
+            let jobs = gantry_spec::parse_submission(&text, Catalog::embedded(), 10_000).expect("a valid workload");
             Command::Submit { who, jobs }
         }
         3 => Command::Cancel { who, job: 1 + rng.below(n.max(1)) },

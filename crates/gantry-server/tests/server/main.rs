@@ -10,6 +10,8 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod tenants;
+
 const FLEET: &str =
     "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
 
@@ -80,6 +82,7 @@ impl Server {
             measure_local_gpus: false,
             billing: Default::default(),
             idle: Default::default(),
+            admission: Default::default(),
             group_commit: true,
         };
         tweak(&mut config);
@@ -187,7 +190,7 @@ fn bad_requests_are_4xx_with_a_reason_and_change_nothing() {
             400,
             "job name used twice",
         ),
-        ("POST", "/v1/jobs", Some(format!("# {}\n", "x".repeat(2 << 20))), 413, ""),
+        ("POST", "/v1/jobs", Some(format!("# {}\n", "x".repeat(2 << 20))), 413, "the request body is too large"),
         ("GET", "/v1/jobs/abc", None, 400, "\"abc\" is not a job id"),
         ("GET", "/v1/jobs/99", None, 404, "no job 99"),
         ("DELETE", "/v1/jobs/99", None, 404, "no job 99"),
