@@ -159,6 +159,8 @@ pub fn check_node_name(node: &str) -> Result<(), AgentError> {
 /// The agent's state between heartbeats.
 struct Agent {
     config: AgentConfig,
+    /// This agent's lasting identity (`instance_id`).
+    instance: String,
     runner: Runner,
     tasks: BTreeMap<TaskKey, Tracked>,
     /// Runs ordered to stop (job, attempt), so each order is carried out once.
@@ -248,7 +250,12 @@ impl Agent {
                 stopping: t.stopping && t.state == TaskState::Running,
             })
             .collect();
-        Heartbeat { tasks, samples: self.samples(), wait_ms: self.config.wait.as_millis() as u64 }
+        Heartbeat {
+            tasks,
+            samples: self.samples(),
+            wait_ms: self.config.wait.as_millis() as u64,
+            instance: self.instance.clone(),
+        }
     }
 
     /// NVML's numbers where there is a driver; else a busy GPU (a running task holds it)
@@ -429,12 +436,13 @@ fn error_text(body: &str) -> String {
 
 /// Register with the controller: `Err` for an answer that will not change by retrying
 /// (wrong token, unknown node, GPUs that do not match the fleet file).
-async fn register(config: &AgentConfig) -> Result<Option<Registered>, AgentError> {
+async fn register(config: &AgentConfig, instance: &str) -> Result<Option<Registered>, AgentError> {
     let reg = Register {
         node: config.node.clone(),
         gpus: config.gpus.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         protocol: gantry_wire::PROTOCOL_VERSION,
+        instance: instance.to_string(),
     };
     let body = serde_json::to_string(&reg).map_err(|e| AgentError::Protocol(e.to_string()))?;
     match call(config, "/v1/agents/register".into(), body).await {
@@ -450,6 +458,12 @@ async fn register(config: &AgentConfig) -> Result<Option<Registered>, AgentError
             }
             Ok(Some(registered))
         }
+        Ok((409, text)) => {
+            // Another agent holds the node (or the controller runs its own): it may go away.
+            tracing::warn!(error = %error_text(&text), "registration refused for now; trying again");
+            tokio::time::sleep(config.retry).await;
+            Ok(None)
+        }
         Ok((status, text)) if (400..500).contains(&status) => {
             Err(AgentError::Refused { status, message: error_text(&text) })
         }
@@ -464,6 +478,35 @@ async fn register(config: &AgentConfig) -> Result<Option<Registered>, AgentError
     }
 }
 
+/// The agent's lasting identity: 128 random bits kept in `agent.id` (0600) in its data
+/// directory, made on first start. A restarted agent (same directory) is the same agent to
+/// the controller; another process for the same node is not.
+fn instance_id(data_dir: &std::path::Path) -> Result<String, AgentError> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data_dir.join("agent.id");
+    if let Ok(id) = std::fs::read_to_string(&path) {
+        let id = id.trim();
+        if id.len() == 32 && id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(id.to_string());
+        }
+    }
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| AgentError::Io(format!("cannot read /dev/urandom: {e}")))?;
+    let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let _ = std::fs::remove_file(&path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{id}"))
+        .map_err(|e| AgentError::Io(format!("{}: {e}", path.display())))?;
+    Ok(id)
+}
+
 /// Run the agent until `shutdown` fires (its tasks keep running: the next start re-adopts
 /// them) or the controller refuses it for good.
 pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), AgentError> {
@@ -476,7 +519,9 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
     config.data_dir = std::fs::canonicalize(&config.data_dir)
         .map_err(|e| AgentError::Config(format!("data directory {}: {e}", config.data_dir.display())))?;
     let (exits_tx, mut exits) = mpsc::channel::<Exit>(1024);
+    let instance = instance_id(&config.data_dir)?;
     let mut agent = Agent {
+        instance: instance.clone(),
         runner: match config.simulate {
             Some(duration) => Runner::simulated(config.data_dir.clone(), exits_tx, duration),
             None => Runner::new(config.data_dir.clone(), exits_tx),
@@ -494,7 +539,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
         if !registered {
             tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                answer = register(&config) => match answer? {
+                answer = register(&config, &instance) => match answer? {
                     Some(r) => {
                         tracing::info!(node = %r.node, heartbeat_timeout_s = r.heartbeat_timeout_s, tasks = agent.tasks.len(), "registered");
                         registered = true;

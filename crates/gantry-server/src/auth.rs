@@ -17,11 +17,14 @@ pub struct Principal {
     pub name: String,
     pub role: Role,
     pub queues: Vec<String>,
+    /// An agent token's node (`TokenRecord::node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 impl From<TokenRecord> for Principal {
     fn from(t: TokenRecord) -> Self {
-        Principal { name: t.name, role: t.role, queues: t.queues }
+        Principal { name: t.name, role: t.role, queues: t.queues, node: t.node }
     }
 }
 
@@ -67,6 +70,24 @@ impl Principal {
         }
     }
 
+    /// May it act as `node`'s agent (register, heartbeat)? An admin may; an agent token only
+    /// for the node it was created for.
+    pub fn serves(&self, node: &str) -> Result<(), ControlError> {
+        self.agent_only("an agent's registration and heartbeat")?;
+        match (&self.role, &self.node) {
+            (Role::Admin, _) => Ok(()),
+            (_, Some(own)) if own == node => Ok(()),
+            (_, Some(own)) => Err(ControlError::Forbidden(format!(
+                "token {:?} is node {own:?}'s agent token; it cannot act for node {node:?}",
+                self.name
+            ))),
+            (_, None) => Err(ControlError::Forbidden(format!(
+                "token {:?} is not bound to a node; create one per node: gantry token create NAME --role agent --node {node}",
+                self.name
+            ))),
+        }
+    }
+
     pub fn admin_only(&self, what: &str) -> Result<(), ControlError> {
         if self.role == Role::Admin {
             Ok(())
@@ -99,7 +120,7 @@ impl Principal {
 
     /// The controller itself acting (the first admin token at the first start).
     pub fn controller() -> Principal {
-        Principal { name: "controller".into(), role: Role::Admin, queues: Vec::new() }
+        Principal { name: "controller".into(), role: Role::Admin, queues: Vec::new(), node: None }
     }
 }
 
@@ -146,6 +167,16 @@ impl Tokens {
         }
         if record.role != Role::Member && !record.queues.is_empty() {
             return Err(ControlError::Invalid("queues apply to member tokens only".into()));
+        }
+        match (record.role, &record.node) {
+            (Role::Agent, None) => {
+                return Err(ControlError::Invalid(
+                    "an agent token is for one node: give its node (gantry token create NAME --role agent --node NODE)"
+                        .into(),
+                ));
+            }
+            (Role::Agent, Some(_)) | (_, None) => {}
+            (_, Some(_)) => return Err(ControlError::Invalid("a node applies to agent tokens only".into())),
         }
         if self.by_name.contains_key(&record.name) {
             return Err(ControlError::TokenExists(record.name));
@@ -244,12 +275,19 @@ mod tests {
 
     #[test]
     fn roles_limit_what_a_token_does() {
-        let member = Principal { name: "alice".into(), role: Role::Member, queues: vec!["research".into()] };
+        let member =
+            Principal { name: "alice".into(), role: Role::Member, queues: vec!["research".into()], node: None };
         assert!(member.sees("research") && !member.sees("prod"));
         assert!(member.acts_on("research").is_ok());
         let err = member.acts_on("prod").expect_err("not its queue").to_string();
         assert_eq!(err, "token \"alice\" is a member of research, not of queue \"prod\"");
-        let reader = Principal { name: "ro".into(), role: Role::ReadOnly, queues: Vec::new() };
+        let reader = Principal { name: "ro".into(), role: Role::ReadOnly, queues: Vec::new(), node: None };
+        let rack = Principal { name: "rack".into(), role: Role::Agent, queues: Vec::new(), node: Some("n1".into()) };
+        assert!(rack.serves("n1").is_ok());
+        assert!(rack.serves("n2").expect_err("another node").to_string().contains("node \"n1\"'s agent token"));
+        let legacy = Principal { node: None, ..rack.clone() };
+        assert!(legacy.serves("n1").expect_err("unbound").to_string().contains("--node n1"));
+        assert!(member.serves("n1").is_err() && Principal::controller().serves("n1").is_ok());
         assert!(reader.sees("prod") && reader.acts_on("prod").is_err() && reader.admin_only("tokens").is_err());
     }
 
@@ -261,6 +299,7 @@ mod tests {
             queues: if role == Role::Member { vec!["q".into()] } else { Vec::new() },
             hash: hash(secret),
             created_at_s: 1,
+            node: (role == Role::Agent).then(|| "n1".to_string()),
         };
         let mut tokens = Tokens::new(vec![record("admin", "s0", Role::Admin)]);
         assert_eq!(tokens.authenticate("s0").expect("known").role, Role::Admin);
@@ -270,12 +309,16 @@ mod tests {
         assert!(tokens.add(record("bad name", "s3", Role::Admin)).is_err());
         assert!(tokens.add(TokenRecord { queues: Vec::new(), ..record("m", "s4", Role::Member) }).is_err());
         assert!(tokens.add(TokenRecord { hash: "short".into(), ..record("h", "s5", Role::Admin) }).is_err());
+        assert!(tokens.add(TokenRecord { node: None, ..record("a", "s6", Role::Agent) }).is_err(), "agent: one node");
+        assert!(tokens.add(TokenRecord { node: Some("n1".into()), ..record("x", "s7", Role::Admin) }).is_err());
+        tokens.add(record("rack", "s8", Role::Agent)).expect("an agent token for n1");
+        assert_eq!(tokens.authenticate("s8").expect("known").node.as_deref(), Some("n1"));
         tokens.revoke("alice").expect("revokes");
         assert!(matches!(tokens.authenticate("s1"), Err(ControlError::Unauthenticated(_))));
         assert!(matches!(tokens.revoke("alice"), Err(ControlError::UnknownToken(_))));
         assert_eq!(
             tokens.list().iter().map(|t| (t.name.as_str(), t.hash.as_str())).collect::<Vec<_>>(),
-            [("admin", "")]
+            [("admin", ""), ("rack", "")]
         );
     }
 }

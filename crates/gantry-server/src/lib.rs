@@ -258,6 +258,7 @@ fn open_controller(config: &ServeConfig) -> Result<(Controller, SqliteStore, Opt
             role: gantry_store::Role::Admin,
             queues: Vec::new(),
             hash: auth::hash(&new),
+            node: None,
         };
         batches.push(controller.apply(now, command)?.commit);
         secret = Some(new);

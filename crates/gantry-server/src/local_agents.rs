@@ -73,10 +73,16 @@ impl Agents {
 /// Start one agent per node of `fleet`. `simulate`: tasks last this long instead of running;
 /// `measure`: the GPUs are this machine's, sampled with NVML.
 pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure: bool) -> Agents {
-    let who = Principal { name: "local-agent".into(), role: Role::Agent, queues: Vec::new() };
-    let link: Arc<dyn Link> = Arc::new(InProcess { shared: shared.clone(), who });
     let mut agents = Agents::default();
     for node in &fleet.nodes {
+        // Each in-process agent holds its node's credential, as a remote one does.
+        let who = Principal {
+            name: format!("local-agent-{}", node.name),
+            role: Role::Agent,
+            queues: Vec::new(),
+            node: Some(node.name.clone()),
+        };
+        let link: Arc<dyn Link> = Arc::new(InProcess { shared: shared.clone(), who });
         let gpus = node
             .gpus
             .iter()

@@ -131,8 +131,14 @@ pub fn state_is_derived_from_the_log<S: Store>(mut make: impl FnMut() -> S) {
 /// together; the command log keeps order and times.
 pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
     let mut store = make();
-    let token =
-        TokenRecord { name: "ops".into(), role: Role::Admin, queues: Vec::new(), hash: "h1".into(), created_at_s: 1 };
+    let token = TokenRecord {
+        name: "ops".into(),
+        role: Role::Admin,
+        queues: Vec::new(),
+        hash: "h1".into(),
+        created_at_s: 1,
+        node: None,
+    };
     let usage = UsageRow {
         hour_s: 3600,
         job: 1,
@@ -206,8 +212,12 @@ pub fn tokens<S: Store>(mut make: impl FnMut() -> S) {
         queues: if role == Role::Member { vec!["research".into()] } else { Vec::new() },
         hash: hash.into(),
         created_at_s: 7,
+        node: (role == Role::Agent).then(|| "n1".to_string()),
     };
     store.put_token(&token("root", "aa", Role::Admin)).expect("adds");
+    store.put_token(&token("rack", "dd", Role::Agent)).expect("adds");
+    assert_eq!(store.token_by_hash("dd").expect("reads").and_then(|t| t.node).as_deref(), Some("n1"), "its node kept");
+    assert!(store.revoke_token("rack").expect("revokes"));
     store.put_token(&token("alice", "bb", Role::Member)).expect("adds");
     let err = store.put_token(&token("alice", "cc", Role::ReadOnly)).expect_err("same name");
     assert!(matches!(err, StoreError::TokenExists(_)), "{err}");

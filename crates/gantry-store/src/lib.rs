@@ -85,6 +85,10 @@ pub struct TokenRecord {
     /// Hex SHA-256 of the secret.
     pub hash: String,
     pub created_at_s: u64,
+    /// The one node an agent token may register and heartbeat as (`None`: any, for admin,
+    /// member and read-only tokens; an agent token from before node binding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// The accounting ledger's unit: one job's use of one GPU model within one hour. Integer

@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     role         TEXT    NOT NULL,
     queues       TEXT    NOT NULL,
     hash         TEXT    NOT NULL UNIQUE,
-    created_at_s INTEGER NOT NULL
+    created_at_s INTEGER NOT NULL,
+    node         TEXT
 );
 CREATE TABLE IF NOT EXISTS drained (
     node TEXT PRIMARY KEY
@@ -67,9 +68,9 @@ CREATE TABLE IF NOT EXISTS commands (
 ";
 
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
-/// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log); an older store gets the
-/// new tables when opened.
-const SCHEMA_VERSION: i64 = 7;
+/// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log), 8 `tokens.node` (agent
+/// tokens bound to one node); an older store gets the new tables and columns when opened.
+const SCHEMA_VERSION: i64 = 8;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -114,6 +115,11 @@ impl SqliteStore {
             )));
         }
         conn.execute_batch(SCHEMA)?;
+        let has_node: i64 =
+            conn.query_row("SELECT COUNT(*) FROM pragma_table_info('tokens') WHERE name = 'node'", [], |r| r.get(0))?;
+        if has_node == 0 {
+            conn.execute_batch("ALTER TABLE tokens ADD COLUMN node TEXT")?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(SqliteStore { conn })
     }
@@ -281,14 +287,16 @@ impl Store for SqliteStore {
     }
 
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError> {
-        let mut stmt =
-            self.conn.prepare_cached("SELECT name, role, queues, hash, created_at_s FROM tokens WHERE hash = ?1")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name, role, queues, hash, created_at_s, node FROM tokens WHERE hash = ?1")?;
         stmt.query_row(params![hash], token_row).optional()?.map(decode_token).transpose()
     }
 
     fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
-        let mut stmt =
-            self.conn.prepare_cached("SELECT name, role, queues, hash, created_at_s FROM tokens ORDER BY name")?;
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT name, role, queues, hash, created_at_s, node FROM tokens ORDER BY name")?;
         let rows = stmt.query_map([], token_row)?;
         rows.map(|r| decode_token(r?)).collect()
     }
@@ -381,18 +389,18 @@ impl Store for SqliteStore {
     }
 }
 
-type RawToken = (String, String, String, String, i64);
+type RawToken = (String, String, String, String, i64, Option<String>);
 
 fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
 }
 
-fn decode_token((name, role, queues, hash, created): RawToken) -> Result<TokenRecord, StoreError> {
+fn decode_token((name, role, queues, hash, created, node): RawToken) -> Result<TokenRecord, StoreError> {
     let role: Role = serde_json::from_value(serde_json::Value::String(role.clone()))
         .map_err(|_| StoreError::Corrupt(format!("token {name:?}: unknown role {role:?}")))?;
     let queues: Vec<String> =
         serde_json::from_str(&queues).map_err(|e| StoreError::Corrupt(format!("token {name:?}: queues: {e}")))?;
-    Ok(TokenRecord { name, role, queues, hash, created_at_s: uint(created)? })
+    Ok(TokenRecord { name, role, queues, hash, created_at_s: uint(created)?, node })
 }
 
 /// Append `events` to the log and apply each to the `jobs` table; the last one's sequence
@@ -414,8 +422,8 @@ fn put_token(conn: &Connection, token: &TokenRecord) -> Result<(), StoreError> {
     let role = serde_json::to_value(token.role).map_err(|e| StoreError::Backend(e.to_string()))?;
     let queues = serde_json::to_string(&token.queues).map_err(|e| StoreError::Backend(e.to_string()))?;
     let inserted = conn.execute(
-        "INSERT OR IGNORE INTO tokens (name, role, queues, hash, created_at_s) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![token.name, role.as_str(), queues, token.hash, int(token.created_at_s)?],
+        "INSERT OR IGNORE INTO tokens (name, role, queues, hash, created_at_s, node) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        params![token.name, role.as_str(), queues, token.hash, int(token.created_at_s)?, token.node],
     )?;
     if inserted == 0 {
         return Err(StoreError::TokenExists(token.name.clone()));

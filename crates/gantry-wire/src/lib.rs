@@ -82,6 +82,10 @@ pub struct Register {
     /// The protocol version the agent speaks ([`PROTOCOL_VERSION`]; 1 when absent).
     #[serde(default = "protocol_one")]
     pub protocol: u32,
+    /// The agent process's lasting identity: random, kept in its data directory, so a
+    /// restarted agent is known again and a second agent for a live node is not.
+    #[serde(default)]
+    pub instance: String,
 }
 
 /// A GPU as the agent found it (NVML or its inventory file).
@@ -217,6 +221,9 @@ pub struct Heartbeat {
     /// a launch reaches the agent at once rather than at the next heartbeat). At most 10 000.
     #[serde(default)]
     pub wait_ms: u64,
+    /// The registered agent's `instance`: another process's heartbeats are refused.
+    #[serde(default)]
+    pub instance: String,
 }
 
 /// Stop a job's tasks of run `attempt` on this node: SIGTERM, SIGKILL after `grace_s`.

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub const EXAMPLES: &str = "Examples:
-  # on each GPU machine, with a token from `gantry token create NAME --role agent`
-  gantry agent --server http://controller:8177 --token $AGENT_TOKEN
+  # on the controller host: one agent token per node, its secret into a file for that node
+  gantry token create gpu01-agent --role agent --node gpu01 > gpu01.token
+  # on node gpu01 (the secret from a file or $GANTRY_TOKEN, never on the command line)
+  gantry agent --server http://controller:8177 --token-file /etc/gantry/agent.token
   # a machine without a driver (or a test): its GPUs from a fleet file's node
   gantry agent --server http://127.0.0.1:8177 --inventory fleet.toml --node n2 --data /tmp/agent-n2";
 
@@ -19,8 +21,12 @@ pub struct AgentArgs {
     /// The controller (default: $GANTRY_SERVER, else http://127.0.0.1:8177).
     #[arg(long, value_name = "URL")]
     server: Option<String>,
-    /// An agent (or admin) token (default: $GANTRY_TOKEN).
-    #[arg(long, value_name = "TOKEN")]
+    /// A file holding this node's agent token (else $GANTRY_TOKEN). Keep it 0600.
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Refused: a secret on the command line is readable by every user of the machine (ps,
+    /// /proc). Use --token-file or $GANTRY_TOKEN.
+    #[arg(long, value_name = "TOKEN", hide = true)]
     token: Option<String>,
     /// The node this agent serves, as the controller's fleet file names it. Default: the
     /// inventory file's only node, else this machine's host name.
@@ -81,14 +87,31 @@ fn inventory(args: &AgentArgs) -> anyhow::Result<(String, Vec<AgentGpu>)> {
     Ok((node.name, gpus))
 }
 
+/// The agent's secret: from `--token-file`, else `$GANTRY_TOKEN`; never from argv.
+fn agent_secret(args: &AgentArgs) -> anyhow::Result<String> {
+    if args.token.is_some() {
+        bail!(
+            "the agent takes its token from --token-file FILE or $GANTRY_TOKEN, not from --token: \
+             a command line is readable by every user of the machine"
+        );
+    }
+    let secret = match &args.token_file {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
+        None => std::env::var("GANTRY_TOKEN").context(
+            "no token: pass --token-file FILE or set $GANTRY_TOKEN (gantry token create NAME --role agent --node NODE)",
+        )?,
+    };
+    let secret = secret.trim().to_string();
+    if secret.is_empty() {
+        bail!("the agent token is empty");
+    }
+    Ok(secret)
+}
+
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let (node, gpus) = inventory(&args)?;
     gantry_agent::node::check_node_name(&node).map_err(|e| anyhow::anyhow!(e))?;
-    let token = args
-        .token
-        .clone()
-        .or_else(|| std::env::var("GANTRY_TOKEN").ok())
-        .context("no token: pass --token or set $GANTRY_TOKEN (gantry token create NAME --role agent)")?;
+    let token = agent_secret(&args)?;
     let server = args
         .server
         .clone()

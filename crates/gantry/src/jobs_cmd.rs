@@ -452,6 +452,9 @@ enum TokenAction {
         /// Queues a member may use, comma-separated.
         #[arg(long, value_delimiter = ',')]
         queue: Vec<String>,
+        /// The one node an agent token may register and heartbeat as (required for agents).
+        #[arg(long)]
+        node: Option<String>,
     },
     /// List tokens (names, roles, queues; never secrets).
     List,
@@ -461,8 +464,8 @@ enum TokenAction {
 
 pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     match args.action {
-        TokenAction::Create { name, role, queue } => {
-            let body = serde_json::json!({ "name": name, "role": role, "queues": queue }).to_string();
+        TokenAction::Create { name, role, queue, node } => {
+            let body = serde_json::json!({ "name": name, "role": role, "queues": queue, "node": node }).to_string();
             let reply = args.server.call("POST", "/v1/tokens", Some(&body))?;
             if args.server.json {
                 println!("{reply}");

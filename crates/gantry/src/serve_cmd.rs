@@ -18,7 +18,7 @@ pub const EXAMPLES: &str = "Examples:
   gantry why 3
   # controller only: each node of the fleet file runs `gantry agent`
   gantry serve --fleet fleet.toml --listen 0.0.0.0:8177
-  gantry token create rack1 --role agent   # the agents' token";
+  gantry token create gpu01-agent --role agent --node gpu01   # one agent token per node";
 
 /// Where the controller listens by default (the CLI's default server too).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8177";
@@ -342,7 +342,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         );
         if !local {
             eprintln!(
-                "  remote agents: each node runs `gantry agent --server http://{} --token AGENT_TOKEN` (gantry token create NAME --role agent)",
+                "  remote agents: each node runs `gantry agent --server http://{} --token-file FILE` (gantry token create NAME --role agent --node NODE)",
                 running.addr
             );
         }

@@ -122,6 +122,9 @@ pub struct NewToken {
     pub role: Role,
     #[serde(default)]
     pub queues: Vec<String>,
+    /// For an agent token: the one node it may act for.
+    #[serde(default)]
+    pub node: Option<String>,
 }
 
 /// The one time a secret is shown.
@@ -369,7 +372,14 @@ async fn create_token(
     let secret = crate::auth::new_secret().map_err(|e| ApiError(ControlError::Internal(e.to_string())))?;
     let hash = crate::auth::hash(&secret);
     shared
-        .execute(Command::CreateToken { who, name: new.name.clone(), role: new.role, queues: new.queues, hash })
+        .execute(Command::CreateToken {
+            who,
+            name: new.name.clone(),
+            role: new.role,
+            queues: new.queues,
+            hash,
+            node: new.node,
+        })
         .await?;
     Ok((StatusCode::CREATED, Json(TokenSecret { name: new.name, secret })))
 }

@@ -19,7 +19,7 @@ impl Controller {
         reg: &Register,
         now: u64,
     ) -> Result<Effects, ControlError> {
-        who.agent_only("registering an agent")?;
+        who.serves(&reg.node)?;
         let Agents::Remote { heartbeat_timeout_s } = self.agents else {
             return Err(ControlError::Conflict(
                 "this controller runs tasks itself (Agents::Local); agents need a controller that waits for them"
@@ -34,6 +34,7 @@ impl Controller {
                 wire::PROTOCOL_VERSION
             )));
         }
+        self.check_not_taken(who, reg, now, heartbeat_timeout_s)?;
         let (node_idx, found) = self.check_inventory(reg)?;
         let adopt = self.layouts_to_adopt(reg, node_idx, &found)?;
         if !adopt.is_empty() {
@@ -52,11 +53,29 @@ impl Controller {
             self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
         }
         let version = reg.version.chars().take(64).collect();
-        let back = self.links.insert(reg.node.clone(), AgentLink { last_seen_s: now, version, samples: Vec::new() });
+        let link = AgentLink { last_seen_s: now, instance: reg.instance.clone(), version, samples: Vec::new() };
+        let back = self.links.insert(reg.node.clone(), link);
         self.scheduler.set_ready(&reg.node, true)?;
         tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
         let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s, protocol: wire::PROTOCOL_VERSION };
         Ok(Effects { reply: Reply::Registered(registered), schedule: true, ..Default::default() })
+    }
+
+    /// A node whose agent is alive (heard from within the timeout) takes no second agent: a
+    /// registration from another agent process (another `instance`) is refused until the
+    /// live one has been silent for the timeout, unless an admin's token registers it. The
+    /// same process registering again (it restarted, or the controller did) is welcome.
+    fn check_not_taken(&self, who: &Principal, reg: &Register, now: u64, timeout_s: u64) -> Result<(), ControlError> {
+        let Some(link) = self.links.get(&reg.node) else { return Ok(()) };
+        let silent_s = now.saturating_sub(link.last_seen_s);
+        if link.instance == reg.instance || silent_s >= timeout_s || who.role == gantry_store::Role::Admin {
+            return Ok(());
+        }
+        Err(ControlError::Conflict(format!(
+            "node {:?} has a live agent (another process, heard from {silent_s} s ago): a second one is refused \
+             until it has been silent for {timeout_s} s; stop the other agent first",
+            reg.node
+        )))
     }
 
     /// The node must be in the fleet with the same GPUs (indices and models) and usable UUIDs:
@@ -171,10 +190,10 @@ impl Controller {
         beat: &Heartbeat,
         now: u64,
     ) -> Result<Effects, ControlError> {
-        who.agent_only("heartbeats")?;
-        let Some(link) = self.links.get_mut(node) else {
+        who.serves(node)?;
+        let Some(link) = self.links.get_mut(node).filter(|l| l.instance == beat.instance) else {
             return Err(ControlError::Conflict(format!(
-                "no agent is registered for node {node:?} (since the controller started): register first"
+                "this agent is not the one registered for node {node:?} (since the controller started): register first"
             )));
         };
         link.last_seen_s = now;

@@ -42,6 +42,9 @@ pub enum Command {
         role: Role,
         queues: Vec<String>,
         hash: String,
+        /// An agent token's node (logs from before node binding have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        node: Option<String>,
     },
     RevokeToken {
         who: Principal,

@@ -84,6 +84,8 @@ pub(crate) struct Held {
 #[derive(Clone, Debug)]
 pub(crate) struct AgentLink {
     pub last_seen_s: u64,
+    /// The agent process's lasting identity (`Register::instance`): a restart keeps it.
+    pub instance: String,
     pub version: String,
     pub samples: Vec<GpuSample>,
 }
@@ -170,14 +172,18 @@ impl Controller {
             Command::Cancel { who, job } => self.cancel(who, *job, now),
             Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
-            Command::CreateToken { who, name, role, queues, hash } => {
+            Command::CreateToken { who, name, role, queues, hash, node } => {
                 who.admin_only("creating tokens")?;
+                if let Some(node) = node.as_deref().filter(|n| !self.knows_node(n)) {
+                    return Err(ControlError::UnknownNode(format!("node {node:?} is not in the controller's fleet")));
+                }
                 let record = gantry_store::TokenRecord {
                     name: name.clone(),
                     role: *role,
                     queues: queues.clone(),
                     hash: hash.clone(),
                     created_at_s: now,
+                    node: node.clone(),
                 };
                 let record = self.tokens.add(record)?;
                 self.pending.tokens_added.push(record);

@@ -115,7 +115,8 @@ impl Server {
 
     /// A new agent token's secret.
     fn agent_token(&self) -> String {
-        let (status, agent) = self.call("POST", "/v1/tokens", Some(r#"{"name": "rack1", "role": "agent"}"#));
+        let (status, agent) =
+            self.call("POST", "/v1/tokens", Some(r#"{"name": "rack1", "role": "agent", "node": "n1"}"#));
         assert_eq!(status, 201, "{agent}");
         agent["secret"].as_str().expect("secret").to_string()
     }
@@ -499,6 +500,13 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
         ),
         (
             Some(&agent),
+            "/v1/agents/register",
+            good.replace("n1", "n9"),
+            403,
+            "is node \"n1\"'s agent token; it cannot act for node \"n9\"",
+        ),
+        (
+            Some(&server.token),
             "/v1/agents/register",
             good.replace("n1", "n9"),
             404,

@@ -148,3 +148,40 @@ fn the_data_directory_the_store_the_token_and_task_logs_are_private() {
     }
     server.stop();
 }
+
+/// Agent tokens are bound to one node; a live node's agent cannot be displaced by another
+/// process holding the same token, while the same agent restarting is welcome.
+#[test]
+fn an_agent_token_acts_for_its_node_only_and_a_live_agent_is_not_displaced() {
+    let server = Server::remote("node-bound");
+    let create = |body: &str| server.call("POST", "/v1/tokens", Some(body));
+    let (status, reply) = create(r#"{"name": "rack", "role": "agent"}"#);
+    assert!(status == 400 && reply["error"].as_str().expect("error").contains("for one node"), "{reply}");
+    let (status, reply) = create(r#"{"name": "rack", "role": "agent", "node": "n9"}"#);
+    assert!(status == 404 && reply["error"].as_str().expect("error").contains("\"n9\""), "{reply}");
+    let (status, reply) = create(r#"{"name": "ops", "role": "read-only", "node": "n1"}"#);
+    assert!(status == 400 && reply["error"].as_str().expect("error").contains("agent tokens only"), "{reply}");
+    let agent = server.agent_token();
+    let register = |token: &str, instance: &str| {
+        let body = format!(
+            r#"{{"node": "n1", "instance": "{instance}", "gpus": [{{"index": 0, "uuid": "GPU-real-0", "model": "A100-SXM4-80GB"}}, {{"index": 1, "uuid": "GPU-real-1", "model": "A100-SXM4-80GB"}}]}}"#
+        );
+        server.call_as(Some(token), "POST", "/v1/agents/register", Some(&body))
+    };
+    let beat = |token: &str, instance: &str| {
+        let body = format!(r#"{{"tasks": [], "instance": "{instance}"}}"#);
+        server.call_as(Some(token), "POST", "/v1/agents/n1/heartbeat", Some(&body))
+    };
+    assert_eq!(register(&agent, "first").0, 200);
+    assert_eq!(beat(&agent, "first").0, 200);
+    // Another process with the same token: neither its registration nor its heartbeats.
+    let (status, reply) = register(&agent, "impostor");
+    assert!(status == 409 && reply["error"].as_str().expect("error").contains("has a live agent"), "{reply}");
+    let (status, reply) = beat(&agent, "impostor");
+    assert!(status == 409 && reply["error"].as_str().expect("error").contains("register first"), "{reply}");
+    // The same agent again (it restarted): welcome; an admin may take the node over.
+    assert_eq!(register(&agent, "first").0, 200);
+    assert_eq!(register(&server.token, "replacement").0, 200, "an admin says so");
+    assert_eq!(beat(&agent, "first").0, 409, "the replaced agent is refused from now on");
+    server.stop();
+}

@@ -66,3 +66,35 @@ fn appends_survive_reopening_and_a_newer_schema_is_refused() {
     let err = SqliteStore::open(std::path::Path::new("/nonexistent-dir/x/gantry.db")).expect_err("bad path");
     assert!(err.to_string().contains("cannot open /nonexistent-dir/x/gantry.db"), "{err}");
 }
+
+/// A store from schema 7 (tokens without a node) opens, gains the column, and keeps its
+/// tokens, now unbound.
+#[test]
+fn a_schema_7_store_gains_node_bound_tokens() {
+    let path = temp_db("schema7");
+    {
+        let conn = rusqlite::Connection::open(&path).expect("opens");
+        conn.execute_batch(
+            "CREATE TABLE tokens (name TEXT PRIMARY KEY, role TEXT NOT NULL, queues TEXT NOT NULL,
+             hash TEXT NOT NULL UNIQUE, created_at_s INTEGER NOT NULL);
+             INSERT INTO tokens VALUES ('rack', 'agent', '[]', 'h1', 3);
+             PRAGMA user_version = 7;",
+        )
+        .expect("an old store");
+    }
+    let mut store = SqliteStore::open(&path).expect("migrates");
+    let old = store.token_by_hash("h1").expect("reads").expect("kept");
+    assert_eq!((old.name.as_str(), old.node), ("rack", None));
+    let bound = gantry_store::TokenRecord {
+        name: "rack-n1".into(),
+        role: gantry_store::Role::Agent,
+        queues: Vec::new(),
+        hash: "h2".into(),
+        created_at_s: 4,
+        node: Some("n1".into()),
+    };
+    store.put_token(&bound).expect("adds");
+    drop(store);
+    let store = SqliteStore::open(&path).expect("reopens");
+    assert_eq!(store.token_by_hash("h2").expect("reads"), Some(bound));
+}

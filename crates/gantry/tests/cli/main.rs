@@ -932,11 +932,19 @@ fn remote_agents_killed_and_restarted_repeat_nothing() {
     let controller_args = ["serve", "--fleet", &path(&fleet), "--data", &path(&data), "--listen", &listen];
     let (mut controller, url) = spawn(&controller_args);
     let admin = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
-    let out = gantry(&["token", "create", "rack", "--role", "agent", "--server", &url, "--token", &admin]);
-    let agent_token = stdout(&out).lines().next().expect("the secret").trim().to_string();
+    // One token per node, each in a file the agent reads (never on its command line).
+    for node in ["n1", "n2"] {
+        let name = format!("rack-{node}");
+        let out =
+            gantry(&["token", "create", &name, "--role", "agent", "--node", node, "--server", &url, "--token", &admin]);
+        let secret = stdout(&out).lines().next().expect("the secret").trim().to_string();
+        std::fs::write(dir.join(format!("{node}.token")), secret).expect("token file");
+    }
     let agent = |node: &str| -> ServeGuard {
         let agent_data = path(&dir.join(format!("agent-{node}")));
-        let args = ["agent", "--server", &url, "--token", &agent_token, "--inventory", &path(&fleet), "--node", node];
+        let token_file = path(&dir.join(format!("{node}.token")));
+        let args =
+            ["agent", "--server", &url, "--token-file", &token_file, "--inventory", &path(&fleet), "--node", node];
         spawn(&[&args[..], &["--data", &agent_data]].concat()).0
     };
     let mut agents = [agent("n1"), agent("n2")];
@@ -1361,4 +1369,26 @@ fn plan_from_a_trace_counts_each_shape_by_its_concurrency() {
         let bad = gantry(args);
         assert!(!bad.status.success() && stderr(&bad).contains(says), "{args:?}: {}", stderr(&bad));
     }
+}
+
+/// An agent's secret never travels on its command line (other users read argv): `--token` is
+/// refused with the way to give it, and an empty or missing token file says so.
+#[test]
+fn an_agent_refuses_a_secret_on_its_command_line() {
+    let dir = temp_dir("agent-secret");
+    let fleet = write_fixture(
+        &dir,
+        "fleet.toml",
+        "[[node]]\nname = \"n1\"\ncpu = 8\nmemory = \"32GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 1\n",
+    );
+    let base = ["agent", "--server", "http://127.0.0.1:9", "--inventory", &fleet];
+    let out = gantry(&[&base[..], &["--token", "gty_secret"]].concat());
+    assert!(!out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--token-file FILE or $GANTRY_TOKEN, not from --token"), "{}", stderr(&out));
+    let empty = write_fixture(&dir, "empty.token", "\n");
+    let out = gantry(&[&base[..], &["--token-file", &empty]].concat());
+    assert!(stderr(&out).contains("the agent token is empty"), "{}", stderr(&out));
+    let missing = dir.join("missing.token");
+    let out = gantry(&[&base[..], &["--token-file", missing.to_str().expect("utf-8")]].concat());
+    assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
 }
