@@ -189,26 +189,9 @@ impl Controller {
             *users.entry(job.control.user.as_deref().unwrap_or_default()).or_default() += 1;
             *queues.entry(job.queue.as_str()).or_default() += 1;
         }
-        for (user, n) in users {
-            let waiting = self.backlog.of_user(user);
-            if waiting + n > limits.pending_per_user {
-                return Err(ControlError::TooMany {
-                    limit: "pending_per_user",
-                    value: limits.pending_per_user as u64,
-                    message: format!("user {user:?} has {waiting} jobs waiting and submits {n} more"),
-                });
-            }
-        }
-        for (queue, n) in queues {
-            let waiting = self.backlog.of_queue(queue);
-            if waiting + n > limits.pending_per_queue {
-                return Err(ControlError::TooMany {
-                    limit: "pending_per_queue",
-                    value: limits.pending_per_queue as u64,
-                    message: format!("queue {queue:?} has {waiting} jobs waiting and {n} more are submitted"),
-                });
-            }
-        }
+        let backlog = &self.backlog;
+        within("pending_per_user", "user", limits.pending_per_user, users, |k| backlog.of_user(k))?;
+        within("pending_per_queue", "queue", limits.pending_per_queue, queues, |k| backlog.of_queue(k))?;
         Ok(())
     }
 
@@ -268,4 +251,25 @@ impl Controller {
         }
         Ok(Effects { reply: Reply::Held { changed: true }, schedule: !held, ..Default::default() })
     }
+}
+
+/// Would `adding` jobs per key keep every key's waiting jobs within `max`?
+fn within(
+    limit: &'static str,
+    what: &str,
+    max: usize,
+    adding: BTreeMap<&str, usize>,
+    waiting_of: impl Fn(&str) -> usize,
+) -> Result<(), ControlError> {
+    for (key, n) in adding {
+        let waiting = waiting_of(key);
+        if waiting + n > max {
+            return Err(ControlError::TooMany {
+                limit,
+                value: max as u64,
+                message: format!("{what} {key:?} has {waiting} jobs waiting and {n} more are submitted"),
+            });
+        }
+    }
+    Ok(())
 }
