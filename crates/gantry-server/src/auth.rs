@@ -222,7 +222,9 @@ pub fn bearer(header: Option<&str>) -> Result<&str, ControlError> {
             "missing token: send `Authorization: Bearer <token>` (gantry --token, $GANTRY_TOKEN)".into(),
         )
     })?;
-    value.strip_prefix("Bearer ").map(str::trim).filter(|t| !t.is_empty()).ok_or_else(|| {
+    // The scheme is case-insensitive (RFC 9110 §11.1): `bearer x` is as good as `Bearer x`.
+    let secret = value.split_once(' ').filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer")).map(|(_, t)| t);
+    secret.map(str::trim).filter(|t| !t.is_empty()).ok_or_else(|| {
         ControlError::Unauthenticated("malformed Authorization header: expected `Bearer <token>`".into())
     })
 }
@@ -268,6 +270,8 @@ mod tests {
     #[test]
     fn bearer_headers_are_checked() {
         assert_eq!(bearer(Some("Bearer gty_1")).expect("valid"), "gty_1");
+        assert_eq!(bearer(Some("bearer gty_1")).expect("any case"), "gty_1");
+        assert_eq!(bearer(Some("BEARER  gty_1")).expect("any case"), "gty_1");
         for bad in [None, Some("Basic x"), Some("Bearer "), Some("gty_1")] {
             assert!(matches!(bearer(bad), Err(ControlError::Unauthenticated(_))), "{bad:?}");
         }

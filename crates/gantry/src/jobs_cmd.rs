@@ -27,6 +27,10 @@ pub struct ServerArg {
     /// wrote to its data directory).
     #[arg(long, value_name = "TOKEN", global = true)]
     token: Option<String>,
+    /// The controller's data directory, for its admin token when no token is given (default:
+    /// $GANTRY_DATA, else ~/.local/share/gantry; what `gantry serve --data` was given).
+    #[arg(long, value_name = "DIR", global = true)]
+    data: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
@@ -40,22 +44,40 @@ impl ServerArg {
             .unwrap_or_else(|| format!("http://{}", crate::serve_cmd::DEFAULT_LISTEN))
     }
 
-    fn token(&self) -> Option<String> {
-        if let Some(t) = self.token.clone().or_else(|| std::env::var("GANTRY_TOKEN").ok()) {
-            return Some(t);
+    /// The token to send, and where it came from (for the hint when it is refused).
+    fn token(&self) -> (Option<String>, String) {
+        if let Some(t) = self.token.clone() {
+            return (Some(t), "the token sent came from --token".into());
         }
-        let data = crate::serve_cmd::default_data_dir().ok()?;
-        std::fs::read_to_string(data.join("admin.token")).ok().map(|t| t.trim().to_string())
+        if let Ok(t) = std::env::var("GANTRY_TOKEN") {
+            return (Some(t), "the token sent came from $GANTRY_TOKEN".into());
+        }
+        let Some(data) = self.data.clone().or_else(|| crate::serve_cmd::default_data_dir().ok()) else {
+            return (None, "no token was sent (no --token, no $GANTRY_TOKEN, no data directory)".into());
+        };
+        let path = data.join("admin.token");
+        match std::fs::read_to_string(&path) {
+            Ok(t) => (Some(t.trim().to_string()), format!("the token sent came from {}", path.display())),
+            Err(_) => (None, format!("no token was sent (no --token, no $GANTRY_TOKEN, no {})", path.display())),
+        }
     }
 
-    /// Call the API; a 4xx/5xx becomes an error with the controller's message.
+    /// Call the API; a 4xx/5xx becomes an error with the controller's message (and, for a
+    /// refused token, where this one came from and how to give another).
     pub fn call(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Value> {
-        let token = self.token();
+        let (token, source) = self.token();
         let (status, text) =
             request(&self.url(), token.as_deref(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status >= 400 {
             let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
+            if status == 401 {
+                bail!(
+                    "{message} (HTTP 401)\n  hint: {source}; point the CLI at the controller's \
+                     data directory (--data DIR or $GANTRY_DATA, as given to `gantry serve --data`) or give a \
+                     token with --token or $GANTRY_TOKEN"
+                );
+            }
             bail!("{message} (HTTP {status})");
         }
         Ok(value)

@@ -199,7 +199,9 @@ impl Controller {
         } else {
             Ending::Completed
         };
-        self.record(Event::Ended { id: job, at_s: now, ending, exit_code: runs.failed })?;
+        // Every task of a completed job exited 0: say so, rather than nothing.
+        let exit_code = if ending == Ending::Completed { Some(0) } else { runs.failed };
+        self.record(Event::Ended { id: job, at_s: now, ending, exit_code })?;
         *self.stats.ended.entry(ending.name()).or_default() += 1;
         tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();

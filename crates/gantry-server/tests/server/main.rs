@@ -162,7 +162,7 @@ fn a_job_runs_as_a_process_that_sees_its_devices() {
         request(&server.url, Some(&server.token), "GET", &format!("/v1/jobs/{}/logs", ids[0]), None).expect("logs");
     assert_eq!(status, 200);
     assert!(logs.contains(&format!("devices={uuid} rank=0/1")), "{logs}");
-    assert_eq!(done["exit_code"], Value::Null);
+    assert_eq!(done["exit_code"], 0, "a completed job exited 0: {done}");
     // A failing command fails the job with its exit code.
     let bad = server.submit("[[job]]\nname = \"bad\"\ncommand = \"exit 7\"\n");
     let failed = server.wait_for(bad[0], JobState::Failed);

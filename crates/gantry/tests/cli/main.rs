@@ -1392,3 +1392,47 @@ fn an_agent_refuses_a_secret_on_its_command_line() {
     let out = gantry(&[&base[..], &["--token-file", missing.to_str().expect("utf-8")]].concat());
     assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
 }
+
+/// A controller started with `--data DIR`: the CLI finds its admin token with `--data DIR`;
+/// pointed elsewhere it says where its token came from and how to point it. `bearer` in any
+/// case is accepted, and a completed job shows exit code 0.
+#[test]
+fn the_cli_finds_the_controller_it_was_started_with_and_says_where_it_looked() {
+    let dir = temp_dir("find-token");
+    let data = dir.join("data");
+    let (_server, url) = serve(&data);
+    let data = data.to_str().expect("utf-8");
+    let elsewhere = dir.join("elsewhere");
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(args)
+            .env("GANTRY_DATA", &elsewhere)
+            .env_remove("GANTRY_TOKEN")
+            .output()
+            .expect("gantry runs")
+    };
+    let out = cli(&["queue", "--server", &url]);
+    assert!(!out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("HTTP 401") && err.contains("elsewhere/admin.token") && err.contains("--data DIR"), "{err}");
+    let workload = write_fixture(&dir, "ok.toml", "[[job]]\nname = \"ok\"\ncommand = \"true\"\n");
+    let out = cli(&["submit", &workload, "--wait", "--server", &url, "--data", data]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = cli(&["show", "1", "--server", &url, "--data", data]);
+    assert!(stdout(&out).contains("exit code 0"), "{}", stdout(&out));
+    let token = std::fs::read_to_string(dir.join("data/admin.token")).expect("token");
+    let (status, _) = gantry_wire::client::request(&url, None, "GET", "/v1/jobs", None).expect("reaches");
+    assert_eq!(status, 401);
+    let host = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(host).expect("connects");
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET /v1/jobs HTTP/1.1\r\nHost: {host}\r\nAuthorization: bearer {}\r\nConnection: close\r\n\r\n",
+        token.trim()
+    )
+    .expect("sends");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("reads");
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
