@@ -109,8 +109,11 @@ enum Command {
     /// decision (starts and placements, stops, endings, pending reasons) comes out the same.
     #[command(after_help = replay_cmd::EXAMPLES)]
     Replay(replay_cmd::ReplayArgs),
-    /// Check a fleet file and/or a workload file without placing anything.
-    #[command(after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml")]
+    /// Check a fleet file and/or a workload file; with both, name each job the fleet could never
+    /// run (each alone on the empty fleet, as the controller checks a submission) and exit 1.
+    #[command(
+        after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml\n  gantry validate --fleet fleet.toml --workload jobs.toml   # cross-check"
+    )]
     Validate(place_cmd::ValidateArgs),
 }
 

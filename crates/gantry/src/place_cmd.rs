@@ -86,17 +86,66 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     if args.fleet.is_none() && args.workload.is_none() {
         bail!("nothing to validate\n  hint: pass --fleet FILE and/or --workload FILE");
     }
+    let mut fleet = None;
     if let Some(path) = &args.fleet {
-        let (name, fleet) = load_fleet(Some(path), catalog)?;
-        let gpus: usize = fleet.nodes.iter().map(|n| n.gpus.len()).sum();
-        println!("{name}: ok, {} nodes, {gpus} GPUs", fleet.nodes.len());
+        let (name, f) = load_fleet(Some(path), catalog)?;
+        let gpus: usize = f.nodes.iter().map(|n| n.gpus.len()).sum();
+        println!("{name}: ok, {} nodes, {gpus} GPUs", f.nodes.len());
+        fleet = Some(f);
     }
     if let Some(path) = &args.workload {
         let (name, jobs) = load_workload(Some(path), catalog)?;
         let tasks: u32 = jobs.iter().map(Job::task_count).sum();
         println!("{name}: ok, {} jobs, {tasks} tasks", jobs.len());
+        if let Some(fleet) = &fleet {
+            let never = never_fit(fleet, &jobs, catalog)?;
+            for (job, why) in &never {
+                println!("  job {job:?} can never run on this fleet: {why}");
+            }
+            if !never.is_empty() {
+                println!("{} of {} jobs can never run on this fleet", never.len(), jobs.len());
+                return Ok(ExitCode::from(1));
+            }
+            println!("every job fits the empty fleet");
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The jobs no GPU of `fleet` could ever hold, with why — checked as the live controller
+/// checks a submission: placed alone on the empty fleet, or, for a MIG request no GPU is
+/// carved for, placed once the planner laid the fleet out for that job alone.
+fn never_fit(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> anyhow::Result<Vec<(String, String)>> {
+    let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut never = Vec::new();
+    for job in jobs {
+        let compiled = match engine.compile(job) {
+            Ok(c) => c,
+            Err(e) => {
+                never.push((job.name.clone(), e.to_string()));
+                continue;
+            }
+        };
+        match engine.place(&compiled) {
+            Ok(alloc) => {
+                engine.release(alloc).map_err(|e| anyhow::anyhow!("{e}"))?;
+            }
+            Err(reasons) => {
+                let wants_mig =
+                    job.groups.iter().any(|g| matches!(g.resources.gpu, Some(gantry_types::GpuRequest::Mig { .. })));
+                let laid_out = wants_mig
+                    && gantry_engine::plan::plan(fleet, std::slice::from_ref(job), catalog)
+                        .is_ok_and(|plan| plan.unplaced.is_empty());
+                if laid_out {
+                    println!("  job {:?} fits once GPUs are laid out for its MIG profile (see gantry plan)", job.name);
+                } else {
+                    let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
+                    never.push((job.name.clone(), why.join("; ")));
+                }
+            }
+        }
+    }
+    Ok(never)
 }
 
 /// `gantry.place/v1`: documented in docs/formats.md; fields are only ever added.

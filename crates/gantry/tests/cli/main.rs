@@ -158,6 +158,47 @@ fn validate_and_catalog_answer() {
     assert_eq!(models.as_array().map(Vec::len), Some(16));
 }
 
+/// With both files, `validate` says which jobs the fleet could never run, and why, as `place`
+/// would, and exits 1; a MIG job that fits once the GPUs are laid out for it is not one.
+#[test]
+fn validate_cross_checks_the_workload_against_the_fleet() {
+    let dir = temp_dir("validate-cross");
+    let l4 = write_fixture(
+        &dir,
+        "l4.toml",
+        "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n",
+    );
+    let a100 = write_fixture(
+        &dir,
+        "a100.toml",
+        "[[node]]\nname = \"a\"\ncpu = 64\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n",
+    );
+    let jobs = write_fixture(
+        &dir,
+        "jobs.toml",
+        "[[job]]\nname = \"mig\"\ngpu = { mig = \"1g.10gb\" }\n[[job]]\nname = \"wide\"\ngpu = { count = 4 }\n\
+         [[job]]\nname = \"h100\"\nmodel = [\"H100*\"]\ngpu = { count = 1 }\n[[job]]\nname = \"ok\"\ngpu = { count = 1 }\n",
+    );
+    let out = gantry(&["validate", "--fleet", &l4, "--workload", &jobs]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        "job \"mig\" can never run on this fleet: MIG profile 1g.10gb",
+        "job \"wide\" can never run on this fleet: needs 4 free whole GPUs on one node",
+        "job \"h100\" can never run on this fleet: no GPU of model H100*",
+        "3 of 4 jobs can never run",
+    ] {
+        assert!(text.contains(expected), "{expected}: {text}");
+    }
+    assert!(!text.contains("\"ok\""), "{text}");
+    let out = gantry(&["validate", "--fleet", &a100, "--workload", &jobs]);
+    assert!(stdout(&out).contains("job \"mig\" fits once GPUs are laid out"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("2 of 4 jobs can never run"), "{}", stdout(&out));
+    let fine = write_fixture(&dir, "fine.toml", "[[job]]\nname = \"one\"\ngpu = { count = 1 }\n");
+    let out = gantry(&["validate", "--fleet", &a100, "--workload", &fine]);
+    assert!(out.status.success() && stdout(&out).contains("every job fits the empty fleet"), "{}", stdout(&out));
+}
+
 #[test]
 fn help_has_examples() {
     let out = gantry(&["place", "--help"]);
