@@ -14,6 +14,7 @@
 pub mod advise;
 pub mod backfill;
 pub mod consolidate;
+pub mod ever;
 pub mod fairshare;
 pub mod fit;
 pub mod frag;

@@ -113,10 +113,11 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The jobs no GPU of `fleet` could ever hold, with why — checked as the live controller
-/// checks a submission: placed alone on the empty fleet, or, for a MIG request no GPU is
-/// carved for, placed once the planner laid the fleet out for that job alone.
+/// checks a submission (`gantry_engine::ever`).
 fn never_fit(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> anyhow::Result<Vec<(String, String)>> {
+    use gantry_engine::ever::{Fits, could_run};
     let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut checks = Default::default();
     let mut never = Vec::new();
     for job in jobs {
         let compiled = match engine.compile(job) {
@@ -126,22 +127,14 @@ fn never_fit(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> anyhow::
                 continue;
             }
         };
-        match engine.place(&compiled) {
-            Ok(alloc) => {
-                engine.release(alloc).map_err(|e| anyhow::anyhow!("{e}"))?;
+        match could_run(&mut engine, job, &compiled, catalog, &mut checks) {
+            Ok(Fits::Now) => {}
+            Ok(Fits::OnceLaidOut) => {
+                println!("  job {:?} fits once GPUs are laid out for its MIG profile (see gantry plan)", job.name)
             }
             Err(reasons) => {
-                let wants_mig =
-                    job.groups.iter().any(|g| matches!(g.resources.gpu, Some(gantry_types::GpuRequest::Mig { .. })));
-                let laid_out = wants_mig
-                    && gantry_engine::plan::plan(fleet, std::slice::from_ref(job), catalog)
-                        .is_ok_and(|plan| plan.unplaced.is_empty());
-                if laid_out {
-                    println!("  job {:?} fits once GPUs are laid out for its MIG profile (see gantry plan)", job.name);
-                } else {
-                    let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
-                    never.push((job.name.clone(), why.join("; ")));
-                }
+                let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
+                never.push((job.name.clone(), why.join("; ")));
             }
         }
     }

@@ -92,45 +92,30 @@ impl Controller {
         Ok(jobs)
     }
 
-    /// Would `job`, which asks for MIG instances, fit the empty fleet once its MIG-capable GPUs
-    /// were laid out for it (the offline planner's layout for this job alone, checked by
-    /// placing it with the engine)? False for jobs without MIG requests and for profiles no
-    /// GPU model here offers.
-    fn fits_once_laid_out(&self, job: &Job) -> bool {
-        let wants_mig =
-            job.groups.iter().any(|g| matches!(g.resources.gpu, Some(gantry_types::GpuRequest::Mig { .. })));
-        wants_mig
-            && gantry_engine::plan::plan(&self.empty.fleet_now(), std::slice::from_ref(job), self.catalog)
-                .is_ok_and(|plan| plan.unplaced.is_empty())
-    }
-
-    /// Could this job ever run here? Placed, then released, on the empty fleet — or, for a job
-    /// asking for MIG instances no GPU is carved into now, on the empty fleet as the planner
-    /// would lay it out for the job alone (it waits for that layout; `GET /v1/plan`).
-    /// `laid_out` remembers the layout check per distinct request: it plans the whole fleet.
+    /// Could this job ever run here (`gantry_engine::ever`)? A job asking for MIG instances
+    /// no GPU is carved into now is accepted when the fleet could be laid out for it (it waits
+    /// for that layout; `GET /v1/plan`).
     fn check_fits(
         &mut self,
         job: &Job,
         compiled: &CompiledJob,
-        laid_out: &mut BTreeMap<String, bool>,
+        checks: &mut gantry_engine::ever::LayoutChecks,
     ) -> Result<(), ControlError> {
-        match self.empty.place(compiled) {
-            Ok(alloc) => {
-                self.empty.release(alloc).map_err(|e| ControlError::Internal(e.to_string()))?;
-            }
-            Err(_) if *laid_out.entry(format!("{:?}", job.groups)).or_insert_with(|| self.fits_once_laid_out(job)) => {
+        match gantry_engine::ever::could_run(&mut self.empty, job, compiled, self.catalog, checks) {
+            Ok(gantry_engine::ever::Fits::Now) => Ok(()),
+            Ok(gantry_engine::ever::Fits::OnceLaidOut) => {
                 tracing::info!(job = %job.name, "accepted: needs MIG instances no GPU has now (see GET /v1/plan)");
+                Ok(())
             }
             Err(reasons) => {
                 let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
-                return Err(ControlError::Invalid(format!(
+                Err(ControlError::Invalid(format!(
                     "job {:?} can never run on this fleet: {}",
                     job.name,
                     why.join("; ")
-                )));
+                )))
             }
         }
-        Ok(())
     }
 
     /// Accept a workload file's jobs, all or none: each is checked against the fleet (a job no
@@ -152,11 +137,11 @@ impl Controller {
         self.admissible(&jobs)?;
         let first = self.jobs.keys().next_back().map_or(1, |last| last + 1);
         let jobs = self.resolve_dependencies(jobs, first)?;
-        let mut laid_out = BTreeMap::new();
+        let mut checks = Default::default();
         let mut compiled = Vec::with_capacity(jobs.len());
         for job in &jobs {
             let c = self.compile(job)?;
-            self.check_fits(job, &c, &mut laid_out)?;
+            self.check_fits(job, &c, &mut checks)?;
             compiled.push(c);
         }
         let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();

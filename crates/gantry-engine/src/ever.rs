@@ -1,0 +1,49 @@
+//! Could a job ever run on a fleet? The one check the live controller makes on a submission
+//! and `gantry validate` makes on a workload file: placed alone on the fleet with nothing
+//! running, or — for a job asking for MIG instances no GPU is carved into now — placed once
+//! the offline planner has laid the fleet out for that job alone (it then waits for that
+//! layout).
+
+use crate::{CompiledJob, Engine};
+use gantry_catalog::Catalog;
+use gantry_types::{GpuRequest, Job, ReasonCount};
+use std::collections::BTreeMap;
+
+/// How a job that can run fits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fits {
+    /// On the fleet as it is laid out now.
+    Now,
+    /// Once MIG-capable GPUs are laid out for it.
+    OnceLaidOut,
+}
+
+/// The layout check per distinct request (it plans the whole fleet, so a workload of many
+/// copies of one job plans once).
+#[derive(Debug, Default)]
+pub struct LayoutChecks(BTreeMap<String, bool>);
+
+/// Could `job` (`compiled` against `empty`, a fleet with nothing running) ever run there?
+/// `Err`: the engine's reasons for the fleet as it is. `empty` is left as it was.
+pub fn could_run(
+    empty: &mut Engine,
+    job: &Job,
+    compiled: &CompiledJob,
+    catalog: &'static Catalog,
+    checks: &mut LayoutChecks,
+) -> Result<Fits, Vec<ReasonCount>> {
+    let reasons = match empty.place(compiled) {
+        Ok(alloc) => {
+            empty.release(alloc).expect("the allocation just placed");
+            return Ok(Fits::Now);
+        }
+        Err(reasons) => reasons,
+    };
+    let wants_mig = job.groups.iter().any(|g| matches!(g.resources.gpu, Some(GpuRequest::Mig { .. })));
+    let laid_out = wants_mig
+        && *checks.0.entry(format!("{:?}", job.groups)).or_insert_with(|| {
+            crate::plan::plan(&empty.fleet_now(), std::slice::from_ref(job), catalog)
+                .is_ok_and(|plan| plan.unplaced.is_empty())
+        });
+    if laid_out { Ok(Fits::OnceLaidOut) } else { Err(reasons) }
+}
