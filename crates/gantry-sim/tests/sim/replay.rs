@@ -97,3 +97,70 @@ after = ["afterok:impatient"]
     assert_eq!(at("give-up", "impatient"), Some(100));
     assert_eq!(at("start", "impatient"), None);
 }
+
+/// Random seeded workloads with patience, dependencies and preemption under fair share:
+/// every job is accounted for exactly once (started, gave up, dropped for a dependency, or
+/// still waiting), and the replay never fails.
+#[test]
+fn patience_dependencies_and_preemption_account_for_every_job() {
+    use gantry_catalog::Catalog;
+    use gantry_engine::rng::SeededRng;
+    use gantry_engine::{Engine, EngineConfig};
+    let catalog = Catalog::embedded();
+    let fleet = gantry_spec::parse_fleet(crate::TWO_A100, catalog).expect("fleet");
+    let tree = gantry_types::QueueTree::flat(["a", "b"], 600, 900);
+    let (mut gave_up, mut dropped, mut preempted) = (0, 0, 0);
+    for seed in 0..40 {
+        let mut rng = SeededRng::new(seed);
+        let engine = Engine::new(&fleet, catalog, EngineConfig::default()).expect("engine");
+        let n = 5 + rng.below(20) as usize;
+        let mut toml = String::new();
+        for i in 0..n {
+            let queue = if rng.below(2) == 0 { "a" } else { "b" };
+            toml.push_str(&format!(
+                "[[job]]\nname = \"j{i}\"\nqueue = \"{queue}\"\npriority = {}\ngpu = {{ count = {} }}\n",
+                rng.below(3),
+                1 + rng.below(2)
+            ));
+            if i > 0 && rng.below(4) == 0 {
+                toml.push_str(&format!(
+                    "after = [\"{}:j{}\"]\n",
+                    ["afterok", "afterany"][rng.below(2) as usize],
+                    rng.below(i as u64)
+                ));
+            }
+        }
+        let specs = gantry_spec::parse_workload(&toml, catalog).expect("workload");
+        let jobs: Vec<protocol_b::SimJob> = specs
+            .into_iter()
+            .map(|spec| protocol_b::SimJob {
+                job: engine.compile(&spec).expect("compiles"),
+                spec,
+                arrival_s: rng.below(300),
+                duration_s: Some(10 + rng.below(200)),
+                utilization: None,
+                patience_s: (rng.below(3) > 0).then(|| rng.below(150)),
+            })
+            .collect();
+        let options = protocol_b::ReplayOptions {
+            order: protocol_b::Order::FairShare(tree.clone()),
+            preempt: seed % 2 == 0,
+            ..Default::default()
+        };
+        let r = protocol_b::replay(engine, jobs, seed, &options).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let accounted =
+            r.started + r.gave_up + r.dependency_never + r.never_started + r.held + r.waiting_on_dependencies;
+        assert_eq!(accounted, n as u64, "seed {seed}: {r:?}");
+        let gave: Vec<&str> = r.events.iter().filter(|e| e.event == "give-up").map(|e| e.job.as_str()).collect();
+        assert_eq!(gave.len() as u64, r.gave_up, "seed {seed}");
+        assert!(
+            gave.iter().all(|j| !r.events.iter().any(|e| e.event == "start" && e.job == *j)),
+            "seed {seed}: a job that gave up never starts"
+        );
+        (gave_up, dropped, preempted) = (gave_up + r.gave_up, dropped + r.dependency_never, preempted + r.preemptions);
+    }
+    assert!(
+        gave_up > 0 && dropped > 0 && preempted > 0,
+        "the sweep reaches each case: {gave_up} {dropped} {preempted}"
+    );
+}
