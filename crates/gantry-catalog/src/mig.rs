@@ -168,6 +168,54 @@ impl MigGeometry {
         Ok(())
     }
 
+    /// A layout from instances with starts (`fixed`) and profiles without (`counted`, as
+    /// mig-parted users write `"1g.10gb": 7`): the fixed ones checked, then the others placed
+    /// largest first, each at its lowest legal free start. When one does not fit, the error
+    /// names the rule it would break (too many of a profile, of instances, of compute slices,
+    /// a second media instance, or the instance it would overlap).
+    pub fn place_counts(
+        &self,
+        model: &str,
+        fixed: &[MigInstanceSpec],
+        counted: &[(String, u32)],
+    ) -> Result<Vec<PlacedInstance>, MigLayoutError> {
+        let mut layout = self.validate_layout(model, fixed)?;
+        let mut wanted = Vec::new();
+        for (name, count) in counted {
+            let index = self.profile_index(name).ok_or_else(|| MigLayoutError::UnknownProfile {
+                model: model.into(),
+                profile: name.clone(),
+                available: self.profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+            })?;
+            wanted.extend(std::iter::repeat_n(index, *count as usize));
+        }
+        // Largest first: small instances fill what big ones leave.
+        wanted.sort_by_key(|&i| {
+            let p = &self.profiles[i as usize];
+            (std::cmp::Reverse(p.placement_size), std::cmp::Reverse(p.compute_slices), i)
+        });
+        for index in wanted {
+            match self.free_start(&layout, index) {
+                Some(start) => layout.push(PlacedInstance { profile: index, start }),
+                None => {
+                    // Put it at its first legal start: the check says which rule that breaks.
+                    let first = self.profiles[index as usize].starts.first().copied().unwrap_or(0);
+                    let mut over = layout.clone();
+                    over.push(PlacedInstance { profile: index, start: first });
+                    let broken = self.check_counts(model, &over).and_then(|()| self.check_overlaps(model, &over));
+                    // (free_start found no start, so one of the checks fails.)
+                    return Err(broken.err().unwrap_or(MigLayoutError::TooManyInstances {
+                        model: model.into(),
+                        count: over.len(),
+                        max: self.max_gpu_instances,
+                    }));
+                }
+            }
+        }
+        layout.sort_by_key(|p| (p.start, p.profile));
+        Ok(layout)
+    }
+
     /// The lowest legal start at which one more instance of `profile` can join `layout` with
     /// every rule still holding, if any. The planner and the property tests build layouts with it.
     pub fn free_start(&self, layout: &[PlacedInstance], profile: u8) -> Option<u8> {

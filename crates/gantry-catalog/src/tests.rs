@@ -186,3 +186,34 @@ fn generic_models_extend_a_copy_of_the_catalog() {
     assert!(g2.mig.is_none() && g2.unverified);
     assert!(base.lookup("G2").is_none(), "the embedded catalog is untouched");
 }
+
+/// Whatever counts are asked for, `place_counts` gives a layout every rule accepts with
+/// exactly those instances, or an error: for every MIG model, every pair of profiles and
+/// counts up to 7 of each.
+#[test]
+fn placed_counts_are_always_legal_layouts_or_refused() {
+    let catalog = Catalog::embedded();
+    for model in catalog.models() {
+        let Some(geometry) = &model.mig else { continue };
+        for a in &geometry.profiles {
+            for b in &geometry.profiles {
+                for (na, nb) in (1..=7u32).flat_map(|x| (0..=3u32).map(move |y| (x, y))) {
+                    let mut counted = vec![(a.name.clone(), na)];
+                    if nb > 0 {
+                        counted.push((b.name.clone(), nb));
+                    }
+                    let Ok(layout) = geometry.place_counts(&model.id, &[], &counted) else { continue };
+                    assert_eq!(layout.len() as u32, na + nb, "{} {counted:?}", model.id);
+                    let specs: Vec<gantry_types::MigInstanceSpec> = layout
+                        .iter()
+                        .map(|p| gantry_types::MigInstanceSpec {
+                            profile: geometry.profiles[p.profile as usize].name.clone(),
+                            start: p.start,
+                        })
+                        .collect();
+                    assert!(geometry.validate_layout(&model.id, &specs).is_ok(), "{} {counted:?}", model.id);
+                }
+            }
+        }
+    }
+}

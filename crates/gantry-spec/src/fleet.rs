@@ -53,8 +53,9 @@ struct GpusEntry {
     numa: Option<Vec<i64>>,
     numa_nodes: Option<i64>,
     mode: Option<String>,
-    /// MIG layout: `"3g.40gb@0"` or `{ profile = "3g.40gb", start = 0 }`.
-    mig: Option<Vec<MigEntry>>,
+    /// MIG layout: a list of `"3g.40gb@0"`, `{ profile = "3g.40gb", start = 0 }` or a bare
+    /// profile, or counts `{ "1g.10gb" = 7 }`.
+    mig: Option<MigLayout>,
     max_clients: Option<i64>,
     replicas: Option<i64>,
     memory_per_replica: Option<Quantity>,
@@ -65,8 +66,9 @@ struct GpusEntry {
 struct GpuOverride {
     index: i64,
     mode: Option<String>,
-    /// MIG layout: `"3g.40gb@0"` or `{ profile = "3g.40gb", start = 0 }`.
-    mig: Option<Vec<MigEntry>>,
+    /// MIG layout: a list of `"3g.40gb@0"`, `{ profile = "3g.40gb", start = 0 }` or a bare
+    /// profile, or counts `{ "1g.10gb" = 7 }`.
+    mig: Option<MigLayout>,
     max_clients: Option<i64>,
     replicas: Option<i64>,
     memory_per_replica: Option<Quantity>,
@@ -75,7 +77,7 @@ struct GpuOverride {
 /// The sharing-mode keys, shared by `[node.gpus]` and `[[node.gpu]]`.
 struct ModeEntry<'a> {
     mode: Option<&'a str>,
-    mig: Option<&'a Vec<MigEntry>>,
+    mig: Option<&'a MigLayout>,
     max_clients: Option<i64>,
     replicas: Option<i64>,
     memory_per_replica: Option<&'a Quantity>,
@@ -98,6 +100,15 @@ macro_rules! mode_entry {
 enum MigEntry {
     Short(String),
     Long { profile: String, start: i64 },
+}
+
+/// A MIG layout as written: a list of instances (with or without starts), or counts per
+/// profile.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MigLayout {
+    List(Vec<MigEntry>),
+    Counts(std::collections::BTreeMap<String, i64>),
 }
 
 /// Parse and validate a fleet file.
@@ -324,14 +335,21 @@ fn mode(
                 return Err(SpecError::new(format!("{field}.mode"), format!("{} does not support MIG", m.id))
                     .hint(format!("MIG-capable models: {}", capable.join(", "))));
             };
-            let entries = entry.mig.ok_or_else(|| {
+            let layout = entry.mig.ok_or_else(|| {
                 SpecError::new(format!("{field}.mig"), "mode mig needs a layout")
-                    .hint("e.g. mig = [\"3g.40gb@0\", \"2g.20gb@4\", \"1g.10gb@6\"]")
+                    .hint("e.g. mig = [\"3g.40gb@0\", \"2g.20gb@4\", \"1g.10gb@6\"] or mig = { \"1g.10gb\" = 7 }")
             })?;
-            let instances = entries.iter().map(|e| mig_entry(field, e)).collect::<Result<Vec<_>, _>>()?;
-            geometry
-                .validate_layout(&m.id, &instances)
+            let (fixed, counted) = mig_layout(field, layout)?;
+            let placed = geometry
+                .place_counts(&m.id, &fixed, &counted)
                 .map_err(|e| SpecError::new(format!("{field}.mig"), e.to_string()))?;
+            let instances = placed
+                .iter()
+                .map(|p| MigInstanceSpec {
+                    profile: geometry.profiles[p.profile as usize].name.clone(),
+                    start: p.start,
+                })
+                .collect();
             Ok(GpuMode::Mig { instances })
         }
         "mps" => {
@@ -371,6 +389,32 @@ fn mode(
         other => Err(SpecError::new(format!("{field}.mode"), format!("unknown mode {other:?}"))
             .hint("use whole, mig, mps or time-slice")),
     }
+}
+
+/// Instances with starts, and profiles to place (with their counts).
+type SplitLayout = (Vec<MigInstanceSpec>, Vec<(String, u32)>);
+
+fn mig_layout(field: &str, layout: &MigLayout) -> Result<SplitLayout, SpecError> {
+    let mut fixed = Vec::new();
+    let mut counted: Vec<(String, u32)> = Vec::new();
+    match layout {
+        MigLayout::List(entries) => {
+            for entry in entries {
+                match entry {
+                    MigEntry::Short(text) if !text.contains('@') => counted.push((text.clone(), 1)),
+                    other => fixed.push(mig_entry(field, other)?),
+                }
+            }
+        }
+        MigLayout::Counts(counts) => {
+            for (profile, &count) in counts {
+                let count =
+                    quantity::count(&format!("{field}.mig.{profile}"), count, 1, 7, "at most 7 instances per GPU")?;
+                counted.push((profile.clone(), count as u32));
+            }
+        }
+    }
+    Ok((fixed, counted))
 }
 
 fn mig_entry(field: &str, entry: &MigEntry) -> Result<MigInstanceSpec, SpecError> {

@@ -626,3 +626,40 @@ fn names_are_printable_and_bounded() {
     let err = parse_workload("[[job]]\nname = \"a\"\n[[job.task]]\nname = \"\\u001b]0;x\"\n", catalog());
     assert!(err.is_err_and(|e| e.message.contains("unprintable")));
 }
+
+/// MIG layouts as mig-parted users write them: counts per profile, or profiles without starts,
+/// placed largest first at the lowest legal start; an impossible count names the rule.
+#[test]
+fn mig_layouts_as_counts_or_bare_profiles_are_placed_at_legal_starts() {
+    let fleet = |mig: &str| {
+        let text = format!(
+            "[[node]]\nname = \"n\"\ncpu = 8\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 1\nmig = {mig}\n"
+        );
+        parse_fleet(&text, catalog()).map(|f| match &f.nodes[0].gpus[0].mode {
+            GpuMode::Mig { instances } => {
+                instances.iter().map(|i| format!("{}@{}", i.profile, i.start)).collect::<Vec<_>>().join(" ")
+            }
+            other => panic!("{other:?}"),
+        })
+    };
+    let sevens = (0..7).map(|s| format!("1g.10gb@{s}")).collect::<Vec<_>>().join(" ");
+    assert_eq!(fleet("{ \"1g.10gb\" = 7 }").expect("seven"), sevens);
+    assert_eq!(fleet("[\"1g.10gb\", \"2g.20gb\", \"3g.40gb\"]").expect("bare"), "3g.40gb@0 2g.20gb@4 1g.10gb@6");
+    assert_eq!(
+        fleet("{ \"3g.40gb\" = 1, \"1g.10gb\" = 3 }").expect("mixed"),
+        "3g.40gb@0 1g.10gb@4 1g.10gb@5 1g.10gb@6"
+    );
+    // A fourth 1g.10gb has no memory slice left beside the 3g.40gb.
+    assert!(fleet("{ \"3g.40gb\" = 1, \"1g.10gb\" = 4 }").expect_err("full").to_string().contains("overlap"));
+    assert_eq!(fleet("[\"3g.40gb@4\", \"3g.40gb\"]").expect("fixed first"), "3g.40gb@0 3g.40gb@4");
+    for (mig, rule) in [
+        ("{ \"3g.40gb\" = 3 }", "3g.40gb"),
+        ("{ \"4g.40gb\" = 1, \"3g.40gb\" = 1, \"1g.10gb\" = 1 }", "compute slices"),
+        ("{ \"1g.10gb\" = 8 }", "out of range 1..=7"),
+        ("{ \"9g.90gb\" = 1 }", "9g.90gb"),
+        ("{ \"7g.80gb\" = 1, \"1g.10gb\" = 1 }", "compute slices"),
+    ] {
+        let err = fleet(mig).expect_err(mig).to_string();
+        assert!(err.contains(rule), "{mig}: {err}");
+    }
+}
