@@ -5,6 +5,7 @@
 //! at run time. It speaks to the controller only through `gantry-wire`; `serve --local` runs
 //! the same runner in-process.
 
+pub mod account;
 pub mod discover;
 pub mod mig;
 pub mod mig_nvml;

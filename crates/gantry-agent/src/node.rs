@@ -12,7 +12,6 @@
 //! reported exited, one that did neither is reported lost.
 
 use crate::runner::{Exit, Runner, group_alive, task_base, with_ext};
-use gantry_wire::client::request;
 use gantry_wire::{
     AgentGpu, GpuSample, Heartbeat, JobShare, Launch, Orders, Register, Registered, TaskKey, TaskReport, TaskState,
 };
@@ -48,19 +47,19 @@ pub trait Link: Send + Sync + std::fmt::Debug {
     fn post(&self, path: String, body: String) -> Answer;
 }
 
-/// The controller over HTTP, with an agent (or admin) token.
+/// The controller over HTTPS (or plain HTTP on loopback), with an agent (or admin) token.
 #[derive(Clone, Debug)]
 pub struct HttpLink {
-    /// `http://HOST:PORT`.
-    pub server: String,
+    /// The controller, its CA and this agent's client certificate.
+    pub client: gantry_wire::client::Client,
     pub token: String,
 }
 
 impl Link for HttpLink {
     fn post(&self, path: String, body: String) -> Answer {
-        let (server, token) = (self.server.clone(), self.token.clone());
+        let (client, token) = (self.client.clone(), self.token.clone());
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || request(&server, Some(&token), "POST", &path, Some(&body)))
+            tokio::task::spawn_blocking(move || client.request(Some(&token), "POST", &path, Some(&body)))
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())

@@ -1,7 +1,8 @@
-//! The agent's task runner: each task is a real process in its own process group, with its
-//! devices and ranks in the environment, stdout and stderr in the agent's data directory, its
-//! time limit enforced (SIGTERM to the group, SIGKILL after the grace period), and its exit
-//! reported to the agent's loop.
+//! The agent's task runner: each task is a real process in its own process group, run as its
+//! job's Unix account ([`crate::account`]) with a clean environment (the job's variables and
+//! gantry's), its devices and ranks in that environment, stdout and stderr in the agent's data
+//! directory (owned by the task's account, mode 0600), its time limit enforced (SIGTERM to the
+//! group, SIGKILL after the grace period), and its exit reported to the agent's loop.
 
 use gantry_wire::{Launch, TaskKey};
 use nix::sys::signal::{Signal, killpg};
@@ -96,6 +97,8 @@ pub struct Runner {
     simulate: Option<Duration>,
     /// MPS control daemons for the MPS shares' GPUs.
     mps: Arc<crate::mps::MpsDaemons>,
+    /// Who this agent is: root (tasks run as their accounts) or one user (only its tasks).
+    identity: crate::account::Identity,
 }
 
 fn signal_group(pgid: i32, signal: Signal) {
@@ -109,7 +112,8 @@ fn signal_group(pgid: i32, signal: Signal) {
 impl Runner {
     pub fn new(data_dir: PathBuf, exits: mpsc::Sender<Exit>) -> Runner {
         let mps = Arc::new(crate::mps::MpsDaemons::new(&data_dir));
-        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default(), simulate: None, mps }
+        let identity = crate::account::Identity::of_this_process();
+        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default(), simulate: None, mps, identity }
     }
 
     /// A runner whose tasks are simulated: each lasts `duration`, no process is started.
@@ -147,20 +151,42 @@ impl Runner {
         let (Ok(out), Ok(err)) = (private_file(&with_ext(&base, "out")), private_file(&with_ext(&base, "err"))) else {
             return failed(126);
         };
+        let account = match crate::account::resolve(&self.identity, &l.account, &l.node) {
+            Ok(account) => account,
+            Err(why) => {
+                tracing::warn!(job = l.job, account = %l.account, "task refused: {why}");
+                let _ = std::fs::write(with_ext(&base, "err"), format!("gantry: task refused: {why}\n"));
+                return failed(126);
+            }
+        };
+        if let crate::account::RunAs::Drop(user) = &account {
+            // The task's own logs are its account's to read (and nobody else's).
+            for ext in ["out", "err"] {
+                let _ = nix::unistd::chown(&with_ext(&base, ext), Some(user.uid), Some(user.gid));
+            }
+        }
+        if let (crate::account::RunAs::Same, Some(workdir)) = (&account, &l.workdir)
+            && !Path::new(workdir).is_dir()
+        {
+            let why = format!("gantry: the working directory {workdir} does not exist on node {}\n", l.node);
+            let _ = std::fs::write(with_ext(&base, "err"), why);
+            return failed(126);
+        }
         let argv: Vec<String> =
             if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
-        let mut cmd = task_command(l, &argv, &base, &dir, out, err);
+        let mut cmd = task_command(l, &argv, &base, &dir, &account, out, err);
         // An MPS client: its GPU's daemon runs before it starts (device 0 is the one GPU it sees).
         let mps_gpu = l.mps.and_then(|_| l.devices.first().cloned());
-        if let (Some((percentage, memory)), Some(gpu)) = (l.mps, &mps_gpu) {
-            let pipe = self.mps.acquire(gpu).await;
+        let mps_key = mps_gpu.as_ref().map(|gpu| (gpu.clone(), account.clone()));
+        if let (Some((percentage, memory)), Some((gpu, account))) = (l.mps, &mps_key) {
+            let pipe = self.mps.acquire(gpu, account).await;
             cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", percentage.to_string())
                 .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", format!("0={}M", memory >> 20))
                 .env("CUDA_MPS_PIPE_DIRECTORY", pipe);
         }
         let spawned = cmd.spawn();
-        if let (Err(_), Some(gpu)) = (&spawned, &mps_gpu) {
-            self.mps.release(gpu).await;
+        if let (Err(_), Some((gpu, account))) = (&spawned, &mps_key) {
+            self.mps.release(gpu, account).await;
         }
         let mut child = match spawned {
             Ok(child) => child,
@@ -184,8 +210,8 @@ impl Runner {
         }
         // The task's own children go with it.
         signal_group(pgid, Signal::SIGKILL);
-        if let Some(gpu) = &mps_gpu {
-            self.mps.release(gpu).await;
+        if let Some((gpu, account)) = &mps_key {
+            self.mps.release(gpu, account).await;
         }
         let code = status.ok().and_then(|s| s.code());
         Exit { key: l.key(), code, timed_out, lost: false }
@@ -253,26 +279,41 @@ fn stop_groups(groups: Vec<i32>, grace: Duration) {
 }
 
 /// The wrapped command of a task: its program under the `sh` wrapper that writes the pid and
-/// exit files, its environment (the job's, then gantry's), working directory, logs and its own
-/// process group.
+/// exit files (as the agent's user), dropped to its account through `setpriv` when that is
+/// another; a clean environment (the account's basics, the job's variables, then gantry's),
+/// working directory (entered as the task's account, so it must be allowed to), logs and its
+/// own process group.
 fn task_command(
     l: &Launch,
     argv: &[String],
     base: &Path,
     dir: &Path,
+    account: &crate::account::RunAs,
     out: std::fs::File,
     err: std::fs::File,
 ) -> tokio::process::Command {
+    use crate::account::RunAs;
     // Real MIG UUIDs where NVML knows them (the controller names instances by layout).
     let devices = crate::mig_nvml::resolve_devices(&l.devices).join(",");
     let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c")
-        .arg(WRAPPER)
-        .arg("gantry-task")
-        .args(argv)
+    cmd.arg("-c").arg(WRAPPER).arg("gantry-task");
+    match account {
+        RunAs::Same => {
+            cmd.args(argv).current_dir(l.workdir.as_deref().map_or(dir.to_path_buf(), PathBuf::from));
+        }
+        RunAs::Drop(user) => {
+            // The job's own variables are set only after the drop (by `env`): in the root
+            // wrapper's environment, LD_PRELOAD and friends would run the job's code as root.
+            let workdir = l.workdir.clone().unwrap_or_else(|| user.default_workdir());
+            cmd.args(crate::account::dropped(user, &workdir, &l.env, argv)).current_dir("/");
+        }
+    }
+    let job_env: &[(String, String)] = if matches!(account, RunAs::Same) { &l.env } else { &[] };
+    cmd.env_clear()
+        .envs(account.basic_env())
         .env("GANTRY_EXIT_FILE", with_ext(base, "exit"))
         .env("GANTRY_PID_FILE", with_ext(base, "pid"))
-        .envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .envs(job_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env("CUDA_VISIBLE_DEVICES", &devices)
         .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { devices.as_str() })
         .env("GANTRY_JOB_ID", l.job.to_string())
@@ -284,7 +325,6 @@ fn task_command(
         .env("GANTRY_NODE", &l.node)
         .env("GANTRY_MASTER_ADDR", master_addr(l))
         .env("GANTRY_MASTER_PORT", (29_500 + l.job % 10_000).to_string())
-        .current_dir(l.workdir.as_deref().map_or(dir.to_path_buf(), PathBuf::from))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)

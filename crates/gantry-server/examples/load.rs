@@ -112,6 +112,9 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
             ..Default::default()
         },
         group_commit,
+        tls: None,
+        insecure_http: false,
+        accounts: gantry_server::users::Accounts::for_this_process(Default::default()).expect("accounts"),
     };
     let running = rt.block_on(start(config)).expect("starts");
     let url = format!("http://{}", running.addr);

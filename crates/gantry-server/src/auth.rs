@@ -38,6 +38,18 @@ impl Principal {
         }
     }
 
+    /// May it read the task logs of a job of `user`? Only that user and admins: what a job
+    /// prints is its user's (queue-mates and read-only tokens see the job, not its output).
+    pub fn reads_logs_of(&self, user: &str) -> Result<(), ControlError> {
+        if self.role == Role::Admin || (self.role == Role::Member && self.name == user) {
+            return Ok(());
+        }
+        Err(ControlError::Forbidden(format!(
+            "token {:?} may not read the logs of user {user:?}'s job: only its user and admins may",
+            self.name
+        )))
+    }
+
     /// May it submit to or cancel in `queue`?
     pub fn acts_on(&self, queue: &str) -> Result<(), ControlError> {
         match self.role {

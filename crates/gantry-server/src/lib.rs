@@ -24,7 +24,9 @@ pub mod meter;
 pub mod metrics;
 pub mod replay;
 pub mod series;
+pub mod tls;
 pub mod ui;
+pub mod users;
 pub mod views;
 
 use control::{Command, Controller, Effects, Reply};
@@ -74,6 +76,12 @@ pub struct ServeConfig {
     pub group_commit: bool,
     /// What one request, user and queue may put in.
     pub admission: admission::AdmissionLimits,
+    /// HTTPS (`None`: plain HTTP, only on loopback unless `insecure_http`).
+    pub tls: Option<tls::TlsSetup>,
+    /// Allow plain HTTP on an address other than loopback (`serve --insecure-http`).
+    pub insecure_http: bool,
+    /// Which Unix account runs each user's tasks (single-user when not root).
+    pub accounts: users::Accounts,
 }
 
 /// One wake-up per node, for the heartbeats its agent holds in a long poll: a start on one
@@ -108,6 +116,8 @@ pub struct Shared {
     pub data_dir: PathBuf,
     /// What one request, user and queue may put in (`[admission]`).
     pub admission: admission::AdmissionLimits,
+    /// Whether remote agents must present a client certificate for their node.
+    pub agent_certs: tls::AgentCerts,
 }
 
 impl Shared {
@@ -241,10 +251,14 @@ fn open_controller(config: &ServeConfig) -> Result<(Controller, SqliteStore, Opt
     let image = control::Image::read(&store, week_ago)?;
     // In-process agents are agents like any other: the controller waits for them to register
     // and to heartbeat, and takes their word for what runs after a restart.
-    let agents = control::Agents::Remote { heartbeat_timeout_s: LOCAL_HEARTBEAT_TIMEOUT_S };
+    let agents = control::Agents::Remote {
+        heartbeat_timeout_s: LOCAL_HEARTBEAT_TIMEOUT_S,
+        node_lost_after_s: control::NODE_LOST_AFTER_DEFAULT_S,
+    };
     let agents = if config.agents == control::Agents::Local { agents } else { config.agents };
     let mut setup = control::Setup::new(config.fleet.clone(), &config.scheduling, agents, config.idle.clone());
     setup.admission = config.admission.clone();
+    setup.accounts = config.accounts.clone();
     let (mut controller, recovered) = Controller::open(setup, image, Catalog::embedded(), &Default::default(), now)?;
     controller.set_billing(config.billing.clone());
     let mut batches = vec![recovered];
@@ -314,7 +328,15 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         agents_wake: Arc::new(AgentWakes::default()),
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),
+        agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
     };
+    if config.tls.is_none() && !config.insecure_http && !config.listen.ip().is_loopback() {
+        return Err(ServeError::Config(format!(
+            "plain HTTP on {} would send tokens and jobs in the clear: serve HTTPS there, or pass --insecure-http on a network you trust",
+            config.listen
+        )));
+    }
+    let tls_config = config.tls.as_ref().map(tls::server_config).transpose()?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ServeError::Config(format!("cannot listen on {}: {e}", config.listen)))?;
@@ -329,13 +351,16 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
     let committer = shared.committer.clone();
     let app = api::router(shared);
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = shutdown_rx.await;
-            })
-            .await
-    });
+    let server = match tls_config {
+        Some(tls_config) => tokio::spawn(tls::serve(listener, tls_config, app, shutdown_rx)),
+        None => tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = shutdown_rx.await;
+                })
+                .await
+        }),
+    };
     Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), committer, agents, server, scheduler })
 }
 

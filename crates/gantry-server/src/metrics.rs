@@ -1,9 +1,17 @@
-//! `GET /metrics`: the controller's state in the OpenMetrics text format, for Prometheus.
+//! `GET /metrics`: the controller's state in the OpenMetrics text format, for Prometheus,
+//! encoded by the official `prometheus-client` crate.
 //! Names are stable and documented in docs/formats.md (with the DCGM exporter's name where
 //! one measures the same thing); labels are bounded by the fleet and the queue file (node,
 //! GPU index, model, queue, state), never by job or user.
 
-use std::fmt::Write;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 
 /// A histogram with fixed buckets (upper bounds, seconds).
 #[derive(Clone, Debug)]
@@ -57,54 +65,101 @@ impl Default for ServiceStats {
     }
 }
 
-/// Label values are quoted; `\`, `"` and line breaks escaped.
-fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
+/// Labels of one sample, in the order given.
+type Labels = Vec<(String, String)>;
+type GaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
+type CounterFamily = Family<Labels, Counter<f64, AtomicU64>>;
 
-/// Writes metric families in order: `# TYPE`, `# HELP`, then samples.
+/// One scrape's metric families, encoded by the `prometheus-client` crate (OpenMetrics text:
+/// `# HELP`, `# TYPE`, `# UNIT`, samples, `# EOF`). Callers name families and samples as they
+/// appear in the exposition (`…_seconds`, `…_total`); the crate adds those suffixes itself, so
+/// they are taken off here.
 #[derive(Debug, Default)]
 pub struct Exposition {
-    text: String,
+    registry: Registry,
+    gauges: BTreeMap<String, GaugeFamily>,
+    counters: BTreeMap<String, CounterFamily>,
+}
+
+/// A family name as the crate registers it: without the unit suffix it appends.
+fn base_name<'n>(name: &'n str, unit: &str) -> &'n str {
+    match unit {
+        "seconds" => name.strip_suffix("_seconds").unwrap_or(name),
+        _ => name,
+    }
 }
 
 impl Exposition {
+    /// Declare a family: `kind` gauge or counter, `unit` empty or `seconds`.
     pub fn family(&mut self, name: &str, kind: &str, unit: &str, help: &str) {
-        let _ = writeln!(self.text, "# TYPE {name} {kind}");
-        if !unit.is_empty() {
-            let _ = writeln!(self.text, "# UNIT {name} {unit}");
+        let base = base_name(name, unit);
+        match kind {
+            "counter" => {
+                let family = CounterFamily::default();
+                self.register(base, help, unit, family.clone());
+                self.counters.insert(name.to_string(), family);
+            }
+            _ => {
+                let family = GaugeFamily::default();
+                self.register(base, help, unit, family.clone());
+                self.gauges.insert(name.to_string(), family);
+            }
         }
-        let _ = writeln!(self.text, "# HELP {name} {help}");
     }
 
+    fn register(&mut self, base: &str, help: &str, unit: &str, metric: impl prometheus_client::registry::Metric) {
+        let help = help.trim_end_matches('.');
+        match unit {
+            "seconds" => self.registry.register_with_unit(base, help, Unit::Seconds, metric),
+            _ => self.registry.register(base, help, metric),
+        }
+    }
+
+    /// One sample of a declared family (`name` as exposed: a counter's ends in `_total`).
     pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.text += name;
-        if !labels.is_empty() {
-            let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", label(v))).collect();
-            let _ = write!(self.text, "{{{}}}", pairs.join(","));
+        let labels: Labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        if let Some(family) = self.gauges.get(name) {
+            family.get_or_create(&labels).set(value);
+        } else if let Some(family) = name.strip_suffix("_total").and_then(|n| self.counters.get(n)) {
+            family.get_or_create(&labels).inc_by(value);
+        } else {
+            debug_assert!(false, "sample of an undeclared family {name}");
         }
-        let _ = writeln!(self.text, " {}", number(value));
     }
 
+    /// A histogram family (unit seconds) from the controller's counts.
     pub fn histogram(&mut self, name: &str, help: &str, h: &Histogram) {
-        self.family(name, "histogram", "seconds", help);
-        for (bound, count) in h.bounds.iter().zip(&h.counts) {
-            self.sample(&format!("{name}_bucket"), &[("le", &number(*bound))], *count as f64);
-        }
-        self.sample(&format!("{name}_bucket"), &[("le", "+Inf")], h.count as f64);
-        self.sample(&format!("{name}_sum"), &[], h.sum);
-        self.sample(&format!("{name}_count"), &[], h.count as f64);
+        self.register(base_name(name, "seconds"), help, "seconds", h.clone());
     }
 
-    pub fn finish(mut self) -> String {
-        self.text += "# EOF\n";
-        self.text
+    pub fn finish(self) -> String {
+        let mut text = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
     }
 }
 
-/// Integers without a fraction, others as Rust prints them (shortest round trip).
-fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
+impl prometheus_client::metrics::TypedMetric for Histogram {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Histogram {
+    /// The crate wants each bucket's own count (it sums them) and the `+Inf` bucket last.
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let mut buckets = Vec::with_capacity(self.bounds.len() + 1);
+        let mut below = 0;
+        for (bound, cumulative) in self.bounds.iter().zip(&self.counts) {
+            buckets.push((*bound, cumulative - below));
+            below = *cumulative;
+        }
+        buckets.push((f64::INFINITY, self.count - below));
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(self.sum, self.count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
 }
 
 /// The content type Prometheus negotiates for OpenMetrics.
@@ -124,12 +179,17 @@ mod tests {
         out.histogram("gantry_x_seconds", "x", &h);
         out.family("gantry_jobs", "gauge", "", "jobs");
         out.sample("gantry_jobs", &[("queue", "a\"b")], 2.0);
+        out.family("gantry_ends", "counter", "", "ends");
+        out.sample("gantry_ends_total", &[("how", "ok")], 0.0);
         let text = out.finish();
+        assert!(text.contains("# TYPE gantry_x_seconds histogram\n# UNIT gantry_x_seconds seconds\n"), "{text}");
         assert!(text.contains("gantry_x_seconds_bucket{le=\"0.1\"} 1\n"), "{text}");
-        assert!(text.contains("gantry_x_seconds_bucket{le=\"1\"} 2\n"), "{text}");
+        assert!(text.contains("gantry_x_seconds_bucket{le=\"1.0\"} 2\n"), "{text}");
         assert!(text.contains("gantry_x_seconds_bucket{le=\"+Inf\"} 3\n"), "{text}");
         assert!(text.contains("gantry_x_seconds_sum 3.55\n"), "{text}");
-        assert!(text.contains("gantry_jobs{queue=\"a\\\"b\"} 2\n"), "{text}");
+        assert!(text.contains("gantry_x_seconds_count 3\n"), "{text}");
+        assert!(text.contains("gantry_jobs{queue=\"a\\\"b\"} 2.0\n"), "{text}");
+        assert!(text.contains("# TYPE gantry_ends counter\ngantry_ends_total{how=\"ok\"} 0.0\n"), "{text}");
         assert!(text.ends_with("# EOF\n"));
     }
 }

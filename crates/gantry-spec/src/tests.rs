@@ -435,7 +435,13 @@ fn job_lifecycle_fields_parse_with_defaults_and_errors() {
     .expect("valid workload");
     assert_eq!(
         jobs[0].lifecycle,
-        gantry_types::Lifecycle { preemptible: false, min_runtime_s: 600, grace_s: 90, interactive: false }
+        gantry_types::Lifecycle {
+            preemptible: false,
+            min_runtime_s: 600,
+            grace_s: 90,
+            interactive: false,
+            requeue: true
+        }
     );
     assert_eq!(jobs[1].lifecycle, gantry_types::Lifecycle::default());
     for (text, expected) in [

@@ -41,6 +41,8 @@ pub(crate) struct JobEntry {
     count: Option<i64>,
     preemptible: Option<bool>,
     interactive: Option<bool>,
+    /// Wait again when a node it runs on is lost (default true) or end `lost`.
+    requeue: Option<bool>,
     after: Option<Vec<String>>,
     min_runtime: Option<crate::quantity::Duration>,
     grace: Option<crate::quantity::Duration>,
@@ -425,6 +427,7 @@ pub(crate) fn parse_job(
             .transpose()?
             .unwrap_or(defaults.grace_s),
         interactive: entry.interactive.unwrap_or(defaults.interactive),
+        requeue: entry.requeue.unwrap_or(defaults.requeue),
     };
     let after =
         entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;

@@ -99,6 +99,14 @@ pub struct Lifecycle {
     /// it is reclaimed when idle even if it is not preemptible.
     #[serde(default)]
     pub interactive: bool,
+    /// When a node it runs on is lost, the job waits again (true, Slurm's default for batch
+    /// jobs) or ends `lost` (false).
+    #[serde(default = "requeue_default")]
+    pub requeue: bool,
+}
+
+fn requeue_default() -> bool {
+    true
 }
 
 /// Default grace period between the stop signal and the kill (Kubernetes' default too).
@@ -106,7 +114,7 @@ pub const GRACE_DEFAULT_S: u64 = 30;
 
 impl Default for Lifecycle {
     fn default() -> Self {
-        Lifecycle { preemptible: true, min_runtime_s: 0, grace_s: GRACE_DEFAULT_S, interactive: false }
+        Lifecycle { preemptible: true, min_runtime_s: 0, grace_s: GRACE_DEFAULT_S, interactive: false, requeue: true }
     }
 }
 

@@ -1,46 +1,201 @@
-//! A small blocking HTTP/1.1 client for the CLI and the tests: one request per connection
-//! (`Connection: close`), plain HTTP to the controller (loopback or a trusted network; TLS
-//! comes with auth). Our own 100 lines rather than an HTTP client stack.
+//! The HTTP client of the CLI, the agents and the tests: ureq (blocking, rustls with ring),
+//! HTTPS verified against the controller's CA file (or the public web roots when none is
+//! given), an optional client certificate (an agent's, for mutual TLS), and plain HTTP only
+//! where the URL says `http://`.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a request got no answer (an answer with an error status is an answer: `Ok`).
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The server address is not `http://HOST:PORT`.
+    /// The server address is not `http(s)://HOST:PORT`.
     #[error("{0}")]
     Address(String),
-    #[error("cannot reach the gantry controller at {server}: {source} (is `gantry serve` running?)")]
-    Unreachable { server: String, source: std::io::Error },
+    #[error("cannot reach the gantry controller at {server}: {detail} (is `gantry serve` running?)")]
+    Unreachable { server: String, detail: String },
+    /// The TLS handshake failed: the certificate is not trusted, or the server is not HTTPS.
+    #[error("TLS with {server} failed: {detail}\n  hint: {hint}")]
+    Tls { server: String, detail: String, hint: String },
+    /// A CA file or client certificate could not be read.
+    #[error("{0}")]
+    Certificate(String),
     #[error("the token contains a line break")]
     BadToken,
     /// Sending or reading failed midway.
     #[error("{0}")]
     Io(String),
-    /// The answer is not HTTP as this client reads it.
-    #[error("malformed response: {0}")]
-    Malformed(String),
 }
 
 /// Largest response read (a job list of a big queue is a few MiB).
 const RESPONSE_BYTES_MAX: u64 = 256 << 20;
 
-/// `http://host:port` → `host:port`.
-fn authority(server: &str) -> Result<&str, ClientError> {
-    let rest = server.strip_prefix("http://").ok_or_else(|| {
-        ClientError::Address(format!("server {server:?} must start with http:// (https comes with authentication)"))
-    })?;
-    let rest = rest.trim_end_matches('/');
-    if rest.is_empty() || rest.contains('/') {
-        return Err(ClientError::Address(format!("server {server:?} must be http://HOST:PORT")));
-    }
-    Ok(rest)
+/// How long one request may take, connection and answer together: longer than the longest
+/// held heartbeat (30 s), short enough that a dead controller is noticed.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the client trusts and presents.
+#[derive(Clone, Debug, Default)]
+pub struct Tls {
+    /// PEM file of the CA that signed the controller's certificate (the controller's
+    /// `ca.pem`); `None`: the public web roots (an operator's certificate from a public CA).
+    pub ca: Option<PathBuf>,
+    /// PEM certificate chain and key to present (an agent's, `gantry cert agent NODE`).
+    pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
-/// Send `method path` with an optional body and bearer token; returns the status code and the
-/// body text.
+/// A client for one controller: connections are kept and reused.
+#[derive(Clone, Debug)]
+pub struct Client {
+    server: String,
+    tls: Tls,
+    agent: ureq::Agent,
+}
+
+/// `http(s)://host:port[/]` → the same without the trailing slash; anything else is refused.
+fn base_url(server: &str) -> Result<String, ClientError> {
+    let rest = server.strip_prefix("https://").or_else(|| server.strip_prefix("http://")).ok_or_else(|| {
+        ClientError::Address(format!("server {server:?} must start with https:// (or http:// for --insecure-http)"))
+    })?;
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return Err(ClientError::Address(format!("server {server:?} must be https://HOST:PORT")));
+    }
+    Ok(server.trim_end_matches('/').to_string())
+}
+
+fn read(path: &Path, what: &str) -> Result<Vec<u8>, ClientError> {
+    std::fs::read(path).map_err(|e| ClientError::Certificate(format!("cannot read the {what} {}: {e}", path.display())))
+}
+
+fn certificates(path: &Path, what: &str) -> Result<Vec<ureq::tls::Certificate<'static>>, ClientError> {
+    let pem = read(path, what)?;
+    let mut certs = Vec::new();
+    for item in ureq::tls::parse_pem(&pem) {
+        match item {
+            Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
+            Ok(_) => {}
+            Err(e) => return Err(ClientError::Certificate(format!("{what} {}: {e}", path.display()))),
+        }
+    }
+    if certs.is_empty() {
+        return Err(ClientError::Certificate(format!("{what} {}: no PEM certificate in it", path.display())));
+    }
+    Ok(certs)
+}
+
+fn tls_config(tls: &Tls) -> Result<ureq::tls::TlsConfig, ClientError> {
+    let mut builder = ureq::tls::TlsConfig::builder();
+    if let Some(ca) = &tls.ca {
+        let roots = certificates(ca, "CA file")?;
+        builder = builder.root_certs(ureq::tls::RootCerts::Specific(Arc::new(roots)));
+    }
+    if let Some((cert, key)) = &tls.client_cert {
+        let chain = certificates(cert, "client certificate")?;
+        let key = ureq::tls::PrivateKey::from_pem(&read(key, "client key")?)
+            .map_err(|e| ClientError::Certificate(format!("client key {}: {e}", key.display())))?;
+        builder = builder.client_cert(Some(ureq::tls::ClientCert::new_with_certs(&chain, key)));
+    }
+    Ok(builder.build())
+}
+
+impl Client {
+    /// A client for `server` (`https://HOST:PORT`, or `http://` for a plain listener).
+    pub fn new(server: &str, tls: &Tls) -> Result<Client, ClientError> {
+        let server = base_url(server)?;
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .allow_non_standard_methods(false)
+            .max_redirects(0)
+            .tls_config(tls_config(tls)?)
+            .build();
+        Ok(Client { server, tls: tls.clone(), agent: config.new_agent() })
+    }
+
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Send `method path` with an optional body and bearer token; the status code and the
+    /// body text.
+    pub fn request(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> Result<(u16, String), ClientError> {
+        if token.is_some_and(|t| t.contains(['\r', '\n'])) {
+            return Err(ClientError::BadToken);
+        }
+        let mut builder = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.server))
+            .header("Content-Type", "text/plain; charset=utf-8");
+        if let Some(token) = token {
+            builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        let sent = match body {
+            Some(body) => builder.body(body.to_string()).map(|r| self.agent.run(r)),
+            None if method == "GET" || method == "DELETE" => builder.body(()).map(|r| self.agent.run(r)),
+            None => builder.body(String::new()).map(|r| self.agent.run(r)),
+        };
+        let mut response = sent
+            .map_err(|e| ClientError::Address(format!("request {method} {path}: {e}")))?
+            .map_err(|e| self.explain(e))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .body_mut()
+            .with_config()
+            .limit(RESPONSE_BYTES_MAX)
+            .read_to_vec()
+            .map_err(|e| ClientError::Io(format!("reading the response: {e}")))?;
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// A transport error in words a user can act on.
+    fn explain(&self, error: ureq::Error) -> ClientError {
+        let server = self.server.clone();
+        let detail = error.to_string();
+        let tls_failed = matches!(error, ureq::Error::Rustls(_) | ureq::Error::Tls(_) | ureq::Error::Pem(_))
+            || ["peer certificate", "fatal alert", "InvalidContentType", "corrupt message", "tls"]
+                .iter()
+                .any(|w| detail.contains(w));
+        if self.server.starts_with("https://") && tls_failed {
+            return ClientError::Tls { server, hint: self.tls_hint(&detail), detail };
+        }
+        match error {
+            ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+                ClientError::Unreachable { server, detail }
+            }
+            ureq::Error::Timeout(_) => ClientError::Io(format!("{server}: no answer in time ({detail})")),
+            _ => ClientError::Io(format!("{server}: {detail}")),
+        }
+    }
+
+    /// What to do about a failed handshake.
+    fn tls_hint(&self, detail: &str) -> String {
+        if detail.contains("InvalidContentType") || detail.contains("corrupt message") {
+            return "the server does not speak TLS: if it runs `gantry serve --insecure-http`, use http://".into();
+        }
+        if detail.contains("certificate required") || detail.contains("CertificateRequired") {
+            return "the server wants a client certificate: --tls-cert FILE --tls-key FILE (gantry cert agent NODE)"
+                .into();
+        }
+        match &self.tls.ca {
+            Some(ca) => format!(
+                "the server's certificate is not signed by the CA in {} or not for this host name: compare \
+                 `gantry cert fingerprint` on the controller host, or pass its ca.pem with --ca",
+                ca.display()
+            ),
+            None => "no CA file was given: pass the controller's ca.pem with --ca (or $GANTRY_CA)".into(),
+        }
+    }
+}
+
+/// One request with a fresh client and default trust (tests, one-off calls).
 pub fn request(
     server: &str,
     token: Option<&str>,
@@ -48,65 +203,7 @@ pub fn request(
     path: &str,
     body: Option<&str>,
 ) -> Result<(u16, String), ClientError> {
-    let host = authority(server)?;
-    let mut stream =
-        TcpStream::connect(host).map_err(|source| ClientError::Unreachable { server: server.to_string(), source })?;
-    stream.set_read_timeout(Some(Duration::from_secs(60))).map_err(|e| ClientError::Io(e.to_string()))?;
-    let body = body.unwrap_or("");
-    if token.is_some_and(|t| t.contains(['\r', '\n'])) {
-        return Err(ClientError::BadToken);
-    }
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{auth}Content-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream
-        .write_all(head.as_bytes())
-        .and_then(|_| stream.write_all(body.as_bytes()))
-        .map_err(|e| ClientError::Io(e.to_string()))?;
-    let mut raw = Vec::new();
-    stream
-        .take(RESPONSE_BYTES_MAX)
-        .read_to_end(&mut raw)
-        .map_err(|e| ClientError::Io(format!("reading the response: {e}")))?;
-    let split =
-        raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| ClientError::Malformed("no header end".into()))?;
-    let head = String::from_utf8_lossy(&raw[..split]).to_string();
-    let mut payload = raw[split + 4..].to_vec();
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| ClientError::Malformed(format!("status line {:?}", head.lines().next().unwrap_or(""))))?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    if chunked {
-        payload = dechunk(&payload)?;
-    }
-    Ok((status, String::from_utf8_lossy(&payload).into_owned()))
-}
-
-fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, ClientError> {
-    let mut out = Vec::new();
-    loop {
-        let line_end =
-            data.windows(2).position(|w| w == b"\r\n").ok_or_else(|| ClientError::Malformed("chunk".into()))?;
-        let size_text = String::from_utf8_lossy(&data[..line_end]);
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| ClientError::Malformed(format!("chunk size {size_text:?}")))?;
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        if data.len() < size + 2 {
-            return Err(ClientError::Malformed("truncated chunk".into()));
-        }
-        out.extend_from_slice(&data[..size]);
-        data = &data[size + 2..];
-    }
+    Client::new(server, &Tls::default())?.request(token, method, path, body)
 }
 
 #[cfg(test)]
@@ -114,16 +211,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn servers_must_be_plain_http_host_port() {
-        assert_eq!(authority("http://127.0.0.1:8177/").expect("valid"), "127.0.0.1:8177");
-        assert!(authority("https://x:1").expect_err("tls").to_string().contains("must start with http://"));
-        assert!(authority("http://x:1/v1").expect_err("path").to_string().contains("must be http://HOST:PORT"));
+    fn servers_must_be_http_or_https_host_port() {
+        assert_eq!(base_url("https://127.0.0.1:8177/").expect("valid"), "https://127.0.0.1:8177");
+        assert_eq!(base_url("http://x:1").expect("valid"), "http://x:1");
+        assert!(base_url("ftp://x:1").expect_err("scheme").to_string().contains("must start with https://"));
+        assert!(base_url("https://x:1/v1").expect_err("path").to_string().contains("must be https://HOST:PORT"));
+        assert!(base_url("https://u@x:1").expect_err("userinfo").to_string().contains("must be"));
     }
 
     #[test]
-    fn chunked_bodies_are_joined() {
-        assert_eq!(dechunk(b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").expect("valid"), b"abcde");
-        assert!(dechunk(b"zz\r\n").is_err());
-        assert!(dechunk(b"9\r\nabc\r\n").is_err());
+    fn a_missing_or_empty_ca_file_is_named() {
+        let tls = Tls { ca: Some("/nonexistent/ca.pem".into()), client_cert: None };
+        let err = Client::new("https://127.0.0.1:1", &tls).expect_err("no file");
+        assert!(err.to_string().contains("cannot read the CA file /nonexistent/ca.pem"), "{err}");
+        let empty = std::env::temp_dir().join(format!("gantry-empty-ca-{}.pem", std::process::id()));
+        std::fs::write(&empty, "not a certificate\n").expect("writes");
+        let tls = Tls { ca: Some(empty.clone()), client_cert: None };
+        let err = Client::new("https://127.0.0.1:1", &tls).expect_err("no certificate");
+        assert!(err.to_string().contains("no PEM certificate"), "{err}");
+        let _ = std::fs::remove_file(empty);
     }
 }

@@ -62,6 +62,11 @@ pub struct Launch {
     pub grace_s: u64,
     /// Which run of the job this is (0, then one more per requeue).
     pub attempt: u32,
+    /// The Unix account the task runs as (the job's user, or what the controller's `[users]`
+    /// maps it to). An agent running as root runs it as this account, or refuses when the
+    /// node has none; an agent that is not root runs only its own account's tasks.
+    #[serde(default)]
+    pub account: String,
 }
 
 impl Launch {

@@ -12,15 +12,28 @@ pub const EXAMPLES: &str = "Examples:
   # on the controller host: one agent token per node, its secret into a file for that node
   gantry token create gpu01-agent --role agent --node gpu01 > gpu01.token
   # on node gpu01 (the secret from a file or $GANTRY_TOKEN, never on the command line)
-  gantry agent --server http://controller:8177 --token-file /etc/gantry/agent.token
+  gantry agent --server https://controller:8177 --ca /etc/gantry/ca.pem --token-file /etc/gantry/agent.token
+  # with a client certificate for this node (mutual TLS; `gantry cert agent gpu01` on the controller host)
+  gantry agent --server https://controller:8177 --ca /etc/gantry/ca.pem --token-file /etc/gantry/agent.token \\
+    --tls-cert /etc/gantry/gpu01.pem --tls-key /etc/gantry/gpu01.key
   # a machine without a driver (or a test): its GPUs from a fleet file's node
-  gantry agent --server http://127.0.0.1:8177 --inventory fleet.toml --node n2 --data /tmp/agent-n2";
+  gantry agent --server https://127.0.0.1:8177 --inventory fleet.toml --node n2 --data /tmp/agent-n2";
 
 #[derive(Args)]
 pub struct AgentArgs {
-    /// The controller (default: $GANTRY_SERVER, else http://127.0.0.1:8177).
+    /// The controller (default: $GANTRY_SERVER, else https://127.0.0.1:8177).
     #[arg(long, value_name = "URL")]
     server: Option<String>,
+    /// The CA file the controller's certificate is verified with: a copy of the controller's
+    /// ca.pem (default: $GANTRY_CA, else the public web roots).
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// This node's client certificate (PEM), for mutual TLS: `gantry cert agent NODE`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM). Keep it 0600.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// A file holding this node's agent token (else $GANTRY_TOKEN). Keep it 0600.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
@@ -116,14 +129,19 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         .server
         .clone()
         .or_else(|| std::env::var("GANTRY_SERVER").ok())
-        .unwrap_or_else(|| format!("http://{}", crate::serve_cmd::DEFAULT_LISTEN));
+        .unwrap_or_else(|| format!("https://{}", crate::serve_cmd::DEFAULT_LISTEN));
+    let trust = gantry_wire::client::Tls {
+        ca: args.ca.clone().or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from)),
+        client_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
+    };
+    let client = gantry_wire::client::Client::new(&server, &trust).map_err(|e| anyhow::anyhow!(e))?;
     let data_dir = match &args.data {
         Some(dir) => dir.clone(),
         None => crate::serve_cmd::default_data_dir()?.join(format!("agent-{node}")),
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
     let config = gantry_agent::node::AgentConfig {
-        link: std::sync::Arc::new(gantry_agent::node::HttpLink { server: server.clone(), token }),
+        link: std::sync::Arc::new(gantry_agent::node::HttpLink { client, token }),
         node: node.clone(),
         gpus,
         data_dir: data_dir.clone(),
@@ -139,6 +157,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
             config.gpus.len(),
             data_dir.display()
         );
+        match gantry_agent::account::Identity::of_this_process() {
+            gantry_agent::account::Identity::Root if !gantry_agent::account::setpriv_installed() => eprintln!(
+                "warning: setpriv (util-linux) is not installed: tasks of accounts other than root cannot start"
+            ),
+            gantry_agent::account::Identity::Root => eprintln!("  tasks run as their job's Unix account on this node"),
+            gantry_agent::account::Identity::User(me) => eprintln!(
+                "  not root: only tasks of Unix account {:?} run here (others are refused)",
+                me.unwrap_or_default()
+            ),
+        }
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             if crate::serve_cmd::stop_signal().await.is_ok() {

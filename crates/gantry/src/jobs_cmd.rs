@@ -3,7 +3,6 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_wire::client::request;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,9 +19,13 @@ pub const EXAMPLES: &str = "Examples:
 
 #[derive(Args, Clone)]
 pub struct ServerArg {
-    /// The controller (default: $GANTRY_SERVER, else http://127.0.0.1:8177).
+    /// The controller (default: $GANTRY_SERVER, else https://127.0.0.1:8177).
     #[arg(long, value_name = "URL", global = true)]
     server: Option<String>,
+    /// The CA file the controller's certificate is verified with (default: $GANTRY_CA, else
+    /// the data directory's ca.pem when there is one, else the public web roots).
+    #[arg(long, value_name = "FILE", global = true)]
+    ca: Option<PathBuf>,
     /// API token (default: $GANTRY_TOKEN, else the local admin token `gantry serve --local`
     /// wrote to its data directory).
     #[arg(long, value_name = "TOKEN", global = true)]
@@ -41,7 +44,22 @@ impl ServerArg {
         self.server
             .clone()
             .or_else(|| std::env::var("GANTRY_SERVER").ok())
-            .unwrap_or_else(|| format!("http://{}", crate::serve_cmd::DEFAULT_LISTEN))
+            .unwrap_or_else(|| format!("https://{}", crate::serve_cmd::DEFAULT_LISTEN))
+    }
+
+    /// The data directory: --data, $GANTRY_DATA, the default.
+    fn data_dir(&self) -> Option<PathBuf> {
+        self.data.clone().or_else(|| crate::serve_cmd::default_data_dir().ok())
+    }
+
+    /// What the controller's certificate is checked against.
+    fn trust(&self) -> gantry_wire::client::Tls {
+        let ca = self
+            .ca
+            .clone()
+            .or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from))
+            .or_else(|| self.data_dir().map(|d| d.join(gantry_server::tls::CA_CERT)).filter(|p| p.exists()));
+        gantry_wire::client::Tls { ca, client_cert: None }
     }
 
     /// The token to send, and where it came from (for the hint when it is refused).
@@ -52,7 +70,7 @@ impl ServerArg {
         if let Ok(t) = std::env::var("GANTRY_TOKEN") {
             return (Some(t), "the token sent came from $GANTRY_TOKEN".into());
         }
-        let Some(data) = self.data.clone().or_else(|| crate::serve_cmd::default_data_dir().ok()) else {
+        let Some(data) = self.data_dir() else {
             return (None, "no token was sent (no --token, no $GANTRY_TOKEN, no data directory)".into());
         };
         let path = data.join("admin.token");
@@ -66,8 +84,8 @@ impl ServerArg {
     /// refused token, where this one came from and how to give another).
     pub fn call(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Value> {
         let (token, source) = self.token();
-        let (status, text) =
-            request(&self.url(), token.as_deref(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;
+        let client = gantry_wire::client::Client::new(&self.url(), &self.trust()).map_err(|e| anyhow::anyhow!(e))?;
+        let (status, text) = client.request(token.as_deref(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status >= 400 {
             let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
@@ -117,9 +135,13 @@ pub struct SubmitArgs {
 
 #[derive(Args)]
 pub struct SbatchArgs {
-    /// A batch script with `#SBATCH` lines (--job-name, --gres=gpu[:type]:N, --nodes,
-    /// --ntasks-per-node, --ntasks, --cpus-per-task, --mem, --time, --partition, --account,
-    /// --qos); it runs with its `#!` interpreter (default sh).
+    /// A batch script with `#SBATCH` lines (--job-name, --gres=gpu[:type]:N, --gpus,
+    /// --gpus-per-node, --nodes, --ntasks-per-node, --ntasks, --cpus-per-task, --mem, --time,
+    /// --partition, --account, --qos, --nice, --array, --dependency=afterok:ID, --chdir,
+    /// --requeue/--no-requeue,
+    /// --output/--error with %j %x %a %u); it runs with its `#!` interpreter (default sh), in
+    /// the directory sbatch was run from unless --chdir says otherwise. Other options are named
+    /// in a warning and left out.
     script: PathBuf,
     /// Wait until the job has ended; exit 1 if it did not complete.
     #[arg(long)]
@@ -165,6 +187,18 @@ pub fn shown(s: &str) -> String {
         return s.to_string();
     }
     s.chars().map(|c| if gantry_spec::printable(c) { c.to_string() } else { c.escape_unicode().to_string() }).collect()
+}
+
+/// A task's output as the terminal may show it: lines and tabs as they are, any other
+/// unprintable character (an escape sequence a job printed) written as `\u{…}`.
+pub fn shown_log(s: &str) -> String {
+    s.split_inclusive('\n')
+        .map(|line| {
+            let (body, end) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
+            let body: String = body.split('\t').map(shown).collect::<Vec<_>>().join("\t");
+            body + end
+        })
+        .collect()
 }
 
 /// Seconds since the Unix epoch as `2026-11-21 19:41:26 UTC` (days to civil date: Howard
@@ -218,9 +252,15 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
 pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
     let text =
         std::fs::read_to_string(&args.script).with_context(|| format!("cannot read {}", args.script.display()))?;
-    let request = crate::sbatch::parse_script(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
+    let mut request =
+        crate::sbatch::parse_script(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
     for option in &request.ignored {
-        eprintln!("note: {option} is not honoured; gantry keeps task output itself (gantry logs ID)");
+        eprintln!("warning: {}: {option} is not supported by gantry sbatch; left out", args.script.display());
+    }
+    if request.chdir.is_none() {
+        // Slurm's default: the script runs where it was submitted from.
+        let here = std::env::current_dir().context("the current directory (the job's working directory)")?;
+        request.chdir = Some(here.display().to_string());
     }
     let interpreter = text
         .lines()
@@ -370,8 +410,21 @@ pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn cancel(args: JobArgs) -> anyhow::Result<ExitCode> {
-    let reply = args.server.call("DELETE", &format!("/v1/jobs/{}", args.id), None)?;
+#[derive(Args)]
+pub struct CancelArgs {
+    /// Job id (as `submit` and `queue` print it).
+    id: u64,
+    /// Tasks on nodes whose agent is unreachable (silent past the timeout, or lost) count as
+    /// ended now, instead of waiting for an agent that may never report them.
+    #[arg(long)]
+    force: bool,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
+    let force = if args.force { "?force=true" } else { "" };
+    let reply = args.server.call("DELETE", &format!("/v1/jobs/{}{force}", args.id), None)?;
     if args.server.json {
         println!("{reply}");
     } else {
@@ -414,7 +467,8 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
             !matches!(cell(&job["state"]).as_str(), "pending" | "running")
         };
-        let text = cell(&args.server.call("GET", &format!("/v1/jobs/{}/logs", args.id), None)?);
+        let logs = args.server.call("GET", &format!("/v1/jobs/{}/logs", args.id), None)?;
+        let text = logs.as_str().map_or_else(|| cell(&logs), shown_log);
         if text.len() > shown && text.is_char_boundary(shown) {
             print!("{}", &text[shown..]);
             std::io::stdout().flush()?;
@@ -436,6 +490,7 @@ mod tests {
         assert_eq!(shown("train-1 [ok]"), "train-1 [ok]");
         assert_eq!(shown("\u{1b}[2Jowned"), "\\u{1b}[2Jowned");
         assert_eq!(cell(&Value::String("a\u{202e}b\u{7}".into())), "a\\u{202e}b\\u{7}");
+        assert_eq!(shown_log("a\tb\n\u{1b}[31mred\n\nend"), "a\tb\n\\u{1b}[31mred\n\nend");
     }
 
     #[test]
@@ -551,6 +606,9 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
         if node["drained"] == true {
             flags.push("drained".to_string());
         }
+        if node["lost"] == true {
+            flags.push("LOST".to_string());
+        }
         if node["ready"] == false {
             flags.push(match node["heartbeat_age_s"].as_u64() {
                 Some(age) => format!("not ready: agent silent {age} s"),
@@ -587,6 +645,37 @@ pub fn drain(args: NodeArgs, drained: bool) -> anyhow::Result<ExitCode> {
     let note = if reply["changed"] == false { " (already)" } else { "" };
     println!("node {} {state}{note}", args.node);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `gantry node lost NAME`.
+#[derive(Args)]
+pub struct NodeCommandArgs {
+    #[command(subcommand)]
+    what: NodeCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum NodeCommand {
+    /// Declare a node lost now (admin): its agent is known dead. Its jobs end at once —
+    /// requeued unless they say `requeue = false` — and their GPUs are freed; tasks it still
+    /// runs are killed if its agent comes back. (A node silent past --node-lost-after is lost
+    /// without this.)
+    Lost(NodeArgs),
+}
+
+pub fn node(args: NodeCommandArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        NodeCommand::Lost(args) => {
+            let reply = args.server.call("POST", &format!("/v1/nodes/{}/lost", args.node), None)?;
+            if args.server.json {
+                println!("{reply}");
+            } else {
+                let note = if reply["changed"] == false { " (already)" } else { "" };
+                println!("node {} lost{note}: its jobs ended or wait again", args.node);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
 }
 
 /// `gantry nodes --plan`: the online planner's advice, one line per GPU it would change.

@@ -7,6 +7,7 @@
 mod advise_cmd;
 mod agent_cmd;
 mod catalog_cmd;
+mod cert_cmd;
 mod jobs_cmd;
 mod mig_cmd;
 mod parallel;
@@ -58,7 +59,7 @@ enum Command {
     /// Run the controller (with `--local`, also the agent for this machine): REST API, store,
     /// scheduling loop; tasks run as real processes.
     #[command(after_help = serve_cmd::EXAMPLES)]
-    Serve(serve_cmd::ServeArgs),
+    Serve(Box<serve_cmd::ServeArgs>),
     /// Run the node agent for this machine: register with a controller (`gantry serve`
     /// without --local) and run the tasks it places here.
     #[command(after_help = agent_cmd::EXAMPLES)]
@@ -77,7 +78,7 @@ enum Command {
     /// Why a job is not running yet, and when it is expected to start.
     Why(jobs_cmd::JobArgs),
     /// Cancel a job (a running one is signalled, then killed after its grace period).
-    Cancel(jobs_cmd::JobArgs),
+    Cancel(jobs_cmd::CancelArgs),
     /// Hold a waiting job: it leaves its queue and never starts until released.
     Hold(jobs_cmd::JobArgs),
     /// Release a held job: it waits again, from now.
@@ -100,11 +101,16 @@ enum Command {
     Drain(jobs_cmd::NodeArgs),
     /// Resume a drained node (admin).
     Resume(jobs_cmd::NodeArgs),
+    /// Act on a node (admin): `gantry node lost NAME` when its machine is known dead.
+    Node(jobs_cmd::NodeCommandArgs),
     /// Chargeback: GPU-hours allocated and used, waste, and cost, by user, queue, model or job.
     #[command(after_help = usage_cmd::EXAMPLES)]
     Usage(usage_cmd::UsageArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
+    /// The controller's CA: its fingerprint, and client certificates for agents (mutual TLS).
+    #[command(after_help = cert_cmd::EXAMPLES)]
+    Cert(cert_cmd::CertArgs),
     /// Re-run the controller's command log through a fresh state machine and check that every
     /// decision (starts and placements, stops, endings, pending reasons) comes out the same.
     #[command(after_help = replay_cmd::EXAMPLES)]
@@ -144,7 +150,7 @@ fn main() -> ExitCode {
         Command::Validate(args) => place_cmd::validate(args),
         Command::Sim(args) => sim_cmd::run(*args),
         Command::Synth(args) => synth_cmd::run(args),
-        Command::Serve(args) => serve_cmd::run(args),
+        Command::Serve(args) => serve_cmd::run(*args),
         Command::Agent(args) => agent_cmd::run(args),
         Command::Submit(args) => jobs_cmd::submit(args),
         Command::Sbatch(args) => jobs_cmd::sbatch(args),
@@ -156,6 +162,7 @@ fn main() -> ExitCode {
         Command::Hold(args) => jobs_cmd::hold(args, true),
         Command::Release(args) => jobs_cmd::hold(args, false),
         Command::Token(args) => jobs_cmd::token(args),
+        Command::Cert(args) => cert_cmd::run(args),
         Command::Usage(args) => usage_cmd::run(args),
         Command::Nodes(args) => jobs_cmd::nodes(args),
         Command::Mig(args) => mig_cmd::run(args),
@@ -163,6 +170,7 @@ fn main() -> ExitCode {
         Command::Discover { json } => serve_cmd::discover(json),
         Command::Drain(args) => jobs_cmd::drain(args, true),
         Command::Resume(args) => jobs_cmd::drain(args, false),
+        Command::Node(args) => jobs_cmd::node(args),
     };
     match result {
         Ok(code) => code,

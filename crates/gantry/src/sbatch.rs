@@ -1,9 +1,12 @@
 //! `gantry sbatch script.sh` and `gantry submit --gpus N -- command`: Slurm habits translated
 //! into a gantry workload file (a `[[job]]` table), which the controller then validates like
-//! any other. Supported `#SBATCH` options: `--job-name/-J`, `--gres=gpu[:type]:N`, `--gpus`,
-//! `--nodes/-N`, `--ntasks-per-node`, `--ntasks/-n`, `--cpus-per-task/-c`, `--mem`, `--time/-t`,
-//! `--partition/-p`, `--account/-A`, `--qos`, `--output/-o`, `--error/-e` (both noted, not
-//! honoured: gantry keeps logs itself); anything else is an error naming the line.
+//! any other. Supported `#SBATCH` options (and the same on sbatch's command line):
+//! `--job-name/-J`, `--gres=gpu[:type]:N`, `--gpus/-G`, `--gpus-per-node`, `--nodes/-N`,
+//! `--ntasks-per-node`, `--ntasks/-n`, `--cpus-per-task/-c`, `--mem`, `--time/-t`,
+//! `--partition/-p`, `--account/-A`, `--qos`, `--nice`, `--array/-a`, `--dependency/-d`,
+//! `--chdir/-D`, `--requeue`/`--no-requeue`, `--output/-o` and `--error/-e` (with `%j`, `%x`, `%a`, `%u`, `%%`). Any other
+//! option is named in a warning and left out; a malformed value of a supported one is an error
+//! naming the line.
 
 use toml::{Table, Value};
 
@@ -26,7 +29,18 @@ pub struct Request {
     pub cpus_per_task: Option<u32>,
     pub memory: Option<String>,
     pub time: Option<String>,
-    /// Options accepted but not honoured, for a notice.
+    /// `--array`: gantry's array syntax is Slurm's (`0-15%4`, `1,3,5`).
+    pub array: Option<String>,
+    /// `--dependency`: `afterok:ID` and friends, as gantry's `after` entries.
+    pub after: Vec<String>,
+    /// `--requeue` / `--no-requeue`: wait again when a node it runs on is lost.
+    pub requeue: Option<bool>,
+    /// `--chdir`: where the script runs (default: the directory sbatch was run from).
+    pub chdir: Option<String>,
+    /// `--output` and `--error` patterns.
+    pub output: Option<String>,
+    pub error: Option<String>,
+    /// Options left out (unsupported, or supported without effect), for a warning each.
     pub ignored: Vec<String>,
 }
 
@@ -84,16 +98,7 @@ impl Request {
                     _ => return Err(format!("--gres={v}: use gpu:N or gpu:TYPE:N")),
                 }
             }
-            "--gpus" | "-G" => {
-                let v = need(option, value)?;
-                match v.split_once(':') {
-                    Some((t, n)) => {
-                        self.gpu_type = Some(t.to_string());
-                        self.gpus_total = Some(number(option, n)?);
-                    }
-                    None => self.gpus_total = Some(number(option, v)?),
-                }
-            }
+            "--gpus" | "-G" => self.gpus_total = Some(self.typed_count(option, need(option, value)?)?),
             "--nodes" | "-N" => self.nodes = Some(number(option, need(option, value)?)?),
             "--ntasks-per-node" => self.tasks_per_node = Some(number(option, need(option, value)?)?),
             "--ntasks" | "-n" => self.tasks = Some(number(option, need(option, value)?)?),
@@ -117,10 +122,34 @@ impl Request {
                 slurm_time(v)?;
                 self.time = Some(v.to_string());
             }
-            "--output" | "-o" | "--error" | "-e" => self.ignored.push(format!("{option}={}", value.unwrap_or(""))),
-            other => return Err(format!("{other}: not supported by gantry sbatch")),
+            "--gpus-per-node" => self.gpus_per_node = Some(self.typed_count(option, need(option, value)?)?),
+            "--nice" => {
+                // Slurm: a higher nice is a lower priority (default adjustment 100).
+                let v = value.unwrap_or("100");
+                let nice: i64 = v.parse().map_err(|_| format!("--nice={v}: a whole number"))?;
+                self.priority = Some(self.priority.unwrap_or(0) - nice);
+            }
+            "--array" | "-a" => self.array = Some(need(option, value)?.to_string()),
+            "--dependency" | "-d" => self.after.extend(dependencies(need(option, value)?)?),
+            "--chdir" | "-D" => self.chdir = Some(need(option, value)?.to_string()),
+            "--requeue" => self.requeue = Some(true),
+            "--no-requeue" => self.requeue = Some(false),
+            "--output" | "-o" => self.output = Some(need(option, value)?.to_string()),
+            "--error" | "-e" => self.error = Some(need(option, value)?.to_string()),
+            other => self.ignored.push(value.map_or_else(|| other.to_string(), |v| format!("{other}={v}"))),
         }
         Ok(())
+    }
+
+    /// `[TYPE:]N` (`--gpus`, `--gpus-per-node`): the count, and the GPU type if given.
+    fn typed_count(&mut self, option: &str, value: &str) -> Result<u32, String> {
+        match value.split_once(':') {
+            Some((t, n)) => {
+                self.gpu_type = Some(t.to_string());
+                number(option, n)
+            }
+            None => number(option, value),
+        }
     }
 
     /// The `[[job]]` table for `command`.
@@ -161,6 +190,22 @@ impl Request {
         if let Some(t) = &self.time {
             job.insert("time_limit".into(), Value::Integer(slurm_time(t)? as i64));
         }
+        if let Some(a) = &self.array {
+            job.insert("array".into(), Value::String(a.clone()));
+        }
+        if !self.after.is_empty() {
+            job.insert("after".into(), Value::Array(self.after.iter().cloned().map(Value::String).collect()));
+        }
+        if let Some(dir) = &self.chdir {
+            job.insert("workdir".into(), Value::String(dir.clone()));
+        }
+        if let Some(requeue) = self.requeue {
+            job.insert("requeue".into(), Value::Boolean(requeue));
+        }
+        let command = match (&self.output, &self.error) {
+            (None, None) => command,
+            (out, err) => redirected(out.as_deref(), err.as_deref(), command),
+        };
         job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
         let mut task = Table::new();
         task.insert("name".into(), Value::String("task".into()));
@@ -182,6 +227,76 @@ impl Request {
         job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
         Ok(job)
     }
+}
+
+/// `--dependency=afterok:12:13,afterany:14` → `["afterok:12", "afterok:13", "afterany:14"]`
+/// (gantry's `after`; a number is a job id).
+fn dependencies(value: &str) -> Result<Vec<String>, String> {
+    let mut after = Vec::new();
+    for part in value.split(',') {
+        let mut fields = part.split(':');
+        let kind = fields.next().unwrap_or("");
+        if !["afterok", "afterany", "afternotok"].contains(&kind) {
+            return Err(format!(
+                "--dependency={value}: {kind:?} is not supported (afterok, afterany, afternotok with job ids)"
+            ));
+        }
+        let ids: Vec<&str> = fields.collect();
+        if ids.is_empty() || ids.iter().any(|id| id.parse::<u64>().is_err()) {
+            return Err(format!("--dependency={value}: use {kind}:ID[:ID...]"));
+        }
+        after.extend(ids.iter().map(|id| format!("{kind}:{id}")));
+    }
+    Ok(after)
+}
+
+/// A Slurm file name pattern as a shell word: `%j` the job id, `%x` its name, `%a` the array
+/// index (from the element's name `name[3]`), `%u` the user, `%%` a percent sign; `%A`
+/// (Slurm's array master id) is the job's own id, each array element having its own; the rest
+/// single-quoted. Relative names are from the working directory.
+fn pattern_word(pattern: &str) -> String {
+    let mut word = String::from("'");
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        let piece = match (c, chars.clone().next()) {
+            ('%', Some(k)) if "jxauA%".contains(k) => {
+                chars.next();
+                match k {
+                    'j' | 'A' => "'\"$GANTRY_JOB_ID\"'".to_string(),
+                    'x' => "'\"$GANTRY_JOB_NAME\"'".to_string(),
+                    'a' => "'\"$gantry_index\"'".to_string(),
+                    'u' => "'\"$USER\"'".to_string(),
+                    _ => "%".to_string(),
+                }
+            }
+            ('\'', _) => "'\\''".to_string(),
+            (c, _) => c.to_string(),
+        };
+        word.push_str(&piece);
+    }
+    word.push('\'');
+    word
+}
+
+/// `command` with its stdout and stderr sent to `--output` and `--error` files (Slurm: stderr
+/// goes with stdout when only `--output` is given).
+fn redirected(output: Option<&str>, error: Option<&str>, command: Vec<String>) -> Vec<String> {
+    let out = output.map(pattern_word);
+    let err = error.map(pattern_word).or_else(|| out.clone());
+    // An array element is named `name[3]`: its index; other jobs have none.
+    let mut script = String::from(
+        "case $GANTRY_JOB_NAME in *]) gantry_index=${GANTRY_JOB_NAME##*[}; gantry_index=${gantry_index%]};; *) gantry_index=;; esac; ",
+    );
+    if let Some(out) = &out {
+        script += &format!("exec >{out}; ");
+    }
+    if let Some(err) = &err {
+        script += &format!("exec 2>{err}; ");
+    }
+    script += "exec \"$@\"";
+    let mut full = vec!["sh".to_string(), "-c".to_string(), script, "gantry-sbatch".to_string()];
+    full.extend(command);
+    full
 }
 
 /// Read a batch script's `#SBATCH` lines (those before the first command).
@@ -235,7 +350,8 @@ mod tests {
             (r.gpus_per_node, r.gpu_type.as_deref(), r.nodes, r.tasks_per_node),
             (Some(8), Some("h100"), Some(2), Some(8))
         );
-        assert_eq!((r.queue.as_deref(), r.priority, r.ignored.len()), (Some("research"), Some(100), 1));
+        assert_eq!((r.queue.as_deref(), r.priority, r.ignored.len()), (Some("research"), Some(100), 0));
+        assert_eq!(r.output.as_deref(), Some("out.log"));
         let job = r.job("script", vec!["/bin/bash".into(), "-c".into(), "srun".into()]).expect("job");
         let text = workload(job);
         let parsed = gantry_spec::parse_workload(&text, gantry_catalog::Catalog::embedded()).expect("a valid workload");
@@ -251,7 +367,9 @@ mod tests {
             ("\n#SBATCH --time=abc\n", "line 2: --time=abc: use minutes"),
             ("#SBATCH --time=0\n", "a time limit must be more than 0"),
             ("#SBATCH --qos=gold\n", "unknown QOS"),
-            ("#SBATCH --exclusive\n", "--exclusive: not supported by gantry sbatch"),
+            ("#SBATCH --dependency=singleton\n", "\"singleton\" is not supported"),
+            ("#SBATCH --dependency=afterok:x\n", "use afterok:ID"),
+            ("#SBATCH --nice=lots\n", "--nice=lots: a whole number"),
             ("#SBATCH --nodes=0\n", "--nodes=0: not a count ≥ 1"),
             ("#SBATCH --mem=12X\n", "use a size with K, M, G or T"),
             ("#SBATCH --job-name\n", "--job-name needs a value"),
@@ -261,6 +379,38 @@ mod tests {
         }
         let r = parse_script("#SBATCH --gres=gpu:3 --ntasks-per-node=2\n").expect("parses");
         assert!(r.job("x", vec!["true".into()]).expect_err("3 GPUs over 2 tasks").contains("does not divide"));
+    }
+
+    #[test]
+    fn common_options_map_and_unsupported_ones_are_named() {
+        let script = "#!/bin/sh\n#SBATCH --gpus-per-node=a100:2 --array=0-3%2 --nice=50\n#SBATCH --dependency=afterok:12:13,afterany:14\n#SBATCH --chdir=/data/run --exclusive --no-requeue\n#SBATCH -o logs/%x-%j.out -e 'it''s-%a.err'\necho hi\n";
+        let r = parse_script(script).expect("valid");
+        assert_eq!((r.gpus_per_node, r.gpu_type.as_deref(), r.priority), (Some(2), Some("a100"), Some(-50)));
+        assert_eq!(r.after, ["afterok:12", "afterok:13", "afterany:14"]);
+        assert_eq!((r.ignored.as_slice(), r.requeue), (&["--exclusive".to_string()][..], Some(false)));
+        let job = r.job("s", vec!["sh".into(), "-c".into(), "echo hi".into()]).expect("job");
+        assert_eq!(job["array"].as_str(), Some("0-3%2"));
+        assert_eq!(job["workdir"].as_str(), Some("/data/run"));
+        let command: Vec<&str> = job["command"].as_array().expect("argv").iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(&command[..2], ["sh", "-c"]);
+        assert!(command[2].contains("exec >'logs/'\"$GANTRY_JOB_NAME\"'-'\"$GANTRY_JOB_ID\"'.out'"), "{}", command[2]);
+        assert_eq!(&command[3..], ["gantry-sbatch", "sh", "-c", "echo hi"]);
+    }
+
+    /// The patterns expand in a real shell: `%j`, `%x`, `%a` (an array element), `%%`, and a
+    /// quote in the name stays a quote.
+    #[test]
+    fn output_patterns_expand_in_the_shell() {
+        let argv = redirected(Some("/tmp/%x_%j_%a_100%%_it's.log"), None, vec!["true".into()]);
+        let script = argv[2].trim_end_matches("exec \"$@\"").replace("exec >", "echo ").replace("exec 2>", "echo ");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env("GANTRY_JOB_ID", "41")
+            .env("GANTRY_JOB_NAME", "train[3]")
+            .output()
+            .expect("sh runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.starts_with("/tmp/train[3]_41_3_100%_it's.log\n"), "{text}");
     }
 
     #[test]

@@ -16,9 +16,12 @@ pub const EXAMPLES: &str = "Examples:
   gantry submit examples/demo-workload.toml
   gantry queue
   gantry why 3
-  # controller only: each node of the fleet file runs `gantry agent`
-  gantry serve --fleet fleet.toml --listen 0.0.0.0:8177
-  gantry token create gpu01-agent --role agent --node gpu01   # one agent token per node";
+  # controller only (as root: tasks run as their users): each node runs `gantry agent`
+  gantry serve --fleet fleet.toml --listen 0.0.0.0:8177 --tls-name controller.example
+  gantry token create gpu01-agent --role agent --node gpu01   # one agent token per node
+  gantry cert agent gpu01 --out certs/                        # optional: its client certificate
+  # plain HTTP on loopback (tests, or behind a TLS proxy)
+  gantry serve --local --insecure-http";
 
 /// Where the controller listens by default (the CLI's default server too).
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8177";
@@ -36,18 +39,50 @@ pub struct ServeArgs {
     /// `[billing]` in --config, example prices ($/GPU-hour: H100 4.00, A100 2.50, L4 0.80).
     #[arg(long, requires = "local")]
     demo: bool,
+    /// With --demo: seconds each step of a demo job sleeps (default 10: the jobs run for one
+    /// to five minutes, long enough to see queueing, reasons and the dashboard move; a small
+    /// value runs the whole demo in seconds).
+    #[arg(long, value_name = "SECONDS", requires = "demo", value_parser = demo_step)]
+    demo_step: Option<f64>,
     /// With remote agents: a node whose agent is silent this long gets no new work (what
     /// runs there keeps its place until the agent is back). Default 30.
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
     agent_timeout: Option<u64>,
+    /// With remote agents: a node whose agent is silent this long is lost — its jobs end
+    /// (requeued unless they say `requeue = false`), their GPUs are freed, and tasks it still
+    /// runs are killed when its agent comes back. Longer than --agent-timeout. Default 300.
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=604_800))]
+    node_lost_after: Option<u64>,
     /// Data directory: the store (gantry.db) and task logs. Default: $GANTRY_DATA, else
     /// ~/.local/share/gantry.
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
-    /// Address to listen on (plain HTTP: keep it on loopback or a trusted network; default
-    /// 127.0.0.1:8177).
+    /// Address to listen on (HTTPS; default 127.0.0.1:8177).
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
+    /// Serve plain HTTP instead of HTTPS: tokens and jobs travel in the clear. For loopback
+    /// tests, or behind a TLS proxy on a network you trust.
+    #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
+    insecure_http: bool,
+    /// The server's certificate (PEM chain) instead of one from the data directory's CA.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA whose client certificates agents may present (default with the data
+    /// directory's CA: that CA; with --tls-cert: none).
+    #[arg(long, value_name = "FILE")]
+    tls_client_ca: Option<PathBuf>,
+    /// Another name or address clients reach this controller by, for the certificate made
+    /// from the data directory's CA (repeatable; localhost, loopback and this machine's name
+    /// are always in it).
+    #[arg(long = "tls-name", value_name = "NAME")]
+    tls_names: Vec<String>,
+    /// Agents must present a client certificate for their node (`gantry cert agent NODE`):
+    /// optional (checked when given) or required.
+    #[arg(long, value_parser = ["optional", "required"])]
+    agent_certs: Option<String>,
     /// Fleet file (TOML, docs/formats.md). Default: this machine's GPUs when NVML finds them,
     /// else the bundled demo fleet (simulated GPUs; tasks still run as real processes).
     #[arg(long, value_name = "FILE")]
@@ -70,8 +105,9 @@ pub struct ServeArgs {
     /// (default info).
     #[arg(long, value_parser = ["text", "json"])]
     log_format: Option<String>,
-    /// Configuration file (TOML) with any of: listen, data, fleet, queues, backfill, preempt,
-    /// log_format; paths relative to the file. Flags given on the command line win.
+    /// Configuration file (TOML) with any of: listen, insecure_http, data, fleet, queues,
+    /// backfill, preempt, log_format, and the tables [billing], [idle], [admission], [tls],
+    /// [users] (docs/formats.md); paths relative to the file. Flags given on the command line win.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Prices and weights: only from the config file's `[billing]`.
@@ -83,6 +119,9 @@ pub struct ServeArgs {
     /// Admission limits: only from the config file's `[admission]`.
     #[arg(skip)]
     admission: Option<gantry_server::admission::AdmissionLimits>,
+    /// gantry user → Unix account: only from the config file's `[users]`.
+    #[arg(skip)]
+    users: std::collections::BTreeMap<String, String>,
 }
 
 /// `gantry serve --config FILE`.
@@ -90,6 +129,8 @@ pub struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
     listen: Option<std::net::SocketAddr>,
+    insecure_http: Option<bool>,
+    tls: Option<TlsFile>,
     data: Option<PathBuf>,
     fleet: Option<PathBuf>,
     queues: Option<PathBuf>,
@@ -99,6 +140,19 @@ struct ConfigFile {
     billing: Option<gantry_server::meter::Billing>,
     idle: Option<gantry_server::idle::IdlePolicy>,
     admission: Option<gantry_server::admission::AdmissionLimits>,
+    users: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// `[tls]` of the configuration file: what the --tls-* flags say.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TlsFile {
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    #[serde(default)]
+    names: Vec<String>,
+    agent_certs: Option<String>,
 }
 
 /// Fill what the command line left out from the configuration file.
@@ -119,6 +173,25 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
         }
     }
     args.listen = args.listen.or(file.listen);
+    args.insecure_http |= file.insecure_http.unwrap_or(false);
+    if let Some(tls) = file.tls {
+        if tls.cert.is_some() != tls.key.is_some() {
+            bail!("{}: [tls] needs both cert and key, or neither", path.display());
+        }
+        if let Some(v) = &tls.agent_certs
+            && !["optional", "required"].contains(&v.as_str())
+        {
+            bail!("{}: [tls] agent_certs = {v:?}: use optional or required", path.display());
+        }
+        args.tls_cert = args.tls_cert.or(tls.cert.map(relative));
+        args.tls_key = args.tls_key.or(tls.key.map(relative));
+        args.tls_client_ca = args.tls_client_ca.or(tls.client_ca.map(relative));
+        args.tls_names.extend(tls.names);
+        args.agent_certs = args.agent_certs.or(tls.agent_certs);
+    }
+    if args.insecure_http && (args.tls_cert.is_some() || args.agent_certs.is_some()) {
+        bail!("--insecure-http turns TLS off: it cannot go with TLS certificates or --agent-certs");
+    }
     args.data = args.data.or(file.data.map(relative));
     args.fleet = args.fleet.or(file.fleet.map(relative));
     args.queues = args.queues.or(file.queues.map(relative));
@@ -137,6 +210,7 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
         admission.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     args.admission = file.admission;
+    args.users = file.users.unwrap_or_default();
     Ok(args)
 }
 
@@ -205,6 +279,22 @@ pub async fn stop_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn demo_step(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.0..=3600.0).contains(&s) => Ok(s),
+        _ => Err(format!("{text:?}: seconds from 0 to 3600 (0.05 runs the demo in seconds)")),
+    }
+}
+
+/// The demo workload with each step sleeping `step` seconds (its `STEP_S`).
+fn demo_workload(step: Option<f64>) -> String {
+    let workload = crate::place_cmd::DEMO_WORKLOAD;
+    match step {
+        Some(step) => workload.replace("STEP_S = \"10\"", &format!("STEP_S = \"{step}\"")),
+        None => workload.to_string(),
+    }
+}
+
 /// `--demo` without a `[billing]`: example list prices, so the chargeback has dollars in it.
 fn demo_billing() -> gantry_server::meter::Billing {
     let prices = [("H100-SXM5-80GB", 4.0), ("A100-SXM4-80GB", 2.5), ("L4-24GB", 0.8)];
@@ -215,25 +305,69 @@ fn demo_billing() -> gantry_server::meter::Billing {
 }
 
 /// `--demo`: submit the bundled demo workload unless the store already has jobs.
-fn submit_demo(url: &str, token: Option<&str>) -> Result<String, String> {
-    let (status, listed) =
-        gantry_wire::client::request(url, token, "GET", "/v1/jobs", None).map_err(|e| e.to_string())?;
+fn submit_demo(
+    url: &str,
+    trust: &gantry_wire::client::Tls,
+    token: Option<&str>,
+    workload: &str,
+) -> Result<String, String> {
+    let client = gantry_wire::client::Client::new(url, trust).map_err(|e| e.to_string())?;
+    let (status, listed) = client.request(token, "GET", "/v1/jobs", None).map_err(|e| e.to_string())?;
     if status != 200 {
         return Err(format!("listing jobs: HTTP {status}: {listed}"));
     }
     if listed.trim() != "[]" {
         return Ok("  demo: the store has jobs already, none submitted (`gantry queue` lists them)".into());
     }
-    let workload = crate::place_cmd::DEMO_WORKLOAD;
-    let (status, reply) =
-        gantry_wire::client::request(url, token, "POST", "/v1/jobs", Some(workload)).map_err(|e| e.to_string())?;
+    let (status, reply) = client.request(token, "POST", "/v1/jobs", Some(workload)).map_err(|e| e.to_string())?;
     if status != 201 {
         return Err(format!("HTTP {status}: {reply}"));
     }
     let ids: serde_json::Value = serde_json::from_str(&reply).map_err(|e| e.to_string())?;
-    let count = ids["ids"].as_array().map_or(0, Vec::len);
+    let ids: Vec<u64> = ids["ids"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(|v| v.as_u64()).collect());
+    let (first, last) = (ids.first().copied().unwrap_or(0), ids.last().copied().unwrap_or(0));
     Ok(format!(
-        "  demo: submitted the {count} jobs of examples/demo-workload.toml; watch them here, or run `gantry queue`, `gantry nodes`, `gantry why ID`, `gantry logs ID`"
+        "  demo: submitted the {} jobs of examples/demo-workload.toml as jobs {first}-{last}; they run for minutes.\n  \
+         try: gantry queue; gantry why {last} (it waits for H100s); gantry logs {first}; gantry nodes; the dashboard",
+        ids.len()
+    ))
+}
+
+/// HTTPS from the operator's certificate, or from the data directory's CA (created on the
+/// first start); `None` with --insecure-http. Also the banner's line about it.
+fn tls_setup(
+    args: &ServeArgs,
+    data_dir: &std::path::Path,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<(Option<gantry_server::tls::TlsSetup>, String)> {
+    use gantry_server::tls::{AgentCerts, TlsSetup};
+    if args.insecure_http {
+        let place = if listen.ip().is_loopback() { "on loopback" } else { "ON THE NETWORK" };
+        return Ok((None, format!("  plain HTTP {place} (--insecure-http): tokens and jobs travel unencrypted")));
+    }
+    let agent_certs =
+        if args.agent_certs.as_deref() == Some("required") { AgentCerts::Required } else { AgentCerts::Optional };
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let setup =
+            TlsSetup { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone(), agent_certs };
+        return Ok((Some(setup), format!("  HTTPS with {}", cert.display())));
+    }
+    gantry_agent::runner::private_dir(data_dir)
+        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+    let names = gantry_server::tls::server_names(listen, &hostname(), &args.tls_names);
+    let mut ca = gantry_server::tls::local_ca(data_dir, &names, agent_certs).map_err(|e| anyhow::anyhow!(e))?;
+    if let Some(client_ca) = &args.tls_client_ca {
+        ca.setup.client_ca = Some(client_ca.clone());
+    }
+    let made = if ca.created { "created the CA" } else { "CA" };
+    Ok((
+        Some(ca.setup),
+        format!(
+            "  HTTPS: {made} {} (SHA-256 {}); clients verify with it (--ca FILE, $GANTRY_CA; the CLI on this machine finds it)\n  certificate names: {}",
+            ca.ca_file.display(),
+            ca.fingerprint,
+            names.join(", ")
+        ),
     ))
 }
 
@@ -255,8 +389,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "without --local, agents on other machines serve the nodes of a fleet file: pass --fleet FILE (or run `gantry serve --local`)"
         );
     }
-    if args.local && args.agent_timeout.is_some() {
-        bail!("--agent-timeout is for remote agents (serve without --local)");
+    if args.local && (args.agent_timeout.is_some() || args.node_lost_after.is_some()) {
+        bail!("--agent-timeout and --node-lost-after are for remote agents (serve without --local)");
+    }
+    if args.node_lost_after.unwrap_or(gantry_server::control::NODE_LOST_AFTER_DEFAULT_S)
+        <= args.agent_timeout.unwrap_or(30)
+    {
+        bail!(
+            "--node-lost-after must be longer than --agent-timeout (a silent node first gets no new work, then is lost)"
+        );
     }
     let catalog = gantry_catalog::Catalog::embedded();
     init_logs(args.log_format.as_deref().unwrap_or("text"));
@@ -303,13 +444,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         reserve_depth: 1,
         preempt: args.preempt,
     };
-    let data_dir = match args.data {
+    let data_dir = match args.data.clone() {
         Some(dir) => dir,
         None => default_data_dir()?,
     };
+    let listen = args.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
+    let (tls, tls_note) = tls_setup(&args, &data_dir, listen)?;
+    let accounts =
+        gantry_server::users::Accounts::for_this_process(args.users.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let config = gantry_server::ServeConfig {
         data_dir: data_dir.clone(),
-        listen: args.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address")),
+        listen,
+        tls,
+        insecure_http: args.insecure_http,
+        accounts: accounts.clone(),
         fleet,
         tick: std::time::Duration::from_secs(1),
         scheduling,
@@ -326,30 +474,43 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         agents: if args.local {
             gantry_server::control::Agents::Local
         } else {
-            gantry_server::control::Agents::Remote { heartbeat_timeout_s: args.agent_timeout.unwrap_or(30) }
+            gantry_server::control::Agents::Remote {
+                heartbeat_timeout_s: args.agent_timeout.unwrap_or(30),
+                node_lost_after_s: args.node_lost_after.unwrap_or(gantry_server::control::NODE_LOST_AFTER_DEFAULT_S),
+            }
         },
     };
     let local = args.local;
     let demo = args.demo;
+    let demo_step = args.demo_step;
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let ca_file = config.tls.as_ref().and_then(|t| t.client_ca.clone()).filter(|_| args.tls_cert.is_none());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {
         let running = gantry_server::start(config).await.map_err(|e| anyhow::anyhow!(e))?;
+        let url = format!("{scheme}://{}", running.addr);
         eprintln!(
-            "gantry controller on http://{} — {fleet_name}, data in {}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: http://{}/ui   stop: Ctrl-C",
-            running.addr,
+            "gantry controller on {url} — {fleet_name}, data in {}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: {url}/ui   stop: Ctrl-C",
             data_dir.display(),
-            running.addr
         );
+        eprintln!("{tls_note}");
+        match &accounts.single_user {
+            Some(me) => eprintln!(
+                "  single-user mode (not root): every task runs as {me:?}; tokens only for user {me:?} (and admin)"
+            ),
+            None => eprintln!(
+                "  tasks run as their user's Unix account on each node ([users] maps names; admin's own jobs: {:?})",
+                accounts.account(gantry_server::users::ADMIN)
+            ),
+        }
         if !local {
             eprintln!(
-                "  remote agents: each node runs `gantry agent --server http://{} --token-file FILE` (gantry token create NAME --role agent --node NODE)",
-                running.addr
+                "  remote agents: each node runs `gantry agent --server {url} --ca ca.pem --token-file FILE` (gantry token create NAME --role agent --node NODE)"
             );
         }
         eprintln!(
-            "  dashboard login: paste the admin token from {} at http://{}/ui/login",
+            "  dashboard login: paste the admin token from {} at {url}/ui/login",
             data_dir.join("admin.token").display(),
-            running.addr
         );
         if let Some(path) = &running.admin_token_file {
             eprintln!(
@@ -358,9 +519,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             );
         }
         if demo {
-            let url = format!("http://{}", running.addr);
             let token = std::fs::read_to_string(data_dir.join("admin.token")).ok().map(|t| t.trim().to_string());
-            let said = tokio::task::spawn_blocking(move || submit_demo(&url, token.as_deref())).await;
+            let trust = gantry_wire::client::Tls { ca: ca_file, client_cert: None };
+            let workload = demo_workload(demo_step);
+            let said =
+                tokio::task::spawn_blocking(move || submit_demo(&url, &trust, token.as_deref(), &workload)).await;
             match said {
                 Ok(Ok(line)) => eprintln!("{line}"),
                 Ok(Err(e)) => eprintln!("demo workload not submitted: {e}"),
@@ -372,4 +535,31 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every demo job runs at least a minute by default (long enough to see it queue, wait
+    /// with a reason and run), and `--demo-step` scales every one of them.
+    #[test]
+    fn the_demo_runs_for_minutes_unless_told_otherwise() {
+        let catalog = gantry_catalog::Catalog::embedded();
+        let seconds = |text: &str| -> Vec<f64> {
+            let jobs = gantry_spec::parse_workload(text, catalog).expect("the demo parses");
+            jobs.iter()
+                .map(|job| {
+                    let env: std::collections::BTreeMap<_, _> = job.run.env.iter().cloned().collect();
+                    let number = |k: &str| env.get(k).and_then(|v| v.parse::<f64>().ok()).expect("STEPS and STEP_S");
+                    number("STEPS") * number("STEP_S")
+                })
+                .collect()
+        };
+        let default = seconds(&demo_workload(None));
+        assert_eq!(default.len(), 22);
+        assert!(default.iter().all(|&s| s >= 60.0), "{default:?}");
+        assert!(seconds(&demo_workload(Some(0.05))).iter().all(|&s| s <= 2.0));
+        assert!(demo_step("-1").is_err() && demo_step("x").is_err() && demo_step("0.5").is_ok());
+    }
 }

@@ -3,6 +3,8 @@
 //! two functions, [`agent_register`] and [`agent_heartbeat`].
 
 use super::*;
+use crate::tls::{AgentCerts, PeerCert};
+use axum::Extension;
 
 /// `POST /v1/agents/register` (agent or admin token): a remote agent announces its node.
 #[utoipa::path(post, path = "/v1/agents/register", tag = "agents", request_body = Register,
@@ -12,10 +14,14 @@ use super::*;
 pub(super) async fn register_agent(
     State(shared): State<Shared>,
     headers: HeaderMap,
+    peer: Option<Extension<PeerCert>>,
     Text(body): Text,
 ) -> Result<Json<Registered>, ApiError> {
     let who = who(&shared, &headers)?;
     refuse_remote_agents(&shared)?;
+    let node =
+        serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["node"].as_str().map(str::to_string));
+    check_client_cert(&shared, peer, node.as_deref().unwrap_or(""))?;
     Ok(Json(agent_register(&shared, who, &body).await?))
 }
 
@@ -30,6 +36,22 @@ fn refuse_remote_agents(shared: &Shared) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Mutual TLS: a client certificate, when the connection presented one, must be for the
+/// agent's node; with `--agent-certs required`, one must be presented.
+fn check_client_cert(shared: &Shared, peer: Option<Extension<PeerCert>>, node: &str) -> Result<(), ApiError> {
+    let peer = peer.map(|Extension(p)| p).unwrap_or(PeerCert(None));
+    match (&peer.0, shared.agent_certs) {
+        (Some(_), _) if !peer.names(node) => Err(ApiError(ControlError::Forbidden(format!(
+            "the client certificate this agent presented is not for node {node:?}"
+        )))),
+        (None, AgentCerts::Required) => Err(ApiError(ControlError::Unauthenticated(format!(
+            "this controller requires agents to present a client certificate for their node: \
+             `gantry cert agent {node}` on the controller host, then `gantry agent --tls-cert FILE --tls-key FILE`"
+        )))),
+        _ => Ok(()),
+    }
+}
+
 /// `POST /v1/agents/{node}/heartbeat` (agent or admin token): the agent's report in, its
 /// orders out; with nothing to order, held up to `wait_ms` for new orders (a long poll).
 #[utoipa::path(post, path = "/v1/agents/{node}/heartbeat", tag = "agents", params(("node" = String, Path, description = "The agent's node")),
@@ -41,10 +63,12 @@ pub(super) async fn heartbeat(
     State(shared): State<Shared>,
     headers: HeaderMap,
     Path(node): Path<String>,
+    peer: Option<Extension<PeerCert>>,
     Text(body): Text,
 ) -> Result<Json<Orders>, ApiError> {
     let who = who(&shared, &headers)?;
     refuse_remote_agents(&shared)?;
+    check_client_cert(&shared, peer, &node)?;
     Ok(Json(agent_heartbeat(&shared, who, node, &body).await?))
 }
 

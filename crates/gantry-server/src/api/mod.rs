@@ -152,7 +152,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, agents::register_agent, agents::heartbeat),
+    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, agents::register_agent, agents::heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -191,6 +191,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/nodes", get(nodes))
         .route("/v1/nodes/{name}/drain", post(drain))
         .route("/v1/nodes/{name}/resume", post(resume))
+        .route("/v1/nodes/{name}/lost", post(node_lost))
         .route("/v1/tokens", post(create_token).get(list_tokens))
         .route("/v1/tokens/{name}", axum::routing::delete(revoke_token))
         .route("/v1/usage", get(usage))
@@ -266,17 +267,27 @@ async fn show(
     Ok(Json(shared.read(|c| views::jobs::job(c, &who, id))?))
 }
 
-#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
+/// `?force=true`: tasks on nodes whose agent is unreachable (silent or lost) count as ended
+/// now, instead of waiting for an agent that may never report them.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+struct CancelQuery {
+    #[serde(default)]
+    force: bool,
+}
+
+#[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id"), CancelQuery),
     responses((status = 200, description = "Cancelled, or being stopped", body = Cancelled), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 403, description = "Not allowed for this token", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
 async fn cancel(
     State(shared): State<Shared>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    Query(query): Query<CancelQuery>,
 ) -> Result<Json<Cancelled>, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
-    match shared.execute(Command::Cancel { who, job: id }).await? {
+    match shared.execute(Command::Cancel { who, job: id, force: query.force }).await? {
         Reply::Cancelled { stopping } => {
             Ok(Json(Cancelled { id, status: if stopping { "stopping" } else { "cancelled" }.into() }))
         }
@@ -325,14 +336,16 @@ async fn set_held(shared: &Shared, headers: &HeaderMap, id: &str, held: bool) ->
     }
 }
 
-/// `GET /v1/jobs/{id}/logs`: every task's stdout then stderr, each under a header line.
+/// `GET /v1/jobs/{id}/logs`: every task's stdout then stderr, each under a header line. Only
+/// the job's user and admins may read them (what a job prints may be secret).
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
     responses((status = 200, description = "Each task's stdout and stderr under a header line", body = String, content_type = "text/plain"), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 404, description = "Not found", body = ErrorBody)))]
+        (status = 403, description = "Not the job's user, nor an admin", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody)))]
 async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Result<String, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
     let view = shared.read(|c| views::jobs::job(c, &who, id))?;
+    who.reads_logs_of(view.row.job.control.user.as_deref().unwrap_or_default())?;
     let mut text = String::new();
     if !shared.local {
         // Remote agents keep their tasks' output on their own hosts.
@@ -441,6 +454,32 @@ async fn resume(
     Path(name): Path<String>,
 ) -> Result<Json<Drained>, ApiError> {
     set_drained(&shared, &headers, name, false).await
+}
+
+/// A node declared lost.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NodeLost {
+    pub node: String,
+    /// False if it was lost already.
+    pub changed: bool,
+}
+
+/// `POST /v1/nodes/{name}/lost` (admin): the node's agent is known dead — its jobs end now
+/// (requeued unless they say `requeue = false`), their GPUs are freed; tasks it still runs
+/// are killed if its agent comes back.
+#[utoipa::path(post, path = "/v1/nodes/{name}/lost", tag = "nodes", params(("name" = String, Path, description = "Node name")),
+    responses((status = 200, description = "Lost", body = NodeLost), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "No such node", body = ErrorBody)))]
+async fn node_lost(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+) -> Result<Json<NodeLost>, ApiError> {
+    let who = who(&shared, &headers)?;
+    match shared.execute(Command::NodeLost { who, node: node.clone() }).await? {
+        Reply::Lost { changed } => Ok(Json(NodeLost { node, changed })),
+        other => Err(unexpected(other)),
+    }
 }
 
 async fn set_drained(

@@ -20,7 +20,7 @@ impl Controller {
         now: u64,
     ) -> Result<Effects, ControlError> {
         who.serves(&reg.node)?;
-        let Agents::Remote { heartbeat_timeout_s } = self.agents else {
+        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else {
             return Err(ControlError::Conflict(
                 "this controller runs tasks itself (Agents::Local); agents need a controller that waits for them"
                     .into(),
@@ -55,6 +55,7 @@ impl Controller {
         let version = reg.version.chars().take(64).collect();
         let link = AgentLink { last_seen_s: now, instance: reg.instance.clone(), version, samples: Vec::new() };
         let back = self.links.insert(reg.node.clone(), link);
+        self.found(&reg.node);
         self.scheduler.set_ready(&reg.node, true)?;
         tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
         let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s, protocol: wire::PROTOCOL_VERSION };
@@ -198,6 +199,7 @@ impl Controller {
         };
         link.last_seen_s = now;
         link.samples = beat.samples.clone();
+        self.found(node);
         let mut effects = Effects::default();
         if self.scheduler.set_ready(node, true)? {
             tracing::info!(node, "agent is back: the node gets work again");
@@ -322,7 +324,7 @@ impl Controller {
     /// Nodes whose agent has been silent past the timeout get no new work (what runs there
     /// keeps its place: the agent may come back and report it). Returns the nodes marked.
     pub(crate) fn check_agents(&mut self, now: u64) -> Vec<String> {
-        let Agents::Remote { heartbeat_timeout_s } = self.agents else { return Vec::new() };
+        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else { return Vec::new() };
         let mut silent = Vec::new();
         for (node, link) in &self.links {
             let age = now.saturating_sub(link.last_seen_s);

@@ -22,6 +22,14 @@ pub enum Command {
     Cancel {
         who: Principal,
         job: u64,
+        /// `cancel --force`: tasks on unreachable nodes count as ended now.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
+    },
+    /// An admin declares a node lost (`gantry node lost NAME`).
+    NodeLost {
+        who: Principal,
+        node: String,
     },
     /// Hold a waiting job (`held`: it never starts until released) or release it.
     Hold {
@@ -80,6 +88,7 @@ impl Command {
             Command::Hold { held: true, .. } => "hold",
             Command::Hold { held: false, .. } => "release",
             Command::Drain { .. } => "drain",
+            Command::NodeLost { .. } => "node-lost",
             Command::CreateToken { .. } => "create-token",
             Command::RevokeToken { .. } => "revoke-token",
             Command::Register { .. } => "register",
@@ -105,6 +114,10 @@ pub enum Reply {
     },
     /// Whether the drain or resume changed anything.
     Drained {
+        changed: bool,
+    },
+    /// Whether the node was not lost already.
+    Lost {
         changed: bool,
     },
     /// Whether the hold or release changed anything.

@@ -59,7 +59,8 @@ impl Controller {
     }
 
     /// Dependencies name jobs of the same file (an array's name: all its elements), else the
-    /// latest earlier job of that name; stored with the name and the id it resolved to.
+    /// latest earlier job of that name, else the job with that id; stored with the name and
+    /// the id it resolved to.
     fn resolve_dependencies(&self, mut jobs: Vec<Job>, first: u64) -> Result<Vec<Job>, ControlError> {
         if jobs.iter().all(|j| j.after.is_empty()) {
             return Ok(jobs);
@@ -71,7 +72,10 @@ impl Controller {
             for d in &job.after {
                 let ids: Vec<u64> = match local.get(d.job.as_str()) {
                     Some(indices) => indices.iter().map(|&i| first + i as u64).collect(),
-                    None => match self.jobs.values().rev().find(|r| r.name == d.job) {
+                    None => match self.jobs.values().rev().find(|r| r.name == d.job).or_else(|| {
+                        // A number is a job id (Slurm's `--dependency=afterok:123`).
+                        d.job.parse::<u64>().ok().and_then(|id| self.jobs.get(&id))
+                    }) {
                         Some(row) => vec![row.id],
                         None => {
                             return Err(ControlError::Invalid(format!(
@@ -126,6 +130,7 @@ impl Controller {
         }
         let jobs = jobs.into_iter().map(|job| who.stamp(job)).collect::<Result<Vec<_>, _>>()?;
         for job in &jobs {
+            self.accounts.allows(job.control.user.as_deref().unwrap_or_default())?;
             who.acts_on(&job.queue)?;
             if !self.scheduler.knows_queue(&job.queue) {
                 return Err(ControlError::Invalid(format!(

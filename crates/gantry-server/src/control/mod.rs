@@ -14,10 +14,13 @@ mod agents;
 mod backlog;
 pub mod command;
 mod jobs;
+mod lost;
 pub mod open;
 mod run;
 mod usage;
 
+#[cfg(test)]
+mod lost_tests;
 #[cfg(test)]
 mod tests;
 
@@ -42,8 +45,21 @@ pub enum Agents {
     /// `gantry sim --live`); launches and stops come back in the effects.
     Local,
     /// Each node's agent connects over the network (`gantry agent`); a node gets work only
-    /// while its agent heartbeats within this many seconds.
-    Remote { heartbeat_timeout_s: u64 },
+    /// while its agent heartbeats within `heartbeat_timeout_s`, and is lost — its jobs end
+    /// or wait again, their GPUs freed — once silent for `node_lost_after_s`.
+    Remote {
+        heartbeat_timeout_s: u64,
+        #[serde(default = "node_lost_after_default")]
+        node_lost_after_s: u64,
+    },
+}
+
+/// Default silence after which a remote node is lost: five minutes, well past the heartbeat
+/// timeout (an agent restart or a short network cut must not requeue a fleet's jobs).
+pub const NODE_LOST_AFTER_DEFAULT_S: u64 = 300;
+
+fn node_lost_after_default() -> u64 {
+    NODE_LOST_AFTER_DEFAULT_S
 }
 
 /// A running job's tasks as the controller tracks them.
@@ -67,6 +83,8 @@ pub(crate) struct Runs {
     /// Being stopped for another job (the preemptor's right): it waits again when its tasks
     /// have exited.
     pub preempted: Option<&'static str>,
+    /// A node it ran on was lost: it waits again (requeue) or ends lost.
+    pub node_lost: Option<String>,
     /// What it holds on each GPU, for the meter.
     pub grants: Vec<Held>,
 }
@@ -114,6 +132,9 @@ pub struct Controller {
     pub(crate) running: BTreeMap<u64, Runs>,
     /// Remote agents that registered, by node.
     pub(crate) links: BTreeMap<String, AgentLink>,
+    /// Nodes lost (silent past `node_lost_after_s`, or declared): nothing runs there until
+    /// their agent is heard from again.
+    pub(crate) lost_nodes: BTreeSet<String>,
     /// Launches a remote node's agent has not reported yet, by node: repeated in every answer
     /// to its heartbeats until it does.
     pub(crate) outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
@@ -122,6 +143,8 @@ pub struct Controller {
     /// Jobs waiting per user and queue, and the limits on them and on submissions.
     pub(crate) backlog: backlog::Backlog,
     pub(crate) admission: crate::admission::AdmissionLimits,
+    /// Which Unix account runs each user's tasks.
+    pub(crate) accounts: crate::users::Accounts,
     /// What the command being applied changes, for the caller to commit.
     pending: Batch,
 }
@@ -169,11 +192,24 @@ impl Controller {
     fn dispatch(&mut self, now: u64, command: &Command) -> Result<Effects, ControlError> {
         match command {
             Command::Submit { who, jobs } => self.submit(who, jobs.clone(), now),
-            Command::Cancel { who, job } => self.cancel(who, *job, now),
+            Command::Cancel { who, job, force } => {
+                let mut effects = self.cancel(who, *job, now)?;
+                if *force {
+                    self.force_end(*job, now, &mut effects)?;
+                    if !self.running.contains_key(job) {
+                        effects.reply = Reply::Cancelled { stopping: false };
+                    }
+                }
+                Ok(effects)
+            }
+            Command::NodeLost { who, node } => self.declare_lost(who, node, now),
             Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
             Command::CreateToken { who, name, role, queues, hash, node } => {
                 who.admin_only("creating tokens")?;
+                if matches!(role, gantry_store::Role::Member | gantry_store::Role::ReadOnly) {
+                    self.accounts.allows(name)?;
+                }
                 if let Some(node) = node.as_deref().filter(|n| !self.knows_node(n)) {
                     return Err(ControlError::UnknownNode(format!("node {node:?} is not in the controller's fleet")));
                 }
@@ -211,6 +247,10 @@ impl Controller {
         let before = self.jobs.get(&event.job_id());
         let row = gantry_store::apply_event(before, &event)?;
         self.backlog.change(before, Some(&row));
+        if let Event::Ended { ending, .. } = &event {
+            // Every ending counts: a run's, a waiting job cancelled, a dependency never met.
+            *self.stats.ended.entry(ending.name()).or_default() += 1;
+        }
         self.jobs.insert(row.id, row);
         self.pending.events.push(event);
         Ok(())
@@ -222,6 +262,9 @@ impl Controller {
         self.check_agents(now);
         self.meter(now, false);
         let mut effects = self.check_idle(now);
+        for node in self.silent_past_loss(now) {
+            self.lose_node(&node, "its agent was silent past node_lost_after", now, &mut effects)?;
+        }
         self.cycle(now, &mut effects)?;
         Ok(effects)
     }
@@ -315,6 +358,7 @@ impl Controller {
             cancelled: false,
             lost: false,
             preempted: None,
+            node_lost: None,
             grants: self.grants(placement),
         };
         self.running.insert(job, runs);

@@ -29,6 +29,9 @@ pub struct Setup {
     /// Admission limits (logs recorded before they existed replay with the defaults).
     #[serde(default)]
     pub admission: crate::admission::AdmissionLimits,
+    /// Which Unix account runs each user's tasks (logs from before it replay with none).
+    #[serde(default)]
+    pub accounts: crate::users::Accounts,
 }
 
 impl Setup {
@@ -45,6 +48,7 @@ impl Setup {
             agents,
             idle,
             admission: Default::default(),
+            accounts: Default::default(),
         }
     }
 
@@ -173,9 +177,11 @@ impl Controller {
             idle_checked_s: None,
             running: BTreeMap::new(),
             links: BTreeMap::<String, AgentLink>::new(),
+            lost_nodes: Default::default(),
             outbox: BTreeMap::new(),
             backlog: Default::default(),
             admission: setup.admission.clone(),
+            accounts: setup.accounts.clone(),
             pending: Batch::default(),
         };
         if agents != Agents::Local {

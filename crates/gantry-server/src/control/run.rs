@@ -46,6 +46,7 @@ impl Controller {
                 time_limit_s: row.job.control.time_limit_s,
                 grace_s: row.job.lifecycle.grace_s,
                 attempt: row.requeues,
+                account: self.accounts.account(row.job.control.user.as_deref().unwrap_or_default()),
             });
         }
         (starts, launches)
@@ -182,6 +183,15 @@ impl Controller {
         self.meter(now, true);
         effects.schedule = true;
         let runs = self.running.remove(&job).expect("present");
+        if let (Some(node), false) = (&runs.node_lost, runs.cancelled) {
+            let requeue = self.jobs.get(&job).is_some_and(|row| row.job.lifecycle.requeue);
+            if requeue {
+                // Its node is gone: it waits again, in its queue, with its original place.
+                self.record(Event::Requeued { id: job, at_s: now, why: format!("node-lost ({node})") })?;
+                self.scheduler.killed(runs.alloc, now);
+                return Ok(());
+            }
+        }
         if let (Some(cause), false) = (runs.preempted, runs.cancelled) {
             // Stopped for another: it waits again, in its queue, with its original place.
             self.record(Event::Requeued { id: job, at_s: now, why: format!("preempted ({cause})") })?;
@@ -202,7 +212,6 @@ impl Controller {
         // Every task of a completed job exited 0: say so, rather than nothing.
         let exit_code = if ending == Ending::Completed { Some(0) } else { runs.failed };
         self.record(Event::Ended { id: job, at_s: now, ending, exit_code })?;
-        *self.stats.ended.entry(ending.name()).or_default() += 1;
         tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
         self.settle(woken, now)

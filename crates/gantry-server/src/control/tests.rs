@@ -37,7 +37,7 @@ fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &m
             let jobs = gantry_spec::parse_submission(&text, Catalog::embedded(), 10_000).expect("a valid workload");
             Command::Submit { who, jobs }
         }
-        3 => Command::Cancel { who, job: 1 + rng.below(n.max(1)) },
+        3 => Command::Cancel { who, job: 1 + rng.below(n.max(1)), force: false },
         4 => Command::Hold { who, job: 1 + rng.below(n.max(1)), held: rng.below(2) == 0 },
         5 | 6 if !stopping.is_empty() => {
             let task = stopping.remove(0);

@@ -167,7 +167,10 @@ pub(super) async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(i
     let row = &view.row;
     let facts = job_facts(&view);
     let tasks = task_rows(row);
-    let logs = log_tails(&shared, id, row);
+    let logs = match who.reads_logs_of(row.job.control.user.as_deref().unwrap_or_default()) {
+        Ok(()) => log_tails(&shared, id, row),
+        Err(_) => "<p>Task output: only the job's user and admins may read it.</p>".to_string(),
+    };
     let body = format!(
         "<h1>Job {id} — {}</h1><table class=facts>{facts}</table><h2>Tasks</h2><table><tr><th>Task</th><th>Node</th><th>Grants</th><th>Devices</th></tr>{tasks}</table>{logs}",
         esc(&row.name)

@@ -111,8 +111,12 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
         out.sample("gantry_jobs", &[("queue", queue), ("state", state)], *count as f64);
     }
     out.family("gantry_jobs_ended", "counter", "", "Jobs ended since the controller started, by how.");
-    for (ending, count) in &c.stats.ended {
-        out.sample("gantry_jobs_ended_total", &[("ending", ending)], *count as f64);
+    // Every ending, at zero until it happens (a rate over a series that appears later misses
+    // its first increase).
+    use gantry_types::Ending;
+    for ending in [Ending::Completed, Ending::Failed, Ending::TimedOut, Ending::Cancelled, Ending::Lost] {
+        let count = c.stats.ended.get(ending.name()).copied().unwrap_or(0);
+        out.sample("gantry_jobs_ended_total", &[("ending", ending.name())], count as f64);
     }
     out.family(
         "gantry_decisions",

@@ -12,6 +12,10 @@ pub struct NodeView {
     pub drained: bool,
     /// With remote agents: whether this node's agent is connected (it gets work only then).
     pub ready: bool,
+    /// With remote agents: lost (silent past `node_lost_after`, or declared): what ran there
+    /// has ended or waits again.
+    #[serde(default)]
+    pub lost: bool,
     /// With remote agents: seconds since its agent's last heartbeat (`None`: never since the
     /// controller started).
     pub heartbeat_age_s: Option<u64>,
@@ -73,6 +77,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
             name: n.name.clone(),
             drained: engine.is_drained(&n.name),
             ready: !engine.has_mark(&n.name, gantry_engine::NOT_READY_TAINT),
+            lost: c.lost_nodes.contains(&n.name),
             heartbeat_age_s: c.links.get(&n.name).map(|l| now.saturating_sub(l.last_seen_s)),
             agent_version: c.links.get(&n.name).map(|l| l.version.clone()),
             gpus: Vec::new(),

@@ -10,10 +10,34 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod isolation;
 mod tenants;
 
 const FLEET: &str =
     "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
+
+/// The tests' controller settings: loopback, plain HTTP, a fast tick, local agents.
+fn config_for(data: PathBuf, fleet: gantry_types::Fleet, tweak: impl FnOnce(&mut ServeConfig)) -> ServeConfig {
+    let mut config = ServeConfig {
+        data_dir: data,
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        fleet,
+        tick: Duration::from_millis(100),
+        scheduling: Default::default(),
+        simulate_tasks: None,
+        agents: gantry_server::control::Agents::Local,
+        measure_local_gpus: false,
+        billing: Default::default(),
+        idle: Default::default(),
+        admission: Default::default(),
+        group_commit: true,
+        tls: None,
+        insecure_http: false,
+        accounts: gantry_server::users::Accounts::for_this_process(Default::default()).expect("accounts"),
+    };
+    tweak(&mut config);
+    config
+}
 
 struct Server {
     rt: tokio::runtime::Runtime,
@@ -41,7 +65,7 @@ impl Server {
     fn remote(name: &str) -> Server {
         let data = std::env::temp_dir().join(format!("gantry-server-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let agents = gantry_server::control::Agents::Remote { heartbeat_timeout_s: 30 };
+        let agents = gantry_server::control::Agents::Remote { heartbeat_timeout_s: 30, node_lost_after_s: 300 };
         Server::start_agents(data, gantry_engine::sched::SchedulerConfig::default(), FLEET, agents)
     }
 
@@ -71,20 +95,9 @@ impl Server {
     ) -> Server {
         let fleet = gantry_spec::parse_fleet(fleet, gantry_catalog::Catalog::embedded()).expect("fleet");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-        let mut config = ServeConfig {
-            data_dir: data.clone(),
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            fleet,
-            tick: Duration::from_millis(100),
-            scheduling,
-            simulate_tasks: None,
-            agents,
-            measure_local_gpus: false,
-            billing: Default::default(),
-            idle: Default::default(),
-            admission: Default::default(),
-            group_commit: true,
-        };
+        let mut config = config_for(data.clone(), fleet, |_| {});
+        config.scheduling = scheduling;
+        config.agents = agents;
         tweak(&mut config);
         let running = rt.block_on(start(config)).expect("starts");
         let url = format!("http://{}", running.addr);
@@ -640,6 +653,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/jobs/{id}/release",
             "/v1/nodes",
             "/v1/nodes/{name}/drain",
+            "/v1/nodes/{name}/lost",
             "/v1/nodes/{name}/resume",
             "/v1/plan",
             "/v1/series",
@@ -663,7 +677,12 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
 /// usage report bills both; bad queries are 400s.
 #[test]
 fn usage_is_metered_into_the_ledger_and_reported() {
-    let server = Server::new("usage");
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-usage", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    // The admin submits for ada, who has no Unix account here: her tasks run as `nobody`.
+    let server = Server::start_config(data, Default::default(), FLEET, gantry_server::control::Agents::Local, |c| {
+        c.accounts.map.insert("ada".into(), "nobody".into());
+    });
     let ids =
         server.submit("[[job]]\nname = \"metered\"\nuser = \"ada\"\ngpu = { count = 2 }\ncommand = \"sleep 3\"\n");
     server.wait_for(ids[0], JobState::Completed);
@@ -674,8 +693,11 @@ fn usage_is_metered_into_the_ledger_and_reported() {
     // Two GPUs for about three seconds (the clock counts whole seconds).
     let allocated_s = line["allocated_gpu_hours"].as_f64().expect("number") * 3600.0;
     assert!((2.0 * 2.0..=2.0 * 5.0).contains(&allocated_s), "{lines}");
+    // Simulated use is 55–94 % of a held GPU, from the agent's samples: the first second or
+    // two may still be metered with the sample from before the launch (0 %) — what a real
+    // fleet's meter does until the next heartbeat — so less than that is allowed, never more.
     let utilization = line["utilization"].as_f64().expect("number");
-    assert!((0.55..0.95).contains(&utilization), "simulated use is below allocation: {lines}");
+    assert!((0.3..0.95).contains(&utilization), "simulated use is not below allocation: {lines}");
     let (_, by_user) = server.call("GET", "/v1/usage?by=user", None);
     assert_eq!(by_user[0]["key"], "ada", "{by_user}");
     for (query, message) in [
@@ -699,6 +721,9 @@ fn usage_is_metered_into_the_ledger_and_reported() {
 #[test]
 fn metrics_expose_allocation_next_to_utilization() {
     let server = Server::new("metrics");
+    // A waiting job cancelled counts as ended, too.
+    let held = server.submit("[[job]]\nname = \"parked\"\nhold = true\n");
+    assert_eq!(server.call("DELETE", &format!("/v1/jobs/{}", held[0]), None).0, 200);
     let ids = server.submit("[[job]]\nname = \"busy\"\ngpu = { count = 1 }\ncommand = \"sleep 2\"\n");
     server.wait_for(ids[0], JobState::Running);
     // Utilization arrives with the agent's next heartbeat after the launch.
@@ -722,6 +747,10 @@ fn metrics_expose_allocation_next_to_utilization() {
         "gantry_scheduling_cycle_seconds_bucket{le=\"+Inf\"}",
         "gantry_job_wait_seconds_count 1",
         "gantry_node_ready{node=\"n1\"} 1",
+        "gantry_jobs_ended_total{ending=\"cancelled\"} 1",
+        "gantry_jobs_ended_total{ending=\"lost\"} 0",
+        "gantry_jobs_ended_total{ending=\"completed\"} 0",
+        "gantry_idle_events_total{action=\"reclaim\"} 0",
         "gantry_gpu_utilization_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\",simulated=\"true\"} 0.",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
@@ -892,7 +921,7 @@ fn an_agents_mig_layout_is_taken_on_idle_gpus_and_kept_across_restarts() {
     assert!(reply["error"].as_str().expect("error").contains("with work on it"), "{reply}");
     // A restart keeps the layout (the fleet file still says whole) and the job on its instance.
     let data = server.stop();
-    let agents = gantry_server::control::Agents::Remote { heartbeat_timeout_s: 30 };
+    let agents = gantry_server::control::Agents::Remote { heartbeat_timeout_s: 30, node_lost_after_s: 300 };
     let server = Server::start_agents(data, gantry_engine::sched::SchedulerConfig::default(), FLEET, agents);
     assert_eq!(mode_of_gpu0(&server), "mig");
     assert_eq!(server.state(ids[0]).0, JobState::Running);

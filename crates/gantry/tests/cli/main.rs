@@ -586,15 +586,39 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     assert!(json["reconfigure"].is_array() && json["demand_tasks"].is_u64(), "{json}");
     let ghost = cli(&["drain", "ghost"]);
     assert!(stderr(&ghost).contains("no node \"ghost\" (HTTP 404)"), "{}", stderr(&ghost));
-    // Slurm habits: a batch script, and a command line.
+    // Slurm habits: a batch script run from its directory, its output where --output says,
+    // an unsupported option named, a dependency by job id, a missing --chdir said; and a
+    // command line.
     let script = dir.join("batchy.sh");
-    std::fs::write(&script, "#!/bin/sh\n#SBATCH --job-name=batchy --gres=gpu:l4:1\n#SBATCH --time=5 --output=x.log\necho from-sbatch on $CUDA_VISIBLE_DEVICES\n")
-        .expect("script");
-    let batch = cli(&["sbatch", script.to_str().expect("utf-8"), "--wait"]);
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n#SBATCH --job-name=batchy --gres=gpu:l4:1\n#SBATCH --time=5 --output=x-%j.log --exclusive\necho from-sbatch on $CUDA_VISIBLE_DEVICES in $(pwd)\n",
+    )
+    .expect("script");
+    let sbatch = |args: &[&str]| {
+        let mut all = vec!["sbatch", "--server", url.as_str(), "--token", token.as_str()];
+        all.extend(args);
+        Command::new(env!("CARGO_BIN_EXE_gantry")).args(&all).current_dir(&dir).output().expect("gantry runs")
+    };
+    let batch = sbatch(&["batchy.sh", "--wait"]);
     assert_eq!(batch.status.code(), Some(0), "{}", stderr(&batch));
-    assert!(stderr(&batch).contains("--output=x.log is not honoured"), "{}", stderr(&batch));
+    assert!(stderr(&batch).contains("--exclusive is not supported by gantry sbatch"), "{}", stderr(&batch));
     let id = stdout(&batch).split_whitespace().last().expect("id").to_string();
-    assert!(stdout(&cli(&["logs", &id])).contains("from-sbatch on GPU-"), "the script ran with its GPU");
+    let written = std::fs::read_to_string(dir.join(format!("x-{id}.log"))).expect("--output=x-%j.log");
+    let here = std::fs::canonicalize(&dir).expect("dir");
+    assert!(
+        written.starts_with("from-sbatch on GPU-") && written.contains(&format!("in {}", here.display())),
+        "{written}"
+    );
+    std::fs::write(dir.join("after.sh"), format!("#!/bin/sh\n#SBATCH --dependency=afterok:{id}\necho after\n"))
+        .expect("script");
+    assert_eq!(sbatch(&["after.sh", "--wait"]).status.code(), Some(0), "runs after job {id}");
+    std::fs::write(dir.join("lost.sh"), "#!/bin/sh\n#SBATCH --chdir=/nonexistent/run\necho never\n").expect("script");
+    let lost = sbatch(&["lost.sh", "--wait"]);
+    assert_eq!(lost.status.code(), Some(1), "{}", stderr(&lost));
+    let id = stdout(&lost).split_whitespace().last().expect("id").to_string();
+    let logs = stdout(&cli(&["logs", &id]));
+    assert!(logs.contains("working directory /nonexistent/run does not exist"), "{logs}");
     let direct = cli(&[
         "submit",
         "--gpus",
@@ -656,8 +680,20 @@ fn spawn(args: &[&str]) -> (ServeGuard, String) {
     spawn_with(args, &[])
 }
 
-/// [`spawn`] with extra environment variables.
+/// [`spawn`] with extra environment variables. A controller serves plain HTTP on loopback
+/// here (`--insecure-http`): these tests are about what it does, and each CLI call names its
+/// server and token; HTTPS has its own tests ([`spawn_tls`]).
 fn spawn_with(args: &[&str], envs: &[(&str, &str)]) -> (ServeGuard, String) {
+    let plain: &[&str] = if args.first() == Some(&"serve") { &["--insecure-http"] } else { &[] };
+    spawn_raw(&[args, plain].concat(), envs)
+}
+
+/// A controller as `gantry serve` starts by default: HTTPS from its data directory's CA.
+fn spawn_tls(args: &[&str]) -> (ServeGuard, String) {
+    spawn_raw(args, &[])
+}
+
+fn spawn_raw(args: &[&str], envs: &[(&str, &str)]) -> (ServeGuard, String) {
     use std::io::BufRead;
     let mut server = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(args)
@@ -672,13 +708,20 @@ fn spawn_with(args: &[&str], envs: &[(&str, &str)]) -> (ServeGuard, String) {
     let url = loop {
         let mut line = String::new();
         assert!(reader.read_line(&mut line).expect("stderr") > 0, "gantry {args:?} ended before its banner");
-        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://") || w.starts_with("https://")) {
             break url.trim_end_matches(',').to_string();
         }
     };
     // Keep draining its stderr so logging never blocks on a full pipe.
     std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
     (ServeGuard(server), url)
+}
+
+/// `serve --local --demo` on `data`, each demo step 0.25 s (10 s by default: the demo runs for
+/// minutes).
+fn demo_args(data: &std::path::Path) -> [&str; 9] {
+    let data = data.to_str().expect("utf-8");
+    ["serve", "--local", "--demo", "--demo-step", "0.25", "--listen", "127.0.0.1:0", "--data", data]
 }
 
 /// `gantry replay` on a controller's data directory: every decision of its log, across its
@@ -923,7 +966,7 @@ fn serve_reads_a_config_file_and_refuses_a_bad_one() {
     let banner = loop {
         let mut line = String::new();
         assert!(reader.read_line(&mut line).expect("stderr") > 0, "no banner");
-        if line.contains("http://") {
+        if line.contains("https://") {
             break line;
         }
     };
@@ -1040,7 +1083,7 @@ fn remote_agents_killed_and_restarted_repeat_nothing() {
 fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
     let dir = temp_dir("serve-demo");
     let data = dir.join("data");
-    let args = ["serve", "--local", "--demo", "--listen", "127.0.0.1:0", "--data", data.to_str().expect("utf-8")];
+    let args = demo_args(&data);
     let (server, url) = spawn(&args);
     let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
     let jobs = |state: &str| -> usize {
@@ -1144,7 +1187,7 @@ fn dashboard_pages_render_in_headless_chromium() {
     );
     let dir = temp_dir("dashboard");
     let data = dir.join("data");
-    let args = ["serve", "--local", "--demo", "--listen", "127.0.0.1:0", "--data", data.to_str().expect("utf-8")];
+    let args = demo_args(&data);
     let (server, url) = spawn(&args);
     let token = std::fs::read_to_string(data.join("admin.token")).expect("admin token").trim().to_string();
     // `--demo` submits its workload after the banner, and only into an empty store: wait for
@@ -1476,4 +1519,45 @@ fn the_cli_finds_the_controller_it_was_started_with_and_says_where_it_looked() {
     let mut reply = String::new();
     stream.read_to_string(&mut reply).expect("reads");
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+}
+
+/// `gantry serve` speaks HTTPS by default: the first start makes a CA in the data directory
+/// and prints its fingerprint; the CLI pointed at that directory verifies the controller with
+/// it; a CA that did not sign it is refused with a hint; plain HTTP to the TLS port gets a JSON
+/// 400 that says to use https; `gantry cert` issues a node's client certificate once and refuses to overwrite it.
+#[test]
+fn serve_speaks_https_from_its_own_ca_and_refuses_what_it_cannot_verify() {
+    let dir = temp_dir("tls");
+    let data = dir.join("data");
+    let data_arg = data.to_str().expect("utf-8");
+    let (_server, url) = spawn_tls(&["serve", "--local", "--listen", "127.0.0.1:0", "--data", data_arg]);
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let out = gantry(&["queue", "--server", &url, "--data", data_arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let fingerprint = stdout(&gantry(&["cert", "fingerprint", "--data", data_arg]));
+    assert_eq!(fingerprint.split(':').count(), 32, "{fingerprint}");
+    // Another controller's CA: refused, with what to do.
+    let other = dir.join("other");
+    let other_arg = other.to_str().expect("utf-8");
+    let (_other, _) = spawn_tls(&["serve", "--local", "--listen", "127.0.0.1:0", "--data", other_arg]);
+    let wrong_ca = other.join("ca.pem");
+    let out = gantry(&["queue", "--server", &url, "--data", data_arg, "--ca", wrong_ca.to_str().expect("utf-8")]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("invalid peer certificate") && stderr(&out).contains("hint:"), "{}", stderr(&out));
+    // Plain HTTP to the TLS port.
+    let plain = url.replace("https://", "http://");
+    let out = gantry(&["queue", "--server", &plain, "--data", data_arg]);
+    assert!(stderr(&out).contains("speaks HTTPS only") && stderr(&out).contains("HTTP 400"), "{}", stderr(&out));
+    // A client certificate for a node, once.
+    let certs = dir.join("certs");
+    let certs_arg = certs.to_str().expect("utf-8");
+    let out = gantry(&["cert", "agent", "n1", "--data", data_arg, "--out", certs_arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let mode =
+        |p: PathBuf| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).expect("exists").permissions());
+    assert_eq!(mode(certs.join("n1.key")) & 0o777, 0o600);
+    let again = gantry(&["cert", "agent", "n1", "--data", data_arg, "--out", certs_arg]);
+    assert!(!again.status.success() && stderr(&again).contains("must not exist yet"), "{}", stderr(&again));
+    let bad = gantry(&["cert", "agent", "not a name", "--data", data_arg, "--out", certs_arg]);
+    assert!(stderr(&bad).contains("not a DNS name"), "{}", stderr(&bad));
 }

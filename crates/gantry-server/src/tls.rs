@@ -1,0 +1,318 @@
+//! HTTPS for the controller. Without an operator's certificate, the first start creates a
+//! private CA in the data directory (`ca.pem`, `ca.key`); every start issues a fresh server
+//! certificate from it for this machine's names, so clients that trust `ca.pem` (the CLI and
+//! agents, `--ca`) verify the controller without anything else to manage. The same CA signs
+//! agents' client certificates (`gantry cert agent NODE`): an agent that presents one is bound
+//! to the node it names (mutual TLS, [`PeerCert`]).
+//!
+//! A plain HTTP request to the TLS port gets a plain HTTP 400 saying to use `https://`,
+//! instead of a connection that just closes.
+
+use crate::error::ServeError;
+use axum::Router;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Whether agents must present a client certificate from the CA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentCerts {
+    /// An agent may present one; if it does, it must name the agent's node.
+    #[default]
+    Optional,
+    /// Agent calls without a client certificate for their node are refused (401).
+    Required,
+}
+
+/// The controller's TLS material.
+#[derive(Clone, Debug)]
+pub struct TlsSetup {
+    /// PEM certificate chain of the server.
+    pub cert: PathBuf,
+    /// Its PEM private key.
+    pub key: PathBuf,
+    /// The CA that signs agents' client certificates (`None`: no client certificates).
+    pub client_ca: Option<PathBuf>,
+    pub agent_certs: AgentCerts,
+}
+
+/// The verified client certificate of a connection, if it presented one (an agent's).
+#[derive(Clone, Debug)]
+pub struct PeerCert(pub Option<CertificateDer<'static>>);
+
+impl PeerCert {
+    /// Is this certificate valid for node `name` (its DNS subject name)?
+    pub fn names(&self, node: &str) -> bool {
+        let Some(der) = &self.0 else { return false };
+        let Ok(cert) = webpki::EndEntityCert::try_from(der) else { return false };
+        let Ok(name) = rustls::pki_types::ServerName::try_from(node) else { return false };
+        cert.verify_is_valid_for_subject_name(&name).is_ok()
+    }
+}
+
+/// The data directory's CA: certificate, key.
+pub const CA_CERT: &str = "ca.pem";
+const CA_KEY: &str = "ca.key";
+const SERVER_CERT: &str = "server.pem";
+const SERVER_KEY: &str = "server.key";
+
+/// How long certificates made here are valid: the CA ten years; a server certificate one year
+/// (a new one is issued at every start); an agent's two years.
+const CA_DAYS: i64 = 3650;
+const SERVER_DAYS: i64 = 365;
+const AGENT_DAYS: i64 = 730;
+
+/// How long a connection may take to send its first byte and finish the handshake: a client
+/// that opens connections and says nothing must not hold them.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn tls_error(what: &str) -> impl Fn(rcgen::Error) -> ServeError + '_ {
+    move |e| ServeError::Config(format!("{what}: {e}"))
+}
+
+fn pem_error(path: &Path) -> impl Fn(rustls::pki_types::pem::Error) -> ServeError + '_ {
+    move |e| ServeError::Config(format!("{}: {e}", path.display()))
+}
+
+fn io_error(path: &Path) -> impl Fn(std::io::Error) -> ServeError + '_ {
+    move |e| ServeError::Io(format!("{}: {e}", path.display()))
+}
+
+/// The CA's fixed parameters: an issuer is rebuilt from them and the stored key.
+fn ca_params() -> rcgen::CertificateParams {
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name.push(rcgen::DnType::CommonName, "gantry controller CA");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
+    params
+}
+
+fn valid_for(params: &mut rcgen::CertificateParams, days: i64) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(days);
+}
+
+/// Write a file only its owner may read (keys) or anyone may (certificates).
+fn write(path: &Path, text: &str, private: bool) -> Result<(), ServeError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mode = if private { 0o600 } else { 0o644 };
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp).map_err(io_error(&tmp))?;
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(io_error(&tmp))?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io_error(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_error(path))
+}
+
+/// What [`local_ca`] did.
+#[derive(Debug)]
+pub struct LocalCa {
+    pub setup: TlsSetup,
+    /// `ca.pem`: what clients verify the controller with.
+    pub ca_file: PathBuf,
+    /// SHA-256 of the CA certificate (hex pairs), to compare out of band.
+    pub fingerprint: String,
+    /// This start created the CA.
+    pub created: bool,
+}
+
+/// The data directory's CA (created if absent) and a fresh server certificate for `names`
+/// (host names and IP addresses clients use to reach this controller).
+pub fn local_ca(data_dir: &Path, names: &[String], agent_certs: AgentCerts) -> Result<LocalCa, ServeError> {
+    let (ca_file, key_file) = (data_dir.join(CA_CERT), data_dir.join(CA_KEY));
+    let created = !ca_file.exists() || !key_file.exists();
+    if created {
+        let key = rcgen::KeyPair::generate().map_err(tls_error("generating the CA key"))?;
+        let mut params = ca_params();
+        valid_for(&mut params, CA_DAYS);
+        let cert = params.self_signed(&key).map_err(tls_error("creating the CA"))?;
+        write(&key_file, &key.serialize_pem(), true)?;
+        write(&ca_file, &cert.pem(), false)?;
+    }
+    let (cert_pem, key_pem) = issue(data_dir, names, SERVER_DAYS, "gantry controller")?;
+    let (cert, key) = (data_dir.join(SERVER_CERT), data_dir.join(SERVER_KEY));
+    write(&key, &key_pem, true)?;
+    write(&cert, &cert_pem, false)?;
+    let fingerprint = fingerprint(&ca_file)?;
+    let setup = TlsSetup { cert, key, client_ca: Some(ca_file.clone()), agent_certs };
+    Ok(LocalCa { setup, ca_file, fingerprint, created })
+}
+
+/// A certificate and key signed by the data directory's CA, valid for `names`.
+fn issue(data_dir: &Path, names: &[String], days: i64, common_name: &str) -> Result<(String, String), ServeError> {
+    let key_file = data_dir.join(CA_KEY);
+    let ca_key_pem = std::fs::read_to_string(&key_file).map_err(io_error(&key_file))?;
+    let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).map_err(tls_error("reading the CA key"))?;
+    let issuer = rcgen::Issuer::new(ca_params(), ca_key);
+    let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(tls_error("certificate names"))?;
+    params.distinguished_name.push(rcgen::DnType::CommonName, common_name);
+    params.use_authority_key_identifier_extension = true;
+    valid_for(&mut params, days);
+    let key = rcgen::KeyPair::generate().map_err(tls_error("generating a key"))?;
+    let cert = params.signed_by(&key, &issuer).map_err(tls_error("signing a certificate"))?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// An agent's client certificate for node `node`, from the data directory's CA: PEM
+/// certificate and key (`gantry cert agent NODE`).
+pub fn issue_agent_cert(data_dir: &Path, node: &str) -> Result<(String, String), ServeError> {
+    if rustls::pki_types::ServerName::try_from(node).is_err() || node.parse::<std::net::IpAddr>().is_ok() {
+        return Err(ServeError::Config(format!(
+            "node {node:?} is not a DNS name: an agent certificate names its node as one"
+        )));
+    }
+    if !data_dir.join(CA_KEY).exists() {
+        return Err(ServeError::Config(format!(
+            "no CA in {} (its ca.key is created by the first `gantry serve` with TLS there)",
+            data_dir.display()
+        )));
+    }
+    issue(data_dir, &[node.to_string()], AGENT_DAYS, &format!("gantry agent {node}"))
+}
+
+/// SHA-256 of the first certificate of a PEM file, as `AB:CD:…`.
+pub fn fingerprint(pem_file: &Path) -> Result<String, ServeError> {
+    use sha2::Digest;
+    let der = CertificateDer::from_pem_file(pem_file)
+        .map_err(|e| ServeError::Config(format!("{}: {e}", pem_file.display())))?;
+    let digest = sha2::Sha256::digest(der.as_ref());
+    Ok(digest.iter().map(|b| format!("{b:02X}")).collect::<Vec<_>>().join(":"))
+}
+
+/// The names a server certificate made here is for: localhost, loopback, this machine's
+/// name, the listen address when it is a specific one, and any given.
+pub fn server_names(listen: std::net::SocketAddr, hostname: &str, extra: &[String]) -> Vec<String> {
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+    if !hostname.is_empty() {
+        names.push(hostname.to_string());
+    }
+    if !listen.ip().is_unspecified() {
+        names.push(listen.ip().to_string());
+    }
+    names.extend(extra.iter().cloned());
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The rustls configuration of `setup`: the server's certificate; client certificates from
+/// `client_ca` accepted (verified) but not demanded at the handshake — the API decides who
+/// needs one.
+pub fn server_config(setup: &TlsSetup) -> Result<Arc<rustls::ServerConfig>, ServeError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&setup.cert)
+        .map_err(pem_error(&setup.cert))?
+        .collect::<Result<_, _>>()
+        .map_err(pem_error(&setup.cert))?;
+    if certs.is_empty() {
+        return Err(ServeError::Config(format!("{}: no PEM certificate in it", setup.cert.display())));
+    }
+    let key = PrivateKeyDer::from_pem_file(&setup.key).map_err(pem_error(&setup.key))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ServeError::Config(format!("TLS: {e}")))?;
+    let builder = match &setup.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(ca).map_err(pem_error(ca))? {
+                roots
+                    .add(cert.map_err(pem_error(ca))?)
+                    .map_err(|e| ServeError::Config(format!("{}: {e}", ca.display())))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| ServeError::Config(format!("client CA {}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None if setup.agent_certs == AgentCerts::Required => {
+            return Err(ServeError::Config("agent certificates are required but no client CA is given".into()));
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| ServeError::Config(format!("{} and {}: {e}", setup.cert.display(), setup.key.display())))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Serve `app` over TLS on `listener` until `shutdown` fires.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    app: Router,
+    mut shutdown: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, say: wait a little rather than spin.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => return Ok(()),
+        };
+        tokio::spawn(connection(stream, acceptor.clone(), app.clone()));
+    }
+}
+
+/// One connection: refuse plain HTTP in words, else the handshake and HTTP/1.1 over it, each
+/// request carrying the connection's client certificate.
+async fn connection(stream: tokio::net::TcpStream, acceptor: tokio_rustls::TlsAcceptor, app: Router) {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HANDSHAKE_TIMEOUT, stream.peek(&mut first)).await {
+        Ok(Ok(1)) => {}
+        _ => return,
+    }
+    // Every TLS connection opens with a handshake record (content type 22).
+    if first[0] != 0x16 {
+        refuse_plain_http(stream).await;
+        return;
+    }
+    let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await else { return };
+    let peer = PeerCert(tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.clone().into_owned()));
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(peer.clone());
+        tower::ServiceExt::oneshot(app.clone(), request)
+    });
+    let io = hyper_util::rt::TokioIo::new(tls);
+    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+        tracing::debug!(error = %e, "a TLS connection ended with an error");
+    }
+}
+
+/// Answer a plain HTTP request on the TLS port with a plain 400 that says what to do.
+async fn refuse_plain_http(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // Read what was sent (its head, at most 16 KiB), so closing does not reset the connection
+    // before the client reads the answer.
+    let mut buf = vec![0u8; 16 << 10];
+    let mut got = 0;
+    while got < buf.len() {
+        match tokio::time::timeout(Duration::from_millis(500), stream.read(&mut buf[got..])).await {
+            Ok(Ok(n)) if n > 0 => got += n,
+            _ => break,
+        }
+        if buf[..got].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    let body = r#"{"error":"this gantry controller speaks HTTPS only: use https://HOST:PORT with its CA file (--ca, default the data directory's ca.pem)"}"#;
+    let reply = format!(
+        "HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(reply.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
