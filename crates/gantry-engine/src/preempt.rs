@@ -173,15 +173,22 @@ impl Spare {
 type PlanCost = (usize, u64, usize, i32, Vec<AllocId>);
 
 impl Engine {
-    /// Would `job` fit on this engine's state? (Places and releases: the state is unchanged.)
+    /// Would `job` fit on this engine's state? (Places and releases: the state is unchanged,
+    /// and so is the decision counter — a check is not a decision. Every check on a planning
+    /// copy therefore searches with the seed the job's real placement will use; advancing it
+    /// made the answer depend on how many checks came before, so a planner could find no room
+    /// where releasing the same victims in one go does.)
     pub(crate) fn fits_now(&mut self, job: &CompiledJob) -> bool {
-        match self.place(job) {
+        let (decisions, next_alloc) = (self.decisions, self.next_alloc);
+        let fits = match self.place(job) {
             Ok(alloc) => {
                 self.release(alloc).expect("just placed");
                 true
             }
             Err(_) => false,
-        }
+        };
+        (self.decisions, self.next_alloc) = (decisions, next_alloc);
+        fits
     }
 
     /// Put this engine's allocation `id` back on a planning copy's state.

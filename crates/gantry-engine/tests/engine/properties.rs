@@ -205,7 +205,8 @@ fn run_engine(mut engine: Engine, ops: &[Op]) -> Result<Vec<String>, TestCaseErr
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+    // 64 cases in the suite; PROPTEST_CASES=N explores more (a soak before a release).
+    #![proptest_config(ProptestConfig { cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(64), .. ProptestConfig::default() })]
 
     /// No GPU, MIG instance or share is ever over-allocated; gangs are all-or-nothing; every
     /// MIG layout is legal.
