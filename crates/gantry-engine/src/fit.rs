@@ -297,7 +297,11 @@ fn share(
     let mut best_free_memory = 0;
     let mut blocked = None;
     let mut any_class = false;
+    let mut any_shared = false;
     let mut forbidden_mode = None;
+    // A time-sliced GPU with the replicas but not their memory: the smallest share that buys
+    // enough replicas there (and what it would buy now), for the reason.
+    let mut over_budget: Option<Reason> = None;
     let wanted_modes =
         if mps { crate::state::HOT_MPS } else { 0 } | if time_slice { crate::state::HOT_TIME_SLICE } else { 0 };
     for (offset, g) in gpus.iter().enumerate() {
@@ -310,6 +314,7 @@ fn share(
         // compute left than asked, is not worth reading in full (reasons come from the slow
         // path below only when nothing fits).
         if h.flags & wanted_modes != 0 && h.frag_free < milli as u16 && h.frag_free != crate::state::HOT_NO_FRAG {
+            any_shared = true;
             best_free_milli = best_free_milli.max(h.frag_free as u32);
             continue;
         }
@@ -317,6 +322,7 @@ fn share(
             continue;
         }
         let gpu = first + offset as GpuIdx;
+        any_shared |= matches!(g.units, Units::Mps { .. } | Units::TimeSlice { .. });
         match &g.units {
             Units::Mps { max_clients } if mps => {
                 if g.exclusive {
@@ -355,6 +361,21 @@ fn share(
                         level: TopologyLevel::Nvlink,
                         unit_memory: k as u64 * memory_per_replica.0,
                     });
+                } else if k <= free && memory_per_replica.0 > 0 {
+                    let for_memory = memory.div_ceil(memory_per_replica.0);
+                    if for_memory <= u64::from(free) {
+                        let share_for_memory = MilliGpu((for_memory as u32 * 1000).div_ceil(*replicas));
+                        let candidate = Reason::ShareMemoryOverBudget {
+                            need: Bytes(memory),
+                            share: MilliGpu(milli),
+                            replicas: k,
+                            per_replica: *memory_per_replica,
+                            share_for_memory,
+                        };
+                        if over_budget.as_ref().is_none_or(|o| o > &candidate) {
+                            over_budget = Some(candidate);
+                        }
+                    }
                 }
             }
             Units::Mps { .. } | Units::TimeSlice { .. } => forbidden_mode = Some(g.units.kind()),
@@ -370,8 +391,19 @@ fn share(
     if !any_class {
         return Err(class_reason(gpus, group));
     }
+    if !any_shared {
+        let modes = match (mps, time_slice) {
+            (true, true) => "MPS or time-slice",
+            (true, false) => "MPS",
+            _ => "time-slice",
+        };
+        return Err(Reason::NoSharedGpu { modes: modes.into() });
+    }
     if best_free_milli >= milli && best_free_memory < memory {
         return Err(Reason::InsufficientGpuMemory { need: Bytes(memory), free: Bytes(best_free_memory) });
+    }
+    if let Some(reason) = over_budget {
+        return Err(reason);
     }
     if best_free_milli == 0 {
         if let Some(reason) = blocked {

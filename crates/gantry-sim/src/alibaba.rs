@@ -47,8 +47,9 @@ impl TracePod {
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot read {file}: {source}")]
-    Io { file: String, source: std::io::Error },
+    // Not `source`: the message carries the I/O error, and a chain printer would say it twice.
+    #[error("cannot read {file}: {error}")]
+    Io { file: String, error: std::io::Error },
     #[error("{file}: missing column `{column}` (columns: {found})")]
     MissingColumn { file: String, column: String, found: String },
     #[error("{file}:{line}: {problem}")]
@@ -80,7 +81,7 @@ struct Table {
 impl Table {
     fn open(path: &Path, required: &[&str]) -> Result<Table, TraceError> {
         let file = path.display().to_string();
-        let handle = std::fs::File::open(path).map_err(|source| TraceError::Io { file: file.clone(), source })?;
+        let handle = std::fs::File::open(path).map_err(|error| TraceError::Io { file: file.clone(), error })?;
         let mut reader = csv::ReaderBuilder::new().flexible(true).from_reader(handle);
         let headers = reader
             .headers()
@@ -108,6 +109,25 @@ fn field<'r>(record: &'r csv::StringRecord, columns: &BTreeMap<String, usize>, n
 
 fn number<T: std::str::FromStr>(text: &str, name: &str) -> Result<T, String> {
     text.parse().map_err(|_| format!("`{name}` is {text:?}, not a non-negative whole number"))
+}
+
+/// A milli-CPU column. A fraction ("0.5") is cores written where milli-CPU belongs, and so
+/// is a node with less than one core (`node`: the value is a node's capacity): both say so.
+fn milli_cpu(text: &str, name: &str, node: bool) -> Result<u32, String> {
+    let cores_hint = |cores: f64| {
+        format!(
+            "`{name}` is {text:?}: that looks like cores, the column is milli-CPU ({text} cores = {:.0})",
+            cores * 1000.0
+        )
+    };
+    match text.parse::<u32>() {
+        Ok(v) if node && (1..1000).contains(&v) => Err(cores_hint(v as f64)),
+        Ok(v) => Ok(v),
+        Err(_) => match text.parse::<f64>() {
+            Ok(cores) if cores.is_finite() && cores > 0.0 && cores.fract() != 0.0 => Err(cores_hint(cores)),
+            _ => number(text, name),
+        },
+    }
 }
 
 fn optional_time(text: &str, name: &str) -> Result<Option<u64>, String> {
@@ -152,7 +172,12 @@ fn read_rows<T>(
 /// Read a node list. GPU-less nodes are kept (CPU-only capacity).
 pub fn read_nodes(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<TraceNode>, TraceError> {
     let table = Table::open(path, &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?;
-    read_rows(table, mode, skipped, |r, c, _| {
+    let mut first_line: BTreeMap<String, u64> = BTreeMap::new();
+    read_rows(table, mode, skipped, |r, c, line| {
+        let name = field(r, c, "sn")?;
+        if let Some(first) = first_line.get(name) {
+            return Err(format!("`sn` is {name:?}, a node name already used at line {first}"));
+        }
         let gpus: u32 = number(field(r, c, "gpu")?, "gpu")?;
         let model = field(r, c, "model")?;
         let model =
@@ -163,13 +188,15 @@ pub fn read_nodes(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<
         if gpus > 0 && model.is_empty() {
             return Err("`model` is empty for a node with GPUs".into());
         }
-        Ok(TraceNode {
-            name: field(r, c, "sn")?.to_string(),
-            cpu_milli: number(field(r, c, "cpu_milli")?, "cpu_milli")?,
+        let node = TraceNode {
+            name: name.to_string(),
+            cpu_milli: milli_cpu(field(r, c, "cpu_milli")?, "cpu_milli", true)?,
             memory_mib: number(field(r, c, "memory_mib")?, "memory_mib")?,
             gpus,
             model,
-        })
+        };
+        first_line.insert(node.name.clone(), line);
+        Ok(node)
     })
 }
 
@@ -204,7 +231,7 @@ pub fn read_pods(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<T
         }
         Ok(TracePod {
             name: field(r, c, "name")?.to_string(),
-            cpu_milli: number(field(r, c, "cpu_milli")?, "cpu_milli")?,
+            cpu_milli: milli_cpu(field(r, c, "cpu_milli")?, "cpu_milli", false)?,
             memory_mib: number(field(r, c, "memory_mib")?, "memory_mib")?,
             num_gpu,
             gpu_milli: if num_gpu == 0 { 0 } else { gpu_milli },
@@ -216,6 +243,12 @@ pub fn read_pods(path: &Path, mode: Mode, skipped: &mut Skipped) -> Result<Vec<T
         })
     })
 }
+
+/// Lenient mode's count of pods larger than any node.
+pub const SKIPPED_TOO_LARGE: &str = "pod larger than any node";
+/// Lenient mode's count of pods asking for a GPU model the fleet lacks (counted apart: the
+/// fleet file, not the trace, may be what is wrong).
+pub const SKIPPED_NO_MODEL: &str = "pod asks for a GPU model the fleet lacks";
 
 /// Pods larger than any node — more CPU, memory or GPUs than the largest node has, or a GPU
 /// model no node has: an error in strict mode, dropped and counted in lenient mode. A pod whose
@@ -240,21 +273,39 @@ pub fn check_pods_fit(
             kept.push(pod);
             continue;
         }
-        let problem = format!(
-            "pod {} (cpu {}m, memory {} MiB, {} GPU{}) is larger than any node",
-            pod.name,
-            pod.cpu_milli,
-            pod.memory_mib,
-            pod.num_gpu,
-            if pod.gpu_spec.is_empty() { String::new() } else { format!(" of {}", pod.gpu_spec.join("|")) }
-        );
+        let (problem, reason) = if model_exists {
+            let mut over = Vec::new();
+            if pod.cpu_milli > max_cpu {
+                over.push(format!("cpu {}m (largest node: {max_cpu}m)", pod.cpu_milli));
+            }
+            if pod.memory_mib > max_memory {
+                over.push(format!("memory {} MiB (largest node: {max_memory} MiB)", pod.memory_mib));
+            }
+            if pod.num_gpu > max_gpus {
+                over.push(format!("{} GPUs (largest node: {max_gpus})", pod.num_gpu));
+            }
+            (format!("pod {} is larger than any node: {}", pod.name, over.join(", ")), SKIPPED_TOO_LARGE)
+        } else {
+            let mut models: Vec<&str> = nodes.iter().filter(|n| n.gpus > 0).map(|n| n.model.as_str()).collect();
+            models.sort_unstable();
+            models.dedup();
+            (
+                format!(
+                    "pod {} asks for GPU model {}, which no node of the fleet has (it has: {})",
+                    pod.name,
+                    pod.gpu_spec.join("|"),
+                    if models.is_empty() { "no GPUs".to_string() } else { models.join(", ") }
+                ),
+                SKIPPED_NO_MODEL,
+            )
+        };
         match mode {
             Mode::Strict => {
                 return Err(TraceError::BadRow { file: file.display().to_string(), line: pod.line, problem });
             }
             Mode::Lenient => {
                 skipped.total += 1;
-                *skipped.by_reason.entry("pod larger than any node".into()).or_default() += 1;
+                *skipped.by_reason.entry(reason.into()).or_default() += 1;
             }
         }
     }

@@ -9,6 +9,12 @@ use gantry_spec::TraceJob;
 use gantry_types::{Fleet, JobOutcome};
 use std::collections::BTreeMap;
 
+/// Lenient mode's count of jobs that could never run on the empty fleet.
+pub const SKIPPED_NEVER_FITS: &str = "job can never run on this fleet";
+/// Lenient mode's count of jobs that ask only for GPU models the fleet lacks (counted apart:
+/// the fleet file may be what is wrong).
+pub const SKIPPED_NO_MODEL: &str = "job asks for a GPU model the fleet lacks";
+
 /// Jobs that fit the empty fleet, and (lenient) the ones skipped by reason.
 pub fn check_fits(
     fleet: &Fleet,
@@ -20,23 +26,29 @@ pub fn check_fits(
     let mut kept = Vec::with_capacity(jobs.len());
     let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
     for t in jobs {
-        let outcome = engine.compile(&t.job).map_err(|e: EngineError| e.to_string()).and_then(|compiled| match engine
-            .place_outcome(&compiled)
-        {
-            (Some(id), _) => {
-                engine.release(id).map_err(|e| e.to_string())?;
-                Ok(())
-            }
-            (None, JobOutcome::Unplaced { reasons }) => {
-                let why: Vec<String> = reasons.iter().map(|r| r.reason.to_string()).collect();
-                Err(format!("can never run on this fleet, even empty: {}", why.join("; ")))
-            }
-            (None, JobOutcome::Placed { .. }) => unreachable!("place_outcome pairs no id with Unplaced"),
-        });
+        let outcome =
+            engine.compile(&t.job).map_err(|e: EngineError| (SKIPPED_NEVER_FITS, e.to_string())).and_then(|compiled| {
+                match engine.place_outcome(&compiled) {
+                    (Some(id), _) => {
+                        engine.release(id).map_err(|e| (SKIPPED_NEVER_FITS, e.to_string()))?;
+                        Ok(())
+                    }
+                    (None, JobOutcome::Unplaced { reasons }) => {
+                        let why: Vec<String> = reasons.iter().map(|r| r.reason.to_string()).collect();
+                        let no_model =
+                            reasons.iter().all(|r| matches!(r.reason, gantry_types::Reason::GpuModelMismatch { .. }));
+                        Err((
+                            if no_model { SKIPPED_NO_MODEL } else { SKIPPED_NEVER_FITS },
+                            format!("can never run on this fleet, even empty: {}", why.join("; ")),
+                        ))
+                    }
+                    (None, JobOutcome::Placed { .. }) => unreachable!("place_outcome pairs no id with Unplaced"),
+                }
+            });
         match outcome {
             Ok(()) => kept.push(t),
-            Err(_) if lenient => *skipped.entry("job can never run on this fleet".into()).or_default() += 1,
-            Err(why) => return Err(format!("line {} / job {:?}: {why}", t.line, t.job.name).into()),
+            Err((kind, _)) if lenient => *skipped.entry(kind.into()).or_default() += 1,
+            Err((_, why)) => return Err(format!("line {} / job {:?}: {why}", t.line, t.job.name).into()),
         }
     }
     if kept.is_empty() {

@@ -116,7 +116,7 @@ pub fn parse_fleet(text: &str, catalog: &Catalog) -> Result<Fleet, SpecError> {
     if text.len() > SPEC_BYTES_MAX {
         return Err(SpecError::new("", format!("fleet file is {} bytes, the limit is {SPEC_BYTES_MAX}", text.len())));
     }
-    let file: FleetFile = toml::from_str(text).map_err(|e| from_toml("fleet", e))?;
+    let file: FleetFile = toml::from_str(text).map_err(|e| from_toml("fleet", text, e))?;
     if file.node.is_empty() {
         return Err(SpecError::new("node", "the fleet has no nodes").hint("add a [[node]] table; see docs/formats.md"));
     }
@@ -125,8 +125,11 @@ pub fn parse_fleet(text: &str, catalog: &Catalog) -> Result<Fleet, SpecError> {
     for entry in &file.node {
         for node in expand(entry, catalog)? {
             if !names.insert(node.name.clone()) {
-                return Err(SpecError::new(format!("node {:?}", node.name), "node name used twice")
-                    .hint("node names must be unique; templates with count add -0, -1, ..."));
+                return Err(SpecError::new(
+                    format!("node {:?}", node.name),
+                    format!("node name used twice{}", crate::error::name_lines(text, &node.name)),
+                )
+                .hint("node names must be unique; templates with count add -0, -1, ..."));
             }
             nodes.push(node);
             if nodes.len() as u64 > FLEET_NODES_MAX {
@@ -223,7 +226,18 @@ fn gpus(at: &str, entry: &NodeEntry, catalog: &Catalog) -> Result<Vec<Gpu>, Spec
     )?;
     let numa = numa_layout(&field, g, count)?;
     let nvlink = nvlink_layout(&field, g.nvlink.as_deref(), model.nvlink, count)?;
-    let default_mode = mode(&field, &mode_entry!(g), model_id, catalog)?;
+    let default_mode = mode(&field, &mode_entry!(g), model_id, catalog).map_err(|e| {
+        // Time-slice at node level with replicas only on [[node.gpu]] entries: say where they go.
+        if e.field.ends_with(".replicas") && g.replicas.is_none() && entry.gpu.iter().any(|o| o.replicas.is_some()) {
+            e.hint(
+                "replicas belongs beside the mode it configures: put replicas (and memory_per_replica) in [node.gpus] \
+                 next to mode = \"time-slice\" for every GPU, or move mode = \"time-slice\" into each [[node.gpu]] \
+                 entry that sets replicas",
+            )
+        } else {
+            e
+        }
+    })?;
     let mut gpus: Vec<Gpu> = (0..count)
         .map(|i| Gpu {
             index: i,

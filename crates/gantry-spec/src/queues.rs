@@ -124,7 +124,7 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
     if text.len() > SPEC_BYTES_MAX {
         return Err(SpecError::new("", format!("queue file is {} bytes, the limit is {SPEC_BYTES_MAX}", text.len())));
     }
-    let file: QueueFile = toml::from_str(text).map_err(|e| from_toml("queue", e))?;
+    let file: QueueFile = toml::from_str(text).map_err(|e| from_toml("queue", text, e))?;
     if file.queue.is_empty() {
         return Err(
             SpecError::new("queue", "the file has no queues").hint("add a [[queue]] table; see docs/formats.md")
@@ -170,7 +170,10 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
             .hint("queue names are plain words like \"research\" or \"team-a\""));
         }
         if index.insert(name, i).is_some() {
-            return Err(SpecError::new(format!("queue {name:?}"), "queue name used twice"));
+            return Err(SpecError::new(
+                format!("queue {name:?}"),
+                format!("queue name used twice{}", crate::error::name_lines(text, name)),
+            ));
         }
     }
     let mut parent_of: Vec<Option<usize>> = Vec::with_capacity(file.queue.len());

@@ -669,3 +669,40 @@ fn mig_layouts_as_counts_or_bare_profiles_are_placed_at_legal_starts() {
         assert!(err.contains(rule), "{mig}: {err}");
     }
 }
+
+/// An unknown key names the entry it is in and the nearest valid key; a key no valid one is
+/// near gets the format pointer only.
+#[test]
+fn unknown_keys_name_their_entry_and_suggest_the_nearest_valid_key() {
+    let fleet = "[[node]]\nname = \"n1\"\ncpu = 32\nmemroy = \"256GiB\"\n";
+    let err = parse_fleet(fleet, catalog()).expect_err("typo");
+    assert_eq!(err.field, "node \"n1\"", "{err}");
+    assert!(err.hint.as_deref().is_some_and(|h| h.starts_with("did you mean `memory`?")), "{err}");
+    let workload = "[[job]]\nname = \"a\"\n[[job]]\nname = \"train\"\ngpu = { count = 1 }\ncomand = \"true\"\n";
+    let err = parse_workload(workload, catalog()).expect_err("typo");
+    assert_eq!(err.field, "job \"train\"", "{err}");
+    assert!(err.to_string().contains("did you mean `command`?"), "{err}");
+    let err = parse_workload("[[job]]\nname = \"a\"\nflavour = \"x\"\n", catalog()).expect_err("stranger");
+    assert!(!err.to_string().contains("did you mean"), "{err}");
+}
+
+/// Time-slice set for the node with replicas only on per-GPU entries: the error says where
+/// replicas belong.
+#[test]
+fn replicas_on_a_per_gpu_entry_under_a_node_level_time_slice_explain_where_they_belong() {
+    let fleet = "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\nmode = \"time-slice\"\n[[node.gpu]]\nindex = 0\nreplicas = 4\n";
+    let err = parse_fleet(fleet, catalog()).expect_err("replicas misplaced").to_string();
+    assert!(err.contains("needs replicas") && err.contains("replicas belongs beside the mode"), "{err}");
+}
+
+/// A name used twice says on which lines.
+#[test]
+fn names_used_twice_say_where() {
+    let fleet =
+        "[[node]]\nname = \"n1\"\ncpu = 8\nmemory = \"8GiB\"\n[[node]]\nname = \"n1\"\ncpu = 8\nmemory = \"8GiB\"\n";
+    let err = parse_fleet(fleet, catalog()).expect_err("twice").to_string();
+    assert!(err.contains("node name used twice (lines 2 and 6)"), "{err}");
+    let workload = "[[job]]\nname = \"a\"\n[[job]]\nname = \"b\"\n[[job]]\nname = \"a\"\n";
+    let err = parse_workload(workload, catalog()).expect_err("twice").to_string();
+    assert!(err.contains("job name used twice (lines 2 and 6)"), "{err}");
+}

@@ -288,7 +288,7 @@ fn parse_workload_in(text: &str, catalog: &Catalog, external: bool, jobs_max: us
             format!("workload file is {} bytes, the limit is {SPEC_BYTES_MAX}", text.len()),
         ));
     }
-    let file: WorkloadFile = toml::from_str(text).map_err(|e| from_toml("workload", e))?;
+    let file: WorkloadFile = toml::from_str(text).map_err(|e| from_toml("workload", text, e))?;
     let mut jobs = Vec::new();
     let mut names = BTreeSet::new();
     for entry in file.job {
@@ -303,8 +303,11 @@ fn parse_workload_in(text: &str, catalog: &Catalog, external: bool, jobs_max: us
         })?;
         for one in job {
             if !names.insert(one.name.clone()) {
-                return Err(SpecError::new(format!("job {:?}", one.name), "job name used twice")
-                    .hint("job names must be unique; count adds -0, -1, ..."));
+                return Err(SpecError::new(
+                    format!("job {:?}", one.name),
+                    format!("job name used twice{}", crate::error::name_lines(text, &one.name)),
+                )
+                .hint("job names must be unique; count adds -0, -1, ..."));
             }
             jobs.push(one);
         }

@@ -140,6 +140,21 @@ pub enum Reason {
         need: Bytes,
         free: Bytes,
     },
+    /// A share request on GPUs none of which is shared (MPS or time-sliced): `modes` names
+    /// what it accepts ("MPS or time-slice", "MPS", "time-slice").
+    NoSharedGpu {
+        modes: String,
+    },
+    /// A time-sliced GPU has room, but the replicas the share's compute buys
+    /// (`replicas` of `per_replica` memory each) hold less memory than asked: the share must
+    /// be at least `share_for_memory` (milli-GPU) on that GPU, or ask for less memory.
+    ShareMemoryOverBudget {
+        need: Bytes,
+        share: MilliGpu,
+        replicas: u32,
+        per_replica: Bytes,
+        share_for_memory: MilliGpu,
+    },
     /// Every MPS GPU with room already serves its maximum number of clients.
     MpsClientsExhausted {
         max_clients: u32,
@@ -180,6 +195,8 @@ impl Reason {
             MigProfileUnavailable { .. } => "mig-profile-unavailable",
             InsufficientShare { .. } => "insufficient-share",
             InsufficientGpuMemory { .. } => "insufficient-gpu-memory",
+            NoSharedGpu { .. } => "no-shared-gpu",
+            ShareMemoryOverBudget { .. } => "share-memory-over-budget",
             MpsClientsExhausted { .. } => "mps-clients-exhausted",
             IsolationForbidsMode { .. } => "isolation-forbids-mode",
             TopologyUnsatisfiable { .. } => "topology-unsatisfiable",
@@ -203,6 +220,10 @@ impl Reason {
             (MigProfileUnavailable { profile: a }, MigProfileUnavailable { profile: b }) => a == b,
             (InsufficientShare { need: a, .. }, InsufficientShare { need: b, .. }) => a == b,
             (InsufficientGpuMemory { need: a, .. }, InsufficientGpuMemory { need: b, .. }) => a == b,
+            (NoSharedGpu { modes: a }, NoSharedGpu { modes: b }) => a == b,
+            (ShareMemoryOverBudget { need: a, share: x, .. }, ShareMemoryOverBudget { need: b, share: y, .. }) => {
+                a == b && x == y
+            }
             (MpsClientsExhausted { .. }, MpsClientsExhausted { .. }) => true,
             (IsolationForbidsMode { isolation: a, mode: m }, IsolationForbidsMode { isolation: b, mode: n }) => {
                 a == b && m == n
@@ -224,6 +245,13 @@ impl Reason {
             (InsufficientShare { free, .. }, InsufficientShare { free: o, .. }) => *free = (*free).max(*o),
             (InsufficientGpuMemory { free, .. }, InsufficientGpuMemory { free: o, .. }) => *free = (*free).max(*o),
             (GangIncomplete { placed, .. }, GangIncomplete { placed: o, .. }) => *placed = (*placed).max(*o),
+            (
+                ShareMemoryOverBudget { share_for_memory, replicas, per_replica, .. },
+                ShareMemoryOverBudget { share_for_memory: o, replicas: r, per_replica: m, .. },
+            ) if *o < *share_for_memory => {
+                // Keep the GPU that needs the smallest share for the memory.
+                (*share_for_memory, *replicas, *per_replica) = (*o, *r, *m);
+            }
             (SearchLimitReached { nodes_visited }, SearchLimitReached { nodes_visited: o }) => {
                 *nodes_visited = (*nodes_visited).max(*o)
             }
@@ -285,6 +313,17 @@ impl fmt::Display for Reason {
             }
             InsufficientGpuMemory { need, free } => {
                 write!(f, "needs {need} GPU memory, at most {free} free on one GPU")
+            }
+            NoSharedGpu { modes } => {
+                write!(f, "a GPU share needs a GPU in {modes} mode; none here is shared (whole or MIG only)")
+            }
+            ShareMemoryOverBudget { need, share, replicas, per_replica, share_for_memory } => {
+                let s = if *replicas == 1 { "" } else { "s" };
+                write!(
+                    f,
+                    "needs {need} GPU memory, but a {share} share of a time-sliced GPU is {replicas} replica{s} of {per_replica}: ask for share = {} (or less memory)",
+                    share_for_memory.0
+                )
             }
             MpsClientsExhausted { max_clients } => {
                 write!(f, "MPS GPUs already serve their {max_clients} clients")

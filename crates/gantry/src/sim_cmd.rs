@@ -235,9 +235,7 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
         lists.push((name, pods));
     }
-    if skipped.total > 0 {
-        eprintln!("skipped {} malformed rows: {:?}", skipped.total, skipped.by_reason);
-    }
+    report_skipped(&skipped);
     let replaying = args.protocol.as_deref() == Some("time-replay");
     only_protocol_a_flags(&args, !replaying)?;
     if replaying {
@@ -398,8 +396,16 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         eprintln!("wrote report to {}", dir.display());
     }
     if args.json {
-        let plain: Vec<&protocol_a::RunResult> = results.iter().map(|(_, r)| r).collect();
-        println!("{}", serde_json::to_string_pretty(&plain)?);
+        // Each result names its pod list (several lists run in one call).
+        #[derive(serde::Serialize)]
+        struct Named<'a> {
+            pods: &'a str,
+            #[serde(flatten)]
+            result: &'a protocol_a::RunResult,
+        }
+        let named: Vec<Named<'_>> =
+            results.iter().map(|(l, r)| Named { pods: lists[*l].0.as_str(), result: r }).collect();
+        println!("{}", serde_json::to_string_pretty(&named)?);
     }
     if let Some(path) = &args.decisions_out {
         let mut out = String::from("seq,pod_list,policy,pod,node,gpu_index\n");
@@ -783,8 +789,38 @@ fn finish_replay(args: &SimArgs, traces: &[(String, Vec<protocol_b::ReplayResult
         eprintln!("wrote {}", path.display());
     }
     if args.json {
-        let all: Vec<&protocol_b::ReplayResult> = traces.iter().flat_map(|(_, runs)| runs).collect();
+        // Each result names its trace or pod list (several run in one call).
+        #[derive(serde::Serialize)]
+        struct Named<'a> {
+            trace: &'a str,
+            #[serde(flatten)]
+            result: &'a protocol_b::ReplayResult,
+        }
+        let all: Vec<Named<'_>> = traces
+            .iter()
+            .flat_map(|(name, runs)| runs.iter().map(move |result| Named { trace: name.as_str(), result }))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&all)?);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lenient mode's tally on stderr: malformed rows apart from well-formed pods the node list
+/// cannot hold (too large, or a GPU model it lacks: perhaps the node list is what is wrong).
+fn report_skipped(skipped: &Skipped) {
+    if skipped.total == 0 {
+        return;
+    }
+    let unfit = [alibaba::SKIPPED_TOO_LARGE, alibaba::SKIPPED_NO_MODEL];
+    let (fit, malformed): (Vec<_>, Vec<_>) = skipped.by_reason.iter().partition(|(r, _)| unfit.contains(&r.as_str()));
+    let malformed_count: u64 = malformed.iter().map(|(_, n)| **n).sum();
+    let mut parts = Vec::new();
+    if malformed_count > 0 {
+        let by: Vec<String> = malformed.iter().map(|(r, n)| format!("{r} {n}")).collect();
+        parts.push(format!("{malformed_count} malformed ({})", by.join(", ")));
+    }
+    for (reason, n) in fit {
+        parts.push(format!("{n} {reason}"));
+    }
+    eprintln!("skipped {} rows: {}", skipped.total, parts.join("; "));
 }

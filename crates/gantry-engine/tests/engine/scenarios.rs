@@ -417,6 +417,36 @@ count = 8
     assert_eq!(nodes(gantry_engine::Policy::Fgd), ["lean", "lean"], "FGD alone leaves it to node order");
 }
 
+/// A share request says what is wrong with it: a fleet with no shared GPU at all, or a
+/// time-sliced GPU whose replicas for that share hold less memory than asked (and which
+/// share would hold it) — not "at most 1000m free".
+#[test]
+fn share_requests_name_a_fleet_without_shared_gpus_and_a_replica_memory_budget() {
+    let whole =
+        "[[node]]\nname = \"n\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
+    let mut e = engine(whole, Policy::Default);
+    let outcome = &place_all(&mut e, &jobs("[[job]]\nname = \"s\"\ngpu = { share = 125, memory = \"4GiB\" }\n"))[0];
+    let JobOutcome::Unplaced { reasons } = outcome else { panic!("no shared GPU: {outcome:?}") };
+    assert_eq!(reasons[0].reason, Reason::NoSharedGpu { modes: "MPS or time-slice".into() }, "{reasons:?}");
+    assert!(reasons[0].reason.to_string().contains("none here is shared"), "{}", reasons[0].reason);
+    let sliced = format!("{whole}mode = \"time-slice\"\nreplicas = 4\n");
+    let mut e = engine(&sliced, Policy::Default);
+    let outcome = &place_all(&mut e, &jobs("[[job]]\nname = \"s\"\ngpu = { share = 125, memory = \"40GiB\" }\n"))[0];
+    let JobOutcome::Unplaced { reasons } = outcome else { panic!("over the replica budget: {outcome:?}") };
+    let text = reasons[0].reason.to_string();
+    assert!(matches!(reasons[0].reason, Reason::ShareMemoryOverBudget { replicas: 1, .. }), "{reasons:?}");
+    assert!(text.contains("1 replica of 20GiB") && text.contains("share = 500"), "{text}");
+    // What the reason advises fits.
+    let mut e = engine(&sliced, Policy::Default);
+    let outcome = &place_all(&mut e, &jobs("[[job]]\nname = \"s\"\ngpu = { share = 500, memory = \"40GiB\" }\n"))[0];
+    assert!(matches!(outcome, JobOutcome::Placed { .. }), "{outcome:?}");
+    // More memory than the whole GPU: plain GPU memory, no share would do.
+    let mut e = engine(&sliced, Policy::Default);
+    let outcome = &place_all(&mut e, &jobs("[[job]]\nname = \"s\"\ngpu = { share = 125, memory = \"100GiB\" }\n"))[0];
+    let JobOutcome::Unplaced { reasons } = outcome else { panic!("{outcome:?}") };
+    assert!(matches!(reasons[0].reason, Reason::InsufficientGpuMemory { .. }), "{reasons:?}");
+}
+
 #[test]
 fn reasons_explain_each_kind_of_misfit() {
     let fleet = "[[node]]\nname = \"n\"\ncpu = 8\nmemory = \"32GiB\"\ntaints = [\"dedicated=infer:NoSchedule\"]\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\nmode = \"mps\"\n";

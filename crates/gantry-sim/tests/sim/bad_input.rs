@@ -63,11 +63,17 @@ fn a_pod_larger_than_any_node_is_an_error_or_skipped() {
     let err = alibaba::check_pods_fit(&nodes, pods.clone(), &path, Mode::Strict, &mut Skipped::default())
         .expect_err("huge")
         .to_string();
-    assert!(err.contains(":3: pod huge") && err.contains("larger than any node"), "{err}");
+    assert!(err.contains(":3: pod huge is larger than any node: 16 GPUs (largest node: "), "{err}");
+    let wrong_model = alibaba::check_pods_fit(&nodes, pods[2..].to_vec(), &path, Mode::Strict, &mut Skipped::default())
+        .expect_err("a model the fleet lacks")
+        .to_string();
+    assert!(wrong_model.contains(":4: pod wrong-model asks for GPU model A100, which no node"), "{wrong_model}");
     let mut skipped = Skipped::default();
     let kept = alibaba::check_pods_fit(&nodes, pods, &path, Mode::Lenient, &mut skipped).expect("lenient");
     assert_eq!(kept.len(), 1);
-    assert_eq!(skipped.by_reason.get("pod larger than any node"), Some(&2));
+    // Counted apart: a model the fleet lacks may be the fleet file's mistake, not the trace's.
+    assert_eq!(skipped.by_reason.get(alibaba::SKIPPED_TOO_LARGE), Some(&1));
+    assert_eq!(skipped.by_reason.get(alibaba::SKIPPED_NO_MODEL), Some(&1));
 }
 
 #[test]

@@ -220,10 +220,11 @@ fn sim_runs_policies_and_reports_bad_rows_with_their_line() {
     let results = results.as_array().expect("one result per policy");
     assert_eq!(results.len(), 2);
     assert_eq!(results[0]["policy"], "fgd");
+    assert_eq!(results[0]["pods"], "pods", "each result names its pod list");
     assert!(results[0]["curve"].as_array().is_some_and(|c| !c.is_empty()));
     std::fs::write(
         &pods,
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,8000,30517,1,500,\np1,4000,oops,1,1000,\n",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,8000,30517,1,500,\np1,4000,oops,1,1000,\nbig,4000,1024,16,1000,\nv100,4000,1024,1,1000,V100M16\np4,0.5,1024,1,1000,\n",
     )
     .expect("write");
     let out = gantry(&["sim", "--nodes", n, "--pods", p]);
@@ -231,7 +232,28 @@ fn sim_runs_policies_and_reports_bad_rows_with_their_line() {
     assert!(stderr(&out).contains("pods.csv:3: `memory_mib` is \"oops\""), "{}", stderr(&out));
     let out = gantry(&["sim", "--nodes", n, "--pods", p, "--lenient"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("skipped 1 malformed rows"), "{}", stderr(&out));
+    // Malformed rows counted apart from pods the node list cannot hold.
+    assert!(
+        stderr(&out).contains(
+            "skipped 4 rows: 2 malformed (`cpu_milli` 1, `memory_mib` 1); 1 pod asks for a GPU model the fleet lacks; 1 pod larger than any node"
+        ),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&pods, "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np4,0.5,1024,1,1000\n").expect("write");
+    let out = gantry(&["sim", "--nodes", n, "--pods", p]);
+    assert!(stderr(&out).contains("`cpu_milli` is \"0.5\": that looks like cores"), "{}", stderr(&out));
+    let missing = dir.join("missing.csv");
+    let out = gantry(&["sim", "--nodes", n, "--pods", missing.to_str().expect("utf8")]);
+    assert_eq!(stderr(&out).matches("No such file").count(), 1, "a missing file is reported once: {}", stderr(&out));
+    std::fs::write(&nodes, "sn,cpu_milli,memory_mib,gpu,model\nn1,96000,393216,8,G2\nn1,96000,393216,8,G2\n")
+        .expect("write");
+    let out = gantry(&["sim", "--nodes", n, "--pods", p]);
+    assert!(
+        stderr(&out).contains("nodes.csv:3: `sn` is \"n1\", a node name already used at line 2"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -255,6 +277,7 @@ fn synth_writes_a_trace_that_sim_replays_with_a_report() {
     let runs = runs.as_array().expect("one object per run");
     assert_eq!(runs.len(), 2);
     for run in runs {
+        assert_eq!(run["trace"], "trace", "each result names its trace");
         assert_eq!(run["pods"], 300);
         assert_eq!(run["started"].as_u64().expect("count") + run["never_started"].as_u64().expect("count"), 300);
         let tenants = run["tenant_gpu_share_pct"].as_object().expect("tenant shares");
@@ -293,6 +316,15 @@ fn sim_trace_refuses_bad_input_and_mismatched_flags() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("line 2 / job \"big\": can never run on this fleet"), "{}", stderr(&out));
     assert!(gantry(&["sim", "--trace", &huge, "--lenient"]).status.success());
+    // A model the fleet lacks is counted apart from jobs too large (the fleet may be wrong).
+    let t4 = write(
+        "t4.jsonl",
+        &format!(
+            "{good}\n{{\"arrival_s\": 5, \"job\": {{\"name\": \"t4\", \"gpu\": {{\"count\": 1}}, \"model\": \"T4-16GB\"}}}}\n"
+        ),
+    );
+    let out = gantry(&["sim", "--trace", &t4, "--lenient"]);
+    assert!(stderr(&out).contains("1 × job asks for a GPU model the fleet lacks"), "{}", stderr(&out));
     let empty = write("empty.jsonl", "");
     assert!(stderr(&gantry(&["sim", "--trace", &empty])).contains("the trace has no jobs"));
     let good = write("good.jsonl", good);
