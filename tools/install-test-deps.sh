@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# What the test suite needs besides the Rust toolchain: Debian's headless Chromium, for the
-# dashboard test (crates/gantry/tests/cli: dashboard_pages_render_in_headless_chromium).
-# Does nothing when chromium is already installed.
+# What the test suite needs besides the Rust toolchain:
+# - Debian's headless Chromium, for the dashboard test (crates/gantry/tests/cli:
+#   dashboard_pages_render_in_headless_chromium);
+# - Debian's PostgreSQL server binaries (initdb, postgres), for the PostgreSQL store's tests,
+#   which start a private server of their own in a temporary directory (no system service is
+#   used or needed; gantry_store::test_postgres).
+# Installs only what is missing; does nothing when both are there.
 set -euo pipefail
-if command -v chromium >/dev/null 2>&1; then
+missing=()
+if ! command -v chromium >/dev/null 2>&1; then
+  missing+=(chromium)
+fi
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  missing+=(postgresql)
+fi
+if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi
 sudo=""
@@ -11,4 +22,4 @@ if [ "$(id -u)" != 0 ]; then
   sudo="sudo"
 fi
 $sudo apt-get update -q
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends chromium
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -10,11 +10,14 @@
 //! an append that returned is on disk).
 
 pub mod conformance;
+mod pg;
 mod sqlite;
+pub mod test_postgres;
 
 use gantry_types::{Event, Job, JobState, TaskStart};
 use serde::{Deserialize, Serialize};
 
+pub use pg::{LEADER_LOCK, LEASE, POSTGRES_SCHEMA_VERSION, PostgresStore, redact_url};
 pub use sqlite::SqliteStore;
 
 /// What can go wrong in the store.
@@ -30,6 +33,15 @@ pub enum StoreError {
     Backend(String),
     #[error("store data is corrupt: {0}")]
     Corrupt(String),
+    /// Another controller leads this store now (its term is `current`): this one must stop
+    /// writing (it was deposed: paused, or cut off, past its lease).
+    #[error(
+        "another controller took over this store (term {current}; this one led term {ours}): it writes nothing more"
+    )]
+    Fenced { ours: u64, current: u64 },
+    /// Another controller leads this store and did not let go in time.
+    #[error("another controller leads this store ({holder:?}, term {term})")]
+    Led { term: u64, holder: String },
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -147,7 +159,7 @@ impl Batch {
 }
 
 /// The boundary the controller writes through. One writer at a time.
-pub trait Store {
+pub trait Store: std::fmt::Debug {
     /// Append `events` in order, all or none, updating the derived state in the same
     /// transaction. Returns the sequence number of the last one.
     fn append(&mut self, events: &[Event]) -> Result<u64, StoreError>;
@@ -191,6 +203,70 @@ pub trait Store {
     fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError>;
     /// The series points at or after `from_s`, oldest first.
     fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError>;
+}
+
+/// A boxed store is a store: the controller picks its backend at start (`--store`).
+impl<S: Store + ?Sized> Store for Box<S> {
+    fn append(&mut self, events: &[Event]) -> Result<u64, StoreError> {
+        (**self).append(events)
+    }
+    fn commit(&mut self, batches: &[Batch]) -> Result<(), StoreError> {
+        (**self).commit(batches)
+    }
+    fn commands_after(&self, seq: u64, limit: usize) -> Result<Vec<CommandRecord>, StoreError> {
+        (**self).commands_after(seq, limit)
+    }
+    fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<(u64, Event)>, StoreError> {
+        (**self).events_after(seq, limit)
+    }
+    fn job(&self, id: u64) -> Result<Option<JobRow>, StoreError> {
+        (**self).job(id)
+    }
+    fn jobs(&self, states: &[JobState]) -> Result<Vec<JobRow>, StoreError> {
+        (**self).jobs(states)
+    }
+    fn next_job_id(&self) -> Result<u64, StoreError> {
+        (**self).next_job_id()
+    }
+    fn rebuild(&mut self) -> Result<(), StoreError> {
+        (**self).rebuild()
+    }
+    fn put_token(&mut self, token: &TokenRecord) -> Result<(), StoreError> {
+        (**self).put_token(token)
+    }
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError> {
+        (**self).token_by_hash(hash)
+    }
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        (**self).tokens()
+    }
+    fn revoke_token(&mut self, name: &str) -> Result<bool, StoreError> {
+        (**self).revoke_token(name)
+    }
+    fn set_drained(&mut self, node: &str, drained: bool) -> Result<(), StoreError> {
+        (**self).set_drained(node, drained)
+    }
+    fn drained(&self) -> Result<Vec<String>, StoreError> {
+        (**self).drained()
+    }
+    fn set_gpu_mode(&mut self, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError> {
+        (**self).set_gpu_mode(node, gpu, mode)
+    }
+    fn gpu_modes(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        (**self).gpu_modes()
+    }
+    fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        (**self).add_usage(rows)
+    }
+    fn usage(&self, from_s: u64, to_s: u64) -> Result<Vec<UsageRow>, StoreError> {
+        (**self).usage(from_s, to_s)
+    }
+    fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError> {
+        (**self).put_series_point(t_s, point, keep_from_s)
+    }
+    fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        (**self).series_points(from_s)
+    }
 }
 
 /// `row` after `event` (`None`: a job not seen before): the one derivation of the `jobs`

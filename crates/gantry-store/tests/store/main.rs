@@ -5,6 +5,8 @@ use gantry_store::{SqliteStore, Store, conformance};
 use gantry_types::{Event, JobState};
 use std::path::PathBuf;
 
+mod postgres;
+
 fn temp_db(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gantry-store-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

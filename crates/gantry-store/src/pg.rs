@@ -1,0 +1,743 @@
+//! The PostgreSQL backend, for controllers that must outlive their machine: the same tables
+//! as SQLite (the event log, the `jobs` table derived from it in the same transaction, the
+//! command log and the side tables), versioned migrations checked at start.
+//!
+//! [`Store`] is synchronous and the controller calls it from its commit thread and from
+//! request handlers on the async runtime, so the connection lives on a thread of its own and
+//! every call is handed to it ([`PostgresStore::call`]): the synchronous `postgres` client
+//! (tokio-postgres underneath) then never runs inside the controller's runtime.
+
+use crate::{
+    Batch, CommandRecord, JobRow, Role, Store, StoreError, TokenRecord, USAGE_BUCKET_S, UsageRow, apply_event,
+};
+use gantry_types::{Event, JobState, TaskStart};
+use postgres::{Client, NoTls, Transaction};
+use std::sync::mpsc;
+
+/// Versioned migrations, applied in order inside one transaction under an advisory lock (two
+/// controllers starting at once do not both migrate). The numbers continue SQLite's schema
+/// versions: 8 is the first PostgreSQL schema and matches SQLite's 8 table for table.
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        8,
+        "
+CREATE TABLE events (
+    seq    BIGSERIAL PRIMARY KEY,
+    job_id BIGINT NOT NULL,
+    kind   TEXT   NOT NULL,
+    at_s   BIGINT NOT NULL,
+    body   TEXT   NOT NULL
+);
+CREATE TABLE jobs (
+    id             BIGINT PRIMARY KEY,
+    name           TEXT   NOT NULL,
+    queue          TEXT   NOT NULL,
+    state          TEXT   NOT NULL,
+    submitted_at_s BIGINT NOT NULL,
+    started_at_s   BIGINT,
+    ended_at_s     BIGINT,
+    exit_code      INTEGER,
+    requeues       BIGINT NOT NULL DEFAULT 0,
+    job            TEXT   NOT NULL,
+    tasks          TEXT   NOT NULL DEFAULT '[]'
+);
+CREATE INDEX jobs_by_state ON jobs (state, id);
+CREATE TABLE tokens (
+    name         TEXT   PRIMARY KEY,
+    role         TEXT   NOT NULL,
+    queues       TEXT   NOT NULL,
+    hash         TEXT   NOT NULL UNIQUE,
+    created_at_s BIGINT NOT NULL,
+    node         TEXT
+);
+CREATE TABLE drained (node TEXT PRIMARY KEY);
+CREATE TABLE gpu_modes (
+    node TEXT    NOT NULL,
+    gpu  INTEGER NOT NULL,
+    mode TEXT    NOT NULL,
+    PRIMARY KEY (node, gpu)
+);
+CREATE TABLE usage (
+    hour_s            BIGINT NOT NULL,
+    job_id            BIGINT NOT NULL,
+    queue             TEXT   NOT NULL,
+    \"user\"          TEXT   NOT NULL,
+    model             TEXT   NOT NULL,
+    allocated_milli_s BIGINT NOT NULL,
+    used_milli_s      BIGINT NOT NULL,
+    PRIMARY KEY (hour_s, job_id, model)
+);
+CREATE TABLE series (t_s BIGINT PRIMARY KEY, point TEXT NOT NULL);
+CREATE TABLE commands (
+    seq  BIGSERIAL PRIMARY KEY,
+    at_s BIGINT NOT NULL,
+    body TEXT   NOT NULL
+);
+",
+    ),
+    (
+        // The leader's term (fencing token): every write of a leading store checks it.
+        9,
+        "
+CREATE TABLE gantry_leader (
+    term    BIGINT      NOT NULL,
+    holder  TEXT        NOT NULL,
+    since_s BIGINT      NOT NULL,
+    pid     INTEGER     NOT NULL,
+    expires TIMESTAMPTZ NOT NULL
+);
+INSERT INTO gantry_leader (term, holder, since_s, pid, expires) VALUES (0, '', 0, 0, 'epoch');
+",
+    ),
+];
+
+/// The schema version this code writes.
+pub const POSTGRES_SCHEMA_VERSION: i64 = 9;
+
+/// Arbitrary, fixed: the advisory lock migrations hold.
+const MIGRATION_LOCK: i64 = 0x6761_6e74_7279; // "gantry"
+/// The session advisory lock the leading controller holds as long as its connection lives:
+/// PostgreSQL releases it when that connection ends (a process killed, a machine gone once
+/// the keepalives below give up), and a standby waiting for it takes over.
+pub const LEADER_LOCK: i64 = 0x6761_6e74_7279 + 1;
+/// How a connection notices a peer gone silent: TCP keepalives after 5 s idle, every 2 s,
+/// 3 misses (about 11 s), on both sides (the server's settings are per session).
+const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
+const KEEPALIVE_OPTIONS: &str = "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3";
+/// How often a standby tries the leader lock.
+const LEAD_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+/// The leader's lease, on the database's clock: renewed every [`LEASE_RENEW`] while its
+/// process runs. A leader whose process is paused (or starved) past it keeps its connection
+/// and its lock, so a standby ends that connection (`pg_terminate_backend`) and takes over;
+/// the old leader's next write then fails, and its term would fence it anyway.
+pub const LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+const LEASE_RENEW: std::time::Duration = std::time::Duration::from_secs(2);
+
+type Work = Box<dyn FnOnce(&mut Client) + Send>;
+
+/// PostgreSQL behind the [`Store`] trait.
+#[derive(Debug)]
+pub struct PostgresStore {
+    /// To the connection's thread: work, or `None` to close the connection.
+    work: mpsc::Sender<Option<Work>>,
+    /// The URL without its password, for messages.
+    shown: String,
+    /// The term this store leads with (0: not leading, its writes are not fenced).
+    term: i64,
+}
+
+fn pg(e: postgres::Error) -> StoreError {
+    // The server's own message (a constraint, a syntax error) when it sent one.
+    match e.as_db_error() {
+        Some(db) => StoreError::Backend(format!("postgres: {}", db.message())),
+        None => StoreError::Backend(format!("postgres: {e}")),
+    }
+}
+
+fn int(v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Backend(format!("{v} does not fit in a BIGINT")))
+}
+
+fn uint(v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt(format!("negative value {v}")))
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+/// `postgres://user:secret@host/db` shown as `postgres://user:***@host/db` (and a key=value
+/// string's `password=…` as `password=***`).
+pub fn redact_url(url: &str) -> String {
+    if !url.contains("://") {
+        return url
+            .split_whitespace()
+            .map(|part| if part.starts_with("password=") { "password=***" } else { part })
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://user:password@host:port/database`, or key=value pairs),
+    /// migrate an older schema, refuse a newer one.
+    pub fn open(url: &str) -> Result<PostgresStore, StoreError> {
+        let shown = redact_url(url);
+        let mut config: postgres::Config =
+            url.parse().map_err(|e| StoreError::Backend(format!("not a PostgreSQL URL ({shown}): {e}")))?;
+        config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
+        let options = match config.get_options() {
+            Some(theirs) => format!("{theirs} {KEEPALIVE_OPTIONS}"),
+            None => KEEPALIVE_OPTIONS.to_string(),
+        };
+        config.options(&options);
+        let (work, queue) = mpsc::channel::<Option<Work>>();
+        let (ready, opened) = mpsc::channel::<Result<(), StoreError>>();
+        let name = shown.clone();
+        std::thread::Builder::new()
+            .name("gantry-postgres".into())
+            .spawn(move || {
+                let mut client = match config.connect(NoTls) {
+                    Ok(client) => client,
+                    Err(e) => {
+                        let _ = ready.send(Err(StoreError::Backend(format!("cannot connect to {name}: {e}"))));
+                        return;
+                    }
+                };
+                let migrated = migrate(&mut client);
+                let failed = migrated.is_err();
+                let _ = ready.send(migrated);
+                if failed {
+                    return;
+                }
+                // Until the store is dropped (`None`): the connection, and the leader lock with
+                // it, ends then, not when the last sender (the lease thread) lets go.
+                while let Ok(Some(work)) = queue.recv() {
+                    work(&mut client);
+                }
+            })
+            .map_err(|e| StoreError::Backend(format!("cannot start the store thread: {e}")))?;
+        opened.recv().map_err(|_| StoreError::Backend("the store thread stopped".into()))??;
+        Ok(PostgresStore { work, shown, term: 0 })
+    }
+
+    /// Become the leader: hold the leader lock (trying until `wait` has passed; `None`: until
+    /// it is free) and take the next term, which every later write checks. Returns the term.
+    /// A second controller on the same store waits here (a standby) or is refused.
+    pub fn lead(&mut self, holder: &str, now_s: u64, wait: Option<std::time::Duration>) -> Result<u64, StoreError> {
+        let holder = holder.to_string();
+        let deadline = wait.map(|w| std::time::Instant::now() + w);
+        let lease_s = LEASE.as_secs_f64();
+        let term = self.call(move |c| {
+            loop {
+                let got: bool = c.query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK]).map_err(pg)?.get(0);
+                if got {
+                    break;
+                }
+                // Held: by a live leader, or by the connection of one whose lease ran out
+                // (paused, starved): end that connection, and the lock is free.
+                let row = c
+                    .query_one("SELECT term, holder, pid, expires < clock_timestamp() FROM gantry_leader", &[])
+                    .map_err(pg)?;
+                let (term, holder, pid, expired): (i64, String, i32, bool) =
+                    (row.get(0), row.get(1), row.get(2), row.get(3));
+                if expired && pid != 0 {
+                    c.execute("SELECT pg_terminate_backend($1)", &[&pid]).map_err(pg)?;
+                } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return Err(StoreError::Led { term: uint(term)?, holder });
+                }
+                std::thread::sleep(LEAD_RETRY);
+            }
+            let row = c
+                .query_one(
+                    "UPDATE gantry_leader SET term = term + 1, holder = $1, since_s = $2, pid = pg_backend_pid(),
+                       expires = clock_timestamp() + make_interval(secs => $3) RETURNING term",
+                    &[&holder, &int(now_s)?, &lease_s],
+                )
+                .map_err(pg)?;
+            Ok(row.get::<_, i64>(0))
+        })?;
+        self.term = term;
+        self.keep_lease(term)?;
+        uint(term)
+    }
+
+    /// Renew the lease every [`LEASE_RENEW`] on the store's connection, from a thread of its
+    /// own (so a busy controller still renews, and a paused process does not). Stops when
+    /// the store is dropped or the term is no longer ours.
+    fn keep_lease(&self, term: i64) -> Result<(), StoreError> {
+        let work = self.work.clone();
+        let lease_s = LEASE.as_secs_f64();
+        let spawned = std::thread::Builder::new().name("gantry-lease".into()).spawn(move || {
+            loop {
+                std::thread::sleep(LEASE_RENEW);
+                let (answer, answered) = mpsc::channel();
+                let renew: Work = Box::new(move |c| {
+                    let renewed = c.execute(
+                        "UPDATE gantry_leader SET expires = clock_timestamp() + make_interval(secs => $1) WHERE term = $2",
+                        &[&lease_s, &term],
+                    );
+                    let _ = answer.send(matches!(renewed, Ok(1)));
+                });
+                if work.send(Some(renew)).is_err() || !answered.recv().unwrap_or(false) {
+                    return;
+                }
+            }
+        });
+        spawned.map(|_| ()).map_err(|e| StoreError::Backend(format!("cannot start the lease thread: {e}")))
+    }
+
+    /// The term this store leads with (0: it does not lead).
+    pub fn term(&self) -> u64 {
+        self.term.max(0) as u64
+    }
+
+    /// The URL, password hidden.
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    /// Run `f` on the connection's thread and wait for its answer.
+    fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let (answer, answered) = mpsc::channel();
+        let work: Work = Box::new(move |client| {
+            let result = f(client);
+            // A broken connection stays broken: the next call says so too.
+            let _ = answer.send(result);
+        });
+        self.work
+            .send(Some(work))
+            .map_err(|_| StoreError::Backend("the PostgreSQL connection thread stopped".into()))?;
+        answered.recv().map_err(|_| StoreError::Backend("the PostgreSQL connection thread stopped".into()))?
+    }
+
+    /// Run `f` in one transaction, committed if it succeeds (rolled back otherwise). A
+    /// leading store first checks that its term is still the store's (fencing: a controller
+    /// another has taken over from writes nothing); the row lock it takes makes a new
+    /// leader's term wait for this transaction.
+    fn transaction<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let ours = self.term;
+        self.call(move |client| {
+            let mut tx = client.transaction().map_err(pg)?;
+            if ours > 0 {
+                let current: i64 = tx.query_one("SELECT term FROM gantry_leader FOR SHARE", &[]).map_err(pg)?.get(0);
+                if current != ours {
+                    return Err(StoreError::Fenced { ours: uint(ours)?, current: uint(current)? });
+                }
+            }
+            let value = f(&mut tx)?;
+            tx.commit().map_err(pg)?;
+            Ok(value)
+        })
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        let _ = self.work.send(None);
+    }
+}
+
+/// Bring the schema to [`POSTGRES_SCHEMA_VERSION`], or refuse a newer one.
+fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let mut tx = client.transaction().map_err(pg)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).map_err(pg)?;
+    let exists: bool = tx.query_one("SELECT to_regclass('gantry_schema') IS NOT NULL", &[]).map_err(pg)?.get(0);
+    if !exists {
+        tx.batch_execute("CREATE TABLE gantry_schema (version BIGINT NOT NULL)").map_err(pg)?;
+    }
+    let version: Option<i64> =
+        tx.query_opt("SELECT version FROM gantry_schema", &[]).map_err(pg)?.map(|row| row.get(0));
+    let version = version.unwrap_or(0);
+    if version > POSTGRES_SCHEMA_VERSION {
+        return Err(StoreError::Corrupt(format!(
+            "the store was written by a newer gantry (schema {version}, this one knows {POSTGRES_SCHEMA_VERSION})"
+        )));
+    }
+    for (to, sql) in MIGRATIONS.iter().filter(|(to, _)| *to > version) {
+        tx.batch_execute(sql).map_err(|e| StoreError::Backend(format!("migration to schema {to}: {}", pg(e))))?;
+    }
+    tx.execute("DELETE FROM gantry_schema", &[]).map_err(pg)?;
+    tx.execute("INSERT INTO gantry_schema (version) VALUES ($1)", &[&POSTGRES_SCHEMA_VERSION]).map_err(pg)?;
+    tx.commit().map_err(pg)
+}
+
+const COLUMNS: &str =
+    "id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks";
+
+fn state_of(text: &str) -> Result<JobState, StoreError> {
+    serde_json::from_value(serde_json::Value::String(text.to_string()))
+        .map_err(|_| StoreError::Corrupt(format!("unknown job state {text:?}")))
+}
+
+fn decode_job(row: &postgres::Row) -> Result<JobRow, StoreError> {
+    let id: i64 = row.get(0);
+    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("job {id}: {what}: {e}"));
+    Ok(JobRow {
+        id: uint(id)?,
+        name: row.get(1),
+        queue: row.get(2),
+        state: state_of(row.get(3))?,
+        submitted_at_s: uint(row.get(4))?,
+        started_at_s: row.get::<_, Option<i64>>(5).map(uint).transpose()?,
+        ended_at_s: row.get::<_, Option<i64>>(6).map(uint).transpose()?,
+        exit_code: row.get(7),
+        requeues: u32::try_from(row.get::<_, i64>(8))
+            .map_err(|_| StoreError::Corrupt(format!("job {id}: requeues")))?,
+        job: serde_json::from_str(row.get(9)).map_err(|e| corrupt("spec", e))?,
+        tasks: serde_json::from_str::<Vec<TaskStart>>(row.get(10)).map_err(|e| corrupt("tasks", e))?,
+    })
+}
+
+fn decode_token(row: &postgres::Row) -> Result<TokenRecord, StoreError> {
+    let name: String = row.get(0);
+    let role: String = row.get(1);
+    let role: Role = serde_json::from_value(serde_json::Value::String(role.clone()))
+        .map_err(|_| StoreError::Corrupt(format!("token {name:?}: unknown role {role:?}")))?;
+    let queues: Vec<String> =
+        serde_json::from_str(row.get(2)).map_err(|e| StoreError::Corrupt(format!("token {name:?}: queues: {e}")))?;
+    Ok(TokenRecord { name, role, queues, hash: row.get(3), created_at_s: uint(row.get(4))?, node: row.get(5) })
+}
+
+/// The `jobs` row of `id` inside `tx`.
+fn job_in(tx: &mut Transaction<'_>, id: u64) -> Result<Option<JobRow>, StoreError> {
+    let row = tx.query_opt(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"), &[&int(id)?]).map_err(pg)?;
+    row.as_ref().map(decode_job).transpose()
+}
+
+/// Apply one event to the `jobs` table (the shared derivation, [`apply_event`]).
+fn apply(tx: &mut Transaction<'_>, event: &Event) -> Result<(), StoreError> {
+    let current = job_in(tx, event.job_id())?;
+    let row = apply_event(current.as_ref(), event)?;
+    let requeues = i64::from(row.requeues);
+    tx.execute(
+        "INSERT INTO jobs (id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+         ON CONFLICT (id) DO UPDATE SET state = excluded.state, started_at_s = excluded.started_at_s,
+           ended_at_s = excluded.ended_at_s, exit_code = excluded.exit_code, requeues = excluded.requeues,
+           job = excluded.job, tasks = excluded.tasks",
+        &[
+            &int(row.id)?,
+            &row.name,
+            &row.queue,
+            &row.state.name(),
+            &int(row.submitted_at_s)?,
+            &row.started_at_s.map(int).transpose()?,
+            &row.ended_at_s.map(int).transpose()?,
+            &row.exit_code,
+            &requeues,
+            &json(&row.job)?,
+            &json(&row.tasks)?,
+        ],
+    )
+    .map_err(pg)?;
+    Ok(())
+}
+
+/// Append `events` and apply each; the last one's sequence number (0 for none).
+fn append_events(tx: &mut Transaction<'_>, events: &[Event]) -> Result<u64, StoreError> {
+    let mut last = 0;
+    for event in events {
+        apply(tx, event)?;
+        let row = tx
+            .query_one(
+                "INSERT INTO events (job_id, kind, at_s, body) VALUES ($1, $2, $3, $4) RETURNING seq",
+                &[&int(event.job_id())?, &event.kind(), &int(event.at_s())?, &json(event)?],
+            )
+            .map_err(pg)?;
+        last = uint(row.get(0))?;
+    }
+    Ok(last)
+}
+
+fn put_token(tx: &mut Transaction<'_>, token: &TokenRecord) -> Result<(), StoreError> {
+    let role = serde_json::to_value(token.role).map_err(|e| StoreError::Backend(e.to_string()))?;
+    let inserted = tx
+        .execute(
+            "INSERT INTO tokens (name, role, queues, hash, created_at_s, node) VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT DO NOTHING",
+            &[&token.name, &role.as_str(), &json(&token.queues)?, &token.hash, &int(token.created_at_s)?, &token.node],
+        )
+        .map_err(pg)?;
+    if inserted == 0 {
+        return Err(StoreError::TokenExists(token.name.clone()));
+    }
+    Ok(())
+}
+
+fn set_drained(tx: &mut Transaction<'_>, node: &str, drained: bool) -> Result<(), StoreError> {
+    let sql = if drained {
+        "INSERT INTO drained (node) VALUES ($1) ON CONFLICT DO NOTHING"
+    } else {
+        "DELETE FROM drained WHERE node = $1"
+    };
+    tx.execute(sql, &[&node]).map_err(pg)?;
+    Ok(())
+}
+
+fn set_gpu_mode(tx: &mut Transaction<'_>, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError> {
+    let gpu = i32::try_from(gpu).map_err(|_| StoreError::Backend(format!("GPU index {gpu}")))?;
+    tx.execute(
+        "INSERT INTO gpu_modes (node, gpu, mode) VALUES ($1, $2, $3)
+         ON CONFLICT (node, gpu) DO UPDATE SET mode = excluded.mode",
+        &[&node, &gpu, &mode],
+    )
+    .map_err(pg)?;
+    Ok(())
+}
+
+fn add_usage(tx: &mut Transaction<'_>, rows: &[UsageRow]) -> Result<(), StoreError> {
+    for r in rows {
+        if r.hour_s % USAGE_BUCKET_S != 0 {
+            return Err(StoreError::Backend(format!("usage hour {} is not on an hour", r.hour_s)));
+        }
+        tx.execute(
+            "INSERT INTO usage (hour_s, job_id, queue, \"user\", model, allocated_milli_s, used_milli_s)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (hour_s, job_id, model) DO UPDATE SET
+               allocated_milli_s = usage.allocated_milli_s + excluded.allocated_milli_s,
+               used_milli_s = usage.used_milli_s + excluded.used_milli_s",
+            &[
+                &int(r.hour_s)?,
+                &int(r.job)?,
+                &r.queue,
+                &r.user,
+                &r.model,
+                &int(r.allocated_milli_s)?,
+                &int(r.used_milli_s)?,
+            ],
+        )
+        .map_err(pg)?;
+    }
+    Ok(())
+}
+
+fn put_series_point(tx: &mut Transaction<'_>, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO series (t_s, point) VALUES ($1, $2) ON CONFLICT (t_s) DO UPDATE SET point = excluded.point",
+        &[&int(t_s)?, &point],
+    )
+    .map_err(pg)?;
+    tx.execute("DELETE FROM series WHERE t_s < $1", &[&int(keep_from_s)?]).map_err(pg)?;
+    Ok(())
+}
+
+/// Everything of one batch, inside the caller's transaction.
+fn write_batch(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
+    for (at_s, body) in &batch.commands {
+        tx.execute("INSERT INTO commands (at_s, body) VALUES ($1, $2)", &[&int(*at_s)?, body]).map_err(pg)?;
+    }
+    append_events(tx, &batch.events)?;
+    for token in &batch.tokens_added {
+        put_token(tx, token)?;
+    }
+    for name in &batch.tokens_revoked {
+        tx.execute("DELETE FROM tokens WHERE name = $1", &[name]).map_err(pg)?;
+    }
+    for (node, drained) in &batch.drained {
+        set_drained(tx, node, *drained)?;
+    }
+    for (node, gpu, mode) in &batch.gpu_modes {
+        set_gpu_mode(tx, node, *gpu, mode)?;
+    }
+    add_usage(tx, &batch.usage)?;
+    for (t_s, point, keep_from_s) in &batch.series {
+        put_series_point(tx, *t_s, point, *keep_from_s)?;
+    }
+    Ok(())
+}
+
+impl Store for PostgresStore {
+    fn append(&mut self, events: &[Event]) -> Result<u64, StoreError> {
+        let events = events.to_vec();
+        self.transaction(move |tx| append_events(tx, &events))
+    }
+
+    fn commit(&mut self, batches: &[Batch]) -> Result<(), StoreError> {
+        let batches = batches.to_vec();
+        self.transaction(move |tx| batches.iter().try_for_each(|b| write_batch(tx, b)))
+    }
+
+    fn commands_after(&self, seq: u64, limit: usize) -> Result<Vec<CommandRecord>, StoreError> {
+        self.call(move |c| {
+            let rows = c
+                .query(
+                    "SELECT seq, at_s, body FROM commands WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    &[&int(seq)?, &int(limit as u64)?],
+                )
+                .map_err(pg)?;
+            rows.iter()
+                .map(|r| Ok(CommandRecord { seq: uint(r.get(0))?, at_s: uint(r.get(1))?, body: r.get(2) }))
+                .collect()
+        })
+    }
+
+    fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<(u64, Event)>, StoreError> {
+        self.call(move |c| {
+            let rows = c
+                .query(
+                    "SELECT seq, body FROM events WHERE seq > $1 ORDER BY seq LIMIT $2",
+                    &[&int(seq)?, &int(limit as u64)?],
+                )
+                .map_err(pg)?;
+            rows.iter()
+                .map(|r| {
+                    let seq: i64 = r.get(0);
+                    let event =
+                        serde_json::from_str(r.get(1)).map_err(|e| StoreError::Corrupt(format!("event {seq}: {e}")))?;
+                    Ok((uint(seq)?, event))
+                })
+                .collect()
+        })
+    }
+
+    fn job(&self, id: u64) -> Result<Option<JobRow>, StoreError> {
+        self.call(move |c| {
+            let row = c.query_opt(&format!("SELECT {COLUMNS} FROM jobs WHERE id = $1"), &[&int(id)?]).map_err(pg)?;
+            row.as_ref().map(decode_job).transpose()
+        })
+    }
+
+    fn jobs(&self, states: &[JobState]) -> Result<Vec<JobRow>, StoreError> {
+        let names: Vec<String> = states.iter().map(|s| s.name().to_string()).collect();
+        self.call(move |c| {
+            let rows = if names.is_empty() {
+                c.query(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id"), &[])
+            } else {
+                c.query(&format!("SELECT {COLUMNS} FROM jobs WHERE state = ANY($1) ORDER BY id"), &[&names])
+            }
+            .map_err(pg)?;
+            rows.iter().map(decode_job).collect()
+        })
+    }
+
+    fn next_job_id(&self) -> Result<u64, StoreError> {
+        self.call(|c| {
+            let max: Option<i64> = c.query_one("SELECT MAX(id) FROM jobs", &[]).map_err(pg)?.get(0);
+            Ok(max.map(uint).transpose()?.map_or(1, |m| m + 1))
+        })
+    }
+
+    fn rebuild(&mut self) -> Result<(), StoreError> {
+        self.transaction(|tx| {
+            tx.execute("DELETE FROM jobs", &[]).map_err(pg)?;
+            let rows = tx.query("SELECT seq, body FROM events ORDER BY seq", &[]).map_err(pg)?;
+            for row in rows {
+                let seq: i64 = row.get(0);
+                let event: Event =
+                    serde_json::from_str(row.get(1)).map_err(|e| StoreError::Corrupt(format!("event {seq}: {e}")))?;
+                apply(tx, &event)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn put_token(&mut self, token: &TokenRecord) -> Result<(), StoreError> {
+        let token = token.clone();
+        self.transaction(move |tx| put_token(tx, &token))
+    }
+
+    fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError> {
+        let hash = hash.to_string();
+        self.call(move |c| {
+            let row = c
+                .query_opt("SELECT name, role, queues, hash, created_at_s, node FROM tokens WHERE hash = $1", &[&hash])
+                .map_err(pg)?;
+            row.as_ref().map(decode_token).transpose()
+        })
+    }
+
+    fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        self.call(|c| {
+            let rows = c
+                .query("SELECT name, role, queues, hash, created_at_s, node FROM tokens ORDER BY name", &[])
+                .map_err(pg)?;
+            rows.iter().map(decode_token).collect()
+        })
+    }
+
+    fn revoke_token(&mut self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_string();
+        self.transaction(move |tx| Ok(tx.execute("DELETE FROM tokens WHERE name = $1", &[&name]).map_err(pg)? > 0))
+    }
+
+    fn set_drained(&mut self, node: &str, drained: bool) -> Result<(), StoreError> {
+        let node = node.to_string();
+        self.transaction(move |tx| set_drained(tx, &node, drained))
+    }
+
+    fn drained(&self) -> Result<Vec<String>, StoreError> {
+        self.call(|c| {
+            let rows = c.query("SELECT node FROM drained ORDER BY node", &[]).map_err(pg)?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn set_gpu_mode(&mut self, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError> {
+        let (node, mode) = (node.to_string(), mode.to_string());
+        self.transaction(move |tx| set_gpu_mode(tx, &node, gpu, &mode))
+    }
+
+    fn gpu_modes(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
+        self.call(|c| {
+            let rows = c.query("SELECT node, gpu, mode FROM gpu_modes ORDER BY node, gpu", &[]).map_err(pg)?;
+            rows.iter()
+                .map(|r| {
+                    let gpu: i32 = r.get(1);
+                    let gpu = u32::try_from(gpu).map_err(|_| StoreError::Corrupt(format!("GPU index {gpu}")))?;
+                    Ok((r.get(0), gpu, r.get(2)))
+                })
+                .collect()
+        })
+    }
+
+    fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError> {
+        let rows = rows.to_vec();
+        self.transaction(move |tx| add_usage(tx, &rows))
+    }
+
+    fn usage(&self, from_s: u64, to_s: u64) -> Result<Vec<UsageRow>, StoreError> {
+        self.call(move |c| {
+            let rows = c
+                .query(
+                    "SELECT hour_s, job_id, queue, \"user\", model, allocated_milli_s, used_milli_s FROM usage
+                     WHERE hour_s >= $1 AND hour_s < $2 ORDER BY hour_s, job_id, model",
+                    &[&int(from_s)?, &int(to_s.max(from_s))?],
+                )
+                .map_err(pg)?;
+            rows.iter()
+                .map(|r| {
+                    Ok(UsageRow {
+                        hour_s: uint(r.get(0))?,
+                        job: uint(r.get(1))?,
+                        queue: r.get(2),
+                        user: r.get(3),
+                        model: r.get(4),
+                        allocated_milli_s: uint(r.get(5))?,
+                        used_milli_s: uint(r.get(6))?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError> {
+        let point = point.to_string();
+        self.transaction(move |tx| put_series_point(tx, t_s, &point, keep_from_s))
+    }
+
+    fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        self.call(move |c| {
+            let rows =
+                c.query("SELECT t_s, point FROM series WHERE t_s >= $1 ORDER BY t_s", &[&int(from_s)?]).map_err(pg)?;
+            rows.iter().map(|r| Ok((uint(r.get(0))?, r.get(1)))).collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(super::redact_url("postgres://gantry:s3cret@db:5432/g"), "postgres://gantry:***@db:5432/g");
+        assert_eq!(super::redact_url("postgres://gantry@db/g"), "postgres://gantry@db/g");
+        assert_eq!(super::redact_url("host=db user=g"), "host=db user=g");
+        assert_eq!(super::redact_url("host=db password=s3cret user=g"), "host=db password=*** user=g");
+    }
+}
