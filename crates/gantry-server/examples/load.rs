@@ -114,6 +114,7 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
         group_commit,
         tls: None,
         insecure_http: false,
+        store: Default::default(),
         accounts: gantry_server::users::Accounts::for_this_process(Default::default()).expect("accounts"),
     };
     let running = rt.block_on(start(config)).expect("starts");

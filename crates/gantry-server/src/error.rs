@@ -12,7 +12,8 @@ pub enum ServeError {
     /// The data directory, `admin.token`, the random source.
     #[error("{0}")]
     Io(String),
-    #[error("store: {0}")]
+    // Its messages say "store" themselves; transparent, so a chain printer says them once.
+    #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     Control(#[from] ControlError),
@@ -55,7 +56,8 @@ pub enum ControlError {
     /// commands until it is restarted (and recovers from the store).
     #[error("the store failed ({0}); restart the controller: it recovers from what was committed")]
     StoreFailed(String),
-    #[error("store: {0}")]
+    // Its messages say "store" themselves; transparent, so a chain printer says them once.
+    #[error(transparent)]
     Store(#[from] StoreError),
     /// The scheduler refused: its own typed reason (`api::status_of` maps each).
     #[error("{0}")]

@@ -33,7 +33,7 @@ use control::{Command, Controller, Effects, Reply};
 use error::{ControlError, ServeError};
 pub use gantry_agent::runner;
 use gantry_catalog::Catalog;
-use gantry_store::{SqliteStore, Store};
+use gantry_store::{PostgresStore, SqliteStore, Store};
 use gantry_types::Fleet;
 pub use gantry_wire as wire;
 use std::net::SocketAddr;
@@ -82,7 +82,24 @@ pub struct ServeConfig {
     pub insecure_http: bool,
     /// Which Unix account runs each user's tasks (single-user when not root).
     pub accounts: users::Accounts,
+    /// Where the state lives: SQLite in the data directory (the default), or PostgreSQL.
+    pub store: StoreChoice,
 }
+
+/// The store a controller runs on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// `gantry.db` in the data directory: one controller.
+    #[default]
+    Sqlite,
+    /// A PostgreSQL database (`postgres://…`): one leading controller at a time, holding the
+    /// store's leader lock; `standby`: wait for the lock (take over when the leader's
+    /// connection ends) instead of refusing to start while another leads.
+    Postgres { url: String, standby: bool },
+}
+
+/// A boxed store of either kind.
+pub type AnyStore = Box<dyn Store + Send>;
 
 /// One wake-up per node, for the heartbeats its agent holds in a long poll: a start on one
 /// node wakes that node's agent, not every agent of the fleet.
@@ -105,7 +122,7 @@ pub struct Shared {
     pub committer: commit::Committer,
     /// A second connection to the store, for what the controller does not keep in memory
     /// (the usage ledger).
-    pub reader: Arc<Mutex<SqliteStore>>,
+    pub reader: Arc<Mutex<AnyStore>>,
     /// The agents run in this process (`serve --local`): task logs are on this machine, under
     /// each node's directory (`local_agents::node_dir`).
     pub local: bool,
@@ -118,6 +135,9 @@ pub struct Shared {
     pub admission: admission::AdmissionLimits,
     /// Whether remote agents must present a client certificate for their node.
     pub agent_certs: tls::AgentCerts,
+    /// Set once the store has failed (a deposed leader's writes fenced, a lost connection):
+    /// the controller can do nothing more and its process should stop.
+    pub fatal: Arc<tokio::sync::watch::Sender<Option<String>>>,
 }
 
 impl Shared {
@@ -218,6 +238,9 @@ pub struct Running {
     agents: local_agents::Agents,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     scheduler: tokio::task::JoinHandle<()>,
+    /// The leader term this controller holds on a PostgreSQL store (0 with SQLite).
+    pub term: u64,
+    fatal: tokio::sync::watch::Receiver<Option<String>>,
 }
 
 impl Running {
@@ -225,6 +248,15 @@ impl Running {
     pub fn commit_stats(&self) -> (u64, u64) {
         let stats = self.committer.stats();
         (stats.commits, stats.batches)
+    }
+
+    /// Resolves when the store has failed for good (why): the caller should stop serving.
+    pub async fn store_failed(&mut self) -> String {
+        match self.fatal.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            // The loop is gone: never, as far as this caller is concerned.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Stop accepting requests, finish those in flight, stop the loop. Running tasks keep
@@ -244,11 +276,13 @@ const LOCAL_HEARTBEAT_TIMEOUT_S: u64 = 30;
 
 /// Open the store, recover, make the first admin token if there is none: the controller,
 /// with everything recovery changed committed.
-fn open_controller(config: &ServeConfig) -> Result<(Controller, SqliteStore, Option<PathBuf>), ServeError> {
-    let mut store = SqliteStore::open(&config.data_dir.join("gantry.db"))?;
+fn open_controller(
+    config: &ServeConfig,
+    mut store: AnyStore,
+) -> Result<(Controller, AnyStore, Option<PathBuf>), ServeError> {
     let now = now_s();
     let week_ago = now.saturating_sub(series::COARSE_POINTS as u64 * series::COARSE_STEP_S);
-    let image = control::Image::read(&store, week_ago)?;
+    let image = control::Image::read(store.as_ref(), week_ago)?;
     // In-process agents are agents like any other: the controller waits for them to register
     // and to heartbeat, and takes their word for what runs after a restart.
     let agents = control::Agents::Remote {
@@ -302,6 +336,37 @@ fn private_store_files(dir: &std::path::Path) -> Result<(), ServeError> {
     Ok(())
 }
 
+/// Open the writer and a reader of the chosen store; with PostgreSQL, lead it first (wait for
+/// the leader lock as a standby, or refuse while another leads): the term it leads with.
+fn open_store(choice: &StoreChoice, data_dir: &std::path::Path) -> Result<(AnyStore, AnyStore, u64), ServeError> {
+    match choice {
+        StoreChoice::Sqlite => {
+            let path = data_dir.join("gantry.db");
+            Ok((Box::new(SqliteStore::open(&path)?), Box::new(SqliteStore::open(&path)?), 0))
+        }
+        StoreChoice::Postgres { url, standby } => {
+            let mut store = PostgresStore::open(url)?;
+            let holder = format!("{}:{}", hostname(), std::process::id());
+            let wait = if *standby { None } else { Some(LEAD_WAIT) };
+            if *standby {
+                tracing::info!(store = %store.url(), "standby: waiting to lead the store");
+            }
+            let term = store.lead(&holder, now_s(), wait)?;
+            tracing::info!(store = %store.url(), term, "leading the store");
+            let reader = PostgresStore::open(url)?;
+            Ok((Box::new(store), Box::new(reader), term))
+        }
+    }
+}
+
+/// How long a controller that is not a standby waits for a leader lock another holds (a
+/// leader that just stopped lets go at once; one that runs does not).
+const LEAD_WAIT: Duration = Duration::from_secs(2);
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
+
 /// Open the store, recover, bind and start serving.
 pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     gantry_agent::runner::private_dir(&config.data_dir)
@@ -314,9 +379,13 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     config.billing.check()?;
     config.idle.check()?;
     config.admission.check()?;
-    let (controller, store, admin_token_file) = open_controller(&config)?;
+    let choice = config.store.clone();
+    let data_dir = config.data_dir.clone();
+    let (store, reader, term) = tokio::task::spawn_blocking(move || open_store(&choice, &data_dir))
+        .await
+        .map_err(|e| ServeError::Io(format!("opening the store: {e}")))??;
+    let (controller, store, admin_token_file) = open_controller(&config, store)?;
     private_store_files(&config.data_dir)?;
-    let reader = SqliteStore::open(&config.data_dir.join("gantry.db"))?;
     let committer = commit::Committer::start(store, config.group_commit);
     let local = config.agents == control::Agents::Local;
     let shared = Shared {
@@ -329,7 +398,9 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),
         agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
+        fatal: Arc::new(tokio::sync::watch::channel(None).0),
     };
+    let fatal = shared.fatal.subscribe();
     if config.tls.is_none() && !config.insecure_http && !config.listen.ip().is_loopback() {
         return Err(ServeError::Config(format!(
             "plain HTTP on {} would send tokens and jobs in the clear: serve HTTPS there, or pass --insecure-http on a network you trust",
@@ -361,7 +432,17 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
                 .await
         }),
     };
-    Ok(Running { addr, admin_token_file, shutdown: Some(shutdown_tx), committer, agents, server, scheduler })
+    Ok(Running {
+        addr,
+        admin_token_file,
+        shutdown: Some(shutdown_tx),
+        committer,
+        agents,
+        server,
+        scheduler,
+        term,
+        fatal,
+    })
 }
 
 /// Longest pause the loop takes between two cycles under load (see [`scheduling_loop`]): bounds
@@ -385,8 +466,13 @@ async fn scheduling_loop(shared: Shared, tick: Duration) {
         tokio::time::sleep_until(next_allowed).await;
         let (results, took) = shared.execute_all_timed(vec![Command::Tick {}]).await;
         for result in results {
-            if let Err(e) = result {
-                tracing::error!(error = %e, "the scheduling cycle failed");
+            match result {
+                Err(ControlError::StoreFailed(why)) => {
+                    tracing::error!(error = %why, "the store failed: this controller can do nothing more");
+                    shared.fatal.send_replace(Some(why));
+                }
+                Err(e) => tracing::error!(error = %e, "the scheduling cycle failed"),
+                Ok(_) => {}
             }
         }
         next_allowed = tokio::time::Instant::now() + took.min(CYCLE_PAUSE_MAX);

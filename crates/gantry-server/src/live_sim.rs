@@ -127,7 +127,7 @@ impl Driver<'_> {
     fn arrive(&mut self, t: u64, i: usize) -> Result<(), ControlError> {
         let who = Principal::controller();
         let job = self.trace[i].job.clone();
-        match self.apply(t, Command::Submit { who, jobs: vec![job] }, Some(i)) {
+        match self.apply(t, Command::Submit { who, jobs: vec![job], key: None }, Some(i)) {
             // A job this fleet can never hold is refused, as the API would refuse it.
             Err(ControlError::Invalid(why)) => {
                 tracing::debug!(job = %self.trace[i].job.name, why, "refused");

@@ -453,7 +453,14 @@ pub(crate) fn parse_job(
         )
         .hint("a job can never run past its time limit, so a longer minimum runtime means \"never preempt\": say preemptible = false instead"));
     }
-    let control = JobControl { user, time_limit_s, hold: entry.hold.unwrap_or(false), array: None, submitted_by: None };
+    let control = JobControl {
+        user,
+        time_limit_s,
+        hold: entry.hold.unwrap_or(false),
+        array: None,
+        submitted_by: None,
+        submission_key: None,
+    };
     let run = parse_run(at, entry.command.take(), entry.env.take(), entry.workdir.take())?;
     let job =
         Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after, control, run };

@@ -51,6 +51,11 @@ pub struct JobControl {
     pub hold: bool,
     /// This job is one element of an array.
     pub array: Option<ArrayElement>,
+    /// The submission's idempotency key (set by the service from the request, never by a
+    /// spec): a retry with the same key from the same token gets these jobs back instead of
+    /// new ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submission_key: Option<String>,
 }
 
 /// One element of a job array (Slurm's `--array=0-15%4`).

@@ -2,6 +2,13 @@
 //! HTTPS verified against the controller's CA file (or the public web roots when none is
 //! given), an optional client certificate (an agent's, for mutual TLS), and plain HTTP only
 //! where the URL says `http://`.
+//!
+//! Several controllers (a leader and its standbys on one PostgreSQL store) are given as one
+//! comma-separated list: a request goes to the one that answered last, and on to the next
+//! when that one cannot be reached (a standby does not listen until it leads). Only
+//! connection failures move on, and the request is sent again from the start: a submission
+//! carries an idempotency key, so one that reached a controller that died before answering
+//! is not doubled.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -45,13 +52,19 @@ pub struct Tls {
     pub client_cert: Option<(PathBuf, PathBuf)>,
 }
 
-/// A client for one controller: connections are kept and reused.
+/// A client for a controller (or a leader and its standbys): connections are kept and
+/// reused.
 #[derive(Clone, Debug)]
 pub struct Client {
-    server: String,
+    servers: Vec<String>,
+    /// The index of the server that answered last (shared by clones).
+    current: Arc<std::sync::atomic::AtomicUsize>,
     tls: Tls,
     agent: ureq::Agent,
 }
+
+/// Most controllers one client is given.
+const SERVERS_MAX: usize = 16;
 
 /// `http(s)://host:port[/]` → the same without the trailing slash; anything else is refused.
 fn base_url(server: &str) -> Result<String, ClientError> {
@@ -101,9 +114,17 @@ fn tls_config(tls: &Tls) -> Result<ureq::tls::TlsConfig, ClientError> {
 }
 
 impl Client {
-    /// A client for `server` (`https://HOST:PORT`, or `http://` for a plain listener).
+    /// A client for `server` (`https://HOST:PORT`, or `http://` for a plain listener), or
+    /// for several, comma-separated (a leader and its standbys).
     pub fn new(server: &str, tls: &Tls) -> Result<Client, ClientError> {
-        let server = base_url(server)?;
+        let servers =
+            server.split(',').map(str::trim).filter(|s| !s.is_empty()).map(base_url).collect::<Result<Vec<_>, _>>()?;
+        if servers.is_empty() {
+            return Err(ClientError::Address("no server given".into()));
+        }
+        if servers.len() > SERVERS_MAX {
+            return Err(ClientError::Address(format!("{} servers: at most {SERVERS_MAX}", servers.len())));
+        }
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST_TIMEOUT))
@@ -111,15 +132,27 @@ impl Client {
             .max_redirects(0)
             .tls_config(tls_config(tls)?)
             .build();
-        Ok(Client { server, tls: tls.clone(), agent: config.new_agent() })
+        Ok(Client {
+            servers,
+            current: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            tls: tls.clone(),
+            agent: config.new_agent(),
+        })
     }
 
+    /// The server that answered last (the first given, before any answer).
     pub fn server(&self) -> &str {
-        &self.server
+        &self.servers[self.current.load(std::sync::atomic::Ordering::Relaxed) % self.servers.len()]
+    }
+
+    /// Every server given.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
     }
 
     /// Send `method path` with an optional body and bearer token; the status code and the
-    /// body text.
+    /// body text. With several servers: to the one that answered last, else the next that
+    /// can be reached.
     pub fn request(
         &self,
         token: Option<&str>,
@@ -127,15 +160,56 @@ impl Client {
         path: &str,
         body: Option<&str>,
     ) -> Result<(u16, String), ClientError> {
+        self.request_with(token, method, path, body, &[])
+    }
+
+    /// [`Client::request`] with extra headers (an `Idempotency-Key`).
+    pub fn request_with(
+        &self,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, String), ClientError> {
+        use std::sync::atomic::Ordering;
         if token.is_some_and(|t| t.contains(['\r', '\n'])) {
             return Err(ClientError::BadToken);
         }
+        let first = self.current.load(Ordering::Relaxed);
+        let mut last_error = None;
+        for k in 0..self.servers.len() {
+            let index = (first + k) % self.servers.len();
+            match self.request_one(&self.servers[index], token, method, path, body, headers) {
+                Ok(answer) => {
+                    self.current.store(index, Ordering::Relaxed);
+                    return Ok(answer);
+                }
+                Err(e @ ClientError::Unreachable { .. }) => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.expect("at least one server"))
+    }
+
+    fn request_one(
+        &self,
+        server: &str,
+        token: Option<&str>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<(u16, String), ClientError> {
         let mut builder = ureq::http::Request::builder()
             .method(method)
-            .uri(format!("{}{path}", self.server))
+            .uri(format!("{server}{path}"))
             .header("Content-Type", "text/plain; charset=utf-8");
         if let Some(token) = token {
             builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
         }
         let sent = match body {
             Some(body) => builder.body(body.to_string()).map(|r| self.agent.run(r)),
@@ -144,7 +218,7 @@ impl Client {
         };
         let mut response = sent
             .map_err(|e| ClientError::Address(format!("request {method} {path}: {e}")))?
-            .map_err(|e| self.explain(e))?;
+            .map_err(|e| self.explain(server, e))?;
         let status = response.status().as_u16();
         let bytes = response
             .body_mut()
@@ -156,18 +230,19 @@ impl Client {
     }
 
     /// A transport error in words a user can act on.
-    fn explain(&self, error: ureq::Error) -> ClientError {
-        let server = self.server.clone();
+    fn explain(&self, server: &str, error: ureq::Error) -> ClientError {
+        let server = server.to_string();
         let detail = error.to_string();
         let tls_failed = matches!(error, ureq::Error::Rustls(_) | ureq::Error::Tls(_) | ureq::Error::Pem(_))
             || ["peer certificate", "fatal alert", "InvalidContentType", "corrupt message", "tls"]
                 .iter()
                 .any(|w| detail.contains(w));
-        if self.server.starts_with("https://") && tls_failed {
+        if server.starts_with("https://") && tls_failed {
             return ClientError::Tls { server, hint: self.tls_hint(&detail), detail };
         }
         match error {
             ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
+                let server = if self.servers.len() > 1 { self.servers.join(",") } else { server };
                 ClientError::Unreachable { server, detail }
             }
             ureq::Error::Timeout(_) => ClientError::Io(format!("{server}: no answer in time ({detail})")),
@@ -217,6 +292,38 @@ mod tests {
         assert!(base_url("ftp://x:1").expect_err("scheme").to_string().contains("must start with https://"));
         assert!(base_url("https://x:1/v1").expect_err("path").to_string().contains("must be https://HOST:PORT"));
         assert!(base_url("https://u@x:1").expect_err("userinfo").to_string().contains("must be"));
+        let several = Client::new("https://a:1, https://b:2/", &Tls::default()).expect("a list");
+        assert_eq!(several.servers(), ["https://a:1", "https://b:2"]);
+        assert_eq!(several.server(), "https://a:1");
+        assert!(Client::new(" , ", &Tls::default()).expect_err("empty").to_string().contains("no server"));
+        assert!(Client::new("https://a:1,ftp://b:2", &Tls::default()).is_err());
+    }
+
+    /// Nothing listens on the first: the request goes on to the second, which is then asked
+    /// first; when none answers, the error names them all.
+    #[test]
+    fn a_request_moves_on_to_the_next_controller_that_answers() {
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let dead_url = format!("http://{}", dead.local_addr().expect("addr"));
+        drop(dead);
+        let live = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let live_url = format!("http://{}", live.local_addr().expect("addr"));
+        let answering = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for _ in 0..2 {
+                let (mut stream, _) = live.accept().expect("accepts");
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+            }
+        });
+        let client = Client::new(&format!("{dead_url},{live_url}"), &Tls::default()).expect("client");
+        assert_eq!(client.request(None, "GET", "/v1/health", None).expect("answered"), (200, "ok".into()));
+        assert_eq!(client.server(), live_url);
+        assert_eq!(client.request(None, "GET", "/v1/health", None).expect("answered").0, 200);
+        answering.join().expect("served");
+        let err = client.request(None, "GET", "/v1/health", None).expect_err("none answers");
+        assert!(err.to_string().contains(&format!("{dead_url},{live_url}")), "{err}");
     }
 
     #[test]

@@ -21,8 +21,9 @@ pub const EXAMPLES: &str = "Examples:
 
 #[derive(Args)]
 pub struct AgentArgs {
-    /// The controller (default: $GANTRY_SERVER, else https://127.0.0.1:8177).
-    #[arg(long, value_name = "URL")]
+    /// The controller (default: $GANTRY_SERVER, else https://127.0.0.1:8177); several,
+    /// comma-separated, for a leader and its standbys: the agent follows whichever leads.
+    #[arg(long, value_name = "URL[,URL...]")]
     server: Option<String>,
     /// The CA file the controller's certificate is verified with: a copy of the controller's
     /// ca.pem (default: $GANTRY_CA, else the public web roots).

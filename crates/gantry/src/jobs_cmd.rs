@@ -19,8 +19,9 @@ pub const EXAMPLES: &str = "Examples:
 
 #[derive(Args, Clone)]
 pub struct ServerArg {
-    /// The controller (default: $GANTRY_SERVER, else https://127.0.0.1:8177).
-    #[arg(long, value_name = "URL", global = true)]
+    /// The controller (default: $GANTRY_SERVER, else https://127.0.0.1:8177); several,
+    /// comma-separated, for a leader and its standbys (the first that answers is used).
+    #[arg(long, value_name = "URL[,URL...]", global = true)]
     server: Option<String>,
     /// The CA file the controller's certificate is verified with (default: $GANTRY_CA, else
     /// the data directory's ca.pem when there is one, else the public web roots).
@@ -83,9 +84,21 @@ impl ServerArg {
     /// Call the API; a 4xx/5xx becomes an error with the controller's message (and, for a
     /// refused token, where this one came from and how to give another).
     pub fn call(&self, method: &str, path: &str, body: Option<&str>) -> anyhow::Result<Value> {
+        self.call_with(method, path, body, &[])
+    }
+
+    /// [`ServerArg::call`] with extra headers.
+    fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Value> {
         let (token, source) = self.token();
         let client = gantry_wire::client::Client::new(&self.url(), &self.trust()).map_err(|e| anyhow::anyhow!(e))?;
-        let (status, text) = client.request(token.as_deref(), method, path, body).map_err(|e| anyhow::anyhow!(e))?;
+        let (status, text) =
+            client.request_with(token.as_deref(), method, path, body, headers).map_err(|e| anyhow::anyhow!(e))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status >= 400 {
             let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
@@ -298,7 +311,12 @@ fn id_ranges(ids: &[u64]) -> String {
 
 /// Submit a workload text, print the ids, optionally wait for the jobs to end.
 fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Result<ExitCode> {
-    let reply = server.call("POST", "/v1/jobs", Some(text)).with_context(|| what.to_string())?;
+    // One key per submission: if a controller takes it and dies before answering, the same
+    // request sent to the next one (a standby that took over) is not doubled.
+    let key = submission_key()?;
+    let reply = server
+        .call_with("POST", "/v1/jobs", Some(text), &[("Idempotency-Key", &key)])
+        .with_context(|| what.to_string())?;
     let ids: Vec<u64> = reply["ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
     if server.json {
         println!("{reply}");
@@ -323,6 +341,16 @@ fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Resul
         }
     }
     Ok(if all_completed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// A fresh idempotency key: 128 random bits, hex.
+fn submission_key() -> anyhow::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .context("cannot read /dev/urandom for the submission's idempotency key")?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 pub fn queue(args: QueueArgs) -> anyhow::Result<ExitCode> {

@@ -60,6 +60,15 @@ pub struct ServeArgs {
     /// Address to listen on (HTTPS; default 127.0.0.1:8177).
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
+    /// Keep the state in PostgreSQL (`postgres://user:password@host:port/database`) instead
+    /// of SQLite in the data directory: several controllers can then share one store, one
+    /// leading at a time (the others are --standby). Default: $GANTRY_STORE, else SQLite.
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
+    /// With a PostgreSQL --store: wait to lead instead of refusing to start while another
+    /// controller leads; take over when the leader's process dies or its lease (10 s) runs out.
+    #[arg(long)]
+    standby: bool,
     /// Serve plain HTTP instead of HTTPS: tokens and jobs travel in the clear. For loopback
     /// tests, or behind a TLS proxy on a network you trust.
     #[arg(long, conflicts_with_all = ["tls_cert", "tls_key"])]
@@ -129,6 +138,8 @@ pub struct ServeArgs {
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
     listen: Option<std::net::SocketAddr>,
+    store: Option<String>,
+    standby: Option<bool>,
     insecure_http: Option<bool>,
     tls: Option<TlsFile>,
     data: Option<PathBuf>,
@@ -173,6 +184,8 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
         }
     }
     args.listen = args.listen.or(file.listen);
+    args.store = args.store.or(file.store);
+    args.standby |= file.standby.unwrap_or(false);
     args.insecure_http |= file.insecure_http.unwrap_or(false);
     if let Some(tls) = file.tls {
         if tls.cert.is_some() != tls.key.is_some() {
@@ -277,6 +290,21 @@ pub async fn stop_signal() -> anyhow::Result<()> {
         _ = term.recv() => {}
     }
     Ok(())
+}
+
+/// `--store URL` (or $GANTRY_STORE) and `--standby`, checked.
+fn store_choice(url: Option<String>, standby: bool) -> anyhow::Result<gantry_server::StoreChoice> {
+    match url {
+        None if standby => bail!("--standby needs a PostgreSQL --store (SQLite has one controller)"),
+        None => Ok(gantry_server::StoreChoice::Sqlite),
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            Ok(gantry_server::StoreChoice::Postgres { url, standby })
+        }
+        Some(url) => bail!(
+            "--store {:?}: give a PostgreSQL URL (postgres://user:password@host:port/database); without --store the state is SQLite in the data directory",
+            gantry_store::redact_url(&url)
+        ),
+    }
 }
 
 fn demo_step(text: &str) -> Result<f64, String> {
@@ -449,6 +477,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         None => default_data_dir()?,
     };
     let listen = args.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
+    let store = store_choice(args.store.clone().or_else(|| std::env::var("GANTRY_STORE").ok()), args.standby)?;
     let (tls, tls_note) = tls_setup(&args, &data_dir, listen)?;
     let accounts =
         gantry_server::users::Accounts::for_this_process(args.users.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -458,6 +487,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         tls,
         insecure_http: args.insecure_http,
         accounts: accounts.clone(),
+        store: store.clone(),
         fleet,
         tick: std::time::Duration::from_secs(1),
         scheduling,
@@ -487,11 +517,30 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let ca_file = config.tls.as_ref().and_then(|t| t.client_ca.clone()).filter(|_| args.tls_cert.is_none());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {
-        let running = gantry_server::start(config).await.map_err(|e| anyhow::anyhow!(e))?;
+        if let gantry_server::StoreChoice::Postgres { url, standby: true } = &store {
+            eprintln!(
+                "standby: waiting to lead {} (takes over when the leader stops or its lease runs out)",
+                gantry_store::redact_url(url)
+            );
+        }
+        let mut running = gantry_server::start(config).await.map_err(|e| match e {
+            gantry_server::error::ServeError::Store(gantry_store::StoreError::Led { .. }) => anyhow::anyhow!(
+                "{e}\n  hint: start this one with --standby to take over when that controller stops"
+            ),
+            e => anyhow::anyhow!(e),
+        })?;
         let url = format!("{scheme}://{}", running.addr);
+        let state = match &store {
+            gantry_server::StoreChoice::Sqlite => format!("data in {}", data_dir.display()),
+            gantry_server::StoreChoice::Postgres { url, .. } => format!(
+                "state in {} (leading, term {}), logs in {}",
+                gantry_store::redact_url(url),
+                running.term,
+                data_dir.display()
+            ),
+        };
         eprintln!(
-            "gantry controller on {url} — {fleet_name}, data in {}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: {url}/ui   stop: Ctrl-C",
-            data_dir.display(),
+            "gantry controller on {url} — {fleet_name}, {state}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: {url}/ui   stop: Ctrl-C",
         );
         eprintln!("{tls_note}");
         match &accounts.single_user {
@@ -530,7 +579,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => eprintln!("demo workload not submitted: {e}"),
             }
         }
-        stop_signal().await?;
+        tokio::select! {
+            stopped = stop_signal() => stopped?,
+            why = running.store_failed() => {
+                eprintln!(
+                    "error: the store failed: {why}\nstopping: nothing this controller did since is lost (it was never acknowledged); restart it to recover from what was committed (with a PostgreSQL store, as a --standby when another controller now leads)"
+                );
+                running.shutdown().await;
+                return Ok(ExitCode::from(1));
+            }
+        }
         eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
         running.shutdown().await;
         Ok(ExitCode::SUCCESS)

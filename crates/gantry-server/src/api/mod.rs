@@ -210,6 +210,7 @@ pub fn router(shared: Shared) -> axum::Router {
 
 /// `POST /v1/jobs`: the body is a workload file (TOML, docs/formats.md).
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes a retry safe: a submission with a key this token used before is answered with the jobs that one made, and makes none (1 to 128 visible ASCII characters)")),
     request_body(content = String, content_type = "text/plain", description = "A workload file (TOML, docs/formats.md): all of its jobs are accepted, or none"),
     responses((status = 201, description = "Accepted", body = Submitted), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 403, description = "Not a member of the job's queue", body = ErrorBody)))]
@@ -226,10 +227,30 @@ async fn submit(
             None => ControlError::Invalid(e.to_string()),
         })
     })?;
-    match shared.execute(Command::Submit { who, jobs }).await? {
+    let key = idempotency_key(&headers)?;
+    match shared.execute(Command::Submit { who, jobs, key }).await? {
         Reply::Submitted { ids } => Ok((StatusCode::CREATED, Json(Submitted { ids }))),
         other => Err(unexpected(other)),
     }
+}
+
+/// Longest idempotency key taken.
+pub const IDEMPOTENCY_KEY_MAX: usize = 128;
+
+/// The `Idempotency-Key` header of a submission: 1 to [`IDEMPOTENCY_KEY_MAX`] visible ASCII
+/// characters (a UUID, say), or none.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    let bad = || {
+        ApiError(ControlError::Invalid(format!(
+            "Idempotency-Key: 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (a UUID, say)"
+        )))
+    };
+    let key = value.to_str().map_err(|_| bad())?;
+    if key.is_empty() || key.len() > IDEMPOTENCY_KEY_MAX || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad());
+    }
+    Ok(Some(key.to_string()))
 }
 
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),

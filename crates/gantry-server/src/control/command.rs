@@ -18,6 +18,10 @@ pub enum Command {
     Submit {
         who: Principal,
         jobs: Vec<gantry_types::Job>,
+        /// The request's idempotency key: a submission with a key this token used before is
+        /// answered with the jobs that one made, and makes none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     Cancel {
         who: Principal,

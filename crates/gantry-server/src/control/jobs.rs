@@ -124,11 +124,31 @@ impl Controller {
 
     /// Accept a workload file's jobs, all or none: each is checked against the fleet (a job no
     /// node could ever hold is refused with the engine's reasons) before anything changes.
-    pub(crate) fn submit(&mut self, who: &Principal, jobs: Vec<Job>, now: u64) -> Result<Effects, ControlError> {
+    pub(crate) fn submit(
+        &mut self,
+        who: &Principal,
+        jobs: Vec<Job>,
+        key: Option<&str>,
+        now: u64,
+    ) -> Result<Effects, ControlError> {
         if jobs.is_empty() {
             return Err(ControlError::Invalid("the workload has no jobs".into()));
         }
-        let jobs = jobs.into_iter().map(|job| who.stamp(job)).collect::<Result<Vec<_>, _>>()?;
+        if let Some(key) = key {
+            // A retry of a submission that was made: its jobs, not new ones.
+            if let Some(ids) = self.submissions.get(&(who.name.clone(), key.to_string())) {
+                tracing::info!(token = %who.name, key, jobs = ids.len(), "a repeated submission: answered with its jobs");
+                return Ok(Effects { reply: Reply::Submitted { ids: ids.clone() }, ..Default::default() });
+            }
+        }
+        let jobs = jobs
+            .into_iter()
+            .map(|job| {
+                let mut job = who.stamp(job)?;
+                job.control.submission_key = key.map(str::to_string);
+                Ok(job)
+            })
+            .collect::<Result<Vec<_>, ControlError>>()?;
         for job in &jobs {
             self.accounts.allows(job.control.user.as_deref().unwrap_or_default())?;
             who.acts_on(&job.queue)?;

@@ -38,7 +38,7 @@ fn register(c: &mut Controller, node: &str, now: u64) {
 
 fn submit(c: &mut Controller, text: &str, now: u64) -> u64 {
     let jobs = gantry_spec::parse_submission(text, Catalog::embedded(), 10_000).expect("workload");
-    match c.apply(now, Command::Submit { who: Principal::controller(), jobs }).expect("submits").reply {
+    match c.apply(now, Command::Submit { who: Principal::controller(), jobs, key: None }).expect("submits").reply {
         Reply::Submitted { ids } => ids[0],
         other => panic!("{other:?}"),
     }

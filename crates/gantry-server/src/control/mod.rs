@@ -145,6 +145,8 @@ pub struct Controller {
     pub(crate) admission: crate::admission::AdmissionLimits,
     /// Which Unix account runs each user's tasks.
     pub(crate) accounts: crate::users::Accounts,
+    /// (submitting token, idempotency key) → the jobs that submission made.
+    pub(crate) submissions: BTreeMap<(String, String), Vec<u64>>,
     /// What the command being applied changes, for the caller to commit.
     pending: Batch,
 }
@@ -191,7 +193,7 @@ impl Controller {
 
     fn dispatch(&mut self, now: u64, command: &Command) -> Result<Effects, ControlError> {
         match command {
-            Command::Submit { who, jobs } => self.submit(who, jobs.clone(), now),
+            Command::Submit { who, jobs, key } => self.submit(who, jobs.clone(), key.as_deref(), now),
             Command::Cancel { who, job, force } => {
                 let mut effects = self.cancel(who, *job, now)?;
                 if *force {
@@ -242,11 +244,23 @@ impl Controller {
         }
     }
 
+    /// Remember the idempotency key `row` was submitted with (by the token that submitted it).
+    pub(crate) fn index_submission(&mut self, row: &JobRow) {
+        let control = &row.job.control;
+        if let Some(key) = &control.submission_key {
+            let token = control.submitted_by.clone().or_else(|| control.user.clone()).unwrap_or_default();
+            self.submissions.entry((token, key.clone())).or_default().push(row.id);
+        }
+    }
+
     /// Record `event`: applied to the jobs table now, committed with the command.
     pub(crate) fn record(&mut self, event: Event) -> Result<(), ControlError> {
         let before = self.jobs.get(&event.job_id());
         let row = gantry_store::apply_event(before, &event)?;
         self.backlog.change(before, Some(&row));
+        if before.is_none() {
+            self.index_submission(&row);
+        }
         if let Event::Ended { ending, .. } = &event {
             // Every ending counts: a run's, a waiting job cancelled, a dependency never met.
             *self.stats.ended.entry(ending.name()).or_default() += 1;

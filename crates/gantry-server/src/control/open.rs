@@ -182,6 +182,7 @@ impl Controller {
             backlog: Default::default(),
             admission: setup.admission.clone(),
             accounts: setup.accounts.clone(),
+            submissions: BTreeMap::new(),
             pending: Batch::default(),
         };
         if agents != Agents::Local {
@@ -222,6 +223,7 @@ impl Controller {
             if row.state.is_final() {
                 self.scheduler.record_ended(row.id, row.state == JobState::Completed);
             }
+            self.index_submission(&row);
             self.jobs.insert(row.id, row);
         }
         for row in live {

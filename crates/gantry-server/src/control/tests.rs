@@ -35,7 +35,7 @@ fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &m
                 text += &format!("after = [\"j{}\"]\n", rng.below(n - 1) + 1);
             }
             let jobs = gantry_spec::parse_submission(&text, Catalog::embedded(), 10_000).expect("a valid workload");
-            Command::Submit { who, jobs }
+            Command::Submit { who, jobs, key: (rng.below(3) == 0).then(|| format!("k{}", rng.below(4))) }
         }
         3 => Command::Cancel { who, job: 1 + rng.below(n.max(1)), force: false },
         4 => Command::Hold { who, job: 1 + rng.below(n.max(1)), held: rng.below(2) == 0 },
@@ -75,7 +75,8 @@ fn run(seed: u64, steps: u64, scheduling: &SchedulerConfig) {
         };
         assert_eq!(ea, eb, "seed {seed} step {step} {cmd:?}: same command, same time, same effects");
         if let Reply::Submitted { ids } = &ea.reply {
-            submitted += ids.len() as u64;
+            // A repeated key answers with earlier ids: count the highest seen.
+            submitted = submitted.max(ids.iter().copied().max().unwrap_or(0));
         }
         running.extend(ea.launch.iter().map(|l| l.key()));
         for stop in &ea.stop {
@@ -107,4 +108,45 @@ fn random_command_sequences_are_deterministic_and_replay_exactly() {
         run(seed, 300, &SchedulerConfig::default());
         run(seed, 300, &fair(Backfill::Greedy, false));
     }
+}
+
+/// A submission repeated with its idempotency key (a client that did not hear the answer, or
+/// sent it again to a standby that took over) gets the same jobs back and makes none; the key
+/// is the submitting token's, and it survives a restart (recovered from the jobs).
+#[test]
+fn a_repeated_submission_key_gets_its_jobs_back_even_after_a_restart() {
+    let (mut c, opened) = open(&SchedulerConfig::default());
+    let mut store = SqliteStore::open_in_memory().expect("store");
+    store.commit(&[opened]).expect("commits");
+    let ada =
+        Principal { name: "ada".into(), role: gantry_store::Role::Member, queues: vec!["default".into()], node: None };
+    let bob = Principal { name: "bob".into(), ..ada.clone() };
+    let jobs = || {
+        gantry_spec::parse_submission("[[job]]\nname = \"a\"\ncount = 2\ncommand = \"true\"\n", Catalog::embedded(), 10)
+            .expect("jobs")
+    };
+    let submit = |c: &mut Controller, who: &Principal, key: Option<&str>, store: &mut SqliteStore| {
+        let effects = c
+            .apply(2_000, Command::Submit { who: who.clone(), jobs: jobs(), key: key.map(str::to_string) })
+            .expect("submits");
+        store.commit(&[effects.commit]).expect("commits");
+        match effects.reply {
+            Reply::Submitted { ids } => ids,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(submit(&mut c, &ada, Some("k1"), &mut store), [1, 2]);
+    assert_eq!(submit(&mut c, &ada, Some("k1"), &mut store), [1, 2], "the same key: the same jobs");
+    assert_eq!(c.jobs.len(), 2, "and no new ones");
+    assert_eq!(submit(&mut c, &bob, Some("k1"), &mut store), [3, 4], "another token's key is its own");
+    assert_eq!(submit(&mut c, &ada, None, &mut store), [5, 6], "no key: always new jobs");
+    // A restart recovers the keys with the jobs.
+    let catalog = Catalog::embedded();
+    let fleet = gantry_spec::parse_fleet(FLEET, catalog).expect("fleet");
+    let setup = Setup::new(fleet, &SchedulerConfig::default(), Agents::Local, crate::idle::IdlePolicy::default());
+    let image = Image::read(&store, 0).expect("reads");
+    let (mut again, _) = Controller::open(setup, image, catalog, &Default::default(), 3_000).expect("reopens");
+    assert_eq!(submit(&mut again, &ada, Some("k1"), &mut store), [1, 2]);
+    assert_eq!(submit(&mut again, &bob, Some("k1"), &mut store), [3, 4]);
+    assert_eq!(again.jobs.len(), 6);
 }

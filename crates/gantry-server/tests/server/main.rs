@@ -33,6 +33,7 @@ fn config_for(data: PathBuf, fleet: gantry_types::Fleet, tweak: impl FnOnce(&mut
         group_commit: true,
         tls: None,
         insecure_http: false,
+        store: Default::default(),
         accounts: gantry_server::users::Accounts::for_this_process(Default::default()).expect("accounts"),
     };
     tweak(&mut config);
@@ -926,5 +927,31 @@ fn an_agents_mig_layout_is_taken_on_idle_gpus_and_kept_across_restarts() {
     assert_eq!(mode_of_gpu0(&server), "mig");
     assert_eq!(server.state(ids[0]).0, JobState::Running);
     server.call("DELETE", &format!("/v1/jobs/{}", ids[0]), None);
+    server.stop();
+}
+
+/// `Idempotency-Key` over REST: a repeated submission is answered with its jobs (and makes
+/// none); a malformed key is a 400 and stores nothing.
+#[test]
+fn a_submission_repeated_with_its_idempotency_key_is_not_doubled() {
+    let server = Server::new("idempotency");
+    let client = gantry_wire::client::Client::new(&server.url, &Default::default()).expect("client");
+    let body = "[[job]]\nname = \"once\"\ncommand = \"true\"\n";
+    let submit = |key: &str| {
+        let (status, text) = client
+            .request_with(Some(&server.token), "POST", "/v1/jobs", Some(body), &[("Idempotency-Key", key)])
+            .expect("answers");
+        (status, serde_json::from_str::<Value>(&text).expect("json"))
+    };
+    let (status, first) = submit("3f2a-retry-me");
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(submit("3f2a-retry-me"), (201, first.clone()), "the same jobs again");
+    for bad in ["has space", &"k".repeat(129), ""] {
+        let (status, reply) = submit(bad);
+        assert_eq!(status, 400, "{bad:?}: {reply}");
+        assert!(reply["error"].as_str().expect("error").contains("Idempotency-Key"), "{reply}");
+    }
+    let (_, jobs) = server.call("GET", "/v1/jobs?state=pending,running,completed", None);
+    assert_eq!(jobs.as_array().expect("list").len(), 1, "one job in all: {jobs}");
     server.stop();
 }

@@ -1593,3 +1593,167 @@ fn serve_speaks_https_from_its_own_ca_and_refuses_what_it_cannot_verify() {
     let bad = gantry(&["cert", "agent", "not a name", "--data", data_arg, "--out", certs_arg]);
     assert!(stderr(&bad).contains("not a DNS name"), "{}", stderr(&bad));
 }
+
+/// Start a long-running `gantry` command and return once a stderr line contains `needle`
+/// (a standby prints no URL until it leads); its later lines arrive on the receiver.
+fn spawn_until(args: &[&str], needle: &str) -> (ServeGuard, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut reader = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).expect("stderr") > 0, "gantry {args:?} ended before {needle:?}");
+        if line.contains(needle) {
+            break;
+        }
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in reader.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (ServeGuard(child), rx)
+}
+
+/// Two controllers on one PostgreSQL (a private server): the leader is killed with -9 in the
+/// middle of a run; the standby leads within 10 s, the agent follows it (it was given both
+/// URLs), the jobs that were running are re-adopted, not started again, and every job runs
+/// exactly once. The CLI, given both URLs, submits through whichever leads. Then the new
+/// leader is paused past its lease and replaced in turn.
+#[test]
+fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
+    let pg = gantry_store::test_postgres::TestPostgres::start("failover").expect("a private PostgreSQL");
+    let store = pg.create_database("gantry").expect("a database");
+    let dir = temp_dir("failover");
+    let path = |p: &std::path::Path| p.to_str().expect("utf-8").to_string();
+    let fleet = dir.join("fleet.toml");
+    std::fs::write(
+        &fleet,
+        "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n",
+    )
+    .expect("fleet");
+    let ran = dir.join("ran.log");
+    let workload = dir.join("jobs.toml");
+    std::fs::write(
+        &workload,
+        format!(
+            "[[job]]\nname = \"w\"\ncount = 12\ngpu = {{ count = 1 }}\ncommand = \"echo $GANTRY_JOB_ID >> {}; sleep 1.5\"\n",
+            ran.display()
+        ),
+    )
+    .expect("workload");
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let (port_a, port_b) = (free(), free());
+    let (url_a, url_b) = (format!("http://127.0.0.1:{port_a}"), format!("http://127.0.0.1:{port_b}"));
+    let both = format!("{url_a},{url_b}");
+    let controller = |name: &str, port: u16, standby: bool| {
+        let (data, fleet) = (path(&dir.join(name)), path(&fleet));
+        let listen = format!("127.0.0.1:{port}");
+        let mut args = vec!["serve", "--fleet", &fleet, "--data", &data, "--listen", &listen, "--store", &store];
+        args.extend(["--insecure-http", "--node-lost-after", "600"]);
+        if standby {
+            args.push("--standby");
+            spawn_until(&args, "standby: waiting to lead").0
+        } else {
+            spawn_until(&args, "gantry controller on").0
+        }
+    };
+    let mut leader = controller("a", port_a, false);
+    let mut standby = controller("b", port_b, true);
+    let admin = std::fs::read_to_string(dir.join("a").join("admin.token")).expect("admin token").trim().to_string();
+    let out =
+        gantry(&["token", "create", "rack", "--role", "agent", "--node", "n1", "--server", &url_a, "--token", &admin]);
+    std::fs::write(dir.join("n1.token"), stdout(&out).lines().next().expect("secret").trim()).expect("token file");
+    let agent_args = [
+        "agent",
+        "--server",
+        &both,
+        "--token-file",
+        &path(&dir.join("n1.token")),
+        "--inventory",
+        &path(&fleet),
+        "--node",
+        "n1",
+        "--data",
+        &path(&dir.join("agent")),
+    ];
+    let _agent = spawn(&agent_args).0;
+    let out = gantry(&["submit", &path(&workload), "--server", &both, "--token", &admin]);
+    assert!(stdout(&out).contains("submitted 12 job(s)"), "{}", stderr(&out));
+    let count = |state: &str| -> usize {
+        let out = gantry(&["queue", "--state", state, "--json", "--server", &both, "--token", &admin]);
+        serde_json::from_str::<serde_json::Value>(&stdout(&out)).map_or(0, |v| v.as_array().map_or(0, Vec::len))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while count("running") < 4 {
+        assert!(std::time::Instant::now() < deadline, "nothing ran on the leader");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    leader.0.kill().expect("SIGKILL");
+    leader.0.wait().expect("reaped");
+    let killed = std::time::Instant::now();
+    while gantry(&["queue", "--server", &url_b, "--token", &admin]).status.code() != Some(0) {
+        assert!(killed.elapsed() < std::time::Duration::from_secs(10), "the standby did not lead within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    eprintln!("the standby served {:?} after the leader's kill -9", killed.elapsed());
+    // Submitting through both URLs reaches the new leader.
+    let extra = write_fixture(&dir, "extra.toml", "[[job]]\nname = \"after\"\ncommand = \"true\"\n");
+    let out = gantry(&["submit", &extra, "--server", &both, "--token", &admin]);
+    assert!(stdout(&out).contains("submitted 1 job(s): 13"), "{}{}", stdout(&out), stderr(&out));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while count("completed") < 13 {
+        if std::time::Instant::now() > deadline {
+            let others = gantry(&["queue", "--all", "--server", &both, "--token", &admin]);
+            panic!("only {} of 13 completed:\n{}", count("completed"), stdout(&others));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // The old leader's machine comes back as the standby; the new leader is paused (SIGSTOP)
+    // past its lease: the standby cuts it off and leads; woken, the paused one finds its
+    // store connection gone and stops (exit 1) instead of acting on stale state.
+    let _back = controller("a", port_a, true);
+    let out = gantry(&["submit", &path(&workload), "--server", &both, "--token", &admin]);
+    assert!(stdout(&out).contains("submitted 12 job(s): 14-25"), "{}{}", stdout(&out), stderr(&out));
+    while count("running") < 1 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let pid = standby.0.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+    let paused = std::time::Instant::now();
+    while gantry(&["queue", "--server", &url_a, "--token", &admin]).status.code() != Some(0) {
+        assert!(paused.elapsed() < std::time::Duration::from_secs(20), "no takeover from the paused leader");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    eprintln!("the paused leader was replaced after {:?} (lease: 10 s)", paused.elapsed());
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+    let woke = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = standby.0.try_wait().expect("waits") {
+            break status;
+        }
+        assert!(woke.elapsed() < std::time::Duration::from_secs(15), "the deposed leader kept running");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(1), "the deposed leader stops with an error");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while count("completed") < 25 {
+        if std::time::Instant::now() > deadline {
+            let others = gantry(&["queue", "--all", "--server", &both, "--token", &admin]);
+            panic!("only {} of 25 completed:\n{}", count("completed"), stdout(&others));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let text = std::fs::read_to_string(&ran).expect("the tasks' own record");
+    let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
+    ids.sort_unstable();
+    let expected: Vec<u64> = (1..=12).chain(14..=25).collect();
+    assert_eq!(ids, expected, "every job ran exactly once, across both failovers");
+}
