@@ -1128,8 +1128,15 @@ fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     assert_eq!(jobs("pending,running,completed,failed,cancelled,lost"), 22);
-    // Chargeback of what ran: a CSV with a header and one line per queue, and a table.
-    let csv = gantry(&["usage", "--by", "queue", "--csv", "--server", &url, "--token", &token]);
+    // Chargeback of what ran: a CSV with a header and one line per queue, and a table. The
+    // meter counts whole seconds: a job that began and ended within one may bill nothing, so
+    // wait for the research queue's jobs to have run a second or more.
+    let usage = || gantry(&["usage", "--by", "queue", "--csv", "--server", &url, "--token", &token]);
+    while !stdout(&usage()).lines().any(|l| l.starts_with("research,")) {
+        assert!(std::time::Instant::now() < deadline, "nothing metered: {}", stdout(&usage()));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let csv = usage();
     let text = stdout(&csv);
     assert!(text.starts_with("queue,allocated_gpu_hours,used_gpu_hours,utilization,"), "{text}{}", stderr(&csv));
     assert!(text.lines().any(|l| l.starts_with("research,")), "{text}");
