@@ -24,6 +24,7 @@ pub mod meter;
 pub mod metrics;
 pub mod replay;
 pub mod series;
+pub mod standby;
 pub mod tls;
 pub mod ui;
 pub mod users;
@@ -379,11 +380,34 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     config.billing.check()?;
     config.idle.check()?;
     config.admission.check()?;
+    if config.tls.is_none() && !config.insecure_http && !config.listen.ip().is_loopback() {
+        return Err(ServeError::Config(format!(
+            "plain HTTP on {} would send tokens and jobs in the clear: serve HTTPS there, or pass --insecure-http on a network you trust",
+            config.listen
+        )));
+    }
+    let tls_config = config.tls.as_ref().map(tls::server_config).transpose()?;
+    // Bound first: a standby answers there (503, "standby") while it waits to lead.
+    let socket = std::net::TcpListener::bind(config.listen)
+        .and_then(|l| l.set_nonblocking(true).map(|_| l))
+        .map_err(|e| ServeError::Config(format!("cannot listen on {}: {e}", config.listen)))?;
+    let addr = socket.local_addr().map_err(|e| ServeError::Io(e.to_string()))?;
+    let tokio_listener = |socket: &std::net::TcpListener| {
+        socket.try_clone().and_then(tokio::net::TcpListener::from_std).map_err(|e| ServeError::Io(e.to_string()))
+    };
+    let responder = match &config.store {
+        StoreChoice::Postgres { standby: true, .. } => {
+            Some(standby::Responder::start(tokio_listener(&socket)?, tls_config.clone()))
+        }
+        _ => None,
+    };
     let choice = config.store.clone();
     let data_dir = config.data_dir.clone();
-    let (store, reader, term) = tokio::task::spawn_blocking(move || open_store(&choice, &data_dir))
-        .await
-        .map_err(|e| ServeError::Io(format!("opening the store: {e}")))??;
+    let opened = tokio::task::spawn_blocking(move || open_store(&choice, &data_dir)).await;
+    if let Some(responder) = responder {
+        responder.stop().await;
+    }
+    let (store, reader, term) = opened.map_err(|e| ServeError::Io(format!("opening the store: {e}")))??;
     let (controller, store, admin_token_file) = open_controller(&config, store)?;
     private_store_files(&config.data_dir)?;
     let committer = commit::Committer::start(store, config.group_commit);
@@ -401,17 +425,8 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         fatal: Arc::new(tokio::sync::watch::channel(None).0),
     };
     let fatal = shared.fatal.subscribe();
-    if config.tls.is_none() && !config.insecure_http && !config.listen.ip().is_loopback() {
-        return Err(ServeError::Config(format!(
-            "plain HTTP on {} would send tokens and jobs in the clear: serve HTTPS there, or pass --insecure-http on a network you trust",
-            config.listen
-        )));
-    }
-    let tls_config = config.tls.as_ref().map(tls::server_config).transpose()?;
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| ServeError::Config(format!("cannot listen on {}: {e}", config.listen)))?;
-    let addr = listener.local_addr().map_err(|e| ServeError::Io(e.to_string()))?;
+    let listener = tokio_listener(&socket)?;
+    drop(socket);
 
     let scheduler = tokio::spawn(scheduling_loop(shared.clone(), config.tick));
     let agents = if local {

@@ -5,8 +5,8 @@
 //!
 //! Several controllers (a leader and its standbys on one PostgreSQL store) are given as one
 //! comma-separated list: a request goes to the one that answered last, and on to the next
-//! when that one cannot be reached (a standby does not listen until it leads). Only
-//! connection failures move on, and the request is sent again from the start: a submission
+//! when that one cannot be reached or says it is a standby (a 503 marked
+//! `X-Gantry-Standby`). Only those move on, and the request is sent again from the start: a submission
 //! carries an idempotency key, so one that reached a controller that died before answering
 //! is not doubled.
 
@@ -22,6 +22,11 @@ pub enum ClientError {
     Address(String),
     #[error("cannot reach the gantry controller at {server}: {detail} (is `gantry serve` running?)")]
     Unreachable { server: String, detail: String },
+    /// Every controller that answered is a standby (it leads when the leader stops).
+    #[error(
+        "{server} is a standby controller: it answers once it leads; give the leader's URL too (--server LEADER,STANDBY)"
+    )]
+    Standby { server: String },
     /// The TLS handshake failed: the certificate is not trusted, or the server is not HTTPS.
     #[error("TLS with {server} failed: {detail}\n  hint: {hint}")]
     Tls { server: String, detail: String, hint: String },
@@ -62,6 +67,9 @@ pub struct Client {
     tls: Tls,
     agent: ureq::Agent,
 }
+
+/// The header a standby controller marks its 503 answers with.
+pub const STANDBY_HEADER: &str = "x-gantry-standby";
 
 /// Most controllers one client is given.
 const SERVERS_MAX: usize = 16;
@@ -185,7 +193,12 @@ impl Client {
                     self.current.store(index, Ordering::Relaxed);
                     return Ok(answer);
                 }
-                Err(e @ ClientError::Unreachable { .. }) => last_error = Some(e),
+                Err(e @ (ClientError::Unreachable { .. } | ClientError::Standby { .. })) => {
+                    // Keep the most useful error: a standby says more than silence.
+                    if !matches!(last_error, Some(ClientError::Standby { .. })) {
+                        last_error = Some(e);
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -220,6 +233,9 @@ impl Client {
             .map_err(|e| ClientError::Address(format!("request {method} {path}: {e}")))?
             .map_err(|e| self.explain(server, e))?;
         let status = response.status().as_u16();
+        if status == 503 && response.headers().contains_key(STANDBY_HEADER) {
+            return Err(ClientError::Standby { server: server.to_string() });
+        }
         let bytes = response
             .body_mut()
             .with_config()

@@ -1703,6 +1703,21 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
         assert!(std::time::Instant::now() < deadline, "nothing ran on the leader");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    // The standby answers, saying what it is (clients given both URLs move on past it).
+    let asked = gantry(&["queue", "--server", &url_b, "--token", &admin]);
+    assert!(stderr(&asked).contains("is a standby controller"), "{}", stderr(&asked));
+    // A submission the leader made durable (and answered), sent again with its key after the
+    // failover as a client that never heard the answer would: the same jobs, none new.
+    let client = gantry_wire::client::Client::new(&both, &Default::default()).expect("client");
+    let retry = |what: &str| {
+        let body = "[[job]]\nname = \"keyed\"\ncommand = \"true\"\n";
+        let (status, text) = client
+            .request_with(Some(&admin), "POST", "/v1/jobs", Some(body), &[("Idempotency-Key", "failover-1")])
+            .expect(what);
+        assert_eq!(status, 201, "{what}: {text}");
+        text
+    };
+    let before = retry("the leader answers");
     leader.0.kill().expect("SIGKILL");
     leader.0.wait().expect("reaped");
     let killed = std::time::Instant::now();
@@ -1711,15 +1726,16 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     eprintln!("the standby served {:?} after the leader's kill -9", killed.elapsed());
+    assert_eq!(retry("the new leader answers"), before, "the retried submission is not doubled");
     // Submitting through both URLs reaches the new leader.
     let extra = write_fixture(&dir, "extra.toml", "[[job]]\nname = \"after\"\ncommand = \"true\"\n");
     let out = gantry(&["submit", &extra, "--server", &both, "--token", &admin]);
-    assert!(stdout(&out).contains("submitted 1 job(s): 13"), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("submitted 1 job(s): 14"), "{}{}", stdout(&out), stderr(&out));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while count("completed") < 13 {
+    while count("completed") < 14 {
         if std::time::Instant::now() > deadline {
             let others = gantry(&["queue", "--all", "--server", &both, "--token", &admin]);
-            panic!("only {} of 13 completed:\n{}", count("completed"), stdout(&others));
+            panic!("only {} of 14 completed:\n{}", count("completed"), stdout(&others));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
@@ -1728,7 +1744,7 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
     // store connection gone and stops (exit 1) instead of acting on stale state.
     let _back = controller("a", port_a, true);
     let out = gantry(&["submit", &path(&workload), "--server", &both, "--token", &admin]);
-    assert!(stdout(&out).contains("submitted 12 job(s): 14-25"), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("submitted 12 job(s): 15-26"), "{}{}", stdout(&out), stderr(&out));
     while count("running") < 1 {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -1751,16 +1767,16 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
     };
     assert_eq!(status.code(), Some(1), "the deposed leader stops with an error");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while count("completed") < 25 {
+    while count("completed") < 26 {
         if std::time::Instant::now() > deadline {
             let others = gantry(&["queue", "--all", "--server", &both, "--token", &admin]);
-            panic!("only {} of 25 completed:\n{}", count("completed"), stdout(&others));
+            panic!("only {} of 26 completed:\n{}", count("completed"), stdout(&others));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
     let text = std::fs::read_to_string(&ran).expect("the tasks' own record");
     let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
     ids.sort_unstable();
-    let expected: Vec<u64> = (1..=12).chain(14..=25).collect();
+    let expected: Vec<u64> = (1..=12).chain(15..=26).collect();
     assert_eq!(ids, expected, "every job ran exactly once, across both failovers");
 }

@@ -1,0 +1,59 @@
+//! What a standby controller answers while it waits to lead: every request gets a 503 that
+//! says so (`X-Gantry-Standby: 1`, `Retry-After`), on the address it will serve from once it
+//! leads, so a client given several URLs moves on to the leader and a person who asked this
+//! one directly learns why nothing happens. Connections are closed after each answer: none is
+//! kept alive into the time this controller leads.
+
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// The header that marks a standby's answer (clients move on to the next server).
+pub use gantry_wire::client::STANDBY_HEADER;
+
+async fn answer() -> Response {
+    let body = axum::Json(serde_json::json!({
+        "error": "this controller is a standby: it leads (and answers) when the current leader stops; \
+                  send requests to the leader, or give clients every controller's URL (--server A,B)"
+    }));
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(STANDBY_HEADER, HeaderValue::from_static("1"));
+    headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// The standby's responder, until `stop` is sent.
+#[derive(Debug)]
+pub struct Responder {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Responder {
+    /// Answer on `listener` (a clone of the socket the controller will serve from).
+    pub fn start(listener: tokio::net::TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Responder {
+        let app = Router::new().fallback(answer);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = match tls {
+            Some(tls) => tokio::spawn(crate::tls::serve(listener, tls, app, stopped)),
+            None => tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+            }),
+        };
+        Responder { stop, task }
+    }
+
+    /// Stop answering (the controller leads now and serves on the same socket).
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
