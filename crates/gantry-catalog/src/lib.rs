@@ -69,12 +69,14 @@ impl GpuModel {
         MilliGpu(profile.compute_slices as u32 * 1000 / geometry.compute_slices as u32)
     }
 
-    /// Memory of one MIG instance: its share of memory slices of the card's memory. Monotonic in
-    /// slices and equal to the profile's nominal name on the common cards (1g.10gb = 10GiB on an
-    /// A100-80GB); the driver's reported figure is slightly lower and is NVML's business.
+    /// Usable memory of one MIG instance: what NVML reports for the profile (A100-80GB 1g.10gb:
+    /// 9.5 GiB, not 10), so a request for 10 GiB goes to an instance that holds it. Falls back
+    /// to the memory-slice share of the card for a profile built by hand (tests).
     pub fn mig_memory(&self, profile: &MigProfile) -> Bytes {
-        let geometry = self.mig.as_ref().expect("a MIG profile implies MIG geometry");
-        Bytes(self.memory.0 / geometry.memory_slices as u64 * profile.memory_slices as u64)
+        profile.memory_reported.unwrap_or_else(|| {
+            let geometry = self.mig.as_ref().expect("a MIG profile implies MIG geometry");
+            Bytes(self.memory.0 / geometry.memory_slices as u64 * profile.memory_slices as u64)
+        })
     }
 
     /// Every name this model answers to (id, NVML names, aliases).

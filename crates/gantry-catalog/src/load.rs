@@ -64,6 +64,8 @@ struct RawProfile {
     compute_slices: u8,
     memory_slices: u8,
     memory_gb_nominal: u32,
+    /// GiB, as `nvidia-smi mig -lgip` reports it (null: not read).
+    memory_gib_reported: Option<f64>,
     max_instances: u8,
     placements: RawPlacements,
     #[serde(default)]
@@ -108,6 +110,7 @@ pub(crate) fn parse(catalog_json: &str, nvml_json: &str) -> Result<Catalog, Cata
         };
         models[index].mig = Some(geometry);
     }
+    estimate_unreported_memory(&mut models);
     for model in &models {
         check_model(model)?;
     }
@@ -163,6 +166,9 @@ fn convert_mig(model: &str, raw: RawMig) -> Result<MigGeometry, CatalogError> {
             compute_slices: p.compute_slices,
             memory_slices: p.memory_slices,
             memory_gb_nominal: p.memory_gb_nominal,
+            // Whole MiB, rounded down (never more than the driver gives).
+            memory_reported: p.memory_gib_reported.map(|gib| Bytes(((gib * 1024.0).floor() as u64) << 20)),
+            memory_estimated: false,
             max_instances: p.max_instances,
             starts: p.placements.starts,
             placement_size: p.placements.size,
@@ -176,6 +182,50 @@ fn convert_mig(model: &str, raw: RawMig) -> Result<MigGeometry, CatalogError> {
         max_gpu_instances: raw.max_gpu_instances.ok_or_else(|| missing("max_gpu_instances"))?,
         profiles,
     })
+}
+
+/// Fill in the usable memory of profiles whose capture did not read it: a profile of the same
+/// model with as many memory slices that was read (a `+me` twin), else the model's nominal
+/// share scaled by the lowest reported/nominal ratio any model shows for that many slices
+/// (conservative: a request is never placed on an instance that may be too small). Marked
+/// `memory_estimated`.
+fn estimate_unreported_memory(models: &mut [GpuModel]) {
+    let share = |model: &GpuModel, slices: u8| {
+        let geometry = model.mig.as_ref().expect("MIG models only");
+        model.memory.0 as f64 / f64::from(geometry.memory_slices) * f64::from(slices)
+    };
+    let mut lowest: BTreeMap<u8, f64> = BTreeMap::new();
+    for model in models.iter().filter(|m| m.mig.is_some()) {
+        for p in &model.mig.as_ref().expect("MIG").profiles {
+            if let Some(reported) = p.memory_reported {
+                let ratio = reported.0 as f64 / share(model, p.memory_slices);
+                let entry = lowest.entry(p.memory_slices).or_insert(ratio);
+                *entry = entry.min(ratio);
+            }
+        }
+    }
+    for model in models.iter_mut().filter(|m| m.mig.is_some()) {
+        let read: Vec<(u8, Bytes)> = model
+            .mig
+            .as_ref()
+            .expect("MIG")
+            .profiles
+            .iter()
+            .filter_map(|p| p.memory_reported.map(|r| (p.memory_slices, r)))
+            .collect();
+        let shares: Vec<f64> =
+            model.mig.as_ref().expect("MIG").profiles.iter().map(|p| share(model, p.memory_slices)).collect();
+        let geometry = model.mig.as_mut().expect("MIG");
+        for (p, nominal) in geometry.profiles.iter_mut().zip(shares) {
+            if p.memory_reported.is_some() {
+                continue;
+            }
+            let twin = read.iter().find(|(slices, _)| *slices == p.memory_slices).map(|(_, r)| *r);
+            let scaled = lowest.get(&p.memory_slices).map(|ratio| Bytes(((nominal * ratio) as u64 >> 20) << 20));
+            p.memory_reported = twin.or(scaled).or(Some(Bytes(((nominal * 0.9) as u64 >> 20) << 20)));
+            p.memory_estimated = true;
+        }
+    }
 }
 
 /// "A100-PCIE-40GB (same MIG table)" → "A100-PCIE-40GB"; "'H100 on GH200' 96GB HBM3" → "H100 on GH200".

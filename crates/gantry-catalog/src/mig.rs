@@ -26,6 +26,13 @@ pub struct MigProfile {
     pub compute_slices: u8,
     pub memory_slices: u8,
     pub memory_gb_nominal: u32,
+    /// Usable memory of one instance as NVML reports it (`nvidia-smi mig -lgip`'s GiB from
+    /// the catalog's captures): less than the name says (A100-80GB 1g.10gb: 9.5 GiB). Always
+    /// set once the catalog is loaded; see `memory_estimated`.
+    pub memory_reported: Option<gantry_types::Bytes>,
+    /// `memory_reported` was not read from a capture but estimated (a twin profile's, or the
+    /// nominal share scaled by the lowest ratio seen for as many slices).
+    pub memory_estimated: bool,
     pub max_instances: u8,
     /// Legal start positions on the memory-slice axis.
     pub starts: Vec<u8>,

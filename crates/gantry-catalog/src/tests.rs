@@ -217,3 +217,29 @@ fn placed_counts_are_always_legal_layouts_or_refused() {
         }
     }
 }
+
+/// A MIG instance holds what NVML reports, not what its name says; profiles no capture read
+/// are estimated from a twin or conservatively, never above the nominal share.
+#[test]
+fn mig_memory_is_what_the_driver_reports() {
+    let catalog = Catalog::embedded();
+    let usable = |model: &str, profile: &str| {
+        let m = catalog.model(catalog.lookup(model).expect("model"));
+        let p = m.mig.as_ref().expect("MIG").profile(profile).expect("profile");
+        (m.mig_memory(p).0 as f64 / f64::from(1u32 << 30), p.memory_estimated)
+    };
+    assert_eq!(usable("A100-SXM4-80GB", "1g.10gb"), (9.5, false));
+    assert_eq!(usable("A100-SXM4-80GB", "3g.40gb"), (39.5, false));
+    assert_eq!(usable("A100-SXM4-40GB", "1g.5gb"), (4.75, false));
+    // Not read on an H100 PCIe: estimated below 10 GiB (the lowest 1-slice ratio seen: H200).
+    let (pcie, estimated) = usable("H100-PCIe-80GB", "1g.10gb");
+    assert!(estimated && pcie < 9.75 && pcie > 9.0, "{pcie}");
+    for model in catalog.models() {
+        let Some(g) = &model.mig else { continue };
+        for p in &g.profiles {
+            let nominal = model.memory.0 / u64::from(g.memory_slices) * u64::from(p.memory_slices);
+            let usable = model.mig_memory(p).0;
+            assert!(usable > nominal * 8 / 10 && usable <= nominal, "{} {}: {usable} of {nominal}", model.id, p.name);
+        }
+    }
+}

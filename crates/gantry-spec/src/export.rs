@@ -58,10 +58,12 @@ pub fn mig_parted_yaml(fleet: &Fleet) -> String {
     out
 }
 
-/// The k8s-device-plugin's sharing configuration as a ConfigMap (one entry per node that
-/// shares GPUs), and warnings where the plugin cannot say what gantry planned: it shares every
-/// full GPU of a node alike, so a node mixing whole and shared GPUs, or MPS and time-slicing,
-/// is written with its most common sharing.
+/// The k8s-device-plugin's configuration as a ConfigMap (one entry per node that shares GPUs
+/// or has MIG GPUs: those get `migStrategy: mixed`, one resource per MIG profile beside
+/// `nvidia.com/gpu`, which is what a node mixing MIG and other modes needs), and warnings where
+/// the plugin cannot say what gantry planned: it shares every full GPU of a node alike, so a
+/// node mixing whole and shared GPUs, or MPS and time-slicing, is written with its most common
+/// sharing.
 pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
     let mut out = String::from(
         "# k8s-device-plugin sharing configuration written by gantry plan; select a node's entry\n# with the label nvidia.com/device-plugin.config=gantry-<node>.\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gantry-device-plugin-configs\n  namespace: nvidia-device-plugin\ndata:\n",
@@ -79,7 +81,15 @@ pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
                 GpuMode::Mig { .. } => {}
             }
         }
+        let mig = has_mig(node);
         if time_sliced.is_empty() && mps.is_empty() {
+            if mig {
+                let _ = write!(
+                    out,
+                    "  {}: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n",
+                    config_name(&node.name)
+                );
+            }
             continue;
         }
         let (kind, replicas) = if time_sliced.len() >= mps.len() {
@@ -99,9 +109,10 @@ pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
                 node.name
             ));
         }
+        let strategy = if mig { "mixed" } else { "none" };
         let _ = write!(
             out,
-            "  {}: |-\n    version: v1\n    sharing:\n      {kind}:\n        resources:\n        - name: nvidia.com/gpu\n          replicas: {replicas}\n",
+            "  {}: |-\n    version: v1\n    flags:\n      migStrategy: {strategy}\n    sharing:\n      {kind}:\n        resources:\n        - name: nvidia.com/gpu\n          replicas: {replicas}\n",
             config_name(&node.name)
         );
     }
@@ -114,7 +125,7 @@ pub fn node_labels(fleet: &Fleet) -> String {
     for node in &fleet.nodes {
         let mig = if has_mig(node) { config_name(&node.name) } else { "all-disabled".into() };
         let shares = node.gpus.iter().any(|g| matches!(g.mode, GpuMode::Mps { .. } | GpuMode::TimeSlice { .. }));
-        let plugin = if shares {
+        let plugin = if shares || has_mig(node) {
             format!(" nvidia.com/device-plugin.config={}", config_name(&node.name))
         } else {
             String::new()
@@ -148,8 +159,27 @@ mod tests {
         );
         assert!(mig.contains("\"3g.40gb\": 1"), "{mig}");
         let (plugin, warnings) = device_plugin_yaml(&fleet);
-        assert!(plugin.contains("gantry-a100-mixed: |-"), "{plugin}");
-        assert!(plugin.contains("gantry-l4: |-\n    version: v1\n    sharing:\n      mps:"), "{plugin}");
+        // A node mixing MIG with other modes needs the mixed strategy (a resource per profile
+        // beside nvidia.com/gpu); one without MIG keeps none.
+        assert!(
+            plugin.contains("gantry-a100-mixed: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n"),
+            "{plugin}"
+        );
+        assert!(
+            plugin.contains(
+                "gantry-l4: |-\n    version: v1\n    flags:\n      migStrategy: none\n    sharing:\n      mps:"
+            ),
+            "{plugin}"
+        );
+        let mig_only = "[[node]]\nname = \"m\"\ncpu = 8\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\nmig = { \"1g.10gb\" = 7 }\n";
+        let mig_only = crate::parse_fleet(mig_only, gantry_catalog::Catalog::embedded()).expect("parses");
+        let (plugin, _) = device_plugin_yaml(&mig_only);
+        assert!(plugin.contains("gantry-m: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n"), "{plugin}");
+        assert!(
+            node_labels(&mig_only).contains("nvidia.com/device-plugin.config=gantry-m"),
+            "{}",
+            node_labels(&mig_only)
+        );
         assert!(
             warnings.iter().any(|w| w.contains("a100-mixed") && w.contains("both time-sliced and MPS")),
             "{warnings:?}"

@@ -40,6 +40,10 @@ struct ProfileReport {
     profile_id: u32,
     compute_slices: u8,
     memory_slices: u8,
+    /// Usable memory of one instance, as NVML reports it (MiB).
+    memory_mib: u64,
+    /// `memory_mib` is estimated (no capture read it).
+    memory_estimated: bool,
     max_instances: u8,
     starts: Vec<u8>,
     unverified: bool,
@@ -61,6 +65,8 @@ fn report(model: &gantry_catalog::GpuModel) -> ModelReport {
                     profile_id: p.profile_id,
                     compute_slices: p.compute_slices,
                     memory_slices: p.memory_slices,
+                    memory_mib: model.mig_memory(p).0 >> 20,
+                    memory_estimated: p.memory_estimated,
                     max_instances: p.max_instances,
                     starts: p.starts.clone(),
                     unverified: p.unverified,
@@ -134,13 +140,24 @@ pub fn run(args: CatalogArgs) -> anyhow::Result<ExitCode> {
                     "  MIG: {} compute slices, {} memory slices, up to {} instances",
                     g.compute_slices, g.memory_slices, g.max_gpu_instances
                 );
-                println!("    {:<12} {:>3} {:>8} {:>8} {:>4}  starts", "PROFILE", "ID", "COMPUTE", "MEMORY", "MAX");
+                println!(
+                    "    {:<12} {:>3} {:>8} {:>8} {:>10} {:>4}  starts",
+                    "PROFILE", "ID", "COMPUTE", "MEMORY", "USABLE", "MAX"
+                );
                 for p in &g.profiles {
                     let flag = if p.unverified { "  (unverified)" } else { "" };
-                    println!(
-                        "    {:<12} {:>3} {:>8} {:>8} {:>4}  {:?}{flag}",
-                        p.name, p.profile_id, p.compute_slices, p.memory_slices, p.max_instances, p.starts
+                    let usable = format!(
+                        "{}{:.2}GiB",
+                        if p.memory_estimated { "~" } else { "" },
+                        m.mig_memory(p).0 as f64 / f64::from(1u32 << 30)
                     );
+                    println!(
+                        "    {:<12} {:>3} {:>8} {:>8} {:>10} {:>4}  {:?}{flag}",
+                        p.name, p.profile_id, p.compute_slices, p.memory_slices, usable, p.max_instances, p.starts
+                    );
+                }
+                if g.profiles.iter().any(|p| p.memory_estimated) {
+                    println!("    ~: estimated (no capture read it): the lowest usable share seen for as many slices");
                 }
             }
         }

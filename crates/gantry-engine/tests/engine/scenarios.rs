@@ -293,6 +293,28 @@ replicas = 4
     }
 }
 
+/// A memory-only request goes to an instance that holds it as the driver reports it: on an
+/// A100-80GB a 1g.10gb has 9.5 GiB, so 10 GiB takes the 1g.20gb and 9 GiB the 1g.10gb.
+#[test]
+fn memory_only_requests_fit_mig_instances_by_their_reported_memory() {
+    let fleet = r#"
+[[node]]
+name = "n"
+cpu = 64
+memory = "512GiB"
+[node.gpus]
+model = "A100-SXM4-80GB"
+count = 1
+mig = ["1g.20gb@0", "1g.10gb@2", "1g.10gb@3"]
+"#;
+    for (memory, profile) in [("10GiB", "1g.20gb"), ("9GiB", "1g.10gb"), ("9.5GiB", "1g.10gb")] {
+        let mut e = engine(fleet, Policy::Default);
+        let outcomes = place_all(&mut e, &jobs(&format!("[[job]]\nname = \"m\"\ngpu = {{ memory = \"{memory}\" }}\n")));
+        let grant = &placed(&outcomes[0])[0].gpus[0];
+        assert!(matches!(grant, GpuGrant::Mig { profile: p, .. } if p == profile), "{memory}: {grant:?}");
+    }
+}
+
 /// A bursty memory-only request never lands on a MIG instance, even when only MIG has room.
 #[test]
 fn a_bursty_memory_only_request_never_gets_a_mig_slice() {
