@@ -412,6 +412,9 @@ pub fn show(args: JobArgs) -> anyhow::Result<ExitCode> {
     }
     if !job["pending"].is_null() {
         println!("  waiting: {}", reason_text(&job["pending"]));
+        if let Some(message) = job["layout"]["message"].as_str() {
+            println!("  {message}");
+        }
         if !job["pending"]["estimate_s"].is_null() {
             println!("  expected start: {}", utc(&job["pending"]["estimate_s"]));
         }
@@ -434,6 +437,9 @@ pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
             format!(" (expected start {})", utc(&job["pending"]["estimate_s"]))
         };
         println!("job {} waits: {}{estimate}", args.id, reason_text(&job["pending"]));
+        if let Some(message) = job["layout"]["message"].as_str() {
+            println!("  {message}");
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -285,7 +285,7 @@ async fn show(
 ) -> Result<Json<JobView>, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
-    Ok(Json(shared.read(|c| views::jobs::job(c, &who, id))?))
+    Ok(Json(shared.read(|c| views::jobs::job(c, &who, id, crate::now_s()))?))
 }
 
 /// `?force=true`: tasks on nodes whose agent is unreachable (silent or lost) count as ended
@@ -365,7 +365,7 @@ async fn set_held(shared: &Shared, headers: &HeaderMap, id: &str, held: bool) ->
 async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Result<String, ApiError> {
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
-    let view = shared.read(|c| views::jobs::job(c, &who, id))?;
+    let view = shared.read(|c| views::jobs::job(c, &who, id, crate::now_s()))?;
     who.reads_logs_of(view.row.job.control.user.as_deref().unwrap_or_default())?;
     let mut text = String::new();
     if !shared.local {

@@ -160,7 +160,7 @@ pub(super) async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(i
     let Ok(id) = id.parse::<u64>() else {
         return failure(ControlError::Invalid(format!("{id:?} is not a job id")));
     };
-    let view = match shared.read(|c| views::jobs::job(c, &who, id)) {
+    let view = match shared.read(|c| views::jobs::job(c, &who, id, crate::now_s())) {
         Ok(v) => v,
         Err(e) => return failure(e),
     };

@@ -876,6 +876,16 @@ fn a_mig_job_no_gpu_is_carved_for_yet_waits_for_a_layout_and_the_planner_propose
             (reason["reason"].as_str(), reason["profile"].as_str()),
             (Some("mig-not-supported"), Some("2g.20gb"))
         );
+        // The job's own view names the GPU that would be carved for it, and who does it.
+        let layout = &why["layout"];
+        assert_eq!((layout["node"].as_str(), layout["busy"].as_bool()), (Some("n1"), Some(false)), "{why}");
+        let message = layout["message"].as_str().expect("message");
+        assert!(
+            message
+                .starts_with(&format!("waiting for GPU {} on node n1 to be reconfigured (whole → mig ", layout["gpu"]))
+                && message.contains("gantry mig apply"),
+            "{message}"
+        );
     }
     let (status, plan) = server.call("GET", "/v1/plan", None);
     assert_eq!(status, 200, "{plan}");
