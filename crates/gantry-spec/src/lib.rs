@@ -11,6 +11,7 @@ mod error;
 mod export;
 mod fleet;
 mod fleet_out;
+mod import_k8s;
 mod quantity;
 mod queues;
 mod trace;
@@ -20,6 +21,10 @@ pub use error::SpecError;
 pub use export::{config_name, device_plugin_yaml, mig_parted_yaml, node_labels};
 pub use fleet::{FLEET_NODES_MAX, MPS_CLIENTS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for};
 pub use fleet_out::fleet_to_toml;
+pub use import_k8s::{
+    ImportedFleet, ImportedTrace, PodOptions, import_nodes as import_kubernetes_nodes,
+    import_pods as import_kubernetes_pods,
+};
 pub use quantity::{MEMORY_MAX, Quantity, memory as parse_memory};
 pub use queues::{
     HALF_LIFE_DEFAULT_S, QUEUE_DEPTH_MAX, QUEUE_WEIGHT_MAX, QUEUES_MAX, STARVATION_DEFAULT_S, parse_queues,

@@ -8,6 +8,7 @@ mod advise_cmd;
 mod agent_cmd;
 mod catalog_cmd;
 mod cert_cmd;
+mod import_cmd;
 mod jobs_cmd;
 mod mig_cmd;
 mod parallel;
@@ -115,6 +116,10 @@ enum Command {
     /// decision (starts and placements, stops, endings, pending reasons) comes out the same.
     #[command(after_help = replay_cmd::EXAMPLES)]
     Replay(replay_cmd::ReplayArgs),
+    /// Another system's cluster and history in gantry's formats: `gantry import kubernetes
+    /// --nodes nodes.json > fleet.toml`, `--pods pods.json > trace.jsonl`.
+    #[command(after_help = import_cmd::EXAMPLES)]
+    Import(import_cmd::ImportArgs),
     /// Check a fleet file and/or a workload file; with both, name each job the fleet could never
     /// run (each alone on the empty fleet, as the controller checks a submission) and exit 1.
     #[command(
@@ -167,6 +172,7 @@ fn main() -> ExitCode {
         Command::Nodes(args) => jobs_cmd::nodes(args),
         Command::Mig(args) => mig_cmd::run(args),
         Command::Replay(args) => replay_cmd::run(args),
+        Command::Import(args) => import_cmd::run(args),
         Command::Discover { json } => serve_cmd::discover(json),
         Command::Drain(args) => jobs_cmd::drain(args, true),
         Command::Resume(args) => jobs_cmd::drain(args, false),

@@ -1780,3 +1780,35 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
     let expected: Vec<u64> = (1..=12).chain(15..=26).collect();
     assert_eq!(ids, expected, "every job ran exactly once, across both failovers");
 }
+
+/// A Kubernetes cluster's nodes and pods (kubectl's JSON, GPU Feature Discovery labels) come
+/// in as a fleet and a trace that `gantry sim` replays; a product the catalog does not know is
+/// named with the --map that fixes it.
+#[test]
+fn a_kubernetes_cluster_imports_and_replays() {
+    let dir = temp_dir("import-k8s");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../gantry-spec/fixtures/kubernetes");
+    let out = gantry(&["import", "kubernetes", "--nodes", &format!("{fixtures}/nodes.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("imported 4 node(s)"), "{}", stderr(&out));
+    let fleet = write_fixture(&dir, "fleet.toml", &stdout(&out));
+    let out = gantry(&["import", "kubernetes", "--pods", &format!("{fixtures}/pods.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("imported 4 job(s)") && stderr(&out).contains("1 × never started (pending)"),
+        "{}",
+        stderr(&out)
+    );
+    let trace = write_fixture(&dir, "trace.jsonl", &stdout(&out));
+    let out = gantry(&["sim", "--fleet", &fleet, "--trace", &trace, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(runs[0]["started"], 4, "{runs}");
+    let nodes = std::fs::read_to_string(format!("{fixtures}/nodes.json")).expect("fixture");
+    let odd = write_fixture(&dir, "odd.json", &nodes.replace("Tesla-T4-SHARED", "NVIDIA-Custom-X"));
+    let out = gantry(&["import", "kubernetes", "--nodes", &odd]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--map NVIDIA-Custom-X=MODEL"), "{}", stderr(&out));
+    let out = gantry(&["import", "kubernetes", "--nodes", &odd, "--map", "NVIDIA-Custom-X=T4"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

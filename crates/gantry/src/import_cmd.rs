@@ -1,0 +1,95 @@
+//! `gantry import`: another system's cluster and history in gantry's formats, on stdout, so a
+//! user can replay their own cluster (`gantry sim --trace … --fleet …`) before adopting gantry.
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub const EXAMPLES: &str = "Examples:
+  kubectl get nodes -o json > nodes.json && gantry import kubernetes --nodes nodes.json > fleet.toml
+  kubectl get pods -A -o json > pods.json && gantry import kubernetes --pods pods.json > trace.jsonl
+  gantry sim --fleet fleet.toml --trace trace.jsonl --order fair-share";
+
+#[derive(Args)]
+pub struct ImportArgs {
+    #[command(subcommand)]
+    from: From,
+}
+
+#[derive(Subcommand)]
+enum From {
+    /// A Kubernetes cluster: its nodes (`kubectl get nodes -o json`) as a fleet file, or its
+    /// pods (`kubectl get pods -A -o json`) as a native trace. GPU models, counts, MIG layouts
+    /// and sharing come from NVIDIA GPU Feature Discovery's labels and the device plugin's
+    /// resources; pods keep their GPU, CPU and memory requests, namespace (as queue),
+    /// priority and times.
+    #[command(after_help = EXAMPLES)]
+    Kubernetes(KubernetesArgs),
+}
+
+#[derive(Args)]
+struct KubernetesArgs {
+    /// `kubectl get nodes -o json` output: written as a fleet file (TOML).
+    #[arg(long, value_name = "FILE", conflicts_with = "pods", required_unless_present = "pods")]
+    nodes: Option<PathBuf>,
+    /// `kubectl get pods -A -o json` output: written as a native trace (JSON lines).
+    #[arg(long, value_name = "FILE")]
+    pods: Option<PathBuf>,
+    /// A GPU Feature Discovery product the catalog does not know by that name, as a catalog
+    /// model: `--map NVIDIA-Custom-X=H100-SXM5-80GB` (repeatable).
+    #[arg(long = "map", value_name = "PRODUCT=MODEL", requires = "nodes")]
+    maps: Vec<String>,
+    /// Keep pods that ask for no GPU, as CPU-only jobs.
+    #[arg(long, requires = "pods")]
+    cpu_pods: bool,
+    /// What one shared replica (`nvidia.com/gpu.shared`) stands for, in milli-GPU (1..=1000).
+    #[arg(long, value_name = "MILLI", default_value_t = 250, requires = "pods",
+        value_parser = clap::value_parser!(u32).range(1..=1000))]
+    shared_milli: u32,
+}
+
+/// Largest input read: a large cluster's pod list is tens of MiB.
+const INPUT_BYTES_MAX: u64 = 512 << 20;
+
+fn read(path: &PathBuf) -> anyhow::Result<String> {
+    let size = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.len();
+    if size > INPUT_BYTES_MAX {
+        bail!("{}: {size} bytes, more than the {INPUT_BYTES_MAX} read", path.display());
+    }
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    let From::Kubernetes(k) = args.from;
+    let catalog = gantry_catalog::Catalog::embedded();
+    if let Some(path) = &k.nodes {
+        let mut map = BTreeMap::new();
+        for m in &k.maps {
+            let (product, model) = m.split_once('=').with_context(|| format!("--map {m:?}: write PRODUCT=MODEL"))?;
+            if catalog.lookup(model).is_none() {
+                bail!("--map {m:?}: {model:?} is not a catalog model (`gantry catalog` lists them)");
+            }
+            map.insert(product.to_string(), model.to_string());
+        }
+        let imported = gantry_spec::import_kubernetes_nodes(&read(path)?, catalog, &map)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        print!("{}", imported.toml);
+        eprintln!("imported {} node(s) from {}", imported.nodes, path.display());
+        for note in &imported.notes {
+            eprintln!("note: {note}");
+        }
+    } else if let Some(path) = &k.pods {
+        let options = gantry_spec::PodOptions { cpu_pods: k.cpu_pods, shared_milli: k.shared_milli };
+        let imported = gantry_spec::import_kubernetes_pods(&read(path)?, catalog, &options)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        print!("{}", imported.jsonl);
+        let skipped: u64 = imported.skipped.values().sum();
+        eprintln!("imported {} job(s) from {}; left out {skipped} pod(s)", imported.jobs, path.display());
+        for (why, n) in &imported.skipped {
+            eprintln!("  {n} × {why}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
