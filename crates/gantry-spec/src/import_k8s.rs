@@ -78,7 +78,7 @@ fn count(at: &str, q: &str) -> Result<u32, SpecError> {
 /// The catalog model of a GFD product label: `NVIDIA-A100-SXM4-80GB`,
 /// `NVIDIA-A100-SXM4-40GB-MIG-1g.5gb` (single strategy), `Tesla-T4-SHARED` (time-slicing with
 /// renamed resources); `map` (from `--map PRODUCT=MODEL`) first.
-fn model_of(product: &str, catalog: &Catalog, map: &BTreeMap<String, String>) -> Option<String> {
+pub(crate) fn model_of(product: &str, catalog: &Catalog, map: &BTreeMap<String, String>) -> Option<String> {
     if let Some(model) = map.get(product) {
         return catalog.lookup(model).map(|id| catalog.model(id).id.clone());
     }

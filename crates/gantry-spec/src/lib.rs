@@ -12,6 +12,7 @@ mod export;
 mod fleet;
 mod fleet_out;
 mod import_k8s;
+mod import_kueue;
 mod quantity;
 mod queues;
 mod trace;
@@ -25,6 +26,7 @@ pub use import_k8s::{
     ImportedFleet, ImportedTrace, PodOptions, import_nodes as import_kubernetes_nodes,
     import_pods as import_kubernetes_pods,
 };
+pub use import_kueue::{ImportedQueues, import_kueue};
 pub use quantity::{MEMORY_MAX, Quantity, memory as parse_memory};
 pub use queues::{
     HALF_LIFE_DEFAULT_S, QUEUE_DEPTH_MAX, QUEUE_WEIGHT_MAX, QUEUES_MAX, STARVATION_DEFAULT_S, parse_queues,

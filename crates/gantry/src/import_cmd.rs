@@ -10,7 +10,9 @@ use std::process::ExitCode;
 pub const EXAMPLES: &str = "Examples:
   kubectl get nodes -o json > nodes.json && gantry import kubernetes --nodes nodes.json > fleet.toml
   kubectl get pods -A -o json > pods.json && gantry import kubernetes --pods pods.json > trace.jsonl
-  gantry sim --fleet fleet.toml --trace trace.jsonl --order fair-share";
+  kubectl get clusterqueues,localqueues,resourceflavors,cohorts -A -o yaml > kueue.yaml
+  gantry import kueue kueue.yaml > queues.toml
+  gantry sim --fleet fleet.toml --trace trace.jsonl --order fair-share --queues queues.toml";
 
 #[derive(Args)]
 pub struct ImportArgs {
@@ -27,6 +29,22 @@ enum From {
     /// priority and times.
     #[command(after_help = EXAMPLES)]
     Kubernetes(KubernetesArgs),
+    /// Kueue's ClusterQueues, Cohorts, LocalQueues and ResourceFlavors (YAML) as a queue file:
+    /// cohorts and cluster queues as the tree, each LocalQueue's namespace a leaf, GPU quotas
+    /// (nominal, borrowing, lending) by the flavor's GPU model; what does not map is listed.
+    #[command(after_help = EXAMPLES)]
+    Kueue(KueueArgs),
+}
+
+#[derive(Args)]
+struct KueueArgs {
+    /// YAML files (several documents each, or `kubectl … -o yaml` Lists).
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// A ResourceFlavor without an nvidia.com/gpu.product node label, as a catalog model:
+    /// `--map a100=A100-SXM4-80GB` (repeatable).
+    #[arg(long = "map", value_name = "FLAVOR=MODEL")]
+    maps: Vec<String>,
 }
 
 #[derive(Args)]
@@ -61,18 +79,41 @@ fn read(path: &PathBuf) -> anyhow::Result<String> {
     std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
-    let From::Kubernetes(k) = args.from;
-    let catalog = gantry_catalog::Catalog::embedded();
-    if let Some(path) = &k.nodes {
-        let mut map = BTreeMap::new();
-        for m in &k.maps {
-            let (product, model) = m.split_once('=').with_context(|| format!("--map {m:?}: write PRODUCT=MODEL"))?;
-            if catalog.lookup(model).is_none() {
-                bail!("--map {m:?}: {model:?} is not a catalog model (`gantry catalog` lists them)");
-            }
-            map.insert(product.to_string(), model.to_string());
+/// `--map NAME=MODEL` pairs, each model checked against the catalog.
+fn maps(maps: &[String], catalog: &gantry_catalog::Catalog) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut map = BTreeMap::new();
+    for m in maps {
+        let (name, model) = m.split_once('=').with_context(|| format!("--map {m:?}: write NAME=MODEL"))?;
+        if catalog.lookup(model).is_none() {
+            bail!("--map {m:?}: {model:?} is not a catalog model (`gantry catalog` lists them)");
         }
+        map.insert(name.to_string(), model.to_string());
+    }
+    Ok(map)
+}
+
+pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    let catalog = gantry_catalog::Catalog::embedded();
+    let k = match args.from {
+        From::Kubernetes(k) => k,
+        From::Kueue(q) => {
+            let mut yaml = String::new();
+            for path in &q.files {
+                yaml.push_str(&read(path)?);
+                yaml.push_str("\n---\n");
+            }
+            let imported = gantry_spec::import_kueue(&yaml, catalog, &maps(&q.maps, catalog)?)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            print!("{}", imported.toml);
+            eprintln!("imported {} queue(s)", imported.queues);
+            for line in &imported.unmapped {
+                eprintln!("not mapped: {line}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
+    if let Some(path) = &k.nodes {
+        let map = maps(&k.maps, catalog)?;
         let imported = gantry_spec::import_kubernetes_nodes(&read(path)?, catalog, &map)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         print!("{}", imported.toml);

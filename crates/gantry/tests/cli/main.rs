@@ -1811,4 +1811,14 @@ fn a_kubernetes_cluster_imports_and_replays() {
     assert!(stderr(&out).contains("--map NVIDIA-Custom-X=MODEL"), "{}", stderr(&out));
     let out = gantry(&["import", "kubernetes", "--nodes", &odd, "--map", "NVIDIA-Custom-X=T4"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // Kueue's queues as a queue file the replay takes; its quotas hold the imported jobs.
+    let out = gantry(&["import", "kueue", &format!("{fixtures}/kueue.yaml")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not mapped: ClusterQueue prod: lendingLimit 2"), "{}", stderr(&out));
+    let queues = write_fixture(&dir, "queues.toml", &stdout(&out));
+    let out = gantry(&["sim", "--fleet", &fleet, "--trace", &trace, "--order", "fair-share", "--queues", &queues]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("waiting, by why (share of job-time): quota"), "{}", stdout(&out));
+    let out = gantry(&["import", "kueue", &odd]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
