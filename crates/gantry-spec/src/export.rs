@@ -119,6 +119,97 @@ pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
     (out, warnings)
 }
 
+/// The Slurm side of a planned fleet: `slurm.conf` lines (`GresTypes`, `AccountingStorageTRES`,
+/// one `NodeName` per node with its CPUs, memory and `Gres=`) and `gres.conf`. MIG instances
+/// are typed by profile (`gpu:1g.10gb:7`), as slurmd's `AutoDetect=nvml` names them, and a
+/// node with MIG GPUs is autodetected (MIG devices cannot be listed by hand portably); whole
+/// GPUs are typed by model (`gpu:a100-sxm4-80gb:4`); time-sliced GPUs become `shard`s
+/// (replicas per GPU) and MPS GPUs `mps` (100 per GPU, Slurm's convention).
+pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
+    let mut nodes = String::new();
+    let mut gres = String::from(
+        "# gres.conf written by gantry plan (one file for every node; Slurm reads the lines of its own node).\n",
+    );
+    let mut tres: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    let mut types: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    for node in &fleet.nodes {
+        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+        let (mut shards, mut mps) = (0u32, 0u32);
+        let mut whole: Vec<u32> = Vec::new();
+        let model = node.gpus.first().map(|g| g.model.to_ascii_lowercase()).unwrap_or_default();
+        for g in &node.gpus {
+            match &g.mode {
+                GpuMode::Whole => whole.push(g.index),
+                GpuMode::Mig { instances } => {
+                    for i in instances {
+                        *counts.entry(i.profile.clone()).or_default() += 1;
+                    }
+                }
+                GpuMode::TimeSlice { replicas, .. } => {
+                    whole.push(g.index);
+                    shards += replicas;
+                }
+                GpuMode::Mps { .. } => {
+                    whole.push(g.index);
+                    mps += 100;
+                }
+            }
+        }
+        let mut parts: Vec<String> = Vec::new();
+        if !whole.is_empty() {
+            parts.push(format!("gpu:{model}:{}", whole.len()));
+            tres.insert(format!("gres/gpu:{model}"));
+        }
+        for (profile, n) in &counts {
+            parts.push(format!("gpu:{profile}:{n}"));
+            tres.insert(format!("gres/gpu:{profile}"));
+        }
+        if shards > 0 {
+            parts.push(format!("shard:{shards}"));
+            types.insert("shard");
+        }
+        if mps > 0 {
+            parts.push(format!("mps:{mps}"));
+            types.insert("mps");
+        }
+        if !parts.is_empty() {
+            types.insert("gpu");
+        }
+        let gres_field = if parts.is_empty() { String::new() } else { format!(" Gres={}", parts.join(",")) };
+        let _ = writeln!(
+            nodes,
+            "NodeName={} CPUs={} RealMemory={}{gres_field}",
+            node.name,
+            (node.cpu.0 / 1000).max(1),
+            node.memory.0 >> 20
+        );
+        if node.gpus.is_empty() {
+            continue;
+        }
+        if !counts.is_empty() {
+            let _ = writeln!(gres, "NodeName={} AutoDetect=nvml", node.name);
+        } else {
+            let files = whole.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            let _ = writeln!(gres, "NodeName={} Name=gpu Type={model} File=/dev/nvidia[{files}]", node.name);
+        }
+        if shards > 0 {
+            let _ = writeln!(gres, "NodeName={} Name=shard Count={shards}", node.name);
+        }
+        if mps > 0 {
+            let _ = writeln!(gres, "NodeName={} Name=mps Count={mps}", node.name);
+        }
+    }
+    let mut conf = String::from("# slurm.conf lines written by gantry plan: merge them into your slurm.conf.\n");
+    if !types.is_empty() {
+        let _ = writeln!(conf, "GresTypes={}", types.into_iter().collect::<Vec<_>>().join(","));
+    }
+    if !tres.is_empty() {
+        let _ = writeln!(conf, "AccountingStorageTRES=gres/gpu,{}", tres.into_iter().collect::<Vec<_>>().join(","));
+    }
+    conf.push_str(&nodes);
+    (conf, gres)
+}
+
 /// `kubectl label` commands selecting each node's configs.
 pub fn node_labels(fleet: &Fleet) -> String {
     let mut out = String::new();
@@ -183,6 +274,18 @@ mod tests {
         assert!(
             warnings.iter().any(|w| w.contains("a100-mixed") && w.contains("both time-sliced and MPS")),
             "{warnings:?}"
+        );
+        let (conf, gres) = slurm_conf(&fleet);
+        assert!(conf.contains("GresTypes=gpu,mps,shard"), "{conf}");
+        assert!(conf.contains("NodeName=a100-mixed CPUs="), "{conf}");
+        assert!(
+            conf.contains("gpu:a100-sxm4-80gb:6,gpu:1g.10gb:8,gpu:2g.20gb:1,gpu:3g.40gb:1,shard:8,mps:100"),
+            "{conf}"
+        );
+        assert!(gres.contains("NodeName=a100-mixed AutoDetect=nvml"), "{gres}");
+        assert!(
+            gres.contains("NodeName=h100-0 Name=gpu Type=h100-sxm5-80gb File=/dev/nvidia[0,1,2,3,4,5,6,7]"),
+            "{gres}"
         );
         let labels = node_labels(&fleet);
         assert!(labels.contains("kubectl label node a100-mixed nvidia.com/mig.config=gantry-a100-mixed nvidia.com/device-plugin.config=gantry-a100-mixed --overwrite"), "{labels}");

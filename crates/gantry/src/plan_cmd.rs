@@ -35,8 +35,9 @@ pub struct PlanArgs {
     /// With --trace: each shape's mean concurrency over the trace, or its peak.
     #[arg(long, value_parser = ["mean", "peak"], requires = "trace")]
     demand: Option<String>,
-    /// Write the plan here: fleet.toml (the planned fleet), mig-parted.yaml,
-    /// device-plugin.yaml (a ConfigMap) and node-labels.sh.
+    /// Write the plan here: fleet.toml (the planned fleet); for Kubernetes mig-parted.yaml,
+    /// device-plugin.yaml (a ConfigMap) and node-labels.sh; for Slurm slurm-nodes.conf
+    /// (GresTypes and NodeName lines) and gres.conf.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print the plan as JSON.
@@ -118,8 +119,11 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let (plugin, warnings) = gantry_spec::device_plugin_yaml(&plan.fleet);
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let (slurm_nodes, gres) = gantry_spec::slurm_conf(&plan.fleet);
         let files = [
             ("fleet.toml", gantry_spec::fleet_to_toml(&plan.fleet)),
+            ("slurm-nodes.conf", slurm_nodes),
+            ("gres.conf", gres),
             ("mig-parted.yaml", gantry_spec::mig_parted_yaml(&plan.fleet)),
             ("device-plugin.yaml", plugin.clone()),
             (
@@ -180,7 +184,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(dir) = &args.out {
         println!(
-            "wrote {0}/fleet.toml, {0}/mig-parted.yaml, {0}/device-plugin.yaml, {0}/node-labels.sh",
+            "wrote {0}/fleet.toml, {0}/mig-parted.yaml, {0}/device-plugin.yaml, {0}/node-labels.sh, {0}/slurm-nodes.conf, {0}/gres.conf",
             dir.display()
         );
     }

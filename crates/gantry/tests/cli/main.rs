@@ -1376,6 +1376,11 @@ fn plan_partitions_a_fleet_for_a_mix_and_exports_it() {
     assert!(plugin.contains("timeSlicing") && plugin.contains("replicas: 16"), "{plugin}");
     let labels = std::fs::read_to_string(out.join("node-labels.sh")).expect("labels");
     assert!(labels.contains("nvidia.com/device-plugin.config=gantry-a100-4"), "{labels}");
+    // The same plan for Slurm: NodeName lines with MIG types as AutoDetect=nvml names them.
+    let slurm = std::fs::read_to_string(out.join("slurm-nodes.conf")).expect("slurm");
+    assert!(slurm.contains("GresTypes=gpu") && slurm.contains("gpu:2g.20gb:"), "{slurm}");
+    let gres = std::fs::read_to_string(out.join("gres.conf")).expect("gres");
+    assert!(gres.contains("AutoDetect=nvml"), "{gres}");
     // A MIG profile no GPU of the fleet has: a clear error, nothing written.
     let l4 = dir.join("l4.toml");
     std::fs::write(
