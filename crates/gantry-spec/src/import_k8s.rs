@@ -186,7 +186,7 @@ fn node_toml(
 /// The node's advertised MIG instances (profile → count) laid onto `gpus` GPUs: first fit,
 /// largest profiles first, each GPU's set checked with the catalog's placement rules (the
 /// device plugin counts instances per node, not per GPU). Also what fit nowhere.
-fn distribute(
+pub(crate) fn distribute(
     catalog: &Catalog,
     model: &str,
     wanted: &BTreeMap<String, u32>,
@@ -456,7 +456,7 @@ fn run_times(pod: &Value) -> (Option<i64>, Option<i64>) {
 }
 
 /// `2026-11-02T10:04:05Z` (Kubernetes' timestamps: UTC, seconds) → Unix seconds.
-fn rfc3339_s(text: &str) -> Option<i64> {
+pub(crate) fn rfc3339_s(text: &str) -> Option<i64> {
     let (date, time) = text.strip_suffix('Z')?.split_once('T')?;
     let mut d = date.split('-').map(|p| p.parse::<i64>());
     let (y, m, day) = (d.next()?.ok()?, d.next()?.ok()?, d.next()?.ok()?);

@@ -12,7 +12,10 @@ pub const EXAMPLES: &str = "Examples:
   kubectl get pods -A -o json > pods.json && gantry import kubernetes --pods pods.json > trace.jsonl
   kubectl get clusterqueues,localqueues,resourceflavors,cohorts -A -o yaml > kueue.yaml
   gantry import kueue kueue.yaml > queues.toml
-  gantry sim --fleet fleet.toml --trace trace.jsonl --order fair-share --queues queues.toml";
+  gantry sim --fleet fleet.toml --trace trace.jsonl --order fair-share --queues queues.toml
+  gantry import slurm --conf /etc/slurm/slurm.conf --map a100=A100-SXM4-80GB --queues-out queues.toml > fleet.toml
+  sacct --parsable2 --allocations --starttime now-30days --format=JobID,User,Account,Partition,Submit,Start,End,Timelimit,State,ReqTRES,AllocTRES,NNodes,Priority,QOS,ExitCode > sacct.txt
+  gantry import sacct sacct.txt --map a100=A100-SXM4-80GB > trace.jsonl";
 
 #[derive(Args)]
 pub struct ImportArgs {
@@ -34,6 +37,41 @@ enum From {
     /// (nominal, borrowing, lending) by the flavor's GPU model; what does not map is listed.
     #[command(after_help = EXAMPLES)]
     Kueue(KueueArgs),
+    /// A Slurm cluster's slurm.conf as a fleet file (NodeName lines, hostlists, Gres with GPU
+    /// types, MIG types by profile, Features and Weight as labels), its partitions as queues.
+    #[command(after_help = EXAMPLES)]
+    Slurm(SlurmArgs),
+    /// Slurm's accounting history (`sacct --parsable2 --allocations --format=…`, the fields in
+    /// docs/formats.md) as a native trace; rows that cannot be replayed are counted by reason.
+    #[command(after_help = EXAMPLES)]
+    Sacct(SacctArgs),
+}
+
+#[derive(Args)]
+struct SlurmArgs {
+    /// The cluster's slurm.conf.
+    #[arg(long, value_name = "FILE")]
+    conf: PathBuf,
+    /// A gres type as a catalog model (`--map a100=A100-SXM4-80GB`; `gpu=MODEL` for untyped
+    /// Gres=gpu:N), repeatable.
+    #[arg(long = "map", value_name = "TYPE=MODEL")]
+    maps: Vec<String>,
+    /// Also write the partitions as a queue file here.
+    #[arg(long, value_name = "FILE")]
+    queues_out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct SacctArgs {
+    /// sacct's output (--parsable2, with a header line).
+    file: PathBuf,
+    /// A gres type as a catalog model, repeatable.
+    #[arg(long = "map", value_name = "TYPE=MODEL")]
+    maps: Vec<String>,
+    /// What a job's queue is: its partition (the queues `gantry import slurm` writes) or its
+    /// account (Slurm's fair-share tree).
+    #[arg(long, value_parser = ["partition", "account"], default_value = "partition")]
+    queue_from: String,
 }
 
 #[derive(Args)]
@@ -96,6 +134,36 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
     let catalog = gantry_catalog::Catalog::embedded();
     let k = match args.from {
         From::Kubernetes(k) => k,
+        From::Slurm(a) => {
+            let imported = gantry_spec::import_slurm_conf(&read(&a.conf)?, catalog, &maps(&a.maps, catalog)?)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", a.conf.display()))?;
+            print!("{}", imported.fleet);
+            eprintln!("imported {} node(s) from {}", imported.nodes, a.conf.display());
+            if let Some(path) = &a.queues_out {
+                std::fs::write(path, &imported.queues).with_context(|| format!("cannot write {}", path.display()))?;
+                eprintln!("wrote the partitions as queues to {}", path.display());
+            }
+            for note in &imported.notes {
+                eprintln!("note: {note}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        From::Sacct(a) => {
+            let from = if a.queue_from == "account" {
+                gantry_spec::QueueFrom::Account
+            } else {
+                gantry_spec::QueueFrom::Partition
+            };
+            let imported = gantry_spec::import_sacct(&read(&a.file)?, catalog, &maps(&a.maps, catalog)?, from)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+            print!("{}", imported.jsonl);
+            let skipped: u64 = imported.skipped.values().sum();
+            eprintln!("imported {} job(s) from {}; left out {skipped} row(s)", imported.jobs, a.file.display());
+            for (why, n) in &imported.skipped {
+                eprintln!("  {n} × {why}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         From::Kueue(q) => {
             let mut yaml = String::new();
             for path in &q.files {

@@ -1827,3 +1827,32 @@ fn a_kubernetes_cluster_imports_and_replays() {
     let out = gantry(&["import", "kueue", &odd]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// A Slurm cluster (slurm.conf) and its history (sacct) come in as a fleet, queues and a trace
+/// that `gantry sim` replays; an ambiguous GPU type is named with the --map that settles it.
+#[test]
+fn a_slurm_cluster_and_its_sacct_history_import_and_replay() {
+    let dir = temp_dir("import-slurm");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../gantry-spec/fixtures/slurm");
+    let conf = format!("{fixtures}/slurm.conf");
+    let out = gantry(&["import", "slurm", "--conf", &conf]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--map a100=A100-"), "{}", stderr(&out));
+    let queues = dir.join("queues.toml");
+    let q = queues.to_str().expect("utf-8");
+    let out = gantry(&["import", "slurm", "--conf", &conf, "--map", "a100=A100-SXM4-80GB", "--queues-out", q]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let fleet = write_fixture(&dir, "fleet.toml", &stdout(&out));
+    let out = gantry(&["import", "sacct", &format!("{fixtures}/sacct.txt"), "--map", "a100=A100-SXM4-80GB"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("imported 6 job(s)") && stderr(&out).contains("1 × cancelled while pending"),
+        "{}",
+        stderr(&out)
+    );
+    let trace = write_fixture(&dir, "trace.jsonl", &stdout(&out));
+    let out = gantry(&["sim", "--fleet", &fleet, "--trace", &trace, "--order", "fair-share", "--queues", q, "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(runs[0]["started"], 6, "{runs}");
+}
