@@ -19,6 +19,7 @@ pub struct TestPostgres {
     child: Child,
     dir: PathBuf,
     port: u16,
+    bin: PathBuf,
 }
 
 /// Where `initdb`, `postgres` and `pg_isready` are.
@@ -93,19 +94,45 @@ impl TestPostgres {
             return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
         }
         let port = free_port()?;
-        let child = as_server_user(&bin.join("postgres"))
+        let child = Self::spawn(&bin, &dir, port)?;
+        let server = TestPostgres { child, dir, port, bin };
+        server.wait_ready()?;
+        Ok(server)
+    }
+
+    fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<Child, String> {
+        as_server_user(&bin.join("postgres"))
             .arg("-D")
-            .arg(&data)
+            .arg(dir.join("data"))
             .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .arg("-k")
-            .arg(&dir)
+            .arg(dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("postgres: {e}"))?;
-        let server = TestPostgres { child, dir, port };
-        server.wait_ready()?;
-        Ok(server)
+            .map_err(|e| format!("postgres: {e}"))
+    }
+
+    /// Stop the server (fast shutdown: every connection ends) and start it again on the same
+    /// data and port: what a database failover or restart looks like to its clients.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.child = Self::spawn(&self.bin, &self.dir, self.port)?;
+        self.wait_ready()
+    }
+
+    fn stop(&mut self) {
+        // SIGINT: PostgreSQL's fast shutdown (disconnect clients, stop at once).
+        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn wait_ready(&self) -> Result<(), String> {
@@ -142,17 +169,7 @@ impl TestPostgres {
 
 impl Drop for TestPostgres {
     fn drop(&mut self) {
-        // SIGINT: PostgreSQL's fast shutdown (disconnect clients, stop at once).
-        let _ = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if matches!(self.child.try_wait(), Ok(Some(_))) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
