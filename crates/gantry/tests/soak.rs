@@ -43,7 +43,7 @@ struct Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill").args(["-CONT", &self.child.id().to_string()]).stderr(Stdio::null()).status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -182,7 +182,7 @@ impl Soak {
 
     fn signal(&self, which: &Option<Proc>, signal: &str) {
         if let Some(p) = which {
-            let _ = Command::new("kill").args([signal, &p.child.id().to_string()]).status();
+            let _ = Command::new("kill").args([signal, &p.child.id().to_string()]).stderr(Stdio::null()).status();
         }
     }
 }
