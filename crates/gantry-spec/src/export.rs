@@ -275,6 +275,15 @@ mod tests {
             warnings.iter().any(|w| w.contains("a100-mixed") && w.contains("both time-sliced and MPS")),
             "{warnings:?}"
         );
+        // Every YAML export reads back with a YAML parser, the ConfigMap's embedded configs too.
+        let parsed: serde_json::Value = serde_saphyr::from_str(&mig).expect("mig-parted YAML parses");
+        assert!(parsed["mig-configs"]["gantry-a100-mixed"].is_array(), "{parsed}");
+        let config_map: serde_json::Value = serde_saphyr::from_str(&plugin).expect("ConfigMap YAML parses");
+        for (node, config) in config_map["data"].as_object().expect("data") {
+            let inner: serde_json::Value =
+                serde_saphyr::from_str(config.as_str().expect("text")).unwrap_or_else(|e| panic!("{node}: {e}"));
+            assert_eq!(inner["version"], "v1", "{node}: {inner}");
+        }
         let (conf, gres) = slurm_conf(&fleet);
         assert!(conf.contains("GresTypes=gpu,mps,shard"), "{conf}");
         assert!(conf.contains("NodeName=a100-mixed CPUs="), "{conf}");
