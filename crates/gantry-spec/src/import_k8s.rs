@@ -94,7 +94,8 @@ pub(crate) fn model_of(product: &str, catalog: &Catalog, map: &BTreeMap<String, 
     candidates.iter().find_map(|c| catalog.lookup(c)).map(|id| catalog.model(id).id.clone())
 }
 
-fn quote(s: &str) -> String {
+/// A string as a TOML (and JSON) basic string literal, escapes and all.
+pub(crate) fn quote(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
 }
 

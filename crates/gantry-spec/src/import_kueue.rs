@@ -12,6 +12,7 @@
 //! and are listed.
 
 use crate::error::SpecError;
+use crate::import_k8s::quote;
 use gantry_catalog::Catalog;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -54,10 +55,6 @@ fn amount(v: &Value) -> Option<f64> {
         },
         _ => None,
     }
-}
-
-fn quote(s: &str) -> String {
-    serde_json::to_string(s).expect("a string serializes")
 }
 
 /// Kueue objects → a queue file. `map`: ResourceFlavor name → catalog model, for flavors

@@ -9,6 +9,7 @@
 //! naming the flag). `PartitionName` lines become queues.
 
 use crate::error::SpecError;
+use crate::import_k8s::quote;
 use gantry_catalog::Catalog;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -29,7 +30,7 @@ const HOSTLIST_MAX: usize = 100_000;
 /// zero padding of a range's first number is kept). Commas outside brackets separate names.
 pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
-    for part in split_outside_brackets(list) {
+    for part in split_outside(list, '[', ']') {
         let mut expanded = vec![String::new()];
         let mut rest = part.as_str();
         while !rest.is_empty() {
@@ -61,17 +62,18 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
     Ok(names)
 }
 
-fn split_outside_brackets(list: &str) -> Vec<String> {
+/// `list` split at commas that are not inside `open`…`close` (`gpu[01-02],login`;
+/// `gpu:a100:8(S:0-1),shard:16`).
+fn split_outside(list: &str, open: char, close: char) -> Vec<String> {
     let (mut parts, mut current, mut depth) = (Vec::new(), String::new(), 0);
     for c in list.chars() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(std::mem::take(&mut current));
-                continue;
-            }
-            _ => {}
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+        } else if c == ',' && depth == 0 {
+            parts.push(std::mem::take(&mut current));
+            continue;
         }
         current.push(c);
     }
@@ -133,7 +135,7 @@ fn config_lines(text: &str) -> Vec<(usize, Vec<(String, String)>)> {
 /// One `Gres=` entry: (type, count) for `gpu`; other names are reported.
 fn gres_gpus(gres: &str) -> (Vec<(Option<String>, u32)>, Vec<String>) {
     let (mut gpus, mut other) = (Vec::new(), Vec::new());
-    for entry in split_outside_parens(gres) {
+    for entry in split_outside(gres, '(', ')') {
         let entry = entry.split('(').next().unwrap_or_default();
         let parts: Vec<&str> = entry.split(':').collect();
         match parts.as_slice() {
@@ -143,24 +145,6 @@ fn gres_gpus(gres: &str) -> (Vec<(Option<String>, u32)>, Vec<String>) {
         }
     }
     (gpus, other)
-}
-
-fn split_outside_parens(text: &str) -> Vec<String> {
-    let (mut parts, mut current, mut depth) = (Vec::new(), String::new(), 0);
-    for c in text.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(std::mem::take(&mut current));
-                continue;
-            }
-            _ => {}
-        }
-        current.push(c);
-    }
-    parts.push(current);
-    parts.into_iter().filter(|p| !p.is_empty()).collect()
 }
 
 /// A gres type as a catalog model: `--map` first, then the catalog's names, else an error
@@ -184,10 +168,6 @@ fn model_for(ty: &str, catalog: &Catalog, map: &BTreeMap<String, String>, at: &s
         some => format!("which one? --map {ty}={} (or {})", some[0], some[1..].join(", ")),
     };
     Err(SpecError::new(at, format!("GPU type {ty:?} is not a catalog model")).hint(hint))
-}
-
-fn quote(s: &str) -> String {
-    serde_json::to_string(s).expect("a string serializes")
 }
 
 /// `slurm.conf` → a fleet file and a queue file. `map`: gres type → catalog model.
