@@ -31,10 +31,20 @@ pub struct SimArgs {
     pods: Vec<PathBuf>,
     /// Native trace: JSON lines of job specs with arrival_s, duration_s (docs/formats.md);
     /// replayed in time on --fleet.
-    #[arg(long, value_name = "FILE", required_unless_present = "nodes")]
+    #[arg(long, value_name = "FILE", required_unless_present_any = ["nodes", "sacct"])]
     trace: Option<PathBuf>,
-    /// Fleet file (TOML, docs/formats.md) for --trace; default: the bundled demo fleet.
-    #[arg(long, value_name = "FILE", requires = "trace")]
+    /// Slurm's accounting history (`sacct --parsable2 --allocations --format=…`, the fields
+    /// in docs/formats.md), imported as `gantry import sacct` would and replayed in time on
+    /// --fleet (`gantry import slurm` makes one from slurm.conf). --map TYPE=MODEL for its
+    /// GPU types.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["trace", "nodes"])]
+    sacct: Option<PathBuf>,
+    /// With --sacct: a gres type as a catalog model (`a100=A100-SXM4-80GB`), repeatable.
+    #[arg(long = "map", value_name = "TYPE=MODEL", requires = "sacct")]
+    maps: Vec<String>,
+    /// Fleet file (TOML, docs/formats.md) for --trace or --sacct; default: the bundled demo
+    /// fleet.
+    #[arg(long, value_name = "FILE")]
     fleet: Option<PathBuf>,
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "default", value_parser = parse_policy)]
@@ -208,6 +218,12 @@ fn read_decisions(path: &PathBuf) -> anyhow::Result<Vec<(String, Option<String>)
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
+    if args.fleet.is_some() && args.trace.is_none() && args.sacct.is_none() {
+        bail!("--fleet is the fleet a --trace or --sacct replays on (Alibaba pod lists bring their --nodes)");
+    }
+    if let Some(sacct) = &args.sacct {
+        return sacct_replay(&args, sacct);
+    }
     if let Some(trace) = &args.trace {
         if args.protocol.as_deref() == Some("fgd") {
             bail!(
@@ -491,6 +507,38 @@ fn time_replay(
         traces.push((name.clone(), runs));
     }
     finish_replay(args, &traces)
+}
+
+/// `--sacct FILE`: Slurm's history imported into a native trace (a temporary file, removed
+/// after) and replayed in time, as `--trace` replays one.
+fn sacct_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitCode> {
+    if args.protocol.as_deref() == Some("fgd") {
+        bail!("--protocol fgd replays Alibaba pod lists; --sacct replays in time (--protocol time-replay)");
+    }
+    only_protocol_a_flags(args, false)?;
+    let catalog = gantry_catalog::Catalog::embedded();
+    let mut map = std::collections::BTreeMap::new();
+    for m in &args.maps {
+        let (ty, model) = m.split_once('=').with_context(|| format!("--map {m:?}: write TYPE=MODEL"))?;
+        if catalog.lookup(model).is_none() {
+            bail!("--map {m:?}: {model:?} is not a catalog model (`gantry catalog` lists them)");
+        }
+        map.insert(ty.to_string(), model.to_string());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let imported = gantry_spec::import_sacct(&text, catalog, &map, gantry_spec::QueueFrom::Partition)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    for (why, n) in &imported.skipped {
+        eprintln!("left out of {}: {n} × {why}", path.display());
+    }
+    let stem = path.file_stem().map_or_else(|| "sacct".into(), |s| s.to_string_lossy().into_owned());
+    let dir = std::env::temp_dir().join(format!("gantry-sacct-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let trace = dir.join(format!("{stem}.jsonl"));
+    std::fs::write(&trace, &imported.jsonl).with_context(|| format!("cannot write {}", trace.display()))?;
+    let result = native_replay(args, &trace);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// `--trace FILE [--fleet FILE]`: a native trace replayed in time.

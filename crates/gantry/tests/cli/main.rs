@@ -1855,4 +1855,11 @@ fn a_slurm_cluster_and_its_sacct_history_import_and_replay() {
     assert!(out.status.success(), "{}", stderr(&out));
     let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
     assert_eq!(runs[0]["started"], 6, "{runs}");
+    // Or straight from sacct's output.
+    let sacct = format!("{fixtures}/sacct.txt");
+    let out = gantry(&["sim", "--sacct", &sacct, "--fleet", &fleet, "--map", "a100=A100-SXM4-80GB", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!((runs[0]["started"].as_u64(), runs[0]["trace"].as_str()), (Some(6), Some("sacct")), "{runs}");
+    assert!(stderr(&out).contains("1 × cancelled while pending"), "{}", stderr(&out));
 }
