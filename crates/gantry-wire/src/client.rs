@@ -38,6 +38,13 @@ pub enum ClientError {
     /// Sending or reading failed midway.
     #[error("{0}")]
     Io(String),
+    /// The controller closed the connection while the body was still being sent: what it does
+    /// with a body over its size limit (it answers 413 and stops reading, and the answer can be
+    /// lost on the way). Not a reason to try another controller.
+    #[error(
+        "{server} closed the connection before the request was sent whole ({detail}): a request body over the controller's limit ([admission] body_bytes, 1 MiB by default) is refused that way"
+    )]
+    BodyRefused { server: String, detail: String },
 }
 
 /// Largest response read (a job list of a big queue is a few MiB).
@@ -229,9 +236,19 @@ impl Client {
             None if method == "GET" || method == "DELETE" => builder.body(()).map(|r| self.agent.run(r)),
             None => builder.body(String::new()).map(|r| self.agent.run(r)),
         };
-        let mut response = sent
-            .map_err(|e| ClientError::Address(format!("request {method} {path}: {e}")))?
-            .map_err(|e| self.explain(server, e))?;
+        let mut response =
+            sent.map_err(|e| ClientError::Address(format!("request {method} {path}: {e}")))?.map_err(|e| match e {
+                ureq::Error::Io(io)
+                    if body.is_some_and(|b| !b.is_empty())
+                        && matches!(
+                            io.kind(),
+                            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                        ) =>
+                {
+                    ClientError::BodyRefused { server: server.to_string(), detail: io.to_string() }
+                }
+                e => self.explain(server, e),
+            })?;
         let status = response.status().as_u16();
         if status == 503 && response.headers().contains_key(STANDBY_HEADER) {
             return Err(ClientError::Standby { server: server.to_string() });
