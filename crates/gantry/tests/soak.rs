@@ -20,22 +20,6 @@ fn gantry() -> Command {
     Command::new(env!("CARGO_BIN_EXE_gantry"))
 }
 
-/// A small seeded generator (splitmix64): the same seed, the same faults and workload.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
 /// A child process killed when dropped, its stderr appended to a log the checks read.
 struct Proc {
     child: Child,
@@ -223,7 +207,7 @@ struct Tally {
 fn a_seeded_soak_of_faults_loses_and_doubles_nothing() {
     let seed: u64 = std::env::var("GANTRY_SOAK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(11);
     let faults: u32 = std::env::var("GANTRY_SOAK_FAULTS").ok().and_then(|s| s.parse().ok()).unwrap_or(6);
-    let mut rng = Rng(seed);
+    let mut rng = gantry_engine::rng::SeededRng::new(seed);
     let mut pg = gantry_store::test_postgres::TestPostgres::start("soak").expect("a private PostgreSQL");
     let store = pg.create_database("gantry").expect("a database");
     let dir = std::env::temp_dir().join(format!("gantry-soak-{}", std::process::id()));
