@@ -1,12 +1,17 @@
-//! Slurm in: `slurm.conf` (and `gres.conf`) as a fleet file and a queue file, and `sacct`'s
-//! history as a native trace, so a Slurm site can replay its own cluster and last month.
+//! Slurm in: `slurm.conf` (and `gres.conf`) as a fleet file and a queue file, so a Slurm site
+//! can replay its own cluster (its history: `import_sacct.rs`).
 //!
 //! `slurm.conf`: `NodeName` lines (hostlists like `gpu[01-16]`, `NodeName=DEFAULT`), `CPUs`,
 //! `RealMemory` (MiB), `Gres=gpu[:type]:count` (a type that is a MIG profile, `1g.10gb`, is
 //! a MIG instance, laid onto the node's MIG GPUs by the catalog's rules), `Features` and
 //! `Weight` (kept as labels); the GPU model of a gres type from the catalog, or `--map
 //! TYPE=MODEL` (a type the catalog does not know, or an ambiguous one like `a100`, is an error
-//! naming the flag). `PartitionName` lines become queues.
+//! naming the flag). `PartitionName` lines become queues. `gres.conf` types what slurm.conf
+//! leaves untyped (`Gres=gpu:4` with `Name=gpu Type=a100 File=/dev/nvidia[0-3]`).
+//!
+//! A line that is not valid Slurm (a word that is not `Key=Value`, a count that is not a
+//! number, a broken hostlist, an over-long line) is an error naming `file:line`; with
+//! `lenient` the line is skipped and counted instead. Nothing is written unless all was read.
 
 use crate::error::SpecError;
 use crate::import_k8s::quote;
@@ -21,7 +26,25 @@ pub struct ImportedSlurm {
     pub queues: String,
     pub nodes: usize,
     pub notes: Vec<String>,
+    /// Lines skipped under `lenient`, each with its `file:line` and why.
+    pub skipped: Vec<String>,
 }
+
+/// Where Slurm input comes from and how it is read: the file's name (for `file:line` in
+/// errors), the catalog, `--map` (gres type → catalog model), and whether a line that is not
+/// valid is skipped and counted (`--lenient`) rather than refused.
+#[derive(Debug)]
+pub struct SlurmSource<'a> {
+    pub name: String,
+    pub catalog: &'a Catalog,
+    pub map: &'a BTreeMap<String, String>,
+    pub lenient: bool,
+}
+
+/// Longest logical slurm.conf or gres.conf line read (continuations joined). A NodeName line
+/// with a long hostlist and many features stays within a few KiB; a longer one is not a
+/// config line, and refusing it bounds what one line can hold.
+pub const SLURM_CONF_LINE_BYTES_MAX: usize = 64 << 10;
 
 /// Most nodes one hostlist may expand to.
 const HOSTLIST_MAX: usize = 100_000;
@@ -103,9 +126,17 @@ fn range_values(spec: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// A config line's `key=value` pairs, as written.
+type Pairs = Vec<(String, String)>;
+
+/// GPUs as (gres type, if any; count).
+type GpuCounts = Vec<(Option<String>, u32)>;
+
 /// The logical lines of a Slurm config: comments dropped, `\` continuations joined, each as
-/// (line number, `key=value` pairs as written; keys are matched case-insensitively).
-fn config_lines(text: &str) -> Vec<(usize, Vec<(String, String)>)> {
+/// (line number, `key=value` pairs as written; keys are matched case-insensitively), or why
+/// the line is not one (over-long; a word that is not `key=value`, other than a directive
+/// like `Include path`, which is passed on as a pair with an empty value).
+fn config_lines(text: &str) -> Vec<(usize, Result<Pairs, String>)> {
     let mut out = Vec::new();
     let mut pending = String::new();
     let mut start = 0;
@@ -114,37 +145,114 @@ fn config_lines(text: &str) -> Vec<(usize, Vec<(String, String)>)> {
         if pending.is_empty() {
             start = i + 1;
         }
+        if pending.len() + line.len() > SLURM_CONF_LINE_BYTES_MAX {
+            out.push((start, Err(format!("a line over {SLURM_CONF_LINE_BYTES_MAX} bytes"))));
+            pending.clear();
+            continue;
+        }
         if let Some(cont) = line.strip_suffix('\\') {
             pending.push_str(cont);
             pending.push(' ');
             continue;
         }
         pending.push_str(line);
-        let pairs: Vec<(String, String)> = pending
-            .split_whitespace()
-            .filter_map(|w| w.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
-            .collect();
-        if !pairs.is_empty() {
-            out.push((start, pairs));
+        let words: Vec<&str> = pending.split_whitespace().collect();
+        if let Some(first) = words.first() {
+            out.push((start, line_pairs(first, &words)));
         }
         pending.clear();
     }
     out
 }
 
-/// One `Gres=` entry: (type, count) for `gpu`; other names are reported.
-fn gres_gpus(gres: &str) -> (Vec<(Option<String>, u32)>, Vec<String>) {
+fn line_pairs(first: &str, words: &[&str]) -> Result<Pairs, String> {
+    if !first.contains('=') {
+        // `Include /etc/slurm/nodes.conf` and the like: a directive, not a setting.
+        return Ok(vec![(first.to_string(), String::new())]);
+    }
+    words
+        .iter()
+        .map(|w| {
+            w.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| format!("{w:?} is not Key=Value"))
+        })
+        .collect()
+}
+
+/// GPUs of a gres entry list: (type, count) for `gpu`; other names are returned to report.
+fn gres_gpus(gres: &str) -> Result<(GpuCounts, Vec<String>), String> {
     let (mut gpus, mut other) = (Vec::new(), Vec::new());
     for entry in split_outside(gres, '(', ')') {
         let entry = entry.split('(').next().unwrap_or_default();
         let parts: Vec<&str> = entry.split(':').collect();
+        let number = |n: &str| n.parse::<u32>().map_err(|_| format!("Gres {entry:?}: {n:?} is not a GPU count"));
         match parts.as_slice() {
-            ["gpu", n] => gpus.push((None, n.parse().unwrap_or(0))),
-            ["gpu", t, n] => gpus.push((Some(t.to_string()), n.parse().unwrap_or(0))),
+            ["gpu"] => gpus.push((None, 1)),
+            ["gpu", n] if n.parse::<u32>().is_ok() => gpus.push((None, number(n)?)),
+            ["gpu", t] => gpus.push((Some(t.to_string()), 1)),
+            ["gpu", t, n] => gpus.push((Some(t.to_string()), number(n)?)),
+            ["gpu", ..] => return Err(format!("Gres {entry:?} is not gpu[:type]:count")),
             _ => other.push(entry.to_string()),
         }
     }
-    (gpus, other)
+    Ok((gpus, other))
+}
+
+/// gres.conf's GPUs by node name (`*`: lines without `NodeName`, for every node): (type,
+/// count), the count from `Count=` or the number of `File=` devices. Notes what it cannot use.
+type GresConf = BTreeMap<String, GpuCounts>;
+
+fn read_gres_conf(
+    name: &str,
+    text: &str,
+    lenient: bool,
+    skipped: &mut Vec<String>,
+    notes: &mut Vec<String>,
+) -> Result<GresConf, SpecError> {
+    let mut by_node = GresConf::new();
+    for (line, pairs) in config_lines(text) {
+        let at = format!("{name}:{line}");
+        let parsed = pairs.and_then(|pairs| gres_conf_line(&pairs));
+        match parsed {
+            Ok(Some((nodes, gpu))) => {
+                for node in nodes {
+                    by_node.entry(node).or_default().push(gpu.clone());
+                }
+            }
+            Ok(None) => {}
+            Err(why) if lenient => skipped.push(format!("{at}: {why}")),
+            Err(why) => {
+                return Err(SpecError::new(at, why).hint("fix the line, or --lenient to skip and count lines like it"));
+            }
+        }
+    }
+    if by_node.is_empty() && text.to_ascii_lowercase().contains("autodetect=nvml") {
+        notes.push(format!(
+            "{name}: AutoDetect=nvml: the GPUs' types come from the hardware, so slurm.conf's Gres= types are used"
+        ));
+    }
+    Ok(by_node)
+}
+
+/// One gres.conf line: the nodes it names and its GPU (type, count), or none for a line about
+/// something else (`AutoDetect=`, `Name=shard`) or a GPU whose count the hardware gives.
+#[allow(clippy::type_complexity)]
+fn gres_conf_line(pairs: &[(String, String)]) -> Result<Option<(Vec<String>, (Option<String>, u32))>, String> {
+    let get = |key: &str| pairs.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.as_str());
+    if get("Name") != Some("gpu") {
+        return Ok(None);
+    }
+    let nodes = match get("NodeName") {
+        Some(list) => expand_hostlist(list)?,
+        None => vec!["*".to_string()],
+    };
+    let count = match (get("Count"), get("File").or(get("MultipleFiles"))) {
+        (Some(n), _) => n.parse::<u32>().map_err(|_| format!("Count={n:?} is not a whole number"))?,
+        (None, Some(files)) => expand_hostlist(files)?.len() as u32,
+        (None, None) => return Ok(None),
+    };
+    Ok(Some((nodes, (get("Type").map(str::to_string), count))))
 }
 
 /// A gres type as a catalog model: `--map` first, then the catalog's names, else an error
@@ -170,91 +278,173 @@ fn model_for(ty: &str, catalog: &Catalog, map: &BTreeMap<String, String>, at: &s
     Err(SpecError::new(at, format!("GPU type {ty:?} is not a catalog model")).hint(hint))
 }
 
-/// `slurm.conf` → a fleet file and a queue file. `map`: gres type → catalog model.
+/// `slurm.conf` (and optionally `gres.conf`: its name and text) → a fleet file and a queue file.
 pub fn import_slurm_conf(
     text: &str,
-    catalog: &Catalog,
-    map: &BTreeMap<String, String>,
+    gres: Option<(&str, &str)>,
+    source: &SlurmSource,
 ) -> Result<ImportedSlurm, SpecError> {
     let mut fleet = String::from("# Written by `gantry import slurm` from slurm.conf.\n");
     let mut queues = String::from("# Written by `gantry import slurm` from slurm.conf's partitions.\n");
-    let mut notes = Vec::new();
+    let (mut notes, mut skipped) = (Vec::new(), Vec::new());
+    let gres_conf = match gres {
+        Some((name, text)) => read_gres_conf(name, text, source.lenient, &mut skipped, &mut notes)?,
+        None => GresConf::new(),
+    };
     let mut defaults: BTreeMap<String, String> = BTreeMap::new();
     let mut nodes = 0;
     let mut partitions = 0;
     for (line, pairs) in config_lines(text) {
-        let (key, value) = &pairs[0];
-        let at = format!("slurm.conf:{line}");
-        let lower = |pairs: &[(String, String)]| -> Vec<(String, String)> {
-            pairs.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect()
-        };
-        match key.to_ascii_lowercase().as_str() {
-            "nodename" if value.eq_ignore_ascii_case("DEFAULT") => {
-                defaults.extend(lower(&pairs[1..]));
-            }
-            "nodename" => {
-                let mut fields = defaults.clone();
-                fields.extend(lower(&pairs[1..]));
-                let names = expand_hostlist(value).map_err(|e| SpecError::new(&at, e))?;
-                for name in names {
-                    node_toml(&name, &fields, &at, catalog, map, &mut fleet, &mut notes)?;
-                    nodes += 1;
-                }
-            }
-            "partitionname" if !value.eq_ignore_ascii_case("DEFAULT") => {
-                let _ = write!(queues, "\n[[queue]]\nname = {}\n", quote(value));
-                for (k, v) in &pairs[1..] {
-                    if !matches!(k.to_ascii_lowercase().as_str(), "nodes" | "default" | "state") {
-                        notes.push(format!("{at}: partition {value}: {k}={v} (no gantry queue equivalent)"));
+        let at = format!("{}:{line}", source.name);
+        let result = pairs.map_err(|why| SpecError::new(&at, why)).and_then(|pairs| {
+            let (key, value) = &pairs[0];
+            let lower = |pairs: &[(String, String)]| -> Vec<(String, String)> {
+                pairs.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect()
+            };
+            match key.to_ascii_lowercase().as_str() {
+                "nodename" if value.eq_ignore_ascii_case("DEFAULT") => defaults.extend(lower(&pairs[1..])),
+                "nodename" => {
+                    let mut fields = defaults.clone();
+                    fields.extend(lower(&pairs[1..]));
+                    let names = expand_hostlist(value).map_err(|e| SpecError::new(&at, e))?;
+                    // All of a line's nodes or none: a bad node leaves the fleet as it was.
+                    let (mut text, mut line_notes) = (String::new(), Vec::new());
+                    for name in &names {
+                        let gres = gres_conf.get(name).or_else(|| gres_conf.get("*"));
+                        node_toml(name, &fields, gres, &at, source, &mut text, &mut line_notes)?;
                     }
+                    fleet.push_str(&text);
+                    notes.extend(line_notes);
+                    nodes += names.len();
                 }
-                partitions += 1;
+                "partitionname" if !value.eq_ignore_ascii_case("DEFAULT") => {
+                    let _ = write!(queues, "\n[[queue]]\nname = {}\n", quote(value));
+                    for (k, v) in &pairs[1..] {
+                        if !matches!(k.to_ascii_lowercase().as_str(), "nodes" | "default" | "state") {
+                            notes.push(format!("{at}: partition {value}: {k}={v} (no gantry queue equivalent)"));
+                        }
+                    }
+                    partitions += 1;
+                }
+                "include" => notes.push(format!(
+                    "{at}: Include {value}: not followed (give the included file's NodeName lines in one file)"
+                )),
+                _ => {}
             }
-            _ => {}
+            Ok(())
+        });
+        match result {
+            Ok(()) => {}
+            Err(e) if source.lenient => skipped.push(e.to_string()),
+            Err(e) => {
+                let lenient = "--lenient to skip and count lines like it";
+                let hint = match &e.hint {
+                    Some(hint) => format!("{hint}; or {lenient}"),
+                    None => format!("fix the line, or {lenient}"),
+                };
+                return Err(e.hint(hint));
+            }
         }
     }
     if nodes == 0 {
-        return Err(SpecError::new("slurm.conf", "no NodeName lines").hint("give the cluster's slurm.conf"));
+        return Err(SpecError::new(&source.name, "no NodeName lines").hint("give the cluster's slurm.conf"));
     }
-    crate::parse_fleet(&fleet, catalog)
+    crate::parse_fleet(&fleet, source.catalog)
         .map_err(|e| SpecError::new("", format!("the fleet made from slurm.conf does not read back: {e}")))?;
     if partitions > 0 {
-        crate::parse_queues(&queues, catalog)
+        crate::parse_queues(&queues, source.catalog)
             .map_err(|e| SpecError::new("", format!("the queues made from slurm.conf do not read back: {e}")))?;
     }
-    Ok(ImportedSlurm { fleet, queues: if partitions > 0 { queues } else { String::new() }, nodes, notes })
+    Ok(ImportedSlurm { fleet, queues: if partitions > 0 { queues } else { String::new() }, nodes, notes, skipped })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn node_toml(
+/// A numeric node field (`CPUs`, `RealMemory`, `Weight`), absent as `default`.
+/// `keys` as Slurm spells them; `fields` holds them lower-cased.
+fn node_number(
+    fields: &BTreeMap<String, String>,
+    keys: &[&str],
+    default: u64,
+    name: &str,
+    at: &str,
+) -> Result<u64, SpecError> {
+    match keys.iter().find_map(|k| fields.get(&k.to_ascii_lowercase()).map(|v| (*k, v))) {
+        None => Ok(default),
+        Some((key, v)) => {
+            v.parse().map_err(|_| SpecError::new(at, format!("node {name}: {key}={v:?} is not a whole number")))
+        }
+    }
+}
+
+/// The node's GPUs: slurm.conf's `Gres=`, typed from gres.conf where slurm.conf leaves them
+/// untyped; a disagreement is noted and slurm.conf (what slurmctld schedules) wins.
+fn node_gpus(
     name: &str,
     fields: &BTreeMap<String, String>,
+    gres_conf: Option<&GpuCounts>,
     at: &str,
-    catalog: &Catalog,
-    map: &BTreeMap<String, String>,
-    out: &mut String,
     notes: &mut Vec<String>,
-) -> Result<(), SpecError> {
-    let cpus: u64 = fields.get("cpus").or_else(|| fields.get("procs")).and_then(|c| c.parse().ok()).unwrap_or(1);
-    let memory_mib: u64 = fields.get("realmemory").and_then(|m| m.parse().ok()).unwrap_or(1);
-    let _ = write!(out, "\n[[node]]\nname = {}\ncpu = {cpus}\nmemory = \"{memory_mib}MiB\"\n", quote(name));
-    let mut labels: Vec<String> = Vec::new();
-    for feature in fields.get("features").or_else(|| fields.get("feature")).into_iter().flat_map(|f| f.split(',')) {
-        labels.push(format!("{} = \"true\"", quote(&format!("slurm.feature/{feature}"))));
-    }
-    if let Some(w) = fields.get("weight") {
-        labels.push(format!("\"slurm.weight\" = {}", quote(w)));
-    }
-    if !labels.is_empty() {
-        let _ = writeln!(out, "labels = {{ {} }}", labels.join(", "));
-    }
-    let Some(gres) = fields.get("gres") else { return Ok(()) };
-    let (gpus, other) = gres_gpus(gres);
+) -> Result<GpuCounts, SpecError> {
+    let (mut gpus, other) = match fields.get("gres") {
+        Some(gres) => gres_gpus(gres).map_err(|e| SpecError::new(at, format!("node {name}: {e}")))?,
+        None => (Vec::new(), Vec::new()),
+    };
     for o in other {
         notes.push(format!(
             "{at}: node {name}: gres {o} (not a GPU count gantry maps; shards and MPS follow the GPUs' modes)"
         ));
     }
+    let Some(conf) = gres_conf.filter(|c| !c.is_empty()) else { return Ok(gpus) };
+    let total = |g: &[(Option<String>, u32)]| g.iter().map(|(_, n)| n).sum::<u32>();
+    if gpus.is_empty() {
+        notes.push(format!("{at}: node {name}: gres.conf lists {} GPU(s) but its NodeName line has no Gres=gpu, so Slurm schedules none; left out", total(conf)));
+    } else if gpus.iter().all(|(t, _)| t.is_none()) && conf.iter().all(|(t, _)| t.is_some()) {
+        if total(conf) != total(&gpus) {
+            notes.push(format!(
+                "{at}: node {name}: Gres=gpu:{} but gres.conf lists {}; gres.conf's typed GPUs used",
+                total(&gpus),
+                total(conf)
+            ));
+        }
+        gpus = conf.clone();
+    } else {
+        let (mut a, mut b) = (gpus.clone(), conf.clone());
+        a.sort();
+        b.sort();
+        if a != b && conf.iter().any(|(t, _)| t.is_some()) {
+            notes.push(format!("{at}: node {name}: slurm.conf's Gres= and gres.conf disagree; slurm.conf's used"));
+        }
+    }
+    Ok(gpus)
+}
+
+fn node_toml(
+    name: &str,
+    fields: &BTreeMap<String, String>,
+    gres_conf: Option<&GpuCounts>,
+    at: &str,
+    source: &SlurmSource,
+    out: &mut String,
+    notes: &mut Vec<String>,
+) -> Result<(), SpecError> {
+    let (catalog, map) = (source.catalog, source.map);
+    let cpus = node_number(fields, &["CPUs", "Procs"], 1, name, at)?;
+    let memory_mib = node_number(fields, &["RealMemory"], 1, name, at)?;
+    if cpus == 0 {
+        return Err(SpecError::new(at, format!("node {name}: CPUs=0")));
+    }
+    let _ = write!(out, "\n[[node]]\nname = {}\ncpu = {cpus}\nmemory = \"{}MiB\"\n", quote(name), memory_mib.max(1));
+    let mut labels: Vec<String> = Vec::new();
+    for feature in fields.get("features").or_else(|| fields.get("feature")).into_iter().flat_map(|f| f.split(',')) {
+        labels.push(format!("{} = \"true\"", quote(&format!("slurm.feature/{feature}"))));
+    }
+    if fields.contains_key("weight") {
+        let w = node_number(fields, &["Weight"], 1, name, at)?;
+        labels.push(format!("\"slurm.weight\" = \"{w}\""));
+    }
+    if !labels.is_empty() {
+        let _ = writeln!(out, "labels = {{ {} }}", labels.join(", "));
+    }
+    let gpus = node_gpus(name, fields, gres_conf, at, notes)?;
     let (mut whole, mut mig): (Vec<(String, u32)>, BTreeMap<String, u32>) = (Vec::new(), BTreeMap::new());
     for (ty, n) in gpus {
         match ty {
@@ -329,199 +519,6 @@ fn distribute_minimal(
     (layouts.into_iter().filter(|l| !l.is_empty()).collect(), left)
 }
 
-/// The `sacct` fields the importer reads, in the order `docs/formats.md` gives the command.
-pub const SACCT_FIELDS: &str =
-    "JobID,User,Account,Partition,Submit,Start,End,Timelimit,State,ReqTRES,AllocTRES,NNodes,Priority,QOS,ExitCode";
-
-/// `2026-11-02T10:00:00` (sacct's default format; taken as UTC) → Unix seconds.
-fn sacct_time(text: &str) -> Option<i64> {
-    crate::import_k8s::rfc3339_s(&format!("{text}Z"))
-}
-
-/// `1-02:03:04`, `02:03:04`, `03:04`, `5` (minutes) → seconds; `UNLIMITED` and the like: none.
-fn sacct_duration(text: &str) -> Option<u64> {
-    let (days, rest) = match text.split_once('-') {
-        Some((d, r)) => (d.parse::<u64>().ok()?, r),
-        None => (0, text),
-    };
-    let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
-    let seconds = match parts.as_slice() {
-        [m] => m * 60,
-        [m, s] => m * 60 + s,
-        [h, m, s] => h * 3600 + m * 60 + s,
-        _ => return None,
-    };
-    Some(days * 86_400 + seconds)
-}
-
-/// `billing=8,cpu=8,gres/gpu=2,gres/gpu:a100=2,mem=64G,node=1` as key → value.
-fn tres(text: &str) -> BTreeMap<String, String> {
-    text.split(',').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
-}
-
-/// sacct memory (`64G`, `500M`, `1T`; binary units, as Slurm means them) in MiB.
-fn sacct_mem_mib(text: &str) -> Option<u64> {
-    let (num, unit) = text.split_at(text.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(text.len()));
-    let value: f64 = num.parse().ok()?;
-    let scale = match unit {
-        "" | "M" => 1.0,
-        "K" => 1.0 / 1024.0,
-        "G" => 1024.0,
-        "T" => 1024.0 * 1024.0,
-        _ => return None,
-    };
-    Some((value * scale).ceil() as u64)
-}
-
-/// What the queue of an imported job is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum QueueFrom {
-    Partition,
-    Account,
-}
-
-/// `sacct --parsable2 --allocations --format=…` (the fields of [`SACCT_FIELDS`], any order, a
-/// header line) → a native trace; rows that cannot be replayed are counted by reason.
-pub fn import_sacct(
-    text: &str,
-    catalog: &Catalog,
-    map: &BTreeMap<String, String>,
-    queue_from: QueueFrom,
-) -> Result<crate::ImportedTrace, SpecError> {
-    let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
-    let (_, header) = lines.next().ok_or_else(|| SpecError::new("sacct", "empty: no header line"))?;
-    let columns: BTreeMap<&str, usize> = header.split('|').enumerate().map(|(i, c)| (c.trim(), i)).collect();
-    for needed in ["JobID", "Submit", "Start", "End", "State", "AllocTRES"] {
-        if !columns.contains_key(needed) {
-            return Err(SpecError::new("sacct", format!("no {needed} column (header: {header})"))
-                .hint(format!("run sacct --parsable2 --allocations --format={SACCT_FIELDS}")));
-        }
-    }
-    let mut rows = Vec::new();
-    let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
-    for (_, line) in lines {
-        let cells: Vec<&str> = line.split('|').collect();
-        let get =
-            |name: &str| columns.get(name).and_then(|&c| cells.get(c)).map_or_else(String::new, |c| c.to_string());
-        match sacct_row(&get, catalog, map, queue_from) {
-            Ok(row) => rows.push(row),
-            Err(why) => *skipped.entry(why).or_default() += 1,
-        }
-    }
-    let origin = rows.iter().map(|(submit, _)| *submit).min().unwrap_or(0);
-    let mut jsonl = String::new();
-    let mut names: BTreeMap<String, u32> = BTreeMap::new();
-    let mut jobs = 0;
-    for (submit, mut line) in rows {
-        let name = line["job"]["name"].as_str().unwrap_or_default().to_string();
-        let n = names.entry(name.clone()).or_default();
-        *n += 1;
-        if *n > 1 {
-            line["job"]["name"] = serde_json::json!(format!("{name}-{n}"));
-        }
-        line["arrival_s"] = serde_json::json!(submit - origin);
-        let text = line.to_string();
-        match crate::parse_trace_line(1, &text, catalog) {
-            Ok(_) => {
-                jsonl.push_str(&text);
-                jsonl.push('\n');
-                jobs += 1;
-            }
-            Err(e) => *skipped.entry(format!("does not make a valid job ({})", e.message)).or_default() += 1,
-        }
-    }
-    Ok(crate::ImportedTrace { jsonl, jobs, skipped })
-}
-
-/// One allocation row as (submit time, trace line without its arrival), or why not.
-fn sacct_row(
-    get: &dyn Fn(&str) -> String,
-    catalog: &Catalog,
-    map: &BTreeMap<String, String>,
-    queue_from: QueueFrom,
-) -> Result<(i64, serde_json::Value), String> {
-    let id = get("JobID");
-    if id.contains('.') {
-        return Err("a job step (run with --allocations)".into());
-    }
-    let state_text = get("State");
-    let state = state_text.split_whitespace().next().unwrap_or_default();
-    let submit = sacct_time(&get("Submit")).ok_or("no submit time")?;
-    let (start, end) = (sacct_time(&get("Start")), sacct_time(&get("End")));
-    let Some(start) = start else {
-        return Err(if state == "CANCELLED" {
-            "cancelled while pending".into()
-        } else {
-            format!("never started ({state})")
-        });
-    };
-    let duration = end.filter(|e| *e >= start).map(|e| e - start);
-    let alloc = tres(&get("AllocTRES"));
-    let nodes: u32 = get("NNodes").parse().unwrap_or(1).max(1);
-    let gpus: u32 = alloc.get("gres/gpu").and_then(|g| g.parse().ok()).unwrap_or(0);
-    let typed: Vec<(&str, u32)> =
-        alloc.iter().filter_map(|(k, v)| Some((k.strip_prefix("gres/gpu:")?, v.parse().ok()?))).collect();
-    let cpu: u32 = alloc.get("cpu").and_then(|c| c.parse().ok()).unwrap_or(1);
-    let mem = alloc.get("mem").and_then(|m| sacct_mem_mib(m)).unwrap_or(0);
-    let mut group = serde_json::json!({
-        "name": "main",
-        "replicas": nodes,
-        "cpu": (cpu / nodes).max(1),
-    });
-    if mem > 0 {
-        group["memory"] = serde_json::json!(format!("{}MiB", (mem / u64::from(nodes)).max(1)));
-    }
-    match typed.as_slice() {
-        [] if gpus == 0 => {}
-        [(ty, n)] if catalog.any_model_has_profile(ty) => {
-            if *n != 1 || nodes != 1 {
-                return Err("several MIG instances in one job".into());
-            }
-            group["gpu"] = serde_json::json!({ "mig": ty });
-        }
-        typed => {
-            if !gpus.is_multiple_of(nodes) {
-                return Err("GPUs not spread evenly over its nodes".into());
-            }
-            group["gpu"] = serde_json::json!({ "count": gpus / nodes });
-            if let [(ty, _)] = typed {
-                let model = map.get(*ty).cloned().or_else(|| catalog.lookup(ty).map(|id| catalog.model(id).id.clone()));
-                match model {
-                    Some(m) => group["model"] = serde_json::json!(m),
-                    None => return Err(format!("GPU type {ty} is not a catalog model (--map {ty}=MODEL)")),
-                }
-            }
-        }
-    }
-    let queue = match queue_from {
-        QueueFrom::Partition => get("Partition"),
-        QueueFrom::Account => get("Account"),
-    };
-    let queue: String = queue.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect();
-    let mut job = serde_json::json!({
-        "name": format!("slurm-{}", id.replace(['_', '+'], "-")),
-        "queue": if queue.is_empty() { "default".to_string() } else { queue },
-        "task": [group],
-    });
-    if let Some(user) = Some(get("User")).filter(|u| !u.is_empty()) {
-        job["user"] = serde_json::json!(user);
-    }
-    if let Some(limit) = sacct_duration(&get("Timelimit")) {
-        job["time_limit"] = serde_json::json!(format!("{limit}s"));
-    }
-    if let Ok(priority) = get("Priority").parse::<i64>() {
-        let (lo, hi) = crate::PRIORITY_RANGE;
-        job["priority"] = serde_json::json!(priority.clamp(lo, hi));
-    }
-    let mut line = serde_json::json!({ "job": job });
-    match duration {
-        Some(d) => line["duration_s"] = serde_json::json!(d),
-        None if state == "RUNNING" => {}
-        None => return Err(format!("no end time ({state})")),
-    }
-    Ok((submit, line))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -537,49 +534,12 @@ mod tests {
     }
 
     const CONF: &str = include_str!("../fixtures/slurm/slurm.conf");
-    const SACCT: &str = include_str!("../fixtures/slurm/sacct.txt");
-
-    #[test]
-    fn sacct_history_becomes_a_trace_and_odd_rows_are_counted() {
-        let catalog = Catalog::embedded();
-        let map = BTreeMap::from([("a100".to_string(), "A100-SXM4-80GB".to_string())]);
-        let imported = import_sacct(SACCT, catalog, &map, QueueFrom::Partition).expect("imports");
-        let trace =
-            crate::read_trace(std::io::Cursor::new(imported.jsonl.clone()), catalog, false).expect("reads back");
-        let names: Vec<&str> = trace.jobs.iter().map(|j| j.job.name.as_str()).collect();
-        assert_eq!(
-            names,
-            ["slurm-101", "slurm-102", "slurm-103-0", "slurm-103-1", "slurm-104", "slurm-106"],
-            "{}",
-            imported.jsonl
-        );
-        let train = &trace.jobs[0];
-        assert_eq!((train.arrival_s, train.duration_s), (0, Some(7200)));
-        assert_eq!(train.job.groups[0].replicas, 2, "two nodes: a gang of two tasks");
-        assert_eq!(train.job.control.time_limit_s, Some(86_400));
-        assert_eq!(train.job.control.user.as_deref(), Some("ada"));
-        assert!(
-            matches!(&trace.jobs[1].job.groups[0].resources.gpu, Some(gantry_types::GpuRequest::Mig { profile }) if profile == "1g.10gb")
-        );
-        assert_eq!(trace.jobs[5].duration_s, None, "still running");
-        for (why, n) in
-            [("cancelled while pending", 1), ("a job step (run with --allocations)", 1), ("never started (PENDING)", 1)]
-        {
-            assert_eq!(imported.skipped.get(why), Some(&n), "{why}: {:?}", imported.skipped);
-        }
-        let by_account = import_sacct(SACCT, catalog, &map, QueueFrom::Account).expect("imports");
-        assert!(by_account.jsonl.contains("\"queue\":\"vision\""), "{}", by_account.jsonl);
-        let err = import_sacct("JobID|State\n1|COMPLETED\n", catalog, &map, QueueFrom::Partition).expect_err("fields");
-        assert!(err.to_string().contains("no Submit column") && err.to_string().contains("--format="), "{err}");
-        assert_eq!(sacct_duration("1-02:00:00"), Some(93_600));
-        assert_eq!(sacct_duration("UNLIMITED"), None);
-    }
 
     #[test]
     fn slurm_conf_becomes_a_fleet_and_queues() {
         let catalog = Catalog::embedded();
         let map = BTreeMap::from([("a100".to_string(), "A100-SXM4-80GB".to_string())]);
-        let imported = import_slurm_conf(CONF, catalog, &map).expect("imports");
+        let imported = import_slurm_conf(CONF, None, &source(&map, false)).expect("imports");
         let fleet = crate::parse_fleet(&imported.fleet, catalog).expect("reads back");
         assert_eq!(imported.nodes, 6);
         let node = |n: &str| fleet.nodes.iter().find(|x| x.name == n).expect(n);
@@ -597,7 +557,86 @@ mod tests {
         assert_eq!(tree.queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), ["gpu", "debug"]);
         assert!(imported.notes.iter().any(|n| n.contains("MaxTime")), "{:?}", imported.notes);
         // Without the map, the ambiguous type is named with the flag that settles it.
-        let err = import_slurm_conf(CONF, catalog, &BTreeMap::new()).expect_err("ambiguous").to_string();
+        let err = import_slurm_conf(CONF, None, &source(&BTreeMap::new(), false)).expect_err("ambiguous").to_string();
         assert!(err.contains("GPU type \"a100\" is not a catalog model") && err.contains("--map a100=A100-"), "{err}");
+    }
+
+    fn source(map: &BTreeMap<String, String>, lenient: bool) -> SlurmSource<'_> {
+        SlurmSource { name: "slurm.conf".into(), catalog: Catalog::embedded(), map, lenient }
+    }
+
+    const RECORDED_CONF: &str = include_str!("../fixtures/slurm/recorded/slurm.conf");
+    const RECORDED_GRES: &str = include_str!("../fixtures/slurm/recorded/gres.conf");
+
+    fn recorded_map() -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("a100".to_string(), "A100-SXM4-80GB".to_string()),
+            ("h100".to_string(), "H100-SXM5-80GB".to_string()),
+        ])
+    }
+
+    #[test]
+    fn the_recorded_cluster_imports_with_its_gres_conf() {
+        let map = recorded_map();
+        let imported = import_slurm_conf(RECORDED_CONF, Some(("gres.conf", RECORDED_GRES)), &source(&map, false))
+            .expect("imports");
+        let fleet = crate::parse_fleet(&imported.fleet, Catalog::embedded()).expect("reads back");
+        let gpus: Vec<(&str, usize)> = fleet.nodes.iter().map(|n| (n.name.as_str(), n.gpus.len())).collect();
+        assert_eq!(gpus, [("gpu01", 4), ("gpu02", 4), ("h100-1", 8), ("mig01", 2), ("cpu01", 0)]);
+        assert!(imported.skipped.is_empty() && !imported.notes.iter().any(|n| n.contains("disagree")), "{imported:?}");
+    }
+
+    #[test]
+    fn gres_conf_types_what_slurm_conf_leaves_untyped() {
+        let conf =
+            "NodeName=n[1-2] CPUs=8 RealMemory=64000 Gres=gpu:4\nNodeName=n3 CPUs=8 RealMemory=64000 Gres=gpu:2\n";
+        let gres = "AutoDetect=off\nNodeName=n[1-2] Name=gpu Type=H100-SXM5-80GB File=/dev/nvidia[0-3]\nName=gpu Type=L4 Count=2\n";
+        let map = BTreeMap::new();
+        let imported = import_slurm_conf(conf, Some(("gres.conf", gres)), &source(&map, false)).expect("imports");
+        let fleet = crate::parse_fleet(&imported.fleet, Catalog::embedded()).expect("reads back");
+        assert_eq!(fleet.nodes[0].gpus.len(), 4);
+        assert_eq!(fleet.nodes[0].gpus[0].model, "H100-SXM5-80GB");
+        assert_eq!(fleet.nodes[2].gpus[0].model, "L4-24GB", "a line without NodeName is every node's");
+        // Without gres.conf the untyped count has no model.
+        assert!(import_slurm_conf(conf, None, &source(&map, false)).is_err());
+        // A count gres.conf gets wrong is noted; gres.conf's typed GPUs are used.
+        let short = "NodeName=n[1-2] Name=gpu Type=H100-SXM5-80GB Count=2\nName=gpu Type=L4 Count=2\n";
+        let imported = import_slurm_conf(conf, Some(("gres.conf", short)), &source(&map, false)).expect("imports");
+        assert!(imported.notes.iter().any(|n| n.contains("Gres=gpu:4 but gres.conf lists 2")), "{:?}", imported.notes);
+        let err = import_slurm_conf(conf, Some(("gres.conf", "Name=gpu Type=L4 Count=many\n")), &source(&map, false))
+            .expect_err("count");
+        assert!(err.to_string().starts_with("gres.conf:1: Count=\"many\""), "{err}");
+    }
+
+    #[test]
+    fn malformed_lines_are_refused_with_file_and_line_or_skipped_when_lenient() {
+        let map = BTreeMap::from([("a100".to_string(), "A100-SXM4-80GB".to_string())]);
+        let good = "NodeName=ok CPUs=8 RealMemory=64000 Gres=gpu:a100:2\n";
+        let long = format!("NodeName=x Features={}\n", "f".repeat(10 << 20));
+        for (bad, expect) in [
+            ("NodeName=b CPUs=eight RealMemory=64000\n", "slurm.conf:2: node b: CPUs=\"eight\" is not a whole number"),
+            (
+                "NodeName=b CPUs=8 Gres=gpu:a100:x\n",
+                "slurm.conf:2: node b: Gres \"gpu:a100:x\": \"x\" is not a GPU count",
+            ),
+            ("NodeName=b CPUs 8\n", "slurm.conf:2: \"CPUs\" is not Key=Value"),
+            ("NodeName=b[1-3 CPUs=8\n", "slurm.conf:2: \"b[1-3\": a '[' without ']'"),
+            ("NodeName=b CPUs=8 RealMemory=-1\n", "slurm.conf:2: node b: RealMemory=\"-1\" is not a whole number"),
+            ("NodeName=b CPUs=8 Gres=gpu:v9000:2\n", "slurm.conf:2: GPU type \"v9000\" is not a catalog model"),
+            (long.as_str(), "slurm.conf:2: a line over 65536 bytes"),
+        ] {
+            let text = format!("{good}{bad}NodeName=after CPUs=4 RealMemory=1000\n");
+            let err = import_slurm_conf(&text, None, &source(&map, false)).expect_err(bad).to_string();
+            assert!(err.starts_with(expect) && err.contains("--lenient"), "{err}");
+            let lenient = import_slurm_conf(&text, None, &source(&map, true)).expect("lenient");
+            assert_eq!(lenient.nodes, 2, "the bad line's nodes only are left out: {}", lenient.fleet);
+            assert_eq!(lenient.skipped.len(), 1);
+            assert!(
+                lenient.skipped[0].starts_with(expect.split(": ").next().unwrap_or_default()),
+                "{:?}",
+                lenient.skipped
+            );
+            crate::parse_fleet(&lenient.fleet, Catalog::embedded()).expect("what was kept reads back");
+        }
     }
 }

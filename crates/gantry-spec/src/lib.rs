@@ -13,6 +13,7 @@ mod fleet;
 mod fleet_out;
 mod import_k8s;
 mod import_kueue;
+mod import_sacct;
 mod import_slurm;
 mod quantity;
 mod queues;
@@ -28,7 +29,8 @@ pub use import_k8s::{
     import_pods as import_kubernetes_pods,
 };
 pub use import_kueue::{ImportedQueues, import_kueue};
-pub use import_slurm::{ImportedSlurm, QueueFrom, SACCT_FIELDS, expand_hostlist, import_sacct, import_slurm_conf};
+pub use import_sacct::{QueueFrom, SACCT_FIELDS, SACCT_LINE_BYTES_MAX, import_sacct};
+pub use import_slurm::{ImportedSlurm, SLURM_CONF_LINE_BYTES_MAX, SlurmSource, expand_hostlist, import_slurm_conf};
 pub use quantity::{MEMORY_MAX, Quantity, memory as parse_memory};
 pub use queues::{
     HALF_LIFE_DEFAULT_S, QUEUE_DEPTH_MAX, QUEUE_WEIGHT_MAX, QUEUES_MAX, STARVATION_DEFAULT_S, parse_queues,

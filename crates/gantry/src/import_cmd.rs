@@ -13,7 +13,7 @@ pub const EXAMPLES: &str = "Examples:
   kubectl get clusterqueues,localqueues,resourceflavors,cohorts -A -o yaml > kueue.yaml
   gantry import kueue kueue.yaml > queues.toml
   gantry sim --fleet fleet.toml --trace trace.jsonl --order fair-share --queues queues.toml
-  gantry import slurm --conf /etc/slurm/slurm.conf --map a100=A100-SXM4-80GB --queues-out queues.toml > fleet.toml
+  gantry import slurm --conf /etc/slurm/slurm.conf --gres /etc/slurm/gres.conf --map a100=A100-SXM4-80GB --queues-out queues.toml > fleet.toml
   sacct --parsable2 --allocations --starttime now-30days --format=JobID,User,Account,Partition,Submit,Start,End,Timelimit,State,ReqTRES,AllocTRES,NNodes,Priority,QOS,ExitCode > sacct.txt
   gantry import sacct sacct.txt --map a100=A100-SXM4-80GB > trace.jsonl";
 
@@ -52,6 +52,9 @@ struct SlurmArgs {
     /// The cluster's slurm.conf.
     #[arg(long, value_name = "FILE")]
     conf: PathBuf,
+    /// The cluster's gres.conf: types the GPUs slurm.conf's Gres= leaves untyped.
+    #[arg(long, value_name = "FILE")]
+    gres: Option<PathBuf>,
     /// A gres type as a catalog model (`--map a100=A100-SXM4-80GB`; `gpu=MODEL` for untyped
     /// Gres=gpu:N), repeatable.
     #[arg(long = "map", value_name = "TYPE=MODEL")]
@@ -59,6 +62,9 @@ struct SlurmArgs {
     /// Also write the partitions as a queue file here.
     #[arg(long, value_name = "FILE")]
     queues_out: Option<PathBuf>,
+    /// Skip and count lines that are not valid Slurm config instead of refusing the file.
+    #[arg(long)]
+    lenient: bool,
 }
 
 #[derive(Args)]
@@ -72,6 +78,10 @@ struct SacctArgs {
     /// account (Slurm's fair-share tree).
     #[arg(long, value_parser = ["partition", "account"], default_value = "partition")]
     queue_from: String,
+    /// Skip and count rows that are not valid accounting (a field that does not parse, a job
+    /// that ends before it starts, a GPU type without a model) instead of refusing the file.
+    #[arg(long)]
+    lenient: bool,
 }
 
 #[derive(Args)]
@@ -135,16 +145,31 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
     let k = match args.from {
         From::Kubernetes(k) => k,
         From::Slurm(a) => {
-            let imported = gantry_spec::import_slurm_conf(&read(&a.conf)?, catalog, &maps(&a.maps, catalog)?)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", a.conf.display()))?;
-            print!("{}", imported.fleet);
-            eprintln!("imported {} node(s) from {}", imported.nodes, a.conf.display());
+            let map = maps(&a.maps, catalog)?;
+            let source =
+                gantry_spec::SlurmSource { name: a.conf.display().to_string(), catalog, map: &map, lenient: a.lenient };
+            let gres = a.gres.as_ref().map(|p| read(p).map(|text| (p.display().to_string(), text))).transpose()?;
+            let imported = gantry_spec::import_slurm_conf(
+                &read(&a.conf)?,
+                gres.as_ref().map(|(n, t)| (n.as_str(), t.as_str())),
+                &source,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+            // The queue file first: a failure to write it leaves stdout empty, not half a result.
             if let Some(path) = &a.queues_out {
                 std::fs::write(path, &imported.queues).with_context(|| format!("cannot write {}", path.display()))?;
                 eprintln!("wrote the partitions as queues to {}", path.display());
             }
+            print!("{}", imported.fleet);
+            eprintln!("imported {} node(s) from {}", imported.nodes, a.conf.display());
             for note in &imported.notes {
                 eprintln!("note: {note}");
+            }
+            if !imported.skipped.is_empty() {
+                eprintln!("skipped {} line(s) (--lenient):", imported.skipped.len());
+                for line in &imported.skipped {
+                    eprintln!("  {line}");
+                }
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -154,8 +179,11 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
             } else {
                 gantry_spec::QueueFrom::Partition
             };
-            let imported = gantry_spec::import_sacct(&read(&a.file)?, catalog, &maps(&a.maps, catalog)?, from)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", a.file.display()))?;
+            let map = maps(&a.maps, catalog)?;
+            let source =
+                gantry_spec::SlurmSource { name: a.file.display().to_string(), catalog, map: &map, lenient: a.lenient };
+            let imported =
+                gantry_spec::import_sacct(&read(&a.file)?, &source, from).map_err(|e| anyhow::anyhow!("{e}"))?;
             print!("{}", imported.jsonl);
             let skipped: u64 = imported.skipped.values().sum();
             eprintln!("imported {} job(s) from {}; left out {skipped} row(s)", imported.jobs, a.file.display());

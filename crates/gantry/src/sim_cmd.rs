@@ -110,7 +110,8 @@ pub struct SimArgs {
     /// agreement rate.
     #[arg(long, value_name = "FILE")]
     compare: Option<PathBuf>,
-    /// Skip malformed trace rows (and say how many and why) instead of refusing the file.
+    /// Skip malformed trace (or --sacct) rows (and say how many and why) instead of refusing
+    /// the file.
     #[arg(long)]
     lenient: bool,
     /// Print the result as JSON.
@@ -526,8 +527,10 @@ fn sacct_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitCo
         map.insert(ty.to_string(), model.to_string());
     }
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let imported = gantry_spec::import_sacct(&text, catalog, &map, gantry_spec::QueueFrom::Partition)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let source =
+        gantry_spec::SlurmSource { name: path.display().to_string(), catalog, map: &map, lenient: args.lenient };
+    let imported = gantry_spec::import_sacct(&text, &source, gantry_spec::QueueFrom::Partition)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     for (why, n) in &imported.skipped {
         eprintln!("left out of {}: {n} × {why}", path.display());
     }
