@@ -4,8 +4,10 @@
 #   dashboard_pages_render_in_headless_chromium);
 # - Debian's PostgreSQL server binaries (initdb, postgres), for the PostgreSQL store's tests,
 #   which start a private server of their own in a temporary directory (no system service is
-#   used or needed; gantry_store::test_postgres).
-# Installs only what is missing; does nothing when both are there.
+#   used or needed; gantry_store::test_postgres);
+# - Debian's slurmd, for the test that Slurm reads the gres.conf `gantry plan --out` writes
+#   (crates/gantry/tests/cli/slurm.rs runs `slurmd -G`; no daemon is started).
+# Installs only what is missing; does nothing when all are there.
 set -euo pipefail
 missing=()
 if ! command -v chromium >/dev/null 2>&1; then
@@ -13,6 +15,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   missing+=(postgresql)
+fi
+if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
+  missing+=(slurmd)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -15,6 +15,7 @@ pub mod protocol_b;
 pub mod report;
 pub mod synth;
 pub mod trace;
+pub mod whatif;
 
 pub use alibaba::{Mode, Skipped, TraceError, TraceNode, TracePod};
 pub use error::SimError;

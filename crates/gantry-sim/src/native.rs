@@ -64,6 +64,9 @@ pub enum DemandOf {
     Mean,
     /// Per job shape, the most of it ever running at once (if each started on arrival).
     Peak,
+    /// As `Mean`, but every shape at least once: a plan for it leaves no shape of the trace
+    /// without a unit to run on (a rare MIG profile rounded to zero would never start again).
+    MeanEveryShape,
 }
 
 /// A trace as a demand for the planner: jobs with the same resource requests are one shape,
@@ -86,8 +89,10 @@ pub fn concurrent_demand(jobs: &[TraceJob], how: DemandOf) -> Vec<gantry_types::
     let mut out = Vec::new();
     for (_, job, spans) in shapes {
         let copies = match how {
-            DemandOf::Mean => {
-                (spans.iter().map(|(a, b)| (b - a) as f64).sum::<f64>() / (end - start) as f64).round() as usize
+            DemandOf::Mean | DemandOf::MeanEveryShape => {
+                let mean =
+                    (spans.iter().map(|(a, b)| (b - a) as f64).sum::<f64>() / (end - start) as f64).round() as usize;
+                if how == DemandOf::MeanEveryShape { mean.max(1) } else { mean }
             }
             DemandOf::Peak => {
                 let mut edges: Vec<(u64, i64)> = spans.iter().flat_map(|&(a, b)| [(a, 1), (b, -1)]).collect();
@@ -135,6 +140,7 @@ mod tests {
         let names = |how| concurrent_demand(&jobs, how).into_iter().map(|j| j.name).collect::<Vec<_>>();
         assert_eq!(names(DemandOf::Mean), ["a~0", "w~0"]);
         assert_eq!(names(DemandOf::Peak), ["a~0", "a~1", "w~0", "s~0"]);
+        assert_eq!(names(DemandOf::MeanEveryShape), ["a~0", "w~0", "s~0"]);
         assert!(concurrent_demand(&[], DemandOf::Peak).is_empty());
     }
 }

@@ -403,6 +403,9 @@ fn pod_line(
         job["priority"] = serde_json::json!(priority.clamp(lo, hi));
     }
     let mut line = serde_json::json!({ "arrival_s": created - origin, "job": job });
+    if let Some(start) = start.filter(|s| *s >= created) {
+        line["started_s"] = serde_json::json!(start - origin);
+    }
     if let Some(d) = duration {
         line["duration_s"] = serde_json::json!(d);
     }

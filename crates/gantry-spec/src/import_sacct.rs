@@ -159,6 +159,9 @@ pub fn import_sacct(
             line["job"]["name"] = serde_json::json!(format!("{name}-{n}"));
         }
         line["arrival_s"] = serde_json::json!(submit - origin);
+        // The row carried its wait; the start is as far after the arrival.
+        let waited = line["started_s"].as_i64().unwrap_or(0);
+        line["started_s"] = serde_json::json!(submit - origin + waited);
         let text = line.to_string();
         match crate::parse_trace_line(1, &text, source.catalog) {
             Ok(_) => {
@@ -285,7 +288,7 @@ fn sacct_row(
         let (lo, hi) = crate::PRIORITY_RANGE;
         job["priority"] = serde_json::json!(priority.clamp(lo, hi));
     }
-    let mut line = serde_json::json!({ "job": job });
+    let mut line = serde_json::json!({ "job": job, "started_s": start - submit });
     match duration {
         Some(d) => line["duration_s"] = serde_json::json!(d),
         None if state == "RUNNING" => {}

@@ -28,6 +28,7 @@ struct TraceLine {
     arrival_s: i64,
     duration_s: Option<i64>,
     utilization: Option<f64>,
+    started_s: Option<i64>,
     job: JobEntry,
 }
 
@@ -43,6 +44,10 @@ pub struct TraceJob {
     /// Share of its allocated GPU compute the job keeps busy, 0..=1; `None` = the simulator
     /// draws one.
     pub utilization: Option<f64>,
+    /// When the job really started in the system the trace was recorded from (seconds from the
+    /// origin, not before its arrival): what `gantry whatif` shows as history. A replay ignores
+    /// it.
+    pub started_s: Option<u64>,
     pub job: Job,
 }
 
@@ -79,6 +84,11 @@ pub fn parse_trace_line(line_no: u64, text: &str, catalog: &Catalog) -> Result<V
     };
     let arrival_s = seconds("arrival_s", line.arrival_s)?;
     let duration_s = line.duration_s.map(|d| seconds("duration_s", d)).transpose()?;
+    let started_s = line.started_s.map(|d| seconds("started_s", d)).transpose()?;
+    if let Some(started) = started_s.filter(|s| *s < arrival_s) {
+        return Err(SpecError::new(format!("{at} / started_s"), format!("{started} is before arrival_s {arrival_s}"))
+            .hint("a job starts after it arrives"));
+    }
     if let Some(u) = line.utilization
         && !(0.0..=1.0).contains(&u)
     {
@@ -92,7 +102,7 @@ pub fn parse_trace_line(line_no: u64, text: &str, catalog: &Catalog) -> Result<V
     let jobs = parse_job(&job_at, line.job, catalog, crate::JOBS_MAX as usize)?;
     Ok(jobs
         .into_iter()
-        .map(|job| TraceJob { line: line_no, arrival_s, duration_s, utilization: line.utilization, job })
+        .map(|job| TraceJob { line: line_no, arrival_s, duration_s, utilization: line.utilization, started_s, job })
         .collect())
 }
 

@@ -119,7 +119,7 @@ struct KubernetesArgs {
 /// Largest input read: a large cluster's pod list is tens of MiB.
 const INPUT_BYTES_MAX: u64 = 512 << 20;
 
-fn read(path: &PathBuf) -> anyhow::Result<String> {
+pub(crate) fn read(path: &PathBuf) -> anyhow::Result<String> {
     let size = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.len();
     if size > INPUT_BYTES_MAX {
         bail!("{}: {size} bytes, more than the {INPUT_BYTES_MAX} read", path.display());
@@ -128,7 +128,7 @@ fn read(path: &PathBuf) -> anyhow::Result<String> {
 }
 
 /// `--map NAME=MODEL` pairs, each model checked against the catalog.
-fn maps(maps: &[String], catalog: &gantry_catalog::Catalog) -> anyhow::Result<BTreeMap<String, String>> {
+pub(crate) fn maps(maps: &[String], catalog: &gantry_catalog::Catalog) -> anyhow::Result<BTreeMap<String, String>> {
     let mut map = BTreeMap::new();
     for m in maps {
         let (name, model) = m.split_once('=').with_context(|| format!("--map {m:?}: write NAME=MODEL"))?;

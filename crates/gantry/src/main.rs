@@ -20,6 +20,7 @@ mod serve_cmd;
 mod sim_cmd;
 mod synth_cmd;
 mod usage_cmd;
+mod whatif_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -120,6 +121,11 @@ enum Command {
     /// --nodes nodes.json > fleet.toml`, `--pods pods.json > trace.jsonl`.
     #[command(after_help = import_cmd::EXAMPLES)]
     Import(import_cmd::ImportArgs),
+    /// Your cluster's history beside what gantry would have done with it: waits per queue, GPU
+    /// allocation and use as it happened, under gantry's policy with fair share and backfill,
+    /// and on a planned MIG layout; and the fewest GPUs that would have served it no worse.
+    #[command(after_help = whatif_cmd::EXAMPLES)]
+    Whatif(whatif_cmd::WhatifArgs),
     /// Check a fleet file and/or a workload file; with both, name each job the fleet could never
     /// run (each alone on the empty fleet, as the controller checks a submission) and exit 1.
     #[command(
@@ -173,6 +179,7 @@ fn main() -> ExitCode {
         Command::Mig(args) => mig_cmd::run(args),
         Command::Replay(args) => replay_cmd::run(args),
         Command::Import(args) => import_cmd::run(args),
+        Command::Whatif(args) => whatif_cmd::run(args),
         Command::Discover { json } => serve_cmd::discover(json),
         Command::Drain(args) => jobs_cmd::drain(args, true),
         Command::Resume(args) => jobs_cmd::drain(args, false),

@@ -54,7 +54,7 @@ pub struct Waits {
 }
 
 impl Waits {
-    pub(super) fn of(sorted: &[u64]) -> Waits {
+    pub fn of(sorted: &[u64]) -> Waits {
         Waits {
             jobs: sorted.len() as u64,
             p50_s: percentile(sorted, 0.50),

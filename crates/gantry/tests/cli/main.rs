@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+mod slurm;
+
 fn gantry(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gantry")).args(args).output().expect("gantry runs")
 }

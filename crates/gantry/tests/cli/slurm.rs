@@ -1,0 +1,191 @@
+//! Slurm both ways, against Slurm itself: the fixtures recorded from a running Slurm
+//! (`tools/record-slurm-fixtures.sh`) come in and make a what-if report; the gres.conf that
+//! `gantry plan --out` writes is read by Slurm's own slurmd (`slurmd -G`); bad Slurm input is
+//! named by file and line, or skipped under `--lenient`, with nothing half-written.
+
+use super::{gantry, stderr, stdout, temp_dir, write_fixture};
+use std::collections::BTreeMap;
+use std::process::Command;
+
+const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../gantry-spec/fixtures/slurm/recorded");
+const MAPS: [&str; 4] = ["--map", "a100=A100-SXM4-80GB", "--map", "h100=H100-SXM5-80GB"];
+
+/// The recorded cluster and its history through import, `sim --sacct` and `whatif`: every
+/// allocation accounted for, the history column from the recorded starts, the report in text,
+/// JSON and HTML.
+#[test]
+fn the_recorded_slurm_cluster_and_history_make_a_whatif_report() {
+    let dir = temp_dir("slurm-recorded");
+    let queues = dir.join("queues.toml");
+    let q = queues.to_str().expect("utf-8");
+    let (conf, gres) = (format!("{RECORDED}/slurm.conf"), format!("{RECORDED}/gres.conf"));
+    let mut args = vec!["import", "slurm", "--conf", &conf, "--gres", &gres, "--queues-out", q];
+    args.extend(MAPS);
+    let out = gantry(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("imported 5 node(s)"), "{}", stderr(&out));
+    let fleet = write_fixture(&dir, "fleet.toml", &stdout(&out));
+    let sacct = format!("{RECORDED}/sacct.txt");
+    let mut args = vec!["sim", "--sacct", &sacct, "--fleet", &fleet, "--json"];
+    args.extend(MAPS);
+    let out = gantry(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let runs: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(runs[0]["started"], 24, "{runs}");
+    let html = dir.join("whatif.html");
+    let h = html.to_str().expect("utf-8");
+    let mut args = vec!["whatif", "--fleet", &fleet, "--sacct", &sacct, "--queues", q, "--html", h];
+    args.extend(MAPS);
+    let out = gantry(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("as it happened") && text.contains("queue gpu: wait p50 / p90"), "{text}");
+    assert!(text.contains("jobs started                         24 of 24"), "{text}");
+    assert!(text.contains("GPUs that would have sufficed:"), "{text}");
+    assert!(stderr(&out).contains("1 × cancelled while pending"), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).expect("html written");
+    assert!(page.contains("<table>") && page.contains("as it happened"), "{page}");
+    args.push("--json");
+    let out = gantry(&args);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert_eq!(report["schema"], "gantry.whatif/v1");
+    let history = &report["columns"][0];
+    assert_eq!((history["name"].as_str(), history["started"].as_u64()), (Some("as it happened"), Some(24)));
+    // The recorded waits: the sweep's array tasks queued behind the two-node gang.
+    assert!(history["waits"]["max_s"].as_u64().is_some_and(|w| w >= 20), "{history}");
+}
+
+/// `slurmd` on this machine (Debian's package; `tools/install-test-deps.sh` installs it).
+fn slurmd() -> &'static str {
+    let found = ["/usr/sbin/slurmd", "slurmd"]
+        .into_iter()
+        .find(|bin| Command::new(bin).arg("-V").output().is_ok_and(|o| o.status.success()));
+    found.expect("the Slurm export test needs Debian's slurmd: run tools/install-test-deps.sh")
+}
+
+/// The gres.conf and NodeName lines `gantry plan --out` writes, read by slurmd itself: for a
+/// node whose GPUs are listed by device file, slurmd must see each GPU with the type and the
+/// shard count the plan gave; for a node left to `AutoDetect=nvml` (MIG), its lines must parse
+/// (what NVML would report needs a GPU, which this machine has not). Device files are links
+/// to /dev/null in a temporary directory.
+#[test]
+fn slurmd_reads_the_gres_conf_gantry_plan_writes() {
+    let slurmd = slurmd();
+    let dir = temp_dir("slurm-export");
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let plan = dir.join("plan");
+    let out = gantry(&[
+        "plan",
+        "--fleet",
+        &format!("{examples}/plan-fleet.toml"),
+        "--workload",
+        &format!("{examples}/plan-mix.toml"),
+        "--out",
+        plan.to_str().expect("utf-8"),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let nodes = std::fs::read_to_string(plan.join("slurm-nodes.conf")).expect("slurm-nodes.conf");
+    let gres = std::fs::read_to_string(plan.join("gres.conf")).expect("gres.conf");
+    let devices = dir.join("dev");
+    std::fs::create_dir_all(&devices).expect("dev");
+    for i in 0..16 {
+        let _ = std::os::unix::fs::symlink("/dev/null", devices.join(format!("nvidia{i}")));
+    }
+    let gres = gres.replace("/dev/", &format!("{}/", devices.display()));
+    std::fs::write(dir.join("gres.conf"), &gres).expect("gres.conf");
+    let conf = format!(
+        "ClusterName=export\nSlurmctldHost=localhost\nSlurmdSpoolDir={0}/spool\nSlurmdParameters=config_overrides\n\
+         ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nMpiDefault=none\nSelectType=select/cons_tres\n{nodes}",
+        dir.display()
+    );
+    let conf_path = write_fixture(&dir, "slurm.conf", &conf);
+    let (mut by_file, mut autodetect) = (0, 0);
+    for line in nodes.lines().filter(|l| l.starts_with("NodeName=")) {
+        let name = line["NodeName=".len()..].split_whitespace().next().expect("name");
+        let out =
+            Command::new(slurmd).args(["-G", "-N", name]).env("SLURM_CONF", &conf_path).output().expect("slurmd runs");
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!said.contains("Parse error") && !said.contains("Parsing error"), "{name}: {said}\n{gres}");
+        let wanted = gres_counts(line);
+        let own: Vec<&str> = gres.lines().filter(|l| l.starts_with(&format!("NodeName={name} "))).collect();
+        if own.iter().any(|l| l.contains("AutoDetect=nvml")) {
+            autodetect += 1;
+            continue;
+        }
+        by_file += 1;
+        // slurmd caps what slurm.conf and gres.conf disagree on with a warning: none allowed.
+        assert!(
+            out.status.success() && !said.contains("WARNING") && !said.contains("error:"),
+            "{name}: {said}\n{gres}"
+        );
+        let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+        for l in said.lines().filter_map(|l| l.split_once("Gres Name=").map(|(_, r)| r)) {
+            let field =
+                |key: &str| l.split_whitespace().find_map(|w| w.strip_prefix(key)).unwrap_or_default().to_string();
+            let count: u64 = field("Count=").parse().unwrap_or(0);
+            let name = l.split_whitespace().next().unwrap_or_default();
+            let key = if name == "gpu" { format!("gpu:{}", field("Type=")) } else { name.to_string() };
+            *seen.entry(key).or_default() += count;
+        }
+        seen.retain(|_, n| *n > 0);
+        assert_eq!(seen, wanted, "{name}: slurmd saw {said}");
+    }
+    assert!(by_file >= 2 && autodetect >= 1, "the plan covers both kinds of node: {nodes}");
+}
+
+/// `Gres=gpu:TYPE:N,shard:M,…` of a NodeName line as `gpu:TYPE` → N, `shard` → M (MPS left
+/// out: slurmd gives it per GPU only with a device file, which the plan leaves to NVML).
+fn gres_counts(line: &str) -> BTreeMap<String, u64> {
+    let gres = line.split_whitespace().find_map(|w| w.strip_prefix("Gres=")).unwrap_or_default();
+    let mut counts = BTreeMap::new();
+    for entry in gres.split(',') {
+        let parts: Vec<&str> = entry.split(':').collect();
+        match parts.as_slice() {
+            ["gpu", ty, n] => *counts.entry(format!("gpu:{ty}")).or_default() += n.parse::<u64>().expect("count"),
+            ["shard", n] => *counts.entry("shard".to_string()).or_default() += n.parse::<u64>().expect("count"),
+            _ => {}
+        }
+    }
+    counts
+}
+
+/// Hostile Slurm input through the CLI: a 10 MB line, rows out of order, a broken conf line.
+/// Each is refused naming file:line with stdout left empty, or skipped and counted under
+/// --lenient.
+#[test]
+fn bad_slurm_input_is_named_by_file_and_line_and_nothing_is_half_written() {
+    let dir = temp_dir("slurm-bad");
+    let header = "JobID|User|Partition|Submit|Start|End|State|AllocTRES|NNodes";
+    let good = "1|ada|gpu|2026-11-02T10:00:00|2026-11-02T10:00:05|2026-11-02T11:00:05|COMPLETED|cpu=4|1";
+    let backwards = "2|ada|gpu|2026-11-02T10:00:00|2026-11-02T10:00:05|2026-11-02T09:00:00|COMPLETED|cpu=4|1";
+    let huge = format!("3|ada|gpu|{}", "x".repeat(10 << 20));
+    let sacct = write_fixture(&dir, "sacct.txt", &format!("{header}\n{good}\n{backwards}\n{huge}\n"));
+    let out = gantry(&["import", "sacct", &sacct]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("sacct.txt:3: job 2: End 2026-11-02T09:00:00 is before Start"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty(), "nothing written on a refusal");
+    let out = gantry(&["import", "sacct", &sacct, "--lenient"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 1, "the good row only");
+    let said = stderr(&out);
+    assert!(
+        said.contains("1 × not valid accounting: a job that ends before it starts")
+            && said.contains("1 × not valid accounting: an over-long line"),
+        "{said}"
+    );
+    let conf =
+        write_fixture(&dir, "slurm.conf", "NodeName=ok CPUs=8 RealMemory=1000\nNodeName=bad CPUs=8 RealMemory=lots\n");
+    let queues = dir.join("queues.toml");
+    let out = gantry(&["import", "slurm", "--conf", &conf, "--queues-out", queues.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("slurm.conf:2: node bad: RealMemory=\"lots\" is not a whole number"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).is_empty() && !queues.exists(), "no fleet and no queue file on a refusal");
+    let out = gantry(&["import", "slurm", "--conf", &conf, "--lenient"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("name = \"ok\"") && !stdout(&out).contains("\"bad\""), "{}", stdout(&out));
+    assert!(stderr(&out).contains("skipped 1 line(s) (--lenient):"), "{}", stderr(&out));
+}
