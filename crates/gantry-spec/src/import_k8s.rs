@@ -42,11 +42,14 @@ pub struct PodOptions {
     /// The compute share a pod asking for one shared replica (`nvidia.com/gpu.shared`, or
     /// `nvidia.com/gpu` on a time-sliced node) stands for, milli-GPU.
     pub shared_milli: u32,
+    /// Skip and count pods whose record is not valid (a timestamp that does not parse, times
+    /// out of order) instead of refusing the file.
+    pub lenient: bool,
 }
 
 impl Default for PodOptions {
     fn default() -> PodOptions {
-        PodOptions { cpu_pods: false, shared_milli: 250 }
+        PodOptions { cpu_pods: false, shared_milli: 250, lenient: false }
     }
 }
 
@@ -309,7 +312,20 @@ pub fn import_pods(json: &str, catalog: &Catalog, options: &PodOptions) -> Resul
     let mut jsonl = String::new();
     let mut jobs = 0;
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
-    for pod in pods {
+    for (i, pod) in pods.iter().enumerate() {
+        if let Err((reason, detail)) = pod_times_valid(pod) {
+            if options.lenient {
+                *skipped.entry(format!("not a valid pod record: {reason}")).or_default() += 1;
+                continue;
+            }
+            let name = format!(
+                "{}/{}",
+                text(pod, &["metadata", "namespace"]).unwrap_or("default"),
+                text(pod, &["metadata", "name"]).unwrap_or("?")
+            );
+            return Err(SpecError::new(format!("items[{i}] ({name})"), detail)
+                .hint("fix the record, or --lenient to skip and count pods like it"));
+        }
         match pod_line(pod, origin, catalog, options, &mut names) {
             Ok(line) => {
                 jsonl.push_str(&line);
@@ -320,6 +336,44 @@ pub fn import_pods(json: &str, catalog: &Catalog, options: &PodOptions) -> Resul
         }
     }
     Ok(ImportedTrace { jsonl, jobs, skipped })
+}
+
+/// A pod's timestamps, where present, parse and come in order (created ≤ started ≤ each
+/// container's finish); else (reason to count, detail to show).
+fn pod_times_valid(pod: &Value) -> Result<(), (&'static str, String)> {
+    let time = |path: &[&str]| -> Result<Option<i64>, (&'static str, String)> {
+        match text(pod, path) {
+            None => Ok(None),
+            Some(t) => rfc3339_s(t).map(Some).ok_or_else(|| {
+                ("a timestamp that does not parse", format!("{}: {t:?} is not an RFC 3339 UTC time", path.join(".")))
+            }),
+        }
+    };
+    let created = time(&["metadata", "creationTimestamp"])?;
+    let started = time(&["status", "startTime"])?;
+    if let (Some(c), Some(s)) = (created, started)
+        && s < c
+    {
+        return Err((
+            "started before it was created",
+            format!("status.startTime is {} s before metadata.creationTimestamp", c - s),
+        ));
+    }
+    for status in pod.pointer("/status/containerStatuses").and_then(Value::as_array).into_iter().flatten() {
+        let Some(finished) = status.pointer("/state/terminated/finishedAt").and_then(Value::as_str) else { continue };
+        let end = rfc3339_s(finished).ok_or_else(|| {
+            ("a timestamp that does not parse", format!("finishedAt {finished:?} is not an RFC 3339 UTC time"))
+        })?;
+        if let Some(s) = started
+            && end < s
+        {
+            return Err((
+                "finished before it started",
+                format!("a container finished at {finished}, {} s before status.startTime", s - end),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// One pod as a trace line, or why it is left out.
@@ -561,6 +615,40 @@ mod tests {
     /// Pods become jobs: whole GPUs, a MIG resource, a shared replica, CPU and memory summed
     /// over containers, namespace as queue, priority clamped, times from the status; what
     /// cannot be replayed is counted by reason.
+    /// A record that is not valid (times out of order, a timestamp that does not parse) is
+    /// refused naming the pod, or with `lenient` counted; the rest of the file still imports.
+    #[test]
+    fn pod_records_with_bad_times_are_refused_or_counted() {
+        for (from, to, expect) in [
+            (
+                "\"finishedAt\": \"2026-11-02T12:00:30Z\"",
+                "\"finishedAt\": \"2026-11-02T09:00:00Z\"",
+                "finished before it started",
+            ),
+            (
+                "\"creationTimestamp\": \"2026-11-02T10:00:00Z\"",
+                "\"creationTimestamp\": \"2026-11-02T11:00:00Z\"",
+                "started before it was created",
+            ),
+            ("\"finishedAt\": \"2026-11-02T12:00:30Z\"", "\"finishedAt\": \"noon\"", "a timestamp that does not parse"),
+        ] {
+            assert!(PODS.contains(from), "{from}");
+            let bad = PODS.replacen(from, to, 1);
+            let err = import_pods(&bad, catalog(), &PodOptions::default()).expect_err(expect).to_string();
+            assert!(err.starts_with("items[0] (research/train-0): ") && err.contains("--lenient"), "{err}");
+            let lenient =
+                import_pods(&bad, catalog(), &PodOptions { lenient: true, ..Default::default() }).expect("lenient");
+            assert_eq!(
+                lenient.skipped.get(&format!("not a valid pod record: {expect}")),
+                Some(&1),
+                "{:?}",
+                lenient.skipped
+            );
+            let all = import_pods(PODS, catalog(), &PodOptions::default()).expect("imports");
+            assert_eq!(lenient.jobs + 1, all.jobs);
+        }
+    }
+
     #[test]
     fn pods_become_a_trace_and_what_cannot_be_replayed_is_counted() {
         let imported = import_pods(PODS, catalog(), &PodOptions::default()).expect("imports");

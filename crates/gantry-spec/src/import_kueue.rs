@@ -26,10 +26,16 @@ pub struct ImportedQueues {
     pub unmapped: Vec<String>,
 }
 
-/// Every object of `yaml` (several documents, and `List`s, flattened).
-fn objects(yaml: &str) -> Result<Vec<Value>, SpecError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml)
-        .map_err(|e| SpecError::new("", format!("not YAML: {}", e.to_string().lines().next().unwrap_or_default())))?;
+/// Every object of the files (`(name, text)`: several documents each, and `List`s,
+/// flattened); a syntax error names its file and line.
+fn objects(files: &[(&str, &str)]) -> Result<Vec<Value>, SpecError> {
+    let mut docs: Vec<Value> = Vec::new();
+    for (name, yaml) in files {
+        let parsed: Vec<Value> = serde_saphyr::from_multiple(yaml).map_err(|e| {
+            SpecError::new(*name, format!("not YAML: {}", e.to_string().lines().next().unwrap_or_default()))
+        })?;
+        docs.extend(parsed);
+    }
     let mut out = Vec::new();
     for doc in docs {
         match doc.get("items").and_then(Value::as_array) {
@@ -60,11 +66,11 @@ fn amount(v: &Value) -> Option<f64> {
 /// Kueue objects → a queue file. `map`: ResourceFlavor name → catalog model, for flavors
 /// without a GPU product node label.
 pub fn import_kueue(
-    yaml: &str,
+    files: &[(&str, &str)],
     catalog: &Catalog,
     map: &BTreeMap<String, String>,
 ) -> Result<ImportedQueues, SpecError> {
-    let objects = objects(yaml)?;
+    let objects = objects(files)?;
     let of_kind =
         |kind: &'static str| objects.iter().filter(move |o| o.get("kind").and_then(Value::as_str) == Some(kind));
     let mut unmapped = Vec::new();
@@ -217,7 +223,7 @@ mod tests {
     #[test]
     fn kueue_objects_become_a_queue_tree_with_gpu_quotas() {
         let catalog = Catalog::embedded();
-        let imported = import_kueue(KUEUE, catalog, &BTreeMap::new()).expect("imports");
+        let imported = import_kueue(&[("kueue.yaml", KUEUE)], catalog, &BTreeMap::new()).expect("imports");
         let tree = crate::parse_queues(&imported.toml, catalog).expect("reads back");
         let names: Vec<&str> = tree.queues.iter().map(|q| q.name.as_str()).collect();
         for name in ["org", "research", "prod", "team-vision", "inference"] {
@@ -240,8 +246,17 @@ mod tests {
     fn bad_input_is_named() {
         let catalog = Catalog::embedded();
         for (bad, expected) in [("a: [", "not YAML"), ("kind: Pod\n", "no Cohort, ClusterQueue or LocalQueue")] {
-            let err = import_kueue(bad, catalog, &BTreeMap::new()).expect_err(bad).to_string();
+            let err = import_kueue(&[("bad.yaml", bad)], catalog, &BTreeMap::new()).expect_err(bad).to_string();
             assert!(err.contains(expected), "{bad}: {err}");
         }
+        // A syntax error in the second of several files names that file and its own line.
+        let err = import_kueue(
+            &[("good.yaml", KUEUE), ("second.yaml", "kind: Cohort\nmetadata:\n name: [\n")],
+            catalog,
+            &BTreeMap::new(),
+        )
+        .expect_err("second file")
+        .to_string();
+        assert!(err.starts_with("second.yaml: not YAML") && err.contains("line 3"), "{err}");
     }
 }

@@ -114,6 +114,10 @@ struct KubernetesArgs {
     #[arg(long, value_name = "MILLI", default_value_t = 250, requires = "pods",
         value_parser = clap::value_parser!(u32).range(1..=1000))]
     shared_milli: u32,
+    /// Skip and count pods whose record is not valid (a timestamp that does not parse, times
+    /// out of order) instead of refusing the file.
+    #[arg(long, requires = "pods")]
+    lenient: bool,
 }
 
 /// Largest input read: a large cluster's pod list is tens of MiB.
@@ -193,12 +197,12 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         From::Kueue(q) => {
-            let mut yaml = String::new();
+            let mut texts = Vec::new();
             for path in &q.files {
-                yaml.push_str(&read(path)?);
-                yaml.push_str("\n---\n");
+                texts.push((path.display().to_string(), read(path)?));
             }
-            let imported = gantry_spec::import_kueue(&yaml, catalog, &maps(&q.maps, catalog)?)
+            let files: Vec<(&str, &str)> = texts.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+            let imported = gantry_spec::import_kueue(&files, catalog, &maps(&q.maps, catalog)?)
                 .map_err(|e| anyhow::anyhow!("{e}"))?;
             print!("{}", imported.toml);
             eprintln!("imported {} queue(s)", imported.queues);
@@ -218,7 +222,8 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
             eprintln!("note: {note}");
         }
     } else if let Some(path) = &k.pods {
-        let options = gantry_spec::PodOptions { cpu_pods: k.cpu_pods, shared_milli: k.shared_milli };
+        let options =
+            gantry_spec::PodOptions { cpu_pods: k.cpu_pods, shared_milli: k.shared_milli, lenient: k.lenient };
         let imported = gantry_spec::import_kubernetes_pods(&read(path)?, catalog, &options)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         print!("{}", imported.jsonl);
