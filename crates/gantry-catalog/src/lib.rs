@@ -79,6 +79,37 @@ impl GpuModel {
         })
     }
 
+    /// The type Slurm's `AutoDetect=nvml` gives an instance of `profile`: compute slices and
+    /// the memory NVML reports rounded to whole GiB (`3g.40gb`, but `7g.79gb` for A100-80GB's
+    /// 7g.80gb, whose 79.25 GiB rounds down; Slurm's gpu_nvml.c, `_handle_mig`), so Slurm's
+    /// configured type is a substring of the detected one (`nvidia_a100_7g.79gb`). Where the
+    /// reported memory is only estimated, the profile's own name.
+    pub fn slurm_mig_type(&self, profile: &MigProfile) -> String {
+        match profile.memory_reported.filter(|_| !profile.memory_estimated) {
+            Some(bytes) => {
+                let gib = (bytes.0 >> 20) as f64 / 1024.0;
+                format!("{}g.{}gb", profile.compute_slices, gib.round() as u64)
+            }
+            None => profile.name.trim_end_matches("+me").to_string(),
+        }
+    }
+
+    /// The profile Slurm means by a gres type on this model: the catalog's name (`3g.40gb`) or
+    /// `AutoDetect=nvml`'s (`7g.79gb`, with or without its `nvidia_a100_` prefix); a `+me`
+    /// profile only by its own name.
+    pub fn profile_for_slurm_type(&self, ty: &str) -> Option<&MigProfile> {
+        let geometry = self.mig.as_ref()?;
+        if let Some(p) = geometry.profile(ty) {
+            return Some(p);
+        }
+        let short = ty.rsplit('_').next().unwrap_or(ty);
+        geometry
+            .profiles
+            .iter()
+            .filter(|p| !p.name.ends_with("+me"))
+            .find(|p| p.name.eq_ignore_ascii_case(short) || self.slurm_mig_type(p).eq_ignore_ascii_case(short))
+    }
+
     /// Every name this model answers to (id, NVML names, aliases).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.id.as_str())
@@ -136,6 +167,12 @@ impl Catalog {
     /// Does any model in the catalog offer this MIG profile name?
     pub fn any_model_has_profile(&self, profile: &str) -> bool {
         self.models.iter().any(|m| m.mig.as_ref().is_some_and(|g| g.profile(profile).is_some()))
+    }
+
+    /// The catalog profile name a Slurm gres type stands for on the first model that has it
+    /// (`GpuModel::profile_for_slurm_type`), for accounting rows that do not say the model.
+    pub fn profile_for_slurm_type(&self, ty: &str) -> Option<String> {
+        self.models.iter().find_map(|m| m.profile_for_slurm_type(ty).map(|p| p.name.clone()))
     }
 
     /// A copy of this catalog that also knows `names` as generic models: no MIG, no NVLink,

@@ -243,3 +243,41 @@ fn mig_memory_is_what_the_driver_reports() {
         }
     }
 }
+
+/// Slurm's `AutoDetect=nvml` types a MIG instance by compute slices and NVML's memory rounded
+/// to whole GiB (gpu_nvml.c), so a 7g.80gb on an A100-80GB (79.25 GiB) is `7g.79gb`; both that
+/// name, with or without slurmd's `nvidia_a100_` prefix, and the catalog's lead to the profile.
+#[test]
+fn slurm_names_mig_instances_by_reported_memory() {
+    let catalog = Catalog::embedded();
+    let model = |id: &str| catalog.model(catalog.lookup(id).expect("model"));
+    let slurm = |id: &str, profile: &str| {
+        let m = model(id);
+        m.slurm_mig_type(m.mig.as_ref().expect("MIG").profile(profile).expect("profile"))
+    };
+    assert_eq!(slurm("A100-SXM4-80GB", "1g.10gb"), "1g.10gb");
+    assert_eq!(slurm("A100-SXM4-80GB", "3g.40gb"), "3g.40gb");
+    assert_eq!(slurm("A100-SXM4-80GB", "7g.80gb"), "7g.79gb");
+    assert_eq!(slurm("A100-SXM4-80GB", "1g.10gb+me"), "1g.10gb");
+    assert_eq!(slurm("H200-SXM-141GB", "1g.18gb"), "1g.16gb");
+    let a100 = model("A100-SXM4-80GB");
+    for ty in ["7g.79gb", "nvidia_a100_7g.79gb", "7g.80gb", "7G.80GB"] {
+        assert_eq!(a100.profile_for_slurm_type(ty).map(|p| p.name.as_str()), Some("7g.80gb"), "{ty}");
+    }
+    assert_eq!(a100.profile_for_slurm_type("1g.10gb").map(|p| p.name.as_str()), Some("1g.10gb"), "not its +me twin");
+    assert!(a100.profile_for_slurm_type("2g.12gb").is_none());
+    assert_eq!(catalog.profile_for_slurm_type("nvidia_a100_7g.79gb").as_deref(), Some("7g.80gb"));
+    // Every model's Slurm names lead back to their profiles.
+    for m in catalog.models() {
+        let Some(g) = &m.mig else { continue };
+        for p in g.profiles.iter().filter(|p| !p.name.ends_with("+me")) {
+            assert_eq!(
+                m.profile_for_slurm_type(&m.slurm_mig_type(p)).map(|q| &q.name),
+                Some(&p.name),
+                "{} {}",
+                m.id,
+                p.name
+            );
+        }
+    }
+}

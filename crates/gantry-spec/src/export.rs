@@ -121,8 +121,8 @@ pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
 
 /// The Slurm side of a planned fleet: `slurm.conf` lines (`GresTypes`, `AccountingStorageTRES`,
 /// one `NodeName` per node with its CPUs, memory and `Gres=`) and `gres.conf`. MIG instances
-/// are typed by profile (`gpu:1g.10gb:7`), as slurmd's `AutoDetect=nvml` names them, and a
-/// node with MIG GPUs is autodetected (MIG devices cannot be listed by hand portably); whole
+/// are typed as slurmd's `AutoDetect=nvml` names them (`gpu:1g.10gb:7`; `7g.79gb` for an
+/// A100-80GB's 7g.80gb: `GpuModel::slurm_mig_type`), and a node with MIG GPUs is autodetected (MIG devices cannot be listed by hand portably); whole
 /// GPUs are typed by model (`gpu:a100-sxm4-80gb:4`); time-sliced GPUs become `shard`s
 /// (replicas per GPU) and MPS GPUs `mps` (100 per GPU, Slurm's convention).
 pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
@@ -160,9 +160,14 @@ pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
             parts.push(format!("gpu:{model}:{}", whole.len()));
             tres.insert(format!("gres/gpu:{model}"));
         }
+        let catalog = gantry_catalog::Catalog::embedded();
+        let model_entry = node.gpus.first().and_then(|g| catalog.lookup(&g.model)).map(|id| catalog.model(id));
         for (profile, n) in &counts {
-            parts.push(format!("gpu:{profile}:{n}"));
-            tres.insert(format!("gres/gpu:{profile}"));
+            let ty = model_entry
+                .and_then(|m| Some(m.slurm_mig_type(m.mig.as_ref()?.profile(profile)?)))
+                .unwrap_or_else(|| profile.trim_end_matches("+me").to_string());
+            parts.push(format!("gpu:{ty}:{n}"));
+            tres.insert(format!("gres/gpu:{ty}"));
         }
         if shards > 0 {
             parts.push(format!("shard:{shards}"));
@@ -296,6 +301,26 @@ mod tests {
             gres.contains("NodeName=h100-0 Name=gpu Type=h100-sxm5-80gb File=/dev/nvidia[0,1,2,3,4,5,6,7]"),
             "{gres}"
         );
+        // A 7g.80gb is written as AutoDetect names it, and Slurm in reads it back as the profile.
+        let seven = crate::parse_fleet(
+            "[[node]]\nname = \"m\"\ncpu = 8\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 1\n\
+             [[node.gpu]]\nindex = 0\nmig = { \"7g.80gb\" = 1 }\n",
+            gantry_catalog::Catalog::embedded(),
+        )
+        .expect("parses");
+        let (conf, gres) = slurm_conf(&seven);
+        assert!(conf.contains("Gres=gpu:7g.79gb:1") && conf.contains("gres/gpu:7g.79gb"), "{conf}");
+        // The node's model comes from a Features= entry, as on a MIG-only Slurm node.
+        let back = conf.replace("NodeName=m ", "NodeName=m Features=A100-SXM4-80GB ");
+        let map = BTreeMap::new();
+        let source = crate::SlurmSource {
+            name: "slurm.conf".into(),
+            catalog: gantry_catalog::Catalog::embedded(),
+            map: &map,
+            lenient: false,
+        };
+        let imported = crate::import_slurm_conf(&back, Some(("gres.conf", &gres)), &source).expect("imports");
+        assert!(imported.fleet.contains("mig = { \"7g.80gb\" = 1 }"), "{}", imported.fleet);
         let labels = node_labels(&fleet);
         assert!(labels.contains("kubectl label node a100-mixed nvidia.com/mig.config=gantry-a100-mixed nvidia.com/device-plugin.config=gantry-a100-mixed --overwrite"), "{labels}");
         assert!(

@@ -241,11 +241,11 @@ fn sacct_row(
     }
     match typed.as_slice() {
         [] if gpus == 0 => {}
-        [(ty, n)] if source.catalog.any_model_has_profile(ty) => {
+        [(ty, n)] if source.catalog.profile_for_slurm_type(ty).is_some() => {
             if *n != 1 || nodes != 1 {
                 return Err(Left::Unreplayable("several MIG instances in one job".into()));
             }
-            group["gpu"] = serde_json::json!({ "mig": ty });
+            group["gpu"] = serde_json::json!({ "mig": source.catalog.profile_for_slurm_type(ty) });
         }
         typed => {
             if !gpus.is_multiple_of(nodes) {
@@ -342,6 +342,12 @@ mod tests {
         {
             assert_eq!(imported.skipped.get(why), Some(&n), "{why}: {:?}", imported.skipped);
         }
+        // A MIG type as slurmd's AutoDetect names it is the catalog's profile.
+        let autodetected = format!(
+            "{HEADER}\n1|ada|gpu|2026-11-02T10:00:00|2026-11-02T10:00:05|2026-11-02T11:00:05|COMPLETED|gres/gpu=1,gres/gpu:nvidia_a100_7g.79gb=1|1\n"
+        );
+        let imported = import_sacct(&autodetected, &source(&map, false), QueueFrom::Partition).expect("imports");
+        assert!(imported.jsonl.contains("\"mig\":\"7g.80gb\""), "{}", imported.jsonl);
         let by_account = import_sacct(SACCT, &source(&map, false), QueueFrom::Account).expect("imports");
         assert!(by_account.jsonl.contains("\"queue\":\"vision\""), "{}", by_account.jsonl);
         let err =

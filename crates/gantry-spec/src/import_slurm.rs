@@ -448,7 +448,7 @@ fn node_toml(
     let (mut whole, mut mig): (Vec<(String, u32)>, BTreeMap<String, u32>) = (Vec::new(), BTreeMap::new());
     for (ty, n) in gpus {
         match ty {
-            Some(t) if catalog.any_model_has_profile(&t) => {
+            Some(t) if catalog.profile_for_slurm_type(&t).is_some() => {
                 *mig.entry(t).or_default() += n;
             }
             Some(t) => whole.push((model_for(&t, catalog, map, at)?, n)),
@@ -490,6 +490,7 @@ fn node_toml(
         },
     };
     let whole_count: u32 = whole.iter().map(|(_, n)| n).sum();
+    let mig = profiles_on(catalog, &model, mig, name, at)?;
     let (layouts, left) = distribute_minimal(catalog, &model, &mig);
     if !left.is_empty() {
         notes.push(format!("{at}: node {name}: MIG instances that fit no GPU of {model}: {left:?}"));
@@ -502,6 +503,27 @@ fn node_toml(
             write!(out, "[[node.gpu]]\nindex = {}\nmig = {{ {} }}\n", whole_count + offset as u32, counts.join(", "));
     }
     Ok(())
+}
+
+/// Slurm's MIG gres types (the catalog's names or `AutoDetect=nvml`'s, like `7g.79gb`) as the
+/// catalog profiles of `model`.
+fn profiles_on(
+    catalog: &Catalog,
+    model: &str,
+    types: BTreeMap<String, u32>,
+    node: &str,
+    at: &str,
+) -> Result<BTreeMap<String, u32>, SpecError> {
+    let entry = catalog.lookup(model).map(|id| catalog.model(id));
+    let mut out = BTreeMap::new();
+    for (ty, n) in types {
+        let profile = entry.and_then(|m| m.profile_for_slurm_type(&ty)).ok_or_else(|| {
+            SpecError::new(at, format!("node {node}: MIG type {ty} is not a profile of {model}"))
+                .hint("check the node's GPU model (Features= or --map) against `gantry catalog`")
+        })?;
+        *out.entry(profile.name.clone()).or_default() += n;
+    }
+    Ok(out)
 }
 
 /// MIG instances onto as few GPUs as the placement rules allow (first fit, largest first).
