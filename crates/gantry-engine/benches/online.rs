@@ -3,7 +3,8 @@
 //! nodes, half their GPUs in MIG, with a demand of MIG instances and whole-GPU gangs sized to
 //! about 60 % of the fleet. A custom harness: the figure is the time of one step.
 //!
-//! Run: `cargo bench -p gantry-engine --bench online`.
+//! Run: `cargo bench -p gantry-engine --bench online`; other fleet sizes (nodes, comma-separated):
+//! `GANTRY_BENCH_NODES=1250,12500 cargo bench -p gantry-engine --bench online`.
 
 use gantry_catalog::Catalog;
 use gantry_engine::online::{GpuNow, OnlineConfig, step};
@@ -49,7 +50,14 @@ fn demand(gpus: usize) -> Vec<Job> {
 
 fn main() {
     println!("gantry online planner benchmark: one step, 8 x A100-SXM4-80GB per node, half the nodes in MIG");
-    for nodes in [16, 125, 500, 1000] {
+    let sizes: Vec<usize> = match std::env::var("GANTRY_BENCH_NODES") {
+        Ok(list) => list
+            .split(',')
+            .map(|n| n.trim().parse().expect("GANTRY_BENCH_NODES: node counts, comma-separated"))
+            .collect(),
+        Err(_) => vec![16, 125, 500, 1000],
+    };
+    for nodes in sizes {
         let fleet = fleet(nodes);
         let now: Vec<Vec<GpuNow>> = (0..nodes)
             .map(|n| {
