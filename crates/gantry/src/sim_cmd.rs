@@ -648,7 +648,16 @@ fn queue_order<'a>(args: &SimArgs, tenants: impl Iterator<Item = &'a str>) -> an
     if args.order == "fifo" {
         return Ok(protocol_b::Order::Fifo);
     }
-    let tree = match &args.queues {
+    Ok(protocol_b::Order::FairShare(queue_tree(args.queues.as_deref(), tenants)?))
+}
+
+/// The queue tree a replay's fair share orders by: the queue file, or one queue per tenant
+/// (equal weights, default half-life and starvation bound).
+pub(crate) fn queue_tree<'a>(
+    queues: Option<&std::path::Path>,
+    tenants: impl Iterator<Item = &'a str>,
+) -> anyhow::Result<gantry_types::QueueTree> {
+    Ok(match queues {
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).with_context(|| format!("cannot read queue file {}", path.display()))?;
@@ -661,8 +670,7 @@ fn queue_order<'a>(args: &SimArgs, tenants: impl Iterator<Item = &'a str>) -> an
             names.dedup();
             gantry_types::QueueTree::flat(names, gantry_spec::HALF_LIFE_DEFAULT_S, gantry_spec::STARVATION_DEFAULT_S)
         }
-    };
-    Ok(protocol_b::Order::FairShare(tree))
+    })
 }
 
 fn replay_options(args: &SimArgs, order: &protocol_b::Order) -> protocol_b::ReplayOptions {

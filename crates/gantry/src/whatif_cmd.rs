@@ -101,22 +101,7 @@ fn history_jobs(
 }
 
 fn fair_share(args: &WhatifArgs, jobs: &[gantry_spec::TraceJob]) -> anyhow::Result<Order> {
-    let tree = match &args.queues {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("cannot read queue file {}", path.display()))?;
-            gantry_spec::parse_queues(&text, gantry_catalog::Catalog::embedded())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => {
-            let names: std::collections::BTreeSet<&str> = jobs.iter().map(|j| j.job.queue.as_str()).collect();
-            gantry_types::QueueTree::flat(
-                names.into_iter().collect::<Vec<_>>(),
-                gantry_spec::HALF_LIFE_DEFAULT_S,
-                gantry_spec::STARVATION_DEFAULT_S,
-            )
-        }
-    };
+    let tree = crate::sim_cmd::queue_tree(args.queues.as_deref(), jobs.iter().map(|j| j.job.queue.as_str()))?;
     if let Some(j) = jobs.iter().find(|j| tree.find(&j.job.queue).is_none()) {
         let file = args.queues.as_ref().map_or_else(String::new, |q| format!(" {}", q.display()));
         bail!(
