@@ -14,6 +14,9 @@ pub const FLEET_NODES_MAX: u64 = 100_000;
 pub const MPS_CLIENTS_MAX: i64 = 48;
 /// Most time-slice replicas per GPU; beyond this each replica's share is meaningless.
 pub const TIME_SLICE_REPLICAS_MAX: i64 = 64;
+/// Most GPUs on one node: the largest real boards carry 8–16; 64 leaves headroom (and is the
+/// engine's `GPUS_PER_NODE_MAX`).
+pub const NODE_GPUS_MAX: i64 = 64;
 /// Largest spec file read (a 10,000-node fleet written out node by node is ~3 MiB).
 pub const SPEC_BYTES_MAX: usize = 16 << 20;
 
@@ -221,7 +224,7 @@ fn gpus(at: &str, entry: &NodeEntry, catalog: &Catalog) -> Result<Vec<Gpu>, Spec
         &format!("{field}.count"),
         g.count,
         1,
-        64,
+        NODE_GPUS_MAX,
         "a node holds 1 to 64 GPUs; omit [node.gpus] for a CPU-only node",
     )?;
     let numa = numa_layout(&field, g, count)?;

@@ -129,8 +129,9 @@ fn range_values(spec: &str) -> Result<Vec<String>, String> {
 /// A config line's `key=value` pairs, as written.
 type Pairs = Vec<(String, String)>;
 
-/// GPUs as (gres type, if any; count).
-type GpuCounts = Vec<(Option<String>, u32)>;
+/// GPUs of one gres type: (the type, if any; count).
+type GpuCount = (Option<String>, u32);
+type GpuCounts = Vec<GpuCount>;
 
 /// The logical lines of a Slurm config: comments dropped, `\` continuations joined, each as
 /// (line number, `key=value` pairs as written; keys are matched case-insensitively), or why
@@ -180,13 +181,23 @@ fn line_pairs(first: &str, words: &[&str]) -> Result<Pairs, String> {
         .collect()
 }
 
+/// A GPU count of one gres entry: a whole number no node could exceed
+/// ([`crate::NODE_GPUS_MAX`]), so sums over a node's entries stay small.
+fn gpu_count(n: &str) -> Result<u32, String> {
+    match n.parse::<u32>() {
+        Ok(count) if i64::from(count) <= crate::NODE_GPUS_MAX => Ok(count),
+        Ok(_) => Err(format!("{n} GPUs, more than a node holds ({})", crate::NODE_GPUS_MAX)),
+        Err(_) => Err(format!("{n:?} is not a GPU count")),
+    }
+}
+
 /// GPUs of a gres entry list: (type, count) for `gpu`; other names are returned to report.
 fn gres_gpus(gres: &str) -> Result<(GpuCounts, Vec<String>), String> {
     let (mut gpus, mut other) = (Vec::new(), Vec::new());
     for entry in split_outside(gres, '(', ')') {
         let entry = entry.split('(').next().unwrap_or_default();
         let parts: Vec<&str> = entry.split(':').collect();
-        let number = |n: &str| n.parse::<u32>().map_err(|_| format!("Gres {entry:?}: {n:?} is not a GPU count"));
+        let number = |n: &str| gpu_count(n).map_err(|why| format!("Gres {entry:?}: {why}"));
         match parts.as_slice() {
             ["gpu"] => gpus.push((None, 1)),
             ["gpu", n] if n.parse::<u32>().is_ok() => gpus.push((None, number(n)?)),
@@ -237,8 +248,7 @@ fn read_gres_conf(
 
 /// One gres.conf line: the nodes it names and its GPU (type, count), or none for a line about
 /// something else (`AutoDetect=`, `Name=shard`) or a GPU whose count the hardware gives.
-#[allow(clippy::type_complexity)]
-fn gres_conf_line(pairs: &[(String, String)]) -> Result<Option<(Vec<String>, (Option<String>, u32))>, String> {
+fn gres_conf_line(pairs: &[(String, String)]) -> Result<Option<(Vec<String>, GpuCount)>, String> {
     let get = |key: &str| pairs.iter().find(|(k, _)| k.eq_ignore_ascii_case(key)).map(|(_, v)| v.as_str());
     if get("Name") != Some("gpu") {
         return Ok(None);
@@ -248,8 +258,8 @@ fn gres_conf_line(pairs: &[(String, String)]) -> Result<Option<(Vec<String>, (Op
         None => vec!["*".to_string()],
     };
     let count = match (get("Count"), get("File").or(get("MultipleFiles"))) {
-        (Some(n), _) => n.parse::<u32>().map_err(|_| format!("Count={n:?} is not a whole number"))?,
-        (None, Some(files)) => expand_hostlist(files)?.len() as u32,
+        (Some(n), _) => gpu_count(n).map_err(|why| format!("Count={n:?}: {why}"))?,
+        (None, Some(files)) => gpu_count(&expand_hostlist(files)?.len().to_string())?,
         (None, None) => return Ok(None),
     };
     Ok(Some((nodes, (get("Type").map(str::to_string), count))))
@@ -393,8 +403,8 @@ fn node_gpus(
             "{at}: node {name}: gres {o} (not a GPU count gantry maps; shards and MPS follow the GPUs' modes)"
         ));
     }
-    let Some(conf) = gres_conf.filter(|c| !c.is_empty()) else { return Ok(gpus) };
-    let total = |g: &[(Option<String>, u32)]| g.iter().map(|(_, n)| n).sum::<u32>();
+    let Some(conf) = gres_conf.filter(|c| !c.is_empty()) else { return within_node(name, at, gpus) };
+    let total = |g: &[GpuCount]| g.iter().fold(0u32, |sum, (_, n)| sum.saturating_add(*n));
     if gpus.is_empty() {
         notes.push(format!("{at}: node {name}: gres.conf lists {} GPU(s) but its NodeName line has no Gres=gpu, so Slurm schedules none; left out", total(conf)));
     } else if gpus.iter().all(|(t, _)| t.is_none()) && conf.iter().all(|(t, _)| t.is_some()) {
@@ -413,6 +423,18 @@ fn node_gpus(
         if a != b && conf.iter().any(|(t, _)| t.is_some()) {
             notes.push(format!("{at}: node {name}: slurm.conf's Gres= and gres.conf disagree; slurm.conf's used"));
         }
+    }
+    within_node(name, at, gpus)
+}
+
+/// `gpus`, unless together they are more than a node holds.
+fn within_node(name: &str, at: &str, gpus: GpuCounts) -> Result<GpuCounts, SpecError> {
+    let total = gpus.iter().fold(0u32, |sum, (_, n)| sum.saturating_add(*n));
+    if i64::from(total) > crate::NODE_GPUS_MAX {
+        return Err(SpecError::new(
+            at,
+            format!("node {name}: {total} GPUs, more than a node holds ({})", crate::NODE_GPUS_MAX),
+        ));
     }
     Ok(gpus)
 }
@@ -628,6 +650,12 @@ mod tests {
         let err = import_slurm_conf(conf, Some(("gres.conf", "Name=gpu Type=L4 Count=many\n")), &source(&map, false))
             .expect_err("count");
         assert!(err.to_string().starts_with("gres.conf:1: Count=\"many\""), "{err}");
+        let huge = "NodeName=n1 Name=gpu Type=L4 Count=3000000000\nNodeName=n1 Name=gpu Type=L4 Count=3000000000\n";
+        let err = import_slurm_conf(conf, Some(("gres.conf", huge)), &source(&map, false)).expect_err("huge");
+        assert!(
+            err.to_string().starts_with("gres.conf:1: Count=\"3000000000\": 3000000000 GPUs, more than a node holds"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -646,6 +674,15 @@ mod tests {
             ("NodeName=b CPUs=8 RealMemory=-1\n", "slurm.conf:2: node b: RealMemory=\"-1\" is not a whole number"),
             ("NodeName=b CPUs=8 Gres=gpu:v9000:2\n", "slurm.conf:2: GPU type \"v9000\" is not a catalog model"),
             (long.as_str(), "slurm.conf:2: a line over 65536 bytes"),
+            // Counts that once overflowed a sum (a panic): refused per entry and per node.
+            (
+                "NodeName=b CPUs=8 Gres=gpu:a100:4294967295,gpu:a100:5\n",
+                "slurm.conf:2: node b: Gres \"gpu:a100:4294967295\": 4294967295 GPUs, more than a node holds (64)",
+            ),
+            (
+                "NodeName=b CPUs=8 Gres=gpu:a100:40,gpu:a100:40\n",
+                "slurm.conf:2: node b: 80 GPUs, more than a node holds (64)",
+            ),
         ] {
             let text = format!("{good}{bad}NodeName=after CPUs=4 RealMemory=1000\n");
             let err = import_slurm_conf(&text, None, &source(&map, false)).expect_err(bad).to_string();

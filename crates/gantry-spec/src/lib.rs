@@ -22,7 +22,9 @@ mod workload;
 
 pub use error::SpecError;
 pub use export::{config_name, device_plugin_yaml, mig_parted_yaml, node_labels, slurm_conf};
-pub use fleet::{FLEET_NODES_MAX, MPS_CLIENTS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for};
+pub use fleet::{
+    FLEET_NODES_MAX, MPS_CLIENTS_MAX, NODE_GPUS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for,
+};
 pub use fleet_out::fleet_to_toml;
 pub use import_k8s::{
     ImportedFleet, ImportedTrace, PodOptions, import_nodes as import_kubernetes_nodes,
