@@ -457,7 +457,8 @@ fn pod_line(
         job["priority"] = serde_json::json!(priority.clamp(lo, hi));
     }
     let mut line = serde_json::json!({ "arrival_s": created - origin, "job": job });
-    if let Some(start) = start.filter(|s| *s >= created) {
+    // In order: `pod_times_valid` refused (or skipped) a pod started before it was created.
+    if let Some(start) = start {
         line["started_s"] = serde_json::json!(start - origin);
     }
     if let Some(d) = duration {

@@ -146,12 +146,12 @@ pub fn import_sacct(
             }
         }
     }
-    rows.sort_by_key(|(submit, _)| *submit);
-    let origin = rows.first().map_or(0, |(submit, _)| *submit);
+    rows.sort_by_key(|(submit, _, _)| *submit);
+    let origin = rows.first().map_or(0, |(submit, _, _)| *submit);
     let mut jsonl = String::new();
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
     let mut jobs = 0;
-    for (submit, mut line) in rows {
+    for (submit, start, mut line) in rows {
         let name = line["job"]["name"].as_str().unwrap_or_default().to_string();
         let n = names.entry(name.clone()).or_default();
         *n += 1;
@@ -159,9 +159,7 @@ pub fn import_sacct(
             line["job"]["name"] = serde_json::json!(format!("{name}-{n}"));
         }
         line["arrival_s"] = serde_json::json!(submit - origin);
-        // The row carried its wait; the start is as far after the arrival.
-        let waited = line["started_s"].as_i64().unwrap_or(0);
-        line["started_s"] = serde_json::json!(submit - origin + waited);
+        line["started_s"] = serde_json::json!(start - origin);
         let text = line.to_string();
         match crate::parse_trace_line(1, &text, source.catalog) {
             Ok(_) => {
@@ -175,12 +173,12 @@ pub fn import_sacct(
     Ok(crate::ImportedTrace { jsonl, jobs, skipped })
 }
 
-/// One allocation row as (submit time, trace line without its arrival), or why not.
+/// One allocation row as (submit time, start time, trace line without either), or why not.
 fn sacct_row(
     get: &dyn Fn(&str) -> String,
     source: &SlurmSource,
     queue_from: QueueFrom,
-) -> Result<(i64, serde_json::Value), Left> {
+) -> Result<(i64, i64, serde_json::Value), Left> {
     let id = get("JobID");
     if id.is_empty() {
         return Err(malformed("a row without a JobID", "no JobID"));
@@ -288,13 +286,13 @@ fn sacct_row(
         let (lo, hi) = crate::PRIORITY_RANGE;
         job["priority"] = serde_json::json!(priority.clamp(lo, hi));
     }
-    let mut line = serde_json::json!({ "job": job, "started_s": start - submit });
+    let mut line = serde_json::json!({ "job": job });
     match duration {
         Some(d) => line["duration_s"] = serde_json::json!(d),
         None if state == "RUNNING" => {}
         None => return Err(Left::Unreplayable(format!("no end time ({state})"))),
     }
-    Ok((submit, line))
+    Ok((submit, start, line))
 }
 
 #[cfg(test)]

@@ -123,7 +123,7 @@ struct KubernetesArgs {
 /// Largest input read: a large cluster's pod list is tens of MiB.
 const INPUT_BYTES_MAX: u64 = 512 << 20;
 
-pub(crate) fn read(path: &PathBuf) -> anyhow::Result<String> {
+pub(crate) fn read(path: &std::path::Path) -> anyhow::Result<String> {
     let size = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.len();
     if size > INPUT_BYTES_MAX {
         bail!("{}: {size} bytes, more than the {INPUT_BYTES_MAX} read", path.display());

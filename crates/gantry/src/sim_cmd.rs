@@ -518,15 +518,8 @@ fn sacct_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitCo
     }
     only_protocol_a_flags(args, false)?;
     let catalog = gantry_catalog::Catalog::embedded();
-    let mut map = std::collections::BTreeMap::new();
-    for m in &args.maps {
-        let (ty, model) = m.split_once('=').with_context(|| format!("--map {m:?}: write TYPE=MODEL"))?;
-        if catalog.lookup(model).is_none() {
-            bail!("--map {m:?}: {model:?} is not a catalog model (`gantry catalog` lists them)");
-        }
-        map.insert(ty.to_string(), model.to_string());
-    }
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let map = crate::import_cmd::maps(&args.maps, catalog)?;
+    let text = crate::import_cmd::read(path)?;
     let source =
         gantry_spec::SlurmSource { name: path.display().to_string(), catalog, map: &map, lenient: args.lenient };
     let imported = gantry_spec::import_sacct(&text, &source, gantry_spec::QueueFrom::Partition)
