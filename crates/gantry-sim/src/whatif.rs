@@ -228,21 +228,24 @@ pub fn keep_nodes(fleet: &Fleet, keep: usize) -> Fleet {
 
 /// The smallest fleet found (by bisection over [`keep_nodes`]) on which gantry's replay starts
 /// every job the target started and keeps the overall p90 wait within the target's: the GPUs
-/// that would have sufficed. `None` when even the whole fleet does not.
+/// that would have sufficed. `whole` is the replay on the whole fleet, already run. `None`
+/// when even the whole fleet does not suffice.
 pub fn sufficed(
     fleet: &Fleet,
     catalog: &'static Catalog,
     jobs: &[TraceJob],
     options: &ReplayOptions,
     target: &Column,
-) -> Result<Option<(Fleet, Column)>, crate::SimError> {
+    whole: &Run,
+) -> Result<Option<Column>, crate::SimError> {
+    let suffices =
+        |col: Column| (col.started >= target.started && col.waits.p90_s <= target.waits.p90_s).then_some(col);
     let good = |keep: usize| -> Result<Option<Column>, crate::SimError> {
         let smaller = keep_nodes(fleet, keep);
         let r = run_trace(&smaller, catalog, jobs, Policy::Default, 0, options)?;
-        let col = columns(&[replayed("sufficed", &smaller, jobs, &r)]).remove(0);
-        Ok((col.started >= target.started && col.waits.p90_s <= target.waits.p90_s).then_some(col))
+        Ok(suffices(columns(&[replayed("sufficed", &smaller, jobs, &r)]).remove(0)))
     };
-    let Some(mut best) = good(fleet.nodes.len())? else { return Ok(None) };
+    let Some(mut best) = suffices(columns(std::slice::from_ref(whole)).remove(0)) else { return Ok(None) };
     let (mut lo, mut hi) = (0, fleet.nodes.len());
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
@@ -257,7 +260,7 @@ pub fn sufficed(
     let kept = keep_nodes(fleet, hi);
     best.name = format!("gantry on {} of {} nodes", kept.nodes.len(), fleet.nodes.len());
     best.fleet_gpus = fleet_gpus(&kept);
-    Ok(Some((kept, best)))
+    Ok(Some(best))
 }
 
 #[cfg(test)]

@@ -132,11 +132,11 @@ pub fn run(args: WhatifArgs) -> anyhow::Result<ExitCode> {
         let r = protocol_b::run_trace(fleet, catalog, &jobs, gantry_engine::Policy::Default, 0, &options)?;
         Ok(whatif::replayed(name, fleet, &jobs, &r))
     };
-    runs.push(replay("gantry", &fleet)?);
-    runs.push(best_plan(&fleet, &jobs, &replay)?);
+    let gantry = replay("gantry", &fleet)?;
+    runs.push(gantry.clone());
+    runs.push(best_plan(&fleet, &jobs, &replay, &gantry)?);
     let columns = whatif::columns(&runs);
-    let target = &columns[0];
-    let sufficed = whatif::sufficed(&fleet, catalog, &jobs, &options, target)?.map(|(_, c)| c);
+    let sufficed = whatif::sufficed(&fleet, catalog, &jobs, &options, &columns[0], &gantry)?;
     let report = Report { fleet: args.fleet.display().to_string(), history: history_name, columns, sufficed };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
@@ -154,16 +154,17 @@ pub fn run(args: WhatifArgs) -> anyhow::Result<ExitCode> {
 /// (mean concurrency per shape; the same with every shape at least once; peak), each replayed,
 /// and the one that starts the most jobs with the shortest p90 wait kept — a static plan
 /// cannot serve at once what ran at different times, and the replay is what tells which
-/// compromise serves the history best. Today's layout is a candidate too: when no plan does
-/// better, the column says so.
+/// compromise serves the history best. Today's layout (`today`, its replay already run) is a
+/// candidate too: when no plan does better, the column says so.
 fn best_plan(
     fleet: &gantry_types::Fleet,
     jobs: &[gantry_spec::TraceJob],
     replay: &dyn Fn(&str, &gantry_types::Fleet) -> anyhow::Result<whatif::Run>,
+    today: &whatif::Run,
 ) -> anyhow::Result<whatif::Run> {
     use gantry_sim::native::DemandOf;
     let catalog = gantry_catalog::Catalog::embedded();
-    let today = replay("gantry + MIG plan (today's layout is best)", fleet)?;
+    let today = whatif::Run { name: "gantry + MIG plan (today's layout is best)".into(), ..today.clone() };
     let score = |run: &whatif::Run| {
         let column = whatif::columns(std::slice::from_ref(run)).remove(0);
         (column.started, std::cmp::Reverse(column.waits.p90_s))
