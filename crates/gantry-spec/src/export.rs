@@ -122,8 +122,9 @@ pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
 /// The Slurm side of a planned fleet: `slurm.conf` lines (`GresTypes`, `AccountingStorageTRES`,
 /// one `NodeName` per node with its CPUs, memory and `Gres=`) and `gres.conf`. MIG instances
 /// are typed as slurmd's `AutoDetect=nvml` names them (`gpu:1g.10gb:7`; `7g.79gb` for an
-/// A100-80GB's 7g.80gb: `GpuModel::slurm_mig_type`), and a node with MIG GPUs is autodetected (MIG devices cannot be listed by hand portably); whole
-/// GPUs are typed by model (`gpu:a100-sxm4-80gb:4`); time-sliced GPUs become `shard`s
+/// A100-80GB's 7g.80gb: `GpuModel::slurm_mig_type`; a `+me` instance counts with its twin),
+/// and a node with MIG GPUs is autodetected (MIG devices cannot be listed by hand portably);
+/// whole GPUs are typed by model (`gpu:a100-sxm4-80gb:4`); time-sliced GPUs become `shard`s
 /// (replicas per GPU) and MPS GPUs `mps` (100 per GPU, Slurm's convention).
 pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
     let mut nodes = String::new();
@@ -132,17 +133,24 @@ pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
     );
     let mut tres: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut types: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let catalog = gantry_catalog::Catalog::embedded();
     for node in &fleet.nodes {
         let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         let (mut shards, mut mps) = (0u32, 0u32);
         let mut whole: Vec<u32> = Vec::new();
         let model = node.gpus.first().map(|g| g.model.to_ascii_lowercase()).unwrap_or_default();
+        let model_entry = node.gpus.first().and_then(|g| catalog.lookup(&g.model)).map(|id| catalog.model(id));
+        let slurm_type = |profile: &str| {
+            model_entry
+                .and_then(|m| Some(m.slurm_mig_type(m.mig.as_ref()?.profile(profile)?)))
+                .unwrap_or_else(|| profile.trim_end_matches("+me").to_string())
+        };
         for g in &node.gpus {
             match &g.mode {
                 GpuMode::Whole => whole.push(g.index),
                 GpuMode::Mig { instances } => {
                     for i in instances {
-                        *counts.entry(i.profile.clone()).or_default() += 1;
+                        *counts.entry(slurm_type(&i.profile)).or_default() += 1;
                     }
                 }
                 GpuMode::TimeSlice { replicas, .. } => {
@@ -160,12 +168,7 @@ pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
             parts.push(format!("gpu:{model}:{}", whole.len()));
             tres.insert(format!("gres/gpu:{model}"));
         }
-        let catalog = gantry_catalog::Catalog::embedded();
-        let model_entry = node.gpus.first().and_then(|g| catalog.lookup(&g.model)).map(|id| catalog.model(id));
-        for (profile, n) in &counts {
-            let ty = model_entry
-                .and_then(|m| Some(m.slurm_mig_type(m.mig.as_ref()?.profile(profile)?)))
-                .unwrap_or_else(|| profile.trim_end_matches("+me").to_string());
+        for (ty, n) in &counts {
             parts.push(format!("gpu:{ty}:{n}"));
             tres.insert(format!("gres/gpu:{ty}"));
         }
@@ -310,6 +313,17 @@ mod tests {
         .expect("parses");
         let (conf, gres) = slurm_conf(&seven);
         assert!(conf.contains("Gres=gpu:7g.79gb:1") && conf.contains("gres/gpu:7g.79gb"), "{conf}");
+        let twins = crate::parse_fleet(
+            "[[node]]\nname = \"t\"\ncpu = 8\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 1\n\
+             [[node.gpu]]\nindex = 0\nmig = { \"1g.10gb+me\" = 1, \"1g.10gb\" = 2 }\n",
+            gantry_catalog::Catalog::embedded(),
+        )
+        .expect("parses");
+        assert!(
+            slurm_conf(&twins).0.contains("Gres=gpu:1g.10gb:3\n"),
+            "one entry per Slurm type: {}",
+            slurm_conf(&twins).0
+        );
         // The node's model comes from a Features= entry, as on a MIG-only Slurm node.
         let back = conf.replace("NodeName=m ", "NodeName=m Features=A100-SXM4-80GB ");
         let map = BTreeMap::new();
