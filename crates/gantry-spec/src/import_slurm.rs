@@ -683,6 +683,11 @@ mod tests {
                 "NodeName=b CPUs=8 Gres=gpu:a100:40,gpu:a100:40\n",
                 "slurm.conf:2: node b: 80 GPUs, more than a node holds (64)",
             ),
+            // Found by tests/hostile_slurm.rs against the old code (an overflow in MIG packing).
+            (
+                "NodeName=b Gres=gpu:7g.79gb:1,gpu:7g.79gb:4294967295\n",
+                "slurm.conf:2: node b: Gres \"gpu:7g.79gb:4294967295\": 4294967295 GPUs, more than a node holds (64)",
+            ),
         ] {
             let text = format!("{good}{bad}NodeName=after CPUs=4 RealMemory=1000\n");
             let err = import_slurm_conf(&text, None, &source(&map, false)).expect_err(bad).to_string();
