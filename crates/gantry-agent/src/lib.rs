@@ -1,12 +1,13 @@
 //! The node agent, whole: its loop ([`node`]: register the node, heartbeat, carry out the
 //! controller's orders), the task [`runner`] (processes, pid and exit files, signals), [`mps`]
 //! control daemons, GPU discovery ([`discover`]) with how the GPUs connect ([`topology`]), MIG
-//! layouts ([`mig`], [`mig_nvml`]) and utilization samples ([`sample`]) through NVML, loaded
+//! layouts ([`mig`], [`mig_nvml`]; the controller's layout orders in [`layouts`]) and utilization samples ([`sample`]) through NVML, loaded
 //! at run time. It speaks to the controller only through `gantry-wire`; `serve --local` runs
 //! the same runner in-process.
 
 pub mod account;
 pub mod discover;
+pub mod layouts;
 pub mod mig;
 pub mod mig_nvml;
 pub mod mps;

@@ -29,6 +29,8 @@ pub enum MigError {
     Mismatch { gpu: u32, found: String, wanted: String },
     #[error("NVML: {0}")]
     Nvml(String),
+    #[error("GPU {gpu}: turning MIG mode {} is not done by gantry on this backend (on Ampere it resets the GPU); an administrator does it with nvidia-smi -mig", if *on { "on" } else { "off" })]
+    ModeChange { gpu: u32, on: bool },
 }
 
 /// The driver, as the applier needs it.
@@ -39,6 +41,59 @@ pub trait MigBackend {
     fn instances(&self, gpu: u32) -> Result<Vec<MigInstanceSpec>, MigError>;
     fn create(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError>;
     fn destroy(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError>;
+    /// Turn MIG mode on or off on an idle GPU with no instances. The default refuses: the
+    /// NVML backend never does it (on Ampere it resets the GPU); the fake one can.
+    fn set_mig_mode(&mut self, gpu: u32, on: bool) -> Result<(), MigError> {
+        Err(MigError::ModeChange { gpu, on })
+    }
+}
+
+/// Give GPU `gpu` the mode `target`, all or nothing: a MIG layout (turning MIG mode on first
+/// where the backend can, and off again if the layout fails), or a mode without MIG (its
+/// instances destroyed and MIG mode turned off, put back if that fails). MPS and
+/// time-slicing are whole GPUs to the hardware. A GPU already as wanted is left alone.
+pub fn apply_mode(
+    backend: &mut dyn MigBackend,
+    gpu: u32,
+    model: &GpuModel,
+    target: &gantry_types::GpuMode,
+) -> Result<(), MigError> {
+    let enabled = backend.mig_enabled(gpu)?;
+    match target {
+        gantry_types::GpuMode::Mig { instances } => {
+            if !enabled {
+                let geometry =
+                    model.mig.as_ref().ok_or_else(|| MigError::Layout(format!("{} has no MIG", model.id)))?;
+                geometry.validate_layout(&model.id, instances).map_err(|e| MigError::Layout(e.to_string()))?;
+                let processes = backend.processes(gpu)?;
+                if processes > 0 {
+                    return Err(MigError::Busy { gpu, processes });
+                }
+                backend.set_mig_mode(gpu, true)?;
+            }
+            apply_layout(backend, gpu, model, instances).map(|_| ()).inspect_err(|_| {
+                if !enabled {
+                    let _ = backend.set_mig_mode(gpu, false);
+                }
+            })
+        }
+        _ if !enabled => Ok(()),
+        _ => {
+            let before = backend.instances(gpu)?;
+            apply_layout(backend, gpu, model, &[])?;
+            backend.set_mig_mode(gpu, false).inspect_err(|_| {
+                let _ = apply_layout(backend, gpu, model, &before);
+            })
+        }
+    }
+}
+
+/// The GPU's MIG mode and instances as the backend has them now.
+pub fn read_back(backend: &dyn MigBackend, gpu: u32) -> Result<(bool, Vec<MigInstanceSpec>), MigError> {
+    let enabled = backend.mig_enabled(gpu)?;
+    let mut instances = if enabled { backend.instances(gpu)? } else { Vec::new() };
+    instances.sort_by_key(|i| i.start);
+    Ok((enabled, instances))
 }
 
 /// What an apply changed.
@@ -215,6 +270,139 @@ impl MigBackend for FakeBackend {
             });
         }
         Ok(())
+    }
+}
+
+/// Simulated MIG hardware for a node without a driver (`gantry agent --fake-mig`, the demo's
+/// in-process agents): every GPU's MIG mode and instances, kept in a file written after each
+/// change, so that — like real hardware — a layout half-applied when the agent was killed is
+/// still there when it restarts. Layout rules are the catalog's, checked on every create.
+#[derive(Debug)]
+pub struct FileBackend {
+    path: std::path::PathBuf,
+    gpus: std::collections::BTreeMap<u32, FakeGpu>,
+    /// Fail every create from now on (a driver that refuses), for tests.
+    pub refuse_creates: bool,
+}
+
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct FakeGpu {
+    model: String,
+    mig_enabled: bool,
+    layout: Vec<MigInstanceSpec>,
+}
+
+impl FileBackend {
+    /// Open the simulated hardware at `path`; a GPU it does not hold yet starts in `gpus`'
+    /// (index, model, mode) — the inventory's.
+    pub fn open(
+        path: &std::path::Path,
+        gpus: &[(u32, String, gantry_types::GpuMode)],
+    ) -> Result<FileBackend, MigError> {
+        let mut held: std::collections::BTreeMap<u32, FakeGpu> = match std::fs::read_to_string(path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| MigError::Nvml(format!("{}: not a simulated GPU state ({e})", path.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+            Err(e) => return Err(MigError::Nvml(format!("{}: {e}", path.display()))),
+        };
+        for (index, model, mode) in gpus {
+            held.entry(*index).or_insert_with(|| FakeGpu {
+                model: model.clone(),
+                mig_enabled: matches!(mode, gantry_types::GpuMode::Mig { .. }),
+                layout: match mode {
+                    gantry_types::GpuMode::Mig { instances } => instances.clone(),
+                    _ => Vec::new(),
+                },
+            });
+        }
+        let backend = FileBackend { path: path.to_path_buf(), gpus: held, refuse_creates: false };
+        backend.save()?;
+        Ok(backend)
+    }
+
+    fn save(&self) -> Result<(), MigError> {
+        let text = serde_json::to_string_pretty(&self.gpus).map_err(|e| MigError::Nvml(e.to_string()))?;
+        let tmp = self.path.with_extension("tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &self.path))
+            .map_err(|e| MigError::Nvml(format!("{}: {e}", self.path.display())))
+    }
+
+    fn gpu(&self, gpu: u32) -> Result<&FakeGpu, MigError> {
+        self.gpus.get(&gpu).ok_or_else(|| MigError::Nvml(format!("no GPU {gpu}")))
+    }
+
+    fn change(&mut self, gpu: u32, f: impl FnOnce(&mut FakeGpu) -> Result<(), MigError>) -> Result<(), MigError> {
+        let g = self.gpus.get_mut(&gpu).ok_or_else(|| MigError::Nvml(format!("no GPU {gpu}")))?;
+        f(g)?;
+        self.save()
+    }
+}
+
+impl MigBackend for FileBackend {
+    fn mig_enabled(&self, gpu: u32) -> Result<bool, MigError> {
+        Ok(self.gpu(gpu)?.mig_enabled)
+    }
+
+    fn processes(&self, _gpu: u32) -> Result<u32, MigError> {
+        // Nothing really runs on simulated hardware: the agent checks its own tasks.
+        Ok(0)
+    }
+
+    fn instances(&self, gpu: u32) -> Result<Vec<MigInstanceSpec>, MigError> {
+        Ok(self.gpu(gpu)?.layout.clone())
+    }
+
+    fn create(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
+        let refuse = self.refuse_creates;
+        self.change(gpu, |g| {
+            let fail = |why: String| MigError::Driver {
+                gpu,
+                action: "create",
+                profile: instance.profile.clone(),
+                start: instance.start,
+                why,
+            };
+            if refuse {
+                return Err(fail("refused (simulated driver)".into()));
+            }
+            let catalog = gantry_catalog::Catalog::embedded();
+            let model =
+                catalog.lookup(&g.model).map(|id| catalog.model(id)).ok_or_else(|| fail("unknown model".into()))?;
+            let geometry = model.mig.as_ref().ok_or_else(|| fail("no MIG".into()))?;
+            let mut next = g.layout.clone();
+            next.push(instance.clone());
+            geometry.validate_layout(&model.id, &next).map_err(|e| fail(format!("insufficient resources ({e})")))?;
+            g.layout = next;
+            Ok(())
+        })
+    }
+
+    fn destroy(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
+        self.change(gpu, |g| {
+            let before = g.layout.len();
+            g.layout.retain(|i| i != instance);
+            if g.layout.len() == before {
+                return Err(MigError::Driver {
+                    gpu,
+                    action: "destroy",
+                    profile: instance.profile.clone(),
+                    start: instance.start,
+                    why: "no such instance".into(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    fn set_mig_mode(&mut self, gpu: u32, on: bool) -> Result<(), MigError> {
+        self.change(gpu, |g| {
+            if !g.layout.is_empty() {
+                return Err(MigError::Layout(format!("GPU {gpu} still has instances")));
+            }
+            g.mig_enabled = on;
+            Ok(())
+        })
     }
 }
 

@@ -86,6 +86,8 @@ pub struct AgentConfig {
     /// Sample the GPUs through NVML (else utilization is simulated): false for the agents of a
     /// simulated fleet run in-process.
     pub measure_gpus: bool,
+    /// The MIG backend layout orders go through (`None`: only changes without MIG are made).
+    pub mig: Option<crate::layouts::MigHandle>,
 }
 
 /// A claim file's content.
@@ -165,6 +167,7 @@ struct Agent {
     /// Runs ordered to stop (job, attempt), so each order is carried out once.
     stopped: BTreeSet<(u64, u32)>,
     sampler: Option<crate::sample::Sampler>,
+    layouts: crate::layouts::Layouts,
 }
 
 impl Agent {
@@ -254,6 +257,7 @@ impl Agent {
             samples: self.samples(),
             wait_ms: self.config.wait.as_millis() as u64,
             instance: self.instance.clone(),
+            layouts: self.layouts.reports(),
         }
     }
 
@@ -335,6 +339,23 @@ impl Agent {
         for launch in orders.launch {
             self.launch(launch);
         }
+        self.layouts.forget(&orders.forget_layouts);
+        for order in &orders.layouts {
+            let Some(position) = self.config.gpus.iter().position(|g| g.index == order.gpu) else {
+                tracing::warn!(gpu = order.gpu, "a layout order for a GPU this node does not have: ignored");
+                continue;
+            };
+            let busy = self.uses_gpu(&self.config.gpus[position]);
+            self.layouts.apply(order, &mut self.config.gpus[position], busy);
+        }
+    }
+
+    /// Does a running task of this agent hold `gpu` (the card, or one of its MIG instances)?
+    fn uses_gpu(&self, gpu: &AgentGpu) -> bool {
+        let short = gpu.uuid.trim_start_matches("GPU-");
+        self.tasks
+            .values()
+            .any(|t| t.state == TaskState::Running && t.devices.iter().any(|d| d == &gpu.uuid || d.contains(short)))
     }
 
     fn launch(&mut self, launch: Launch) {
@@ -529,7 +550,11 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
         tasks: BTreeMap::new(),
         stopped: BTreeSet::new(),
         sampler: if config.measure_gpus { crate::sample::Sampler::open() } else { None },
+        layouts: crate::layouts::Layouts::new(config.mig.clone()),
     };
+    // Register with the GPUs as the hardware has them (a layout half-applied before a crash
+    // included): the controller reconciles.
+    agent.layouts.refresh(&mut agent.config.gpus);
     agent.recover()?;
     let path = format!("/v1/agents/{}/heartbeat", config.node);
     let mut registered = false;
@@ -538,7 +563,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
         if !registered {
             tokio::select! {
                 _ = &mut shutdown => return Ok(()),
-                answer = register(&config, &instance) => match answer? {
+                answer = register(&agent.config, &instance) => match answer? {
                     Some(r) => {
                         tracing::info!(node = %r.node, heartbeat_timeout_s = r.heartbeat_timeout_s, tasks = agent.tasks.len(), "registered");
                         registered = true;

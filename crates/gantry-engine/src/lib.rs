@@ -421,25 +421,7 @@ impl Engine {
                     .iter()
                     .map(|g| {
                         let model = self.catalog.model(g.model);
-                        let mode = match &g.units {
-                            state::Units::Whole => GpuMode::Whole,
-                            state::Units::Mig { slots } => {
-                                let geometry = model.mig.as_ref().expect("a MIG GPU's model has MIG geometry");
-                                GpuMode::Mig {
-                                    instances: slots
-                                        .iter()
-                                        .map(|s| gantry_types::MigInstanceSpec {
-                                            profile: geometry.profiles[s.profile as usize].name.clone(),
-                                            start: s.start,
-                                        })
-                                        .collect(),
-                                }
-                            }
-                            state::Units::Mps { max_clients } => GpuMode::Mps { max_clients: *max_clients },
-                            state::Units::TimeSlice { replicas, memory_per_replica } => {
-                                GpuMode::TimeSlice { replicas: *replicas, memory_per_replica: *memory_per_replica }
-                            }
-                        };
+                        let mode = self.mode_of(g);
                         gantry_types::Gpu {
                             index: g.index,
                             model: model.id.clone(),
@@ -454,6 +436,33 @@ impl Engine {
             })
             .collect();
         Fleet { nodes }
+    }
+
+    /// The mode of the GPU in slot `gpu` (`state().gpus` order).
+    pub fn gpu_mode(&self, gpu: usize) -> GpuMode {
+        self.mode_of(&self.state.gpus[gpu])
+    }
+
+    fn mode_of(&self, g: &state::GpuState) -> GpuMode {
+        match &g.units {
+            state::Units::Whole => GpuMode::Whole,
+            state::Units::Mig { slots } => {
+                let geometry = self.catalog.model(g.model).mig.as_ref().expect("a MIG GPU's model has MIG geometry");
+                GpuMode::Mig {
+                    instances: slots
+                        .iter()
+                        .map(|s| gantry_types::MigInstanceSpec {
+                            profile: geometry.profiles[s.profile as usize].name.clone(),
+                            start: s.start,
+                        })
+                        .collect(),
+                }
+            }
+            state::Units::Mps { max_clients } => GpuMode::Mps { max_clients: *max_clients },
+            state::Units::TimeSlice { replicas, memory_per_replica } => {
+                GpuMode::TimeSlice { replicas: *replicas, memory_per_replica: *memory_per_replica }
+            }
+        }
     }
 
     /// Was `job` compiled against this fleet's current device classes and node signatures?

@@ -85,6 +85,8 @@ pub struct ServeConfig {
     pub accounts: users::Accounts,
     /// Where the state lives: SQLite in the data directory (the default), or PostgreSQL.
     pub store: StoreChoice,
+    /// Whether the controller reconfigures GPUs itself, and its guards (`[reconfigure]`).
+    pub reconfigure: control::reconfig::ReconfigurePolicy,
 }
 
 /// The store a controller runs on.
@@ -294,6 +296,7 @@ fn open_controller(
     let mut setup = control::Setup::new(config.fleet.clone(), &config.scheduling, agents, config.idle.clone());
     setup.admission = config.admission.clone();
     setup.accounts = config.accounts.clone();
+    setup.reconfigure = config.reconfigure.clone();
     let (mut controller, recovered) = Controller::open(setup, image, Catalog::embedded(), &Default::default(), now)?;
     controller.set_billing(config.billing.clone());
     let mut batches = vec![recovered];

@@ -71,9 +71,12 @@ impl Agents {
 }
 
 /// Start one agent per node of `fleet`. `simulate`: tasks last this long instead of running;
-/// `measure`: the GPUs are this machine's, sampled with NVML.
+/// `measure`: the GPUs are this machine's, sampled with NVML, and reconfigured through NVML;
+/// otherwise each node's MIG hardware is simulated in `fake-mig.json` in its directory,
+/// starting from the modes the controller has recorded.
 pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure: bool) -> Agents {
     let mut agents = Agents::default();
+    let recorded = shared.controller.lock().expect("not poisoned").scheduler.engine().fleet_now();
     for node in &fleet.nodes {
         // Each in-process agent holds its node's credential, as a remote one does.
         let who = Principal {
@@ -95,7 +98,9 @@ pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure
                 mig: Vec::new(),
             })
             .collect();
+        let mig = mig_backend(shared, &recorded, &node.name, measure);
         let config = AgentConfig {
+            mig,
             link: link.clone(),
             node: node.name.clone(),
             gpus,
@@ -115,4 +120,35 @@ pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure
         }));
     }
     agents
+}
+
+/// The MIG backend of an in-process agent: NVML for this machine's GPUs, else simulated
+/// hardware kept in the node's directory.
+fn mig_backend(
+    shared: &Shared,
+    recorded: &Fleet,
+    node: &str,
+    measure: bool,
+) -> Option<gantry_agent::layouts::MigHandle> {
+    use gantry_agent::layouts::MigHandle;
+    if measure {
+        return gantry_agent::mig_nvml::NvmlMig::new().ok().map(MigHandle::new);
+    }
+    let gpus: Vec<(u32, String, gantry_types::GpuMode)> = recorded
+        .nodes
+        .iter()
+        .find(|n| n.name == node)
+        .map(|n| n.gpus.iter().map(|g| (g.index, g.model.clone(), g.mode.clone())).collect())
+        .unwrap_or_default();
+    let dir = node_dir(&shared.data_dir, node);
+    let opened = gantry_agent::runner::private_dir(&dir).map_err(|e| e.to_string()).and_then(|()| {
+        gantry_agent::mig::FileBackend::open(&dir.join("fake-mig.json"), &gpus).map_err(|e| e.to_string())
+    });
+    match opened {
+        Ok(backend) => Some(MigHandle::new(backend)),
+        Err(why) => {
+            tracing::error!(node, why, "no simulated MIG backend: this node cannot be reconfigured");
+            None
+        }
+    }
 }

@@ -429,7 +429,7 @@ fn bad_queue_files_name_the_queue_and_field() {
 #[test]
 fn job_lifecycle_fields_parse_with_defaults_and_errors() {
     let jobs = crate::parse_workload(
-        "[[job]]\nname = \"a\"\npreemptible = false\nmin_runtime = \"10m\"\ngrace = 90\n[[job]]\nname = \"b\"\n",
+        "[[job]]\nname = \"a\"\npreemptible = false\nmin_runtime = \"10m\"\ngrace = 90\nrestartable = true\n[[job]]\nname = \"b\"\n",
         catalog(),
     )
     .expect("valid workload");
@@ -440,7 +440,8 @@ fn job_lifecycle_fields_parse_with_defaults_and_errors() {
             min_runtime_s: 600,
             grace_s: 90,
             interactive: false,
-            requeue: true
+            requeue: true,
+            restartable: true,
         }
     );
     assert_eq!(jobs[1].lifecycle, gantry_types::Lifecycle::default());

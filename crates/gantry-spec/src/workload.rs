@@ -43,6 +43,9 @@ pub(crate) struct JobEntry {
     interactive: Option<bool>,
     /// Wait again when a node it runs on is lost (default true) or end `lost`.
     requeue: Option<bool>,
+    /// May be stopped and started again elsewhere (a service replica): the controller may
+    /// move it to empty a GPU it reconfigures.
+    restartable: Option<bool>,
     after: Option<Vec<String>>,
     min_runtime: Option<crate::quantity::Duration>,
     grace: Option<crate::quantity::Duration>,
@@ -431,6 +434,7 @@ pub(crate) fn parse_job(
             .unwrap_or(defaults.grace_s),
         interactive: entry.interactive.unwrap_or(defaults.interactive),
         requeue: entry.requeue.unwrap_or(defaults.requeue),
+        restartable: entry.restartable.unwrap_or(defaults.restartable),
     };
     let after =
         entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;

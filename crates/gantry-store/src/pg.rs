@@ -89,10 +89,15 @@ CREATE TABLE gantry_leader (
 INSERT INTO gantry_leader (term, holder, since_s, pid, expires) VALUES (0, '', 0, 0, 'epoch');
 ",
     ),
+    (
+        // GPU reconfigurations the controller carries out (SQLite's schema 9).
+        10,
+        "CREATE TABLE reconfigurations (id BIGINT PRIMARY KEY, record TEXT NOT NULL);",
+    ),
 ];
 
 /// The schema version this code writes.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 9;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 10;
 
 /// Arbitrary, fixed: the advisory lock migrations hold.
 const MIGRATION_LOCK: i64 = 0x6761_6e74_7279; // "gantry"
@@ -536,6 +541,14 @@ fn write_batch(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), StoreError
     for (node, gpu, mode) in &batch.gpu_modes {
         set_gpu_mode(tx, node, *gpu, mode)?;
     }
+    for (id, record) in &batch.reconfigurations {
+        tx.execute(
+            "INSERT INTO reconfigurations (id, record) VALUES ($1, $2)
+             ON CONFLICT (id) DO UPDATE SET record = excluded.record",
+            &[&int(*id)?, record],
+        )
+        .map_err(pg)?;
+    }
     add_usage(tx, &batch.usage)?;
     for (t_s, point, keep_from_s) in &batch.series {
         put_series_point(tx, *t_s, point, *keep_from_s)?;
@@ -682,6 +695,21 @@ impl Store for PostgresStore {
                     let gpu: i32 = r.get(1);
                     let gpu = u32::try_from(gpu).map_err(|_| StoreError::Corrupt(format!("GPU index {gpu}")))?;
                     Ok((r.get(0), gpu, r.get(2)))
+                })
+                .collect()
+        })
+    }
+
+    fn reconfigurations(&self, from_id: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let from = int(from_id)?;
+        self.call(move |c| {
+            let rows =
+                c.query("SELECT id, record FROM reconfigurations WHERE id >= $1 ORDER BY id", &[&from]).map_err(pg)?;
+            rows.iter()
+                .map(|r| {
+                    let id: i64 = r.get(0);
+                    let id = u64::try_from(id).map_err(|_| StoreError::Corrupt(format!("reconfiguration id {id}")))?;
+                    Ok((id, r.get(1)))
                 })
                 .collect()
         })

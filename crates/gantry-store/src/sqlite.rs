@@ -46,6 +46,10 @@ CREATE TABLE IF NOT EXISTS gpu_modes (
     mode TEXT    NOT NULL,
     PRIMARY KEY (node, gpu)
 );
+CREATE TABLE IF NOT EXISTS reconfigurations (
+    id     INTEGER PRIMARY KEY,
+    record TEXT    NOT NULL
+);
 CREATE TABLE IF NOT EXISTS usage (
     hour_s            INTEGER NOT NULL,
     job_id            INTEGER NOT NULL,
@@ -69,8 +73,9 @@ CREATE TABLE IF NOT EXISTS commands (
 
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
 /// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log), 8 `tokens.node` (agent
-/// tokens bound to one node); an older store gets the new tables and columns when opened.
-const SCHEMA_VERSION: i64 = 8;
+/// tokens bound to one node), 9 `reconfigurations` (GPU reconfigurations the controller
+/// carries out); an older store gets the new tables and columns when opened.
+const SCHEMA_VERSION: i64 = 9;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -325,6 +330,17 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    fn reconfigurations(&self, from_id: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let mut stmt =
+            self.conn.prepare_cached("SELECT id, record FROM reconfigurations WHERE id >= ?1 ORDER BY id")?;
+        let rows = stmt.query_map(params![int(from_id)?], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        rows.map(|r| {
+            let (id, record) = r?;
+            Ok((uint(id)?, record))
+        })
+        .collect()
+    }
+
     fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         add_usage(&tx, rows)?;
@@ -497,6 +513,10 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
     }
     for (node, gpu, mode) in &batch.gpu_modes {
         set_gpu_mode(tx, node, *gpu, mode)?;
+    }
+    for (id, record) in &batch.reconfigurations {
+        tx.prepare_cached("INSERT OR REPLACE INTO reconfigurations (id, record) VALUES (?1, ?2)")?
+            .execute(params![int(*id)?, record])?;
     }
     add_usage(tx, &batch.usage)?;
     for (t_s, point, keep_from_s) in &batch.series {

@@ -108,6 +108,11 @@ pub struct Lifecycle {
     /// jobs) or ends `lost` (false).
     #[serde(default = "requeue_default")]
     pub requeue: bool,
+    /// Its tasks may be stopped and started again elsewhere at any time (replicas of a
+    /// service, not a training run): the controller may move it to empty a GPU it is
+    /// reconfiguring. A move is a requeue, recorded as a move, never a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restartable: bool,
 }
 
 fn requeue_default() -> bool {
@@ -119,7 +124,14 @@ pub const GRACE_DEFAULT_S: u64 = 30;
 
 impl Default for Lifecycle {
     fn default() -> Self {
-        Lifecycle { preemptible: true, min_runtime_s: 0, grace_s: GRACE_DEFAULT_S, interactive: false, requeue: true }
+        Lifecycle {
+            preemptible: true,
+            min_runtime_s: 0,
+            grace_s: GRACE_DEFAULT_S,
+            interactive: false,
+            requeue: true,
+            restartable: false,
+        }
     }
 }
 

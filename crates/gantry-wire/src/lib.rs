@@ -7,7 +7,10 @@
 //!   a task on disk before starting it, so a repeat never starts it twice;
 //! - a task's exit is repeated in every heartbeat until the controller says `forget`; the
 //!   controller counts each task's exit once;
-//! - a stop is repeated while the agent still reports the task running.
+//! - a stop is repeated while the agent still reports the task running;
+//! - a layout order (protocol 2) is repeated until the agent reports its outcome; the agent
+//!   applies each order once, and applying a layout the GPU already has changes nothing; the
+//!   outcome is repeated until the controller says `forget_layouts`.
 
 pub mod client;
 
@@ -17,7 +20,12 @@ use serde::{Deserialize, Serialize};
 /// controller refuses one newer than its own (the agent was upgraded first: upgrade the
 /// controller) and answers with its own, so an agent can refuse an older controller. Version
 /// 1 is the protocol as first shipped; a change that an older peer would misread bumps it.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// 2 added layout orders ([`LayoutOrder`], [`LayoutReport`]): the controller orders a GPU's
+/// reconfiguration only from an agent that speaks 2 or later.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The first protocol with layout orders.
+pub const PROTOCOL_LAYOUTS: u32 = 2;
 
 fn protocol_one() -> u32 {
     1
@@ -229,6 +237,56 @@ pub struct Heartbeat {
     /// The registered agent's `instance`: another process's heartbeats are refused.
     #[serde(default)]
     pub instance: String,
+    /// Outcomes of layout orders (protocol 2), repeated until the controller forgets them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<LayoutReport>,
+}
+
+/// Change one GPU's mode (protocol 2): the agent applies it all or nothing through its MIG
+/// backend — only on a GPU none of its tasks uses — and reports a [`LayoutReport`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutOrder {
+    /// The controller's reconfiguration id: an order is applied once, its outcome reported
+    /// under this id.
+    pub id: u64,
+    pub gpu: u32,
+    /// The mode wanted: a MIG layout, or a mode without MIG (MPS and time-slicing are the
+    /// controller's bookkeeping: to the hardware they are whole GPUs).
+    #[schema(value_type = Object)]
+    pub mode: gantry_types::GpuMode,
+}
+
+/// What became of a layout order, and the GPU as the hardware has it afterwards (applied or
+/// not, that is what the controller records).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayoutReport {
+    pub id: u64,
+    pub gpu: u32,
+    /// `None`: applied. Otherwise why not (the previous layout was put back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// Whether the GPU is in MIG mode now.
+    pub mig_mode: bool,
+    /// Its GPU instances now (MIG mode only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig: Vec<AgentMigInstance>,
+}
+
+impl LayoutReport {
+    /// The GPU's mode as the hardware has it (MIG with its instances, else whole).
+    pub fn hardware(&self) -> gantry_types::GpuMode {
+        AgentGpu {
+            index: self.gpu,
+            uuid: String::new(),
+            model: String::new(),
+            mig_mode: Some(self.mig_mode),
+            mig: self.mig.clone(),
+        }
+        .mode()
+        .unwrap_or(gantry_types::GpuMode::Whole)
+    }
 }
 
 /// Stop a job's tasks of run `attempt` on this node: SIGTERM, SIGKILL after `grace_s`.
@@ -246,13 +304,27 @@ pub struct Orders {
     pub stop: Vec<StopOrder>,
     /// Ended tasks whose exits the controller has recorded: the agent may stop reporting them.
     pub forget: Vec<TaskKey>,
+    /// GPUs to reconfigure (protocol 2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layouts: Vec<LayoutOrder>,
+    /// Layout outcomes the controller has recorded: the agent may stop reporting them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forget_layouts: Vec<u64>,
 }
 
 impl Orders {
     pub fn is_empty(&self) -> bool {
-        self.launch.is_empty() && self.stop.is_empty() && self.forget.is_empty()
+        self.launch.is_empty()
+            && self.stop.is_empty()
+            && self.forget.is_empty()
+            && self.layouts.is_empty()
+            && self.forget_layouts.is_empty()
     }
 }
+
+/// Layout outcomes one heartbeat may report (more are ignored until the next one): a node
+/// has at most 64 GPUs and each has at most one order under way.
+pub const LAYOUT_REPORTS_MAX: usize = 64;
 
 /// The longest a heartbeat may ask the controller to hold its answer.
 pub const WAIT_MS_MAX: u64 = 10_000;

@@ -53,6 +53,12 @@ pub struct AgentArgs {
     /// ~/.local/share/gantry/agent-NODE.
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
+    /// Simulate this node's MIG hardware in DATA/fake-mig.json (starting from the inventory's
+    /// modes) so that the controller's layout orders can be carried out without a GPU (tests,
+    /// demos). Without it, layout orders go through NVML; with --inventory and no NVML, only
+    /// changes without MIG are made.
+    #[arg(long)]
+    fake_mig: bool,
     /// Log format on stderr: text, or json.
     #[arg(long, value_parser = ["text", "json"])]
     log_format: Option<String>,
@@ -101,6 +107,29 @@ fn inventory(args: &AgentArgs) -> anyhow::Result<(String, Vec<AgentGpu>)> {
     Ok((node.name, gpus))
 }
 
+/// Where layout orders go: simulated hardware (`--fake-mig`), else NVML when there is a
+/// driver, else none.
+fn mig_backend(
+    args: &AgentArgs,
+    data_dir: &std::path::Path,
+    gpus: &[AgentGpu],
+) -> anyhow::Result<Option<gantry_agent::layouts::MigHandle>> {
+    use gantry_agent::layouts::MigHandle;
+    if args.fake_mig {
+        gantry_agent::runner::private_dir(data_dir)
+            .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
+        let modes: Vec<(u32, String, gantry_types::GpuMode)> =
+            gpus.iter().map(|g| (g.index, g.model.clone(), g.mode().unwrap_or(gantry_types::GpuMode::Whole))).collect();
+        let backend = gantry_agent::mig::FileBackend::open(&data_dir.join("fake-mig.json"), &modes)
+            .map_err(|e| anyhow::anyhow!("--fake-mig: {e}"))?;
+        return Ok(Some(MigHandle::new(backend)));
+    }
+    if args.inventory.is_some() {
+        return Ok(None);
+    }
+    Ok(gantry_agent::mig_nvml::NvmlMig::new().ok().map(MigHandle::new))
+}
+
 /// The agent's secret: from `--token-file`, else `$GANTRY_TOKEN`; never from argv.
 fn agent_secret(args: &AgentArgs) -> anyhow::Result<String> {
     if args.token.is_some() {
@@ -141,7 +170,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         None => crate::serve_cmd::default_data_dir()?.join(format!("agent-{node}")),
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
+    let mig = mig_backend(&args, &data_dir, &gpus)?;
     let config = gantry_agent::node::AgentConfig {
+        mig,
         link: std::sync::Arc::new(gantry_agent::node::HttpLink { client, token }),
         node: node.clone(),
         gpus,

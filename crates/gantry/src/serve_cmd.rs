@@ -116,7 +116,8 @@ pub struct ServeArgs {
     log_format: Option<String>,
     /// Configuration file (TOML) with any of: listen, insecure_http, data, fleet, queues,
     /// backfill, preempt, log_format, and the tables [billing], [idle], [admission], [tls],
-    /// [users] (docs/formats.md); paths relative to the file. Flags given on the command line win.
+    /// [users], [reconfigure] (docs/formats.md); paths relative to the file. Flags given on the
+    /// command line win.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Prices and weights: only from the config file's `[billing]`.
@@ -131,6 +132,15 @@ pub struct ServeArgs {
     /// gantry user → Unix account: only from the config file's `[users]`.
     #[arg(skip)]
     users: std::collections::BTreeMap<String, String>,
+    /// What the controller does with the online planner's GPU changes: off, advise (the
+    /// default: shown by `gantry nodes --plan`), or auto (carried out: GPUs cordoned,
+    /// drained, reconfigured by their agents, within the guards of the config file's
+    /// `[reconfigure]`). `--demo` uses auto.
+    #[arg(long, value_parser = ["off", "advise", "auto"])]
+    reconfigure: Option<String>,
+    /// The guards: only from the config file's `[reconfigure]`.
+    #[arg(skip)]
+    reconfigure_policy: Option<gantry_server::control::reconfig::ReconfigurePolicy>,
 }
 
 /// `gantry serve --config FILE`.
@@ -152,6 +162,7 @@ struct ConfigFile {
     idle: Option<gantry_server::idle::IdlePolicy>,
     admission: Option<gantry_server::admission::AdmissionLimits>,
     users: Option<std::collections::BTreeMap<String, String>>,
+    reconfigure: Option<gantry_server::control::reconfig::ReconfigurePolicy>,
 }
 
 /// `[tls]` of the configuration file: what the --tls-* flags say.
@@ -224,6 +235,10 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
     }
     args.admission = file.admission;
     args.users = file.users.unwrap_or_default();
+    if let Some(policy) = &file.reconfigure {
+        policy.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    args.reconfigure_policy = file.reconfigure;
     Ok(args)
 }
 
@@ -321,6 +336,25 @@ fn demo_workload(step: Option<f64>) -> String {
         Some(step) => workload.replace("STEP_S = \"10\"", &format!("STEP_S = \"{step}\"")),
         None => workload.to_string(),
     }
+}
+
+/// The reconfiguration policy: `[reconfigure]`'s guards, its mode unless `--reconfigure`
+/// says otherwise; `--demo` reconfigures by itself (auto) unless told otherwise.
+fn reconfigure_policy(args: &ServeArgs) -> anyhow::Result<gantry_server::control::reconfig::ReconfigurePolicy> {
+    use gantry_server::control::reconfig::{ReconfigureMode, ReconfigurePolicy};
+    let mut policy = args.reconfigure_policy.clone().unwrap_or_else(|| ReconfigurePolicy {
+        mode: if args.demo { ReconfigureMode::Auto } else { ReconfigureMode::Advise },
+        ..ReconfigurePolicy::default()
+    });
+    if let Some(mode) = &args.reconfigure {
+        policy.mode = match mode.as_str() {
+            "off" => ReconfigureMode::Off,
+            "auto" => ReconfigureMode::Auto,
+            _ => ReconfigureMode::Advise,
+        };
+    }
+    policy.check().map_err(|e| anyhow::anyhow!(e))?;
+    Ok(policy)
 }
 
 /// `--demo` without a `[billing]`: example list prices, so the chargeback has dollars in it.
@@ -500,6 +534,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         idle: args.idle.clone().unwrap_or_default(),
         admission: args.admission.clone().unwrap_or_default(),
+        reconfigure: reconfigure_policy(&args)?,
         group_commit: true,
         agents: if args.local {
             gantry_server::control::Agents::Local

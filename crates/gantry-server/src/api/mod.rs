@@ -152,7 +152,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, metrics, agents::register_agent, agents::heartbeat),
+    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -199,6 +199,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/series", get(series))
         .route("/v1/idle", get(idle))
         .route("/v1/plan", get(plan))
+        .route("/v1/reconfigurations", get(reconfigurations))
         .route("/v1/agents/register", post(agents::register_agent))
         .route("/v1/agents/{node}/heartbeat", post(agents::heartbeat))
         .merge(crate::ui::router())
@@ -268,7 +269,7 @@ async fn list(
         })?;
         states.push(state);
     }
-    Ok(Json(shared.read(|c| views::jobs::jobs(c, &who, &states))))
+    Ok(Json(shared.read(|c| views::jobs::jobs(c, &who, &states, now_s()))))
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
@@ -593,7 +594,8 @@ async fn series(
 }
 
 /// `GET /v1/plan`: what the online MIG planner would change now, for the waiting and running
-/// jobs (advice: the service does not reconfigure GPUs yet).
+/// jobs (with `reconfigure = "auto"` the controller's own changes are in
+/// `/v1/reconfigurations`).
 #[utoipa::path(get, path = "/v1/plan", tag = "nodes",
     responses((status = 200, description = "Reconfigurations and drains the online planner would make now", body = crate::views::PlanView),
         (status = 401, description = "Missing or unknown token", body = ErrorBody),
@@ -601,6 +603,20 @@ async fn series(
 async fn plan(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<crate::views::PlanView>, ApiError> {
     who(&shared, &headers)?.not_agent()?;
     Ok(Json(shared.read(|c| views::plan::plan_advice(c, now_s()))?))
+}
+
+/// `GET /v1/reconfigurations`: GPU reconfigurations under way and the latest finished.
+#[utoipa::path(get, path = "/v1/reconfigurations", tag = "nodes",
+    responses((status = 200, description = "Reconfigurations under way and recent, with reasons and totals", body = crate::views::ReconfigurationsView),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "An agent token", body = ErrorBody)))]
+async fn reconfigurations(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Json<crate::views::ReconfigurationsView>, ApiError> {
+    let who = who(&shared, &headers)?;
+    who.not_agent()?;
+    Ok(Json(shared.read(|c| views::reconfig::reconfigurations(c, &who))))
 }
 
 /// `GET /v1/idle`: jobs flagged for holding GPUs they do not use (newest last).

@@ -53,13 +53,23 @@ impl Controller {
             self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
         }
         let version = reg.version.chars().take(64).collect();
-        let link = AgentLink { last_seen_s: now, instance: reg.instance.clone(), version, samples: Vec::new() };
+        let link = AgentLink {
+            last_seen_s: now,
+            instance: reg.instance.clone(),
+            version,
+            protocol: reg.protocol,
+            samples: Vec::new(),
+        };
         let back = self.links.insert(reg.node.clone(), link);
         self.found(&reg.node);
         self.scheduler.set_ready(&reg.node, true)?;
         tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
+        let mut effects = Effects::default();
+        self.reconcile_registration(&reg.node, &found, now, &mut effects)?;
         let registered = Registered { node: reg.node.clone(), heartbeat_timeout_s, protocol: wire::PROTOCOL_VERSION };
-        Ok(Effects { reply: Reply::Registered(registered), schedule: true, ..Default::default() })
+        effects.reply = Reply::Registered(registered);
+        effects.schedule = true;
+        Ok(effects)
     }
 
     /// A node whose agent is alive (heard from within the timeout) takes no second agent: a
@@ -208,8 +218,12 @@ impl Controller {
         let reported: BTreeSet<TaskKey> = beat.tasks.iter().map(|r| r.key.clone()).collect();
         let (forget, orphans) = self.absorb_reports(node, beat, now, &mut effects)?;
         self.reoffer_missing(node, &reported, now, &mut effects)?;
+        for report in beat.layouts.iter().take(crate::wire::LAYOUT_REPORTS_MAX) {
+            self.layout_outcome(node, report, now, &mut effects)?;
+        }
         let mut orders = self.agent_orders(node, &stopping);
         orders.forget = forget;
+        orders.forget_layouts = beat.layouts.iter().take(crate::wire::LAYOUT_REPORTS_MAX).map(|r| r.id).collect();
         for key in orphans {
             tracing::warn!(node, job = key.job, attempt = key.attempt, "stopping a task this controller does not run");
             orders.stop.push(StopOrder { job: key.job, attempt: key.attempt, grace_s: gantry_types::GRACE_DEFAULT_S });
@@ -318,7 +332,7 @@ impl Controller {
             .filter(|(job, r)| !stopping.iter().any(|k| k.job == **job && k.attempt == r.attempt))
             .map(|(&job, r)| StopOrder { job, attempt: r.attempt, grace_s: r.stopping.unwrap_or_default() })
             .collect();
-        Orders { launch, stop, forget: Vec::new() }
+        Orders { launch, stop, forget: Vec::new(), layouts: self.layout_orders(node), forget_layouts: Vec::new() }
     }
 
     /// Nodes whose agent has been silent past the timeout get no new work (what runs there

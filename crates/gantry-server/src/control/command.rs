@@ -79,7 +79,14 @@ pub enum Command {
         timed_out: bool,
         lost: bool,
     },
-    /// Time passes: silent agents, the meter, idle jobs, then a scheduling cycle.
+    /// A caller running tasks itself (`Agents::Local`) carried out a layout order it was
+    /// handed in `Effects::layouts`: what became of it.
+    LayoutDone {
+        node: String,
+        report: crate::wire::LayoutReport,
+    },
+    /// Time passes: silent agents, the meter, idle jobs, reconfigurations, then a scheduling
+    /// cycle.
     Tick {},
 }
 
@@ -98,6 +105,7 @@ impl Command {
             Command::Register { .. } => "register",
             Command::Heartbeat { .. } => "heartbeat",
             Command::TaskExited { .. } => "task-exited",
+            Command::LayoutDone { .. } => "layout-done",
             Command::Tick { .. } => "tick",
         }
     }
@@ -150,6 +158,9 @@ pub struct Effects {
     /// heartbeats' answers.
     pub launch: Vec<Launch>,
     pub stop: Vec<StopRun>,
+    /// For a caller running tasks itself: GPUs to reconfigure (node, order); it answers each
+    /// with `Command::LayoutDone`. Agents get theirs in their heartbeats' answers.
+    pub layouts: Vec<(String, crate::wire::LayoutOrder)>,
     /// Nodes whose agents have new orders: wake their held heartbeats.
     pub wake: std::collections::BTreeSet<String>,
     /// Capacity may have come back or work arrived: a scheduling cycle should run soon.

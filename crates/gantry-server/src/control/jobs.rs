@@ -172,6 +172,7 @@ impl Controller {
         let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
         for (id, job) in ids.iter().zip(&jobs) {
             self.record(Event::Submitted { id: *id, at_s: now, job: Box::new(job.clone()) })?;
+            self.note_arrival(*id, now);
         }
         tracing::info!(token = %who.name, jobs = ids.len(), first, "submitted");
         let mut admissions = Vec::new();

@@ -48,7 +48,13 @@ fn submit(c: &mut Controller, text: &str, now: u64) -> u64 {
 fn beat(c: &mut Controller, node: &str, tasks: &[TaskKey], now: u64) -> Orders {
     let reports =
         tasks.iter().map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false }).collect();
-    let beat = Heartbeat { tasks: reports, samples: Vec::new(), wait_ms: 0, instance: format!("agent-{node}") };
+    let beat = Heartbeat {
+        tasks: reports,
+        samples: Vec::new(),
+        wait_ms: 0,
+        instance: format!("agent-{node}"),
+        layouts: Vec::new(),
+    };
     match c
         .apply(now, Command::Heartbeat { who: Principal::controller(), node: node.into(), beat })
         .expect("beats")
@@ -147,7 +153,13 @@ fn a_gang_with_a_task_on_a_lost_node_is_stopped_everywhere_and_requeued_whole() 
     // The a-0 task exits: the whole gang waits again (a-1 lost, so it cannot start).
     let exited =
         TaskReport { key: on_0[0].clone(), state: TaskState::Exited { code: None, timed_out: false }, stopping: true };
-    let beat_exit = Heartbeat { tasks: vec![exited], samples: Vec::new(), wait_ms: 0, instance: "agent-a-0".into() };
+    let beat_exit = Heartbeat {
+        tasks: vec![exited],
+        samples: Vec::new(),
+        wait_ms: 0,
+        instance: "agent-a-0".into(),
+        layouts: Vec::new(),
+    };
     c.apply(T0 + 52, Command::Heartbeat { who: Principal::controller(), node: "a-0".into(), beat: beat_exit })
         .expect("beats");
     tick(&mut c, T0 + 53);

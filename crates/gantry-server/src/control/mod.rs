@@ -16,11 +16,16 @@ pub mod command;
 mod jobs;
 mod lost;
 pub mod open;
+pub mod reconfig;
+mod reconfig_plan;
+mod reconfig_run;
 mod run;
 mod usage;
 
 #[cfg(test)]
 mod lost_tests;
+#[cfg(test)]
+mod reconfig_tests;
 #[cfg(test)]
 mod tests;
 
@@ -85,6 +90,9 @@ pub(crate) struct Runs {
     pub preempted: Option<&'static str>,
     /// A node it ran on was lost: it waits again (requeue) or ends lost.
     pub node_lost: Option<String>,
+    /// Being moved off a GPU the controller reconfigures (a restartable job): it waits again
+    /// when its tasks have exited, recorded with this reason.
+    pub moved: Option<String>,
     /// What it holds on each GPU, for the meter.
     pub grants: Vec<Held>,
 }
@@ -105,6 +113,8 @@ pub(crate) struct AgentLink {
     /// The agent process's lasting identity (`Register::instance`): a restart keeps it.
     pub instance: String,
     pub version: String,
+    /// The protocol it speaks (layout orders need 2).
+    pub protocol: u32,
     pub samples: Vec<GpuSample>,
 }
 
@@ -147,6 +157,8 @@ pub struct Controller {
     pub(crate) accounts: crate::users::Accounts,
     /// (submitting token, idempotency key) → the jobs that submission made.
     pub(crate) submissions: BTreeMap<(String, String), Vec<u64>>,
+    /// GPU reconfigurations: the policy, what is under way, what the guards remember.
+    pub(crate) reconfigs: reconfig::Reconfigs,
     /// What the command being applied changes, for the caller to commit.
     pending: Batch,
 }
@@ -235,6 +247,11 @@ impl Controller {
             }
             Command::Register { who, registration } => self.register_agent(who, registration, now),
             Command::Heartbeat { who, node, beat } => self.agent_heartbeat(who, node, beat, now),
+            Command::LayoutDone { node, report } => {
+                let mut effects = Effects::default();
+                self.layout_outcome(node, report, now, &mut effects)?;
+                Ok(effects)
+            }
             Command::TaskExited { task, code, timed_out, lost } => {
                 let mut effects = Effects::default();
                 self.task_exited(task, *code, *timed_out, *lost, now, &mut effects)?;
@@ -271,7 +288,7 @@ impl Controller {
     }
 
     /// Time passes: silent agents lose their nodes' new work, the meter and the idle watch
-    /// look, then a scheduling cycle runs.
+    /// look, reconfigurations move along, then a scheduling cycle runs.
     fn tick(&mut self, now: u64) -> Result<Effects, ControlError> {
         self.check_agents(now);
         self.meter(now, false);
@@ -279,6 +296,7 @@ impl Controller {
         for node in self.silent_past_loss(now) {
             self.lose_node(&node, "its agent was silent past node_lost_after", now, &mut effects)?;
         }
+        self.reconfigure_tick(now, &mut effects)?;
         self.cycle(now, &mut effects)?;
         Ok(effects)
     }
@@ -286,7 +304,12 @@ impl Controller {
     /// When the scheduler next needs a cycle with nothing else happening (a starvation bound
     /// or a reserved start coming due), if it does.
     pub fn next_wake(&self, now: u64) -> Option<u64> {
-        self.scheduler.next_wake(now)
+        let plan = match self.reconfigs.policy.mode {
+            reconfig::ReconfigureMode::Auto => self.reconfigs.next_plan_s.filter(|&t| t > now),
+            _ => None,
+        };
+        let deadline = self.reconfigs.active.values().map(|r| r.deadline_s).filter(|&t| t > now).min();
+        [self.scheduler.next_wake(now), plan, deadline].into_iter().flatten().min()
     }
 
     /// Is `node` a node of the fleet?
@@ -373,6 +396,7 @@ impl Controller {
             lost: false,
             preempted: None,
             node_lost: None,
+            moved: None,
             grants: self.grants(placement),
         };
         self.running.insert(job, runs);
@@ -387,6 +411,7 @@ fn batch_size(b: &Batch) -> usize {
         + b.tokens_revoked.len()
         + b.drained.len()
         + b.gpu_modes.len()
+        + b.reconfigurations.len()
         + b.usage.len()
         + b.series.len()
 }

@@ -32,6 +32,10 @@ pub struct Setup {
     /// Which Unix account runs each user's tasks (logs from before it replay with none).
     #[serde(default)]
     pub accounts: crate::users::Accounts,
+    /// Whether and how the controller reconfigures GPUs itself (logs from before it replay
+    /// with the default: advice only).
+    #[serde(default)]
+    pub reconfigure: super::reconfig::ReconfigurePolicy,
 }
 
 impl Setup {
@@ -49,6 +53,7 @@ impl Setup {
             idle,
             admission: Default::default(),
             accounts: Default::default(),
+            reconfigure: Default::default(),
         }
     }
 
@@ -77,6 +82,8 @@ pub struct Image {
     /// (node, GPU index, mode JSON).
     pub gpu_modes: Vec<(String, u32, String)>,
     pub series: Vec<crate::series::Point>,
+    /// The reconfiguration records (id, JSON).
+    pub reconfigurations: Vec<(u64, String)>,
 }
 
 impl Image {
@@ -87,6 +94,7 @@ impl Image {
             tokens: store.tokens()?,
             drained: store.drained()?,
             gpu_modes: store.gpu_modes()?,
+            reconfigurations: store.reconfigurations(0)?,
             series: store
                 .series_points(series_from_s)?
                 .into_iter()
@@ -183,6 +191,7 @@ impl Controller {
             admission: setup.admission.clone(),
             accounts: setup.accounts.clone(),
             submissions: BTreeMap::new(),
+            reconfigs: super::reconfig::Reconfigs::new(setup.reconfigure.clone()),
             pending: Batch::default(),
         };
         if agents != Agents::Local {
@@ -201,6 +210,7 @@ impl Controller {
                 tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
             }
         }
+        c.restore_reconfigurations(&image.reconfigurations)?;
         c.recover(image.jobs, launched, now)?;
         c.backlog = super::backlog::Backlog::of(c.jobs.values());
         let events = serde_json::to_string(&c.pending.events).map_err(|e| ControlError::Internal(e.to_string()))?;
@@ -213,6 +223,29 @@ impl Controller {
         c.pending.commands.insert(0, (now, body));
         let batch = std::mem::take(&mut c.pending);
         Ok((c, batch))
+    }
+
+    /// Take back the reconfigurations under way at the last stop: their GPUs are cordoned
+    /// again; an ordered one waits for its agent's report (or registration).
+    fn restore_reconfigurations(&mut self, records: &[(u64, String)]) -> Result<(), ControlError> {
+        let mut restored = Vec::with_capacity(records.len());
+        for (id, json) in records {
+            match serde_json::from_str::<super::reconfig::Reconfiguration>(json) {
+                Ok(r) => restored.push(r),
+                Err(e) => tracing::warn!(id, error = %e, "a stored reconfiguration does not read: skipped"),
+            }
+        }
+        self.reconfigs.restore(restored);
+        let under_way: Vec<(String, u32)> = self.reconfigs.active.keys().cloned().collect();
+        for (node, gpu) in under_way {
+            if let Err(e) = self.scheduler.set_gpu_cordoned(&node, gpu, true) {
+                tracing::warn!(node, gpu, error = %e, "a reconfiguration under way names a GPU the fleet no longer has");
+                self.reconfigs.active.remove(&(node, gpu));
+                continue;
+            }
+            tracing::info!(node, gpu, "a reconfiguration under way at the last stop resumes");
+        }
+        Ok(())
     }
 
     /// Take back the jobs of the log: ended ones for dependencies, pending ones to wait again,

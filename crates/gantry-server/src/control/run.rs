@@ -192,6 +192,10 @@ impl Controller {
                 return Ok(());
             }
         }
+        if let (Some(why), false) = (runs.moved.clone(), runs.cancelled) {
+            // Moved off a GPU being reconfigured: it waits again, in its place.
+            return self.moved_exit(job, why, runs.alloc, now);
+        }
         if let (Some(cause), false) = (runs.preempted, runs.cancelled) {
             // Stopped for another: it waits again, in its queue, with its original place.
             self.record(Event::Requeued { id: job, at_s: now, why: format!("preempted ({cause})") })?;

@@ -12,10 +12,36 @@ use gantry_store::{SqliteStore, Store};
 const FLEET: &str = "[[node]]\nname = \"a\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
 
 fn open(scheduling: &SchedulerConfig) -> (Controller, Batch) {
+    open_with(scheduling, Default::default())
+}
+
+fn open_with(scheduling: &SchedulerConfig, reconfigure: reconfig::ReconfigurePolicy) -> (Controller, Batch) {
     let catalog = Catalog::embedded();
     let fleet = gantry_spec::parse_fleet(FLEET, catalog).expect("fleet");
-    let setup = Setup::new(fleet, scheduling, Agents::Local, crate::idle::IdlePolicy::default());
+    let mut setup = Setup::new(fleet, scheduling, Agents::Local, crate::idle::IdlePolicy::default());
+    setup.reconfigure = reconfigure;
     Controller::open(setup, Image::default(), catalog, &Default::default(), 1_000).expect("opens")
+}
+
+/// What a caller running tasks itself answers to a layout order: applied, the hardware as
+/// ordered (MPS and time-slicing are whole GPUs to it).
+fn applied(node: &str, order: &crate::wire::LayoutOrder) -> Command {
+    let gpu = crate::wire::AgentGpu {
+        index: order.gpu,
+        uuid: String::new(),
+        model: String::new(),
+        mig_mode: None,
+        mig: Vec::new(),
+    }
+    .with_mode(&order.mode);
+    let report = crate::wire::LayoutReport {
+        id: order.id,
+        gpu: order.gpu,
+        refused: None,
+        mig_mode: gpu.mig_mode.unwrap_or(false),
+        mig: gpu.mig,
+    };
+    Command::LayoutDone { node: node.to_string(), report }
 }
 
 /// A random command given what the test's stand-in runner knows is running.
@@ -24,10 +50,14 @@ fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &m
     match rng.below(10) {
         0..=2 => {
             let queue = if rng.below(2) == 0 { "q1" } else { "q2" };
+            let gpu = match rng.below(4) {
+                0 => "{ mig = \"1g.10gb\" }".to_string(),
+                1 => "{ mig = \"3g.40gb\" }".to_string(),
+                _ => format!("{{ count = {} }}", 1 + rng.below(4)),
+            };
             let mut text = format!(
-                "[[job]]\nname = \"j{n}\"\nqueue = \"{queue}\"\npriority = {}\ngpu = {{ count = {} }}\ntime_limit = \"{}s\"\nhold = {}\n",
+                "[[job]]\nname = \"j{n}\"\nqueue = \"{queue}\"\npriority = {}\ngpu = {gpu}\ntime_limit = \"{}s\"\nhold = {}\n",
                 rng.below(3),
-                1 + rng.below(4),
                 60 + rng.below(600),
                 rng.below(8) == 0
             );
@@ -54,8 +84,15 @@ fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &m
 
 /// Run `steps` random commands through two controllers and a store; check the properties.
 fn run(seed: u64, steps: u64, scheduling: &SchedulerConfig) {
-    let (mut a, opened) = open(scheduling);
-    let (mut b, _) = open(scheduling);
+    run_with(seed, steps, scheduling, Default::default());
+}
+
+/// [`run`] with a reconfiguration policy; returns how many layout outcomes were applied.
+fn run_with(seed: u64, steps: u64, scheduling: &SchedulerConfig, reconfigure: reconfig::ReconfigurePolicy) -> u32 {
+    let mut outcomes = 0;
+    let (mut a, opened) = open_with(scheduling, reconfigure.clone());
+    let (mut b, _) = open_with(scheduling, reconfigure);
+    let mut layouts: Vec<Command> = Vec::new();
     let mut store = SqliteStore::open_in_memory().expect("store");
     store.commit(&[opened]).expect("commits");
     let mut rng = SeededRng::new(seed);
@@ -63,7 +100,13 @@ fn run(seed: u64, steps: u64, scheduling: &SchedulerConfig) {
     let (mut running, mut stopping) = (Vec::new(), Vec::new());
     for step in 0..steps {
         now += rng.below(40);
-        let cmd = command(&mut rng, submitted + 1, &mut running, &mut stopping);
+        let cmd = match layouts.is_empty() || rng.below(3) > 0 {
+            true => command(&mut rng, submitted + 1, &mut running, &mut stopping),
+            false => {
+                outcomes += 1;
+                layouts.remove(0)
+            }
+        };
         let (ea, eb) = (a.apply(now, cmd.clone()), b.apply(now, cmd.clone()));
         let (ea, eb) = match (ea, eb) {
             (Ok(ea), Ok(eb)) => (ea, eb),
@@ -79,6 +122,7 @@ fn run(seed: u64, steps: u64, scheduling: &SchedulerConfig) {
             submitted = submitted.max(ids.iter().copied().max().unwrap_or(0));
         }
         running.extend(ea.launch.iter().map(|l| l.key()));
+        layouts.extend(ea.layouts.iter().map(|(node, order)| applied(node, order)));
         for stop in &ea.stop {
             stopping.extend(running.iter().filter(|t| t.job == stop.job && t.attempt == stop.attempt).cloned());
         }
@@ -92,6 +136,7 @@ fn run(seed: u64, steps: u64, scheduling: &SchedulerConfig) {
     assert_eq!(report.first_difference, None, "seed {seed}");
     assert_eq!((report.identical, report.compared), (report.compared, report.total()), "seed {seed}");
     assert!(report.starts > 0, "seed {seed}: the sequence started something: {report:?}");
+    outcomes
 }
 
 fn fair(backfill: Backfill, preempt: bool) -> SchedulerConfig {
@@ -108,6 +153,22 @@ fn random_command_sequences_are_deterministic_and_replay_exactly() {
         run(seed, 300, &SchedulerConfig::default());
         run(seed, 300, &fair(Backfill::Greedy, false));
     }
+}
+
+/// The same with the controller reconfiguring GPUs itself: orders, outcomes and moves are
+/// decisions like any other — the same for the same commands, and replayed exactly.
+#[test]
+fn random_sequences_with_reconfiguration_are_deterministic_and_replay_exactly() {
+    let auto = reconfig::ReconfigurePolicy {
+        mode: reconfig::ReconfigureMode::Auto,
+        period_s: 60,
+        ..reconfig::ReconfigurePolicy::default()
+    };
+    let mut outcomes = 0;
+    for seed in 21..=28 {
+        outcomes += run_with(seed, 400, &fair(Backfill::Reserve, true), auto.clone());
+    }
+    assert!(outcomes >= 8, "the sequences reconfigured GPUs (else this proves nothing): {outcomes}");
 }
 
 /// A submission repeated with its idempotency key (a client that did not hear the answer, or

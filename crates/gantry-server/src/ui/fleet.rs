@@ -145,7 +145,7 @@ pub(super) async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> R
     let (nodes, running, series, advice) = shared.read(|c| {
         (
             views::nodes::nodes(c, now_s()),
-            views::jobs::jobs(c, &who, &[JobState::Running]),
+            views::jobs::jobs(c, &who, &[JobState::Running], now_s()),
             views::series(c, &who, true),
             views::plan::plan_advice(c, now_s()).ok(),
         )

@@ -7,7 +7,7 @@ use super::*;
 pub(super) async fn queue(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
     let (jobs, queues, idle) = shared.read(|c| {
-        let jobs = views::jobs::jobs(c, &who, &[JobState::Pending, JobState::Running]);
+        let jobs = views::jobs::jobs(c, &who, &[JobState::Pending, JobState::Running], crate::now_s());
         let idle: std::collections::BTreeSet<u64> =
             jobs.iter().map(|j| j.row.id).filter(|&id| views::is_idle(c, id)).collect();
         (jobs, views::queues::queues(c, &who), idle)

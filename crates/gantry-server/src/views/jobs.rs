@@ -30,18 +30,74 @@ pub struct LayoutWait {
     pub to: String,
     /// The GPU still runs work (it changes once that ends).
     pub busy: bool,
-    /// In words, with what applies the change (the controller only advises today).
+    /// The controller is carrying the change out (`reconfigure = "auto"`): its
+    /// reconfiguration's id; `None`: advice an admin applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconfiguration: Option<u64>,
+    /// When the GPU should be ready, Unix seconds (a change under way only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_s: Option<u64>,
+    /// In words, with who applies the change.
     pub message: String,
+}
+
+/// The reconfiguration under way that serves job `id` (or carves the profile it waits for).
+fn under_way_for(c: &Controller, id: u64, profile: Option<&str>, now: u64) -> Option<LayoutWait> {
+    let carves = |r: &crate::control::reconfig::Reconfiguration| match (&r.to, profile) {
+        (gantry_types::GpuMode::Mig { instances }, Some(p)) => instances.iter().any(|i| i.profile == p),
+        _ => false,
+    };
+    let r = c
+        .reconfigs
+        .active
+        .values()
+        .find(|r| r.serves.contains(&id))
+        .or_else(|| c.reconfigs.active.values().find(|r| carves(r)))?;
+    let expected = r.expected_done_s(now);
+    let busy = r.phase == crate::control::reconfig::Phase::Draining;
+    let step = match (r.phase, r.moved.is_empty()) {
+        (crate::control::reconfig::Phase::Draining, true) => "its work is ending (cordoned: nothing new lands there)",
+        (crate::control::reconfig::Phase::Draining, false) => "its restartable replicas are moving elsewhere",
+        _ => "its agent is applying the new layout",
+    };
+    let message = format!(
+        "waiting for GPU {} on node {} to be reconfigured ({} → {}): {step}; expected in about {} s (reconfiguration {})",
+        r.gpu,
+        r.node,
+        r.from.text(),
+        r.to.text(),
+        expected.saturating_sub(now),
+        r.id
+    );
+    Some(LayoutWait {
+        node: r.node.clone(),
+        gpu: r.gpu,
+        from: r.from.text(),
+        to: r.to.text(),
+        busy,
+        reconfiguration: Some(r.id),
+        expected_s: Some(expected),
+        message,
+    })
 }
 
 /// For a job waiting on a MIG profile no GPU offers now: the change of the planner's current
 /// advice that carves one (`GET /v1/plan`), if it has one.
-fn layout_wait(c: &Controller, pending: &PendingJob, now: u64) -> Option<LayoutWait> {
-    let PendingReason::Resources { reasons, .. } = &pending.reason else { return None };
+fn layout_wait(c: &Controller, id: u64, pending: &PendingJob, now: u64) -> Option<LayoutWait> {
+    let PendingReason::Resources { reasons, .. } = &pending.reason else {
+        return under_way_for(c, id, None, now);
+    };
     let profile = reasons.iter().find_map(|r| match &r.reason {
         Reason::MigNotSupported { profile } | Reason::MigProfileUnavailable { profile } => Some(profile.clone()),
         _ => None,
-    })?;
+    });
+    if let Some(wait) = under_way_for(c, id, profile.as_deref(), now) {
+        return Some(wait);
+    }
+    let profile = profile?;
+    if c.reconfigs.policy.mode == crate::control::reconfig::ReconfigureMode::Off {
+        return None;
+    }
     let advice = super::plan::plan_advice(c, now).ok()?;
     let carves = |to: &str| to.split_whitespace().any(|i| i.split('@').next() == Some(profile.as_str()));
     let (change, busy) = advice
@@ -60,17 +116,28 @@ fn layout_wait(c: &Controller, pending: &PendingJob, now: u64) -> Option<LayoutW
             change.gpu
         )
     };
-    let message = format!(
-        "waiting for GPU {} on node {} to be reconfigured{when} ({} → {}): the controller only advises layouts \
-         today; {how} (`gantry nodes --plan` lists the changes)",
-        change.gpu, change.node, change.from, change.to
-    );
+    let auto = c.reconfigs.policy.mode == crate::control::reconfig::ReconfigureMode::Auto;
+    let message = if auto {
+        format!(
+            "waiting for GPU {} on node {} to be reconfigured{when} ({} → {}): the controller will carry it out \
+             at its next planning step if its guards allow (`gantry nodes --reconfigurations`)",
+            change.gpu, change.node, change.from, change.to
+        )
+    } else {
+        format!(
+            "waiting for GPU {} on node {} to be reconfigured{when} ({} → {}): this controller only advises layouts \
+             (reconfigure = \"advise\"); {how} (`gantry nodes --plan` lists the changes)",
+            change.gpu, change.node, change.from, change.to
+        )
+    };
     Some(LayoutWait {
         node: change.node.clone(),
         gpu: change.gpu,
         from: change.from.clone(),
         to: change.to.clone(),
         busy,
+        reconfiguration: None,
+        expected_s: None,
         message,
     })
 }
@@ -85,19 +152,21 @@ pub fn job(c: &Controller, who: &Principal, id: u64, now: u64) -> Result<JobView
         )));
     }
     let pending = c.scheduler.why(id);
-    let layout = pending.as_ref().and_then(|p| layout_wait(c, p, now));
+    let layout = pending.as_ref().and_then(|p| layout_wait(c, id, p, now));
     Ok(JobView { row: row.clone(), pending, layout })
 }
 
 /// The jobs in any of `states` (all if empty) the token may see, by id.
-pub fn jobs(c: &Controller, who: &Principal, states: &[JobState]) -> Vec<JobView> {
+pub fn jobs(c: &Controller, who: &Principal, states: &[JobState], now: u64) -> Vec<JobView> {
     // Reasons only for the pending jobs listed (explaining one costs a pass over the GPUs).
     c.jobs
         .values()
         .filter(|row| (states.is_empty() || states.contains(&row.state)) && who.sees(&row.queue))
         .map(|row| {
             let pending = if row.state == JobState::Pending { c.scheduler.why(row.id) } else { None };
-            JobView { row: row.clone(), pending, layout: None }
+            // A change under way is cheap to name (no planning step), so the list has it too.
+            let layout = pending.as_ref().and_then(|_| under_way_for(c, row.id, None, now));
+            JobView { row: row.clone(), pending, layout }
         })
         .collect()
 }

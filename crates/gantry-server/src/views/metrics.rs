@@ -126,6 +126,31 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     );
     out.sample("gantry_decisions_total", &[("kind", "start")], c.stats.starts as f64);
     out.sample("gantry_decisions_total", &[("kind", "stop")], c.stats.stops as f64);
+    let r = &c.reconfigs;
+    out.family(
+        "gantry_reconfigurations",
+        "counter",
+        "",
+        "GPU reconfigurations the controller finished since it started, by outcome (applied, refused, abandoned).",
+    );
+    for (outcome, count) in
+        [("applied", r.totals.applied), ("refused", r.totals.refused), ("abandoned", r.totals.abandoned)]
+    {
+        out.sample("gantry_reconfigurations_total", &[("outcome", outcome)], count as f64);
+    }
+    out.family("gantry_reconfiguring_gpus", "gauge", "", "GPUs cordoned for a reconfiguration under way, by phase.");
+    use crate::control::reconfig::Phase;
+    for (name, phase) in [("draining", Phase::Draining), ("ordered", Phase::Ordered)] {
+        let count = r.active.values().filter(|x| x.phase == phase).count();
+        out.sample("gantry_reconfiguring_gpus", &[("phase", name)], count as f64);
+    }
+    out.family(
+        "gantry_reconfiguration_moves",
+        "counter",
+        "",
+        "Restartable jobs moved to empty GPUs being reconfigured.",
+    );
+    out.sample("gantry_reconfiguration_moves_total", &[], r.totals.moves as f64);
     out.histogram("gantry_scheduling_cycle_seconds", "Time one scheduling cycle took.", &c.stats.cycle_seconds);
     out.histogram(
         "gantry_job_wait_seconds",

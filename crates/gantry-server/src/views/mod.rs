@@ -6,11 +6,13 @@ pub mod metrics;
 pub mod nodes;
 pub mod plan;
 pub mod queues;
+pub mod reconfig;
 
 pub use jobs::JobView;
 pub use nodes::{GpuView, MigInstanceView, NodeView};
 pub use plan::{PlanView, PlannedChange};
 pub use queues::QueueView;
+pub use reconfig::ReconfigurationsView;
 
 use crate::auth::Principal;
 use crate::control::Controller;

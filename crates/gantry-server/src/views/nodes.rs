@@ -42,6 +42,9 @@ pub struct GpuView {
     /// A MIG GPU's instances (its layout), each with the job holding it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instances: Vec<MigInstanceView>,
+    /// Cordoned for a reconfiguration under way: its phase and target, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconfiguring: Option<String>,
 }
 
 /// One MIG instance of a GPU's layout.
@@ -114,6 +117,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
             measured: sample.is_some_and(|s| s.measured),
             jobs,
             instances,
+            reconfiguring: super::reconfig::under_way_on(c, &node.name, gpu.index),
         });
     }
     nodes

@@ -1,10 +1,11 @@
 //! `GET /v1/plan`: what the online MIG planner would change now, for the waiting and the
-//! running jobs (advice; nothing is applied).
+//! running jobs (advice: with `reconfigure = "auto"` the controller's own steps, within their
+//! guards, are in `GET /v1/reconfigurations`).
 
 use crate::control::Controller;
 use crate::error::ControlError;
 
-/// What the online planner would change now (`GET /v1/plan`): advice, nothing is applied.
+/// What the online planner would change now (`GET /v1/plan`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct PlanView {
     /// Idle GPUs it would reconfigure now.
@@ -26,77 +27,33 @@ pub struct PlannedChange {
     pub to: String,
 }
 
-/// The online planner's advice for the fleet as it is now: demand = the waiting and the
-/// running jobs; a running job's GPUs are busy until its start plus its time limit (or
-/// for as long as anyone knows, without one). Nothing is applied: the service cannot
-/// reconfigure GPUs yet.
+/// The online planner's view of the fleet as it is now: demand = the waiting and the running
+/// jobs (and, with a forecast window, what the last window's arrivals will keep busy); a
+/// running job's GPUs are busy until its start plus its time limit (or for as long as anyone
+/// knows, without one). With `reconfigure = "auto"` the controller carries these changes out
+/// within its guards (`GET /v1/reconfigurations`); otherwise they are advice.
 pub fn plan_advice(c: &Controller, now: u64) -> Result<PlanView, ControlError> {
-    let engine = c.scheduler.engine();
-    let state = engine.state();
-    let fleet = engine.fleet_now();
-    let mut busy: Vec<Vec<gantry_engine::online::GpuNow>> =
-        fleet.nodes.iter().map(|n| vec![gantry_engine::online::GpuNow::default(); n.gpus.len()]).collect();
-    let mut demand = Vec::new();
-    for (alloc, allocation) in engine.allocations() {
-        let Some((job, started_at)) = c.scheduler.running(*alloc) else { continue };
-        let spec = c.scheduler.job(job);
-        let end = spec.and_then(|j| j.planned_length_s).map_or(u64::MAX, |len| started_at.saturating_add(len));
-        for grant in allocation.tasks.iter().flat_map(|t| t.grants.iter()) {
-            let g = &state.gpus[grant.gpu() as usize];
-            let position = (grant.gpu() - state.nodes[g.node as usize].gpu_first) as usize;
-            let slot = &mut busy[g.node as usize][position].busy_until_s;
-            *slot = Some(slot.map_or(end, |e| e.max(end)));
-        }
-        if let Some(spec) = spec {
-            demand.push(gantry_engine::online::job_of(&spec.compiled));
-        }
-    }
-    for (id, _) in c.scheduler.pending_by_id() {
-        if let Some(spec) = c.scheduler.job(id) {
-            demand.push(gantry_engine::online::job_of(&spec.compiled));
-        }
-    }
-    let step = gantry_engine::online::step(
-        &fleet,
-        &busy,
-        &demand,
-        now,
-        &gantry_engine::online::OnlineConfig::default(),
-        c.catalog,
-    )
-    .map_err(|e| ControlError::Internal(e.to_string()))?;
+    let planned = c.plan_now(now, &c.online_config())?;
     let mode_of = |node: &str, index: u32| {
-        fleet
+        planned
+            .fleet
             .nodes
             .iter()
             .find(|n| n.name == node)
             .and_then(|n| n.gpus.iter().find(|g| g.index == index))
-            .map(|g| g.mode.clone())
+            .map(|g| g.mode.text())
+            .unwrap_or_default()
     };
-    let reconfigure = step
-        .reconfigure
-        .iter()
-        .map(|(node, gpu, to)| PlannedChange {
-            node: node.clone(),
-            gpu: *gpu,
-            from: mode_of(node, *gpu).map(|m| m.text()).unwrap_or_default(),
-            to: to.text(),
-        })
-        .collect();
-    let drain = step
-        .drain
-        .iter()
-        .map(|((node, gpu), to)| PlannedChange {
-            node: node.clone(),
-            gpu: *gpu,
-            from: mode_of(node, *gpu).map(|m| m.text()).unwrap_or_default(),
-            to: to.text(),
-        })
-        .collect();
+    let change = |node: &String, gpu: u32, to: &gantry_types::GpuMode| PlannedChange {
+        node: node.clone(),
+        gpu,
+        from: mode_of(node, gpu),
+        to: to.text(),
+    };
     Ok(PlanView {
-        reconfigure,
-        drain,
-        deferred: step.deferred,
-        demand_tasks: demand.iter().map(|j| j.task_count()).sum(),
+        reconfigure: planned.step.reconfigure.iter().map(|(node, gpu, to)| change(node, *gpu, to)).collect(),
+        drain: planned.step.drain.iter().map(|((node, gpu), to)| change(node, *gpu, to)).collect(),
+        deferred: planned.step.deferred,
+        demand_tasks: planned.demand_tasks,
     })
 }

@@ -19,6 +19,7 @@ const FLEET: &str =
 /// The tests' controller settings: loopback, plain HTTP, a fast tick, local agents.
 fn config_for(data: PathBuf, fleet: gantry_types::Fleet, tweak: impl FnOnce(&mut ServeConfig)) -> ServeConfig {
     let mut config = ServeConfig {
+        reconfigure: Default::default(),
         data_dir: data,
         listen: "127.0.0.1:0".parse().expect("addr"),
         fleet,

@@ -35,6 +35,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::tokens(memory);
     conformance::drained_nodes(memory);
     conformance::gpu_modes_replace_per_gpu(memory);
+    conformance::reconfiguration_records(memory);
     conformance::usage_ledger(memory);
     conformance::series_points(memory);
     conformance::batches_are_all_or_none(memory);
@@ -44,6 +45,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::tokens(file_store("tokens"));
     conformance::drained_nodes(file_store("drained"));
     conformance::gpu_modes_replace_per_gpu(file_store("gpu-modes"));
+    conformance::reconfiguration_records(file_store("reconfigurations"));
     conformance::usage_ledger(file_store("usage"));
     conformance::series_points(file_store("series"));
     conformance::batches_are_all_or_none(file_store("batches"));

@@ -25,6 +25,7 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     conformance::tokens(databases(&server, "tokens"));
     conformance::drained_nodes(databases(&server, "drained"));
     conformance::gpu_modes_replace_per_gpu(databases(&server, "gpu_modes"));
+    conformance::reconfiguration_records(databases(&server, "reconfigurations"));
     conformance::usage_ledger(databases(&server, "usage"));
     conformance::series_points(databases(&server, "series"));
     conformance::batches_are_all_or_none(databases(&server, "batches"));
@@ -46,7 +47,7 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connects");
     admin.batch_execute("UPDATE gantry_schema SET version = 99").expect("bumps");
     let err = PostgresStore::open(&url).expect_err("newer schema");
-    assert!(err.to_string().contains("written by a newer gantry (schema 99, this one knows 9)"), "{err}");
+    assert!(err.to_string().contains("written by a newer gantry (schema 99, this one knows 10)"), "{err}");
 
     // Bad URLs and unreachable servers are clear errors; passwords never appear in them.
     let err = PostgresStore::open("postgres://u:hunter2@127.0.0.1:1/x").expect_err("nothing listens on port 1");

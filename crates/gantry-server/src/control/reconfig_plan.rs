@@ -1,0 +1,150 @@
+//! What the online planner is given on the live fleet, the same for advice (`GET /v1/plan`)
+//! and for the controller's own reconfigurations: the fleet's modes now, each GPU's
+//! situation (when its work ends by the jobs' time limits, its last change, whether all its
+//! tasks are restartable), and the demand — what waits, what runs, and with a forecast
+//! window, what the last window's arrivals will keep busy (Little's law per job shape, as the
+//! simulator's planner does).
+
+use super::Controller;
+use crate::error::ControlError;
+use gantry_engine::online::{GpuNow, OnlineConfig, Step, job_of};
+use gantry_types::{Fleet, GpuRequest, Job};
+use std::collections::BTreeMap;
+
+/// One thing the demand asks of a GPU: a MIG profile, or a GPU not in MIG (whole or shared).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Need {
+    Profile(String),
+    NotMig,
+}
+
+/// The planner's input and the step it took.
+pub(crate) struct Planned {
+    pub fleet: Fleet,
+    pub now: Vec<Vec<GpuNow>>,
+    pub step: Step,
+    /// Tasks of the demand, waiting jobs' first (with their id), then the forecast's.
+    pub pool: Vec<(Need, Option<u64>)>,
+    pub demand_tasks: u32,
+    /// Sizes (whole GPUs) of the waiting jobs that need whole GPUs.
+    pub whole_waiting: Vec<u32>,
+}
+
+/// What one job's tasks ask of a GPU, one entry per task.
+fn needs(job: &Job) -> Vec<Need> {
+    job.groups
+        .iter()
+        .flat_map(|g| {
+            let need = match &g.resources.gpu {
+                Some(GpuRequest::Mig { profile }) => Some(Need::Profile(profile.clone())),
+                Some(_) => Some(Need::NotMig),
+                None => None,
+            };
+            std::iter::repeat_n(need, g.replicas as usize)
+        })
+        .flatten()
+        .collect()
+}
+
+impl Controller {
+    /// Plan the fleet as it is at `now` with `config`.
+    pub(crate) fn plan_now(&self, now: u64, config: &OnlineConfig) -> Result<Planned, ControlError> {
+        let engine = self.scheduler.engine();
+        let state = engine.state();
+        let fleet = engine.fleet_now();
+        let mut busy: Vec<Vec<GpuNow>> = fleet
+            .nodes
+            .iter()
+            .map(|n| {
+                n.gpus
+                    .iter()
+                    .map(|g| GpuNow {
+                        last_change_s: self
+                            .reconfigs
+                            .changed_at
+                            .get(&(n.name.clone(), g.index))
+                            .and_then(|t| t.back().copied()),
+                        movable: true,
+                        ..GpuNow::default()
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut demand = Vec::new();
+        for (alloc, allocation) in engine.allocations() {
+            let Some((job, started_at)) = self.scheduler.running(*alloc) else { continue };
+            let spec = self.scheduler.job(job);
+            let end = spec.and_then(|j| j.planned_length_s).map_or(u64::MAX, |len| started_at.saturating_add(len));
+            let movable = spec.is_some_and(|j| j.lifecycle.restartable);
+            for grant in allocation.tasks.iter().flat_map(|t| t.grants.iter()) {
+                let g = &state.gpus[grant.gpu() as usize];
+                let position = (grant.gpu() - state.nodes[g.node as usize].gpu_first) as usize;
+                let slot = &mut busy[g.node as usize][position];
+                slot.busy_until_s = Some(slot.busy_until_s.map_or(end, |e| e.max(end)));
+                slot.tasks += 1;
+                slot.movable &= movable;
+            }
+            if let Some(spec) = spec {
+                demand.push(job_of(&spec.compiled));
+            }
+        }
+        let mut pool = Vec::new();
+        let mut whole_waiting = Vec::new();
+        for (id, _) in self.scheduler.pending_by_id() {
+            if let Some(spec) = self.scheduler.job(id) {
+                let job = job_of(&spec.compiled);
+                pool.extend(needs(&job).into_iter().map(|n| (n, Some(id))));
+                let whole: u32 = job
+                    .groups
+                    .iter()
+                    .map(|g| match g.resources.gpu {
+                        Some(GpuRequest::Whole { count }) => count * g.replicas,
+                        _ => 0,
+                    })
+                    .sum();
+                if whole > 0 {
+                    whole_waiting.push(whole);
+                }
+                demand.push(job);
+            }
+        }
+        for job in self.forecast(now) {
+            pool.extend(needs(&job).into_iter().map(|n| (n, None)));
+            demand.push(job);
+        }
+        let step = gantry_engine::online::step(&fleet, &busy, &demand, now, config, self.catalog)
+            .map_err(|e| ControlError::Internal(e.to_string()))?;
+        let demand_tasks = demand.iter().map(|j| j.task_count()).sum();
+        Ok(Planned { fleet, now: busy, step, pool, demand_tasks, whole_waiting })
+    }
+
+    /// What the last window's arrivals will keep busy: per job shape, arrivals × their time
+    /// limit ÷ the window, rounded (jobs without a time limit are not forecast).
+    fn forecast(&self, now: u64) -> Vec<Job> {
+        let window = self.reconfigs.policy.window_s;
+        if window == 0 {
+            return Vec::new();
+        }
+        let mut busy_s: BTreeMap<String, (Job, u64)> = BTreeMap::new();
+        for &(at, id) in &self.reconfigs.arrivals {
+            if at + window < now {
+                continue;
+            }
+            let Some(spec) = self.scheduler.job(id) else { continue };
+            let Some(length) = spec.planned_length_s else { continue };
+            let job = job_of(&spec.compiled);
+            let key = format!("{:?}", job.groups);
+            busy_s.entry(key).or_insert((job, 0)).1 += length;
+        }
+        let mut out = Vec::new();
+        for (shape, (job, busy)) in busy_s {
+            let count = (busy as f64 / window as f64).round() as usize;
+            for k in 0..count {
+                let mut forecast = job.clone();
+                forecast.name = format!("forecast-{k}-{}", shape.len());
+                out.push(forecast);
+            }
+        }
+        out
+    }
+}

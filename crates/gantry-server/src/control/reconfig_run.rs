@@ -1,0 +1,530 @@
+//! The controller's reconfiguration steps (see `reconfig.rs` for the phases and guards):
+//! each tick moves the changes under way along and, every period in `auto`, plans and starts
+//! new ones; agents' outcomes (in heartbeats, or `Command::LayoutDone` from a caller running
+//! its own tasks) finish them.
+
+use super::reconfig::{Phase, Reconfiguration, ReconfigureMode};
+use super::reconfig_plan::{Need, Planned};
+use super::{Agents, Controller, Effects};
+use crate::error::ControlError;
+use crate::wire::{LayoutOrder, LayoutReport, PROTOCOL_LAYOUTS};
+use gantry_engine::online::{OnlineConfig, choose_empty};
+use gantry_types::{Event, GpuMode, Job};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// A change the planner wants for one GPU.
+struct Candidate {
+    node: String,
+    gpu: u32,
+    to: GpuMode,
+    /// Restartable jobs to move off it first.
+    movers: Vec<u64>,
+}
+
+/// Two modes the hardware cannot tell apart are the same (MIG layouts in any order).
+fn same_hardware(a: &GpuMode, b: &GpuMode) -> bool {
+    let norm = |m: &GpuMode| match m {
+        GpuMode::Mig { instances } => {
+            let mut v: Vec<(u8, String)> = instances.iter().map(|i| (i.start, i.profile.clone())).collect();
+            v.sort();
+            Some(v)
+        }
+        _ => None,
+    };
+    norm(a) == norm(b)
+}
+
+impl Controller {
+    /// The online planner's settings from the policy.
+    pub(crate) fn online_config(&self) -> OnlineConfig {
+        let p = &self.reconfigs.policy;
+        OnlineConfig {
+            cooldown_s: p.cooldown_s,
+            drain_horizon_s: p.drain_horizon_s,
+            move_work: p.max_moves_per_hour > 0,
+        }
+    }
+
+    /// The engine's slot of GPU `index` on `node`.
+    fn gpu_slot(&self, node: &str, index: u32) -> Option<usize> {
+        let state = self.scheduler.engine().state();
+        let n = state.info.iter().position(|i| i.name == node)?;
+        let first = state.nodes[n].gpu_first as usize;
+        (first..first + state.nodes[n].gpu_count as usize).find(|&g| state.gpus[g].index == index)
+    }
+
+    /// The mode the controller has for a GPU now.
+    pub(crate) fn mode_now(&self, node: &str, index: u32) -> Option<GpuMode> {
+        let slot = self.gpu_slot(node, index)?;
+        Some(self.scheduler.engine().gpu_mode(slot))
+    }
+
+    /// Write a record's current phase with the command.
+    fn persist(&mut self, r: &Reconfiguration) -> Result<(), ControlError> {
+        let json = serde_json::to_string(r).map_err(|e| ControlError::Internal(e.to_string()))?;
+        self.pending.reconfigurations.push((r.id, json));
+        Ok(())
+    }
+
+    /// A job was submitted at `now` (the forecast counts it).
+    pub(crate) fn note_arrival(&mut self, id: u64, now: u64) {
+        if self.reconfigs.policy.mode != ReconfigureMode::Off && self.reconfigs.policy.window_s > 0 {
+            self.reconfigs.arrivals.push_back((now, id));
+        }
+    }
+
+    /// Each tick: move the changes under way along; every period in `auto`, plan new ones.
+    pub(crate) fn reconfigure_tick(&mut self, now: u64, effects: &mut Effects) -> Result<(), ControlError> {
+        self.observe_cordoned(now);
+        if self.reconfigs.policy.mode != ReconfigureMode::Auto && self.reconfigs.active.is_empty() {
+            return Ok(());
+        }
+        self.reconfigs.prune(now);
+        self.progress(now, effects)?;
+        if self.reconfigs.policy.mode == ReconfigureMode::Auto && self.reconfigs.next_plan_s.is_none_or(|t| t <= now) {
+            self.reconfigs.next_plan_s = Some(now + self.reconfigs.policy.period_s);
+            self.plan_and_start(now, effects)?;
+            self.progress(now, effects)?;
+        }
+        Ok(())
+    }
+
+    /// GPU time cordoned GPUs leave unallocated since the last look.
+    fn observe_cordoned(&mut self, now: u64) {
+        let since = self.reconfigs.observed_s.replace(now).unwrap_or(now);
+        if self.reconfigs.active.is_empty() || now <= since {
+            return;
+        }
+        let state = self.scheduler.engine().state();
+        let unused: u64 = self
+            .reconfigs
+            .active
+            .keys()
+            .filter_map(|(node, gpu)| self.gpu_slot(node, *gpu))
+            .map(|slot| u64::from(1000 - state.gpus[slot].used_milli.min(1000)))
+            .sum();
+        self.reconfigs.totals.cordoned_idle_milli_s += unused as f64 * (now - since) as f64;
+    }
+
+    /// Drains that emptied are ordered; drains past their deadline are abandoned; orders an
+    /// in-process caller has not been handed since the open are handed again.
+    fn progress(&mut self, now: u64, effects: &mut Effects) -> Result<(), ControlError> {
+        let keys: Vec<(String, u32)> = self.reconfigs.active.keys().cloned().collect();
+        for key in keys {
+            let r = self.reconfigs.active[&key].clone();
+            match r.phase {
+                Phase::Draining => {
+                    let idle =
+                        self.gpu_slot(&r.node, r.gpu).is_some_and(|s| self.scheduler.engine().state().gpus[s].idle());
+                    if idle {
+                        self.order(&key, now, effects)?;
+                    } else if now >= r.deadline_s {
+                        let why = format!("its work had not ended {} s after the drain began", now - r.started_s);
+                        self.end_change(&key, Phase::Abandoned, Some(why), now, effects)?;
+                        // Not drained again for it before the cooldown (no drain-abandon loop).
+                        let until = now + self.reconfigs.policy.cooldown_s;
+                        self.reconfigs.refused.insert(key.clone(), (r.to.clone(), until));
+                    }
+                }
+                // Agents get theirs in every heartbeat's answer; a caller running tasks itself
+                // is handed an order once, so again after a restart.
+                Phase::Ordered if self.reconfigs.unsent.remove(&r.id) && self.agents == Agents::Local => {
+                    effects.layouts.push((r.node.clone(), LayoutOrder { id: r.id, gpu: r.gpu, mode: r.to.clone() }));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Order the agent to apply the change (the GPU is empty and cordoned).
+    fn order(&mut self, key: &(String, u32), now: u64, effects: &mut Effects) -> Result<(), ControlError> {
+        if let Agents::Remote { .. } = self.agents {
+            let protocol = self.links.get(&key.0).map(|l| l.protocol);
+            if protocol.is_some_and(|p| p < PROTOCOL_LAYOUTS) {
+                let why = format!(
+                    "the agent on {} speaks protocol {}; layout orders need {PROTOCOL_LAYOUTS} (upgrade the agent)",
+                    key.0,
+                    protocol.unwrap_or_default()
+                );
+                return self.end_change(key, Phase::Abandoned, Some(why), now, effects);
+            }
+            effects.wake.insert(key.0.clone());
+        }
+        let r = self.reconfigs.active.get_mut(key).expect("under way");
+        r.phase = Phase::Ordered;
+        r.ordered_s = Some(now);
+        let r = r.clone();
+        tracing::info!(id = r.id, node = %r.node, gpu = r.gpu, to = %r.to.text(), "ordering the agent to reconfigure the GPU");
+        if self.agents == Agents::Local {
+            effects.layouts.push((r.node.clone(), LayoutOrder { id: r.id, gpu: r.gpu, mode: r.to.clone() }));
+        }
+        self.persist(&r)
+    }
+
+    /// The layout orders node `node`'s agent must carry out now (repeated until it reports).
+    pub(crate) fn layout_orders(&self, node: &str) -> Vec<LayoutOrder> {
+        if self.links.get(node).is_some_and(|l| l.protocol < PROTOCOL_LAYOUTS) {
+            return Vec::new();
+        }
+        self.reconfigs
+            .active
+            .values()
+            .filter(|r| r.node == node && r.phase == Phase::Ordered)
+            .map(|r| LayoutOrder { id: r.id, gpu: r.gpu, mode: r.to.clone() })
+            .collect()
+    }
+
+    /// An agent reports what became of a layout order: the GPU takes the mode the hardware
+    /// has; the change is applied, or refused (and not tried again for a while). A report of
+    /// an order already finished changes nothing.
+    pub(crate) fn layout_outcome(
+        &mut self,
+        node: &str,
+        report: &LayoutReport,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Result<(), ControlError> {
+        let key = (node.to_string(), report.gpu);
+        let Some(r) = self.reconfigs.active.get(&key).filter(|r| r.id == report.id && r.phase == Phase::Ordered) else {
+            return Ok(());
+        };
+        let to = r.to.clone();
+        let hardware = report.hardware();
+        // A mode without MIG is the controller's bookkeeping (MPS, time-slicing): to the
+        // hardware it is a whole GPU.
+        let recorded = if !matches!(hardware, GpuMode::Mig { .. }) && !matches!(to, GpuMode::Mig { .. }) {
+            to.clone()
+        } else {
+            hardware.clone()
+        };
+        self.take_mode(node, report.gpu, &recorded)?;
+        match &report.refused {
+            None if same_hardware(&hardware, &to) => self.end_change(&key, Phase::Applied, None, now, effects),
+            None => {
+                let why = format!("the agent applied it but the GPU has {}", hardware.text());
+                self.end_change(&key, Phase::Refused, Some(why), now, effects)
+            }
+            Some(why) => self.end_change(&key, Phase::Refused, Some(why.chars().take(500).collect()), now, effects),
+        }
+    }
+
+    /// Record `mode` for an idle GPU (recorded durably; waiting jobs compiled again).
+    pub(crate) fn take_mode(&mut self, node: &str, index: u32, mode: &GpuMode) -> Result<(), ControlError> {
+        if self.mode_now(node, index).is_some_and(|m| &m == mode) {
+            return Ok(());
+        }
+        let specs: BTreeMap<u64, Job> =
+            self.jobs.values().filter(|row| !row.state.is_final()).map(|row| (row.id, row.job.clone())).collect();
+        let text = serde_json::to_string(mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+        self.scheduler.set_gpu_mode(node, index, mode, |id| specs.get(&id).cloned())?;
+        self.empty.set_gpu_mode(node, index, mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+        self.pending.gpu_modes.push((node.to_string(), index, text));
+        Ok(())
+    }
+
+    /// Finish a change: uncordon the GPU, remember it for the guards, keep the record.
+    fn end_change(
+        &mut self,
+        key: &(String, u32),
+        phase: Phase,
+        why: Option<String>,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Result<(), ControlError> {
+        let mut r = self.reconfigs.active.remove(key).expect("under way");
+        r.phase = phase;
+        r.ended_s = Some(now);
+        r.outcome = why;
+        self.scheduler.set_gpu_cordoned(&r.node, r.gpu, false)?;
+        let totals = &mut self.reconfigs.totals;
+        match phase {
+            Phase::Applied => {
+                totals.applied += 1;
+                self.reconfigs.changed_at.entry(key.clone()).or_default().push_back(now);
+                tracing::info!(id = r.id, node = %r.node, gpu = r.gpu, to = %r.to.text(), reason = %r.reason, "GPU reconfigured");
+            }
+            Phase::Refused => {
+                totals.refused += 1;
+                let until = now + self.reconfigs.policy.refused_backoff_s;
+                self.reconfigs.refused.insert(key.clone(), (r.to.clone(), until));
+                tracing::warn!(id = r.id, node = %r.node, gpu = r.gpu, to = %r.to.text(), why = ?r.outcome, "reconfiguration refused; not tried again before the backoff");
+            }
+            _ => {
+                totals.abandoned += 1;
+                tracing::warn!(id = r.id, node = %r.node, gpu = r.gpu, why = ?r.outcome, "reconfiguration abandoned");
+            }
+        }
+        self.persist(&r)?;
+        self.reconfigs.finish(r);
+        effects.schedule = true;
+        Ok(())
+    }
+
+    /// A registering agent reports its GPUs as the hardware has them: an ordered change the
+    /// hardware already has is done; one it has not is ordered again (the agent applies it
+    /// once more: all or nothing, from whatever it found).
+    pub(crate) fn reconcile_registration(
+        &mut self,
+        node: &str,
+        found: &[crate::wire::AgentGpu],
+        now: u64,
+        effects: &mut Effects,
+    ) -> Result<(), ControlError> {
+        let ordered: Vec<(String, u32)> = self
+            .reconfigs
+            .active
+            .iter()
+            .filter(|(k, r)| k.0 == node && r.phase == Phase::Ordered)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in ordered {
+            let Some(hardware) = found.iter().find(|g| g.index == key.1).and_then(|g| g.mode()) else { continue };
+            let to = self.reconfigs.active[&key].to.clone();
+            let done = same_hardware(&hardware, &to);
+            if done {
+                let recorded = if matches!(to, GpuMode::Mig { .. }) { hardware } else { to };
+                self.take_mode(node, key.1, &recorded)?;
+                self.end_change(&key, Phase::Applied, None, now, effects)?;
+            } else {
+                tracing::info!(node, gpu = key.1, "the agent came back without the new layout: ordering it again");
+                effects.wake.insert(node.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// Plan, then start the changes the guards allow.
+    fn plan_and_start(&mut self, now: u64, effects: &mut Effects) -> Result<(), ControlError> {
+        let planned = self.plan_now(now, &self.online_config())?;
+        let wanted: BTreeSet<(String, u32)> = planned
+            .step
+            .reconfigure
+            .iter()
+            .map(|(n, g, _)| (n.clone(), *g))
+            .chain(planned.step.drain.keys().cloned())
+            .collect();
+        // A drain the plan no longer wants frees its GPU (an order under way completes).
+        let stale: Vec<(String, u32)> = self
+            .reconfigs
+            .active
+            .iter()
+            .filter(|(k, r)| r.phase == Phase::Draining && r.moved.is_empty() && !wanted.contains(*k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in stale {
+            self.end_change(&key, Phase::Abandoned, Some("the plan no longer wants it".into()), now, effects)?;
+        }
+        let mut pool = planned.pool.clone();
+        for c in self.candidates(&planned, now) {
+            let key = (c.node.clone(), c.gpu);
+            let p = &self.reconfigs.policy;
+            if self.reconfigs.active.contains_key(&key)
+                || self.reconfigs.active.len() >= p.max_cordoned as usize
+                || !self.reconfigs.may_change(&key, now)
+                || self.reconfigs.refused_lately(&key, &c.to, now)
+            {
+                continue;
+            }
+            let from = self.mode_now(&c.node, c.gpu).unwrap_or(GpuMode::Whole);
+            let Some((serves, reason)) = benefit(&from, &c.to, &mut pool, p.min_benefit_tasks) else { continue };
+            self.start_change(c, from, serves, reason, now, effects)?;
+        }
+        Ok(())
+    }
+
+    /// The planner's changes: idle GPUs, busy ones whose work ends within the horizon, and —
+    /// when whole-GPU work waits and moves are allowed — busy MIG GPUs whose restartable
+    /// replicas can move (the fewest moves that let a waiting job start, per node).
+    fn candidates(&mut self, planned: &Planned, now: u64) -> Vec<Candidate> {
+        let mut out: Vec<Candidate> = planned
+            .step
+            .reconfigure
+            .iter()
+            .map(|(node, gpu, to)| Candidate { node: node.clone(), gpu: *gpu, to: to.clone(), movers: Vec::new() })
+            .chain(planned.step.drain.iter().map(|((node, gpu), to)| Candidate {
+                node: node.clone(),
+                gpu: *gpu,
+                to: to.clone(),
+                movers: Vec::new(),
+            }))
+            .collect();
+        let moves_left = self.reconfigs.moves_left(now);
+        if planned.whole_waiting.is_empty() || planned.step.empty.is_empty() || moves_left == 0 {
+            return out;
+        }
+        let groups = choose_empty(&planned.fleet, &planned.now, &planned.step, &planned.whole_waiting);
+        let mut budget = moves_left as usize;
+        for group in groups {
+            let movers: Vec<Vec<u64>> = group.iter().map(|(node, gpu)| self.jobs_on(node, *gpu)).collect();
+            let count: BTreeSet<u64> = movers.iter().flatten().copied().collect();
+            if count.len() > budget {
+                continue;
+            }
+            budget -= count.len();
+            for ((node, gpu), movers) in group.into_iter().zip(movers) {
+                out.retain(|c| !(c.node == node && c.gpu == gpu));
+                out.push(Candidate { node, gpu, to: GpuMode::Whole, movers });
+            }
+        }
+        out
+    }
+
+    /// The running jobs holding part of a GPU.
+    fn jobs_on(&self, node: &str, index: u32) -> Vec<u64> {
+        let Some(slot) = self.gpu_slot(node, index) else { return Vec::new() };
+        let engine = self.scheduler.engine();
+        let mut jobs: Vec<u64> = engine
+            .allocations()
+            .iter()
+            .filter(|(_, a)| a.tasks.iter().flat_map(|t| t.grants.iter()).any(|g| g.gpu() as usize == slot))
+            .filter_map(|(alloc, _)| self.scheduler.running(*alloc).map(|(job, _)| job))
+            .collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        jobs
+    }
+
+    /// Cordon the GPU and record the change; move its restartable jobs if it is to be
+    /// emptied that way.
+    fn start_change(
+        &mut self,
+        c: Candidate,
+        from: GpuMode,
+        serves: Vec<u64>,
+        reason: String,
+        now: u64,
+        effects: &mut Effects,
+    ) -> Result<(), ControlError> {
+        let slot = self.gpu_slot(&c.node, c.gpu).ok_or_else(|| ControlError::UnknownNode(c.node.clone()))?;
+        let busy_until_s =
+            (!self.scheduler.engine().state().gpus[slot].idle()).then(|| self.busy_until(&c.node, c.gpu));
+        self.scheduler.set_gpu_cordoned(&c.node, c.gpu, true)?;
+        let id = self.reconfigs.next_id;
+        self.reconfigs.next_id += 1;
+        let r = Reconfiguration {
+            id,
+            node: c.node.clone(),
+            gpu: c.gpu,
+            from,
+            to: c.to,
+            phase: Phase::Draining,
+            reason,
+            serves,
+            started_s: now,
+            ordered_s: None,
+            ended_s: None,
+            deadline_s: now + self.reconfigs.policy.drain_deadline_s,
+            busy_until_s: busy_until_s.flatten(),
+            outcome: None,
+            moved: c.movers.clone(),
+        };
+        tracing::info!(id, node = %r.node, gpu = r.gpu, from = %r.from.text(), to = %r.to.text(), reason = %r.reason, moves = r.moved.len(), "reconfiguration begins");
+        self.persist(&r)?;
+        for &job in &c.movers {
+            self.move_job(job, &r, now, effects);
+        }
+        self.reconfigs.active.insert((c.node, c.gpu), r);
+        Ok(())
+    }
+
+    /// When the work on a GPU is planned to end (by time limits); `None` when unknown.
+    fn busy_until(&self, node: &str, index: u32) -> Option<u64> {
+        let mut until = 0;
+        for job in self.jobs_on(node, index) {
+            let alloc = self.scheduler.allocation_of(job)?;
+            let (_, started) = self.scheduler.running(alloc)?;
+            let length = self.scheduler.job(job)?.planned_length_s?;
+            until = until.max(started.saturating_add(length));
+        }
+        Some(until)
+    }
+
+    /// Stop a restartable job so that it starts again elsewhere: a move, not a failure.
+    fn move_job(&mut self, job: u64, r: &Reconfiguration, now: u64, effects: &mut Effects) {
+        let Some(runs) = self.running.get_mut(&job) else { return };
+        if runs.stopping.is_some() {
+            return;
+        }
+        runs.moved = Some(format!("moved: GPU {} on {} is reconfigured (reconfiguration {})", r.gpu, r.node, r.id));
+        self.reconfigs.moves.push_back(now);
+        self.reconfigs.totals.moves += 1;
+        let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
+        tracing::info!(job, node = %r.node, gpu = r.gpu, "moving a restartable job to empty a GPU");
+        self.send_stop(job, grace, effects);
+    }
+
+    /// A moved job's last task exited: it waits again, in its place, recorded as a move.
+    pub(crate) fn moved_exit(
+        &mut self,
+        job: u64,
+        why: String,
+        alloc: gantry_engine::AllocId,
+        now: u64,
+    ) -> Result<(), ControlError> {
+        self.record(Event::Requeued { id: job, at_s: now, why })?;
+        self.scheduler.killed(alloc, now);
+        Ok(())
+    }
+}
+
+/// What changing a GPU from `from` to `to` serves of the demand `pool` (taken from it, so one
+/// waiting task justifies one change): the waiting jobs and the reason, or `None` below
+/// `min_tasks`.
+fn benefit(
+    from: &GpuMode,
+    to: &GpuMode,
+    pool: &mut Vec<(Need, Option<u64>)>,
+    min_tasks: u32,
+) -> Option<(Vec<u64>, String)> {
+    let gained: Vec<Need> = match (from, to) {
+        (_, GpuMode::Mig { instances }) => {
+            let mut had: Vec<&str> = match from {
+                GpuMode::Mig { instances } => instances.iter().map(|i| i.profile.as_str()).collect(),
+                _ => Vec::new(),
+            };
+            instances
+                .iter()
+                .filter(|i| match had.iter().position(|p| *p == i.profile) {
+                    Some(at) => {
+                        had.swap_remove(at);
+                        false
+                    }
+                    None => true,
+                })
+                .map(|i| Need::Profile(i.profile.clone()))
+                .collect()
+        }
+        (GpuMode::Mig { .. }, _) => vec![Need::NotMig],
+        _ => vec![Need::NotMig],
+    };
+    let mut taken = Vec::new();
+    let mut left = pool.clone();
+    for need in gained {
+        if let Some(at) = left.iter().position(|(n, _)| *n == need) {
+            taken.push(left.remove(at));
+        }
+    }
+    if (taken.len() as u32) < min_tasks.max(1) {
+        return None;
+    }
+    *pool = left;
+    let mut serves: Vec<u64> = taken.iter().filter_map(|(_, id)| *id).collect();
+    serves.dedup();
+    let mut what: BTreeMap<String, u32> = BTreeMap::new();
+    for (need, _) in &taken {
+        let name = match need {
+            Need::Profile(p) => p.clone(),
+            Need::NotMig => "GPU without MIG".into(),
+        };
+        *what.entry(name).or_default() += 1;
+    }
+    let what: Vec<String> = what.iter().map(|(k, n)| format!("{n} × {k}")).collect();
+    let reason = if serves.is_empty() {
+        format!("for the demand the last hour's arrivals imply ({})", what.join(", "))
+    } else {
+        let ids: Vec<String> = serves.iter().map(|id| id.to_string()).collect();
+        format!("for waiting job{} {} ({})", if serves.len() == 1 { "" } else { "s" }, ids.join(", "), what.join(", "))
+    };
+    Some((serves, reason))
+}
