@@ -608,9 +608,13 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
 #[derive(Args)]
 pub struct NodesArgs {
     /// Instead: what the online MIG planner would change now for the waiting and running jobs
-    /// (advice; the service does not reconfigure GPUs yet).
-    #[arg(long)]
+    /// (carried out by the controller itself under `reconfigure = "auto"`, else advice).
+    #[arg(long, conflicts_with = "reconfigurations")]
     plan: bool,
+    /// Instead: the GPU reconfigurations the controller has under way and the latest
+    /// finished ones (applied, refused, abandoned), with why each was made.
+    #[arg(long)]
+    reconfigurations: bool,
     #[command(flatten)]
     server: ServerArg,
 }
@@ -627,6 +631,9 @@ pub struct NodeArgs {
 pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
     if args.plan {
         return plan_advice(&args);
+    }
+    if args.reconfigurations {
+        return reconfigurations(&args);
     }
     let nodes = args.server.call("GET", "/v1/nodes", None)?;
     if args.server.json {
@@ -657,8 +664,9 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
                 Some(pct) => format!("{pct:>3}% used{}", if g["measured"] == true { "" } else { " (sim)" }),
                 None => String::new(),
             };
+            let reconfiguring = g["reconfiguring"].as_str().map(|r| format!("  [{}]", shown(r))).unwrap_or_default();
             println!(
-                "  gpu{:<3} {:<16} {:<10} {:>5.2}  {:<14} {}",
+                "  gpu{:<3} {:<16} {:<10} {:>5.2}  {:<14} {}{reconfiguring}",
                 cell(&g["index"]),
                 cell(&g["model"]),
                 cell(&g["mode"]),
@@ -739,8 +747,62 @@ fn plan_advice(args: &NodesArgs) -> anyhow::Result<ExitCode> {
     if let Some(n) = plan["deferred"].as_u64().filter(|&n| n > 0) {
         println!("  {n} more change(s) wait: their GPUs' work ends later, or they changed within the cooldown");
     }
-    println!(
-        "advice only: the service does not reconfigure GPUs yet (`gantry mig apply` on the node, then restart its agent: the controller takes the layout)"
-    );
+    match plan["mode"].as_str() {
+        Some("auto") => println!(
+            "reconfigure = \"auto\": the controller carries these out itself, within its guards (`gantry nodes --reconfigurations`)"
+        ),
+        _ => println!(
+            "advice only (reconfigure = \"{}\"): `gantry mig apply` on the node, then restart its agent (the controller takes the layout); or run the controller with --reconfigure auto",
+            plan["mode"].as_str().unwrap_or("advise")
+        ),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `gantry nodes --reconfigurations`: what the controller reconfigures, and why.
+fn reconfigurations(args: &NodesArgs) -> anyhow::Result<ExitCode> {
+    let view = args.server.call("GET", "/v1/reconfigurations", None)?;
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "reconfigure = \"{}\": {} applied, {} refused, {} abandoned, {} replica(s) moved, {:.2} GPU-hours unallocated on cordoned GPUs",
+        cell(&view["mode"]),
+        cell(&view["applied"]),
+        cell(&view["refused"]),
+        cell(&view["abandoned"]),
+        cell(&view["moves"]),
+        view["cordoned_idle_gpu_hours"].as_f64().unwrap_or(0.0)
+    );
+    let line = |r: &serde_json::Value| {
+        let to = mode_text(&r["to"]);
+        let outcome = r["outcome"].as_str().map(|o| format!(": {}", shown(o))).unwrap_or_default();
+        println!(
+            "  #{:<5} {:<10} {} gpu{}  -> {}  {}{outcome}",
+            cell(&r["id"]),
+            cell(&r["phase"]),
+            cell(&r["node"]),
+            cell(&r["gpu"]),
+            to,
+            shown(r["reason"].as_str().unwrap_or_default())
+        );
+    };
+    let under_way = view["under_way"].as_array().cloned().unwrap_or_default();
+    println!("under way: {}", if under_way.is_empty() { "none".to_string() } else { under_way.len().to_string() });
+    under_way.iter().for_each(line);
+    let recent = view["recent"].as_array().cloned().unwrap_or_default();
+    if !recent.is_empty() {
+        println!("latest finished (newest last):");
+        recent.iter().rev().take(20).rev().for_each(line);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A GPU mode as the API writes it (`{"mode": "mig", "instances": [...]}`), in a few words.
+fn mode_text(mode: &serde_json::Value) -> String {
+    match serde_json::from_value::<gantry_types::GpuMode>(mode.clone()) {
+        Ok(m) => m.text(),
+        Err(_) => cell(&mode["mode"]),
+    }
 }

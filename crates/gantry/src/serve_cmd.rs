@@ -339,12 +339,14 @@ fn demo_workload(step: Option<f64>) -> String {
 }
 
 /// The reconfiguration policy: `[reconfigure]`'s guards, its mode unless `--reconfigure`
-/// says otherwise; `--demo` reconfigures by itself (auto) unless told otherwise.
+/// says otherwise; `--demo` reconfigures by itself (auto, every 30 s) unless told otherwise.
 fn reconfigure_policy(args: &ServeArgs) -> anyhow::Result<gantry_server::control::reconfig::ReconfigurePolicy> {
     use gantry_server::control::reconfig::{ReconfigureMode, ReconfigurePolicy};
-    let mut policy = args.reconfigure_policy.clone().unwrap_or_else(|| ReconfigurePolicy {
-        mode: if args.demo { ReconfigureMode::Auto } else { ReconfigureMode::Advise },
-        ..ReconfigurePolicy::default()
+    // The demo plans every 30 s rather than every 5 minutes, so that a waiting MIG job is seen
+    // served within its first minute.
+    let mut policy = args.reconfigure_policy.clone().unwrap_or_else(|| match args.demo {
+        true => ReconfigurePolicy { mode: ReconfigureMode::Auto, period_s: 30, ..ReconfigurePolicy::default() },
+        false => ReconfigurePolicy::default(),
     });
     if let Some(mode) = &args.reconfigure {
         policy.mode = match mode.as_str() {

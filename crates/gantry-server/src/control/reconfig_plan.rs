@@ -11,11 +11,32 @@ use gantry_engine::online::{GpuNow, OnlineConfig, Step, job_of};
 use gantry_types::{Fleet, GpuRequest, Job};
 use std::collections::BTreeMap;
 
-/// One thing the demand asks of a GPU: a MIG profile, or a GPU not in MIG (whole or shared).
+/// What one task of the demand asks of a GPU's mode.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Need {
+pub(crate) enum Kind {
+    /// A MIG instance of this profile.
     Profile(String),
-    NotMig,
+    /// Whole GPUs.
+    Whole,
+    /// A share of an MPS or time-sliced GPU.
+    Share,
+    /// Only memory: the smallest unit that fits, whatever the mode.
+    Any,
+}
+
+/// One task of the demand: what it asks of a GPU's mode, on which models.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Need {
+    pub kind: Kind,
+    /// Models whose GPUs its model constraints and selector accept (on some device class).
+    pub models: std::collections::BTreeSet<gantry_catalog::ModelId>,
+}
+
+impl Need {
+    /// Could this task use a GPU of `model` in a mode that offers `kind`?
+    pub fn fits(&self, kind: &Kind, model: gantry_catalog::ModelId) -> bool {
+        (self.kind == *kind || self.kind == Kind::Any) && self.models.contains(&model)
+    }
 }
 
 /// The planner's input and the step it took.
@@ -31,15 +52,26 @@ pub(crate) struct Planned {
 }
 
 /// What one job's tasks ask of a GPU, one entry per task.
-fn needs(job: &Job) -> Vec<Need> {
+fn needs(job: &gantry_engine::CompiledJob, state: &gantry_engine::ClusterState) -> Vec<Need> {
+    use gantry_engine::request::GpuNeed;
     job.groups
         .iter()
         .flat_map(|g| {
-            let need = match &g.resources.gpu {
-                Some(GpuRequest::Mig { profile }) => Some(Need::Profile(profile.clone())),
-                Some(_) => Some(Need::NotMig),
-                None => None,
+            let kind = match &g.gpu {
+                GpuNeed::Mig { profile } => Some(Kind::Profile(profile.clone())),
+                GpuNeed::Whole { .. } => Some(Kind::Whole),
+                GpuNeed::Share { .. } => Some(Kind::Share),
+                GpuNeed::Memory { .. } => Some(Kind::Any),
+                GpuNeed::None => None,
             };
+            let models = state
+                .classes
+                .iter()
+                .zip(&g.class_ok)
+                .filter(|(_, ok)| **ok)
+                .map(|(class, _)| class.model)
+                .collect();
+            let need = kind.map(|kind| Need { kind, models });
             std::iter::repeat_n(need, g.replicas as usize)
         })
         .flatten()
@@ -93,7 +125,7 @@ impl Controller {
         for (id, _) in self.scheduler.pending_by_id() {
             if let Some(spec) = self.scheduler.job(id) {
                 let job = job_of(&spec.compiled);
-                pool.extend(needs(&job).into_iter().map(|n| (n, Some(id))));
+                pool.extend(needs(&spec.compiled, state).into_iter().map(|n| (n, Some(id))));
                 let whole: u32 = job
                     .groups
                     .iter()
@@ -108,8 +140,8 @@ impl Controller {
                 demand.push(job);
             }
         }
-        for job in self.forecast(now) {
-            pool.extend(needs(&job).into_iter().map(|n| (n, None)));
+        for (compiled, job) in self.forecast(now) {
+            pool.extend(needs(&compiled, state).into_iter().map(|n| (n, None)));
             demand.push(job);
         }
         let step = gantry_engine::online::step(&fleet, &busy, &demand, now, config, self.catalog)
@@ -120,12 +152,12 @@ impl Controller {
 
     /// What the last window's arrivals will keep busy: per job shape, arrivals × their time
     /// limit ÷ the window, rounded (jobs without a time limit are not forecast).
-    fn forecast(&self, now: u64) -> Vec<Job> {
+    fn forecast(&self, now: u64) -> Vec<(gantry_engine::CompiledJob, Job)> {
         let window = self.reconfigs.policy.window_s;
         if window == 0 {
             return Vec::new();
         }
-        let mut busy_s: BTreeMap<String, (Job, u64)> = BTreeMap::new();
+        let mut busy_s: BTreeMap<String, (gantry_engine::CompiledJob, Job, u64)> = BTreeMap::new();
         for &(at, id) in &self.reconfigs.arrivals {
             if at + window < now {
                 continue;
@@ -134,15 +166,15 @@ impl Controller {
             let Some(length) = spec.planned_length_s else { continue };
             let job = job_of(&spec.compiled);
             let key = format!("{:?}", job.groups);
-            busy_s.entry(key).or_insert((job, 0)).1 += length;
+            busy_s.entry(key).or_insert_with(|| (spec.compiled.clone(), job, 0)).2 += length;
         }
         let mut out = Vec::new();
-        for (shape, (job, busy)) in busy_s {
+        for (shape, (compiled, job, busy)) in busy_s {
             let count = (busy as f64 / window as f64).round() as usize;
             for k in 0..count {
                 let mut forecast = job.clone();
                 forecast.name = format!("forecast-{k}-{}", shape.len());
-                out.push(forecast);
+                out.push((compiled.clone(), forecast));
             }
         }
         out

@@ -4,7 +4,7 @@
 //! its own tasks) finish them.
 
 use super::reconfig::{Phase, Reconfiguration, ReconfigureMode};
-use super::reconfig_plan::{Need, Planned};
+use super::reconfig_plan::{Kind, Need, Planned};
 use super::{Agents, Controller, Effects};
 use crate::error::ControlError;
 use crate::wire::{LayoutOrder, LayoutReport, PROTOCOL_LAYOUTS};
@@ -297,6 +297,13 @@ impl Controller {
     /// Plan, then start the changes the guards allow.
     fn plan_and_start(&mut self, now: u64, effects: &mut Effects) -> Result<(), ControlError> {
         let planned = self.plan_now(now, &self.online_config())?;
+        tracing::debug!(
+            reconfigure = ?planned.step.reconfigure.iter().map(|(n, g, m)| format!("{n}/{g} -> {}", m.text())).collect::<Vec<_>>(),
+            drain = ?planned.step.drain.iter().map(|((n, g), m)| format!("{n}/{g} -> {}", m.text())).collect::<Vec<_>>(),
+            deferred = planned.step.deferred,
+            demand_tasks = planned.demand_tasks,
+            "planning step"
+        );
         let wanted: BTreeSet<(String, u32)> = planned
             .step
             .reconfigure
@@ -327,7 +334,10 @@ impl Controller {
                 continue;
             }
             let from = self.mode_now(&c.node, c.gpu).unwrap_or(GpuMode::Whole);
-            let Some((serves, reason)) = benefit(&from, &c.to, &mut pool, p.min_benefit_tasks) else { continue };
+            let Some(model) = self.model_of(&c.node, c.gpu) else { continue };
+            let Some((serves, reason)) = benefit(&from, &c.to, model, &mut pool, p.min_benefit_tasks) else {
+                continue;
+            };
             self.start_change(c, from, serves, reason, now, effects)?;
         }
         Ok(())
@@ -368,6 +378,11 @@ impl Controller {
             }
         }
         out
+    }
+
+    /// A GPU's model.
+    fn model_of(&self, node: &str, index: u32) -> Option<gantry_catalog::ModelId> {
+        self.models.get(&(node.to_string(), index)).copied()
     }
 
     /// The running jobs holding part of a GPU.
@@ -468,40 +483,53 @@ impl Controller {
     }
 }
 
-/// What changing a GPU from `from` to `to` serves of the demand `pool` (taken from it, so one
-/// waiting task justifies one change): the waiting jobs and the reason, or `None` below
-/// `min_tasks`.
+/// What a GPU in `mode` offers the demand, one entry per task it can hold.
+fn offers(mode: &GpuMode) -> Vec<Kind> {
+    match mode {
+        GpuMode::Mig { instances } => instances.iter().map(|i| Kind::Profile(i.profile.clone())).collect(),
+        GpuMode::Whole => vec![Kind::Whole],
+        GpuMode::Mps { .. } | GpuMode::TimeSlice { .. } => vec![Kind::Share],
+    }
+}
+
+/// `a` less `b`, as multisets.
+fn minus(a: Vec<Kind>, b: &[Kind]) -> Vec<Kind> {
+    let mut b: Vec<&Kind> = b.iter().collect();
+    a.into_iter()
+        .filter(|k| match b.iter().position(|x| *x == k) {
+            Some(at) => {
+                b.swap_remove(at);
+                false
+            }
+            None => true,
+        })
+        .collect()
+}
+
+/// What changing a GPU of `model` from `from` to `to` serves of the demand `pool` (taken
+/// from it, so one waiting task justifies one change): the waiting jobs and the reason; or
+/// `None` — it serves fewer than `min_tasks`, or it takes away what a waiting job of this
+/// model needs (do no harm: a shared GPU is not turned whole under waiting shares).
 fn benefit(
     from: &GpuMode,
     to: &GpuMode,
+    model: gantry_catalog::ModelId,
     pool: &mut Vec<(Need, Option<u64>)>,
     min_tasks: u32,
 ) -> Option<(Vec<u64>, String)> {
-    let gained: Vec<Need> = match (from, to) {
-        (_, GpuMode::Mig { instances }) => {
-            let mut had: Vec<&str> = match from {
-                GpuMode::Mig { instances } => instances.iter().map(|i| i.profile.as_str()).collect(),
-                _ => Vec::new(),
-            };
-            instances
-                .iter()
-                .filter(|i| match had.iter().position(|p| *p == i.profile) {
-                    Some(at) => {
-                        had.swap_remove(at);
-                        false
-                    }
-                    None => true,
-                })
-                .map(|i| Need::Profile(i.profile.clone()))
-                .collect()
-        }
-        (GpuMode::Mig { .. }, _) => vec![Need::NotMig],
-        _ => vec![Need::NotMig],
-    };
+    let (had, will) = (offers(from), offers(to));
+    let gained = minus(will.clone(), &had);
+    let lost = minus(had, &will);
+    let harmed = pool.iter().any(|(need, id)| {
+        id.is_some() && need.kind != Kind::Any && lost.iter().any(|k| need.fits(k, model) && !will.contains(k))
+    });
+    if harmed {
+        return None;
+    }
     let mut taken = Vec::new();
     let mut left = pool.clone();
-    for need in gained {
-        if let Some(at) = left.iter().position(|(n, _)| *n == need) {
+    for kind in &gained {
+        if let Some(at) = left.iter().position(|(need, _)| need.fits(kind, model)) {
             taken.push(left.remove(at));
         }
     }
@@ -513,9 +541,11 @@ fn benefit(
     serves.dedup();
     let mut what: BTreeMap<String, u32> = BTreeMap::new();
     for (need, _) in &taken {
-        let name = match need {
-            Need::Profile(p) => p.clone(),
-            Need::NotMig => "GPU without MIG".into(),
+        let name = match &need.kind {
+            Kind::Profile(p) => p.clone(),
+            Kind::Whole => "whole GPU".into(),
+            Kind::Share => "GPU share".into(),
+            Kind::Any => "GPU memory".into(),
         };
         *what.entry(name).or_default() += 1;
     }

@@ -14,8 +14,12 @@ pub struct PlanView {
     pub drain: Vec<PlannedChange>,
     /// Changes it wants that wait: work on the GPU ends later, or it changed recently.
     pub deferred: u32,
-    /// Tasks planned for: those of the waiting and the running jobs.
+    /// Tasks planned for: those of the waiting and the running jobs (and the forecast).
     pub demand_tasks: u32,
+    /// What the controller does with these changes: off, advise (an admin applies them) or
+    /// auto (it carries them out itself, within its guards).
+    #[serde(default)]
+    pub mode: crate::control::reconfig::ReconfigureMode,
 }
 
 /// One GPU's mode now and the one the planner wants.
@@ -55,5 +59,6 @@ pub fn plan_advice(c: &Controller, now: u64) -> Result<PlanView, ControlError> {
         drain: planned.step.drain.iter().map(|((node, gpu), to)| change(node, *gpu, to)).collect(),
         deferred: planned.step.deferred,
         demand_tasks: planned.demand_tasks,
+        mode: c.reconfigs.policy.mode,
     })
 }
