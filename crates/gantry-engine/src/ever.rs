@@ -1,12 +1,13 @@
 //! Could a job ever run on a fleet? The one check the live controller makes on a submission
 //! and `gantry validate` makes on a workload file: placed alone on the fleet with nothing
-//! running, or — for a job asking for MIG instances no GPU is carved into now — placed once
+//! running, or — for a job asking for GPUs laid out otherwise than now (MIG instances no GPU
+//! is carved into, whole GPUs where MIG layouts stand, a share mode no GPU has) — placed once
 //! the offline planner has laid the fleet out for that job alone (it then waits for that
-//! layout).
+//! layout: a controller with `reconfigure = "auto"` makes it).
 
 use crate::{CompiledJob, Engine};
 use gantry_catalog::Catalog;
-use gantry_types::{GpuRequest, Job, ReasonCount};
+use gantry_types::{Job, ReasonCount};
 use std::collections::BTreeMap;
 
 /// How a job that can run fits.
@@ -14,7 +15,7 @@ use std::collections::BTreeMap;
 pub enum Fits {
     /// On the fleet as it is laid out now.
     Now,
-    /// Once MIG-capable GPUs are laid out for it.
+    /// Once GPUs are laid out for it (MIG layouts, modes).
     OnceLaidOut,
 }
 
@@ -39,8 +40,10 @@ pub fn could_run(
         }
         Err(reasons) => reasons,
     };
-    let wants_mig = job.groups.iter().any(|g| matches!(g.resources.gpu, Some(GpuRequest::Mig { .. })));
-    let laid_out = wants_mig
+    // Any GPU request: a MIG profile no GPU is carved into, whole GPUs where MIG layouts
+    // stand now, a share of a mode no GPU has — a layout the planner can make holds it.
+    let wants_gpu = job.groups.iter().any(|g| g.resources.gpu.is_some());
+    let laid_out = wants_gpu
         && *checks.0.entry(format!("{:?}", job.groups)).or_insert_with(|| {
             crate::plan::plan(&empty.fleet_now(), std::slice::from_ref(job), catalog)
                 .is_ok_and(|plan| plan.unplaced.is_empty())

@@ -11,6 +11,7 @@ mod cert_cmd;
 mod import_cmd;
 mod jobs_cmd;
 mod mig_cmd;
+mod mig_live;
 mod parallel;
 mod place_cmd;
 mod plan_cmd;

@@ -18,7 +18,8 @@ pub const EXAMPLES: &str = "Examples:
   gantry plan --evaluate                         # a simulated week: online vs best static
   gantry plan --evaluate --days 2 --seed 3 --load 1.0 --json
   gantry plan --evaluate --seed 1 --seeds 8        # eight weeks: mean, spread and range of the gain
-  gantry plan --evaluate --no-moves              # the planner without moving inference instances";
+  gantry plan --evaluate --no-moves              # the planner without moving inference instances
+  gantry plan --evaluate --live --seeds 4        # the same weeks through the live controller too";
 
 #[derive(Args)]
 pub struct PlanArgs {
@@ -75,6 +76,12 @@ pub struct PlanArgs {
     /// elsewhere, taken off demand served [default: 120].
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(0..=86_400))]
     restart_s: Option<u64>,
+    /// With --evaluate: also run the week through the live controller's state machine in
+    /// simulated time (`reconfigure = "auto"`, its layout orders applied by a simulated agent
+    /// in --reconfigure-s), against the same controller on the best static layout, and
+    /// compare its gain with the simulator's.
+    #[arg(long, requires = "evaluate")]
+    live: bool,
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
@@ -321,6 +328,9 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             .expect("valid template"),
     );
     let seeds = args.seeds.unwrap_or(1);
+    if args.live {
+        return crate::mig_live::report(&config, seeds, args.json);
+    }
     if seeds > 1 {
         return evaluate_seeds(&config, seeds, args.json, &bar);
     }

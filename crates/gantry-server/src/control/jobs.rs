@@ -108,7 +108,7 @@ impl Controller {
         match gantry_engine::ever::could_run(&mut self.empty, job, compiled, self.catalog, checks) {
             Ok(gantry_engine::ever::Fits::Now) => Ok(()),
             Ok(gantry_engine::ever::Fits::OnceLaidOut) => {
-                tracing::info!(job = %job.name, "accepted: needs MIG instances no GPU has now (see GET /v1/plan)");
+                tracing::info!(job = %job.name, "accepted: needs GPUs laid out otherwise than now (see GET /v1/plan)");
                 Ok(())
             }
             Err(reasons) => {

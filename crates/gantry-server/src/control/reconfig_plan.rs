@@ -1,9 +1,9 @@
 //! What the online planner is given on the live fleet, the same for advice (`GET /v1/plan`)
 //! and for the controller's own reconfigurations: the fleet's modes now, each GPU's
 //! situation (when its work ends by the jobs' time limits, its last change, whether all its
-//! tasks are restartable), and the demand — what waits, what runs, and with a forecast
-//! window, what the last window's arrivals will keep busy (Little's law per job shape, as the
-//! simulator's planner does).
+//! tasks are restartable), and the demand — what waits, and what the last window's arrivals
+//! will keep busy (Little's law per job shape, lengths by time limit, as the simulator's
+//! planner counts it); without a forecast window, what waits and what runs.
 
 use super::Controller;
 use crate::error::ControlError;
@@ -64,13 +64,8 @@ fn needs(job: &gantry_engine::CompiledJob, state: &gantry_engine::ClusterState) 
                 GpuNeed::Memory { .. } => Some(Kind::Any),
                 GpuNeed::None => None,
             };
-            let models = state
-                .classes
-                .iter()
-                .zip(&g.class_ok)
-                .filter(|(_, ok)| **ok)
-                .map(|(class, _)| class.model)
-                .collect();
+            let models =
+                state.classes.iter().zip(&g.class_ok).filter(|(_, ok)| **ok).map(|(class, _)| class.model).collect();
             let need = kind.map(|kind| Need { kind, models });
             std::iter::repeat_n(need, g.replicas as usize)
         })
@@ -116,7 +111,9 @@ impl Controller {
                 slot.tasks += 1;
                 slot.movable &= movable;
             }
-            if let Some(spec) = spec {
+            // With a forecast window, the forecast stands for what runs (both say how much is
+            // busy at once, as the simulator's planner counts it); without, what runs is demand.
+            if let Some(spec) = spec.filter(|_| self.reconfigs.policy.window_s == 0) {
                 demand.push(job_of(&spec.compiled));
             }
         }

@@ -12,6 +12,10 @@ use gantry_engine::online::{OnlineConfig, choose_empty};
 use gantry_types::{Event, GpuMode, Job};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// A restartable replica planned to end within this long is let finish rather than moved: a
+/// move (its stop, its restart elsewhere, its model loaded again) costs about as much.
+const MOVE_MIN_LEFT_S: u64 = 120;
+
 /// A change the planner wants for one GPU.
 struct Candidate {
     node: String,
@@ -191,6 +195,12 @@ impl Controller {
         };
         let to = r.to.clone();
         let hardware = report.hardware();
+        if let Err(why) = self.legal(node, report.gpu, &hardware) {
+            // Not what any GPU of this model can have: the agent is wrong or lying. The GPU
+            // stays cordoned and the order stands until a report makes sense.
+            tracing::warn!(node, gpu = report.gpu, id = report.id, why, "a layout report the catalog forbids: ignored");
+            return Ok(());
+        }
         // A mode without MIG is the controller's bookkeeping (MPS, time-slicing): to the
         // hardware it is a whole GPU.
         let recorded = if !matches!(hardware, GpuMode::Mig { .. }) && !matches!(to, GpuMode::Mig { .. }) {
@@ -207,6 +217,15 @@ impl Controller {
             }
             Some(why) => self.end_change(&key, Phase::Refused, Some(why.chars().take(500).collect()), now, effects),
         }
+    }
+
+    /// Can a GPU of this one's model have `mode`?
+    fn legal(&self, node: &str, index: u32, mode: &GpuMode) -> Result<(), String> {
+        let GpuMode::Mig { instances } = mode else { return Ok(()) };
+        let model =
+            self.model_of(node, index).map(|m| self.catalog.model(m)).ok_or_else(|| "an unknown GPU".to_string())?;
+        let geometry = model.mig.as_ref().ok_or_else(|| format!("{} has no MIG", model.id))?;
+        geometry.validate_layout(&model.id, instances).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// Record `mode` for an idle GPU (recorded durably; waiting jobs compiled again).
@@ -366,9 +385,19 @@ impl Controller {
         let groups = choose_empty(&planned.fleet, &planned.now, &planned.step, &planned.whole_waiting);
         let mut budget = moves_left as usize;
         for group in groups {
-            let movers: Vec<Vec<u64>> = group.iter().map(|(node, gpu)| self.jobs_on(node, *gpu)).collect();
+            // Replicas about to end are let finish; the others move only if all of them fit
+            // elsewhere now (a group is emptied entirely or not at all).
+            let movers: Vec<Vec<u64>> = group
+                .iter()
+                .map(|(node, gpu)| {
+                    self.jobs_on(node, *gpu)
+                        .into_iter()
+                        .filter(|&job| self.ends_after(job, now + MOVE_MIN_LEFT_S))
+                        .collect()
+                })
+                .collect();
             let count: BTreeSet<u64> = movers.iter().flatten().copied().collect();
-            if count.len() > budget {
+            if count.len() > budget || !self.fit_elsewhere(&count, &group) {
                 continue;
             }
             budget -= count.len();
@@ -383,6 +412,35 @@ impl Controller {
     /// A GPU's model.
     fn model_of(&self, node: &str, index: u32) -> Option<gantry_catalog::ModelId> {
         self.models.get(&(node.to_string(), index)).copied()
+    }
+
+    /// Is `job` planned (by its time limit) to run past `t`? (Without a limit: yes.)
+    fn ends_after(&self, job: u64, t: u64) -> bool {
+        let Some(alloc) = self.scheduler.allocation_of(job) else { return false };
+        let Some((_, started)) = self.scheduler.running(alloc) else { return false };
+        self.scheduler.job(job).and_then(|j| j.planned_length_s).is_none_or(|len| started.saturating_add(len) > t)
+    }
+
+    /// Would `jobs` all find room off the GPUs of `group` now? (Tried on a copy of the
+    /// engine: their allocations released, the group cordoned, each placed again.)
+    fn fit_elsewhere(&self, jobs: &BTreeSet<u64>, group: &[(String, u32)]) -> bool {
+        let mut engine = self.scheduler.engine().clone();
+        for (node, gpu) in group {
+            if engine.set_gpu_cordoned(node, *gpu, true).is_err() {
+                return false;
+            }
+        }
+        let mut compiled = Vec::new();
+        for &job in jobs {
+            let (Some(alloc), Some(spec)) = (self.scheduler.allocation_of(job), self.scheduler.job(job)) else {
+                return false;
+            };
+            if engine.release(alloc).is_err() {
+                return false;
+            }
+            compiled.push(spec.compiled.clone());
+        }
+        compiled.iter().all(|c| engine.place(c).is_ok())
     }
 
     /// The running jobs holding part of a GPU.
@@ -508,8 +566,8 @@ fn minus(a: Vec<Kind>, b: &[Kind]) -> Vec<Kind> {
 
 /// What changing a GPU of `model` from `from` to `to` serves of the demand `pool` (taken
 /// from it, so one waiting task justifies one change): the waiting jobs and the reason; or
-/// `None` — it serves fewer than `min_tasks`, or it takes away what a waiting job of this
-/// model needs (do no harm: a shared GPU is not turned whole under waiting shares).
+/// `None` — it serves fewer than `min_tasks`, or it takes from more waiting tasks than it
+/// serves (a shared GPU is not turned whole under waiting shares for a forecast).
 fn benefit(
     from: &GpuMode,
     to: &GpuMode,
@@ -520,11 +578,15 @@ fn benefit(
     let (had, will) = (offers(from), offers(to));
     let gained = minus(will.clone(), &had);
     let lost = minus(had, &will);
-    let harmed = pool.iter().any(|(need, id)| {
-        id.is_some() && need.kind != Kind::Any && lost.iter().any(|k| need.fits(k, model) && !will.contains(k))
-    });
-    if harmed {
-        return None;
+    // Waiting tasks that could use what the change takes away (one per lost unit).
+    let mut harmed = 0;
+    let mut waiting: Vec<&Need> =
+        pool.iter().filter(|(n, id)| id.is_some() && n.kind != Kind::Any).map(|(n, _)| n).collect();
+    for kind in &lost {
+        if let Some(at) = waiting.iter().position(|need| need.fits(kind, model)) {
+            waiting.swap_remove(at);
+            harmed += 1;
+        }
     }
     let mut taken = Vec::new();
     let mut left = pool.clone();
@@ -533,7 +595,8 @@ fn benefit(
             taken.push(left.remove(at));
         }
     }
-    if (taken.len() as u32) < min_tasks.max(1) {
+    let served_waiting = taken.iter().filter(|(_, id)| id.is_some()).count();
+    if (taken.len() as u32) < min_tasks.max(1) || harmed > served_waiting {
         return None;
     }
     *pool = left;

@@ -427,3 +427,58 @@ fn restartable_replicas_move_to_empty_a_gpu_for_whole_gpu_work_and_the_move_is_h
     assert_eq!(applied.to, GpuMode::Whole);
     assert_eq!(applied.moved, lone);
 }
+
+#[test]
+fn lying_or_confused_agents_change_nothing_they_were_not_asked() {
+    let dir = scratch("hostile");
+    let mut c = open_with(&fleet_text(2, ""), policy(), Image::default());
+    let mut agent = Agent::start(&c, "n", &dir);
+    agent.register(&mut c, T0).expect("registers");
+    let report = |id, gpu, mig: &[(&str, u8)]| crate::wire::LayoutReport {
+        id,
+        gpu,
+        refused: None,
+        mig_mode: !mig.is_empty(),
+        mig: mig.iter().map(|(p, s)| crate::wire::AgentMigInstance { profile: (*p).into(), start: *s }).collect(),
+    };
+    let beat = |c: &mut Controller, layouts: Vec<crate::wire::LayoutReport>, now| {
+        let beat =
+            Heartbeat { tasks: Vec::new(), samples: Vec::new(), wait_ms: 0, instance: "agent-n".into(), layouts };
+        c.apply(now, Command::Heartbeat { who: Principal::controller(), node: "n".into(), beat })
+    };
+    // Reports for orders never given: nothing changes, and they are forgotten.
+    let bogus = vec![report(99, 0, &[("7g.80gb", 0)]), report(1, 7, &[]), report(u64::MAX, 1, &[("1g.10gb", 0)])];
+    let effects = beat(&mut c, bogus, T0 + 1).expect("answered");
+    let Reply::Orders(orders) = effects.reply else { panic!("orders") };
+    assert_eq!(orders.forget_layouts.len(), 3);
+    assert!(effects.commit.gpu_modes.is_empty() && effects.commit.reconfigurations.is_empty());
+    assert_eq!((mode(&c, 0), mode(&c, 1)), (GpuMode::Whole, GpuMode::Whole));
+    // A real order, answered with a layout the catalog forbids: ignored, the order stands.
+    submit(&mut c, "[[job]]\nname = \"m\"\ngpu = { mig = \"1g.10gb\" }\n", T0 + 2);
+    tick(&mut c, T0 + 2);
+    let r = c.reconfigs.active.values().next().expect("ordered").clone();
+    let overlapping = report(r.id, r.gpu, &[("4g.40gb", 0), ("4g.40gb", 0)]);
+    beat(&mut c, vec![overlapping], T0 + 3).expect("answered");
+    assert_eq!(c.reconfigs.active.get(&("n".to_string(), r.gpu)).map(|x| x.phase), Some(Phase::Ordered));
+    assert_eq!(mode(&c, r.gpu), GpuMode::Whole);
+    // Another node's agent cannot answer for this node (its token serves its own node).
+    let other = Principal {
+        name: "agent-m".into(),
+        role: gantry_store::Role::Agent,
+        queues: Vec::new(),
+        node: Some("m".into()),
+    };
+    let beat = Heartbeat {
+        tasks: Vec::new(),
+        samples: Vec::new(),
+        wait_ms: 0,
+        instance: "agent-n".into(),
+        layouts: vec![report(r.id, r.gpu, &[])],
+    };
+    assert!(c.apply(T0 + 4, Command::Heartbeat { who: other, node: "n".into(), beat }).is_err());
+    assert_eq!(c.reconfigs.active.len(), 1);
+    // The real agent finishes it.
+    agent.beat(&mut c, T0 + 5);
+    agent.beat(&mut c, T0 + 6);
+    assert_eq!(c.reconfigs.recent.back().expect("done").phase, Phase::Applied);
+}

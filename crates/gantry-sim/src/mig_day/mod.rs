@@ -120,14 +120,15 @@ pub struct Evaluation {
 
 /// Arrival `i` as submitted: its shape, named `j<i>`, in the queue of its kind
 /// (`inference` or `training`: the replay's tenants).
-fn job_spec(s: &Scenario, i: usize) -> Job {
+pub fn job_spec(s: &Scenario, i: usize) -> Job {
     let mut job = s.shapes[s.jobs[i].shape].clone();
     job.name = format!("j{i}");
     job.queue = if is_training(&s.jobs[i]) { "training" } else { "inference" }.into();
     job
 }
 
-fn is_training(j: &DayJob) -> bool {
+/// A whole-GPU training job (else a MIG inference deployment).
+pub fn is_training(j: &DayJob) -> bool {
     j.shape >= INFERENCE_MIX.len()
 }
 
