@@ -71,7 +71,8 @@ struct Driver<'s> {
 }
 
 /// The live controller's policy for the evaluation: the simulator's planner settings (period,
-/// window, cooldown, drain horizon, moves) and no cap the simulator does not have.
+/// window, cooldown, drain horizon, moves), steps on the period's grid only, and no cap on
+/// GPUs under way (the simulator has none).
 pub fn policy(config: &DayConfig, gpus: u32) -> ReconfigurePolicy {
     ReconfigurePolicy {
         mode: ReconfigureMode::Auto,
@@ -85,6 +86,8 @@ pub fn policy(config: &DayConfig, gpus: u32) -> ReconfigurePolicy {
         window_s: config.window_s,
         max_moves_per_hour: if config.online.move_work { 10_000 } else { 0 },
         refused_backoff_s: 86_400,
+        // The simulator plans on the period's grid only.
+        replan_after_s: 0,
     }
 }
 

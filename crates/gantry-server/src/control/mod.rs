@@ -304,8 +304,16 @@ impl Controller {
     /// When the scheduler next needs a cycle with nothing else happening (a starvation bound
     /// or a reserved start coming due), if it does.
     pub fn next_wake(&self, now: u64) -> Option<u64> {
-        let plan = match self.reconfigs.policy.mode {
-            reconfig::ReconfigureMode::Auto => self.reconfigs.next_plan_s.filter(|&t| t > now),
+        let r = &self.reconfigs;
+        let plan = match r.policy.mode {
+            reconfig::ReconfigureMode::Auto => {
+                // A step brought forward by a MIG job that arrived since the last one.
+                let soon = r
+                    .planned_s
+                    .filter(|&last| r.policy.replan_after_s > 0 && r.arrivals.back().is_some_and(|&(t, _)| t >= last));
+                let soon = soon.map(|last| last + r.policy.replan_after_s);
+                [r.next_plan_s, soon].into_iter().flatten().filter(|&t| t > now).min()
+            }
             _ => None,
         };
         let deadline = self.reconfigs.active.values().map(|r| r.deadline_s).filter(|&t| t > now).min();

@@ -63,6 +63,10 @@ pub struct ReconfigurePolicy {
     pub max_moves_per_hour: u32,
     /// After an agent refused a change, the same change of that GPU waits this long.
     pub refused_backoff_s: u64,
+    /// A MIG job that arrived since the last step and waits brings the next step forward to
+    /// this long after the last one (a job only a new layout can start does not wait a whole
+    /// period); 0: steps only every `period_s`.
+    pub replan_after_s: u64,
 }
 
 impl Default for ReconfigurePolicy {
@@ -79,6 +83,7 @@ impl Default for ReconfigurePolicy {
             window_s: 3600,
             max_moves_per_hour: 20,
             refused_backoff_s: 86_400,
+            replan_after_s: 10,
         }
     }
 }
@@ -108,6 +113,12 @@ impl ReconfigurePolicy {
         }
         if self.max_per_gpu_per_hour == 0 {
             return Err("reconfigure.max_per_gpu_per_hour: 0 would never change a GPU (say mode = \"advise\")".into());
+        }
+        if self.replan_after_s != 0 && self.replan_after_s < PERIOD_MIN_S {
+            return Err(format!(
+                "reconfigure.replan_after: {} s is under {PERIOD_MIN_S} s (0 turns it off)",
+                self.replan_after_s
+            ));
         }
         if self.max_cordoned == 0 {
             return Err("reconfigure.max_cordoned: 0 would never change a GPU (say mode = \"advise\")".into());
@@ -216,6 +227,8 @@ pub(crate) struct Reconfigs {
     pub totals: Totals,
     /// When cordoned GPUs' unused time was last counted.
     pub observed_s: Option<u64>,
+    /// When the last planning step ran.
+    pub planned_s: Option<u64>,
 }
 
 /// Counters for the metrics.
@@ -295,7 +308,8 @@ impl Reconfigs {
 
     /// Forget arrivals older than the window, and change times older than needed.
     pub fn prune(&mut self, now: u64) {
-        let window = self.policy.window_s;
+        // The forecast reads a window of arrivals; bringing a step forward, those since the last.
+        let window = self.policy.window_s.max(self.policy.period_s);
         while self.arrivals.front().is_some_and(|&(t, _)| t + window < now) {
             self.arrivals.pop_front();
         }

@@ -70,9 +70,11 @@ impl Controller {
         Ok(())
     }
 
-    /// A job was submitted at `now` (the forecast counts it).
+    /// A job was submitted at `now` (the forecast counts it; a MIG job may bring the next
+    /// step forward).
     pub(crate) fn note_arrival(&mut self, id: u64, now: u64) {
-        if self.reconfigs.policy.mode != ReconfigureMode::Off && self.reconfigs.policy.window_s > 0 {
+        let p = &self.reconfigs.policy;
+        if p.mode != ReconfigureMode::Off && (p.window_s > 0 || p.replan_after_s > 0) {
             self.reconfigs.arrivals.push_back((now, id));
         }
     }
@@ -85,12 +87,31 @@ impl Controller {
         }
         self.reconfigs.prune(now);
         self.progress(now, effects)?;
-        if self.reconfigs.policy.mode == ReconfigureMode::Auto && self.reconfigs.next_plan_s.is_none_or(|t| t <= now) {
+        if self.reconfigs.policy.mode == ReconfigureMode::Auto
+            && (self.reconfigs.next_plan_s.is_none_or(|t| t <= now) || self.replan_now(now))
+        {
             self.reconfigs.next_plan_s = Some(now + self.reconfigs.policy.period_s);
+            self.reconfigs.planned_s = Some(now);
             self.plan_and_start(now, effects)?;
             self.progress(now, effects)?;
         }
         Ok(())
+    }
+
+    /// Is a MIG job that arrived since the last step still waiting, `replan_after_s` after it?
+    fn replan_now(&self, now: u64) -> bool {
+        let after = self.reconfigs.policy.replan_after_s;
+        let Some(last) = self.reconfigs.planned_s else { return false };
+        if after == 0 || now < last + after {
+            return false;
+        }
+        // Arrivals in the very second of the last step may have come after it: counted.
+        self.reconfigs.arrivals.iter().rev().take_while(|(t, _)| *t >= last).any(|(_, id)| {
+            self.jobs.get(id).is_some_and(|row| row.state == gantry_types::JobState::Pending)
+                && self.scheduler.job(*id).is_some_and(|j| {
+                    j.compiled.groups.iter().any(|g| matches!(g.gpu, gantry_engine::request::GpuNeed::Mig { .. }))
+                })
+        })
     }
 
     /// GPU time cordoned GPUs leave unallocated since the last look.

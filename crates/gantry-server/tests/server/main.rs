@@ -667,6 +667,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/nodes/{name}/lost",
             "/v1/nodes/{name}/resume",
             "/v1/plan",
+            "/v1/reconfigurations",
             "/v1/series",
             "/v1/tokens",
             "/v1/tokens/{name}",
@@ -847,6 +848,56 @@ fn the_planner_advises_reconfiguring_an_idle_gpu_for_waiting_mig_jobs() {
     for id in &ids {
         server.wait_for(*id, JobState::Cancelled);
     }
+    server.stop();
+}
+
+/// `reconfigure = "auto"` on a live service with its in-process agents: a MIG job no GPU is
+/// carved for is accepted, an idle GPU is reconfigured for it by the controller — ordered to
+/// the node's agent, applied to its simulated MIG hardware (`fake-mig.json` in the node's
+/// directory), recorded — and the job starts on it; the change is listed with its reason, to
+/// admins and members (who see only their queues' jobs), never to an agent token.
+#[test]
+fn auto_reconfiguration_carves_an_idle_gpu_for_a_waiting_mig_job_on_a_live_service() {
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-auto", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let fleet =
+        "[[node]]\nname = \"n1\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
+    let policy = gantry_server::control::reconfig::ReconfigurePolicy {
+        mode: gantry_server::control::reconfig::ReconfigureMode::Auto,
+        period_s: 10,
+        ..Default::default()
+    };
+    let local = gantry_server::control::Agents::Local;
+    let server = Server::start_config(data.clone(), Default::default(), fleet, local, move |c| c.reconfigure = policy);
+    let ids =
+        server.submit("[[job]]\nname = \"infer\"\ngpu = { mig = \"2g.20gb\" }\ngrace = 1\ncommand = \"sleep 30\"\n");
+    server.wait_for(ids[0], JobState::Running);
+    let (status, view) = server.call("GET", "/v1/reconfigurations", None);
+    assert_eq!(status, 200, "{view}");
+    assert_eq!((view["mode"].as_str(), view["applied"].as_u64()), (Some("auto"), Some(1)), "{view}");
+    let r = &view["recent"][0];
+    assert_eq!(r["phase"], "applied", "{view}");
+    assert_eq!(r["serves"], serde_json::json!([ids[0]]), "{view}");
+    // The simulated hardware has the layout the controller records.
+    let hardware =
+        std::fs::read_to_string(data.join("nodes/n1/fake-mig.json")).expect("the node's simulated MIG state");
+    assert!(hardware.contains("2g.20gb"), "{hardware}");
+    let (_, nodes) = server.call("GET", "/v1/nodes", None);
+    let gpu = r["gpu"].as_u64().expect("gpu") as usize;
+    assert_eq!(nodes[0]["gpus"][gpu]["mode"], "mig", "{nodes}");
+    // An agent token may not read it; a member of another queue sees no job ids.
+    let agent = server.agent_token();
+    assert_eq!(server.call_as(Some(&agent), "GET", "/v1/reconfigurations", None).0, 403);
+    let (status, member) =
+        server.call("POST", "/v1/tokens", Some(r#"{"name": "bob", "role": "member", "queues": ["other"]}"#));
+    assert_eq!(status, 201, "{member}");
+    let (_, seen) = server.call_as(member["secret"].as_str(), "GET", "/v1/reconfigurations", None);
+    assert_eq!(seen["recent"][0]["serves"], serde_json::json!([]), "{seen}");
+    assert!(!seen["recent"][0]["reason"].as_str().unwrap_or_default().contains(&ids[0].to_string()), "{seen}");
+    let (_, metrics) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
+    assert!(metrics.contains("gantry_reconfigurations_total{outcome=\"applied\"} 1"), "{metrics}");
+    server.call("DELETE", &format!("/v1/jobs/{}", ids[0]), None);
+    server.wait_for(ids[0], JobState::Cancelled);
     server.stop();
 }
 

@@ -1135,7 +1135,28 @@ fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
         assert!(std::time::Instant::now() < deadline, "no demo job completed");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    assert_eq!(jobs("pending,running,completed,failed,cancelled,lost"), 22);
+    assert_eq!(jobs("pending,running,completed,failed,cancelled,lost"), 25);
+    // The demo reconfigures by itself: the 2g.20gb replicas wait for slices only one GPU has,
+    // and the controller carves an idle A100 for them.
+    let reconfigured = || {
+        let out = gantry(&["nodes", "--reconfigurations", "--json", "--server", &url, "--token", &token]);
+        serde_json::from_str::<serde_json::Value>(&stdout(&out)).expect("json")
+    };
+    loop {
+        let view = reconfigured();
+        let served_waiting = view["recent"].as_array().into_iter().flatten().any(|r| {
+            r["phase"] == "applied"
+                && r["reason"].as_str().is_some_and(|w| w.contains("for waiting job") && w.contains("2g.20gb"))
+        });
+        if served_waiting {
+            assert_eq!(view["mode"], "auto");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no reconfiguration for a waiting job: {view}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let text = stdout(&gantry(&["nodes", "--reconfigurations", "--server", &url, "--token", &token]));
+    assert!(text.contains("reconfigure = \"auto\"") && text.contains("applied"), "{text}");
     // Chargeback of what ran: a CSV with a header and one line per queue, and a table. The
     // meter counts whole seconds: a job that began and ended within one may bill nothing, so
     // wait for the research queue's jobs to have run a second or more.
@@ -1167,7 +1188,7 @@ fn serve_local_demo_submits_and_runs_the_demo_jobs_once() {
         &token,
     ]);
     let listed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
-    assert_eq!(listed.as_array().map_or(0, Vec::len), 22, "not submitted twice");
+    assert_eq!(listed.as_array().map_or(0, Vec::len), 25, "not submitted twice");
     drop(server);
     assert_replays_identically(&data);
     let refused = gantry(&["serve", "--demo"]);
