@@ -652,7 +652,7 @@ mod tests {
                 .collect()
         };
         let default = seconds(&demo_workload(None));
-        assert_eq!(default.len(), 22);
+        assert_eq!(default.len(), 25);
         assert!(default.iter().all(|&s| s >= 60.0), "{default:?}");
         assert!(seconds(&demo_workload(Some(0.05))).iter().all(|&s| s <= 2.0));
         assert!(demo_step("-1").is_err() && demo_step("x").is_err() && demo_step("0.5").is_ok());

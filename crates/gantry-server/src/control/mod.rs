@@ -17,6 +17,8 @@ mod jobs;
 mod lost;
 pub mod open;
 pub mod reconfig;
+mod reconfig_benefit;
+mod reconfig_moves;
 mod reconfig_plan;
 mod reconfig_run;
 mod run;

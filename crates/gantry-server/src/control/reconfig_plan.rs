@@ -1,9 +1,10 @@
 //! What the online planner is given on the live fleet, the same for advice (`GET /v1/plan`)
 //! and for the controller's own reconfigurations: the fleet's modes now, each GPU's
 //! situation (when its work ends by the jobs' time limits, its last change, whether all its
-//! tasks are restartable), and the demand — what waits, and what the last window's arrivals
-//! will keep busy (Little's law per job shape, lengths by time limit, as the simulator's
-//! planner counts it); without a forecast window, what waits and what runs.
+//! tasks are restartable), and the demand — what waits, what runs without a time limit, and
+//! what the last window's arrivals will keep busy (Little's law per job shape, lengths by time
+//! limit, as the simulator's planner counts it); without a forecast window, what waits and
+//! what runs.
 
 use super::Controller;
 use crate::error::ControlError;
@@ -111,9 +112,11 @@ impl Controller {
                 slot.tasks += 1;
                 slot.movable &= movable;
             }
-            // With a forecast window, the forecast stands for what runs (both say how much is
-            // busy at once, as the simulator's planner counts it); without, what runs is demand.
-            if let Some(spec) = spec.filter(|_| self.reconfigs.policy.window_s == 0) {
+            // With a forecast window, the forecast stands for what runs with a time limit (both
+            // say how much is busy at once, as the simulator's planner counts it); what runs
+            // without one, or without a window, is demand itself.
+            let forecast = self.reconfigs.policy.window_s > 0;
+            if let Some(spec) = spec.filter(|j| !forecast || j.planned_length_s.is_none()) {
                 demand.push(job_of(&spec.compiled));
             }
         }

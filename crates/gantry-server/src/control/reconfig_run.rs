@@ -4,12 +4,13 @@
 //! its own tasks) finish them.
 
 use super::reconfig::{Phase, Reconfiguration, ReconfigureMode};
-use super::reconfig_plan::{Kind, Need, Planned};
+use super::reconfig_benefit::benefit;
+use super::reconfig_plan::Planned;
 use super::{Agents, Controller, Effects};
 use crate::error::ControlError;
 use crate::wire::{LayoutOrder, LayoutReport, PROTOCOL_LAYOUTS};
 use gantry_engine::online::{OnlineConfig, choose_empty};
-use gantry_types::{Event, GpuMode, Job};
+use gantry_types::{GpuMode, Job};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A restartable replica planned to end within this long is let finish rather than moved: a
@@ -50,7 +51,7 @@ impl Controller {
     }
 
     /// The engine's slot of GPU `index` on `node`.
-    fn gpu_slot(&self, node: &str, index: u32) -> Option<usize> {
+    pub(super) fn gpu_slot(&self, node: &str, index: u32) -> Option<usize> {
         let state = self.scheduler.engine().state();
         let n = state.info.iter().position(|i| i.name == node)?;
         let first = state.nodes[n].gpu_first as usize;
@@ -435,50 +436,6 @@ impl Controller {
         self.models.get(&(node.to_string(), index)).copied()
     }
 
-    /// Is `job` planned (by its time limit) to run past `t`? (Without a limit: yes.)
-    fn ends_after(&self, job: u64, t: u64) -> bool {
-        let Some(alloc) = self.scheduler.allocation_of(job) else { return false };
-        let Some((_, started)) = self.scheduler.running(alloc) else { return false };
-        self.scheduler.job(job).and_then(|j| j.planned_length_s).is_none_or(|len| started.saturating_add(len) > t)
-    }
-
-    /// Would `jobs` all find room off the GPUs of `group` now? (Tried on a copy of the
-    /// engine: their allocations released, the group cordoned, each placed again.)
-    fn fit_elsewhere(&self, jobs: &BTreeSet<u64>, group: &[(String, u32)]) -> bool {
-        let mut engine = self.scheduler.engine().clone();
-        for (node, gpu) in group {
-            if engine.set_gpu_cordoned(node, *gpu, true).is_err() {
-                return false;
-            }
-        }
-        let mut compiled = Vec::new();
-        for &job in jobs {
-            let (Some(alloc), Some(spec)) = (self.scheduler.allocation_of(job), self.scheduler.job(job)) else {
-                return false;
-            };
-            if engine.release(alloc).is_err() {
-                return false;
-            }
-            compiled.push(spec.compiled.clone());
-        }
-        compiled.iter().all(|c| engine.place(c).is_ok())
-    }
-
-    /// The running jobs holding part of a GPU.
-    fn jobs_on(&self, node: &str, index: u32) -> Vec<u64> {
-        let Some(slot) = self.gpu_slot(node, index) else { return Vec::new() };
-        let engine = self.scheduler.engine();
-        let mut jobs: Vec<u64> = engine
-            .allocations()
-            .iter()
-            .filter(|(_, a)| a.tasks.iter().flat_map(|t| t.grants.iter()).any(|g| g.gpu() as usize == slot))
-            .filter_map(|(alloc, _)| self.scheduler.running(*alloc).map(|(job, _)| job))
-            .collect();
-        jobs.sort_unstable();
-        jobs.dedup();
-        jobs
-    }
-
     /// Cordon the GPU and record the change; move its restartable jobs if it is to be
     /// emptied that way.
     fn start_change(
@@ -521,124 +478,4 @@ impl Controller {
         self.reconfigs.active.insert((c.node, c.gpu), r);
         Ok(())
     }
-
-    /// When the work on a GPU is planned to end (by time limits); `None` when unknown.
-    fn busy_until(&self, node: &str, index: u32) -> Option<u64> {
-        let mut until = 0;
-        for job in self.jobs_on(node, index) {
-            let alloc = self.scheduler.allocation_of(job)?;
-            let (_, started) = self.scheduler.running(alloc)?;
-            let length = self.scheduler.job(job)?.planned_length_s?;
-            until = until.max(started.saturating_add(length));
-        }
-        Some(until)
-    }
-
-    /// Stop a restartable job so that it starts again elsewhere: a move, not a failure.
-    fn move_job(&mut self, job: u64, r: &Reconfiguration, now: u64, effects: &mut Effects) {
-        let Some(runs) = self.running.get_mut(&job) else { return };
-        if runs.stopping.is_some() {
-            return;
-        }
-        runs.moved = Some(format!("moved: GPU {} on {} is reconfigured (reconfiguration {})", r.gpu, r.node, r.id));
-        self.reconfigs.moves.push_back(now);
-        self.reconfigs.totals.moves += 1;
-        let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
-        tracing::info!(job, node = %r.node, gpu = r.gpu, "moving a restartable job to empty a GPU");
-        self.send_stop(job, grace, effects);
-    }
-
-    /// A moved job's last task exited: it waits again, in its place, recorded as a move.
-    pub(crate) fn moved_exit(
-        &mut self,
-        job: u64,
-        why: String,
-        alloc: gantry_engine::AllocId,
-        now: u64,
-    ) -> Result<(), ControlError> {
-        self.record(Event::Requeued { id: job, at_s: now, why })?;
-        self.scheduler.killed(alloc, now);
-        Ok(())
-    }
-}
-
-/// What a GPU in `mode` offers the demand, one entry per task it can hold.
-fn offers(mode: &GpuMode) -> Vec<Kind> {
-    match mode {
-        GpuMode::Mig { instances } => instances.iter().map(|i| Kind::Profile(i.profile.clone())).collect(),
-        GpuMode::Whole => vec![Kind::Whole],
-        GpuMode::Mps { .. } | GpuMode::TimeSlice { .. } => vec![Kind::Share],
-    }
-}
-
-/// `a` less `b`, as multisets.
-fn minus(a: Vec<Kind>, b: &[Kind]) -> Vec<Kind> {
-    let mut b: Vec<&Kind> = b.iter().collect();
-    a.into_iter()
-        .filter(|k| match b.iter().position(|x| *x == k) {
-            Some(at) => {
-                b.swap_remove(at);
-                false
-            }
-            None => true,
-        })
-        .collect()
-}
-
-/// What changing a GPU of `model` from `from` to `to` serves of the demand `pool` (taken
-/// from it, so one waiting task justifies one change): the waiting jobs and the reason; or
-/// `None` — it serves fewer than `min_tasks`, or it takes from more waiting tasks than it
-/// serves (a shared GPU is not turned whole under waiting shares for a forecast).
-fn benefit(
-    from: &GpuMode,
-    to: &GpuMode,
-    model: gantry_catalog::ModelId,
-    pool: &mut Vec<(Need, Option<u64>)>,
-    min_tasks: u32,
-) -> Option<(Vec<u64>, String)> {
-    let (had, will) = (offers(from), offers(to));
-    let gained = minus(will.clone(), &had);
-    let lost = minus(had, &will);
-    // Waiting tasks that could use what the change takes away (one per lost unit).
-    let mut harmed = 0;
-    let mut waiting: Vec<&Need> =
-        pool.iter().filter(|(n, id)| id.is_some() && n.kind != Kind::Any).map(|(n, _)| n).collect();
-    for kind in &lost {
-        if let Some(at) = waiting.iter().position(|need| need.fits(kind, model)) {
-            waiting.swap_remove(at);
-            harmed += 1;
-        }
-    }
-    let mut taken = Vec::new();
-    let mut left = pool.clone();
-    for kind in &gained {
-        if let Some(at) = left.iter().position(|(need, _)| need.fits(kind, model)) {
-            taken.push(left.remove(at));
-        }
-    }
-    let served_waiting = taken.iter().filter(|(_, id)| id.is_some()).count();
-    if (taken.len() as u32) < min_tasks.max(1) || harmed > served_waiting {
-        return None;
-    }
-    *pool = left;
-    let mut serves: Vec<u64> = taken.iter().filter_map(|(_, id)| *id).collect();
-    serves.dedup();
-    let mut what: BTreeMap<String, u32> = BTreeMap::new();
-    for (need, _) in &taken {
-        let name = match &need.kind {
-            Kind::Profile(p) => p.clone(),
-            Kind::Whole => "whole GPU".into(),
-            Kind::Share => "GPU share".into(),
-            Kind::Any => "GPU memory".into(),
-        };
-        *what.entry(name).or_default() += 1;
-    }
-    let what: Vec<String> = what.iter().map(|(k, n)| format!("{n} × {k}")).collect();
-    let reason = if serves.is_empty() {
-        format!("for the demand the last hour's arrivals imply ({})", what.join(", "))
-    } else {
-        let ids: Vec<String> = serves.iter().map(|id| id.to_string()).collect();
-        format!("for waiting job{} {} ({})", if serves.len() == 1 { "" } else { "s" }, ids.join(", "), what.join(", "))
-    };
-    Some((serves, reason))
 }

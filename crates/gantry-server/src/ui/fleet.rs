@@ -98,15 +98,21 @@ fn gpu_tile(g: &GpuView, queue_of: &BTreeMap<u64, String>) -> String {
     }
     let jobs: Vec<String> = g.jobs.iter().map(|j| format!("job {j}")).collect();
     let title = format!(
-        "gpu{} {} ({}) — allocated {:.0}%, utilization {}{} — {}",
+        "gpu{} {} ({}) — allocated {:.0}%, utilization {}{} — {}{}",
         g.index,
         g.model,
         g.mode,
         allocated,
         g.utilization_pct.map_or("n/a".into(), |u| format!("{u}%")),
         if g.measured || g.utilization_pct.is_none() { "" } else { " (simulated)" },
-        if jobs.is_empty() { "idle".into() } else { jobs.join(", ") }
+        if jobs.is_empty() { "idle".into() } else { jobs.join(", ") },
+        g.reconfiguring.as_ref().map_or(String::new(), |r| format!(" — {r}"))
     );
+    // A GPU being reconfigured is cordoned: its mode label says so.
+    let mode_label = match &g.reconfiguring {
+        Some(_) => format!("{} ⟳", g.mode),
+        None => g.mode.clone(),
+    };
     let (open, close) = match g.jobs.first() {
         Some(j) => (format!("<a class=gpu href=\"/ui/jobs/{j}\""), "</a>"),
         None => ("<div class=gpu".to_string(), "</div>"),
@@ -116,7 +122,7 @@ fn gpu_tile(g: &GpuView, queue_of: &BTreeMap<u64, String>) -> String {
         esc(&title),
         if g.instances.is_empty() { util } else { util.min(12) },
         g.index,
-        esc(&g.mode),
+        esc(&mode_label),
         allocated,
         g.utilization_pct.map_or("–".into(), |u| format!("{u}%"))
     )
@@ -142,12 +148,13 @@ fn node_card(n: &NodeView, queue_of: &BTreeMap<u64, String>) -> String {
 
 pub(super) async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
-    let (nodes, running, series, advice) = shared.read(|c| {
+    let (nodes, running, series, advice, changes) = shared.read(|c| {
         (
             views::nodes::nodes(c, now_s()),
             views::jobs::jobs(c, &who, &[JobState::Running], now_s()),
             views::series(c, &who, true),
             views::plan::plan_advice(c, now_s()).ok(),
+            views::reconfig::reconfigurations(c, &who),
         )
     });
     let queue_of: BTreeMap<u64, String> = running.iter().map(|j| (j.row.id, j.row.queue.clone())).collect();
@@ -174,7 +181,7 @@ pub(super) async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> R
          <div class=card><div class=l>Used</div><div class=v>{:.1} <small class=muted>{:.0}%</small></div></div>\
          <div class=card><div class=l>Running jobs</div><div class=v>{}</div></div></div>\
          <h2>Allocation and use, last hour (GPUs)</h2><div class=panel>{}{}</div>\
-         <h2>GPUs <small class=muted>— color: queue; fill: utilization; label: allocated % / utilization %</small></h2><div class=legend>{key}</div><div class=nodes>{cards}</div>{}",
+         <h2>GPUs <small class=muted>— color: queue; fill: utilization; label: allocated % / utilization %; ⟳ being reconfigured</small></h2><div class=legend>{key}</div><div class=nodes>{cards}</div>{}{}",
         allocated,
         pct(allocated),
         used,
@@ -182,7 +189,8 @@ pub(super) async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> R
         running.len(),
         chart(&series, total, 1300, 200, "10 s"),
         legend(),
-        advice.map_or_else(String::new, |a| planner_panel(&a))
+        advice.map_or_else(String::new, |a| planner_panel(&a)),
+        reconfigurations_panel(&changes)
     );
     page("Fleet", "Fleet", Some(&who), &body).into_response()
 }
@@ -212,10 +220,42 @@ fn planner_panel(advice: &crate::views::PlanView) -> String {
     } else {
         format!("<table><tr><th></th><th>GPU</th><th>now</th><th>planned</th></tr>{rows}</table>")
     };
+    let applied = match advice.mode {
+        crate::control::reconfig::ReconfigureMode::Auto => "the controller carries these out within its guards",
+        _ => "advice, not applied (reconfigure = advise)",
+    };
     format!(
-        "<h2>Planner <small class=muted>— what the online MIG planner would change now, for {} task(s); advice, not applied</small></h2>\
+        "<h2>Planner <small class=muted>— what the online MIG planner would change now, for {} task(s); {applied}</small></h2>\
          <div class=panel>{table}<p class=muted>{waiting}</p></div>",
         advice.demand_tasks
+    )
+}
+
+/// The reconfigurations under way and the latest finished (`GET /v1/reconfigurations`).
+fn reconfigurations_panel(v: &crate::views::ReconfigurationsView) -> String {
+    if v.under_way.is_empty() && v.recent.is_empty() {
+        return String::new();
+    }
+    let mut rows = String::new();
+    for r in v.under_way.iter().chain(v.recent.iter().rev().take(10)) {
+        let phase = serde_json::to_value(r.phase).ok().and_then(|p| p.as_str().map(String::from)).unwrap_or_default();
+        let _ = write!(
+            rows,
+            "<tr><td>#{}</td><td>{}</td><td>{} gpu{}</td><td>{} → {}</td><td>{}{}</td></tr>",
+            r.id,
+            esc(&phase),
+            esc(&r.node),
+            r.gpu,
+            esc(&r.from.text()),
+            esc(&r.to.text()),
+            esc(&r.reason),
+            r.outcome.as_deref().map_or(String::new(), |o| format!(" — {}", esc(o)))
+        );
+    }
+    format!(
+        "<h2>Reconfigurations <small class=muted>— {} applied, {} refused, {} abandoned, {} replica(s) moved</small></h2>\
+         <div class=panel><table><tr><th></th><th>phase</th><th>GPU</th><th>change</th><th>why</th></tr>{rows}</table></div>",
+        v.applied, v.refused, v.abandoned, v.moves
     )
 }
 

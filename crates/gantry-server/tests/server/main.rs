@@ -547,9 +547,9 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
         (
             Some(&agent),
             "/v1/agents/register",
-            good.replace("\"node\"", "\"protocol\": 2, \"node\""),
+            good.replace("\"node\"", "\"protocol\": 3, \"node\""),
             400,
-            "the agent speaks protocol 2, this controller 1",
+            "the agent speaks protocol 3, this controller 2",
         ),
         (
             Some(&agent),
@@ -574,7 +574,7 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     assert!(body["pending"].to_string().contains("gantry.io/not-ready"), "{body}");
     let (status, reply) = server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(good));
     assert_eq!(status, 200, "{reply}");
-    assert_eq!((&reply["heartbeat_timeout_s"], &reply["protocol"]), (&Value::from(30), &Value::from(1)));
+    assert_eq!((&reply["heartbeat_timeout_s"], &reply["protocol"]), (&Value::from(30), &Value::from(2)));
     // The launch comes with the heartbeat (held until the cycle places it), again until the
     // agent reports the task; it carries the agent's own UUIDs.
     let beat = |body: &str| -> Value {

@@ -56,14 +56,16 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     let err = PostgresStore::open("postgres://[::1").expect_err("not a URL");
     assert!(err.to_string().contains("not a PostgreSQL URL"), "{err}");
 
-    // Schema 8 (before leader terms) migrates to 9 and keeps its data.
+    // Schema 8 (before leader terms and reconfigurations) migrates to 10 and keeps its data.
     let url = server.create_database("schema8").expect("creates");
     {
         let mut store = PostgresStore::open(&url).expect("opens");
         store.append(&[Event::Submitted { id: 1, at_s: 5, job: Box::new(conformance::job("old")) }]).expect("submits");
     }
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connects");
-    admin.batch_execute("DROP TABLE gantry_leader; UPDATE gantry_schema SET version = 8").expect("back to 8");
+    admin
+        .batch_execute("DROP TABLE gantry_leader; DROP TABLE reconfigurations; UPDATE gantry_schema SET version = 8")
+        .expect("back to 8");
     let mut store = PostgresStore::open(&url).expect("migrates");
     assert_eq!(store.lead("a", 100, Some(std::time::Duration::ZERO)).expect("leads"), 1);
     assert_eq!(store.job(1).expect("reads").expect("kept").name, "old");
