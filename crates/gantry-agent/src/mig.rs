@@ -235,42 +235,50 @@ impl MigBackend for FakeBackend {
     }
 
     fn create(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
-        let fail = |why: String| MigError::Driver {
-            gpu,
-            action: "create",
-            profile: instance.profile.clone(),
-            start: instance.start,
-            why,
-        };
         if let Some(n) = self.fail_create_at.as_mut() {
             *n -= 1;
             if *n == 0 {
                 self.fail_create_at = None;
-                return Err(fail("injected failure".into()));
+                return Err(driver_error(gpu, "create", instance, "injected failure"));
             }
         }
-        let mut next = self.layout.clone();
-        next.push(instance.clone());
-        let geometry = self.model.mig.as_ref().ok_or_else(|| fail("no MIG".into()))?;
-        geometry.validate_layout(&self.model.id, &next).map_err(|e| fail(format!("insufficient resources ({e})")))?;
-        self.layout = next;
-        Ok(())
+        create_in(&mut self.layout, &self.model, gpu, instance)
     }
 
     fn destroy(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
-        let before = self.layout.len();
-        self.layout.retain(|i| i != instance);
-        if self.layout.len() == before {
-            return Err(MigError::Driver {
-                gpu,
-                action: "destroy",
-                profile: instance.profile.clone(),
-                start: instance.start,
-                why: "no such instance".into(),
-            });
-        }
-        Ok(())
+        destroy_in(&mut self.layout, gpu, instance)
     }
+}
+
+fn driver_error(gpu: u32, action: &'static str, instance: &MigInstanceSpec, why: &str) -> MigError {
+    MigError::Driver { gpu, action, profile: instance.profile.clone(), start: instance.start, why: why.to_string() }
+}
+
+/// A simulated driver's create: the instance is added if the catalog's rules allow it.
+fn create_in(
+    layout: &mut Vec<MigInstanceSpec>,
+    model: &GpuModel,
+    gpu: u32,
+    instance: &MigInstanceSpec,
+) -> Result<(), MigError> {
+    let geometry = model.mig.as_ref().ok_or_else(|| driver_error(gpu, "create", instance, "no MIG"))?;
+    let mut next = layout.clone();
+    next.push(instance.clone());
+    geometry
+        .validate_layout(&model.id, &next)
+        .map_err(|e| driver_error(gpu, "create", instance, &format!("insufficient resources ({e})")))?;
+    *layout = next;
+    Ok(())
+}
+
+/// A simulated driver's destroy: the instance must exist.
+fn destroy_in(layout: &mut Vec<MigInstanceSpec>, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
+    let before = layout.len();
+    layout.retain(|i| i != instance);
+    if layout.len() == before {
+        return Err(driver_error(gpu, "destroy", instance, "no such instance"));
+    }
+    Ok(())
 }
 
 /// Simulated MIG hardware for a node without a driver (`gantry agent --fake-mig`, the demo's
@@ -356,43 +364,20 @@ impl MigBackend for FileBackend {
     fn create(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
         let refuse = self.refuse_creates;
         self.change(gpu, |g| {
-            let fail = |why: String| MigError::Driver {
-                gpu,
-                action: "create",
-                profile: instance.profile.clone(),
-                start: instance.start,
-                why,
-            };
             if refuse {
-                return Err(fail("refused (simulated driver)".into()));
+                return Err(driver_error(gpu, "create", instance, "refused (simulated driver)"));
             }
             let catalog = gantry_catalog::Catalog::embedded();
-            let model =
-                catalog.lookup(&g.model).map(|id| catalog.model(id)).ok_or_else(|| fail("unknown model".into()))?;
-            let geometry = model.mig.as_ref().ok_or_else(|| fail("no MIG".into()))?;
-            let mut next = g.layout.clone();
-            next.push(instance.clone());
-            geometry.validate_layout(&model.id, &next).map_err(|e| fail(format!("insufficient resources ({e})")))?;
-            g.layout = next;
-            Ok(())
+            let model = catalog
+                .lookup(&g.model)
+                .map(|id| catalog.model(id))
+                .ok_or_else(|| driver_error(gpu, "create", instance, "unknown model"))?;
+            create_in(&mut g.layout, model, gpu, instance)
         })
     }
 
     fn destroy(&mut self, gpu: u32, instance: &MigInstanceSpec) -> Result<(), MigError> {
-        self.change(gpu, |g| {
-            let before = g.layout.len();
-            g.layout.retain(|i| i != instance);
-            if g.layout.len() == before {
-                return Err(MigError::Driver {
-                    gpu,
-                    action: "destroy",
-                    profile: instance.profile.clone(),
-                    start: instance.start,
-                    why: "no such instance".into(),
-                });
-            }
-            Ok(())
-        })
+        self.change(gpu, |g| destroy_in(&mut g.layout, gpu, instance))
     }
 
     fn set_mig_mode(&mut self, gpu: u32, on: bool) -> Result<(), MigError> {
