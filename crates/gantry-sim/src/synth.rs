@@ -28,6 +28,9 @@ pub struct SynthConfig {
     /// Offered GPU load as a share of the fleet's capacity (0.9 = 90 %).
     pub load: f64,
     pub mix: Mix,
+    /// Spread the arrivals over this many days instead (the load then follows from the mix:
+    /// [`generate_with_load`] says what it is).
+    pub days: Option<f64>,
 }
 
 /// Which job mix to draw from.
@@ -54,7 +57,15 @@ impl std::str::FromStr for Mix {
 
 impl Default for SynthConfig {
     fn default() -> Self {
-        SynthConfig { jobs: 1000, seed: 42, tenants: 4, tenant_mix: Vec::new(), load: 0.9, mix: Mix::Default }
+        SynthConfig {
+            jobs: 1000,
+            seed: 42,
+            tenants: 4,
+            tenant_mix: Vec::new(),
+            load: 0.9,
+            mix: Mix::Default,
+            days: None,
+        }
     }
 }
 
@@ -157,6 +168,16 @@ fn pick_tenant(rng: &mut SeededRng, config: &SynthConfig) -> u32 {
 
 /// Generate the trace as JSON lines (one per job, in arrival order, each ending in `\n`).
 pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) -> Result<String, crate::SimError> {
+    generate_with_load(fleet, catalog, config).map(|(text, _)| text)
+}
+
+/// [`generate`], and the GPU load the trace offers on average (its rate × the mix's mean
+/// milli-GPU-seconds ÷ the fleet's capacity): `load`, or what `days` makes of it.
+pub fn generate_with_load(
+    fleet: &Fleet,
+    catalog: &'static Catalog,
+    config: &SynthConfig,
+) -> Result<(String, f64), crate::SimError> {
     if config.jobs == 0 || config.tenants == 0 {
         return Err("--jobs and --tenants must be at least 1".into());
     }
@@ -172,6 +193,11 @@ pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) 
     }
     if !(config.load.is_finite() && config.load > 0.0 && config.load <= 100.0) {
         return Err(format!("--load {} must be in (0, 100]", config.load).into());
+    }
+    if let Some(days) = config.days
+        && !(days.is_finite() && days > 0.0 && days <= 3650.0)
+    {
+        return Err(format!("--days {days} must be in (0, 3650]").into());
     }
     let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
     let capacity = engine.state().gpus.len() as f64 * 1000.0;
@@ -229,9 +255,13 @@ pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) 
             return Err("no job of the synthetic mix fits this fleet".into());
         }
     }
-    // Poisson arrivals at the rate that offers `load` × capacity on average.
+    // Poisson arrivals at the rate that offers `load` × capacity on average, or that spreads
+    // the jobs over `days`.
     let mean_offered = drawn.iter().map(|(_, o)| o).sum::<f64>() / drawn.len() as f64;
-    let rate = config.load * capacity / mean_offered.max(1.0); // jobs per second
+    let rate = match config.days {
+        Some(days) => f64::from(config.jobs) / (days * 86_400.0),
+        None => config.load * capacity / mean_offered.max(1.0),
+    }; // jobs per second
     let mut t = 0.0f64;
     let mut out = String::new();
     for (mut line, _) in drawn {
@@ -241,5 +271,5 @@ pub fn generate(fleet: &Fleet, catalog: &'static Catalog, config: &SynthConfig) 
         out.push_str(&line.to_string());
         out.push('\n');
     }
-    Ok(out)
+    Ok((out, rate * mean_offered / capacity))
 }

@@ -14,6 +14,8 @@ pub const EXAMPLES: &str = "Examples:
   gantry synth --fleet fleet.toml --jobs 50000 --tenants 8 --load 1.2 --out big.jsonl
   # one tenant submitting four times as much as two others, the fleet oversubscribed
   gantry synth --jobs 3000 --tenants 3 --tenant-mix 4,1,1 --load 2 --out skewed.jsonl
+  # a month of arrivals: a million jobs spread over 30 days (the load follows)
+  gantry synth --fleet big.toml --jobs 1000000 --days 30 --out month.jsonl
   gantry sim --trace skewed.jsonl --order fifo && gantry sim --trace skewed.jsonl --order fair-share
 
 Default mix (share of jobs): training gangs 2-4 x 8 GPUs 3 %, training 1-8 GPUs 14 %, evaluation
@@ -43,8 +45,12 @@ pub struct SynthArgs {
     #[arg(long, default_value = "default", value_parser = parse_mix)]
     mix: synth::Mix,
     /// Offered GPU load as a share of the fleet's capacity (1.0 = exactly full on average).
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = 0.9, conflicts_with = "days")]
     load: f64,
+    /// Instead of --load: spread the arrivals over this many days (the offered load then
+    /// follows from the mix and the fleet, and is printed).
+    #[arg(long, value_name = "DAYS")]
+    days: Option<f64>,
     /// Write here instead of standard output.
     #[arg(long, short, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -64,14 +70,21 @@ pub fn run(args: SynthArgs) -> anyhow::Result<ExitCode> {
         tenant_mix: args.tenant_mix,
         load: args.load,
         mix: args.mix,
+        days: args.days,
     };
-    let text = synth::generate(&fleet, catalog, &config).map_err(|e| anyhow::anyhow!("{fleet_name}: {e}"))?;
+    let (text, load) =
+        synth::generate_with_load(&fleet, catalog, &config).map_err(|e| anyhow::anyhow!("{fleet_name}: {e}"))?;
     match &args.out {
         Some(path) => {
             std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
-            eprintln!("wrote {} jobs to {}", args.jobs, path.display());
+            eprintln!("wrote {} jobs to {} (offered GPU load {:.2} of the fleet)", args.jobs, path.display(), load);
         }
-        None => print!("{text}"),
+        None => {
+            print!("{text}");
+            if args.days.is_some() {
+                eprintln!("offered GPU load {load:.2} of the fleet");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

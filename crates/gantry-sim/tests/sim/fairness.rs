@@ -35,7 +35,15 @@ fn replay(order: &Order) -> ReplayResult {
 fn the_fixture_is_what_the_documented_command_writes() {
     let catalog = Catalog::embedded();
     let fleet = parse_fleet(FLEET, catalog).expect("fixture fleet");
-    let config = SynthConfig { jobs: 1500, seed: 1, tenants: 3, tenant_mix: vec![4, 1, 1], load: 3.0, mix: Mix::Batch };
+    let config = SynthConfig {
+        jobs: 1500,
+        seed: 1,
+        tenants: 3,
+        tenant_mix: vec![4, 1, 1],
+        load: 3.0,
+        mix: Mix::Batch,
+        days: None,
+    };
     assert!(generate(&fleet, catalog, &config).expect("generates") == SKEWED, "regenerate the fixture (command above)");
 }
 

@@ -63,8 +63,15 @@ fn jobs_the_empty_fleet_cannot_hold_are_refused_or_skipped() {
 fn the_synthetic_trace_is_seeded_fits_the_fleet_and_offers_the_load_asked() {
     let catalog = Catalog::embedded();
     let demo = fleet(include_str!("../../../../examples/demo-fleet.toml"));
-    let config =
-        SynthConfig { jobs: 3000, seed: 9, tenants: 5, tenant_mix: Vec::new(), load: 0.8, mix: Default::default() };
+    let config = SynthConfig {
+        jobs: 3000,
+        seed: 9,
+        tenants: 5,
+        tenant_mix: Vec::new(),
+        load: 0.8,
+        mix: Default::default(),
+        days: None,
+    };
     let text = generate(&demo, catalog, &config).expect("generates");
     assert_eq!(text, generate(&demo, catalog, &config).expect("generates"), "same seed, same bytes");
     assert_ne!(text, generate(&demo, catalog, &SynthConfig { seed: 10, ..config.clone() }).expect("generates"));
@@ -89,6 +96,27 @@ fn the_synthetic_trace_is_seeded_fits_the_fleet_and_offers_the_load_asked() {
     assert!((load - 0.8).abs() < 0.8 * 0.15, "offered load {load}");
     // Utilization below allocation: no kind keeps its GPUs fully busy.
     assert!(trace.jobs.iter().all(|j| j.utilization.is_some_and(|u| u > 0.0 && u < 1.0)));
+}
+
+/// `--days`: the arrivals span the days asked (a Poisson process: within 5 %), and the load
+/// reported is what the trace offers; bad spans are refused.
+#[test]
+fn a_synthetic_trace_spread_over_days_spans_them_and_reports_its_load() {
+    let catalog = Catalog::embedded();
+    let demo = fleet(include_str!("../../../../examples/demo-fleet.toml"));
+    let config = SynthConfig { jobs: 4000, days: Some(2.0), ..SynthConfig::default() };
+    let (text, load) = gantry_sim::synth::generate_with_load(&demo, catalog, &config).expect("generates");
+    let trace = read_trace(text.as_bytes(), catalog, false).expect("valid lines");
+    let span = trace.jobs.last().expect("jobs").arrival_s as f64;
+    assert!((span / (2.0 * 86_400.0) - 1.0).abs() < 0.05, "span {span} s");
+    let (_, at_load) =
+        gantry_sim::synth::generate_with_load(&demo, catalog, &SynthConfig { load, days: None, ..config.clone() })
+            .expect("generates");
+    assert!((at_load - load).abs() < 1e-9, "the load reported is the one that gives this span");
+    for days in [0.0, -1.0, f64::NAN, 4000.0] {
+        let err = generate(&demo, catalog, &SynthConfig { days: Some(days), ..config.clone() }).expect_err("refused");
+        assert!(err.to_string().contains("--days"), "{err}");
+    }
 }
 
 #[test]
