@@ -78,8 +78,8 @@ pub struct PlanArgs {
     restart_s: Option<u64>,
     /// With --evaluate: also run the week through the live controller's state machine in
     /// simulated time (`reconfigure = "auto"`, its layout orders applied by a simulated agent
-    /// in --reconfigure-s), against the same controller on the best static layout, and
-    /// compare its gain with the simulator's.
+    /// after the simulator's reconfiguration time, 120 s), against the same controller on the
+    /// best static layout, and compare its gain with the simulator's.
     #[arg(long, requires = "evaluate")]
     live: bool,
 }
