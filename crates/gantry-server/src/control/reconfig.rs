@@ -313,11 +313,10 @@ impl Reconfigs {
         while self.arrivals.front().is_some_and(|&(t, _)| t + window < now) {
             self.arrivals.pop_front();
         }
+        // The per-hour limit and the cooldown read no further back than this.
         let keep = self.policy.cooldown_s.max(3600);
         self.changed_at.retain(|_, times| {
-            while times.front().is_some_and(|&t| t + keep <= now) && times.len() > 1 {
-                times.pop_front();
-            }
+            times.retain(|&t| t + keep > now);
             !times.is_empty()
         });
         self.refused.retain(|_, (_, until)| *until > now);

@@ -83,10 +83,11 @@ impl Controller {
     /// Each tick: move the changes under way along; every period in `auto`, plan new ones.
     pub(crate) fn reconfigure_tick(&mut self, now: u64, effects: &mut Effects) -> Result<(), ControlError> {
         self.observe_cordoned(now);
+        // Whatever the mode: under `advise` the forecast's arrivals are read too (GET /v1/plan).
+        self.reconfigs.prune(now);
         if self.reconfigs.policy.mode != ReconfigureMode::Auto && self.reconfigs.active.is_empty() {
             return Ok(());
         }
-        self.reconfigs.prune(now);
         self.progress(now, effects)?;
         if self.reconfigs.policy.mode == ReconfigureMode::Auto
             && (self.reconfigs.next_plan_s.is_none_or(|t| t <= now) || self.replan_now(now))

@@ -482,3 +482,22 @@ fn lying_or_confused_agents_change_nothing_they_were_not_asked() {
     agent.beat(&mut c, T0 + 6);
     assert_eq!(c.reconfigs.recent.back().expect("done").phase, Phase::Applied);
 }
+
+/// The forecast's arrivals are kept for a window only, whatever the mode: under `advise` (the
+/// default) nothing else ever prunes them, and a controller that runs for months must not
+/// keep every submission it ever saw.
+#[test]
+fn arrivals_are_forgotten_after_the_window_under_advice_too() {
+    let advise = ReconfigurePolicy { mode: ReconfigureMode::Advise, ..ReconfigurePolicy::default() };
+    let mut c = open_with(&fleet_text(2, ""), advise.clone(), Image::default());
+    let dir = scratch("advise-window");
+    let agent = Agent::start(&c, "n", &dir);
+    agent.register(&mut c, T0).expect("registers");
+    for k in 0..50 {
+        submit(&mut c, "[[job]]\nname = \"j\"\ngpu = { count = 1 }\ntime_limit = \"1m\"\n", T0 + k);
+        tick(&mut c, T0 + k);
+    }
+    assert!(!c.reconfigs.arrivals.is_empty(), "the forecast reads them");
+    tick(&mut c, T0 + 50 + advise.window_s.max(advise.period_s) + 1);
+    assert!(c.reconfigs.arrivals.is_empty(), "{} arrivals kept past the window", c.reconfigs.arrivals.len());
+}
