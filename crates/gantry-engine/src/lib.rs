@@ -390,7 +390,8 @@ impl Engine {
         Ok(true)
     }
 
-    fn gpu_by_name(&self, node: &str, index: u32) -> Result<state::GpuIdx, EngineError> {
+    /// The slot (`state().gpus` index) of GPU `index` on `node`.
+    pub fn gpu_by_name(&self, node: &str, index: u32) -> Result<state::GpuIdx, EngineError> {
         let n = self.state.node_by_name(node).ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
         let n = &self.state.nodes[n as usize];
         (n.gpu_first..n.gpu_first + n.gpu_count)

@@ -275,6 +275,20 @@ pub struct LayoutReport {
 }
 
 impl LayoutReport {
+    /// `order` applied, the hardware as ordered: what a simulated agent answers.
+    pub fn applied_as_ordered(order: &LayoutOrder) -> LayoutReport {
+        let gpu =
+            AgentGpu { index: order.gpu, uuid: String::new(), model: String::new(), mig_mode: None, mig: Vec::new() }
+                .with_mode(&order.mode);
+        LayoutReport {
+            id: order.id,
+            gpu: order.gpu,
+            refused: None,
+            mig_mode: gpu.mig_mode.unwrap_or(false),
+            mig: gpu.mig,
+        }
+    }
+
     /// The GPU's mode as the hardware has it (MIG with its instances, else whole).
     pub fn hardware(&self) -> gantry_types::GpuMode {
         AgentGpu {

@@ -15,7 +15,7 @@
 use gantry_server::auth::Principal;
 use gantry_server::control::reconfig::{ReconfigureMode, ReconfigurePolicy};
 use gantry_server::control::{Agents, Command, Controller, Image, Reply, Setup};
-use gantry_server::wire::{AgentGpu, LayoutOrder, LayoutReport, TaskKey};
+use gantry_server::wire::{LayoutOrder, LayoutReport, TaskKey};
 use gantry_sim::mig_day::{DayConfig, Scenario, is_training, job_spec};
 use gantry_types::Fleet;
 use std::cmp::Reverse;
@@ -146,7 +146,7 @@ impl Driver<'_> {
                 }
                 Due::Layout(node, id, _) => {
                     let Some(order) = self.layouts.remove(&id) else { continue };
-                    self.apply(t, Command::LayoutDone { node, report: applied(&order) })?;
+                    self.apply(t, Command::LayoutDone { node, report: LayoutReport::applied_as_ordered(&order) })?;
                 }
                 Due::Arrive(i) => self.arrive(t, i)?,
                 Due::GiveUp(i) => {
@@ -272,13 +272,6 @@ impl Driver<'_> {
             commands: self.commands,
         }
     }
-}
-
-/// The simulated agent's answer: applied, the hardware as ordered.
-fn applied(order: &LayoutOrder) -> LayoutReport {
-    let gpu = AgentGpu { index: order.gpu, uuid: String::new(), model: String::new(), mig_mode: None, mig: Vec::new() }
-        .with_mode(&order.mode);
-    LayoutReport { id: order.id, gpu: order.gpu, refused: None, mig_mode: gpu.mig_mode.unwrap_or(false), mig: gpu.mig }
 }
 
 /// One week three ways: the simulator's comparison, and the same best static layout and the

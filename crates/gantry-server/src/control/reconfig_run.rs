@@ -52,10 +52,7 @@ impl Controller {
 
     /// The engine's slot of GPU `index` on `node`.
     pub(super) fn gpu_slot(&self, node: &str, index: u32) -> Option<usize> {
-        let state = self.scheduler.engine().state();
-        let n = state.info.iter().position(|i| i.name == node)?;
-        let first = state.nodes[n].gpu_first as usize;
-        (first..first + state.nodes[n].gpu_count as usize).find(|&g| state.gpus[g].index == index)
+        self.scheduler.engine().gpu_by_name(node, index).ok().map(|g| g as usize)
     }
 
     /// The mode the controller has for a GPU now.

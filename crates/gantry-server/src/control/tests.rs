@@ -23,27 +23,6 @@ fn open_with(scheduling: &SchedulerConfig, reconfigure: reconfig::ReconfigurePol
     Controller::open(setup, Image::default(), catalog, &Default::default(), 1_000).expect("opens")
 }
 
-/// What a caller running tasks itself answers to a layout order: applied, the hardware as
-/// ordered (MPS and time-slicing are whole GPUs to it).
-fn applied(node: &str, order: &crate::wire::LayoutOrder) -> Command {
-    let gpu = crate::wire::AgentGpu {
-        index: order.gpu,
-        uuid: String::new(),
-        model: String::new(),
-        mig_mode: None,
-        mig: Vec::new(),
-    }
-    .with_mode(&order.mode);
-    let report = crate::wire::LayoutReport {
-        id: order.id,
-        gpu: order.gpu,
-        refused: None,
-        mig_mode: gpu.mig_mode.unwrap_or(false),
-        mig: gpu.mig,
-    };
-    Command::LayoutDone { node: node.to_string(), report }
-}
-
 /// A random command given what the test's stand-in runner knows is running.
 fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &mut Vec<TaskKey>) -> Command {
     let who = Principal::controller();
@@ -122,7 +101,10 @@ fn run_with(seed: u64, steps: u64, scheduling: &SchedulerConfig, reconfigure: re
             submitted = submitted.max(ids.iter().copied().max().unwrap_or(0));
         }
         running.extend(ea.launch.iter().map(|l| l.key()));
-        layouts.extend(ea.layouts.iter().map(|(node, order)| applied(node, order)));
+        layouts.extend(ea.layouts.iter().map(|(node, order)| Command::LayoutDone {
+            node: node.clone(),
+            report: crate::wire::LayoutReport::applied_as_ordered(order),
+        }));
         for stop in &ea.stop {
             stopping.extend(running.iter().filter(|t| t.job == stop.job && t.attempt == stop.attempt).cloned());
         }
