@@ -155,7 +155,7 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
         tokens_revoked: Vec::new(),
         drained: vec![("n1".into(), true)],
         gpu_modes: vec![("n1".into(), 0, "whole".into())],
-        reconfigurations: vec![(1, "{}".into())],
+        reconfigurations: vec![(1, "{}".into(), false)],
         usage: vec![usage.clone()],
         series: vec![(300, "{}".into(), 0)],
     };
@@ -188,9 +188,9 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
         bad.commands.push((99, "{}".into()));
         bad.drained.push(("n2".into(), true));
         bad.tokens_revoked.push("ops".into());
-        bad.reconfigurations.push((2, "{}".into()));
+        bad.reconfigurations.push((2, "{}".into(), false));
         store.commit(&[good_again(), bad]).expect_err(name);
-        assert_eq!(store.reconfigurations(0).expect("reads").len(), 1, "{name}: no reconfiguration record");
+        assert_eq!(store.reconfigurations(10).expect("reads").len(), 1, "{name}: no reconfiguration record");
         assert_eq!(store.commands_after(0, 10).expect("reads").len(), 2, "{name}: no command logged");
         assert_eq!(store.job(2).expect("reads"), None, "{name}: no event");
         assert_eq!(store.drained().expect("reads"), ["n1"], "{name}: no side table");
@@ -243,19 +243,27 @@ pub fn gpu_modes_replace_per_gpu<S: Store>(mut make: impl FnMut() -> S) {
     assert_eq!(modes, [("a".to_string(), 3, "mig-2".to_string()), ("b".to_string(), 1, "whole".to_string())]);
 }
 
-/// Reconfiguration records: replaced per id, read from an id on.
+/// Reconfiguration records: replaced per id; read back are the unfinished ones and the newest
+/// finished, by id.
 pub fn reconfiguration_records<S: Store>(mut make: impl FnMut() -> S) {
     let mut store = make();
-    assert_eq!(store.reconfigurations(0).expect("reads"), Vec::<(u64, String)>::new());
-    let batch = |records: &[(u64, &str)]| Batch {
-        reconfigurations: records.iter().map(|(id, r)| (*id, (*r).to_string())).collect(),
+    assert_eq!(store.reconfigurations(10).expect("reads"), Vec::<(u64, String)>::new());
+    let batch = |records: &[(u64, &str, bool)]| Batch {
+        reconfigurations: records.iter().map(|(id, r, f)| (*id, (*r).to_string(), *f)).collect(),
         ..Batch::default()
     };
-    store.commit(&[batch(&[(1, "draining"), (2, "draining")])]).expect("writes");
-    store.commit(&[batch(&[(1, "applied")])]).expect("replaces");
-    let all = store.reconfigurations(0).expect("reads");
-    assert_eq!(all, [(1, "applied".to_string()), (2, "draining".to_string())]);
-    assert_eq!(store.reconfigurations(2).expect("reads"), [(2, "draining".to_string())]);
+    store
+        .commit(&[batch(&[(1, "draining", false), (2, "draining", false), (3, "applied", true), (4, "refused", true)])])
+        .expect("writes");
+    store.commit(&[batch(&[(1, "applied", true)])]).expect("replaces");
+    let text = |rows: Vec<(u64, String)>| rows.into_iter().map(|(id, r)| format!("{id}:{r}")).collect::<Vec<_>>();
+    assert_eq!(text(store.reconfigurations(10).expect("reads")), ["1:applied", "2:draining", "3:applied", "4:refused"]);
+    assert_eq!(
+        text(store.reconfigurations(1).expect("reads")),
+        ["2:draining", "4:refused"],
+        "the newest finished only"
+    );
+    assert_eq!(text(store.reconfigurations(0).expect("reads")), ["2:draining"], "an unfinished one always");
 }
 
 pub fn drained_nodes<S: Store>(mut make: impl FnMut() -> S) {

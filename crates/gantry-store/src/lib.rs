@@ -147,9 +147,9 @@ pub struct Batch {
     pub drained: Vec<(String, bool)>,
     /// (node, GPU index, mode JSON).
     pub gpu_modes: Vec<(String, u32, String)>,
-    /// (id, record JSON): a GPU reconfiguration the controller carries out, written at each
-    /// of its steps (a second write for the same id replaces it).
-    pub reconfigurations: Vec<(u64, String)>,
+    /// (id, record JSON, finished): a GPU reconfiguration the controller carries out, written
+    /// at each of its steps (a second write for the same id replaces it).
+    pub reconfigurations: Vec<(u64, String, bool)>,
     pub usage: Vec<UsageRow>,
     /// (time, point JSON, drop points before this time).
     pub series: Vec<(u64, String, u64)>,
@@ -197,9 +197,10 @@ pub trait Store: std::fmt::Debug {
     fn set_gpu_mode(&mut self, node: &str, gpu: u32, mode: &str) -> Result<(), StoreError>;
     /// The recorded GPU modes: (node, GPU index, mode), by node and index.
     fn gpu_modes(&self) -> Result<Vec<(String, u32, String)>, StoreError>;
-    /// The reconfiguration records (an opaque JSON text per id) with an id of at least
-    /// `from_id`, by id: the controller resumes those not finished when it opens.
-    fn reconfigurations(&self, from_id: u64) -> Result<Vec<(u64, String)>, StoreError>;
+    /// The reconfiguration records (an opaque JSON text per id) not finished, and the newest
+    /// `finished` finished ones, by id: what a controller reads when it opens (it resumes the
+    /// unfinished; the others feed its guards). Older finished ones stay, unread.
+    fn reconfigurations(&self, finished: usize) -> Result<Vec<(u64, String)>, StoreError>;
     /// Add to the ledger, all or none: rows for the same (hour, job, model) add up.
     fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError>;
     /// Ledger rows of the hours that start in `[from_s, to_s)`, by hour, job and model.
@@ -261,8 +262,8 @@ impl<S: Store + ?Sized> Store for Box<S> {
     fn gpu_modes(&self) -> Result<Vec<(String, u32, String)>, StoreError> {
         (**self).gpu_modes()
     }
-    fn reconfigurations(&self, from_id: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        (**self).reconfigurations(from_id)
+    fn reconfigurations(&self, finished: usize) -> Result<Vec<(u64, String)>, StoreError> {
+        (**self).reconfigurations(finished)
     }
     fn add_usage(&mut self, rows: &[UsageRow]) -> Result<(), StoreError> {
         (**self).add_usage(rows)

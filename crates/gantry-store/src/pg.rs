@@ -92,7 +92,8 @@ INSERT INTO gantry_leader (term, holder, since_s, pid, expires) VALUES (0, '', 0
     (
         // GPU reconfigurations the controller carries out (SQLite's schema 9).
         10,
-        "CREATE TABLE reconfigurations (id BIGINT PRIMARY KEY, record TEXT NOT NULL);",
+        "CREATE TABLE reconfigurations (id BIGINT PRIMARY KEY, record TEXT NOT NULL, finished BOOLEAN NOT NULL);
+CREATE INDEX reconfigurations_open ON reconfigurations (finished, id);",
     ),
 ];
 
@@ -541,11 +542,11 @@ fn write_batch(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), StoreError
     for (node, gpu, mode) in &batch.gpu_modes {
         set_gpu_mode(tx, node, *gpu, mode)?;
     }
-    for (id, record) in &batch.reconfigurations {
+    for (id, record, finished) in &batch.reconfigurations {
         tx.execute(
-            "INSERT INTO reconfigurations (id, record) VALUES ($1, $2)
-             ON CONFLICT (id) DO UPDATE SET record = excluded.record",
-            &[&int(*id)?, record],
+            "INSERT INTO reconfigurations (id, record, finished) VALUES ($1, $2, $3)
+             ON CONFLICT (id) DO UPDATE SET record = excluded.record, finished = excluded.finished",
+            &[&int(*id)?, record, finished],
         )
         .map_err(pg)?;
     }
@@ -700,11 +701,16 @@ impl Store for PostgresStore {
         })
     }
 
-    fn reconfigurations(&self, from_id: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        let from = int(from_id)?;
+    fn reconfigurations(&self, finished: usize) -> Result<Vec<(u64, String)>, StoreError> {
+        let limit = i64::try_from(finished).unwrap_or(i64::MAX);
         self.call(move |c| {
-            let rows =
-                c.query("SELECT id, record FROM reconfigurations WHERE id >= $1 ORDER BY id", &[&from]).map_err(pg)?;
+            let rows = c
+                .query(
+                    "SELECT id, record FROM reconfigurations WHERE NOT finished OR id IN
+                     (SELECT id FROM reconfigurations WHERE finished ORDER BY id DESC LIMIT $1) ORDER BY id",
+                    &[&limit],
+                )
+                .map_err(pg)?;
             rows.iter()
                 .map(|r| {
                     let id: i64 = r.get(0);

@@ -47,9 +47,11 @@ CREATE TABLE IF NOT EXISTS gpu_modes (
     PRIMARY KEY (node, gpu)
 );
 CREATE TABLE IF NOT EXISTS reconfigurations (
-    id     INTEGER PRIMARY KEY,
-    record TEXT    NOT NULL
+    id       INTEGER PRIMARY KEY,
+    record   TEXT    NOT NULL,
+    finished INTEGER NOT NULL
 );
+CREATE INDEX IF NOT EXISTS reconfigurations_open ON reconfigurations (finished, id);
 CREATE TABLE IF NOT EXISTS usage (
     hour_s            INTEGER NOT NULL,
     job_id            INTEGER NOT NULL,
@@ -330,10 +332,13 @@ impl Store for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    fn reconfigurations(&self, from_id: u64) -> Result<Vec<(u64, String)>, StoreError> {
-        let mut stmt =
-            self.conn.prepare_cached("SELECT id, record FROM reconfigurations WHERE id >= ?1 ORDER BY id")?;
-        let rows = stmt.query_map(params![int(from_id)?], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+    fn reconfigurations(&self, finished: usize) -> Result<Vec<(u64, String)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, record FROM reconfigurations WHERE finished = 0 OR id IN \
+             (SELECT id FROM reconfigurations WHERE finished = 1 ORDER BY id DESC LIMIT ?1) ORDER BY id",
+        )?;
+        let limit = i64::try_from(finished).unwrap_or(i64::MAX);
+        let rows = stmt.query_map(params![limit], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
         rows.map(|r| {
             let (id, record) = r?;
             Ok((uint(id)?, record))
@@ -514,9 +519,9 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
     for (node, gpu, mode) in &batch.gpu_modes {
         set_gpu_mode(tx, node, *gpu, mode)?;
     }
-    for (id, record) in &batch.reconfigurations {
-        tx.prepare_cached("INSERT OR REPLACE INTO reconfigurations (id, record) VALUES (?1, ?2)")?
-            .execute(params![int(*id)?, record])?;
+    for (id, record, finished) in &batch.reconfigurations {
+        tx.prepare_cached("INSERT OR REPLACE INTO reconfigurations (id, record, finished) VALUES (?1, ?2, ?3)")?
+            .execute(params![int(*id)?, record, finished])?;
     }
     add_usage(tx, &batch.usage)?;
     for (t_s, point, keep_from_s) in &batch.series {

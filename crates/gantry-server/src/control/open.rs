@@ -82,7 +82,7 @@ pub struct Image {
     /// (node, GPU index, mode JSON).
     pub gpu_modes: Vec<(String, u32, String)>,
     pub series: Vec<crate::series::Point>,
-    /// The reconfiguration records (id, JSON).
+    /// The reconfiguration records (id, JSON): the unfinished, and the newest finished.
     pub reconfigurations: Vec<(u64, String)>,
 }
 
@@ -94,7 +94,7 @@ impl Image {
             tokens: store.tokens()?,
             drained: store.drained()?,
             gpu_modes: store.gpu_modes()?,
-            reconfigurations: store.reconfigurations(0)?,
+            reconfigurations: store.reconfigurations(super::reconfig::bounds::FINISHED_READ_AT_OPEN)?,
             series: store
                 .series_points(series_from_s)?
                 .into_iter()

@@ -99,6 +99,10 @@ pub mod bounds {
     /// Finished reconfigurations kept in memory for `gantry nodes` and the dashboard (all of
     /// them stay in the store).
     pub const RECENT_KEPT: usize = 200;
+    /// Finished reconfigurations read back at open (the unfinished always are): enough to
+    /// rebuild the guards' memory — a day of refusals, an hour of changes — on a fleet that
+    /// changes up to 10,000 GPUs a day; the older history stays in the store, unread.
+    pub const FINISHED_READ_AT_OPEN: usize = 10_000;
 }
 
 impl ReconfigurePolicy {

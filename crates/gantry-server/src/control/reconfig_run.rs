@@ -64,7 +64,7 @@ impl Controller {
     /// Write a record's current phase with the command.
     fn persist(&mut self, r: &Reconfiguration) -> Result<(), ControlError> {
         let json = serde_json::to_string(r).map_err(|e| ControlError::Internal(e.to_string()))?;
-        self.pending.reconfigurations.push((r.id, json));
+        self.pending.reconfigurations.push((r.id, json, r.phase.is_final()));
         Ok(())
     }
 
