@@ -89,11 +89,15 @@ pub struct JobUse {
 /// The most events kept for `GET /v1/idle`.
 const EVENTS_MAX: usize = 1000;
 
-/// Tracks idle stretches.
+/// Tracks idle stretches. It is told when a running job's utilization changes and when it
+/// ends, never shown every job at every tick: a stretch comes due at a known time.
 #[derive(Debug, Default)]
 pub struct IdleWatch {
     pub policy: IdlePolicy,
-    since: BTreeMap<u64, u64>,
+    /// Jobs idle now: since when, and their last use.
+    idle: BTreeMap<u64, (u64, JobUse)>,
+    /// Idle stretches not yet flagged: (when they come due, job).
+    due: BTreeSet<(u64, u64)>,
     flagged: BTreeSet<u64>,
     events: VecDeque<IdleEvent>,
     pub counts: BTreeMap<&'static str, u64>,
@@ -104,42 +108,57 @@ impl IdleWatch {
         IdleWatch { policy, ..IdleWatch::default() }
     }
 
-    /// Look at every running job; returns the jobs flagged now that are to be reclaimed.
-    pub fn observe(&mut self, now: u64, jobs: &[JobUse]) -> Vec<u64> {
-        let running: BTreeSet<u64> = jobs.iter().map(|j| j.job).collect();
-        self.since.retain(|job, _| running.contains(job));
-        self.flagged.retain(|job| running.contains(job));
+    /// A running job's utilization now (when it starts, and whenever it changes).
+    pub fn observe(&mut self, now: u64, job: JobUse) {
+        let busy = job.utilization_pct >= self.policy.threshold_pct;
+        if busy || self.policy.action(&job.queue) == IdleAction::Off {
+            // Busy again: a later idle stretch is a new one.
+            self.forget(job.job);
+            return;
+        }
+        match self.idle.get_mut(&job.job) {
+            Some((_, last)) => *last = job,
+            None => {
+                self.due.insert((now + self.policy.after_minutes * 60, job.job));
+                self.idle.insert(job.job, (now, job));
+            }
+        }
+    }
+
+    /// `job` is not running any more (or is busy): its stretch, if any, is over.
+    pub fn forget(&mut self, job: u64) {
+        if let Some((since, _)) = self.idle.remove(&job) {
+            self.due.remove(&(since + self.policy.after_minutes * 60, job));
+        }
+        self.flagged.remove(&job);
+    }
+
+    /// Flag the stretches due by `now`; returns the jobs flagged now that are to be reclaimed.
+    pub fn flag_due(&mut self, now: u64) -> Vec<u64> {
         let mut reclaim = Vec::new();
-        for j in jobs {
+        while let Some(&(at, job)) = self.due.first().filter(|(at, _)| *at <= now) {
+            self.due.remove(&(at, job));
+            let Some((since, j)) = self.idle.get(&job) else { continue };
+            self.flagged.insert(job);
             let action = self.policy.action(&j.queue);
-            if j.utilization_pct >= self.policy.threshold_pct || action == IdleAction::Off {
-                // Busy again: a later idle stretch is a new one.
-                self.since.remove(&j.job);
-                self.flagged.remove(&j.job);
-                continue;
-            }
-            let since = *self.since.entry(j.job).or_insert(now);
-            if now.saturating_sub(since) < self.policy.after_minutes * 60 || !self.flagged.insert(j.job) {
-                continue;
-            }
             let action = if action == IdleAction::Reclaim && !j.reclaimable { IdleAction::Notify } else { action };
             let event = IdleEvent {
-                job: j.job,
+                job,
                 queue: j.queue.clone(),
                 user: j.user.clone(),
-                since_s: since,
+                since_s: *since,
                 flagged_at_s: now,
                 utilization_pct: j.utilization_pct,
                 action,
             };
-            tracing::warn!(job = j.job, queue = %j.queue, user = %j.user, idle_s = now - since, utilization_pct = j.utilization_pct, action = ?action, "idle GPUs");
+            tracing::warn!(job, queue = %j.queue, user = %j.user, idle_s = now - since, utilization_pct = j.utilization_pct, action = ?action, "idle GPUs");
             *self.counts.entry(if action == IdleAction::Reclaim { "reclaim" } else { "notify" }).or_default() += 1;
             if self.events.len() == EVENTS_MAX {
                 self.events.pop_front();
             }
             self.events.push_back(event);
             if action == IdleAction::Reclaim {
-                reclaim.push(j.job);
+                reclaim.push(job);
             }
         }
         reclaim
@@ -186,22 +205,41 @@ mod tests {
                 job(4, "quiet", pct, true),
             ]
         };
-        assert!(watch.observe(0, &jobs(3)).is_empty());
-        assert!(watch.observe(119, &jobs(3)).is_empty(), "not yet two minutes");
-        assert_eq!(watch.observe(120, &jobs(3)), vec![2], "only the preemptible dev job is reclaimed");
-        let actions: Vec<(u64, IdleAction)> = watch.events().iter().map(|e| (e.job, e.action)).collect();
+        let observe = |watch: &mut IdleWatch, now, pct| {
+            for j in jobs(pct) {
+                watch.observe(now, j);
+            }
+            watch.flag_due(now)
+        };
+        assert!(observe(&mut watch, 0, 3).is_empty());
+        assert!(observe(&mut watch, 119, 4).is_empty(), "not yet two minutes");
+        assert_eq!(watch.flag_due(120), vec![2], "only the preemptible dev job is reclaimed");
+        let events = watch.events();
+        let actions: Vec<(u64, IdleAction)> = events.iter().map(|e| (e.job, e.action)).collect();
         assert_eq!(actions, [(1, IdleAction::Notify), (2, IdleAction::Reclaim), (3, IdleAction::Notify)]);
-        assert!(watch.observe(500, &jobs(3)).is_empty(), "flagged once per stretch");
+        assert_eq!((events[0].since_s, events[0].utilization_pct), (0, 4), "since the stretch began; use when flagged");
+        assert!(observe(&mut watch, 500, 3).is_empty(), "flagged once per stretch");
         assert_eq!(watch.flagged(), 3);
         // Busy again, then idle again: a new stretch.
-        watch.observe(600, &jobs(50));
+        observe(&mut watch, 600, 50);
         assert_eq!(watch.flagged(), 0);
-        watch.observe(700, &jobs(0));
-        assert_eq!(watch.observe(820, &jobs(0)), vec![2]);
+        observe(&mut watch, 700, 0);
+        assert!(watch.flag_due(819).is_empty());
+        assert_eq!(watch.flag_due(820), vec![2]);
         assert_eq!(watch.events().len(), 6);
-        // Ended jobs are forgotten.
-        watch.observe(900, &[]);
+        // Ended jobs are forgotten, and an ended job's stretch never comes due.
+        observe(&mut watch, 900, 0);
+        for job in 1..=4 {
+            watch.forget(job);
+        }
         assert_eq!(watch.flagged(), 0);
+        watch.observe(
+            1000,
+            JobUse { job: 9, queue: "dev".into(), user: "ada".into(), reclaimable: true, utilization_pct: 0 },
+        );
+        watch.forget(9);
+        assert!(watch.flag_due(10_000).is_empty());
+        assert_eq!(watch.events().len(), 6);
     }
 
     #[test]

@@ -77,7 +77,8 @@ pub fn run(
     scheduling: &SchedulerConfig,
     catalog: &'static Catalog,
 ) -> Result<LiveResult, ControlError> {
-    let setup = Setup::new(fleet, scheduling, Agents::Local, crate::idle::IdlePolicy::default());
+    let mut setup = Setup::new(fleet, scheduling, Agents::Local, crate::idle::IdlePolicy::default());
+    setup.meter_flush_s = gantry_store::USAGE_BUCKET_S;
     let start = trace.iter().map(|t| t.arrival_s).min().unwrap_or(0);
     let (controller, _) = Controller::open(setup, Image::default(), catalog, &Default::default(), start)?;
     let mut driver = Driver {

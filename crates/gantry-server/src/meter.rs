@@ -3,88 +3,187 @@
 //! and go to the store's ledger every few seconds and when a job ends. Chargeback
 //! ([`Billing`], `GET /v1/usage`, `gantry usage`) reads the ledger.
 //!
-//! A controller killed between flushes loses at most [`FLUSH_EVERY_S`] of metering; the time
-//! it is down is not metered.
+//! Metering is by change: a job's rates are set when it starts and again when its GPUs'
+//! utilization changes, and its time is integrated only then, at its end and at each flush.
+//! Nothing here runs per job per tick, so a month of a large fleet in simulated time costs
+//! what its starts, ends and flushes cost. The fleet's and each queue's totals are kept in
+//! step for the series and the metrics.
+//!
+//! A controller killed between flushes loses at most its flush period of metering
+//! ([`FLUSH_EVERY_S`] in the live service); the time it is down is not metered.
 
 use gantry_store::{USAGE_BUCKET_S, UsageRow};
 use std::collections::BTreeMap;
 
-/// How often the meter writes to the store.
+/// How often the live service's meter writes to the store.
 pub const FLUSH_EVERY_S: u64 = 10;
 
 /// One running job's slice of one GPU, as the meter sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Holding {
-    pub job: u64,
-    pub queue: String,
-    pub user: String,
+pub struct Line {
     pub model: String,
     /// Compute held on that GPU, milli-GPU.
     pub milli: u64,
-    /// That GPU's utilization, percent.
+    /// That GPU's utilization (or the job's share of it), percent.
     pub utilization_pct: u32,
 }
 
-/// Accumulated, not yet written.
-#[derive(Debug, Default)]
+impl Line {
+    /// Use per second, in milli-GPU × percent (exact integers; / 100 when integrated).
+    fn used_rate(&self) -> u64 {
+        self.milli * u64::from(self.utilization_pct.min(100))
+    }
+}
+
+/// A running job's rates and since when they were integrated.
+#[derive(Debug)]
+struct Open {
+    since: u64,
+    queue: String,
+    user: String,
+    lines: Vec<Line>,
+}
+
+/// Allocation and use held now, in milli-GPU and milli-GPU × percent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub allocated_milli: u64,
+    pub used_milli_pct: u64,
+    /// Running jobs counted here.
+    pub jobs: u64,
+}
+
+impl Held {
+    /// (allocated, used) in GPUs.
+    pub fn gpus(&self) -> (f64, f64) {
+        (self.allocated_milli as f64 / 1000.0, self.used_milli_pct as f64 / 100_000.0)
+    }
+
+    fn add(&mut self, lines: &[Line]) {
+        self.allocated_milli += lines.iter().map(|l| l.milli).sum::<u64>();
+        self.used_milli_pct += lines.iter().map(Line::used_rate).sum::<u64>();
+        self.jobs += 1;
+    }
+
+    fn remove(&mut self, lines: &[Line]) {
+        self.allocated_milli -= lines.iter().map(|l| l.milli).sum::<u64>();
+        self.used_milli_pct -= lines.iter().map(Line::used_rate).sum::<u64>();
+        self.jobs -= 1;
+    }
+}
+
+/// Running jobs' rates and what is accumulated, not yet written.
+#[derive(Debug)]
 pub struct Meter {
-    last_s: Option<u64>,
-    flushed_s: u64,
+    flush_every_s: u64,
+    flushed_s: Option<u64>,
+    open: BTreeMap<u64, Open>,
+    /// By (job, hour, model): a job's rows are one range.
     pending: BTreeMap<(u64, u64, String), UsageRow>,
+    fleet: Held,
+    queues: BTreeMap<String, Held>,
+}
+
+impl Default for Meter {
+    fn default() -> Meter {
+        Meter::new(FLUSH_EVERY_S)
+    }
 }
 
 impl Meter {
-    /// When it last recorded (Unix seconds).
-    pub fn last_s(&self) -> Option<u64> {
-        self.last_s
+    /// A meter that writes every `flush_every_s` (at least 1).
+    pub fn new(flush_every_s: u64) -> Meter {
+        Meter {
+            flush_every_s: flush_every_s.max(1),
+            flushed_s: None,
+            open: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            fleet: Held::default(),
+            queues: BTreeMap::new(),
+        }
     }
 
-    /// Account `holdings` for the time since the last call (nothing on the first call).
-    pub fn record(&mut self, now: u64, holdings: &[Holding]) {
-        let Some(last) = self.last_s.replace(now) else {
-            self.flushed_s = now;
-            return;
-        };
-        if now <= last {
-            self.last_s = Some(last);
+    /// `job` runs from `now` with these rates (or its rates change now).
+    pub fn set(&mut self, now: u64, job: u64, queue: &str, user: &str, lines: Vec<Line>) {
+        if self.open.get(&job).is_some_and(|o| o.lines == lines && o.queue == queue) {
             return;
         }
-        // Split at hour boundaries: each hour gets its own row.
-        let mut from = last;
+        self.stop(now, job);
+        self.fleet.add(&lines);
+        self.queues.entry(queue.to_string()).or_default().add(&lines);
+        self.open.insert(job, Open { since: now, queue: queue.to_string(), user: user.to_string(), lines });
+    }
+
+    /// `job` stopped holding GPUs at `now`: its rows, complete, to write now.
+    pub fn end(&mut self, now: u64, job: u64) -> Vec<UsageRow> {
+        self.stop(now, job);
+        let keys: Vec<(u64, u64, String)> = self
+            .pending
+            .range((job, 0, String::new())..)
+            .take_while(|(k, _)| k.0 == job)
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter().filter_map(|k| self.pending.remove(&k)).collect()
+    }
+
+    /// Integrate `job` up to `now` and forget its rates.
+    fn stop(&mut self, now: u64, job: u64) {
+        let Some(mut open) = self.open.remove(&job) else { return };
+        self.integrate(job, &mut open, now);
+        self.fleet.remove(&open.lines);
+        if let Some(q) = self.queues.get_mut(&open.queue) {
+            q.remove(&open.lines);
+            if q.jobs == 0 {
+                self.queues.remove(&open.queue);
+            }
+        }
+    }
+
+    /// Add `open`'s time since it was last integrated to the pending rows, split at hours.
+    fn integrate(&mut self, job: u64, open: &mut Open, now: u64) {
+        let mut from = open.since;
         while from < now {
             let hour = from - from % USAGE_BUCKET_S;
             let to = now.min(hour + USAGE_BUCKET_S);
             let seconds = to - from;
-            for h in holdings {
-                let row = self.pending.entry((hour, h.job, h.model.clone())).or_insert_with(|| UsageRow {
+            for line in &open.lines {
+                let row = self.pending.entry((job, hour, line.model.clone())).or_insert_with(|| UsageRow {
                     hour_s: hour,
-                    job: h.job,
-                    queue: h.queue.clone(),
-                    user: h.user.clone(),
-                    model: h.model.clone(),
+                    job,
+                    queue: open.queue.clone(),
+                    user: open.user.clone(),
+                    model: line.model.clone(),
                     allocated_milli_s: 0,
                     used_milli_s: 0,
                 });
-                row.allocated_milli_s += h.milli * seconds;
-                row.used_milli_s += h.milli * seconds * u64::from(h.utilization_pct.min(100)) / 100;
+                row.allocated_milli_s += line.milli * seconds;
+                row.used_milli_s += line.used_rate() * seconds / 100;
             }
             from = to;
         }
+        open.since = open.since.max(now);
     }
 
-    /// The rows to write now (all of them with `force`, else only every [`FLUSH_EVERY_S`]).
+    /// The rows to write now: every running job's time so far, when a flush period has
+    /// passed since the last (or with `force`); else none.
     pub fn take(&mut self, now: u64, force: bool) -> Vec<UsageRow> {
-        if !force && now < self.flushed_s + FLUSH_EVERY_S {
+        let due = self.flushed_s.is_none_or(|last| now >= last + self.flush_every_s);
+        if !force && !due {
             return Vec::new();
         }
-        self.flushed_s = now;
+        self.flushed_s = Some(now);
+        let mut open = std::mem::take(&mut self.open);
+        for (&job, o) in open.iter_mut() {
+            self.integrate(job, o, now);
+        }
+        self.open = open;
         std::mem::take(&mut self.pending).into_values().collect()
     }
 
     /// Put rows back after the store refused them (tried again at the next flush).
     pub fn restore(&mut self, rows: Vec<UsageRow>) {
         for row in rows {
-            let entry = self.pending.entry((row.hour_s, row.job, row.model.clone())).or_insert_with(|| UsageRow {
+            let entry = self.pending.entry((row.job, row.hour_s, row.model.clone())).or_insert_with(|| UsageRow {
                 allocated_milli_s: 0,
                 used_milli_s: 0,
                 ..row.clone()
@@ -92,6 +191,21 @@ impl Meter {
             entry.allocated_milli_s += row.allocated_milli_s;
             entry.used_milli_s += row.used_milli_s;
         }
+    }
+
+    /// What the fleet holds now.
+    pub fn fleet(&self) -> Held {
+        self.fleet
+    }
+
+    /// What each queue with running jobs holds now.
+    pub fn queues(&self) -> &BTreeMap<String, Held> {
+        &self.queues
+    }
+
+    /// `job`'s rates now, if it runs.
+    pub fn lines(&self, job: u64) -> Option<&[Line]> {
+        self.open.get(&job).map(|o| o.lines.as_slice())
     }
 }
 
@@ -217,36 +331,58 @@ pub fn report(rows: &[UsageRow], by: UsageBy, billing: &Billing) -> Vec<UsageLin
 mod tests {
     use super::*;
 
-    fn holding(job: u64, model: &str, milli: u64, pct: u32) -> Holding {
-        Holding { job, queue: "q".into(), user: "ada".into(), model: model.into(), milli, utilization_pct: pct }
+    fn line(model: &str, milli: u64, pct: u32) -> Line {
+        Line { model: model.into(), milli, utilization_pct: pct }
+    }
+
+    fn summary(rows: &[UsageRow]) -> Vec<(u64, u64, u64, u64)> {
+        let mut got: Vec<_> = rows.iter().map(|r| (r.hour_s, r.job, r.allocated_milli_s, r.used_milli_s)).collect();
+        got.sort();
+        got
     }
 
     #[test]
     fn time_is_split_at_hours_and_use_follows_utilization() {
-        let mut meter = Meter::default();
-        meter.record(3590, &[holding(1, "L4", 1000, 50)]);
-        meter.record(3610, &[holding(1, "L4", 1000, 50), holding(2, "L4", 250, 100)]);
+        let mut meter = Meter::new(FLUSH_EVERY_S);
+        meter.set(3590, 1, "q", "ada", vec![line("L4", 1000, 50)]);
+        meter.set(3600, 2, "q", "ada", vec![line("L4", 250, 100)]);
+        meter.set(3605, 1, "q", "ada", vec![line("L4", 1000, 50)]);
+        assert_eq!(meter.fleet().gpus(), (1.25, 0.75));
         let rows = meter.take(3610, true);
-        let got: Vec<(u64, u64, u64, u64)> =
-            rows.iter().map(|r| (r.hour_s, r.job, r.allocated_milli_s, r.used_milli_s)).collect();
-        assert_eq!(
-            got,
-            vec![(0, 1, 10_000, 5_000), (0, 2, 2_500, 2_500), (3600, 1, 10_000, 5_000), (3600, 2, 2_500, 2_500)]
-        );
-        assert!(meter.take(3700, true).is_empty());
+        assert_eq!(summary(&rows), vec![(0, 1, 10_000, 5_000), (3600, 1, 10_000, 5_000), (3600, 2, 2_500, 2_500)]);
+        assert!(meter.take(3610, true).is_empty(), "nothing new");
+    }
+
+    #[test]
+    fn a_rate_change_splits_the_time_and_an_end_writes_the_job_alone() {
+        let mut meter = Meter::new(3600);
+        meter.set(0, 1, "a", "ada", vec![line("L4", 1000, 100), line("L4-b", 500, 0)]);
+        meter.set(0, 2, "b", "bob", vec![line("L4", 1000, 20)]);
+        assert!(meter.take(0, false).is_empty());
+        meter.set(100, 1, "a", "ada", vec![line("L4", 1000, 0), line("L4-b", 500, 0)]);
+        assert_eq!(meter.queues().len(), 2);
+        let rows = meter.end(200, 1);
+        let got: Vec<(String, u64, u64)> =
+            rows.iter().map(|r| (r.model.clone(), r.allocated_milli_s, r.used_milli_s)).collect();
+        assert_eq!(got, [("L4".into(), 200_000, 100_000), ("L4-b".into(), 100_000, 0)]);
+        assert_eq!(meter.queues().keys().collect::<Vec<_>>(), ["b"], "a queue with nothing running is gone");
+        assert_eq!(meter.fleet(), Held { allocated_milli: 1000, used_milli_pct: 20_000, jobs: 1 });
+        assert!(meter.take(300, false).is_empty(), "job 2 waits for its flush period");
+        assert_eq!(summary(&meter.take(3600, false)), [(0, 2, 3_600_000, 720_000)]);
+        assert!(meter.end(3600, 1).is_empty(), "an end twice writes nothing");
     }
 
     #[test]
     fn flushes_wait_for_their_period_unless_forced() {
         let mut meter = Meter::default();
-        meter.record(100, &[]);
-        meter.record(105, &[holding(1, "L4", 1000, 0)]);
+        assert!(meter.take(100, false).is_empty());
+        meter.set(100, 1, "q", "ada", vec![line("L4", 1000, 0)]);
         assert!(meter.take(105, false).is_empty());
         let rows = meter.take(110, false);
         assert_eq!(rows.len(), 1);
         meter.restore(rows.clone());
         meter.restore(rows);
-        assert_eq!(meter.take(111, true)[0].allocated_milli_s, 10_000, "restored rows add up");
+        assert_eq!(meter.take(110, true)[0].allocated_milli_s, 20_000, "restored rows add up");
     }
 
     #[test]

@@ -37,6 +37,11 @@ pub struct Series {
 }
 
 impl Series {
+    /// Would a point at `t_s` be kept (a fine step has passed since the last)?
+    pub fn wants(&self, t_s: u64) -> bool {
+        self.fine.back().is_none_or(|last| t_s >= last.t_s + FINE_STEP_S)
+    }
+
     /// Record the state at `now`; kept if a fine step has passed since the last point.
     /// Returns the 5-minute average this point closed, if it closed one (to be stored).
     pub fn record(&mut self, point: Point) -> Option<Point> {

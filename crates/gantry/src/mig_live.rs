@@ -103,6 +103,7 @@ pub fn run(
     let mut setup = Setup::new(fleet.clone(), &Default::default(), Agents::Local, Default::default());
     setup.backfill = "greedy".into();
     setup.reconfigure = reconfigure;
+    setup.meter_flush_s = gantry_store::USAGE_BUCKET_S;
     let (c, _) = Controller::open(setup, Image::default(), catalog, &Default::default(), 0)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut d = Driver {

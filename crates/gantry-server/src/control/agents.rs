@@ -61,6 +61,8 @@ impl Controller {
             samples: Vec::new(),
         };
         let back = self.links.insert(reg.node.clone(), link);
+        // Its samples start again from none.
+        self.remeter_node(&reg.node, now);
         self.found(&reg.node);
         self.scheduler.set_ready(&reg.node, true)?;
         tracing::info!(node = %reg.node, gpus = found.len(), again = back.is_some(), "agent registered");
@@ -208,7 +210,10 @@ impl Controller {
             )));
         };
         link.last_seen_s = now;
-        link.samples = beat.samples.clone();
+        let resampled = link.samples != beat.samples;
+        if resampled {
+            link.samples = beat.samples.clone();
+        }
         self.found(node);
         let mut effects = Effects::default();
         if self.scheduler.set_ready(node, true)? {
@@ -216,6 +221,9 @@ impl Controller {
         }
         let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();
         let reported: BTreeSet<TaskKey> = beat.tasks.iter().map(|r| r.key.clone()).collect();
+        if resampled {
+            self.remeter_node(node, now);
+        }
         let (forget, orphans) = self.absorb_reports(node, beat, now, &mut effects)?;
         self.reoffer_missing(node, &reported, now, &mut effects)?;
         for report in beat.layouts.iter().take(crate::wire::LAYOUT_REPORTS_MAX) {

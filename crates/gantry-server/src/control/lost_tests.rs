@@ -10,9 +10,9 @@ use gantry_types::JobState;
 
 const FLEET: &str = "[[node]]\nname = \"a\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
 const LOST_AFTER: u64 = 300;
-const T0: u64 = 1_000;
+pub(super) const T0: u64 = 1_000;
 
-fn remote() -> Controller {
+pub(super) fn remote() -> Controller {
     let catalog = Catalog::embedded();
     let fleet = gantry_spec::parse_fleet(FLEET, catalog).expect("fleet");
     let agents = Agents::Remote { heartbeat_timeout_s: 30, node_lost_after_s: LOST_AFTER };
@@ -24,7 +24,7 @@ fn remote() -> Controller {
     c
 }
 
-fn register(c: &mut Controller, node: &str, now: u64) {
+pub(super) fn register(c: &mut Controller, node: &str, now: u64) {
     let uuids: Vec<(u32, String)> =
         c.uuids.iter().filter(|((n, _), _)| n == node).map(|((_, i), u)| (*i, u.clone())).collect();
     let gpus = uuids
@@ -36,7 +36,7 @@ fn register(c: &mut Controller, node: &str, now: u64) {
     c.apply(now, Command::Register { who: Principal::controller(), registration }).expect("registers");
 }
 
-fn submit(c: &mut Controller, text: &str, now: u64) -> u64 {
+pub(super) fn submit(c: &mut Controller, text: &str, now: u64) -> u64 {
     let jobs = gantry_spec::parse_submission(text, Catalog::embedded(), 10_000).expect("workload");
     match c.apply(now, Command::Submit { who: Principal::controller(), jobs, key: None }).expect("submits").reply {
         Reply::Submitted { ids } => ids[0],
@@ -65,7 +65,7 @@ fn beat(c: &mut Controller, node: &str, tasks: &[TaskKey], now: u64) -> Orders {
     }
 }
 
-fn tick(c: &mut Controller, now: u64) {
+pub(super) fn tick(c: &mut Controller, now: u64) {
     c.apply(now, Command::Tick {}).expect("ticks");
 }
 
@@ -75,7 +75,7 @@ fn state(c: &Controller, id: u64) -> (JobState, u32) {
 }
 
 /// The nodes job `id`'s current run has tasks on.
-fn nodes_of(c: &Controller, id: u64) -> Vec<String> {
+pub(super) fn nodes_of(c: &Controller, id: u64) -> Vec<String> {
     let mut nodes: Vec<String> = c.running[&id].tasks.values().cloned().collect();
     nodes.dedup();
     nodes

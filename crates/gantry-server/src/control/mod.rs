@@ -30,6 +30,8 @@ mod lost_tests;
 mod reconfig_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod usage_tests;
 
 pub use command::{Command, Effects, Reply, StopRun};
 pub use open::{Image, Setup};
@@ -138,9 +140,8 @@ pub struct Controller {
     pub(crate) stats: crate::metrics::ServiceStats,
     pub(crate) series: crate::series::Series,
     pub(crate) idle: crate::idle::IdleWatch,
-    /// What the meter saw last (the idle watch reads it).
-    pub(crate) last_holdings: Vec<crate::meter::Holding>,
-    pub(crate) idle_checked_s: Option<u64>,
+    /// Running jobs by the nodes they hold GPUs on (a node's new samples re-meter them).
+    pub(crate) on_node: BTreeMap<String, BTreeSet<u64>>,
     pub(crate) running: BTreeMap<u64, Runs>,
     /// Remote agents that registered, by node.
     pub(crate) links: BTreeMap<String, AgentLink>,
@@ -392,7 +393,8 @@ impl Controller {
     }
 
     /// Track a run that started (or was re-adopted) on `placement`.
-    pub(crate) fn track(&mut self, job: u64, alloc: AllocId, attempt: u32, placement: &[TaskPlacement]) {
+    /// Metered from `now`.
+    pub(crate) fn track(&mut self, job: u64, alloc: AllocId, attempt: u32, placement: &[TaskPlacement], now: u64) {
         let runs = Runs {
             alloc,
             attempt,
@@ -409,7 +411,11 @@ impl Controller {
             moved: None,
             grants: self.grants(placement),
         };
+        for g in &runs.grants {
+            self.on_node.entry(g.node.clone()).or_default().insert(job);
+        }
         self.running.insert(job, runs);
+        self.remeter(job, now);
     }
 }
 

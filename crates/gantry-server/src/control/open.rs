@@ -36,6 +36,15 @@ pub struct Setup {
     /// with the default: advice only).
     #[serde(default)]
     pub reconfigure: super::reconfig::ReconfigurePolicy,
+    /// How often the meter writes the ledger, seconds: [`crate::meter::FLUSH_EVERY_S`] in the
+    /// service (a crash loses at most that much metering); an hour in simulated time, where
+    /// nothing crashes and a flush costs one pass over the running jobs.
+    #[serde(default = "default_meter_flush_s")]
+    pub meter_flush_s: u64,
+}
+
+fn default_meter_flush_s() -> u64 {
+    crate::meter::FLUSH_EVERY_S
 }
 
 impl Setup {
@@ -54,6 +63,7 @@ impl Setup {
             admission: Default::default(),
             accounts: Default::default(),
             reconfigure: Default::default(),
+            meter_flush_s: crate::meter::FLUSH_EVERY_S,
         }
     }
 
@@ -176,13 +186,12 @@ impl Controller {
             tokens: Tokens::new(image.tokens),
             uuids,
             models: BTreeMap::new(),
-            meter: crate::meter::Meter::default(),
+            meter: crate::meter::Meter::new(setup.meter_flush_s),
             billing: crate::meter::Billing::default(),
             stats: crate::metrics::ServiceStats::default(),
             series: crate::series::Series::default(),
             idle: crate::idle::IdleWatch::new(setup.idle.clone()),
-            last_holdings: Vec::new(),
-            idle_checked_s: None,
+            on_node: BTreeMap::new(),
             running: BTreeMap::new(),
             links: BTreeMap::<String, AgentLink>::new(),
             lost_nodes: Default::default(),
@@ -304,7 +313,7 @@ impl Controller {
         let compiled = self.compile(&row.job)?;
         let sched = self.sched_job(&row.job, compiled)?;
         let alloc = self.scheduler.adopt(row.id, sched, &placement, row.started_at_s.unwrap_or(now), now)?;
-        self.track(row.id, alloc, row.requeues, &placement);
+        self.track(row.id, alloc, row.requeues, &placement, now);
         match self.agents {
             // The caller runs the tasks itself and knows them.
             Agents::Local => {}

@@ -133,7 +133,7 @@ impl Controller {
                     let (starts, launches) = self.launches(job, row, &placement);
                     let (name, attempt) = (row.name.clone(), row.requeues);
                     self.record(Event::Started { id: job, at_s: now, tasks: starts })?;
-                    self.track(job, alloc, attempt, &placement);
+                    self.track(job, alloc, attempt, &placement, now);
                     let mut nodes: Vec<&str> = placement.iter().map(|t| t.node.as_str()).collect();
                     nodes.dedup();
                     tracing::info!(job, name = %name, tasks = placement.len(), on = %nodes.join(","), "started");
@@ -180,7 +180,7 @@ impl Controller {
             return Ok(());
         }
         // Its last seconds count, and its numbers are in the ledger before it is gone.
-        self.meter(now, true);
+        self.unmeter(job, now);
         effects.schedule = true;
         let runs = self.running.remove(&job).expect("present");
         if let (Some(node), false) = (&runs.node_lost, runs.cancelled) {

@@ -4,7 +4,6 @@
 
 use super::{Agents, Controller, Effects};
 use crate::wire::GpuSample;
-use std::collections::BTreeMap;
 
 impl Controller {
     /// GPU `index` of `node`'s utilization: its agent's last sample; with `Agents::Local` (a
@@ -22,14 +21,12 @@ impl Controller {
         }
     }
 
-    /// What each running job holds on each GPU now, with that GPU's utilization.
-    pub(crate) fn holdings(&self) -> Vec<crate::meter::Holding> {
-        let mut holdings = Vec::new();
-        for (&job, runs) in &self.running {
-            let spec = self.scheduler.job(job);
-            let queue = spec.map(|j| j.queue.as_str()).unwrap_or_default();
-            let user = spec.and_then(|j| j.control.user.as_deref()).unwrap_or_default();
-            for g in &runs.grants {
+    /// What running `job` holds on each GPU now, with that GPU's utilization.
+    fn lines_of(&self, job: u64) -> Vec<crate::meter::Line> {
+        let Some(runs) = self.running.get(&job) else { return Vec::new() };
+        runs.grants
+            .iter()
+            .map(|g| {
                 let sample = self.gpu_sample(&g.node, g.gpu, Some(job));
                 // The job's own processes where NVML reports them (a share of a shared GPU);
                 // else the whole GPU's utilization.
@@ -37,38 +34,77 @@ impl Controller {
                     Some(share) if g.milli > 0 => (u64::from(share.utilization_pct) * 1000 / g.milli).min(100) as u32,
                     _ => sample.map_or(0, |s| s.utilization_pct),
                 };
-                holdings.push(crate::meter::Holding {
-                    job,
-                    queue: queue.to_string(),
-                    user: user.to_string(),
+                crate::meter::Line {
                     model: self.catalog.model(g.model).id.clone(),
                     milli: g.milli,
                     utilization_pct: pct,
-                });
-            }
-        }
-        holdings
+                }
+            })
+            .collect()
     }
 
-    /// Meter what runs since the last call; write the ledger every few seconds (`force`: now).
+    /// Meter `job` from now at its rates now (it started, or its GPUs' utilization may have
+    /// changed), and show the idle watch.
+    pub(crate) fn remeter(&mut self, job: u64, now: u64) {
+        let lines = self.lines_of(job);
+        let Some(spec) = self.scheduler.job(job) else { return };
+        let (queue, user) = (spec.queue.clone(), spec.control.user.clone().unwrap_or_default());
+        let reclaimable = spec.lifecycle.preemptible || spec.lifecycle.interactive;
+        let milli: u64 = lines.iter().map(|l| l.milli).sum();
+        let weighted: u64 = lines.iter().map(|l| l.milli * u64::from(l.utilization_pct.min(100))).sum();
+        match weighted.checked_div(milli) {
+            Some(pct) => {
+                let utilization_pct = pct as u32;
+                let used =
+                    crate::idle::JobUse { job, queue: queue.clone(), user: user.clone(), reclaimable, utilization_pct };
+                self.idle.observe(now, used);
+            }
+            None => self.idle.forget(job),
+        }
+        self.meter.set(now, job, &queue, &user, lines);
+    }
+
+    /// `node`'s utilization samples changed: meter its jobs at their new rates.
+    pub(crate) fn remeter_node(&mut self, node: &str, now: u64) {
+        let jobs: Vec<u64> = self.on_node.get(node).map(|jobs| jobs.iter().copied().collect()).unwrap_or_default();
+        for job in jobs {
+            self.remeter(job, now);
+        }
+    }
+
+    /// `job` holds nothing from now: its complete rows go to the ledger with this command.
+    pub(crate) fn unmeter(&mut self, job: u64, now: u64) {
+        let rows = self.meter.end(now, job);
+        self.pending.usage.extend(rows);
+        self.idle.forget(job);
+        if let Some(runs) = self.running.get(&job) {
+            for g in &runs.grants {
+                if let Some(jobs) = self.on_node.get_mut(&g.node) {
+                    jobs.remove(&job);
+                    if jobs.is_empty() {
+                        self.on_node.remove(&g.node);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Write what is metered when a flush is due (`force`: now), and the series point.
     pub(crate) fn meter(&mut self, now: u64, force: bool) {
-        // At most once a second (the clock's grain): the loop wakes on every submit.
-        if !force && self.meter.last_s() == Some(now) {
+        let rows = self.meter.take(now, force);
+        self.pending.usage.extend(rows);
+        if !self.series.wants(now) {
             return;
         }
-        let holdings = self.holdings();
-        self.meter.record(now, &holdings);
-        let mut point =
-            crate::series::Point { t_s: now, pending_jobs: self.scheduler.queued() as f64, ..Default::default() };
-        for h in &holdings {
-            let (allocated, used) =
-                (h.milli as f64 / 1000.0, h.milli as f64 / 1000.0 * f64::from(h.utilization_pct) / 100.0);
-            point.allocated_gpus += allocated;
-            point.used_gpus += used;
-            let queue = point.queues.entry(h.queue.clone()).or_default();
-            queue.0 += allocated;
-            queue.1 += used;
-        }
+        let (allocated_gpus, used_gpus) = self.meter.fleet().gpus();
+        let queues = self.meter.queues().iter().map(|(q, held)| (q.clone(), held.gpus())).collect();
+        let point = crate::series::Point {
+            t_s: now,
+            pending_jobs: self.scheduler.queued() as f64,
+            allocated_gpus,
+            used_gpus,
+            queues,
+        };
         if let Some(done) = self.series.record(point) {
             let keep_from = now.saturating_sub(crate::series::COARSE_POINTS as u64 * crate::series::COARSE_STEP_S);
             match serde_json::to_string(&done) {
@@ -76,40 +112,13 @@ impl Controller {
                 Err(e) => tracing::warn!(error = %e, "a series point does not serialize"),
             }
         }
-        self.last_holdings = holdings;
-        let rows = self.meter.take(now, force);
-        self.pending.usage.extend(rows);
     }
 
     /// Flag jobs idle past the policy's time; stop those their queue reclaims (they end
-    /// cancelled). Reads what the meter last saw.
+    /// cancelled).
     pub(crate) fn check_idle(&mut self, now: u64) -> Effects {
-        if self.idle_checked_s == Some(now) {
-            return Effects::default();
-        }
-        self.idle_checked_s = Some(now);
-        let mut by_job: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-        for h in &self.last_holdings {
-            let entry = by_job.entry(h.job).or_default();
-            entry.0 += h.milli;
-            entry.1 += h.milli * u64::from(h.utilization_pct);
-        }
-        let uses: Vec<crate::idle::JobUse> = by_job
-            .into_iter()
-            .filter(|(job, (milli, _))| *milli > 0 && self.running.contains_key(job))
-            .map(|(job, (milli, weighted))| {
-                let spec = self.scheduler.job(job);
-                crate::idle::JobUse {
-                    job,
-                    queue: spec.map(|j| j.queue.clone()).unwrap_or_default(),
-                    user: spec.and_then(|j| j.control.user.clone()).unwrap_or_default(),
-                    reclaimable: spec.is_some_and(|j| j.lifecycle.preemptible || j.lifecycle.interactive),
-                    utilization_pct: (weighted / milli) as u32,
-                }
-            })
-            .collect();
         let mut effects = Effects::default();
-        for job in self.idle.observe(now, &uses) {
+        for job in self.idle.flag_due(now) {
             let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
             if let Some(runs) = self.running.get_mut(&job) {
                 runs.cancelled = true;

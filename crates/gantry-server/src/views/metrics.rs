@@ -79,12 +79,7 @@ fn fleet(out: &mut Exposition, nodes: &[NodeView]) {
 
 /// Per queue: allocated and used.
 fn queues(out: &mut Exposition, c: &Controller) {
-    let mut by_queue: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for h in c.holdings() {
-        let entry = by_queue.entry(h.queue).or_default();
-        entry.0 += h.milli as f64 / 1000.0;
-        entry.1 += h.milli as f64 / 1000.0 * f64::from(h.utilization_pct) / 100.0;
-    }
+    let by_queue: BTreeMap<&String, (f64, f64)> = c.meter.queues().iter().map(|(q, held)| (q, held.gpus())).collect();
     out.family("gantry_queue_allocated_gpus", "gauge", "", "GPUs' worth of compute held by a queue's running jobs.");
     for (queue, (allocated, _)) in &by_queue {
         out.sample("gantry_queue_allocated_gpus", &[("queue", queue)], *allocated);

@@ -52,10 +52,9 @@ pub fn queues(c: &Controller, who: &Principal) -> Vec<QueueView> {
             }
         }
     }
-    for h in c.holdings() {
-        let view = views.entry(h.queue.clone()).or_insert_with(|| QueueView::named(&h.queue));
-        view.allocated_gpus += h.milli as f64 / 1000.0;
-        view.used_gpus += h.milli as f64 / 1000.0 * f64::from(h.utilization_pct) / 100.0;
+    for (queue, held) in c.meter.queues() {
+        let view = views.entry(queue.clone()).or_insert_with(|| QueueView::named(queue));
+        (view.allocated_gpus, view.used_gpus) = held.gpus();
     }
     for row in c.jobs.values().filter(|r| !r.state.is_final()) {
         let view = views.entry(row.queue.clone()).or_insert_with(|| QueueView::named(&row.queue));
