@@ -294,7 +294,7 @@ pub fn check_invariants<'a>(
     if fresh.used_milli_total != state.used_milli_total {
         return Err(crate::EngineError::Invariant("fleet-wide compute counter disagrees with the allocations".into()));
     }
-    for ((a, b), info) in fresh.nodes.iter().zip(&state.nodes).zip(&state.info) {
+    for ((a, b), info) in fresh.nodes.iter().zip(&state.nodes).zip(state.info.iter()) {
         if (a.cpu_free, a.memory_free, a.used_milli, a.whole_free, a.max_share_free, a.mig_free_mask)
             != (b.cpu_free, b.memory_free, b.used_milli, b.whole_free, b.max_share_free, b.mig_free_mask)
         {
@@ -304,17 +304,14 @@ pub fn check_invariants<'a>(
             )));
         }
     }
-    for (a, b) in fresh.gpus.iter().zip(&state.gpus) {
+    for ((a, b), uuid) in fresh.gpus.iter().zip(&state.gpus).zip(state.uuids.iter()) {
         if (a.used_milli, a.used_memory, a.clients, a.exclusive, &a.units)
             != (b.used_milli, b.used_memory, b.clients, b.exclusive, &b.units)
         {
-            return Err(crate::EngineError::Invariant(format!(
-                "GPU {} counters disagree with its allocations",
-                a.uuid
-            )));
+            return Err(crate::EngineError::Invariant(format!("GPU {uuid} counters disagree with its allocations")));
         }
         if a.used_milli > 1000 || a.used_memory > a.memory_total {
-            return Err(crate::EngineError::Invariant(format!("GPU {} over-allocated", a.uuid)));
+            return Err(crate::EngineError::Invariant(format!("GPU {uuid} over-allocated")));
         }
     }
     Ok(())

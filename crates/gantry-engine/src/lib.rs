@@ -37,6 +37,7 @@ pub mod state;
 use gantry_catalog::Catalog;
 use gantry_types::{Bytes, Fleet, GpuGrant, GpuMode, Job, JobOutcome, MilliCpu, MilliGpu, ReasonCount, TaskPlacement};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub use frag::{FragModel, Outlook, Shape};
 pub use ledger::{Grant, TaskGrant};
@@ -406,7 +407,7 @@ impl Engine {
             .state
             .nodes
             .iter()
-            .zip(&self.state.info)
+            .zip(self.state.info.iter())
             .enumerate()
             .map(|(n, (node, info))| gantry_types::Node {
                 name: info.name.clone(),
@@ -420,13 +421,14 @@ impl Engine {
                     .state
                     .node_gpus(n as state::NodeIdx)
                     .iter()
-                    .map(|g| {
+                    .zip(&self.state.uuids[node.gpu_first as usize..])
+                    .map(|(g, uuid)| {
                         let model = self.catalog.model(g.model);
                         let mode = self.mode_of(g);
                         gantry_types::Gpu {
                             index: g.index,
                             model: model.id.clone(),
-                            uuid: g.uuid.clone(),
+                            uuid: uuid.clone(),
                             numa: g.numa,
                             pcie_switch: g.pcie_switch,
                             nvlink_domain: g.nvlink_domain,
@@ -494,7 +496,7 @@ impl Engine {
             .iter()
             .position(|n| n.name == node)
             .ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
-        let taints = &mut self.state.info[idx].taints;
+        let taints = &mut Arc::make_mut(&mut self.state.info)[idx].taints;
         let present = taints.iter().any(|t| t.key == key);
         if present == on {
             return Ok(false);

@@ -11,6 +11,7 @@ use gantry_catalog::{Catalog, ModelId};
 use gantry_selector::DeviceAttributes;
 use gantry_types::{Bytes, Fleet, GpuMode, Taint};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Dense node index.
 pub type NodeIdx = u32;
@@ -88,7 +89,6 @@ pub struct GpuState {
     pub node: NodeIdx,
     /// Index on its node.
     pub index: u32,
-    pub uuid: String,
     pub model: ModelId,
     /// Device class (model × mode × NVLink): selectors and model constraints are evaluated per
     /// class, once per job.
@@ -274,14 +274,18 @@ pub struct DeviceClass {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterState {
     pub nodes: Vec<NodeState>,
-    /// Names, labels and taints; same indices as `nodes`.
-    pub info: Vec<NodeInfo>,
+    /// Names, labels and taints; same indices as `nodes`. The tables that allocations never
+    /// change are shared (`Arc`), so a planning copy of the state copies counters, not names:
+    /// the scheduling cycle makes such copies for reservations and preemption plans.
+    pub info: Arc<Vec<NodeInfo>>,
     pub gpus: Vec<GpuState>,
-    pub classes: Vec<DeviceClass>,
-    pub racks: Vec<String>,
-    pub signatures: Vec<Signature>,
+    /// Each GPU's UUID, same indices as `gpus`.
+    pub uuids: Arc<Vec<String>>,
+    pub classes: Arc<Vec<DeviceClass>>,
+    pub racks: Arc<Vec<String>>,
+    pub signatures: Arc<Vec<Signature>>,
     /// Nodes of each signature, ascending.
-    pub signature_nodes: Vec<Vec<NodeIdx>>,
+    pub signature_nodes: Arc<Vec<Vec<NodeIdx>>>,
     /// Sum of every GPU's capacity, in milli-GPU.
     pub total_milli: u64,
     /// Compute handed out across the fleet, kept in step by the ledger.
@@ -318,12 +322,13 @@ impl ClusterState {
     pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
         let mut state = ClusterState {
             nodes: Vec::new(),
-            info: Vec::new(),
+            info: Arc::default(),
             gpus: Vec::new(),
-            classes: Vec::new(),
-            racks: Vec::new(),
-            signatures: Vec::new(),
-            signature_nodes: Vec::new(),
+            uuids: Arc::default(),
+            classes: Arc::default(),
+            racks: Arc::default(),
+            signatures: Arc::default(),
+            signature_nodes: Arc::default(),
             total_milli: 0,
             used_milli_total: 0,
             index: crate::index::FreeIndex::new(fleet.nodes.len()),
@@ -350,7 +355,7 @@ impl ClusterState {
             let rack_name = node.rack.clone().unwrap_or_default();
             let next = rack_ids.len() as u32;
             let rack = *rack_ids.entry(rack_name.clone()).or_insert_with(|| {
-                state.racks.push(rack_name);
+                Arc::make_mut(&mut state.racks).push(rack_name);
                 next
             });
             let node_idx = state.nodes.len() as NodeIdx;
@@ -370,13 +375,17 @@ impl ClusterState {
                 let key = (model.0, units.kind(), gpu.nvlink_domain.is_some());
                 let next_class = class_ids.len() as u16;
                 let class = *class_ids.entry(key).or_insert_with(|| {
-                    state.classes.push(device_class(catalog, model, units.kind(), gpu.nvlink_domain.is_some()));
+                    Arc::make_mut(&mut state.classes).push(device_class(
+                        catalog,
+                        model,
+                        units.kind(),
+                        gpu.nvlink_domain.is_some(),
+                    ));
                     next_class
                 });
                 state.gpus.push(GpuState {
                     node: node_idx,
                     index: gpu.index,
-                    uuid: gpu.uuid.clone(),
                     model,
                     class,
                     numa: gpu.numa,
@@ -390,6 +399,7 @@ impl ClusterState {
                     exclusive: false,
                     cordoned: false,
                 });
+                Arc::make_mut(&mut state.uuids).push(gpu.uuid.clone());
                 state.total_milli += 1000;
                 let last = state.gpus.last().expect("just pushed");
                 state.hot.push(GpuHot::of(last));
@@ -399,14 +409,14 @@ impl ClusterState {
             signature.gpus.sort_unstable();
             let next_signature = signature_ids.len() as u16;
             let signature = *signature_ids.entry(signature.clone()).or_insert_with(|| {
-                state.signatures.push(signature);
-                state.signature_nodes.push(Vec::new());
+                Arc::make_mut(&mut state.signatures).push(signature);
+                Arc::make_mut(&mut state.signature_nodes).push(Vec::new());
                 next_signature
             });
-            state.signature_nodes[signature as usize].push(node_idx);
+            Arc::make_mut(&mut state.signature_nodes)[signature as usize].push(node_idx);
             state.max_node_cpu = state.max_node_cpu.max(node.cpu.0);
             state.max_node_gpu_milli = state.max_node_gpu_milli.max(node.gpus.len() as u32 * 1000);
-            state.info.push(NodeInfo {
+            Arc::make_mut(&mut state.info).push(NodeInfo {
                 name: node.name.clone(),
                 labels: node.labels.clone(),
                 taints: node.taints.clone(),
@@ -471,7 +481,7 @@ impl ClusterState {
         let class = match self.classes.iter().position(|c| c.model == model && c.mode == kind && c.nvlink == nvlink) {
             Some(c) => c as u16,
             None => {
-                self.classes.push(device_class(catalog, model, kind, nvlink));
+                Arc::make_mut(&mut self.classes).push(device_class(catalog, model, kind, nvlink));
                 grew = true;
                 self.classes.len() as u16 - 1
             }
@@ -487,15 +497,16 @@ impl ClusterState {
         let new = match self.signatures.iter().position(|s| *s == signature) {
             Some(s) => s,
             None => {
-                self.signatures.push(signature);
-                self.signature_nodes.push(Vec::new());
+                Arc::make_mut(&mut self.signatures).push(signature);
+                Arc::make_mut(&mut self.signature_nodes).push(Vec::new());
                 grew = true;
                 self.signatures.len() - 1
             }
         };
         if new != old {
-            self.signature_nodes[old].retain(|&n| n != node);
-            let list = &mut self.signature_nodes[new];
+            let signature_nodes = Arc::make_mut(&mut self.signature_nodes);
+            signature_nodes[old].retain(|&n| n != node);
+            let list = &mut signature_nodes[new];
             let at = list.partition_point(|&n| n < node);
             list.insert(at, node);
             self.nodes[node as usize].signature = new as u16;
@@ -562,14 +573,14 @@ impl ClusterState {
             .iter()
             .map(|g| {
                 std::mem::size_of::<GpuState>()
-                    + g.uuid.capacity()
                     + match &g.units {
                         Units::Mig { slots } => slots.capacity() * std::mem::size_of::<MigSlot>(),
                         _ => 0,
                     }
             })
             .sum();
-        node_bytes + gpu_bytes + hot_bytes + index_bytes
+        let uuid_bytes: usize = self.uuids.iter().map(|u| std::mem::size_of::<String>() + u.capacity()).sum();
+        node_bytes + gpu_bytes + uuid_bytes + hot_bytes + index_bytes
     }
 }
 

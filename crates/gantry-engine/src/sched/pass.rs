@@ -83,12 +83,15 @@ struct Go {
 }
 
 /// Per-queue progress of one pass.
+/// A waiting job's place in its queue: (priority, high first; eligible since; id).
+type Key = (Reverse<i32>, u64, JobId);
+
 struct Scan {
     blocked: Vec<bool>,
     /// Placement work spent past each queue's blocked head.
     work: Vec<u64>,
     visits: Vec<usize>,
-    cursor: Vec<Option<(Reverse<i32>, u64, JobId)>>,
+    cursor: Vec<Option<Key>>,
     /// Request shapes refused for resources this pass, with the reason (any queue: placement
     /// does not depend on it).
     refused: BTreeMap<u64, PendingReason>,
@@ -341,16 +344,21 @@ impl Scheduler {
                 self.attempt(job, candidate, now, depth, &mut scan, &mut reservations, decisions);
             }
         }
+        // Each queue's next job past its cursor, kept between visits: a visit moves only its
+        // own queue's cursor, so only that head (or one tried since, out of order) is looked
+        // up again — not every queue's at every visit.
+        let mut heads: Vec<Option<Key>> = (0..n).map(|q| self.next_untried(q, &scan)).collect();
+        let mut candidates: Vec<(Candidate, JobId)> = Vec::with_capacity(n);
         loop {
-            let mut candidates: Vec<(Candidate, JobId)> = Vec::new();
-            for (q, set) in self.pending.iter().enumerate() {
+            candidates.clear();
+            for (q, head) in heads.iter_mut().enumerate() {
                 if (scan.blocked[q] && scan.work[q] >= work_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {
                     continue;
                 }
-                let from = scan.cursor[q].map_or(Bound::Unbounded, Bound::Excluded);
-                if let Some(&(Reverse(p), since, job)) =
-                    set.range((from, Bound::Unbounded)).find(|(_, _, j)| !scan.tried.contains(j))
-                {
+                if head.is_some_and(|(_, _, j)| scan.tried.contains(&j)) {
+                    *head = self.next_untried(q, &scan);
+                }
+                if let Some((Reverse(p), since, job)) = *head {
                     candidates.push((Candidate { queue: q, priority: p, submitted_s: since }, job));
                 }
             }
@@ -363,6 +371,7 @@ impl Scheduler {
             let q = candidate.queue;
             scan.cursor[q] = Some((Reverse(candidate.priority), candidate.submitted_s, job));
             scan.visits[q] += 1;
+            heads[q] = self.next_untried(q, &scan);
             if let Some(reason) = scan.refused.get(&self.jobs[&job].shape) {
                 // The same request was refused for resources this pass: the same answer.
                 scan.tried.insert(job);
@@ -390,6 +399,12 @@ impl Scheduler {
         self.plans = reservations.plans;
         self.release_promise_charges(now);
         scan.short
+    }
+
+    /// Queue `q`'s first job past its cursor not yet tried this pass.
+    fn next_untried(&self, q: usize, scan: &Scan) -> Option<Key> {
+        let from = scan.cursor[q].map_or(Bound::Unbounded, Bound::Excluded);
+        self.pending[q].range((from, Bound::Unbounded)).find(|(_, _, j)| !scan.tried.contains(j)).copied()
     }
 
     /// Without backfill the pass stops at a queue's blocked head, but a queue's right to
@@ -727,6 +742,23 @@ impl Scheduler {
         }
         let others: Vec<usize> = (0..reservations.plans.len()).filter(|&i| reservations.plans[i].0 != job).collect();
         if others.iter().any(|&i| end.is_none_or(|e| e > reservations.plans[i].1.start_s)) {
+            // The plans held before this start (each start is checked here); one on no node
+            // of this allocation still does. Only a shared node needs the planned fleet.
+            let shared = others.iter().any(|&i| self.engine.shares_nodes(alloc, &reservations.plans[i].1));
+            if !shared {
+                debug_assert!(
+                    {
+                        let mut running = running_list(&self.running);
+                        running.push(Running { alloc, end_s: end });
+                        let planned: Vec<(JobId, Reservation)> =
+                            others.iter().map(|&i| reservations.plans[i].clone()).collect();
+                        self.plans_hold(&planned, &running)
+                    },
+                    "plans on other nodes stopped holding"
+                );
+                reservations.plans.retain(|(k, _)| *k != job);
+                return Ok(Go { alloc, milli, demand, displaced, work });
+            }
             let mut running = running_list(&self.running);
             running.push(Running { alloc, end_s: end });
             let planned: Vec<(JobId, Reservation)> =

@@ -86,7 +86,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
             gpus: Vec::new(),
         })
         .collect();
-    for gpu in &state.gpus {
+    for (gpu, uuid) in state.gpus.iter().zip(state.uuids.iter()) {
         let node = &mut nodes[gpu.node as usize];
         let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
         jobs.dedup();
@@ -109,7 +109,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
         };
         node.gpus.push(GpuView {
             index: gpu.index,
-            uuid: gpu.uuid.clone(),
+            uuid: uuid.clone(),
             model: c.catalog.model(gpu.model).id.clone(),
             mode: format!("{:?}", gpu.units.kind()).to_ascii_lowercase().replace("timeslice", "time-slice"),
             allocated_milli: gpu.used_milli,
