@@ -23,7 +23,7 @@ pub struct Room {
 }
 
 /// Bitsets of nodes with room, by kind of room.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct FreeIndex {
     /// `whole_at_least[k - 1]`: nodes with at least k wholly free GPUs.
     pub whole_at_least: Vec<Vec<u64>>,
@@ -41,6 +41,33 @@ pub struct FreeIndex {
     /// Nodes with any GPU room at all (for memory-only requests).
     pub any_room: Vec<u64>,
     nodes: usize,
+}
+
+impl Clone for FreeIndex {
+    fn clone(&self) -> Self {
+        FreeIndex {
+            whole_at_least: self.whole_at_least.clone(),
+            share_room: self.share_room.clone(),
+            mps_room: self.mps_room.clone(),
+            time_slice_room: self.time_slice_room.clone(),
+            mig_room: self.mig_room.clone(),
+            mig_profile_room: self.mig_profile_room.clone(),
+            any_room: self.any_room.clone(),
+            nodes: self.nodes,
+        }
+    }
+
+    /// Field by field, so `self`'s vectors keep their allocations: see `ClusterState::clone_from`.
+    fn clone_from(&mut self, source: &Self) {
+        self.whole_at_least.clone_from(&source.whole_at_least);
+        self.share_room.clone_from(&source.share_room);
+        self.mps_room.clone_from(&source.mps_room);
+        self.time_slice_room.clone_from(&source.time_slice_room);
+        self.mig_room.clone_from(&source.mig_room);
+        self.mig_profile_room.clone_from(&source.mig_profile_room);
+        self.any_room.clone_from(&source.any_room);
+        self.nodes = source.nodes;
+    }
 }
 
 impl FreeIndex {

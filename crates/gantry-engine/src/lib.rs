@@ -100,7 +100,7 @@ pub struct Engine {
     state: ClusterState,
     config: EngineConfig,
     frag: FragModel,
-    rack_nodes: Vec<Vec<state::NodeIdx>>,
+    rack_nodes: Arc<Vec<Vec<state::NodeIdx>>>,
     /// Per-node fragmentation cache (see `Placer::frag_cache`).
     frag_cache: Vec<(u32, u64)>,
     /// Per-node verdicts (see `memo`); `None` where verdicts would depend on a learned
@@ -110,6 +110,17 @@ pub struct Engine {
     next_alloc: AllocId,
     decisions: u64,
     stats: SearchStats,
+    /// A planning copy (`backfill::planning_copy`): its state goes back to the spare pool
+    /// when it is dropped.
+    planning: bool,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if self.planning {
+            backfill::give_back(&mut self.state, &mut self.frag_cache);
+        }
+    }
 }
 
 impl Engine {
@@ -131,13 +142,14 @@ impl Engine {
             state,
             config,
             frag,
-            rack_nodes,
+            rack_nodes: Arc::new(rack_nodes),
             frag_cache,
             verdicts,
             allocations: BTreeMap::new(),
             next_alloc: 1,
             decisions: 0,
             stats: SearchStats::default(),
+            planning: false,
         })
     }
 
@@ -318,7 +330,7 @@ impl Engine {
     pub fn place_recorded(&mut self, job: &CompiledJob, placement: &[TaskPlacement]) -> Option<AllocId> {
         let mut tasks = Vec::with_capacity(placement.len());
         for t in placement {
-            let node = self.state.info.iter().position(|n| n.name == t.node)? as state::NodeIdx;
+            let node = self.state.node_by_name(&t.node)?;
             let group = job.groups.iter().position(|g| g.name == t.group)?;
             let gpu_on_node = |index: u32| {
                 self.state.gpus.iter().position(|g| g.node == node && g.index == index).map(|g| g as state::GpuIdx)
@@ -490,17 +502,13 @@ impl Engine {
     /// [`NOT_READY_TAINT`]): nothing new is placed on a marked node; what runs keeps running.
     /// Returns whether anything changed; an unknown node is an error.
     pub fn set_mark(&mut self, node: &str, key: &str, on: bool) -> Result<bool, EngineError> {
-        let idx = self
-            .state
-            .info
-            .iter()
-            .position(|n| n.name == node)
-            .ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))?;
-        let taints = &mut Arc::make_mut(&mut self.state.info)[idx].taints;
-        let present = taints.iter().any(|t| t.key == key);
+        let idx =
+            self.state.node_by_name(node).ok_or_else(|| EngineError::Fleet(format!("no node {node:?}")))? as usize;
+        let present = self.state.info[idx].taints.iter().any(|t| t.key == key);
         if present == on {
             return Ok(false);
         }
+        let taints = &mut Arc::make_mut(&mut self.state.info)[idx].taints;
         if on {
             taints.push(gantry_types::Taint { key: key.into(), value: String::new(), effect: "NoSchedule".into() });
         } else {
@@ -514,7 +522,7 @@ impl Engine {
 
     /// Does this node carry the taint `key`?
     pub fn has_mark(&self, node: &str, key: &str) -> bool {
-        self.state.info.iter().any(|n| n.name == node && n.taints.iter().any(|t| t.key == key))
+        self.state.node_by_name(node).is_some_and(|n| self.state.info[n as usize].taints.iter().any(|t| t.key == key))
     }
 
     /// Release a committed allocation; capacity returns exactly.

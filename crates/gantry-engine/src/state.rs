@@ -271,13 +271,16 @@ pub struct DeviceClass {
 }
 
 /// The whole fleet as the engine sees it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub struct ClusterState {
     pub nodes: Vec<NodeState>,
     /// Names, labels and taints; same indices as `nodes`. The tables that allocations never
     /// change are shared (`Arc`), so a planning copy of the state copies counters, not names:
     /// the scheduling cycle makes such copies for reservations and preemption plans.
     pub info: Arc<Vec<NodeInfo>>,
+    /// Node index by name: an agent's every heartbeat names its node, and a scan of `info`
+    /// per heartbeat grows with the fleet.
+    pub names: Arc<BTreeMap<String, NodeIdx>>,
     pub gpus: Vec<GpuState>,
     /// Each GPU's UUID, same indices as `gpus`.
     pub uuids: Arc<Vec<String>>,
@@ -301,6 +304,49 @@ pub struct ClusterState {
     pub node_tags: Vec<[u16; TASK_TAGS]>,
 }
 
+impl Clone for ClusterState {
+    fn clone(&self) -> Self {
+        ClusterState {
+            nodes: self.nodes.clone(),
+            info: self.info.clone(),
+            names: self.names.clone(),
+            gpus: self.gpus.clone(),
+            uuids: self.uuids.clone(),
+            classes: self.classes.clone(),
+            racks: self.racks.clone(),
+            signatures: self.signatures.clone(),
+            signature_nodes: self.signature_nodes.clone(),
+            total_milli: self.total_milli,
+            used_milli_total: self.used_milli_total,
+            index: self.index.clone(),
+            hot: self.hot.clone(),
+            max_node_cpu: self.max_node_cpu,
+            max_node_gpu_milli: self.max_node_gpu_milli,
+            node_tags: self.node_tags.clone(),
+        }
+    }
+
+    /// Field by field, so `self`'s vectors keep their allocations: a planning copy made from a spare state allocates nothing on a fleet of whole GPUs (`backfill`).
+    fn clone_from(&mut self, source: &Self) {
+        self.nodes.clone_from(&source.nodes);
+        self.info.clone_from(&source.info);
+        self.names.clone_from(&source.names);
+        self.gpus.clone_from(&source.gpus);
+        self.uuids.clone_from(&source.uuids);
+        self.classes.clone_from(&source.classes);
+        self.racks.clone_from(&source.racks);
+        self.signatures.clone_from(&source.signatures);
+        self.signature_nodes.clone_from(&source.signature_nodes);
+        self.total_milli = source.total_milli;
+        self.used_milli_total = source.used_milli_total;
+        self.index.clone_from(&source.index);
+        self.hot.clone_from(&source.hot);
+        self.max_node_cpu = source.max_node_cpu;
+        self.max_node_gpu_milli = source.max_node_gpu_milli;
+        self.node_tags.clone_from(&source.node_tags);
+    }
+}
+
 /// Task kinds counted per node: 0 = a GPU share, k = k whole GPUs (1..=8), 9 = other.
 pub const TASK_TAGS: usize = 10;
 
@@ -319,10 +365,12 @@ pub fn task_tag(need: &crate::request::GpuNeed) -> Option<usize> {
 impl ClusterState {
     /// Build from a resolved fleet. Models must be catalog ids; MIG layouts are validated again
     /// here because the engine trusts nothing it did not check.
-    pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
-        let mut state = ClusterState {
+    /// A state of no nodes (what a planning copy leaves behind when its state is kept).
+    pub fn empty() -> ClusterState {
+        ClusterState {
             nodes: Vec::new(),
             info: Arc::default(),
+            names: Arc::default(),
             gpus: Vec::new(),
             uuids: Arc::default(),
             classes: Arc::default(),
@@ -331,11 +379,19 @@ impl ClusterState {
             signature_nodes: Arc::default(),
             total_milli: 0,
             used_milli_total: 0,
-            index: crate::index::FreeIndex::new(fleet.nodes.len()),
+            index: crate::index::FreeIndex::new(0),
             hot: Vec::new(),
             max_node_cpu: 0,
             max_node_gpu_milli: 0,
+            node_tags: Vec::new(),
+        }
+    }
+
+    pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
+        let mut state = ClusterState {
+            index: crate::index::FreeIndex::new(fleet.nodes.len()),
             node_tags: vec![[0; TASK_TAGS]; fleet.nodes.len()],
+            ..ClusterState::empty()
         };
         let mut signature_ids: BTreeMap<Signature, u16> = BTreeMap::new();
         let mut rack_ids: BTreeMap<String, u32> = BTreeMap::new();
@@ -416,6 +472,7 @@ impl ClusterState {
             Arc::make_mut(&mut state.signature_nodes)[signature as usize].push(node_idx);
             state.max_node_cpu = state.max_node_cpu.max(node.cpu.0);
             state.max_node_gpu_milli = state.max_node_gpu_milli.max(node.gpus.len() as u32 * 1000);
+            Arc::make_mut(&mut state.names).insert(node.name.clone(), node_idx);
             Arc::make_mut(&mut state.info).push(NodeInfo {
                 name: node.name.clone(),
                 labels: node.labels.clone(),
@@ -545,7 +602,7 @@ impl ClusterState {
     }
 
     pub fn node_by_name(&self, name: &str) -> Option<NodeIdx> {
-        self.info.iter().position(|n| n.name == name).map(|i| i as NodeIdx)
+        self.names.get(name).copied()
     }
 
     /// Compute handed out across the fleet, in milli-GPU.

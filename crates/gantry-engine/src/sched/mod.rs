@@ -278,7 +278,8 @@ pub struct Scheduler {
     waiting_on_deps: BTreeSet<JobId>,
     /// How each ended job ended: true = completed.
     ended: BTreeMap<JobId, bool>,
-    reason: digest::DigestMap<JobId, PendingReason>,
+    /// Why each waiting job waits; jobs refused for the same request share one reason.
+    reason: digest::DigestMap<JobId, std::sync::Arc<PendingReason>>,
     estimate: digest::DigestMap<JobId, u64>,
     running: BTreeMap<AllocId, RunningJob>,
     /// Preemption: allocations in their grace period (and why), and the jobs waiting for
@@ -785,7 +786,7 @@ impl Scheduler {
         let mut out: BTreeMap<String, u64> = BTreeMap::new();
         for set in &self.pending {
             for &(_, _, job) in set {
-                let kind = self.reason.get(&job).map_or_else(|| "queue-order".to_string(), PendingReason::kind);
+                let kind = self.reason.get(&job).map_or_else(|| "queue-order".to_string(), |r| r.kind());
                 *out.entry(kind).or_default() += 1;
             }
         }
@@ -818,7 +819,7 @@ impl Scheduler {
     /// Why job `id` waits, and its estimate; `None` if it is not waiting.
     /// Each waiting job's reason and estimated start as the last cycle left them, by id.
     pub fn reasons(&self) -> impl Iterator<Item = (JobId, &PendingReason, Option<u64>)> + '_ {
-        self.reason.iter().map(|(id, reason)| (*id, reason, self.estimate.get(id).copied()))
+        self.reason.iter().map(|(id, reason)| (*id, &**reason, self.estimate.get(id).copied()))
     }
 
     /// A fingerprint of every waiting job's reason and estimated start, kept up to date as
@@ -854,7 +855,7 @@ impl Scheduler {
         if !self.pending[e.queue].contains(&key) {
             return None;
         }
-        let mut reason = self.reason.get(&id).cloned().unwrap_or(PendingReason::QueueOrder);
+        let mut reason = self.reason.get(&id).map_or(PendingReason::QueueOrder, |r| (**r).clone());
         if let PendingReason::Resources { by_class, .. } = &mut reason {
             *by_class = self.engine.free_by_class(&e.job.compiled);
         }

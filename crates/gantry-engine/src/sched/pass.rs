@@ -50,6 +50,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
+use std::sync::Arc;
 
 fn running_list(running: &BTreeMap<AllocId, RunningJob>) -> Vec<Running> {
     running.iter().map(|(&alloc, r)| Running { alloc, end_s: r.limit_end }).collect()
@@ -94,7 +95,7 @@ struct Scan {
     cursor: Vec<Option<Key>>,
     /// Request shapes refused for resources this pass, with the reason (any queue: placement
     /// does not depend on it).
-    refused: BTreeMap<u64, PendingReason>,
+    refused: BTreeMap<u64, Arc<PendingReason>>,
     tried: BTreeSet<JobId>,
     short: Vec<JobId>,
     /// Jobs refused this pass that could not be promised a start because every reservation was
@@ -521,6 +522,9 @@ impl Scheduler {
                 // one: they are ahead in the queue, and a later cycle would otherwise reserve
                 // them ahead of (and push back) what was promised.
                 let delayed = matches!(reason, PendingReason::Reservation { .. });
+                // One reason shared by every job of the shape refused after it (a long queue of
+                // one request would otherwise hold a copy of a long reason per job).
+                let reason = Arc::new(reason);
                 if resources {
                     scan.refused.insert(self.jobs[&job].shape, reason.clone());
                 }

@@ -164,7 +164,7 @@ impl Scheduler {
         for (&job, a) in &self.awaiting {
             if self.reason.contains_key(&job) {
                 let victims = a.victims.iter().filter(|v| self.terminating.contains_key(v)).count() as u32;
-                self.reason.insert(job, PendingReason::Preempting { victims, until_s: a.until });
+                self.reason.insert(job, std::sync::Arc::new(PendingReason::Preempting { victims, until_s: a.until }));
             }
         }
     }
@@ -192,6 +192,11 @@ impl Scheduler {
             .map(|&alloc| self.victim(alloc, now))
             .collect();
         let mut requests = 0;
+        // Whether a right has an eligible victim, per right: a long queue's short jobs share a
+        // few rights (queue, priority, guarantee, starving), and without this every one of
+        // them scanned every running job — short jobs × running jobs per cycle. Forgotten
+        // whenever a plan changes the victims or the spare.
+        let mut eligible: Vec<(Right, bool)> = Vec::new();
         for &job in short {
             if requests == PREEMPTORS_MAX {
                 break;
@@ -200,9 +205,18 @@ impl Scheduler {
                 continue;
             }
             let right = self.right(job, now, &room);
-            if !victims.iter().any(|v| v.cause(&right).is_some() && spare.allows(v, right.queue)) {
+            let any = match eligible.iter().find(|(r, _)| *r == right) {
+                Some(&(_, any)) => any,
+                None => {
+                    let any = victims.iter().any(|v| v.cause(&right).is_some() && spare.allows(v, right.queue));
+                    eligible.push((right.clone(), any));
+                    any
+                }
+            };
+            if !any {
                 continue;
             }
+            eligible.clear();
             requests += 1;
             let compiled = &self.jobs[&job].job.compiled;
             let Some(plan) = self.plan_checked(&base, compiled, right, &victims, &spare, &room) else { continue };
