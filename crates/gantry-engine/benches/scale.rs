@@ -12,8 +12,9 @@
 //!
 //! Run: `cargo bench -p gantry-engine --bench scale` (every curve; about 15 minutes on a
 //! 2-vCPU VM), `-- --curve nodes|waiting|running` for one, `-- --quick` for a tenth of every
-//! size, `-- --svg DIR` to draw the curves (`cost-nodes.svg`, …), `-- --point N,W,R` for one
-//! point (R = 0: fill the fleet).
+//! size, `-- --svg DIR` to draw the curves (`cost-nodes.svg`, …), `-- --cycles N` to measure
+//! N cycles per point (40), `-- --base-nodes N` to vary waiting and running jobs on N nodes
+//! instead of 100,000, `-- --point N,W,R` for one point (R = 0: fill the fleet).
 
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Backfill, Decision, JobId, Order, SchedJob, Scheduler, SchedulerConfig};
@@ -29,7 +30,7 @@ mod svg;
 
 /// Leaf queues (projects) of the tree.
 const PROJECTS: usize = 64;
-/// Steady cycles measured per point.
+/// Steady cycles measured per point (`--cycles N` for another count).
 const CYCLES: usize = 40;
 /// Seconds between cycles.
 const STEP_S: u64 = 60;
@@ -156,6 +157,7 @@ struct Bench {
     /// Stopped for a preemptor: killed at this time.
     dying: BTreeMap<AllocId, u64>,
     decisions: u64,
+    started: Instant,
 }
 
 impl Bench {
@@ -177,6 +179,7 @@ impl Bench {
             running: BTreeMap::new(),
             dying: BTreeMap::new(),
             decisions: 0,
+            started: Instant::now(),
         }
     }
 
@@ -249,7 +252,15 @@ impl Bench {
                     break;
                 }
             }
-            if self.running.len() == before {
+            eprintln!(
+                "  fill: {} running, {} waiting, {:.0} MiB after {:.1} s",
+                self.running.len(),
+                self.scheduler.queued(),
+                rss_mib(),
+                self.started.elapsed().as_secs_f64()
+            );
+            // Full: a round started (nearly) nothing.
+            if self.running.len() < before + chunk / 100 {
                 return;
             }
         }
@@ -261,7 +272,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// Measure one point (in this process).
-fn measure(point: Point) -> Measured {
+fn measure(point: Point, cycles: usize) -> Measured {
     let setup = Instant::now();
     let mut bench = Bench::new(point.nodes);
     bench.fill(point.running, point.nodes);
@@ -271,8 +282,8 @@ fn measure(point: Point) -> Measured {
     bench.advance();
     let first = bench.cycle();
     bench.decisions = 0;
-    let mut times = Vec::with_capacity(CYCLES);
-    for _ in 0..CYCLES {
+    let mut times = Vec::with_capacity(cycles);
+    for _ in 0..cycles.max(1) {
         bench.advance();
         times.push(bench.cycle());
     }
@@ -294,23 +305,27 @@ fn measure(point: Point) -> Measured {
 }
 
 /// Measure `point` in a child process of this benchmark.
-fn measure_apart(point: Point) -> Measured {
+fn measure_apart(point: Point, cycles: usize) -> Measured {
     let exe = std::env::current_exe().expect("the benchmark's own path");
     let arg = format!("{},{},{}", point.nodes, point.waiting, point.running);
-    let out = std::process::Command::new(exe).args(["--point", &arg]).output().expect("runs a point");
+    let out = std::process::Command::new(exe)
+        .args(["--point", &arg, "--cycles", &cycles.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("runs a point");
     let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| Measured::parse(point, l))
-        .unwrap_or_else(|| panic!("point {arg} failed: {}{}", text, String::from_utf8_lossy(&out.stderr)))
+    text.lines().find_map(|l| Measured::parse(point, l)).unwrap_or_else(|| panic!("point {arg} failed: {text}"))
 }
 
-fn curves(quick: bool) -> Vec<(&'static str, Vec<Point>)> {
+/// The curves: nodes varied at 100,000 waiting jobs; waiting and running jobs varied on
+/// `base` nodes (100,000 unless `--base-nodes` says otherwise).
+fn curves(quick: bool, base: usize) -> Vec<(&'static str, Vec<Point>)> {
     let s = |n: usize| if quick { n / 10 } else { n };
     let p = |nodes, waiting, running| Point { nodes: s(nodes), waiting: s(waiting), running: s(running) };
     vec![
         ("nodes", vec![p(1_000, 100_000, 0), p(10_000, 100_000, 0), p(100_000, 100_000, 0)]),
-        ("waiting", vec![p(100_000, 1_000, 0), p(100_000, 100_000, 0), p(100_000, 1_000_000, 0)]),
-        ("running", vec![p(100_000, 100_000, 5_000), p(100_000, 100_000, 50_000), p(100_000, 100_000, 500_000)]),
+        ("waiting", vec![p(base, 1_000, 0), p(base, 100_000, 0), p(base, 1_000_000, 0)]),
+        ("running", vec![p(base, 100_000, 5_000), p(base, 100_000, 50_000), p(base, 100_000, 500_000)]),
     ]
 }
 
@@ -376,18 +391,20 @@ fn draw(dir: &str, curve: &str, measured: &[Measured]) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let cycles = value("--cycles").map_or(CYCLES, |n| n.parse().expect("--cycles N"));
     if let Some(point) = value("--point") {
         let v: Vec<usize> = point.split(',').map(|n| n.parse().expect("--point NODES,WAITING,RUNNING")).collect();
         let [nodes, waiting, running] = v[..] else { panic!("--point NODES,WAITING,RUNNING") };
-        println!("{}", measure(Point { nodes, waiting, running }).line());
+        println!("{}", measure(Point { nodes, waiting, running }, cycles).line());
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
     let only = value("--curve");
     println!(
-        "gantry scheduling-cycle cost curves: fair share ({PROJECTS} projects in 3 levels), backfill with reservations (depth 8), preemption on; {CYCLES} cycles per point"
+        "gantry scheduling-cycle cost curves: fair share ({PROJECTS} projects in 3 levels), backfill with reservations (depth 8), preemption on; {cycles} cycles per point"
     );
-    for (curve, points) in curves(quick) {
+    let base = value("--base-nodes").map_or(100_000, |n| n.parse().expect("--base-nodes N"));
+    for (curve, points) in curves(quick, base) {
         if only.as_deref().is_some_and(|c| c != curve) {
             continue;
         }
@@ -395,7 +412,7 @@ fn main() {
         header();
         let mut measured = Vec::new();
         for point in points {
-            let m = measure_apart(point);
+            let m = measure_apart(point, cycles);
             row(&m);
             measured.push(m);
         }

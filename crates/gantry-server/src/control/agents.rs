@@ -95,7 +95,7 @@ impl Controller {
     /// its index in the engine and the agent's GPUs, sorted.
     fn check_inventory(&self, reg: &Register) -> Result<(usize, Vec<AgentGpu>), ControlError> {
         let state = self.scheduler.engine().state();
-        let Some(node_idx) = state.info.iter().position(|n| n.name == reg.node) else {
+        let Some(node_idx) = state.node_by_name(&reg.node).map(|n| n as usize) else {
             let names: Vec<&str> = state.info.iter().map(|n| n.name.as_str()).take(20).collect();
             return Err(ControlError::UnknownNode(format!(
                 "node {:?} is not in the controller's fleet (it has: {})",
@@ -294,9 +294,8 @@ impl Controller {
         effects: &mut Effects,
     ) -> Result<(), ControlError> {
         let missing: Vec<(u64, String, u32)> = self
-            .running
-            .iter()
-            .flat_map(|(&job, r)| {
+            .runs_on(node)
+            .flat_map(|(job, r)| {
                 r.tasks
                     .iter()
                     .filter(|((group, replica), n)| *n == node && !r.exited.contains(&(group.clone(), *replica)))
@@ -334,11 +333,10 @@ impl Controller {
     pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
         let launch = self.outbox.get(node).map(|o| o.values().cloned().collect()).unwrap_or_default();
         let stop = self
-            .running
-            .iter()
-            .filter(|(_, r)| r.stopping.is_some() && r.tasks.values().any(|n| n == node))
-            .filter(|(job, r)| !stopping.iter().any(|k| k.job == **job && k.attempt == r.attempt))
-            .map(|(&job, r)| StopOrder { job, attempt: r.attempt, grace_s: r.stopping.unwrap_or_default() })
+            .runs_on(node)
+            .filter(|(_, r)| r.stopping.is_some())
+            .filter(|(job, r)| !stopping.iter().any(|k| k.job == *job && k.attempt == r.attempt))
+            .map(|(job, r)| StopOrder { job, attempt: r.attempt, grace_s: r.stopping.unwrap_or_default() })
             .collect();
         Orders { launch, stop, forget: Vec::new(), layouts: self.layout_orders(node), forget_layouts: Vec::new() }
     }

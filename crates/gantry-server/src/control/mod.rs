@@ -140,7 +140,9 @@ pub struct Controller {
     pub(crate) stats: crate::metrics::ServiceStats,
     pub(crate) series: crate::series::Series,
     pub(crate) idle: crate::idle::IdleWatch,
-    /// Running jobs by the nodes they hold GPUs on (a node's new samples re-meter them).
+    /// Running jobs by the nodes their tasks run on: a heartbeat reads only its node's jobs
+    /// (a scan of every running job per heartbeat grows with the fleet twice over), and a
+    /// node's new samples re-meter them.
     pub(crate) on_node: BTreeMap<String, BTreeSet<u64>>,
     pub(crate) running: BTreeMap<u64, Runs>,
     /// Remote agents that registered, by node.
@@ -323,9 +325,14 @@ impl Controller {
         [self.scheduler.next_wake(now), plan, deadline].into_iter().flatten().min()
     }
 
+    /// The running jobs with a task on `node`.
+    pub(crate) fn runs_on(&self, node: &str) -> impl Iterator<Item = (u64, &Runs)> + '_ {
+        self.on_node.get(node).into_iter().flatten().filter_map(|job| self.running.get(job).map(|r| (*job, r)))
+    }
+
     /// Is `node` a node of the fleet?
     pub fn knows_node(&self, node: &str) -> bool {
-        self.scheduler.engine().state().info.iter().any(|n| n.name == node)
+        self.scheduler.engine().state().node_by_name(node).is_some()
     }
 
     /// The tasks of `job`'s current run (none if it is not running).
@@ -411,8 +418,8 @@ impl Controller {
             moved: None,
             grants: self.grants(placement),
         };
-        for g in &runs.grants {
-            self.on_node.entry(g.node.clone()).or_default().insert(job);
+        for node in runs.tasks.values() {
+            self.on_node.entry(node.clone()).or_default().insert(job);
         }
         self.running.insert(job, runs);
         self.remeter(job, now);

@@ -78,11 +78,11 @@ impl Controller {
         self.pending.usage.extend(rows);
         self.idle.forget(job);
         if let Some(runs) = self.running.get(&job) {
-            for g in &runs.grants {
-                if let Some(jobs) = self.on_node.get_mut(&g.node) {
+            for node in runs.tasks.values() {
+                if let Some(jobs) = self.on_node.get_mut(node) {
                     jobs.remove(&job);
                     if jobs.is_empty() {
-                        self.on_node.remove(&g.node);
+                        self.on_node.remove(node);
                     }
                 }
             }
