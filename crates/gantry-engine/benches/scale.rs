@@ -2,8 +2,8 @@
 //! waiting jobs, running jobs — with fair share over a three-level queue tree (4 orgs × 4
 //! teams × 4 projects, guarantees at every level), backfill with reservations (depth 8) and
 //! preemption planning on. Each point runs in its own process so its resident memory is its
-//! own: the fleet is filled with running jobs (to a target, or until it is full), the waiting
-//! jobs are submitted, then cycles run one simulated minute apart while about one running job
+//! own: the fleet is filled with running jobs (to a target, or until it is full; placed on a
+//! scratch engine and adopted, so setup costs no cycles), the waiting jobs are submitted, then cycles run one simulated minute apart while about one running job
 //! in a thousand ends before each (and preempted jobs die when their grace ends).
 //!
 //! Reported per point: the first cycle after the submissions, then p50 / p99 / max of the
@@ -232,36 +232,37 @@ impl Bench {
         }
     }
 
-    /// Fill the fleet: submit and cycle until `target` jobs run (0: until no more start).
+    /// Fill the fleet with running jobs: placed on a scratch engine of the same fleet and
+    /// adopted by the scheduler on those placements (as a restarted controller re-adopts), so
+    /// setup does not cost the cycles being measured. Until `target` jobs run (0: until
+    /// placements keep failing, the fleet full).
     fn fill(&mut self, target: usize, nodes: usize) {
         let small = target > 0;
-        // About what a node holds of the mix: a fleet is full after a few rounds, and what
-        // the last round leaves waiting is small beside the waiting jobs measured.
-        let chunk = (nodes * 4).clamp(1000, 50_000);
-        loop {
-            let want = if target > 0 { target.saturating_sub(self.running.len()) } else { chunk };
-            if want == 0 {
-                return;
-            }
-            let before = self.running.len();
-            self.submit(want.min(chunk), small);
-            while self.scheduler.queued() > 0 {
-                let started = self.running.len();
-                self.cycle();
-                if self.running.len() == started {
-                    break;
-                }
-            }
-            eprintln!(
-                "  fill: {} running, {} waiting, {:.0} MiB after {:.1} s",
-                self.running.len(),
-                self.scheduler.queued(),
-                rss_mib(),
-                self.started.elapsed().as_secs_f64()
-            );
-            // Full: a round started (nearly) nothing.
-            if self.running.len() < before + chunk / 100 {
-                return;
+        let config = EngineConfig { policy: Policy::Default, seed: 1, limits: SearchLimits::default(), shapes: None };
+        let mut scratch =
+            Engine::new(&mixed_fleet::fleet(nodes), Catalog::embedded(), config).expect("the bench fleet is valid");
+        let mut refused_in_a_row = 0;
+        while (target == 0 || self.running.len() < target) && refused_in_a_row < 1000 {
+            let id = self.next_id;
+            self.next_id += 1;
+            let spec = job(id as usize, &self.mix, small);
+            let compiled = scratch.compile(&spec).expect("the bench's jobs compile");
+            let Ok(at) = scratch.place(&compiled) else {
+                refused_in_a_row += 1;
+                continue;
+            };
+            refused_in_a_row = 0;
+            let placement = scratch.placement(at, &compiled).expect("just placed");
+            let sched = SchedJob::of(&spec, compiled, Vec::new());
+            let alloc = self.scheduler.adopt(id, sched, &placement, self.now, self.now).expect("adopts its placement");
+            self.running.insert(alloc, id);
+            if self.running.len().is_multiple_of(100_000) {
+                eprintln!(
+                    "  fill: {} running, {:.0} MiB after {:.1} s",
+                    self.running.len(),
+                    rss_mib(),
+                    self.started.elapsed().as_secs_f64()
+                );
             }
         }
     }

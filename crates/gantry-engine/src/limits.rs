@@ -61,6 +61,14 @@ pub const BACKFILL_WORK_MAX: u64 = 4096;
 /// Jobs looked at per queue per cycle, tried or not: what bounds a pass over a very long
 /// queue. A look costs a lookup (no placement), so 10,000 stays within a few milliseconds.
 pub const BACKFILL_VISITS_MAX: usize = 10_000;
+/// Jobs looked at per cycle in all queues together. The per-queue bound alone let a cycle
+/// look at 10,000 jobs in each of 64 queues; a look at a job refused for a request already
+/// refused still records its reason and may offer it a reservation, about 4 µs, so a cycle
+/// grew with the waiting jobs: 490 ms at 100,000 waiting on 1,000 nodes (the scale bench,
+/// docs/PERFORMANCE.md). 20,000 looks are about 80 ms. Jobs past them in the order keep the
+/// reason the last cycle that reached them gave (a new job: "jobs ahead go first"), and nothing
+/// past them could have started this cycle unless the jobs before it were refused.
+pub const CYCLE_VISITS_MAX: usize = 20_000;
 
 /// Nodes whose victims alone are tried as a candidate set, cheapest first. Each candidate costs
 /// one placement per victim added; 16 nodes bound a plan to a few hundred placements on a

@@ -25,7 +25,7 @@ use gantry_types::{DependencyKind, Flavor, JobControl, Lifecycle, PendingJob, Pe
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use crate::limits::{BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX};
+pub use crate::limits::{BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, CYCLE_VISITS_MAX};
 pub use rights::PREEMPTORS_MAX;
 
 /// The caller's name for a job (a trace index, a database id).

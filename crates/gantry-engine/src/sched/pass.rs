@@ -36,11 +36,11 @@
 //! pass is refused with the same reason without a placement (nothing is released during a
 //! pass, so the answer cannot change) — a long run of blocked 8-GPU jobs cannot hide the small
 //! jobs behind it. Looking at a job costs a lookup; at most [`BACKFILL_VISITS_MAX`] per queue
-//! per pass.
+//! and [`CYCLE_VISITS_MAX`] in all per pass.
 
 use super::{
-    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, Decision, JobId, Order, PREEMPTORS_MAX, PromiseBreak, RunningJob,
-    Scheduler,
+    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, CYCLE_VISITS_MAX, Decision, JobId, Order, PREEMPTORS_MAX,
+    PromiseBreak, RunningJob, Scheduler,
 };
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
@@ -350,7 +350,12 @@ impl Scheduler {
         // up again — not every queue's at every visit.
         let mut heads: Vec<Option<Key>> = (0..n).map(|q| self.next_untried(q, &scan)).collect();
         let mut candidates: Vec<(Candidate, JobId)> = Vec::with_capacity(n);
+        let mut looked = 0;
         loop {
+            if looked == CYCLE_VISITS_MAX {
+                break;
+            }
+            looked += 1;
             candidates.clear();
             for (q, head) in heads.iter_mut().enumerate() {
                 if (scan.blocked[q] && scan.work[q] >= work_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {

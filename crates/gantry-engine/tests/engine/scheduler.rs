@@ -205,3 +205,37 @@ fn a_reconfigured_gpu_takes_the_waiting_mig_job_once_jobs_are_compiled_again() {
     assert_eq!(s.set_gpu_mode("n", 0, &layout, |id| (id == 1).then(|| spec.clone())), Ok(true));
     assert_eq!(started(&s.cycle(1)), [1], "compiled again, it starts on the new instances");
 }
+
+#[test]
+fn a_cycle_looks_at_no_more_than_its_bound_of_waiting_jobs_and_still_starts_the_first() {
+    // Three queues, each under the per-queue bound, together over the cycle's.
+    let tree = QueueTree::flat(["a", "b", "c"], 3600, 86_400);
+    let config = SchedulerConfig { order: Order::FairShare(tree), ..Default::default() };
+    let mut s = Scheduler::new(engine(TWO_GPUS, Policy::BestFit), config);
+    let bound = gantry_engine::sched::CYCLE_VISITS_MAX;
+    let per_queue = bound / 3 + 100;
+    assert!(per_queue < gantry_engine::sched::BACKFILL_VISITS_MAX);
+    s.submit(1, job(&s, "wide", "a", 2, 0, 100), 0).expect("submits");
+    assert_eq!(started(&s.cycle(0)), [1], "the fleet is full");
+    let mut last = 0;
+    for k in 0..3 * per_queue as u64 {
+        last = k + 2;
+        let queue = ["a", "b", "c"][(k % 3) as usize];
+        s.submit(last, job(&s, "one", queue, 1, 0, 10), 1).expect("submits");
+    }
+    assert!(started(&s.cycle(1)).is_empty());
+    let explained = s.reasons().count();
+    assert!(explained <= bound, "{explained} jobs were looked at, more than {bound}");
+    assert!(explained + 10 >= bound, "the bound, not far less: {explained}");
+    // The jobs never looked at say why they wait: jobs ahead go first.
+    let looked: std::collections::BTreeSet<u64> = s.reasons().map(|(id, _, _)| id).collect();
+    let unseen: Vec<u64> = (2..=last).filter(|id| !looked.contains(id)).collect();
+    assert_eq!(unseen.len(), last as usize - 1 - explained);
+    assert_eq!(s.why(unseen[0]).expect("waits").reason, PendingReason::QueueOrder);
+    // Room frees: two of the first in line start, however long the queues behind them.
+    let alloc = s.allocation_of(1).expect("runs");
+    s.ended(alloc, true, 100).expect("running");
+    let first = started(&s.cycle(100));
+    assert_eq!(first.len(), 2);
+    assert!(first.iter().all(|&j| j <= 4), "{first:?}");
+}
