@@ -197,9 +197,6 @@ impl Engine {
         Some(Reservation { start_s: times[hi], end_s: limit_s.map(|d| times[hi] + d), tasks })
     }
 
-    /// Does reservation `r`, planned in an earlier cycle, still hold after the `earlier`
-    /// reservations: its exact grants free on the fleet as planned at its start? (Kept, it
-    /// cannot push later ones back the way planning it again on other GPUs can.)
     /// Does allocation `alloc` hold anything on a node `r` plans on? The ledger's effects are
     /// per node, so an allocation elsewhere cannot change whether `r` holds: checking that
     /// costs a look at two task lists instead of a copy of the fleet.
@@ -208,6 +205,9 @@ impl Engine {
         a.tasks.iter().any(|t| r.tasks.iter().any(|p| p.node == t.node))
     }
 
+    /// Does reservation `r`, planned in an earlier cycle, still hold after the `earlier`
+    /// reservations: its exact grants free on the fleet as planned at its start? (Kept, it
+    /// cannot push later ones back the way planning it again on other GPUs can.)
     pub fn plan_holds(&self, r: &Reservation, running: &[Running], earlier: &[Reservation]) -> bool {
         let mut copy = self.planned_at(running, earlier, r.start_s);
         crate::ledger::try_apply_all(&mut copy.state, &r.tasks)

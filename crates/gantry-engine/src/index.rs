@@ -45,28 +45,32 @@ pub struct FreeIndex {
 
 impl Clone for FreeIndex {
     fn clone(&self) -> Self {
-        FreeIndex {
-            whole_at_least: self.whole_at_least.clone(),
-            share_room: self.share_room.clone(),
-            mps_room: self.mps_room.clone(),
-            time_slice_room: self.time_slice_room.clone(),
-            mig_room: self.mig_room.clone(),
-            mig_profile_room: self.mig_profile_room.clone(),
-            any_room: self.any_room.clone(),
-            nodes: self.nodes,
-        }
+        let mut copy = FreeIndex::new(0);
+        copy.clone_from(self);
+        copy
     }
 
-    /// Field by field, so `self`'s vectors keep their allocations: see `ClusterState::clone_from`.
+    /// Field by field, so `self`'s vectors keep their allocations (see
+    /// `ClusterState::clone_from`); a field not copied here does not compile.
     fn clone_from(&mut self, source: &Self) {
-        self.whole_at_least.clone_from(&source.whole_at_least);
-        self.share_room.clone_from(&source.share_room);
-        self.mps_room.clone_from(&source.mps_room);
-        self.time_slice_room.clone_from(&source.time_slice_room);
-        self.mig_room.clone_from(&source.mig_room);
-        self.mig_profile_room.clone_from(&source.mig_profile_room);
-        self.any_room.clone_from(&source.any_room);
-        self.nodes = source.nodes;
+        let FreeIndex {
+            whole_at_least,
+            share_room,
+            mps_room,
+            time_slice_room,
+            mig_room,
+            mig_profile_room,
+            any_room,
+            nodes,
+        } = source;
+        self.whole_at_least.clone_from(whole_at_least);
+        self.share_room.clone_from(share_room);
+        self.mps_room.clone_from(mps_room);
+        self.time_slice_room.clone_from(time_slice_room);
+        self.mig_room.clone_from(mig_room);
+        self.mig_profile_room.clone_from(mig_profile_room);
+        self.any_room.clone_from(any_room);
+        self.nodes = *nodes;
     }
 }
 

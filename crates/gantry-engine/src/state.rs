@@ -306,44 +306,49 @@ pub struct ClusterState {
 
 impl Clone for ClusterState {
     fn clone(&self) -> Self {
-        ClusterState {
-            nodes: self.nodes.clone(),
-            info: self.info.clone(),
-            names: self.names.clone(),
-            gpus: self.gpus.clone(),
-            uuids: self.uuids.clone(),
-            classes: self.classes.clone(),
-            racks: self.racks.clone(),
-            signatures: self.signatures.clone(),
-            signature_nodes: self.signature_nodes.clone(),
-            total_milli: self.total_milli,
-            used_milli_total: self.used_milli_total,
-            index: self.index.clone(),
-            hot: self.hot.clone(),
-            max_node_cpu: self.max_node_cpu,
-            max_node_gpu_milli: self.max_node_gpu_milli,
-            node_tags: self.node_tags.clone(),
-        }
+        let mut copy = ClusterState::empty();
+        copy.clone_from(self);
+        copy
     }
 
-    /// Field by field, so `self`'s vectors keep their allocations: a planning copy made from a spare state allocates nothing on a fleet of whole GPUs (`backfill`).
+    /// Field by field, so `self`'s vectors keep their allocations: a planning copy made from a
+    /// spare state allocates nothing on a fleet of whole GPUs (`backfill`). The source is taken
+    /// apart whole, so a field added to the state and not copied here does not compile.
     fn clone_from(&mut self, source: &Self) {
-        self.nodes.clone_from(&source.nodes);
-        self.info.clone_from(&source.info);
-        self.names.clone_from(&source.names);
-        self.gpus.clone_from(&source.gpus);
-        self.uuids.clone_from(&source.uuids);
-        self.classes.clone_from(&source.classes);
-        self.racks.clone_from(&source.racks);
-        self.signatures.clone_from(&source.signatures);
-        self.signature_nodes.clone_from(&source.signature_nodes);
-        self.total_milli = source.total_milli;
-        self.used_milli_total = source.used_milli_total;
-        self.index.clone_from(&source.index);
-        self.hot.clone_from(&source.hot);
-        self.max_node_cpu = source.max_node_cpu;
-        self.max_node_gpu_milli = source.max_node_gpu_milli;
-        self.node_tags.clone_from(&source.node_tags);
+        let ClusterState {
+            nodes,
+            info,
+            names,
+            gpus,
+            uuids,
+            classes,
+            racks,
+            signatures,
+            signature_nodes,
+            total_milli,
+            used_milli_total,
+            index,
+            hot,
+            max_node_cpu,
+            max_node_gpu_milli,
+            node_tags,
+        } = source;
+        self.nodes.clone_from(nodes);
+        self.info.clone_from(info);
+        self.names.clone_from(names);
+        self.gpus.clone_from(gpus);
+        self.uuids.clone_from(uuids);
+        self.classes.clone_from(classes);
+        self.racks.clone_from(racks);
+        self.signatures.clone_from(signatures);
+        self.signature_nodes.clone_from(signature_nodes);
+        self.total_milli = *total_milli;
+        self.used_milli_total = *used_milli_total;
+        self.index.clone_from(index);
+        self.hot.clone_from(hot);
+        self.max_node_cpu = *max_node_cpu;
+        self.max_node_gpu_milli = *max_node_gpu_milli;
+        self.node_tags.clone_from(node_tags);
     }
 }
 
@@ -363,8 +368,6 @@ pub fn task_tag(need: &crate::request::GpuNeed) -> Option<usize> {
 }
 
 impl ClusterState {
-    /// Build from a resolved fleet. Models must be catalog ids; MIG layouts are validated again
-    /// here because the engine trusts nothing it did not check.
     /// A state of no nodes (what a planning copy leaves behind when its state is kept).
     pub fn empty() -> ClusterState {
         ClusterState {
@@ -387,6 +390,8 @@ impl ClusterState {
         }
     }
 
+    /// Build from a resolved fleet. Models must be catalog ids; MIG layouts are validated again
+    /// here because the engine trusts nothing it did not check.
     pub fn new(fleet: &Fleet, catalog: &Catalog) -> Result<ClusterState, EngineError> {
         let mut state = ClusterState {
             index: crate::index::FreeIndex::new(fleet.nodes.len()),

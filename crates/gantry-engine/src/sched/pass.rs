@@ -83,10 +83,10 @@ struct Go {
     work: u64,
 }
 
-/// Per-queue progress of one pass.
 /// A waiting job's place in its queue: (priority, high first; eligible since; id).
 type Key = (Reverse<i32>, u64, JobId);
 
+/// Per-queue progress of one pass.
 struct Scan {
     blocked: Vec<bool>,
     /// Placement work spent past each queue's blocked head.
