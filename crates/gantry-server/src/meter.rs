@@ -30,7 +30,7 @@ pub struct Line {
 
 impl Line {
     /// Use per second, in milli-GPU × percent (exact integers; / 100 when integrated).
-    fn used_rate(&self) -> u64 {
+    pub fn used_rate(&self) -> u64 {
         self.milli * u64::from(self.utilization_pct.min(100))
     }
 }
@@ -129,7 +129,7 @@ impl Meter {
     /// Integrate `job` up to `now` and forget its rates.
     fn stop(&mut self, now: u64, job: u64) {
         let Some(mut open) = self.open.remove(&job) else { return };
-        self.integrate(job, &mut open, now);
+        integrate(&mut self.pending, job, &mut open, now);
         self.fleet.remove(&open.lines);
         if let Some(q) = self.queues.get_mut(&open.queue) {
             q.remove(&open.lines);
@@ -137,31 +137,6 @@ impl Meter {
                 self.queues.remove(&open.queue);
             }
         }
-    }
-
-    /// Add `open`'s time since it was last integrated to the pending rows, split at hours.
-    fn integrate(&mut self, job: u64, open: &mut Open, now: u64) {
-        let mut from = open.since;
-        while from < now {
-            let hour = from - from % USAGE_BUCKET_S;
-            let to = now.min(hour + USAGE_BUCKET_S);
-            let seconds = to - from;
-            for line in &open.lines {
-                let row = self.pending.entry((job, hour, line.model.clone())).or_insert_with(|| UsageRow {
-                    hour_s: hour,
-                    job,
-                    queue: open.queue.clone(),
-                    user: open.user.clone(),
-                    model: line.model.clone(),
-                    allocated_milli_s: 0,
-                    used_milli_s: 0,
-                });
-                row.allocated_milli_s += line.milli * seconds;
-                row.used_milli_s += line.used_rate() * seconds / 100;
-            }
-            from = to;
-        }
-        open.since = open.since.max(now);
     }
 
     /// The rows to write now: every running job's time so far, when a flush period has
@@ -172,11 +147,9 @@ impl Meter {
             return Vec::new();
         }
         self.flushed_s = Some(now);
-        let mut open = std::mem::take(&mut self.open);
-        for (&job, o) in open.iter_mut() {
-            self.integrate(job, o, now);
+        for (&job, open) in self.open.iter_mut() {
+            integrate(&mut self.pending, job, open, now);
         }
-        self.open = open;
         std::mem::take(&mut self.pending).into_values().collect()
     }
 
@@ -207,6 +180,31 @@ impl Meter {
     pub fn lines(&self, job: u64) -> Option<&[Line]> {
         self.open.get(&job).map(|o| o.lines.as_slice())
     }
+}
+
+/// Add `open`'s time since it was last integrated to the `pending` rows, split at hours.
+fn integrate(pending: &mut BTreeMap<(u64, u64, String), UsageRow>, job: u64, open: &mut Open, now: u64) {
+    let mut from = open.since;
+    while from < now {
+        let hour = from - from % USAGE_BUCKET_S;
+        let to = now.min(hour + USAGE_BUCKET_S);
+        let seconds = to - from;
+        for line in &open.lines {
+            let row = pending.entry((job, hour, line.model.clone())).or_insert_with(|| UsageRow {
+                hour_s: hour,
+                job,
+                queue: open.queue.clone(),
+                user: open.user.clone(),
+                model: line.model.clone(),
+                allocated_milli_s: 0,
+                used_milli_s: 0,
+            });
+            row.allocated_milli_s += line.milli * seconds;
+            row.used_milli_s += line.used_rate() * seconds / 100;
+        }
+        from = to;
+    }
+    open.since = open.since.max(now);
 }
 
 /// Prices and weights per GPU model (the `[billing]` table of the controller's config file).

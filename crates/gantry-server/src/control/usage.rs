@@ -51,7 +51,7 @@ impl Controller {
         let (queue, user) = (spec.queue.clone(), spec.control.user.clone().unwrap_or_default());
         let reclaimable = spec.lifecycle.preemptible || spec.lifecycle.interactive;
         let milli: u64 = lines.iter().map(|l| l.milli).sum();
-        let weighted: u64 = lines.iter().map(|l| l.milli * u64::from(l.utilization_pct.min(100))).sum();
+        let weighted: u64 = lines.iter().map(crate::meter::Line::used_rate).sum();
         match weighted.checked_div(milli) {
             Some(pct) => {
                 let utilization_pct = pct as u32;
