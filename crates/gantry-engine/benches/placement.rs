@@ -11,8 +11,11 @@ use gantry_engine::{AllocId, CompiledJob, Engine, EngineConfig, Policy, SearchLi
 use gantry_types::{GpuRequest, Isolation, Topology, TopologyLevel};
 use std::collections::VecDeque;
 
+#[path = "common/measure.rs"]
+mod measure;
 #[path = "common/mixed_fleet.rs"]
 mod mixed_fleet;
+use measure::{percentile, rss_bytes};
 use std::time::{Duration, Instant};
 
 const NODES: usize = 10_000;
@@ -30,16 +33,6 @@ fn limits() -> SearchLimits {
 fn engine(policy: Policy) -> Engine {
     let config = EngineConfig { policy, seed: 1, limits: limits(), shapes: None };
     Engine::new(&mixed_fleet::fleet(NODES), Catalog::embedded(), config).expect("bench fleet is valid")
-}
-
-fn rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
 /// Keep the fleet near `target` allocated by releasing the oldest allocations.

@@ -23,8 +23,11 @@ use gantry_types::{GpuRequest, Isolation, Job, Topology, TopologyLevel};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+#[path = "common/measure.rs"]
+mod measure;
 #[path = "common/mixed_fleet.rs"]
 mod mixed_fleet;
+use measure::percentile;
 #[path = "common/svg.rs"]
 mod svg;
 
@@ -141,9 +144,13 @@ fn job(k: usize, mix: &[Job], small: bool) -> Job {
 }
 
 fn rss_mib() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok());
-    kib.unwrap_or(0.0) / 1024.0
+    measure::rss_bytes().unwrap_or(0) as f64 / (1 << 20) as f64
+}
+
+/// An engine on the bench's fleet of `nodes` nodes.
+fn engine(nodes: usize) -> Engine {
+    let config = EngineConfig { policy: Policy::Default, seed: 1, limits: SearchLimits::default(), shapes: None };
+    Engine::new(&mixed_fleet::fleet(nodes), Catalog::embedded(), config).expect("the bench fleet is valid")
 }
 
 /// The state a point's cycles run on.
@@ -162,9 +169,6 @@ struct Bench {
 
 impl Bench {
     fn new(nodes: usize) -> Bench {
-        let fleet = mixed_fleet::fleet(nodes);
-        let config = EngineConfig { policy: Policy::Default, seed: 1, limits: SearchLimits::default(), shapes: None };
-        let engine = Engine::new(&fleet, Catalog::embedded(), config).expect("the bench fleet is valid");
         let config = SchedulerConfig {
             order: Order::FairShare(queues(nodes)),
             backfill: Backfill::Reserve,
@@ -172,7 +176,7 @@ impl Bench {
             preempt: true,
         };
         Bench {
-            scheduler: Scheduler::new(engine, config),
+            scheduler: Scheduler::new(engine(nodes), config),
             mix: mixed_fleet::single_task_mix(),
             next_id: 1,
             now: 1_000_000,
@@ -183,11 +187,12 @@ impl Bench {
         }
     }
 
-    fn submit(&mut self, count: usize, small: bool) {
+    /// Submit `count` waiting jobs of the bench's mix.
+    fn submit(&mut self, count: usize) {
         for _ in 0..count {
             let id = self.next_id;
             self.next_id += 1;
-            let spec = job(id as usize, &self.mix, small);
+            let spec = job(id as usize, &self.mix, false);
             let compiled = self.scheduler.engine().compile(&spec).expect("the bench's jobs compile");
             self.scheduler.submit(id, SchedJob::of(&spec, compiled, Vec::new()), self.now).expect("submits");
         }
@@ -238,9 +243,7 @@ impl Bench {
     /// placements keep failing, the fleet full).
     fn fill(&mut self, target: usize, nodes: usize) {
         let small = target > 0;
-        let config = EngineConfig { policy: Policy::Default, seed: 1, limits: SearchLimits::default(), shapes: None };
-        let mut scratch =
-            Engine::new(&mixed_fleet::fleet(nodes), Catalog::embedded(), config).expect("the bench fleet is valid");
+        let mut scratch = engine(nodes);
         let mut refused_in_a_row = 0;
         while (target == 0 || self.running.len() < target) && refused_in_a_row < 1000 {
             let id = self.next_id;
@@ -268,17 +271,12 @@ impl Bench {
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 /// Measure one point (in this process).
 fn measure(point: Point, cycles: usize) -> Measured {
     let setup = Instant::now();
     let mut bench = Bench::new(point.nodes);
     bench.fill(point.running, point.nodes);
-    let queued_after_fill = bench.scheduler.queued();
-    bench.submit(point.waiting.saturating_sub(queued_after_fill), false);
+    bench.submit(point.waiting);
     let setup_s = setup.elapsed().as_secs_f64();
     bench.advance();
     let first = bench.cycle();
