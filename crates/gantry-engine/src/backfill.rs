@@ -19,7 +19,7 @@
 
 use crate::state::ClusterState;
 use crate::{AllocId, CompiledJob, Engine};
-use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
 
 /// A running allocation and when it will have ended at the latest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,20 +31,35 @@ pub struct Running {
 /// A planning copy's reusable parts: its state and its fragmentation cache.
 type SpareState = (ClusterState, Vec<(u32, u64)>);
 
-thread_local! {
-    /// States of dropped planning copies, for the next copies to reuse (at most
-    /// [`crate::limits::SPARE_STATES_MAX`]).
-    static SPARE: RefCell<Vec<SpareState>> = const { RefCell::new(Vec::new()) };
+/// States of dropped planning copies, for the next copies to reuse: shared by an engine and
+/// its copies (not per thread: a scheduler moved between a runtime's threads would keep
+/// spares on every one of them), at most [`crate::limits::SPARE_STATES_MAX`].
+#[derive(Clone, Default)]
+pub(crate) struct SparePool(Arc<Mutex<Vec<SpareState>>>);
+
+impl std::fmt::Debug for SparePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SparePool({} kept)", self.lock().len())
+    }
 }
 
-/// A dropped planning copy's state and fragmentation cache, kept for the next copy.
-pub(crate) fn give_back(state: &mut ClusterState, frag_cache: &mut Vec<(u32, u64)>) {
-    SPARE.with(|spare| {
-        let mut spare = spare.borrow_mut();
-        if spare.len() < crate::limits::SPARE_STATES_MAX {
-            spare.push((std::mem::replace(state, ClusterState::empty()), std::mem::take(frag_cache)));
+impl SparePool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SpareState>> {
+        // A panic while holding it leaves only spares behind: still usable.
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn take(&self) -> Option<SpareState> {
+        self.lock().pop()
+    }
+
+    /// Keep a dropped planning copy's state and fragmentation cache for the next copy.
+    pub(crate) fn give_back(&self, state: &mut ClusterState, frag_cache: &mut Vec<(u32, u64)>) {
+        let mut spares = self.lock();
+        if spares.len() < crate::limits::SPARE_STATES_MAX {
+            spares.push((std::mem::replace(state, ClusterState::empty()), std::mem::take(frag_cache)));
         }
-    });
+    }
 }
 
 impl Engine {
@@ -54,7 +69,7 @@ impl Engine {
     /// state a dropped copy gave back, so its vectors are reused rather than allocated and
     /// freed (on 10,000 nodes that churn left the allocator holding five times the heap).
     pub(crate) fn planning_copy(&self) -> Engine {
-        let (state, frag_cache) = match SPARE.with(|spare| spare.borrow_mut().pop()) {
+        let (state, frag_cache) = match self.spares.take() {
             Some((mut state, mut cache)) => {
                 state.clone_from(&self.state);
                 cache.clone_from(&self.frag_cache);
@@ -74,6 +89,7 @@ impl Engine {
             next_alloc: self.next_alloc,
             decisions: self.decisions,
             stats: self.stats,
+            spares: self.spares.clone(),
             planning: true,
         }
     }
@@ -299,5 +315,59 @@ impl Shadow {
             }
         }
         !fits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gantry_catalog::Catalog;
+
+    fn engine() -> Engine {
+        let fleet = "[[node]]\nname = \"n\"\ncount = 4\ncpu = 64\nmemory = \"512GiB\"\n\
+                     [node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
+        let fleet = gantry_spec::parse_fleet(fleet, Catalog::embedded()).expect("fleet");
+        Engine::new(&fleet, Catalog::embedded(), Default::default()).expect("engine")
+    }
+
+    fn job(engine: &Engine, gpus: u32) -> CompiledJob {
+        let text = format!("[[job]]\nname = \"j\"\ngpu = {{ count = {gpus} }}\n");
+        let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
+        engine.compile(&spec).expect("compiles")
+    }
+
+    #[test]
+    fn a_copy_made_from_a_spare_state_is_the_engine_state_whatever_the_spare_held() {
+        let mut live = engine();
+        let (one, two) = (job(&live, 1), job(&live, 2));
+        live.place(&two).expect("fits");
+        // A copy changed a lot, then dropped: its state becomes the spare.
+        let mut scratch = live.planning_copy();
+        for _ in 0..6 {
+            scratch.place(&two).expect("fits on the copy");
+        }
+        drop(scratch);
+        assert_eq!(live.spares.lock().len(), 1);
+        live.place(&one).expect("fits");
+        let copy = live.planning_copy();
+        assert_eq!(copy.state, live.state, "the spare was cloned into, field by field");
+        assert_eq!(copy.frag_cache, live.frag_cache);
+        assert!(live.spares.lock().is_empty(), "taken");
+    }
+
+    #[test]
+    fn spares_are_bounded_per_engine_whichever_thread_drops_the_copies() {
+        let live = engine();
+        let copies: Vec<Engine> = (0..3 * crate::limits::SPARE_STATES_MAX).map(|_| live.planning_copy()).collect();
+        std::thread::scope(|s| {
+            let mut copies = copies;
+            while !copies.is_empty() {
+                let batch: Vec<Engine> = copies.drain(..copies.len().min(3)).collect();
+                s.spawn(move || drop(batch));
+            }
+        });
+        assert_eq!(live.spares.lock().len(), crate::limits::SPARE_STATES_MAX);
+        drop(live.planning_copy());
+        assert_eq!(live.spares.lock().len(), crate::limits::SPARE_STATES_MAX, "one taken, one given back");
     }
 }

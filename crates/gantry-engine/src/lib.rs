@@ -110,6 +110,8 @@ pub struct Engine {
     next_alloc: AllocId,
     decisions: u64,
     stats: SearchStats,
+    /// Spare states for planning copies, shared with them.
+    spares: backfill::SparePool,
     /// A planning copy (`backfill::planning_copy`): its state goes back to the spare pool
     /// when it is dropped.
     planning: bool,
@@ -118,7 +120,7 @@ pub struct Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         if self.planning {
-            backfill::give_back(&mut self.state, &mut self.frag_cache);
+            self.spares.give_back(&mut self.state, &mut self.frag_cache);
         }
     }
 }
@@ -149,6 +151,7 @@ impl Engine {
             next_alloc: 1,
             decisions: 0,
             stats: SearchStats::default(),
+            spares: Default::default(),
             planning: false,
         })
     }

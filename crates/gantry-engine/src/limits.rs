@@ -79,7 +79,7 @@ pub const PREEMPT_NODES_MAX: usize = 16;
 /// planning copy; 64 covers every job on a few nodes of the pool in contention.
 pub const PREEMPT_SINGLES_MAX: usize = 64;
 
-/// Planning copies' states kept for reuse per thread. A cycle holds a few copies at once (the
+/// Planning copies' states kept for reuse per engine. A cycle holds a few copies at once (the
 /// reservation's shadow, a plan being checked, a preemption plan and its trial); more spares
 /// would only hold memory: on 100,000 nodes a state is about 100 MB.
 pub const SPARE_STATES_MAX: usize = 4;
