@@ -383,6 +383,89 @@ mod tests {
         assert_eq!(meter.take(110, true)[0].allocated_milli_s, 20_000, "restored rows add up");
     }
 
+    /// Random starts, rate changes, ends and flushes at random times, over hour boundaries:
+    /// the rows metering by change writes add up, per (job, hour, model), to a second-by-second
+    /// integration of the same rates.
+    #[test]
+    fn metering_by_change_is_the_second_by_second_integral_for_random_histories() {
+        for seed in 1..=100u64 {
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut rand = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let mut meter = Meter::new(1 + rand(4000));
+            let mut rates: BTreeMap<u64, Vec<Line>> = BTreeMap::new();
+            let mut expected: BTreeMap<(u64, u64, String), (u64, u64)> = BTreeMap::new();
+            let mut written: BTreeMap<(u64, u64, String), (u64, u64)> = BTreeMap::new();
+            let mut add_rows = |rows: Vec<UsageRow>| {
+                for r in rows {
+                    let e = written.entry((r.job, r.hour_s, r.model)).or_default();
+                    e.0 += r.allocated_milli_s;
+                    e.1 += r.used_milli_s;
+                }
+            };
+            let mut now = 3000 + rand(1000);
+            for _ in 0..60 {
+                let step = rand(600);
+                // Second by second, at the rates that held.
+                for t in now..now + step {
+                    for (&job, lines) in &rates {
+                        for l in lines {
+                            let e = expected.entry((job, t - t % USAGE_BUCKET_S, l.model.clone())).or_default();
+                            e.0 += l.milli;
+                            e.1 += l.used_rate();
+                        }
+                    }
+                }
+                now += step;
+                let job = rand(6);
+                match rand(4) {
+                    0 | 1 => {
+                        let lines: Vec<Line> = (0..1 + rand(3))
+                            .map(|i| {
+                                line(
+                                    ["L4", "A100", "H100"][((job + i) % 3) as usize],
+                                    250 * (1 + rand(4)),
+                                    rand(101) as u32,
+                                )
+                            })
+                            .collect();
+                        meter.set(now, job, "q", "ada", lines.clone());
+                        rates.insert(job, lines);
+                    }
+                    2 => {
+                        add_rows(meter.end(now, job));
+                        rates.remove(&job);
+                    }
+                    _ => add_rows(meter.take(now, rand(2) == 0)),
+                }
+            }
+            add_rows(meter.take(now, true));
+            for job in 0..6 {
+                add_rows(meter.end(now, job));
+            }
+            // Use is integrated in whole milli-GPU-seconds at each change: at most one lost
+            // per integration, never more than the exact figure.
+            for ((job, hour, model), (alloc, used)) in &expected {
+                let key = (*job, *hour, model.clone());
+                let (got_alloc, got_used) = written.get(&key).copied().unwrap_or_default();
+                assert_eq!(got_alloc, *alloc, "seed {seed}: allocation of {key:?}");
+                let exact = used / 100;
+                assert!(
+                    got_used <= exact && exact - got_used <= 60,
+                    "seed {seed}: use of {key:?}: {got_used} vs {exact}"
+                );
+            }
+            assert!(
+                written.iter().all(|(k, v)| expected.contains_key(k) || *v == (0, 0)),
+                "seed {seed}: rows for time no rate held"
+            );
+        }
+    }
+
     #[test]
     fn reports_bill_by_allocation_and_by_use() {
         let billing = Billing {
