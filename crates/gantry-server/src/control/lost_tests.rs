@@ -105,6 +105,10 @@ fn a_silent_nodes_job_waits_again_and_its_old_task_is_stopped_when_the_agent_ret
     assert_eq!(state(&c, id), (JobState::Running, 1));
     assert_eq!(nodes_of(&c, id), [other.to_string()]);
     assert!(c.lost_nodes.contains(&node));
+    // Metered and indexed on the node it runs on now, not the lost one.
+    assert!(!c.on_node.contains_key(&node), "the lost node's run is forgotten");
+    assert!(c.on_node[other].contains(&id));
+    assert_eq!(c.meter.fleet().jobs, 1);
     // Its agent comes back and still runs the old task: it is stopped, not adopted.
     let orders = beat(&mut c, &node, &old, lost_at + 60);
     assert!(orders.stop.iter().any(|s| s.job == id && s.attempt == 0), "{orders:?}");
