@@ -241,18 +241,20 @@ pub fn bearer(header: Option<&str>) -> Result<&str, ControlError> {
     })
 }
 
-/// Write the first admin secret where only this user can read it.
+/// Write the first admin secret where only this user can read it. The file appears whole or
+/// not at all (written beside it, then renamed): a script or a test that waits for the file and
+/// reads it at once never reads it empty or cut short.
 pub fn write_secret_file(path: &Path, secret: &str) -> Result<(), crate::error::ServeError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| crate::error::ServeError::Io(format!("cannot write {}: {e}", path.display())))?;
-    writeln!(file, "{secret}")
-        .map_err(|e| crate::error::ServeError::Io(format!("cannot write {}: {e}", path.display())))
+    let failed = |e: std::io::Error| crate::error::ServeError::Io(format!("cannot write {}: {e}", path.display()));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("secret");
+    let partial = path.with_file_name(format!(".{name}.partial"));
+    let _ = std::fs::remove_file(&partial);
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&partial).map_err(failed)?;
+    writeln!(file, "{secret}").and_then(|()| file.sync_all()).map_err(failed)?;
+    std::fs::rename(&partial, path).map_err(failed)
 }
 
 /// A token name: plain, short, printable.
@@ -277,6 +279,23 @@ mod tests {
         assert_ne!(a, b);
         assert_eq!((a.len(), &a[..4]), (68, "gty_"));
         assert_eq!(hash("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn the_secret_file_appears_whole_and_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("gantry-secret-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("admin.token");
+        // A partial file left by a crash mid-write does not stop the next start.
+        std::fs::write(dir.join(".admin.token.partial"), "gty_cut").expect("stale partial");
+        write_secret_file(&path, "gty_abc").expect("written");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "gty_abc\n");
+        assert_eq!(std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777, 0o600);
+        let left: Vec<_> = std::fs::read_dir(&dir).expect("list").map(|e| e.expect("entry").file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("admin.token")], "nothing left beside it");
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 
     #[test]
