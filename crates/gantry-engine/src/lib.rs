@@ -418,42 +418,41 @@ impl Engine {
     /// The fleet as it is now: every node with its GPUs in their current modes (after any
     /// reconfiguration), as a fleet file would say it. What the online planner starts from.
     pub fn fleet_now(&self) -> Fleet {
-        let nodes = self
-            .state
-            .nodes
-            .iter()
-            .zip(self.state.info.iter())
-            .enumerate()
-            .map(|(n, (node, info))| gantry_types::Node {
-                name: info.name.clone(),
-                cpu: MilliCpu(node.cpu_total),
-                memory: Bytes(node.memory_total),
-                labels: info.labels.clone(),
-                taints: info.taints.clone(),
-                rack: Some(self.state.racks[node.rack as usize].clone()).filter(|r| !r.is_empty()),
-                block: None,
-                gpus: self
-                    .state
-                    .node_gpus(n as state::NodeIdx)
-                    .iter()
-                    .zip(&self.state.uuids[node.gpu_first as usize..])
-                    .map(|(g, uuid)| {
-                        let model = self.catalog.model(g.model);
-                        let mode = self.mode_of(g);
-                        gantry_types::Gpu {
-                            index: g.index,
-                            model: model.id.clone(),
-                            uuid: uuid.clone(),
-                            numa: g.numa,
-                            pcie_switch: g.pcie_switch,
-                            nvlink_domain: g.nvlink_domain,
-                            mode,
-                        }
-                    })
-                    .collect(),
-            })
-            .collect();
-        Fleet { nodes }
+        Fleet { nodes: (0..self.state.nodes.len()).map(|n| self.node_now(n as state::NodeIdx)).collect() }
+    }
+
+    /// One node as it is now (what [`Engine::fleet_now`] says of it): for a question about one
+    /// node, without building the whole fleet (an agent registering on a fleet of thousands).
+    pub fn node_now(&self, n: state::NodeIdx) -> gantry_types::Node {
+        let (node, info) = (&self.state.nodes[n as usize], &self.state.info[n as usize]);
+        gantry_types::Node {
+            name: info.name.clone(),
+            cpu: MilliCpu(node.cpu_total),
+            memory: Bytes(node.memory_total),
+            labels: info.labels.clone(),
+            taints: info.taints.clone(),
+            rack: Some(self.state.racks[node.rack as usize].clone()).filter(|r| !r.is_empty()),
+            block: None,
+            gpus: self
+                .state
+                .node_gpus(n)
+                .iter()
+                .zip(&self.state.uuids[node.gpu_first as usize..])
+                .map(|(g, uuid)| {
+                    let model = self.catalog.model(g.model);
+                    let mode = self.mode_of(g);
+                    gantry_types::Gpu {
+                        index: g.index,
+                        model: model.id.clone(),
+                        uuid: uuid.clone(),
+                        numa: g.numa,
+                        pcie_switch: g.pcie_switch,
+                        nvlink_domain: g.nvlink_domain,
+                        mode,
+                    }
+                })
+                .collect(),
+        }
     }
 
     /// The mode of the GPU in slot `gpu` (`state().gpus` order).

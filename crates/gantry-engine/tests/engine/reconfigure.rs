@@ -158,6 +158,9 @@ fn the_fleet_now_reflects_reconfigurations_and_rebuilds_the_same_engine() {
     e.set_gpu_mode("n-1", 2, &seven_small()).expect("idle");
     let now = e.fleet_now();
     assert_eq!(now.nodes[1].gpus[2].mode, seven_small());
+    for (n, node) in now.nodes.iter().enumerate() {
+        assert_eq!(&e.node_now(n as gantry_engine::state::NodeIdx), node, "one node, as the whole fleet says it");
+    }
     let rebuilt = Engine::new(&now, catalog, EngineConfig::default()).expect("engine");
     assert_eq!(rebuilt.fleet_now(), now);
     assert_eq!(rebuilt.state().gpus[6].units, e.state().gpus[6].units);

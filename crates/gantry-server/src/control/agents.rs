@@ -104,9 +104,8 @@ impl Controller {
             )));
         };
         let mut expected: Vec<AgentGpu> = state
-            .gpus
+            .node_gpus(node_idx as gantry_engine::state::NodeIdx)
             .iter()
-            .filter(|g| g.node as usize == node_idx)
             .map(|g| AgentGpu {
                 index: g.index,
                 uuid: String::new(),
@@ -149,8 +148,8 @@ impl Controller {
     ) -> Result<Vec<(u32, GpuMode)>, ControlError> {
         let engine = self.scheduler.engine();
         let state = engine.state();
-        let fleet = engine.fleet_now();
-        let ours = &fleet.nodes[node_idx].gpus;
+        let node = node_idx as gantry_engine::state::NodeIdx;
+        let ours = &engine.node_now(node).gpus;
         let mut adopt: Vec<(u32, GpuMode)> = Vec::new();
         for g in found.iter().filter(|g| g.mig_mode.is_some()) {
             let Some(have) = ours.iter().find(|m| m.index == g.index) else { continue };
@@ -159,11 +158,7 @@ impl Controller {
             if (expected.mig_mode, &expected.mig) == (g.mig_mode, &g.mig) {
                 continue;
             }
-            let gpu = &state.gpus[state
-                .gpus
-                .iter()
-                .position(|x| x.node as usize == node_idx && x.index == g.index)
-                .expect("checked above")];
+            let gpu = state.node_gpus(node).iter().find(|x| x.index == g.index).expect("checked above");
             if !gpu.idle() {
                 return Err(ControlError::Invalid(format!(
                     "node {:?} GPU {}: the agent found it {} but the controller has it {} with work on it; \
