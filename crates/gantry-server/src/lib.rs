@@ -443,11 +443,14 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     let server = match tls_config {
         Some(tls_config) => tokio::spawn(tls::serve(listener, tls_config, app, shutdown_rx)),
         None => tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = shutdown_rx.await;
-                })
-                .await
+            axum::serve(
+                axum::serve::ListenerExt::tap_io(listener, |s: &mut tokio::net::TcpStream| crate::tls::no_delay(s)),
+                app,
+            )
+            .with_graceful_shutdown(async {
+                let _ = shutdown_rx.await;
+            })
+            .await
         }),
     };
     Ok(Running {

@@ -41,11 +41,14 @@ impl Responder {
         let task = match tls {
             Some(tls) => tokio::spawn(crate::tls::serve(listener, tls, app, stopped)),
             None => tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await
+                axum::serve(
+                    axum::serve::ListenerExt::tap_io(listener, |s: &mut tokio::net::TcpStream| crate::tls::no_delay(s)),
+                    app,
+                )
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
             }),
         };
         Responder { stop, task }

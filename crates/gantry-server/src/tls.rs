@@ -263,7 +263,18 @@ pub async fn serve(
             },
             _ = &mut shutdown => return Ok(()),
         };
+        no_delay(&stream);
         tokio::spawn(connection(stream, acceptor.clone(), app.clone()));
+    }
+}
+
+/// Send each answer as soon as it is written. Without this, Nagle's algorithm holds the last
+/// small TLS record of an answer until the client acknowledges the one before, and a client
+/// that delays its acknowledgements (Linux: up to 40 ms) waits that long: measured as a 44 ms
+/// p99 on agents' heartbeats (`cargo bench -p gantry --bench agents`).
+pub fn no_delay(stream: &tokio::net::TcpStream) {
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(error = %e, "could not set TCP_NODELAY on a connection");
     }
 }
 
