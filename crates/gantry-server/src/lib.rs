@@ -49,6 +49,24 @@ pub fn now_s() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
+/// Open files the controller needs beside its agents' connections (the store, logs, the
+/// CLI's and the UI's connections).
+pub const OPEN_FILES_BESIDE_AGENTS: u64 = 256;
+
+/// Raise this process's soft limit on open files to its hard limit: every remote agent keeps
+/// a connection open (two while a held heartbeat is given up for a task's exit), and the
+/// common default soft limit, 1,024, would refuse connections from about the 500th node on.
+/// Returns the limit now in force.
+pub fn raise_open_files() -> Result<u64, String> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("reading the open-file limit: {e}"))?;
+    if soft >= hard {
+        return Ok(soft);
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(|e| format!("raising the open-file limit to {hard}: {e}"))?;
+    Ok(hard)
+}
+
 /// How the controller runs.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {

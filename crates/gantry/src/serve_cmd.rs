@@ -443,6 +443,21 @@ pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/share/gantry"))
 }
 
+/// Say so when the open-file limit is below what `agents` remote agents' connections need
+/// (each keeps one open, two for a moment when a task ends while its heartbeat is held).
+fn check_open_files(limit: Result<u64, String>, agents: usize) {
+    let needed = 2 * agents as u64 + gantry_server::OPEN_FILES_BESIDE_AGENTS;
+    match limit {
+        Ok(limit) if limit < needed => tracing::warn!(
+            limit,
+            needed,
+            "the open-file limit is below what {agents} agents' connections need: raise it (LimitNOFILE= in the systemd unit, or `ulimit -Hn`) or agents will be refused"
+        ),
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(why) => tracing::warn!("{why}"),
+    }
+}
+
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let args = merge(args)?;
     if args.preempt && args.queues.is_none() {
@@ -465,6 +480,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let catalog = gantry_catalog::Catalog::embedded();
     init_logs(args.log_format.as_deref().unwrap_or("text"));
+    let open_files = gantry_server::raise_open_files();
     let mut discovered = false;
     let (fleet_name, fleet) = match &args.fleet {
         Some(path) => crate::place_cmd::load_fleet(Some(path), catalog)?,
@@ -485,6 +501,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             }
         },
     };
+    check_open_files(open_files, if args.local { 0 } else { fleet.nodes.len() });
     let order = match &args.queues {
         None => gantry_engine::sched::Order::Fifo,
         Some(path) => {
