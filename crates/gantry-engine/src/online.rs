@@ -25,6 +25,7 @@
 //! (`Engine::set_gpu_mode`, `Engine::set_gpu_cordoned`) and the node agent carries them out.
 
 pub use crate::consolidate::choose_empty;
+use crate::limits::PLAN_GPUS_PER_STEP_MAX;
 use crate::plan::{PlanError, add_instance, plan};
 use gantry_catalog::Catalog;
 use gantry_types::{Fleet, GpuMode, GpuRequest, Job};
@@ -42,11 +43,23 @@ pub struct OnlineConfig {
     /// emptying ([`Step::empty`]) when the target wants them whole. Off by default: only a
     /// caller that can move tasks (the simulator) turns it on.
     pub move_work: bool,
+    /// Seconds between steps. A fleet of more than [`PLAN_GPUS_PER_STEP_MAX`] GPUs is planned
+    /// a slice per step, the slice chosen by `now_s / period_s`: steps a period apart take the
+    /// slices in turn.
+    pub period_s: u64,
+    /// GPUs one step plans at most ([`PLAN_GPUS_PER_STEP_MAX`]; tests tighten it).
+    pub gpus_per_step_max: usize,
 }
 
 impl Default for OnlineConfig {
     fn default() -> Self {
-        OnlineConfig { cooldown_s: 3600, drain_horizon_s: 7200, move_work: false }
+        OnlineConfig {
+            cooldown_s: 3600,
+            drain_horizon_s: 7200,
+            move_work: false,
+            period_s: 300,
+            gpus_per_step_max: PLAN_GPUS_PER_STEP_MAX,
+        }
     }
 }
 
@@ -80,6 +93,17 @@ pub struct Step {
     /// such tasks, so that whole nodes free up for gangs). Their changes are counted in
     /// `deferred` (or `drain`); the caller empties the first few when whole-GPU work waits.
     pub empty: Vec<(String, u32)>,
+    /// On a fleet planned a slice at a time ([`PLAN_GPUS_PER_STEP_MAX`]): (this slice, how
+    /// many). `None`: the whole fleet was planned.
+    pub slice: Option<(usize, usize)>,
+}
+
+impl Step {
+    /// Did this step plan node `node` (its place in the fleet)? A drain the step does not
+    /// name is stale only on a node it planned: the others keep theirs until their turn.
+    pub fn planned(&self, node: usize) -> bool {
+        self.slice.is_none_or(|(k, slices)| node % slices == k)
+    }
 }
 
 /// A GPU's mode in a form two equal layouts share (instances by start).
@@ -283,6 +307,30 @@ pub fn step(
     if now.len() != fleet.nodes.len() || now.iter().zip(&fleet.nodes).any(|(g, n)| g.len() != n.gpus.len()) {
         return Err(PlanError::Fleet("the GPU situation does not match the fleet's GPUs".into()));
     }
+    let slices = fleet.nodes.iter().map(|n| n.gpus.len()).sum::<usize>().div_ceil(config.gpus_per_step_max.max(1));
+    if slices <= 1 {
+        return step_whole(fleet, now, demand, now_s, config, catalog);
+    }
+    let k = ((now_s / config.period_s.max(1)) % slices as u64) as usize;
+    let ours = |i: &usize| i % slices == k;
+    let part =
+        Fleet { nodes: fleet.nodes.iter().enumerate().filter(|(i, _)| ours(i)).map(|(_, n)| n.clone()).collect() };
+    let part_now: Vec<Vec<GpuNow>> = now.iter().enumerate().filter(|(i, _)| ours(i)).map(|(_, g)| g.clone()).collect();
+    let part_demand: Vec<Job> = demand.iter().enumerate().filter(|(j, _)| ours(j)).map(|(_, j)| j.clone()).collect();
+    let mut step = step_whole(&part, &part_now, &part_demand, now_s, config, catalog)?;
+    step.slice = Some((k, slices));
+    Ok(step)
+}
+
+/// One step over all of `fleet` (a whole fleet, or the slice [`step`] chose).
+fn step_whole(
+    fleet: &Fleet,
+    now: &[Vec<GpuNow>],
+    demand: &[Job],
+    now_s: u64,
+    config: &OnlineConfig,
+    catalog: &'static Catalog,
+) -> Result<Step, PlanError> {
     let planned = plan(fleet, demand, catalog)?;
     let needs: Vec<Vec<Vec<String>>> = planned
         .fleet
@@ -439,6 +487,37 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_over_the_step_limit_is_planned_a_slice_per_period_in_turn() {
+        let catalog = Catalog::embedded();
+        let text = "[[node]]\nname = \"n\"\ncount = 8\ncpu = 64\nmemory = \"512GiB\"\n\
+                    [node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
+        let fleet = gantry_spec::parse_fleet(text, catalog).expect("fleet");
+        let now = vec![vec![GpuNow::default(); 4]; 8];
+        let demand = jobs("[[job]]\nname = \"infer\"\ncount = 200\ngpu = { mig = \"1g.10gb\" }\n");
+        let whole = step(&fleet, &now, &demand, 0, &OnlineConfig::default(), catalog).expect("plans");
+        assert_eq!(whole.slice, None, "32 GPUs are under the limit: all planned at once");
+        assert!((0..8).all(|n| whole.planned(n)));
+        // 8 GPUs per step: four slices of two nodes (every fourth node), one per period.
+        let config = OnlineConfig { gpus_per_step_max: 8, period_s: 60, ..OnlineConfig::default() };
+        let mut changed = BTreeSet::new();
+        for turn in 0..4u64 {
+            let at = 7_200 + turn * 60;
+            let s = step(&fleet, &now, &demand, at, &config, catalog).expect("plans");
+            let k = ((at / 60) % 4) as usize;
+            assert_eq!(s.slice, Some((k, 4)));
+            assert_eq!(s, step(&fleet, &now, &demand, at, &config, catalog).expect("plans"), "deterministic");
+            let planned: Vec<usize> = (0..8).filter(|&n| s.planned(n)).collect();
+            assert_eq!(planned, vec![k, k + 4]);
+            for (node, _, _) in &s.reconfigure {
+                let n = fleet.nodes.iter().position(|x| x.name == *node).expect("a node");
+                assert!(s.planned(n), "{node} is not in slice {k}");
+                changed.insert(n);
+            }
+        }
+        assert_eq!(changed.len(), 8, "four periods in turn plan every node: {changed:?}");
+    }
+
+    #[test]
     fn idle_gpus_take_full_layouts_for_mig_demand_and_a_second_step_changes_nothing() {
         let catalog = Catalog::embedded();
         let mut fleet = fleet();
@@ -469,7 +548,7 @@ mod tests {
         let mut now = idle();
         now[0] = vec![GpuNow { busy_until_s: Some(1000), ..GpuNow::default() }; 4];
         now[1] = vec![GpuNow { busy_until_s: Some(100_000), ..GpuNow::default() }; 4];
-        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800, move_work: false };
+        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800, ..OnlineConfig::default() };
         let s = step(&fleet, &now, &demand, 0, &config, catalog).expect("plans");
         assert!(s.reconfigure.is_empty(), "nothing idle: {s:?}");
         let n0: BTreeSet<(String, u32)> = (0..4).map(|i| ("n-0".to_string(), i)).collect();

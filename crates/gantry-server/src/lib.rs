@@ -63,7 +63,8 @@ pub fn raise_open_files() -> Result<u64, String> {
     if soft >= hard {
         return Ok(soft);
     }
-    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).map_err(|e| format!("raising the open-file limit to {hard}: {e}"))?;
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+        .map_err(|e| format!("raising the open-file limit to {hard}: {e}"))?;
     Ok(hard)
 }
 

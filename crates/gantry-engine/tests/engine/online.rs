@@ -79,7 +79,7 @@ proptest! {
         let catalog = Catalog::embedded();
         let fleet = fleet(nodes, &picks);
         let now_s = 10_000;
-        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800, move_work };
+        let config = OnlineConfig { cooldown_s: 3600, drain_horizon_s: 1800, move_work, ..OnlineConfig::default() };
         let situation: Vec<Vec<GpuNow>> = (0..nodes)
             .map(|n| (0..4).map(|g| GpuNow {
                 busy_until_s: busy[n * 4 + g].map(|d| now_s + d),

@@ -47,6 +47,8 @@ impl Controller {
             cooldown_s: p.cooldown_s,
             drain_horizon_s: p.drain_horizon_s,
             move_work: p.max_moves_per_hour > 0,
+            period_s: p.period_s,
+            ..OnlineConfig::default()
         }
     }
 
@@ -356,6 +358,10 @@ impl Controller {
             .active
             .iter()
             .filter(|(k, r)| r.phase == Phase::Draining && r.moved.is_empty() && !wanted.contains(*k))
+            .filter(|(k, _)| {
+                let node = self.scheduler.engine().state().node_by_name(&k.0);
+                node.is_none_or(|n| planned.step.planned(n as usize))
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for key in stale {

@@ -73,7 +73,12 @@ impl Default for DayConfig {
             reconfigure_s: 120,
             window_s: 3600,
             restart_s: 120,
-            online: OnlineConfig { cooldown_s: 1800, drain_horizon_s: 3600, move_work: true },
+            online: OnlineConfig {
+                cooldown_s: 1800,
+                drain_horizon_s: 3600,
+                move_work: true,
+                ..OnlineConfig::default()
+            },
         }
     }
 }

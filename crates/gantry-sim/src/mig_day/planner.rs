@@ -10,7 +10,7 @@ use super::{DayConfig, Scenario, is_training, job_spec};
 use crate::protocol_b::{Moment, Operator};
 use gantry_catalog::Catalog;
 use gantry_engine::AllocId;
-use gantry_engine::online::{GpuNow, choose_empty, step};
+use gantry_engine::online::{GpuNow, OnlineConfig, choose_empty, step};
 use gantry_engine::sched::{JobId, Scheduler};
 use gantry_types::{Fleet, Job};
 use std::collections::{BTreeMap, BTreeSet};
@@ -136,9 +136,10 @@ impl<'a> Planner<'a> {
         waiting: &BTreeSet<usize>,
     ) -> Result<Vec<(AllocId, AllocId)>, crate::SimError> {
         let (config, catalog) = (self.config, self.catalog);
+        let online = OnlineConfig { period_s: config.period_s, ..config.online.clone() };
         let demand = self.demand(t, waiting);
         let now = self.gpus_now(scheduler, &running);
-        let mut decided = step(&self.fleet, &now, &demand, t, &config.online, catalog)?;
+        let mut decided = step(&self.fleet, &now, &demand, t, &online, catalog)?;
         // Training waits: empty the GPUs the planner picks for it, then plan again.
         let training: Vec<u32> = waiting
             .iter()
@@ -155,7 +156,7 @@ impl<'a> Planner<'a> {
             moved = self.empty(&groups, scheduler, &mut running, t)?;
             if !moved.is_empty() {
                 let now = self.gpus_now(scheduler, &running);
-                decided = step(&self.fleet, &now, &demand, t, &config.online, catalog)?;
+                decided = step(&self.fleet, &now, &demand, t, &online, catalog)?;
             }
         }
         let s = self.s;
@@ -168,7 +169,11 @@ impl<'a> Planner<'a> {
                 self.out_until[n][g] = t + config.reconfigure_s;
             }
         }
-        self.drain = decided.drain.keys().map(|(name, index)| self.locate(name, *index)).collect();
+        // Drains on nodes this step did not plan (a large fleet, planned a slice at a time)
+        // stay until their slice's turn.
+        self.drain.retain(|&(n, _)| !decided.planned(n));
+        let named: Vec<Gpu> = decided.drain.keys().map(|(name, index)| self.locate(name, *index)).collect();
+        self.drain.extend(named);
         Ok(moved)
     }
 
