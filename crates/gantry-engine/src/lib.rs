@@ -303,6 +303,7 @@ impl Engine {
             self.verdicts.as_mut(),
             decision_seed,
         );
+        placer.explain = !self.planning;
         let result = placer.place_job(job);
         self.stats.decisions += 1;
         self.stats.nodes_visited += placer.stats.nodes_visited;
