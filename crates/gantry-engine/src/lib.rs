@@ -336,8 +336,11 @@ impl Engine {
         for t in placement {
             let node = self.state.node_by_name(&t.node)?;
             let group = job.groups.iter().position(|g| g.name == t.group)?;
+            // The node's own GPUs, not the fleet's: re-adopting every running job after a
+            // restart scanned all GPUs per grant, O(jobs × GPUs) on a large fleet.
+            let first = self.state.nodes[node as usize].gpu_first;
             let gpu_on_node = |index: u32| {
-                self.state.gpus.iter().position(|g| g.node == node && g.index == index).map(|g| g as state::GpuIdx)
+                self.state.node_gpus(node).iter().position(|g| g.index == index).map(|g| first + g as state::GpuIdx)
             };
             let mut grants = Vec::with_capacity(t.gpus.len());
             for g in &t.gpus {
