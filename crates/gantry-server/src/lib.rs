@@ -459,19 +459,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
     let committer = shared.committer.clone();
     let app = api::router(shared);
-    let server = match tls_config {
-        Some(tls_config) => tokio::spawn(tls::serve(listener, tls_config, app, shutdown_rx)),
-        None => tokio::spawn(async move {
-            axum::serve(
-                axum::serve::ListenerExt::tap_io(listener, |s: &mut tokio::net::TcpStream| crate::tls::no_delay(s)),
-                app,
-            )
-            .with_graceful_shutdown(async {
-                let _ = shutdown_rx.await;
-            })
-            .await
-        }),
-    };
+    let server = tokio::spawn(tls::serve_either(listener, tls_config, app, shutdown_rx));
     Ok(Running {
         addr,
         admin_token_file,

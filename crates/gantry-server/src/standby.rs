@@ -38,19 +38,7 @@ impl Responder {
     pub fn start(listener: tokio::net::TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Responder {
         let app = Router::new().fallback(answer);
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = match tls {
-            Some(tls) => tokio::spawn(crate::tls::serve(listener, tls, app, stopped)),
-            None => tokio::spawn(async move {
-                axum::serve(
-                    axum::serve::ListenerExt::tap_io(listener, |s: &mut tokio::net::TcpStream| crate::tls::no_delay(s)),
-                    app,
-                )
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await
-            }),
-        };
+        let task = tokio::spawn(crate::tls::serve_either(listener, tls, app, stopped));
         Responder { stop, task }
     }
 

@@ -242,6 +242,27 @@ pub fn server_config(setup: &TlsSetup) -> Result<Arc<rustls::ServerConfig>, Serv
     Ok(Arc::new(config))
 }
 
+/// Serve `app` on `listener` until `shutdown` fires: over TLS with `config`, else plain HTTP
+/// (`--insecure-http`). Either way every connection answers at once ([`no_delay`]).
+pub async fn serve_either(
+    listener: tokio::net::TcpListener,
+    config: Option<Arc<rustls::ServerConfig>>,
+    app: Router,
+    shutdown: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<()> {
+    match config {
+        Some(config) => serve(listener, config, app, shutdown).await,
+        None => {
+            let listener = axum::serve::ListenerExt::tap_io(listener, |s: &mut tokio::net::TcpStream| no_delay(s));
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = shutdown.await;
+                })
+                .await
+        }
+    }
+}
+
 /// Serve `app` over TLS on `listener` until `shutdown` fires.
 pub async fn serve(
     listener: tokio::net::TcpListener,
