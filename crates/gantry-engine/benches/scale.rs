@@ -14,7 +14,8 @@
 //! 2-vCPU VM), `-- --curve nodes|waiting|running` for one, `-- --quick` for a tenth of every
 //! size, `-- --svg DIR` to draw the curves (`cost-nodes.svg`, …), `-- --cycles N` to measure
 //! N cycles per point (40), `-- --base-nodes N` to vary waiting and running jobs on N nodes
-//! instead of 100,000, `-- --point N,W,R` for one point (R = 0: fill the fleet).
+//! instead of 100,000, `-- --point N,W,R` for one point (R = 0: fill the fleet),
+//! `-- --no-preempt` to measure the same cycles without preemption planning.
 
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Backfill, Decision, JobId, Order, SchedJob, Scheduler, SchedulerConfig};
@@ -168,12 +169,12 @@ struct Bench {
 }
 
 impl Bench {
-    fn new(nodes: usize) -> Bench {
+    fn new(nodes: usize, preempt: bool) -> Bench {
         let config = SchedulerConfig {
             order: Order::FairShare(queues(nodes)),
             backfill: Backfill::Reserve,
             reserve_depth: 8,
-            preempt: true,
+            preempt,
         };
         Bench {
             scheduler: Scheduler::new(engine(nodes), config),
@@ -272,9 +273,9 @@ impl Bench {
 }
 
 /// Measure one point (in this process).
-fn measure(point: Point, cycles: usize) -> Measured {
+fn measure(point: Point, cycles: usize, preempt: bool) -> Measured {
     let setup = Instant::now();
-    let mut bench = Bench::new(point.nodes);
+    let mut bench = Bench::new(point.nodes, preempt);
     bench.fill(point.running, point.nodes);
     bench.submit(point.waiting);
     let setup_s = setup.elapsed().as_secs_f64();
@@ -304,11 +305,12 @@ fn measure(point: Point, cycles: usize) -> Measured {
 }
 
 /// Measure `point` in a child process of this benchmark.
-fn measure_apart(point: Point, cycles: usize) -> Measured {
+fn measure_apart(point: Point, cycles: usize, preempt: bool) -> Measured {
     let exe = std::env::current_exe().expect("the benchmark's own path");
     let arg = format!("{},{},{}", point.nodes, point.waiting, point.running);
     let out = std::process::Command::new(exe)
         .args(["--point", &arg, "--cycles", &cycles.to_string()])
+        .args(if preempt { None } else { Some("--no-preempt") })
         .stderr(std::process::Stdio::inherit())
         .output()
         .expect("runs a point");
@@ -391,10 +393,12 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let cycles = value("--cycles").map_or(CYCLES, |n| n.parse().expect("--cycles N"));
+    // Preemption planning off: how much of a cycle it is.
+    let preempt = !args.iter().any(|a| a == "--no-preempt");
     if let Some(point) = value("--point") {
         let v: Vec<usize> = point.split(',').map(|n| n.parse().expect("--point NODES,WAITING,RUNNING")).collect();
         let [nodes, waiting, running] = v[..] else { panic!("--point NODES,WAITING,RUNNING") };
-        println!("{}", measure(Point { nodes, waiting, running }, cycles).line());
+        println!("{}", measure(Point { nodes, waiting, running }, cycles, preempt).line());
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -411,7 +415,7 @@ fn main() {
         header();
         let mut measured = Vec::new();
         for point in points {
-            let m = measure_apart(point, cycles);
+            let m = measure_apart(point, cycles, preempt);
             row(&m);
             measured.push(m);
         }
