@@ -15,7 +15,8 @@
 //! size, `-- --svg DIR` to draw the curves (`cost-nodes.svg`, …), `-- --cycles N` to measure
 //! N cycles per point (40), `-- --base-nodes N` to vary waiting and running jobs on N nodes
 //! instead of 100,000, `-- --point N,W,R` for one point (R = 0: fill the fleet),
-//! `-- --no-preempt` to measure the same cycles without preemption planning.
+//! `-- --no-preempt` to measure the same cycles without preemption planning (its charts are
+//! `cost-<curve>-no-preempt.svg`).
 
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Backfill, Decision, JobId, Order, SchedJob, Scheduler, SchedulerConfig};
@@ -353,7 +354,7 @@ fn row(m: &Measured) {
     );
 }
 
-fn draw(dir: &str, curve: &str, measured: &[Measured]) {
+fn draw(dir: &str, curve: &str, preempt: bool, measured: &[Measured]) {
     let x = |m: &Measured| match curve {
         "nodes" => m.point.nodes as f64,
         "waiting" => m.waiting as f64,
@@ -365,7 +366,7 @@ fn draw(dir: &str, curve: &str, measured: &[Measured]) {
         _ => "running jobs",
     };
     let time = svg::Chart {
-        title: "one scheduling cycle",
+        title: if preempt { "one scheduling cycle" } else { "one scheduling cycle, preemption planning off" },
         x_label,
         y_label: "ms",
         series: vec![
@@ -384,7 +385,9 @@ fn draw(dir: &str, curve: &str, measured: &[Measured]) {
             points: measured.iter().map(|m| (x(m), m.rss_mib)).collect(),
         }],
     };
-    let path = format!("{dir}/cost-{curve}.svg");
+    // cargo runs a bench in its crate's directory: a relative DIR is from crates/gantry-engine.
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("--svg {dir}: {e} (relative to crates/gantry-engine)"));
+    let path = format!("{dir}/cost-{curve}{}.svg", if preempt { "" } else { "-no-preempt" });
     std::fs::write(&path, svg::render(&[time, memory])).expect("writes the chart");
     println!("  drawn: {path}");
 }
@@ -404,7 +407,8 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let only = value("--curve");
     println!(
-        "gantry scheduling-cycle cost curves: fair share ({PROJECTS} projects in 3 levels), backfill with reservations (depth 8), preemption on; {cycles} cycles per point"
+        "gantry scheduling-cycle cost curves: fair share ({PROJECTS} projects in 3 levels), backfill with reservations (depth 8), preemption {}; {cycles} cycles per point",
+        if preempt { "on" } else { "off" }
     );
     let base = value("--base-nodes").map_or(100_000, |n| n.parse().expect("--base-nodes N"));
     for (curve, points) in curves(quick, base) {
@@ -420,7 +424,7 @@ fn main() {
             measured.push(m);
         }
         if let Some(dir) = value("--svg") {
-            draw(&dir, curve, &measured);
+            draw(&dir, curve, preempt, &measured);
         }
     }
 }
