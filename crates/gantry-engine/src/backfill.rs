@@ -191,45 +191,9 @@ impl Engine {
         now: u64,
     ) -> Option<Reservation> {
         let from = earlier.iter().map(|r| r.start_s).max().unwrap_or(now).max(now);
-        let mut times: Vec<u64> = running
-            .iter()
-            .filter_map(|r| r.end_s)
-            .chain(earlier.iter().filter_map(|r| r.end_s))
-            .filter(|&e| e > from)
-            .collect();
-        times.push(from);
-        times.sort_unstable();
-        times.dedup();
-        let attempt = |t: u64| -> Option<Vec<crate::ledger::TaskGrant>> {
-            let mut copy = self.planned_at(running, earlier, t);
-            let id = copy.place(job).ok()?;
-            Some(copy.allocations.remove(&id).expect("just placed").tasks)
-        };
-        let (hi, tasks) = self.first_fit_in_time(job, running, earlier, &times)?;
-        // The search walks one copy forward instead of planning each probe from scratch: the
-        // same first time and the same grants (checked in debug builds, every test and replay).
-        debug_assert!(hi == 0 || attempt(times[hi - 1]).is_none(), "{} fits before {}", job.name, times[hi]);
-        debug_assert_eq!(attempt(times[hi]).as_ref(), Some(&tasks), "{} at {}", job.name, times[hi]);
-        Some(Reservation { start_s: times[hi], end_s: limit_s.map(|d| times[hi] + d), tasks })
-    }
-
-    /// The first of `times` (sorted, the first no earlier than every earlier reservation's
-    /// start) at which `job` fits the fleet as planned then, and its grants; `None` if it never
-    /// does. Fitting only gets easier with time from `times[0]` on (things end, nothing
-    /// starts), so the search gallops forward on one copy — releasing only what ends between
-    /// two probes — and then bisects the last step from a copy at its start. Each probe from
-    /// scratch costs a copy of the fleet and a release of everything ended by then; this costs
-    /// about three releases per end before the answer, and two copies per doubling.
-    fn first_fit_in_time(
-        &self,
-        job: &CompiledJob,
-        running: &[Running],
-        earlier: &[Reservation],
-        times: &[u64],
-    ) -> Option<(usize, Vec<crate::ledger::TaskGrant>)> {
-        let from = times[0];
         // What ends after `from`, in time order: running jobs, and earlier reservations (all
-        // started by `from`, so applied at `from` until they end).
+        // started by `from`, so applied at `from` until they end). The times to try are `from`
+        // and each of those ends.
         let mut ends: Vec<(u64, Ended)> = running
             .iter()
             .filter_map(|r| r.end_s.filter(|&e| e > from).map(|e| (e, Ended::Running(r.alloc))))
@@ -241,6 +205,37 @@ impl Engine {
             )
             .collect();
         ends.sort_unstable();
+        let mut times: Vec<u64> = std::iter::once(from).chain(ends.iter().map(|&(e, _)| e)).collect();
+        times.dedup();
+        let attempt = |t: u64| -> Option<Vec<crate::ledger::TaskGrant>> {
+            let mut copy = self.planned_at(running, earlier, t);
+            let id = copy.place(job).ok()?;
+            Some(copy.allocations.remove(&id).expect("just placed").tasks)
+        };
+        let (hi, tasks) = self.first_fit_in_time(job, running, earlier, &ends, &times)?;
+        // The search walks one copy forward instead of planning each probe from scratch: the
+        // same first time and the same grants (checked in debug builds, every test and replay).
+        debug_assert!(hi == 0 || attempt(times[hi - 1]).is_none(), "{} fits before {}", job.name, times[hi]);
+        debug_assert_eq!(attempt(times[hi]).as_ref(), Some(&tasks), "{} at {}", job.name, times[hi]);
+        Some(Reservation { start_s: times[hi], end_s: limit_s.map(|d| times[hi] + d), tasks })
+    }
+
+    /// The first of `times` (`from`, then every time in `ends`, which are sorted) at which
+    /// `job` fits the fleet as planned then, and its grants; `None` if it never does. Fitting
+    /// only gets easier with time from `from` on (things end, nothing starts), so the search
+    /// gallops forward on one copy — releasing only what ends between two probes — and then
+    /// bisects the last step, each probe a copy of the step's start. Each probe from scratch
+    /// cost a copy of the fleet and a release of everything ended by then; this costs about
+    /// three releases per end before the answer, and a copy per bisection step.
+    fn first_fit_in_time(
+        &self,
+        job: &CompiledJob,
+        running: &[Running],
+        earlier: &[Reservation],
+        ends: &[(u64, Ended)],
+        times: &[u64],
+    ) -> Option<(usize, Vec<crate::ledger::TaskGrant>)> {
+        let from = times[0];
         let advance = |copy: &mut Engine, after: u64, until: u64| {
             let first = ends.partition_point(|(e, _)| *e <= after);
             for (_, ended) in ends[first..].iter().take_while(|(e, _)| *e <= until) {
@@ -418,6 +413,62 @@ mod tests {
         let text = format!("[[job]]\nname = \"j\"\ngpu = {{ count = {gpus} }}\n");
         let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
         engine.compile(&spec).expect("compiles")
+    }
+
+    /// The first fit by planning every time from scratch, the way the search did before it
+    /// walked one copy forward: the reference the forward search must agree with.
+    fn first_fit_from_scratch(
+        live: &Engine,
+        job: &CompiledJob,
+        running: &[Running],
+        earlier: &[Reservation],
+        now: u64,
+    ) -> Option<(u64, Vec<crate::ledger::TaskGrant>)> {
+        let from = earlier.iter().map(|r| r.start_s).max().unwrap_or(now).max(now);
+        let mut times: Vec<u64> = running
+            .iter()
+            .filter_map(|r| r.end_s)
+            .chain(earlier.iter().filter_map(|r| r.end_s))
+            .filter(|&e| e > from)
+            .chain([from])
+            .collect();
+        times.sort_unstable();
+        times.dedup();
+        times.into_iter().find_map(|t| {
+            let mut copy = live.planned_at(running, earlier, t);
+            let id = copy.place(job).ok()?;
+            Some((t, copy.allocations.remove(&id).expect("just placed").tasks))
+        })
+    }
+
+    #[test]
+    fn reservations_found_walking_forward_are_those_planned_from_scratch_on_random_fleets() {
+        for seed in 0..150u64 {
+            let mut rng = crate::rng::SeededRng::new(seed);
+            let mut live = engine();
+            let jobs: Vec<CompiledJob> = (1..=4).map(|g| job(&live, g)).collect();
+            let mut running = Vec::new();
+            for _ in 0..rng.below(12) {
+                let Ok(alloc) = live.place(&jobs[rng.below(4) as usize]) else { continue };
+                // Some never end (no time limit); ties between ends are common.
+                let end_s = (rng.below(4) > 0).then(|| 100 + 10 * rng.below(8));
+                running.push(Running { alloc, end_s });
+            }
+            let mut earlier: Vec<Reservation> = Vec::new();
+            for k in 0..3 {
+                let gpus = 1 + rng.below(16) as u32;
+                let wanted = job(&live, gpus);
+                let limit = (rng.below(3) > 0).then(|| 5 + 10 * rng.below(6));
+                let found = live.reserve_next(&wanted, limit, &running, &earlier, 100);
+                let reference = first_fit_from_scratch(&live, &wanted, &running, &earlier, 100);
+                assert_eq!(
+                    found.as_ref().map(|r| (r.start_s, r.tasks.clone())),
+                    reference,
+                    "seed {seed}, reservation {k} of {gpus} GPUs"
+                );
+                earlier.extend(found);
+            }
+        }
     }
 
     #[test]
