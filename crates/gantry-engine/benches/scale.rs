@@ -166,6 +166,9 @@ struct Bench {
     /// Stopped for a preemptor: killed at this time.
     dying: BTreeMap<AllocId, u64>,
     decisions: u64,
+    /// A hash of every decision and where each start was placed: equal digests across two
+    /// builds say a speed-up left the decisions as they were.
+    digest: u64,
     started: Instant,
 }
 
@@ -185,6 +188,7 @@ impl Bench {
             running: BTreeMap::new(),
             dying: BTreeMap::new(),
             decisions: 0,
+            digest: 0,
             started: Instant::now(),
         }
     }
@@ -207,6 +211,7 @@ impl Bench {
         let took = started.elapsed();
         self.decisions += decisions.len() as u64;
         for d in decisions {
+            self.digest = digest_of(self.digest, &d, &self.scheduler);
             match d {
                 Decision::Start { job, alloc, .. } => {
                     self.running.insert(alloc, job);
@@ -273,6 +278,18 @@ impl Bench {
     }
 }
 
+/// `digest` extended by one decision and, for a start, the grants it was placed on.
+fn digest_of(digest: u64, decision: &Decision, scheduler: &Scheduler) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    digest.hash(&mut h);
+    format!("{decision:?}").hash(&mut h);
+    if let Decision::Start { alloc, .. } = decision {
+        format!("{:?}", scheduler.engine().allocations()[alloc].tasks).hash(&mut h);
+    }
+    h.finish()
+}
+
 /// Measure one point (in this process).
 fn measure(point: Point, cycles: usize, preempt: bool) -> Measured {
     let setup = Instant::now();
@@ -288,6 +305,7 @@ fn measure(point: Point, cycles: usize, preempt: bool) -> Measured {
         bench.advance();
         times.push(bench.cycle());
     }
+    eprintln!("  decisions digest: {:016x}", bench.digest);
     let total: Duration = times.iter().sum();
     times.sort_unstable();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
