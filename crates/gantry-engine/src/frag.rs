@@ -116,13 +116,17 @@ impl Outlook {
         for &(shape, weight) in shapes.iter().filter(|(s, _)| s.milli > 0) {
             *requests.entry(shape.milli.min(1000)).or_default() += weight;
         }
+        // A sorted slice, not the map's range: a learning model derives this again after every
+        // placement that adds a task type's count, and a range walk of the map per `f` was most
+        // of the cost.
+        let requests: Vec<(usize, u64)> = requests.into_iter().map(|(m, w)| (m as usize, w)).collect();
         let mut waste = Vec::new();
         if !requests.is_empty() {
             waste = vec![0u32; 1001];
             for f in 0..=1000usize {
                 let (mut sum, mut weight) = (0u64, 0u64);
-                for (&m, &w) in requests.range(..=f as u32) {
-                    sum += w * waste[f - m as usize] as u64;
+                for &(m, w) in requests.iter().take_while(|&&(m, _)| m <= f) {
+                    sum += w * waste[f - m] as u64;
                     weight += w;
                 }
                 waste[f] = sum.checked_div(weight).map_or(f as u32, |w| w as u32);

@@ -185,10 +185,22 @@ impl<'a> Placer<'a> {
                 })
                 .count() as u32
         };
+        // Which nodes can count: for whole GPUs only those with a wholly free one (a node
+        // without counts 0 in `free_in`), walked through the room index — a gang's search on
+        // a full 100,000-node fleet otherwise visited every node at every level it tried.
+        let node_count = self.state.nodes.len();
+        let whole = matches!(group.gpu, GpuNeed::Whole { .. });
+        let walk = |at_least: u32| -> Box<dyn Iterator<Item = NodeIdx> + '_> {
+            if whole {
+                Box::new(index::rotated(self.state.index.whole(at_least), node_count, 0))
+            } else {
+                Box::new(0..node_count as NodeIdx)
+            }
+        };
         let mut found: Vec<(u32, NodeScope, GpuScope)> = Vec::new();
         match level {
             TopologyLevel::Nvlink | TopologyLevel::Numa => {
-                for node in 0..self.state.nodes.len() as NodeIdx {
+                for node in walk(need) {
                     if self.state.nodes[node as usize].whole_free < need && matches!(group.gpu, GpuNeed::Whole { .. }) {
                         continue;
                     }
@@ -213,7 +225,7 @@ impl<'a> Placer<'a> {
                 }
             }
             TopologyLevel::Node => {
-                for node in 0..self.state.nodes.len() as NodeIdx {
+                for node in walk(need) {
                     let free = free_in(node, GpuScope::Any);
                     if free >= need {
                         found.push((free, NodeScope::Node(node), GpuScope::Any));
@@ -221,8 +233,11 @@ impl<'a> Placer<'a> {
                 }
             }
             TopologyLevel::Rack => {
-                for (rack, nodes) in self.rack_nodes.iter().enumerate() {
-                    let free: u32 = nodes.iter().map(|&n| free_in(n, GpuScope::Any)).sum();
+                let mut rack_free = vec![0u32; self.rack_nodes.len()];
+                for node in walk(1) {
+                    rack_free[self.state.nodes[node as usize].rack as usize] += free_in(node, GpuScope::Any);
+                }
+                for (rack, &free) in rack_free.iter().enumerate() {
                     if free >= need {
                         found.push((free, NodeScope::Rack(rack as u32), GpuScope::Any));
                     }
