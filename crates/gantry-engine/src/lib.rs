@@ -113,7 +113,8 @@ pub struct Engine {
     /// Spare states for planning copies, shared with them.
     spares: backfill::SparePool,
     /// A planning copy (`backfill::planning_copy`): its state goes back to the spare pool
-    /// when it is dropped.
+    /// when it is dropped, and its placements neither explain refusals nor teach the
+    /// fragmentation model.
     planning: bool,
 }
 
@@ -286,7 +287,10 @@ impl Engine {
         assert!(self.is_current(job), "job {} was compiled before a reconfiguration: compile it again", job.name);
         self.decisions += 1;
         let decision_seed = rng::mix(self.config.seed ^ rng::mix(self.decisions));
-        if self.config.policy.needs_shapes() {
+        // A planning copy searches with the live engine's model and does not learn: what it
+        // tries are hypotheses, and learning from them made a check's answer depend on how
+        // many checks came before it on the same copy.
+        if self.config.policy.needs_shapes() && !self.planning {
             place::observe(&mut self.frag, job);
         }
         let none = Outlook::default();
