@@ -25,7 +25,7 @@ use gantry_types::{DependencyKind, Flavor, JobControl, Lifecycle, PendingJob, Pe
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use crate::limits::{BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, CYCLE_VISITS_MAX};
+pub use crate::limits::{BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, CYCLE_VISITS_MAX, RESERVATION_CHECKS_MAX};
 pub use rights::PREEMPTORS_MAX;
 
 /// The caller's name for a job (a trace index, a database id).
@@ -255,6 +255,9 @@ pub struct SchedStats {
     /// Jobs refused at least once by a quota, by a per-user limit.
     pub quota_waited: BTreeSet<JobId>,
     pub user_limit_waited: BTreeSet<JobId>,
+    /// Backfill candidates refused because their cycle had spent its checks against the
+    /// reservations ([`RESERVATION_CHECKS_MAX`]): each waited for a later cycle.
+    pub reservation_checks_spent: u64,
 }
 
 /// The scheduling cycle's state: the engine, the queues, what runs, what waits and why.

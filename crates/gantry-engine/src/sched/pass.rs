@@ -40,7 +40,7 @@
 
 use super::{
     BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, CYCLE_VISITS_MAX, Decision, JobId, Order, PREEMPTORS_MAX,
-    PromiseBreak, RunningJob, Scheduler,
+    PromiseBreak, RESERVATION_CHECKS_MAX, RunningJob, Scheduler,
 };
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
@@ -61,6 +61,9 @@ fn running_list(running: &BTreeMap<AllocId, RunningJob>) -> Vec<Running> {
 struct Reservations {
     one: Option<((JobId, u64), Shadow)>,
     plans: Vec<(JobId, Reservation)>,
+    /// Candidates checked this cycle against plans on nodes they share (at most
+    /// [`RESERVATION_CHECKS_MAX`]).
+    checks: usize,
 }
 
 /// What a refused job's refusal means for the cycle.
@@ -753,8 +756,8 @@ impl Scheduler {
         if others.iter().any(|&i| end.is_none_or(|e| e > reservations.plans[i].1.start_s)) {
             // The plans held before this start (each start is checked here); one on no node
             // of this allocation still does. Only a shared node needs the planned fleet.
-            let shared = others.iter().any(|&i| self.engine.shares_nodes(alloc, &reservations.plans[i].1));
-            if !shared {
+            let shared = others.iter().copied().find(|&i| self.engine.shares_nodes(alloc, &reservations.plans[i].1));
+            let Some(shared) = shared else {
                 debug_assert!(
                     {
                         let mut running = running_list(&self.running);
@@ -767,7 +770,17 @@ impl Scheduler {
                 );
                 reservations.plans.retain(|(k, _)| *k != job);
                 return Ok(Go { alloc, milli, demand, displaced, work });
+            };
+            // Checking plans the fleet at each reservation's start, and planning them again
+            // when one no longer holds: at most `RESERVATION_CHECKS_MAX` candidates a cycle,
+            // after which one on a reservation's nodes waits for the next cycle.
+            if reservations.checks == RESERVATION_CHECKS_MAX {
+                self.stats.reservation_checks_spent += 1;
+                let (k, r) = &reservations.plans[shared];
+                let reason = PendingReason::Reservation { job: self.jobs[k].job.name.clone(), start_s: r.start_s };
+                return refuse(&mut self.engine, reason, true);
             }
+            reservations.checks += 1;
             let mut running = running_list(&self.running);
             running.push(Running { alloc, end_s: end });
             let planned: Vec<(JobId, Reservation)> =

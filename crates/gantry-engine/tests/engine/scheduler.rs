@@ -239,3 +239,42 @@ fn a_cycle_looks_at_no_more_than_its_bound_of_waiting_jobs_and_still_starts_the_
     assert_eq!(first.len(), 2);
     assert!(first.iter().all(|&j| j <= 4), "{first:?}");
 }
+
+/// A flood of backfill candidates on the nodes of reserved jobs costs a cycle a bounded number
+/// of checks (each plans the fleet at every reservation's start): the rest wait for a later
+/// cycle, refused for the reservation, and every promise is kept.
+#[test]
+fn a_flood_of_candidates_on_reserved_nodes_is_checked_a_bounded_number_of_times_a_cycle() {
+    const EIGHT_GPUS: &str =
+        "[[node]]\nname = \"n\"\ncpu = 256\nmemory = \"2TiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 8\n";
+    use gantry_engine::sched::RESERVATION_CHECKS_MAX;
+    let config = SchedulerConfig { backfill: Backfill::Reserve, reserve_depth: 4, ..Default::default() };
+    let mut s = Scheduler::new(engine(EIGHT_GPUS, Policy::BestFit), config);
+    for id in 1..=4 {
+        s.submit(id, job(&s, &format!("hold{id}"), "default", 1, 0, 100), 0).expect("submits");
+    }
+    assert_eq!(started(&s.cycle(0)).len(), 4, "four GPUs held until 100");
+    // Two jobs wanting the whole node are promised 100 and 150; then a flood of 1-GPU jobs
+    // that would still run at 100 (each one a check: it shares the node with both plans).
+    s.submit(10, job(&s, "wide1", "default", 8, 0, 50), 10).expect("submits");
+    s.submit(11, job(&s, "wide2", "default", 8, 0, 50), 10).expect("submits");
+    let flood = RESERVATION_CHECKS_MAX as u64 + 20;
+    for id in 100..100 + flood {
+        s.submit(id, job(&s, &format!("f{id}"), "default", 1, 0, 500), 10).expect("submits");
+    }
+    assert_eq!(started(&s.cycle(10)), Vec::<u64>::new(), "no candidate may delay a promise");
+    assert_eq!(s.stats().reservation_checks_spent, 20, "past the bound, candidates wait unchecked");
+    let reasons: Vec<String> =
+        s.pending().into_iter().filter(|p| p.job.starts_with('f')).map(|p| p.reason.kind()).collect();
+    assert_eq!(reasons.len() as u64, flood);
+    assert!(reasons.iter().all(|r| r == "reservation"), "{reasons:?}");
+    // The next cycle has its own checks; the promises hold.
+    started(&s.cycle(11));
+    assert_eq!(s.stats().reservation_checks_spent, 40);
+    let holds: Vec<_> = s.engine().allocations().keys().copied().collect();
+    for alloc in holds {
+        s.ended(alloc, true, 100).expect("running");
+    }
+    assert_eq!(started(&s.cycle(100)), [10], "wide1 starts as promised");
+    assert!(s.stats().late.is_empty() && s.stats().broken_without_cause.is_empty());
+}
