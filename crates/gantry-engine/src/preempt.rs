@@ -116,7 +116,7 @@ impl Victim {
     /// Cheaper victims sort first; a job already preempted [`PREEMPTED_TIMES_LAST`] times or
     /// more, or just restarted after a reclaim, goes after every other (else the job that just
     /// restarted, having lost least, is the cheapest again at every reclaim).
-    fn cost(&self) -> (bool, u64, i32, AllocId) {
+    pub(crate) fn cost(&self) -> (bool, u64, i32, AllocId) {
         (self.last_resort(), self.work_lost_milli_s, self.priority, self.alloc)
     }
 
@@ -132,8 +132,9 @@ impl Victim {
 /// is passed over; a preemptor's own queue is not bound (it replaces like with like).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Spare {
-    /// `None`: no quotas, everything may be taken.
-    above: Option<BTreeMap<(usize, Flavor), u64>>,
+    /// `None`: no quotas, everything may be taken. Per queue, then per flavor: looked up for
+    /// every eligible victim of every plan, without building a key.
+    above: Option<BTreeMap<usize, BTreeMap<Flavor, u64>>>,
 }
 
 impl Spare {
@@ -144,7 +145,11 @@ impl Spare {
 
     /// Each (queue, flavor)'s usage above its guarantee; pairs not listed have nothing to spare.
     pub fn above_guarantee(above: BTreeMap<(usize, Flavor), u64>) -> Spare {
-        Spare { above: Some(above) }
+        let mut by_queue: BTreeMap<usize, BTreeMap<Flavor, u64>> = BTreeMap::new();
+        for ((q, f), spare) in above {
+            by_queue.entry(q).or_default().insert(f, spare);
+        }
+        Spare { above: Some(by_queue) }
     }
 
     /// May a preemptor of queue `preemptor` take `v`?
@@ -153,7 +158,8 @@ impl Spare {
             None => true,
             Some(_) if v.queue == preemptor => true,
             Some(above) => {
-                v.demand.iter().all(|(f, d)| above.get(&(v.queue, f.clone())).is_some_and(|&spare| spare >= *d))
+                let queue = above.get(&v.queue);
+                v.demand.iter().all(|(f, d)| queue.and_then(|q| q.get(f)).is_some_and(|&spare| spare >= *d))
             }
         }
     }
@@ -162,7 +168,7 @@ impl Spare {
     pub fn take(&mut self, v: &Victim) {
         if let Some(above) = self.above.as_mut() {
             for (f, d) in &v.demand {
-                if let Some(spare) = above.get_mut(&(v.queue, f.clone())) {
+                if let Some(spare) = above.get_mut(&v.queue).and_then(|q| q.get_mut(f)) {
                     *spare = spare.saturating_sub(*d);
                 }
             }
@@ -226,11 +232,18 @@ impl Engine {
             .filter(|v| v.cause(right).is_some() && self.allocations.contains_key(&v.alloc))
             .filter(|v| spare.allows(v, right.queue))
             .collect();
+        // (Linear when `victims` come sorted by cost, as the scheduler passes them.)
         eligible.sort_by_key(|v| v.cost());
         let mut best: Option<(PlanCost, Vec<AllocId>)> = None;
+        // The eligible victims by allocation, sorted once the first plan needs its cost.
+        let mut by_alloc: Vec<(AllocId, &Victim)> = Vec::new();
         let mut consider = |trial: &mut Trial<'_>, order: &[&Victim]| {
             if let Some(chosen) = trial.greedy_then_prune(job, order, spare.clone(), right.queue) {
-                let cost = plan_cost(&chosen, victims);
+                if by_alloc.is_empty() {
+                    by_alloc = eligible.iter().map(|v| (v.alloc, *v)).collect();
+                    by_alloc.sort_unstable_by_key(|&(a, _)| a);
+                }
+                let cost = plan_cost(&chosen, &by_alloc);
                 if best.as_ref().is_none_or(|(b, _)| cost < *b) {
                     best = Some((cost, chosen));
                 }
@@ -355,9 +368,10 @@ impl<'e> Trial<'e> {
         preemptor: usize,
     ) -> Option<Vec<AllocId>> {
         self.reset();
-        // What one-by-one adding would release, in order, if the job never fit: `spare`
-        // changes with what is taken, not with whether the job fits.
-        let admitted: Vec<AllocId> = order
+        // What one-by-one adding would release, in order, if the job never fit (`spare`
+        // changes with what is taken, not with whether the job fits), drawn as far as the
+        // search goes.
+        let mut rest = order
             .iter()
             .filter(|v| {
                 let allowed = spare.allows(v, preemptor);
@@ -366,9 +380,9 @@ impl<'e> Trial<'e> {
                 }
                 allowed
             })
-            .map(|v| v.alloc)
-            .collect();
-        let Some(k) = self.shortest_fitting_prefix(job, &admitted) else {
+            .map(|v| v.alloc);
+        let mut admitted = Vec::new();
+        let Some(k) = self.shortest_fitting_prefix(job, &mut admitted, &mut rest) else {
             self.reset();
             return None;
         };
@@ -390,16 +404,23 @@ impl<'e> Trial<'e> {
         }
     }
 
-    /// The fewest of `admitted`, taken in order, with which `job` fits (it does not fit with
+    /// The fewest victims, taken in order from `admitted` and then `rest` (moved into
+    /// `admitted` as the search reaches them), with which `job` fits (it does not fit with
     /// none), the copy left with exactly those released; `None` if not even all of them do.
-    fn shortest_fitting_prefix(&mut self, job: &CompiledJob, admitted: &[AllocId]) -> Option<usize> {
-        let (mut lo, mut at, mut step) = (0, 0, 1);
+    fn shortest_fitting_prefix(
+        &mut self,
+        job: &CompiledJob,
+        admitted: &mut Vec<AllocId>,
+        rest: &mut impl Iterator<Item = AllocId>,
+    ) -> Option<usize> {
+        let (mut lo, mut at, mut step): (usize, usize, usize) = (0, 0, 1);
         // Gallop: `lo` does not fit; try `lo + step`, doubling the step.
         let mut hi = loop {
-            if lo == admitted.len() {
+            admitted.extend(rest.by_ref().take((lo + step).saturating_sub(admitted.len())));
+            let next = (lo + step).min(admitted.len());
+            if next == lo {
                 return None;
             }
-            let next = (lo + step).min(admitted.len());
             self.move_prefix(admitted, at, next);
             at = next;
             if self.fits(job) {
@@ -451,8 +472,12 @@ impl<'e> Trial<'e> {
     }
 }
 
-fn plan_cost(chosen: &[AllocId], victims: &[Victim]) -> PlanCost {
-    let of = |a: &AllocId| victims.iter().find(|v| v.alloc == *a).expect("chosen among the victims");
+/// What stopping `chosen` costs; `by_alloc` holds the eligible victims sorted by allocation.
+fn plan_cost(chosen: &[AllocId], by_alloc: &[(AllocId, &Victim)]) -> PlanCost {
+    let of = |a: &AllocId| {
+        let i = by_alloc.binary_search_by_key(a, |&(alloc, _)| alloc).expect("chosen among the eligible victims");
+        by_alloc[i].1
+    };
     let lost = chosen.iter().map(|a| of(a).work_lost_milli_s).sum();
     let repeated = chosen.iter().filter(|a| of(a).last_resort()).count();
     let priority = chosen.iter().map(|a| of(a).priority).max().unwrap_or(i32::MIN);
@@ -528,10 +553,11 @@ mod tests {
                 continue;
             }
             let reference = one_by_one(&mut trial, &wanted, &order);
-            let searched = trial.shortest_fitting_prefix(&wanted, &order).map(|k| {
-                let greedy = order[..k].to_vec();
-                (k, trial.prune(&wanted, &greedy))
-            });
+            let searched =
+                trial.shortest_fitting_prefix(&wanted, &mut Vec::new(), &mut order.iter().copied()).map(|k| {
+                    let greedy = order[..k].to_vec();
+                    (k, trial.prune(&wanted, &greedy))
+                });
             trial.reset();
             assert_eq!(searched, reference, "seed {seed}");
             planned += usize::from(reference.is_some());

@@ -191,6 +191,8 @@ impl Scheduler {
             .filter(|alloc| !self.terminating.contains_key(alloc))
             .map(|&alloc| self.victim(alloc, now))
             .collect();
+        // Cheapest first, as every plan takes them: each plan then filters, not sorts.
+        victims.sort_by_key(|v| v.cost());
         let mut requests = 0;
         // Whether a right has an eligible victim, per right: a long queue's short jobs share a
         // few rights (queue, priority, guarantee, starving), and without this every one of
