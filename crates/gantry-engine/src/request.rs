@@ -114,7 +114,7 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
             job.task_count()
         )));
     }
-    let groups = job
+    let mut groups = job
         .groups
         .iter()
         .map(|group| {
@@ -217,6 +217,10 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
             Ok(group)
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
+    // Collected through `Result`, the vector starts with room for four groups (272 bytes
+    // each), and most jobs have one: 816 bytes a job, held while it waits and while it runs —
+    // 40 % of a waiting job's memory (the scale bench, a million waiting).
+    groups.shrink_to_fit();
     Ok(CompiledJob { name: job.name.clone(), groups, tables: (state.classes.len(), state.signatures.len()) })
 }
 
