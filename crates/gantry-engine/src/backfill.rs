@@ -400,19 +400,13 @@ impl Shadow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_catalog::Catalog;
 
     fn engine() -> Engine {
-        let fleet = "[[node]]\nname = \"n\"\ncount = 4\ncpu = 64\nmemory = \"512GiB\"\n\
-                     [node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
-        let fleet = gantry_spec::parse_fleet(fleet, Catalog::embedded()).expect("fleet");
-        Engine::new(&fleet, Catalog::embedded(), Default::default()).expect("engine")
+        crate::test_fleet::a100_engine(4)
     }
 
     fn job(engine: &Engine, gpus: u32) -> CompiledJob {
-        let text = format!("[[job]]\nname = \"j\"\ngpu = {{ count = {gpus} }}\n");
-        let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
-        engine.compile(&spec).expect("compiles")
+        crate::test_fleet::whole_gpu_job(engine, gpus, 1)
     }
 
     /// The first fit by planning every time from scratch, the way the search did before it

@@ -33,6 +33,8 @@ pub mod request;
 pub mod rng;
 pub mod sched;
 pub mod state;
+#[cfg(test)]
+mod test_fleet;
 
 use gantry_catalog::Catalog;
 use gantry_types::{Bytes, Fleet, GpuGrant, GpuMode, Job, JobOutcome, MilliCpu, MilliGpu, ReasonCount, TaskPlacement};

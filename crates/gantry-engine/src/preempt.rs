@@ -489,19 +489,10 @@ fn plan_cost(chosen: &[AllocId], by_alloc: &[(AllocId, &Victim)]) -> PlanCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gantry_catalog::Catalog;
+    use crate::test_fleet::{a100_engine, whole_gpu_job as job};
 
     fn engine() -> Engine {
-        let fleet = "[[node]]\nname = \"n\"\ncount = 6\ncpu = 64\nmemory = \"512GiB\"\n\
-                     [node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
-        let fleet = gantry_spec::parse_fleet(fleet, Catalog::embedded()).expect("fleet");
-        Engine::new(&fleet, Catalog::embedded(), Default::default()).expect("engine")
-    }
-
-    fn job(engine: &Engine, gpus: u32, replicas: u32) -> CompiledJob {
-        let text = format!("[[job]]\nname = \"j\"\nreplicas = {replicas}\ngpu = {{ count = {gpus} }}\n");
-        let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
-        engine.compile(&spec).expect("compiles")
+        a100_engine(6)
     }
 
     /// What the planner did before it searched: release victims one by one, checking after
