@@ -8,10 +8,11 @@
 //!
 //! Reported per point: the first cycle after the submissions, then p50 / p99 / max of the
 //! steady cycles, decisions (starts and stops) per second of cycle time, and the process's
-//! resident memory (engine, scheduler and the job specs it holds).
+//! resident memory (engine, scheduler and the job specs it holds); on stderr, a digest of every
+//! decision and where each start was placed, so two builds can be shown to decide the same.
 //!
-//! Run: `cargo bench -p gantry-engine --bench scale` (every curve; about 15 minutes on a
-//! 2-vCPU VM), `-- --curve nodes|waiting|running` for one, `-- --quick` for a tenth of every
+//! Run: `cargo bench -p gantry-engine --bench scale` (every curve; about 25 minutes on a
+//! 2-vCPU VM, most of it filling 100,000-node fleets), `-- --help` for the flags, `-- --curve nodes|waiting|running` for one, `-- --quick` for a tenth of every
 //! size, `-- --svg DIR` to draw the curves (`cost-nodes.svg`, …), `-- --cycles N` to measure
 //! N cycles per point (40), `-- --base-nodes N` to vary waiting and running jobs on N nodes
 //! instead of 100,000, `-- --point N,W,R` for one point (R = 0: fill the fleet),
@@ -410,8 +411,24 @@ fn draw(dir: &str, curve: &str, preempt: bool, measured: &[Measured]) {
     println!("  drawn: {path}");
 }
 
+const USAGE: &str = "cost curves of the scheduling cycle (docs/PERFORMANCE.md, issue 24)
+
+usage: cargo bench -p gantry-engine --bench scale -- [flags]
+  --curve nodes|waiting|running  one curve (default: all three)
+  --point NODES,WAITING,RUNNING  one point in this process (RUNNING 0: fill the fleet)
+  --cycles N                     steady cycles measured per point (default 40)
+  --base-nodes N                 nodes of the waiting and running curves (default 100000)
+  --quick                        a tenth of every size
+  --no-preempt                   the same cycles without preemption planning
+  --svg DIR                      draw each curve as DIR/cost-<curve>[-no-preempt].svg
+                                 (cargo runs benches in crates/gantry-engine: give $PWD/...)";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return;
+    }
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let cycles = value("--cycles").map_or(CYCLES, |n| n.parse().expect("--cycles N"));
     // Preemption planning off: how much of a cycle it is.
