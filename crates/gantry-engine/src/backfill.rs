@@ -283,11 +283,12 @@ impl Engine {
     }
 
     /// Place `job` on planning copy `copy` as a fresh copy of this engine would: the same
-    /// decision counter and observed shapes (placement's tie-breaks and FGD's outlook depend on
-    /// them). The grants if it fits (the copy then holds them); else the copy is unchanged.
+    /// decision counter (placement's tie-breaks depend on it; a planning copy's fragmentation
+    /// model is this engine's, since planning copies do not learn). The grants if it fits (the
+    /// copy then holds them); else the copy is unchanged.
     fn probe(&self, copy: &mut Engine, job: &CompiledJob) -> Option<Vec<crate::ledger::TaskGrant>> {
         copy.decisions = self.decisions;
-        copy.frag.clone_from(&self.frag);
+        debug_assert!(copy.frag == self.frag, "a planning copy searches with its engine's model");
         let id = copy.place(job).ok()?;
         Some(copy.allocations.remove(&id).expect("just placed").tasks)
     }

@@ -312,12 +312,12 @@ pub fn step(
         return step_whole(fleet, now, demand, now_s, config, catalog);
     }
     let k = ((now_s / config.period_s.max(1)) % slices as u64) as usize;
-    let ours = |i: &usize| i % slices == k;
-    let part =
-        Fleet { nodes: fleet.nodes.iter().enumerate().filter(|(i, _)| ours(i)).map(|(_, n)| n.clone()).collect() };
-    let part_now: Vec<Vec<GpuNow>> = now.iter().enumerate().filter(|(i, _)| ours(i)).map(|(_, g)| g.clone()).collect();
-    let part_demand: Vec<Job> = demand.iter().enumerate().filter(|(j, _)| ours(j)).map(|(_, j)| j.clone()).collect();
-    let mut step = step_whole(&part, &part_now, &part_demand, now_s, config, catalog)?;
+    // Every `slices`-th item from the `k`-th: nodes, their GPUs now, and the demand alike.
+    fn slice_of<T: Clone>(items: &[T], slices: usize, k: usize) -> Vec<T> {
+        items.iter().skip(k).step_by(slices).cloned().collect()
+    }
+    let part = Fleet { nodes: slice_of(&fleet.nodes, slices, k) };
+    let mut step = step_whole(&part, &slice_of(now, slices, k), &slice_of(demand, slices, k), now_s, config, catalog)?;
     step.slice = Some((k, slices));
     Ok(step)
 }

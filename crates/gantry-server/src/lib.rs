@@ -57,14 +57,15 @@ pub const OPEN_FILES_BESIDE_AGENTS: u64 = 256;
 /// a connection open (two while a held heartbeat is given up for a task's exit), and the
 /// common default soft limit, 1,024, would refuse connections from about the 500th node on.
 /// Returns the limit now in force.
-pub fn raise_open_files() -> Result<u64, String> {
+pub fn raise_open_files() -> Result<u64, ServeError> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| format!("reading the open-file limit: {e}"))?;
+    let (soft, hard) =
+        getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| ServeError::Io(format!("reading the open-file limit: {e}")))?;
     if soft >= hard {
         return Ok(soft);
     }
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
-        .map_err(|e| format!("raising the open-file limit to {hard}: {e}"))?;
+        .map_err(|e| ServeError::Io(format!("raising the open-file limit to {hard}: {e}")))?;
     Ok(hard)
 }
 

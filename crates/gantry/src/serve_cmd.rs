@@ -445,7 +445,7 @@ pub fn default_data_dir() -> anyhow::Result<PathBuf> {
 
 /// Say so when the open-file limit is below what `agents` remote agents' connections need
 /// (each keeps one open, two for a moment when a task ends while its heartbeat is held).
-fn check_open_files(limit: Result<u64, String>, agents: usize) {
+fn check_open_files(limit: Result<u64, gantry_server::error::ServeError>, agents: usize) {
     let needed = 2 * agents as u64 + gantry_server::OPEN_FILES_BESIDE_AGENTS;
     match limit {
         Ok(limit) if limit < needed => tracing::warn!(
