@@ -555,4 +555,60 @@ mod tests {
         }
         assert!(planned > 100, "{planned} plans: most fleets must need victims");
     }
+
+    /// The same on the demo fleet's mix — whole GPUs, MIG slices, time-sliced and MPS GPUs —
+    /// with requests of every kind, CPU-heavy ones among them: fitting there depends on more
+    /// than whole GPUs, where the search's premise (fitting is monotone in what is freed)
+    /// could fail.
+    #[test]
+    fn searching_for_victims_matches_one_by_one_on_a_mixed_fleet_with_every_kind_of_request() {
+        let fleet = include_str!("../../../examples/demo-fleet.toml");
+        let fleet = gantry_spec::parse_fleet(fleet, gantry_catalog::Catalog::embedded()).expect("fleet");
+        let requests = [
+            "gpu = { count = 1 }",
+            "gpu = { count = 2 }\ncpu = 100",
+            "gpu = { count = 4 }",
+            "gpu = { mig = \"1g.10gb\" }",
+            "gpu = { mig = \"3g.40gb\" }",
+            "gpu = { share = 125, memory = \"8GiB\", mode = \"time-slice\" }",
+            "gpu = { share = 250, memory = \"5GiB\", mode = \"mps\" }\ncpu = 20",
+            "gpu = { memory = \"18GiB\" }",
+        ];
+        let mut planned = 0;
+        for seed in 0..300u64 {
+            let mut rng = crate::rng::SeededRng::new(seed);
+            let mut live =
+                Engine::new(&fleet, gantry_catalog::Catalog::embedded(), Default::default()).expect("engine");
+            let compile = |live: &Engine, i: usize, replicas: u64| {
+                let text = format!("[[job]]\nname = \"j\"\nreplicas = {replicas}\n{}\n", requests[i]);
+                let spec =
+                    gantry_spec::parse_workload(&text, gantry_catalog::Catalog::embedded()).expect("job").remove(0);
+                live.compile(&spec).expect("compiles")
+            };
+            for _ in 0..60 {
+                let j = compile(&live, rng.below(requests.len() as u64) as usize, 1);
+                let _ = live.place(&j);
+            }
+            let mut order: Vec<AllocId> = live.allocations.keys().copied().collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            let wanted = compile(&live, rng.below(requests.len() as u64) as usize, 1 + rng.below(3));
+            let base = live.planning_copy();
+            let mut trial = Trial::of(&live, &base);
+            if trial.fits(&wanted) {
+                continue;
+            }
+            let reference = one_by_one(&mut trial, &wanted, &order);
+            let searched =
+                trial.shortest_fitting_prefix(&wanted, &mut Vec::new(), &mut order.iter().copied()).map(|k| {
+                    let greedy = order[..k].to_vec();
+                    (k, trial.prune(&wanted, &greedy))
+                });
+            trial.reset();
+            assert_eq!(searched, reference, "seed {seed}");
+            planned += usize::from(reference.is_some());
+        }
+        assert!(planned > 100, "{planned} plans: most fleets must need victims");
+    }
 }
