@@ -523,6 +523,33 @@ mod tests {
         None
     }
 
+    /// Hold the search to one-by-one checking for `wanted` on `live`, its allocations taken in
+    /// an order `rng` shuffles; whether `wanted` needed victims.
+    fn search_matches_one_by_one(
+        live: &Engine,
+        wanted: &CompiledJob,
+        rng: &mut crate::rng::SeededRng,
+        seed: u64,
+    ) -> bool {
+        let mut order: Vec<AllocId> = live.allocations.keys().copied().collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let base = live.planning_copy();
+        let mut trial = Trial::of(live, &base);
+        if trial.fits(wanted) {
+            return false;
+        }
+        let reference = one_by_one(&mut trial, wanted, &order);
+        let searched = trial.shortest_fitting_prefix(wanted, &mut Vec::new(), &mut order.iter().copied()).map(|k| {
+            let greedy = order[..k].to_vec();
+            (k, trial.prune(wanted, &greedy))
+        });
+        trial.reset();
+        assert_eq!(searched, reference, "seed {seed}");
+        reference.is_some()
+    }
+
     #[test]
     fn searching_for_victims_finds_the_sets_checking_one_by_one_finds_on_random_fleets() {
         let mut planned = 0;
@@ -533,25 +560,8 @@ mod tests {
             for _ in 0..40 {
                 let _ = live.place(&shapes[rng.below(4) as usize]);
             }
-            let mut order: Vec<AllocId> = live.allocations.keys().copied().collect();
-            for i in (1..order.len()).rev() {
-                order.swap(i, rng.below(i as u64 + 1) as usize);
-            }
             let wanted = job(&live, 1 + rng.below(4) as u32, 1 + rng.below(4) as u32);
-            let base = live.planning_copy();
-            let mut trial = Trial::of(&live, &base);
-            if trial.fits(&wanted) {
-                continue;
-            }
-            let reference = one_by_one(&mut trial, &wanted, &order);
-            let searched =
-                trial.shortest_fitting_prefix(&wanted, &mut Vec::new(), &mut order.iter().copied()).map(|k| {
-                    let greedy = order[..k].to_vec();
-                    (k, trial.prune(&wanted, &greedy))
-                });
-            trial.reset();
-            assert_eq!(searched, reference, "seed {seed}");
-            planned += usize::from(reference.is_some());
+            planned += usize::from(search_matches_one_by_one(&live, &wanted, &mut rng, seed));
         }
         assert!(planned > 100, "{planned} plans: most fleets must need victims");
     }
@@ -589,25 +599,8 @@ mod tests {
                 let j = compile(&live, rng.below(requests.len() as u64) as usize, 1);
                 let _ = live.place(&j);
             }
-            let mut order: Vec<AllocId> = live.allocations.keys().copied().collect();
-            for i in (1..order.len()).rev() {
-                order.swap(i, rng.below(i as u64 + 1) as usize);
-            }
             let wanted = compile(&live, rng.below(requests.len() as u64) as usize, 1 + rng.below(3));
-            let base = live.planning_copy();
-            let mut trial = Trial::of(&live, &base);
-            if trial.fits(&wanted) {
-                continue;
-            }
-            let reference = one_by_one(&mut trial, &wanted, &order);
-            let searched =
-                trial.shortest_fitting_prefix(&wanted, &mut Vec::new(), &mut order.iter().copied()).map(|k| {
-                    let greedy = order[..k].to_vec();
-                    (k, trial.prune(&wanted, &greedy))
-                });
-            trial.reset();
-            assert_eq!(searched, reference, "seed {seed}");
-            planned += usize::from(reference.is_some());
+            planned += usize::from(search_matches_one_by_one(&live, &wanted, &mut rng, seed));
         }
         assert!(planned > 100, "{planned} plans: most fleets must need victims");
     }
