@@ -1,8 +1,8 @@
 //! Which Unix account a task runs as on this node. An agent running as root (the production
 //! case) runs each task as the account the controller names for the job's user — its uid,
 //! primary gid and supplementary groups from this node's passwd and group databases, like
-//! Slurm — through `setpriv` (util-linux); a job whose account does not exist here is refused
-//! before anything starts. An agent that is not root can only run tasks as itself, and refuses
+//! Slurm — through `setpriv` (util-linux, see [`crate::spawn`]); a job whose account does
+//! not exist here is refused before anything starts. An agent that is not root can only run tasks as itself, and refuses
 //! other accounts' tasks rather than run them under the wrong user.
 
 use std::path::{Path, PathBuf};
@@ -128,40 +128,6 @@ pub fn resolve(identity: &Identity, account: &str, node: &str) -> Result<RunAs, 
     }
 }
 
-/// Whether a job's variable would override one gantry sets (its devices, ranks, MPS): gantry's
-/// win, as they do for a task that is not dropped.
-fn gantry_owned(name: &str) -> bool {
-    name.starts_with("GANTRY_")
-        || name.starts_with("CUDA_MPS_")
-        || name == "CUDA_VISIBLE_DEVICES"
-        || name == "NVIDIA_VISIBLE_DEVICES"
-}
-
-/// The argv that runs `argv` as `user` in `workdir`: `setpriv` to the account (uid, gid, its
-/// supplementary groups); `env` adding the job's variables (only now, as the account); then a
-/// shell that enters the working directory as that account (so its permissions apply; a
-/// missing one is named in the task's error log) and execs the task.
-pub fn dropped(user: &Account, workdir: &str, job_env: &[(String, String)], argv: &[String]) -> Vec<String> {
-    let mut full = vec![
-        SETPRIV.to_string(),
-        format!("--reuid={}", user.uid),
-        format!("--regid={}", user.gid),
-        "--init-groups".into(),
-        "--".into(),
-        "env".into(),
-        "--".into(),
-    ];
-    full.extend(job_env.iter().filter(|(k, _)| !gantry_owned(k)).map(|(k, v)| format!("{k}={v}")));
-    full.extend([
-        "sh".into(),
-        "-c".into(),
-        "cd -- \"$0\" || { echo \"gantry: cannot enter the working directory $0\" >&2; exit 126; }; exec \"$@\"".into(),
-        workdir.to_string(),
-    ]);
-    full.extend(argv.iter().cloned());
-    full
-}
-
 /// Is `setpriv` installed (a root agent needs it to run anyone's tasks)?
 pub fn setpriv_installed() -> bool {
     std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(SETPRIV).is_file())).unwrap_or(false)
@@ -187,24 +153,5 @@ mod tests {
         assert!(refused.contains("no Unix account \"no-such-user-gantry\" on node n1"), "{refused}");
         assert!(resolve(&Identity::Root, "", "n1").is_err());
         assert_eq!(resolve(&Identity::Root, "root", "n1"), Ok(RunAs::Same));
-    }
-
-    #[test]
-    fn the_dropped_command_enters_the_workdir_as_the_account() {
-        let user = Account {
-            name: "u".into(),
-            uid: nix::unistd::Uid::from_raw(1234),
-            gid: nix::unistd::Gid::from_raw(99),
-            home: "/home/u".into(),
-            shell: "/bin/sh".into(),
-        };
-        let env = [("LR".to_string(), "3e-4".to_string()), ("CUDA_VISIBLE_DEVICES".to_string(), "all".to_string())];
-        let argv = dropped(&user, "/w d", &env, &["python".into(), "x y".into()]);
-        assert_eq!(
-            &argv[..8],
-            ["setpriv", "--reuid=1234", "--regid=99", "--init-groups", "--", "env", "--", "LR=3e-4"]
-        );
-        assert_eq!(argv[8], "sh", "gantry's own variables are not the job's to set");
-        assert_eq!(&argv[argv.len() - 3..], ["/w d", "python", "x y"]);
     }
 }

@@ -1,12 +1,17 @@
 //! The node agent, whole: its loop ([`node`]: register the node, heartbeat, carry out the
-//! controller's orders), the task [`runner`] (processes, pid and exit files, signals), [`mps`]
+//! controller's orders), the task [`runner`] (processes, pid and exit files, signals) with how
+//! a task's first process is made ([`spawn`]), its [`claims`] and [`files`] (named by rank,
+//! never by a member's names), confinement in cgroups ([`cgroup`]), [`mps`]
 //! control daemons, GPU discovery ([`discover`]) with how the GPUs connect ([`topology`]), MIG
 //! layouts ([`mig`], [`mig_nvml`]; the controller's layout orders in [`layouts`]) and utilization samples ([`sample`]) through NVML, loaded
 //! at run time. It speaks to the controller only through `gantry-wire`; `serve --local` runs
 //! the same runner in-process.
 
 pub mod account;
+pub mod cgroup;
+pub mod claims;
 pub mod discover;
+pub mod files;
 pub mod layouts;
 pub mod mig;
 pub mod mig_nvml;
@@ -14,4 +19,5 @@ pub mod mps;
 pub mod node;
 pub mod runner;
 pub mod sample;
+pub mod spawn;
 pub mod topology;

@@ -181,15 +181,71 @@ pub fn mig_device_uuid(nvml: &Nvml, gpu_uuid: &str, start: u8) -> Option<String>
     None
 }
 
+/// The process's NVML, loaded once on first use (`None`: no driver here).
+fn nvml() -> Option<&'static Nvml> {
+    static NVML: std::sync::OnceLock<Option<Nvml>> = std::sync::OnceLock::new();
+    NVML.get_or_init(|| Nvml::init().ok()).as_ref()
+}
+
+/// The (GPU instance id, compute instance id) of the MIG instance at `start` on the GPU
+/// `gpu_uuid`, which name its `nvidia-caps` capabilities (`gpu<minor>/gi<id>/ci<id>/access`);
+/// `None` without a driver or such an instance.
+pub fn instance_ids(gpu_uuid: &str, start: u8) -> Option<(u32, u32)> {
+    let nvml = nvml()?;
+    let parent = nvml.device_by_uuid(gpu_uuid).ok()?;
+    let gi_id_of = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref().ok()?;
+    let ci_id_of = nvml.lib().nvmlDeviceGetComputeInstanceId.as_ref().ok()?;
+    let gi_by_id = nvml.lib().nvmlDeviceGetGpuInstanceById.as_ref().ok()?;
+    let gi_info = nvml.lib().nvmlGpuInstanceGetInfo.as_ref().ok()?;
+    for i in 0..parent.mig_device_count().ok()? {
+        let Ok(mig) = parent.mig_device_by_index(i) else { continue };
+        let (mut gi_id, mut ci_id): (c_uint, c_uint) = (0, 0);
+        // SAFETY: `mig` is a live MIG device handle NVML just returned; the ids are writable.
+        let ids = unsafe {
+            gi_id_of(mig.handle(), &mut gi_id) == ffi::nvmlReturn_enum_NVML_SUCCESS
+                && ci_id_of(mig.handle(), &mut ci_id) == ffi::nvmlReturn_enum_NVML_SUCCESS
+        };
+        if !ids {
+            continue;
+        }
+        let mut gi: ffi::nvmlGpuInstance_t = std::ptr::null_mut();
+        // SAFETY: `parent` is a live device handle; `gi` is a writable out-pointer.
+        if unsafe { gi_by_id(parent.handle(), gi_id, &mut gi) } != ffi::nvmlReturn_enum_NVML_SUCCESS {
+            continue;
+        }
+        // SAFETY: all-zero is a valid value of this plain struct; NVML fills it.
+        let mut info: ffi::nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `gi` was just returned for this device; `info` is writable.
+        if unsafe { gi_info(gi, &mut info) } == ffi::nvmlReturn_enum_NVML_SUCCESS
+            && info.placement.start == c_uint::from(start)
+        {
+            return Some((gi_id, ci_id));
+        }
+    }
+    None
+}
+
+/// Each GPU's minor number (`/dev/nvidia<minor>`), by UUID, where NVML is loaded.
+pub fn minor_numbers() -> Option<std::collections::BTreeMap<String, u32>> {
+    let nvml = nvml()?;
+    let mut minors = std::collections::BTreeMap::new();
+    for i in 0..nvml.device_count().ok()? {
+        let Ok(device) = nvml.device_by_index(i) else { continue };
+        if let (Ok(uuid), Ok(minor)) = (device.uuid(), device.minor_number()) {
+            minors.insert(uuid, minor);
+        }
+    }
+    Some(minors)
+}
+
 /// `CUDA_VISIBLE_DEVICES` entries with the controller's MIG grant names replaced by the
 /// driver's MIG UUIDs where NVML is loaded and knows them; anything else is kept as it is (a
 /// simulated fleet's names, a machine without a driver).
 pub fn resolve_devices(devices: &[String]) -> Vec<String> {
-    static NVML: std::sync::OnceLock<Option<Nvml>> = std::sync::OnceLock::new();
     if !devices.iter().any(|d| d.starts_with("MIG-")) {
         return devices.to_vec();
     }
-    let Some(nvml) = NVML.get_or_init(|| Nvml::init().ok()) else { return devices.to_vec() };
+    let Some(nvml) = nvml() else { return devices.to_vec() };
     devices
         .iter()
         .map(|d| {

@@ -4,19 +4,18 @@
 //! (running, exited, lost) and a utilization sample, and the answer carries its orders
 //! (launch, stop, forget; see `gantry_wire`). Tasks run through its [`Runner`].
 //!
-//! A task never runs twice: before starting a task the agent *claims* it on disk
-//! (`jobs/<id>/<group>-<replica>.claim-<attempt>`, created exclusively), so a repeated
-//! launch order — the controller repeats it until the task is reported — finds the claim and
-//! reports the task instead. An agent that restarts reads its claims back: a task whose
-//! process group is alive is watched again (re-adopted), one that left an exit file is
-//! reported exited, one that did neither is reported lost.
+//! A task never runs twice: it is claimed on disk before it starts ([`crate::claims`]), and
+//! a restarted agent reads its claims back. At start the agent finds how it can confine tasks
+//! ([`crate::cgroup`]) and tells the controller in its registration; each heartbeat carries
+//! what its runs have used.
 
-use crate::runner::{Exit, Runner, group_alive, task_base, with_ext};
+use crate::claims::Claim;
+use crate::runner::{Exit, Grant, Runner};
 use gantry_wire::{
     AgentGpu, GpuSample, Heartbeat, JobShare, Launch, Orders, Register, Registered, TaskKey, TaskReport, TaskState,
 };
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
@@ -88,17 +87,24 @@ pub struct AgentConfig {
     pub measure_gpus: bool,
     /// The MIG backend layout orders go through (`None`: only changes without MIG are made).
     pub mig: Option<crate::layouts::MigHandle>,
+    /// How tasks are confined: found at start from this choice ([`confinement`]), unless the
+    /// caller found it already (to say it in its banner).
+    pub confine: crate::cgroup::Choice,
+    pub confinement: Option<crate::cgroup::Confinement>,
+    /// What a task that asked for no memory or CPU gets, and processes per task.
+    pub defaults: crate::runner::Defaults,
+    /// Where the GPUs' device numbers come from: the driver, or fake device nodes made in
+    /// the data directory (a simulated node).
+    pub devices: Devices,
 }
 
-/// A claim file's content.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct Claim {
-    key: TaskKey,
-    devices: Vec<String>,
-    /// The controller has recorded its end; it is no longer reported (the claim stays, so a
-    /// late repeat of its launch still does not run it again).
-    #[serde(default)]
-    forgotten: bool,
+/// Where a node's GPU device nodes are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Devices {
+    /// `/dev/nvidia<minor>`, minors from NVML.
+    Driver,
+    /// Fake nodes in `<data>/dev/` (see [`crate::cgroup::devices`]).
+    Fake,
 }
 
 /// A task the agent knows.
@@ -107,41 +113,8 @@ struct Tracked {
     state: TaskState,
     stopping: bool,
     devices: Vec<String>,
-}
-
-fn claim_path(data_dir: &Path, key: &TaskKey) -> PathBuf {
-    with_ext(&task_base(data_dir, key.job, &key.group, key.replica), &format!("claim-{}", key.attempt))
-}
-
-/// How a claimed task stands on disk: its exit file, else its process group alive, else
-/// lost. (Only for the latest run claimed on this node: the files are per task, not per run.)
-fn disk_state(base: &Path) -> TaskState {
-    if let Some(code) = std::fs::read_to_string(with_ext(base, "exit")).ok().and_then(|t| t.trim().parse().ok()) {
-        return TaskState::Exited { code: Some(code), timed_out: false };
-    }
-    let pgid: i32 =
-        std::fs::read_to_string(with_ext(base, "pid")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
-    if group_alive(pgid) { TaskState::Running } else { TaskState::Lost }
-}
-
-/// Is a process running that was started for this pid file (it has `GANTRY_PID_FILE=<path>`
-/// in its environment)? Reads `/proc/*/environ` (this user's processes).
-fn started_process(pid_file: &Path) -> bool {
-    let needle = format!("GANTRY_PID_FILE={}", pid_file.display());
-    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
-    entries.flatten().any(|e| {
-        e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())
-            && std::fs::read(e.path().join("environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
-    })
-}
-
-/// Wait up to `limit` for `path` to exist.
-fn wait_for(path: &Path, limit: std::time::Duration) {
-    let deadline = std::time::Instant::now() + limit;
-    while !path.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    /// Its rank in its run (its files' and cgroup's name).
+    rank: u32,
 }
 
 /// Node names go into URL paths: keep them to what needs no escaping.
@@ -171,74 +144,26 @@ struct Agent {
 }
 
 impl Agent {
-    /// Read back the claims of an earlier run of this agent: re-adopt, or report.
+    /// Read back the claims of an earlier run of this agent: re-adopt, or report; then kill
+    /// what runs in cgroups no claim accounts for.
     fn recover(&mut self) -> Result<(), AgentError> {
-        let jobs = self.config.data_dir.join("jobs");
-        let Ok(dirs) = std::fs::read_dir(&jobs) else { return Ok(()) };
-        let mut latest: BTreeMap<(u64, String, u32), Claim> = BTreeMap::new();
-        let mut older = Vec::new();
-        for dir in dirs.flatten() {
-            for file in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
-                let name = file.file_name().to_string_lossy().into_owned();
-                if !name.contains(".claim-") || name.ends_with(".tmp") {
-                    continue;
-                }
-                let text = std::fs::read_to_string(file.path())
-                    .map_err(|e| AgentError::Io(format!("{}: {e}", file.path().display())))?;
-                let claim: Claim = serde_json::from_str(&text).map_err(|e| {
-                    AgentError::Io(format!("{}: not a claim this agent wrote ({e})", file.path().display()))
-                })?;
-                if claim.forgotten {
-                    continue;
-                }
-                let task = (claim.key.job, claim.key.group.clone(), claim.key.replica);
-                match latest.get(&task) {
-                    Some(seen) if seen.key.attempt > claim.key.attempt => older.push(claim),
-                    _ => {
-                        if let Some(previous) = latest.insert(task, claim) {
-                            older.push(previous);
-                        }
-                    }
-                }
+        let mut keep = BTreeSet::new();
+        for found in crate::claims::recover(&self.config.data_dir, &self.runner)? {
+            let Claim { key, rank, devices, grant, .. } = found.claim;
+            if found.state == TaskState::Running {
+                keep.insert((key.job, key.attempt));
+                self.runner.watch(key.clone(), rank, grant);
             }
+            tracing::info!(job = key.job, task = %format!("{}/{}", key.group, key.replica), state = ?found.state, "task from before the restart");
+            self.tasks.insert(key, Tracked { state: found.state, stopping: false, devices, rank });
         }
-        // An older run's files were replaced by a later run here: how it ended is unknown.
-        for claim in older {
-            self.tasks.insert(claim.key, Tracked { state: TaskState::Lost, stopping: false, devices: claim.devices });
-        }
-        for claim in latest.into_values() {
-            let base = task_base(&self.config.data_dir, claim.key.job, &claim.key.group, claim.key.replica);
-            if !with_ext(&base, "pid").exists() && !with_ext(&base, "exit").exists() {
-                // Claimed, but no pid file: the agent stopped between the claim and the start.
-                // A started task writes its pid file first thing; if its process exists it
-                // carries the file's path in its environment.
-                if started_process(&with_ext(&base, "pid")) {
-                    wait_for(&with_ext(&base, "pid"), std::time::Duration::from_secs(10));
-                } else {
-                    // Never started: drop the claim and say nothing; the controller sees the
-                    // task missing from the report and offers its launch again.
-                    tracing::info!(job = claim.key.job, "claimed before the restart but never started: released");
-                    let _ = std::fs::remove_file(claim_path(&self.config.data_dir, &claim.key));
-                    continue;
-                }
-            }
-            let state = disk_state(&base);
-            if state == TaskState::Running {
-                self.runner.watch(claim.key.clone(), base);
-            }
-            tracing::info!(job = claim.key.job, task = %format!("{}/{}", claim.key.group, claim.key.replica), state = ?state, "task from before the restart");
-            self.tasks.insert(claim.key, Tracked { state, stopping: false, devices: claim.devices });
-        }
+        self.runner.sweep(&keep);
         Ok(())
     }
 
     fn exited(&mut self, exit: Exit) {
         if let Some(task) = self.tasks.get_mut(&exit.key) {
-            task.state = if exit.lost {
-                TaskState::Lost
-            } else {
-                TaskState::Exited { code: exit.code, timed_out: exit.timed_out }
-            };
+            task.state = exit.state();
         }
     }
 
@@ -258,6 +183,7 @@ impl Agent {
             wait_ms: self.config.wait.as_millis() as u64,
             instance: self.instance.clone(),
             layouts: self.layouts.reports(),
+            usage: self.runner.usage().into_iter().take(gantry_wire::USAGE_REPORTS_MAX).collect(),
         }
     }
 
@@ -266,11 +192,23 @@ impl Agent {
     fn samples(&self) -> Vec<GpuSample> {
         if let Some(sampler) = &self.sampler {
             let groups = self.task_groups();
+            let cgroups = self.runner.confinement().cgroups().cloned();
+            // A process belongs to a job by its cgroup where the node confines (whatever
+            // session or group it made itself), else by its process group.
+            let owner = |pid: u32| -> Option<u64> {
+                match &cgroups {
+                    Some(cg) => cg.job_of(pid),
+                    None => {
+                        let group = crate::sample::process_group(pid)?;
+                        groups.iter().find(|(_, g)| *g == group).map(|(job, _)| *job)
+                    }
+                }
+            };
             return sampler
                 .sample()
                 .into_iter()
                 .map(|m| {
-                    let shares = crate::sample::attribute(&m.processes, crate::sample::process_group, &groups);
+                    let shares = crate::sample::attribute(&m.processes, owner);
                     GpuSample {
                         index: m.index,
                         utilization_pct: m.utilization_pct,
@@ -303,23 +241,25 @@ impl Agent {
             .collect()
     }
 
-    /// (job, process group) of every running task, from the pid files the tasks wrote.
+    /// (job, process group) of every running task, from the pid files their monitors wrote.
     fn task_groups(&self) -> Vec<(u64, i32)> {
         self.tasks
             .iter()
             .filter(|(_, t)| t.state == TaskState::Running)
-            .filter_map(|(key, _)| {
-                let base = task_base(&self.config.data_dir, key.job, &key.group, key.replica);
-                let pgid = std::fs::read_to_string(with_ext(&base, "pid")).ok()?.trim().parse().ok()?;
-                Some((key.job, pgid))
+            .filter_map(|(key, t)| {
+                let dir = crate::files::JobDir::open(&self.config.data_dir, key.job, key.attempt, false).ok()?;
+                Some((key.job, dir.read_number(t.rank, crate::files::Kind::Pid)?))
             })
             .collect()
     }
 
     fn apply(&mut self, orders: Orders) {
         for key in orders.forget {
-            if self.tasks.remove(&key).is_some() {
-                self.forget(&key);
+            if let Some(task) = self.tasks.remove(&key) {
+                crate::claims::forget(&self.config.data_dir, &key, task.rank);
+                if !self.tasks.keys().any(|k| k.job == key.job && k.attempt == key.attempt) {
+                    self.runner.forget_usage(key.job, key.attempt);
+                }
             }
         }
         for stop in &orders.stop {
@@ -367,77 +307,37 @@ impl Agent {
             tracing::warn!(job = key.job, node = %launch.node, "a launch for another node: ignored");
             return;
         }
-        let base = task_base(&self.config.data_dir, key.job, &key.group, key.replica);
-        match self.claim(&key, &base, &launch.devices) {
+        let claim = Claim {
+            key: key.clone(),
+            rank: launch.rank,
+            devices: launch.devices.clone(),
+            grant: Grant::of(&launch),
+            forgotten: false,
+        };
+        let rank = launch.rank;
+        match crate::claims::claim(&self.config.data_dir, &claim) {
             Ok(true) => {}
             Ok(false) => {
                 // Claimed before (this agent restarted, or the task was forgotten): report it
                 // as it stands rather than run it again.
-                let state = disk_state(&base);
+                let state = self.runner.state_on_disk(key.job, key.attempt, rank);
                 if state == TaskState::Running {
-                    self.runner.watch(key.clone(), base);
+                    self.runner.watch(key.clone(), rank, claim.grant);
                 }
-                self.tasks.insert(key, Tracked { state, stopping: false, devices: launch.devices });
+                self.tasks.insert(key, Tracked { state, stopping: false, devices: launch.devices, rank });
                 return;
             }
             Err(e) => {
                 tracing::error!(job = key.job, error = %e, "cannot claim the task");
-                self.tasks.insert(
-                    key,
-                    Tracked {
-                        state: TaskState::Exited { code: Some(126), timed_out: false },
-                        stopping: false,
-                        devices: Vec::new(),
-                    },
-                );
+                let state = TaskState::Exited { code: Some(126), timed_out: false, oom: false };
+                self.tasks.insert(key, Tracked { state, stopping: false, devices: Vec::new(), rank });
                 return;
             }
         }
         let stopping = self.stopped.contains(&(key.job, key.attempt));
         tracing::info!(job = key.job, task = %format!("{}/{}", key.group, key.replica), attempt = key.attempt, "launching");
-        self.tasks.insert(key, Tracked { state: TaskState::Running, stopping, devices: launch.devices.clone() });
+        self.tasks.insert(key, Tracked { state: TaskState::Running, stopping, devices: launch.devices.clone(), rank });
         self.runner.launch(launch);
-    }
-
-    /// Create the claim: `Ok(false)` if it exists already.
-    fn claim(&self, key: &TaskKey, base: &Path, devices: &[String]) -> Result<bool, AgentError> {
-        let path = claim_path(&self.config.data_dir, key);
-        if path.exists() {
-            return Ok(false);
-        }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| AgentError::Io(format!("{}: {e}", dir.display())))?;
-        }
-        // An earlier run's files must not be read as this run's.
-        for ext in ["exit", "pid"] {
-            let _ = std::fs::remove_file(with_ext(base, ext));
-        }
-        let claim = Claim { key: key.clone(), devices: devices.to_vec(), forgotten: false };
-        let text = serde_json::to_string(&claim).map_err(|e| AgentError::Io(e.to_string()))?;
-        use std::io::Write;
-        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(mut file) => {
-                file.write_all(text.as_bytes())
-                    .and_then(|_| file.sync_all())
-                    .map_err(|e| AgentError::Io(format!("{}: {e}", path.display())))?;
-                Ok(true)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(AgentError::Io(format!("{}: {e}", path.display()))),
-        }
-    }
-
-    fn forget(&self, key: &TaskKey) {
-        let path = claim_path(&self.config.data_dir, key);
-        let Ok(text) = std::fs::read_to_string(&path) else { return };
-        let Ok(mut claim) = serde_json::from_str::<Claim>(&text) else { return };
-        claim.forgotten = true;
-        let tmp = with_ext(&path, "tmp");
-        if let Ok(text) = serde_json::to_string(&claim)
-            && std::fs::write(&tmp, text).is_ok()
-        {
-            let _ = std::fs::rename(&tmp, &path);
-        }
     }
 }
 
@@ -456,13 +356,18 @@ fn error_text(body: &str) -> String {
 
 /// Register with the controller: `Err` for an answer that will not change by retrying
 /// (wrong token, unknown node, GPUs that do not match the fleet file).
-async fn register(config: &AgentConfig, instance: &str) -> Result<Option<Registered>, AgentError> {
+async fn register(
+    config: &AgentConfig,
+    instance: &str,
+    confinement: &crate::cgroup::Confinement,
+) -> Result<Option<Registered>, AgentError> {
     let reg = Register {
         node: config.node.clone(),
         gpus: config.gpus.clone(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         protocol: gantry_wire::PROTOCOL_VERSION,
         instance: instance.to_string(),
+        confinement: Some(confinement.report()),
     };
     let body = serde_json::to_string(&reg).map_err(|e| AgentError::Protocol(e.to_string()))?;
     match call(config, "/v1/agents/register".into(), body).await {
@@ -501,7 +406,7 @@ async fn register(config: &AgentConfig, instance: &str) -> Result<Option<Registe
 /// The agent's lasting identity: 128 random bits kept in `agent.id` (0600) in its data
 /// directory, made on first start. A restarted agent (same directory) is the same agent to
 /// the controller; another process for the same node is not.
-fn instance_id(data_dir: &std::path::Path) -> Result<String, AgentError> {
+pub fn instance_id(data_dir: &std::path::Path) -> Result<String, AgentError> {
     use std::io::{Read, Write};
     use std::os::unix::fs::OpenOptionsExt;
     let path = data_dir.join("agent.id");
@@ -527,24 +432,62 @@ fn instance_id(data_dir: &std::path::Path) -> Result<String, AgentError> {
     Ok(id)
 }
 
-/// Run the agent until `shutdown` fires (its tasks keep running: the next start re-adopts
-/// them) or the controller refuses it for good.
-pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), AgentError> {
+/// Check the node's name, and make the data directory private (0700) and absolute: tasks'
+/// monitors write their pid and exit files by paths under it. Idempotent.
+pub fn prepare_data_dir(config: &mut AgentConfig) -> Result<(), AgentError> {
     check_node_name(&config.node)?;
     crate::runner::private_dir(&config.data_dir)
         .map_err(|e| AgentError::Config(format!("cannot create data directory {}: {e}", config.data_dir.display())))?;
-    // Absolute: tasks run in their own working directories and write their pid and exit
-    // files by these paths.
-    let mut config = config;
     config.data_dir = std::fs::canonicalize(&config.data_dir)
         .map_err(|e| AgentError::Config(format!("data directory {}: {e}", config.data_dir.display())))?;
+    Ok(())
+}
+
+/// How this agent will confine its tasks: the hierarchy [`crate::cgroup::detect`] finds for
+/// `config.confine`, under the parent cgroup `gantry/<node>-<instance>`, with the node's GPU
+/// device rules (a simulated node's fake device nodes made in `<data>/dev`). Call after
+/// [`prepare_data_dir`].
+pub fn confinement(config: &AgentConfig) -> Result<crate::cgroup::Confinement, AgentError> {
+    use crate::cgroup::{Choice, Confinement, devices::DeviceRules};
+    if config.simulate.is_some() {
+        return Ok(Confinement::Unconfined("its tasks are simulated (no processes)".into()));
+    }
+    let instance = instance_id(&config.data_dir)?;
+    let by_index = || config.gpus.iter().map(|g| (g.uuid.clone(), g.index)).collect();
+    let rules = match config.devices {
+        Devices::Driver => DeviceRules::driver(crate::mig_nvml::minor_numbers().unwrap_or_else(by_index)),
+        Devices::Fake => {
+            let gpus: Vec<(u32, String)> = config.gpus.iter().map(|g| (g.index, g.uuid.clone())).collect();
+            let rules = DeviceRules::fake(&gpus);
+            if config.confine != Choice::Off && nix::unistd::geteuid().is_root() {
+                if let Err(note) = crate::cgroup::devices::make_fake_nodes(&config.data_dir.join("dev"), &rules) {
+                    tracing::info!(node = %config.node, "{note}");
+                }
+            }
+            rules
+        }
+    };
+    let parent = format!("gantry/{}-{}", config.node, &instance[..8.min(instance.len())]);
+    Ok(crate::cgroup::detect(config.confine, &parent, rules))
+}
+
+/// Run the agent until `shutdown` fires (its tasks keep running: the next start re-adopts
+/// them) or the controller refuses it for good.
+pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), AgentError> {
+    let mut config = config;
+    prepare_data_dir(&mut config)?;
+    let confinement = match config.confinement.clone() {
+        Some(found) => found,
+        None => confinement(&config)?,
+    };
+    tracing::info!(node = %config.node, confinement = %confinement.report(), "agent starting");
     let (exits_tx, mut exits) = mpsc::channel::<Exit>(1024);
     let instance = instance_id(&config.data_dir)?;
     let mut agent = Agent {
         instance: instance.clone(),
         runner: match config.simulate {
             Some(duration) => Runner::simulated(config.data_dir.clone(), exits_tx, duration),
-            None => Runner::new(config.data_dir.clone(), exits_tx),
+            None => Runner::new(config.data_dir.clone(), exits_tx, confinement.clone(), config.defaults),
         },
         config: config.clone(),
         tasks: BTreeMap::new(),
@@ -559,11 +502,20 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
     let path = format!("/v1/agents/{}/heartbeat", config.node);
     let mut registered = false;
     let mut unreachable = false;
+    let report = agent.runner.confinement().clone();
+    let stopped = || {
+        // Its tasks keep running (the next start re-adopts them); an agent with none leaves
+        // no empty cgroup behind.
+        if let Some(cg) = report.cgroups() {
+            cg.remove_parent_if_empty();
+        }
+        Ok(())
+    };
     loop {
         if !registered {
             tokio::select! {
-                _ = &mut shutdown => return Ok(()),
-                answer = register(&agent.config, &instance) => match answer? {
+                _ = &mut shutdown => return stopped(),
+                answer = register(&agent.config, &instance, &report) => match answer? {
                     Some(r) => {
                         tracing::info!(node = %r.node, heartbeat_timeout_s = r.heartbeat_timeout_s, tasks = agent.tasks.len(), "registered");
                         registered = true;
@@ -581,7 +533,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
         }
         let body = serde_json::to_string(&agent.heartbeat()).map_err(|e| AgentError::Protocol(e.to_string()))?;
         let answer = tokio::select! {
-            _ = &mut shutdown => return Ok(()),
+            _ = &mut shutdown => return stopped(),
             // A task ended while the heartbeat was held: report it now (the held answer is
             // dropped; its orders come again).
             exit = exits.recv() => {

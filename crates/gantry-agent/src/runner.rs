@@ -1,64 +1,138 @@
-//! The agent's task runner: each task is a real process in its own process group, run as its
+//! The agent's task runner: each task is a real process tree, started by a root monitor
+//! ([`crate::spawn`]: its own session, no terminal, descriptors 0–2 only) and run as its
 //! job's Unix account ([`crate::account`]) with a clean environment (the job's variables and
-//! gantry's), its devices and ranks in that environment, stdout and stderr in the agent's data
-//! directory (owned by the task's account, mode 0600), its time limit enforced (SIGTERM to the
-//! group, SIGKILL after the grace period), and its exit reported to the agent's loop.
+//! gantry's), its devices and ranks in that environment, stdout and stderr in its run's
+//! directory ([`crate::files`]: named by rank, owned by the task's account, mode 0600).
+//!
+//! Where the node confines ([`crate::cgroup`]), every task is a cgroup inside its run's: the
+//! run is held to what its tasks were granted here (memory without swap, a CPU quota, a
+//! process limit) and each task to its own GPU devices. A task has ended when its cgroup is
+//! empty: once its monitor exits, whatever it left behind is killed and waited for; a time
+//! limit or a stop is SIGTERM to every process of the cgroup, then the cgroup killed after the
+//! grace period; a process the OOM killer ended makes the exit an `oom`. Where the node does
+//! not confine, a task is its monitor's process group, signalled as a group, as before.
+//!
+//! What a task asked for nothing of gets the agent's defaults ([`Defaults`]), so "asked for
+//! nothing" never means "may take the node".
 
-use gantry_wire::{Launch, TaskKey};
+use crate::cgroup::{Cgroups, Confinement, Limits};
+use crate::files::{JobDir, Kind};
+use gantry_wire::{Launch, RunUsage, TaskKey, TaskState};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// A task ended: which, its exit code (`None`: killed by a signal), whether its time limit
-/// ended it, and whether it vanished without a trace (re-adopted after a restart, then gone
-/// with no exit recorded).
+/// ended it, whether it vanished without a trace (re-adopted after a restart, then gone with
+/// no exit recorded), and whether the OOM killer ended it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exit {
     pub key: TaskKey,
     pub code: Option<i32>,
     pub timed_out: bool,
     pub lost: bool,
+    pub oom: bool,
 }
 
-/// Records the task's process group in `$GANTRY_PID_FILE` first thing, runs its command and
-/// records the exit code in `$GANTRY_EXIT_FILE`, so a controller that restarts while the task
-/// runs can find it and learn how it ended (`$0` is a label, `$@` the argv).
-const WRAPPER: &str = "echo $$ > \"$GANTRY_PID_FILE\"; \"$@\"; code=$?; echo $code > \"$GANTRY_EXIT_FILE.tmp\" && mv \"$GANTRY_EXIT_FILE.tmp\" \"$GANTRY_EXIT_FILE\"; exit $code";
-
-/// One task's files: `<group>-<replica>.{out,err,pid,exit}` in the job's directory.
-pub fn task_base(data_dir: &Path, job: u64, group: &str, replica: u32) -> PathBuf {
-    job_dir(data_dir, job).join(format!("{group}-{replica}"))
+impl Exit {
+    pub fn state(&self) -> TaskState {
+        if self.lost {
+            TaskState::Lost
+        } else {
+            TaskState::Exited { code: self.code, timed_out: self.timed_out, oom: self.oom }
+        }
+    }
 }
 
-/// The file `ext` of a task (`pid`, `exit`, `out`, `err`).
-/// A new (or emptied) file only its owner may read: task logs hold what jobs print, secrets
-/// included; admins read them through the API.
-fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    // An older run's file keeps its mode on open: set it.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    Ok(file)
+/// What one task was granted on this node (kept in its claim, so a restarted agent knows
+/// its run's limits): 0 is "asked for none".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Grant {
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
 }
 
-/// Create `dir` (and its parents) and make it private to this user (0700): a controller's or
-/// agent's data directory holds the store, tokens and task logs.
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+impl Grant {
+    pub fn of(l: &Launch) -> Grant {
+        Grant { cpu_milli: l.cpu_milli.unwrap_or(0), memory_bytes: l.memory_bytes.unwrap_or(0) }
+    }
 }
 
-pub fn with_ext(base: &Path, ext: &str) -> PathBuf {
-    let mut name = base.as_os_str().to_owned();
-    name.push(".");
-    name.push(ext);
-    PathBuf::from(name)
+/// A task that asked for no memory is held to this much: enough for a script, a notebook
+/// kernel or a data loader; a job that needs more says so, and the scheduler then counts it
+/// against the node.
+pub const MEMORY_UNASKED_BYTES_DEFAULT: u64 = 4 << 30;
+/// A task that asked for no CPU gets one core: enough for a process feeding its GPU.
+pub const CPU_UNASKED_MILLI_DEFAULT: u64 = 1000;
+/// Processes and threads per task: a training process with data-loader workers runs a few
+/// hundred threads; a fork bomb stops here, inside its own cgroup.
+pub const PIDS_PER_TASK_DEFAULT: u64 = 4096;
+
+/// What a confined task gets where its launch asked for nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Defaults {
+    /// `None`: not limited.
+    pub memory_unasked_bytes: Option<u64>,
+    /// `None`: not limited.
+    pub cpu_unasked_milli: Option<u64>,
+    pub pids_per_task: u64,
+}
+
+impl Default for Defaults {
+    fn default() -> Defaults {
+        Defaults {
+            memory_unasked_bytes: Some(MEMORY_UNASKED_BYTES_DEFAULT),
+            cpu_unasked_milli: Some(CPU_UNASKED_MILLI_DEFAULT),
+            pids_per_task: PIDS_PER_TASK_DEFAULT,
+        }
+    }
+}
+
+impl Defaults {
+    /// A run's limits: the sum of its tasks' grants (a task that asked for none counts the
+    /// default; an unlimited default leaves the run unlimited).
+    pub fn limits(&self, grants: &BTreeMap<u32, Grant>) -> Limits {
+        let sum = |asked: fn(&Grant) -> u64, unasked: Option<u64>| -> Option<u64> {
+            grants.values().try_fold(0u64, |total, g| match asked(g) {
+                0 => unasked.map(|d| total.saturating_add(d)),
+                n => Some(total.saturating_add(n)),
+            })
+        };
+        Limits {
+            memory_bytes: sum(|g| g.memory_bytes, self.memory_unasked_bytes),
+            cpu_milli: sum(|g| g.cpu_milli, self.cpu_unasked_milli),
+            pids: self.pids_per_task.saturating_mul(grants.len().max(1) as u64),
+        }
+    }
+}
+
+/// A running task, as the runner signals it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Handle {
+    attempt: u32,
+    kind: HandleKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HandleKind {
+    /// Unconfined: its monitor's process group.
+    Group(i32),
+    /// Confined: its cgroup (by rank in the run).
+    Cgroup(u32),
+}
+
+/// A confined run on this node: its tasks' grants and which of them still run.
+#[derive(Debug, Default)]
+struct Run {
+    grants: BTreeMap<u32, Grant>,
+    live: BTreeSet<u32>,
+    limits: Limits,
 }
 
 /// `GANTRY_MASTER_ADDR`: loopback when the gang's first task is on this node, else that
@@ -76,18 +150,27 @@ pub fn group_alive(pgid: i32) -> bool {
 const PLACEHOLDER: &str = "echo \"gantry task $GANTRY_RANK/$GANTRY_WORLD_SIZE of job $GANTRY_JOB_ID on $GANTRY_NODE: \
 CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES\"; sleep 2";
 
-/// Where job `id`'s task logs go.
-pub fn job_dir(data_dir: &Path, id: u64) -> PathBuf {
-    data_dir.join("jobs").join(id.to_string())
+/// Create `dir` (and its parents) and make it private to this user (0700): a controller's or
+/// agent's data directory holds the store, tokens and task logs.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
+
+/// How often a leftover process of an ended task is killed again while its cgroup empties.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// After this long a cgroup that will not empty (a process in uninterruptible sleep) is
+/// reported in the log; the task is still not over, and its GPU stays held.
+const DRAIN_WARN_AFTER: Duration = Duration::from_secs(60);
 
 /// Launches and signals task processes.
 #[derive(Clone, Debug)]
 pub struct Runner {
     data_dir: PathBuf,
     exits: mpsc::Sender<Exit>,
-    /// Running process groups per job.
-    groups: Arc<Mutex<BTreeMap<u64, Vec<i32>>>>,
+    /// Running tasks per job.
+    handles: Arc<Mutex<BTreeMap<u64, Vec<Handle>>>>,
     /// Jobs asked to stop — which run of them (attempt) and the grace period: a task of that
     /// run that starts after the request (its launch was already on the way) is stopped as
     /// soon as it exists; a later run (the job was preempted and requeued) is not.
@@ -99,6 +182,12 @@ pub struct Runner {
     mps: Arc<crate::mps::MpsDaemons>,
     /// Who this agent is: root (tasks run as their accounts) or one user (only its tasks).
     identity: crate::account::Identity,
+    confinement: Confinement,
+    defaults: Defaults,
+    /// Confined runs with a cgroup here.
+    runs: Arc<Mutex<BTreeMap<(u64, u32), Run>>>,
+    /// Runs whose cgroup is gone: their last measure, reported until their tasks are forgotten.
+    finished: Arc<Mutex<BTreeMap<(u64, u32), RunUsage>>>,
 }
 
 fn signal_group(pgid: i32, signal: Signal) {
@@ -110,15 +199,36 @@ fn signal_group(pgid: i32, signal: Signal) {
 }
 
 impl Runner {
-    pub fn new(data_dir: PathBuf, exits: mpsc::Sender<Exit>) -> Runner {
+    pub fn new(data_dir: PathBuf, exits: mpsc::Sender<Exit>, confinement: Confinement, defaults: Defaults) -> Runner {
         let mps = Arc::new(crate::mps::MpsDaemons::new(&data_dir));
         let identity = crate::account::Identity::of_this_process();
-        Runner { data_dir, exits, groups: Arc::default(), stopping: Arc::default(), simulate: None, mps, identity }
+        Runner {
+            data_dir,
+            exits,
+            handles: Arc::default(),
+            stopping: Arc::default(),
+            simulate: None,
+            mps,
+            identity,
+            confinement,
+            defaults,
+            runs: Arc::default(),
+            finished: Arc::default(),
+        }
     }
 
     /// A runner whose tasks are simulated: each lasts `duration`, no process is started.
     pub fn simulated(data_dir: PathBuf, exits: mpsc::Sender<Exit>, duration: Duration) -> Runner {
-        Runner { simulate: Some(duration), ..Runner::new(data_dir, exits) }
+        let unconfined = Confinement::Unconfined("its tasks are simulated (no processes)".into());
+        Runner { simulate: Some(duration), ..Runner::new(data_dir, exits, unconfined, Defaults::default()) }
+    }
+
+    pub fn confinement(&self) -> &Confinement {
+        &self.confinement
+    }
+
+    fn cgroups(&self) -> Option<&Arc<Cgroups>> {
+        self.confinement.cgroups()
     }
 
     /// Start one task; its exit is sent on the exits channel.
@@ -128,7 +238,7 @@ impl Runner {
             let exit = match runner.simulate {
                 Some(duration) => {
                     tokio::time::sleep(duration).await;
-                    Exit { key: l.key(), code: Some(0), timed_out: false, lost: false }
+                    Exit { key: l.key(), code: Some(0), timed_out: false, lost: false, oom: false }
                 }
                 None => runner.run(&l).await,
             };
@@ -137,220 +247,445 @@ impl Runner {
     }
 
     async fn run(&self, l: &Launch) -> Exit {
-        let failed = |code| Exit { key: l.key(), code: Some(code), timed_out: false, lost: false };
-        let dir = job_dir(&self.data_dir, l.job);
-        if let Err(e) = std::fs::create_dir_all(&dir) {
-            tracing::error!(job = l.job, error = %e, "cannot create the job directory");
-            return failed(126);
-        }
-        let base = task_base(&self.data_dir, l.job, &l.group, l.replica);
-        // A run before this one (the job was preempted and started again) left its files.
-        for ext in ["exit", "pid"] {
-            let _ = std::fs::remove_file(with_ext(&base, ext));
-        }
-        let (Ok(out), Ok(err)) = (private_file(&with_ext(&base, "out")), private_file(&with_ext(&base, "err"))) else {
-            return failed(126);
-        };
-        let account = match crate::account::resolve(&self.identity, &l.account, &l.node) {
-            Ok(account) => account,
-            Err(why) => {
-                tracing::warn!(job = l.job, account = %l.account, "task refused: {why}");
-                let _ = std::fs::write(with_ext(&base, "err"), format!("gantry: task refused: {why}\n"));
+        let failed = |code| Exit { key: l.key(), code: Some(code), timed_out: false, lost: false, oom: false };
+        let dir = match JobDir::open(&self.data_dir, l.job, l.attempt, true) {
+            Ok(dir) => dir,
+            Err(e) => {
+                tracing::error!(job = l.job, error = %e, "cannot open the run's directory");
                 return failed(126);
             }
         };
-        if let crate::account::RunAs::Drop(user) = &account {
-            // The task's own logs are its account's to read (and nobody else's).
-            for ext in ["out", "err"] {
-                let _ = nix::unistd::chown(&with_ext(&base, ext), Some(user.uid), Some(user.gid));
+        let rank = l.rank;
+        let refuse = |why: String| {
+            tracing::warn!(job = l.job, rank, "task refused: {why}");
+            let _ = dir.append(rank, Kind::Err, &format!("gantry: task refused: {why}\n"));
+            failed(126)
+        };
+        let account = match crate::account::resolve(&self.identity, &l.account, &l.node) {
+            Ok(account) => account,
+            Err(why) => return refuse(why),
+        };
+        let owner = match &account {
+            crate::account::RunAs::Drop(user) => Some((user.uid, user.gid)),
+            crate::account::RunAs::Same => None,
+        };
+        let logs =
+            dir.create_log(rank, Kind::Out, owner).and_then(|out| Ok((out, dir.create_log(rank, Kind::Err, owner)?)));
+        let (out, err) = match logs {
+            Ok(files) => files,
+            Err(e) => {
+                // No log to say it in: the agent's own log does.
+                tracing::error!(job = l.job, rank, error = %e, "cannot create the task's logs");
+                return failed(126);
             }
-        }
+        };
         if let (crate::account::RunAs::Same, Some(workdir)) = (&account, &l.workdir)
             && !Path::new(workdir).is_dir()
         {
-            let why = format!("gantry: the working directory {workdir} does not exist on node {}\n", l.node);
-            let _ = std::fs::write(with_ext(&base, "err"), why);
-            return failed(126);
+            return refuse(format!("the working directory {workdir} does not exist on node {}", l.node));
         }
+        let carried = match crate::spawn::carried_env(&l.env) {
+            Ok(vars) => vars,
+            Err(why) => return refuse(why),
+        };
+        let join = match self.confine(l) {
+            Ok(join) => join,
+            Err(why) => {
+                self.abandon(l.job, l.attempt, rank);
+                return refuse(format!("cannot confine it on node {}: {why}", l.node));
+            }
+        };
+        let handle_kind = if self.cgroups().is_some() { Some(HandleKind::Cgroup(rank)) } else { None };
+        let mut env = self.task_env(l, &account, &dir, carried);
         let argv: Vec<String> =
             if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
-        let mut cmd = task_command(l, &argv, &base, &dir, &account, out, err);
+        let (drop_to, workdir) = match &account {
+            crate::account::RunAs::Drop(user) => (
+                Some((user.uid.as_raw(), user.gid.as_raw())),
+                l.workdir.clone().unwrap_or_else(|| user.default_workdir()),
+            ),
+            crate::account::RunAs::Same => {
+                (None, l.workdir.clone().unwrap_or_else(|| dir.path().display().to_string()))
+            }
+        };
+        let entry = crate::spawn::entry_argv(drop_to, &workdir, &argv);
         // An MPS client: its GPU's daemon runs before it starts (device 0 is the one GPU it sees).
-        let mps_gpu = l.mps.and_then(|_| l.devices.first().cloned());
-        let mps_key = mps_gpu.as_ref().map(|gpu| (gpu.clone(), account.clone()));
+        let mps_key = l.mps.and_then(|_| l.devices.first().cloned()).map(|gpu| (gpu, account.clone()));
         if let (Some((percentage, memory)), Some((gpu, account))) = (l.mps, &mps_key) {
             let pipe = self.mps.acquire(gpu, account).await;
-            cmd.env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", percentage.to_string())
-                .env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", format!("0={}M", memory >> 20))
-                .env("CUDA_MPS_PIPE_DIRECTORY", pipe);
+            env.push(("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE".into(), percentage.to_string()));
+            env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), format!("0={}M", memory >> 20)));
+            env.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
         }
-        let spawned = cmd.spawn();
-        if let (Err(_), Some((gpu, account))) = (&spawned, &mps_key) {
-            self.mps.release(gpu, account).await;
-        }
+        let spawned = crate::spawn::monitor_command(&entry, &env, out, err, join).spawn();
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                let _ =
-                    std::fs::write(with_ext(&base, "err"), format!("gantry: cannot start sh for {:?}: {e}\n", argv[0]));
-                return failed(127);
+                if let Some((gpu, account)) = &mps_key {
+                    self.mps.release(gpu, account).await;
+                }
+                self.abandon(l.job, l.attempt, rank);
+                return refuse(format!("cannot start sh for {:?}: {e}", argv[0]));
             }
         };
         let pgid = child.id().map_or(0, |p| p as i32);
-        self.groups.lock().expect("not poisoned").entry(l.job).or_default().push(pgid);
-        let stop_now = self.stopping.lock().expect("not poisoned").get(&l.job).copied();
-        if let Some((attempt, grace)) = stop_now
-            && attempt == l.attempt
-        {
-            stop_groups(vec![pgid], grace);
-        }
-        let (status, timed_out) = wait_within_limit(&mut child, pgid, l).await;
-        if let Some(list) = self.groups.lock().expect("not poisoned").get_mut(&l.job) {
-            list.retain(|&g| g != pgid);
-        }
-        // The task's own children go with it.
-        signal_group(pgid, Signal::SIGKILL);
+        let handle = Handle { attempt: l.attempt, kind: handle_kind.unwrap_or(HandleKind::Group(pgid)) };
+        self.register(l.job, handle);
+        let (status, timed_out) = self.wait_within_limit(&mut child, l.job, handle, l).await;
+        self.unregister(l.job, handle);
+        let code = status.ok().and_then(|s| s.code());
+        let oom = match handle.kind {
+            // The task's own children go with it.
+            HandleKind::Group(pgid) => {
+                signal_group(pgid, Signal::SIGKILL);
+                false
+            }
+            HandleKind::Cgroup(_) => self.drain(l.job, l.attempt, rank).await && code != Some(0),
+        };
         if let Some((gpu, account)) = &mps_key {
             self.mps.release(gpu, account).await;
         }
-        let code = status.ok().and_then(|s| s.code());
-        Exit { key: l.key(), code, timed_out, lost: false }
+        Exit { key: l.key(), code, timed_out, lost: false, oom }
     }
 
-    /// Watch a task started before a restart until it ends: its exit file says how; a process
-    /// group that is gone without one is lost. Its group can be signalled meanwhile.
-    pub fn watch(&self, key: TaskKey, base: PathBuf) {
+    /// The monitor's environment: the account's basics, gantry's variables, the job's carried
+    /// variables, and the monitor's own files.
+    fn task_env(
+        &self,
+        l: &Launch,
+        account: &crate::account::RunAs,
+        dir: &JobDir,
+        carried: Vec<(String, String)>,
+    ) -> Vec<(String, String)> {
+        // Real MIG UUIDs where NVML knows them (the controller names instances by layout).
+        let devices = crate::mig_nvml::resolve_devices(&l.devices).join(",");
+        let mut env = account.basic_env();
+        env.extend(carried);
+        env.extend([
+            ("GANTRY_EXIT_FILE".to_string(), dir.file_path(l.rank, Kind::Exit).display().to_string()),
+            ("GANTRY_PID_FILE".to_string(), dir.file_path(l.rank, Kind::Pid).display().to_string()),
+            (
+                "NVIDIA_VISIBLE_DEVICES".to_string(),
+                if devices.is_empty() { "void".to_string() } else { devices.clone() },
+            ),
+            ("CUDA_VISIBLE_DEVICES".to_string(), devices),
+            ("GANTRY_JOB_ID".to_string(), l.job.to_string()),
+            ("GANTRY_JOB_NAME".to_string(), l.job_name.clone()),
+            ("GANTRY_TASK_GROUP".to_string(), l.group.clone()),
+            ("GANTRY_TASK_INDEX".to_string(), l.replica.to_string()),
+            ("GANTRY_RANK".to_string(), l.rank.to_string()),
+            ("GANTRY_WORLD_SIZE".to_string(), l.world_size.to_string()),
+            ("GANTRY_NODE".to_string(), l.node.clone()),
+            ("GANTRY_MASTER_ADDR".to_string(), master_addr(l).to_string()),
+            ("GANTRY_MASTER_PORT".to_string(), (29_500 + l.job % 10_000).to_string()),
+        ]);
+        env
+    }
+
+    /// Make the task's cgroup in its run's, the run's limits raised to include this task:
+    /// the descriptors the monitor joins it through (none where the node does not confine).
+    fn confine(&self, l: &Launch) -> Result<Vec<std::os::fd::OwnedFd>, String> {
+        let Some(cg) = self.cgroups() else { return Ok(Vec::new()) };
+        {
+            let mut runs = self.runs.lock().expect("not poisoned");
+            let run = runs.entry((l.job, l.attempt)).or_default();
+            run.grants.insert(l.rank, Grant::of(l));
+            run.live.insert(l.rank);
+            run.limits = self.defaults.limits(&run.grants);
+            cg.set_run(l.job, l.attempt, &run.limits)
+                .map_err(|e| format!("cannot hold run {}/{} to its limits: {e}", l.job, l.attempt))?;
+        }
+        cg.add_task(l.job, l.attempt, l.rank, &l.devices).map(|t| t.join)
+    }
+
+    fn register(&self, job: u64, handle: Handle) {
+        self.handles.lock().expect("not poisoned").entry(job).or_default().push(handle);
+        let stop_now = self.stopping.lock().expect("not poisoned").get(&job).copied();
+        if let Some((attempt, grace)) = stop_now
+            && attempt == handle.attempt
+        {
+            self.stop_handles(job, vec![handle], grace);
+        }
+    }
+
+    fn unregister(&self, job: u64, handle: Handle) {
+        let mut handles = self.handles.lock().expect("not poisoned");
+        if let Some(list) = handles.get_mut(&job) {
+            list.retain(|h| *h != handle);
+            if list.is_empty() {
+                handles.remove(&job);
+            }
+        }
+    }
+
+    /// An ended task's cgroup: kill what is left in it until it is empty (the task is over
+    /// only then), read whether the OOM killer ended a process of it, remove it, and when it
+    /// was its run's last here, the run's too. Returns whether the OOM killer acted.
+    async fn drain(&self, job: u64, attempt: u32, rank: u32) -> bool {
+        let Some(cg) = self.cgroups().cloned() else { return false };
+        let started = std::time::Instant::now();
+        let mut warned = false;
+        loop {
+            let cg = cg.clone();
+            let populated = tokio::task::spawn_blocking(move || {
+                let populated = cg.task_populated(job, attempt, rank);
+                if populated {
+                    cg.kill_task(job, attempt, rank);
+                }
+                populated
+            })
+            .await
+            .unwrap_or(false);
+            if !populated {
+                break;
+            }
+            if !warned && started.elapsed() > DRAIN_WARN_AFTER {
+                tracing::warn!(
+                    job,
+                    attempt,
+                    rank,
+                    "a process of an ended task does not die (uninterruptible sleep?): the task is not over"
+                );
+                warned = true;
+            }
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+        let oom = cg.task_oom_kills(job, attempt, rank) > 0;
+        cg.remove_task(job, attempt, rank);
+        self.task_done(job, attempt, rank);
+        oom
+    }
+
+    /// A task that never started (refused after its cgroup was made): its cgroup goes.
+    fn abandon(&self, job: u64, attempt: u32, rank: u32) {
+        if let Some(cg) = self.cgroups() {
+            cg.remove_task(job, attempt, rank);
+            self.task_done(job, attempt, rank);
+        }
+    }
+
+    /// A confined task is gone: when it was its run's last here, keep the run's final measure
+    /// and remove the run's cgroup.
+    fn task_done(&self, job: u64, attempt: u32, rank: u32) {
+        let Some(cg) = self.cgroups() else { return };
+        let last = {
+            let mut runs = self.runs.lock().expect("not poisoned");
+            let Some(run) = runs.get_mut(&(job, attempt)) else { return };
+            run.live.remove(&rank);
+            if !run.live.is_empty() {
+                return;
+            }
+            runs.remove(&(job, attempt))
+        };
+        if let Some(run) = last {
+            let usage = run_usage(cg, job, attempt, &run.limits);
+            self.finished.lock().expect("not poisoned").insert((job, attempt), usage);
+            if !cg.remove_run(job, attempt) {
+                tracing::warn!(job, attempt, "the run's cgroup could not be removed");
+            }
+        }
+    }
+
+    /// What each run here has used: the live ones measured now, the ended ones as they ended.
+    pub fn usage(&self) -> Vec<RunUsage> {
+        let mut all: Vec<RunUsage> = match self.cgroups() {
+            Some(cg) => self
+                .runs
+                .lock()
+                .expect("not poisoned")
+                .iter()
+                .map(|(&(job, attempt), run)| run_usage(cg, job, attempt, &run.limits))
+                .collect(),
+            None => Vec::new(),
+        };
+        all.extend(self.finished.lock().expect("not poisoned").values().cloned());
+        all.sort_by_key(|u| (u.job, u.attempt));
+        all
+    }
+
+    /// The controller has every exit of run `job`/`attempt` here: its measure is no longer
+    /// reported.
+    pub fn forget_usage(&self, job: u64, attempt: u32) {
+        self.finished.lock().expect("not poisoned").remove(&(job, attempt));
+    }
+
+    /// How a claimed task of run `job`/`attempt` stands: its exit file, else alive (its
+    /// cgroup holds a process; unconfined, its monitor's process group), else lost.
+    pub fn state_on_disk(&self, job: u64, attempt: u32, rank: u32) -> TaskState {
+        let Ok(dir) = JobDir::open(&self.data_dir, job, attempt, false) else { return TaskState::Lost };
+        if let Some(code) = dir.read_number::<i32>(rank, Kind::Exit) {
+            return TaskState::Exited { code: Some(code), timed_out: false, oom: false };
+        }
+        if self.alive(&dir, job, attempt, rank) { TaskState::Running } else { TaskState::Lost }
+    }
+
+    fn alive(&self, dir: &JobDir, job: u64, attempt: u32, rank: u32) -> bool {
+        match self.cgroups() {
+            Some(cg) if cg.task_exists(job, attempt, rank) => cg.task_populated(job, attempt, rank),
+            _ => group_alive(dir.read_number(rank, Kind::Pid).unwrap_or(0)),
+        }
+    }
+
+    /// Watch a task started before a restart until it ends: its exit file says how; a task
+    /// whose cgroup (unconfined: process group) is empty without one is lost. It can be
+    /// signalled meanwhile; its run's limits are known again from its `grant`.
+    pub fn watch(&self, key: TaskKey, rank: u32, grant: Grant) {
         let runner = self.clone();
-        let job = key.job;
         tokio::spawn(async move {
-            let pgid: i32 =
-                std::fs::read_to_string(with_ext(&base, "pid")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
-            if pgid > 0 {
-                runner.groups.lock().expect("not poisoned").entry(job).or_default().push(pgid);
-                let stop_now = runner.stopping.lock().expect("not poisoned").get(&job).copied();
-                if let Some((_, grace)) = stop_now {
-                    stop_groups(vec![pgid], grace);
-                }
-            }
-            let exit_code = || -> Option<i32> {
-                std::fs::read_to_string(with_ext(&base, "exit")).ok().and_then(|t| t.trim().parse().ok())
-            };
-            let exit = loop {
-                if let Some(code) = exit_code() {
-                    break Exit { key, code: Some(code), timed_out: false, lost: false };
-                }
-                if !group_alive(pgid) {
-                    // It may have written its exit file just before going.
-                    break match exit_code() {
-                        Some(code) => Exit { key, code: Some(code), timed_out: false, lost: false },
-                        None => Exit { key, code: None, timed_out: false, lost: true },
-                    };
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            };
-            if let Some(list) = runner.groups.lock().expect("not poisoned").get_mut(&job) {
-                list.retain(|&g| g != pgid);
-            }
+            let exit = runner.watched(&key, rank, grant).await;
             let _ = runner.exits.send(exit).await;
         });
     }
 
+    async fn watched(&self, key: &TaskKey, rank: u32, grant: Grant) -> Exit {
+        let (job, attempt) = (key.job, key.attempt);
+        let lost = Exit { key: key.clone(), code: None, timed_out: false, lost: true, oom: false };
+        let Ok(dir) = JobDir::open(&self.data_dir, job, attempt, false) else { return lost };
+        let confined = self.cgroups().is_some_and(|cg| cg.task_exists(job, attempt, rank));
+        let kind = if confined {
+            let mut runs = self.runs.lock().expect("not poisoned");
+            let run = runs.entry((job, attempt)).or_default();
+            run.grants.insert(rank, grant);
+            run.live.insert(rank);
+            run.limits = self.defaults.limits(&run.grants);
+            HandleKind::Cgroup(rank)
+        } else {
+            HandleKind::Group(dir.read_number(rank, Kind::Pid).unwrap_or(0))
+        };
+        let handle = Handle { attempt, kind };
+        self.register(job, handle);
+        let code = loop {
+            if let Some(code) = dir.read_number::<i32>(rank, Kind::Exit) {
+                break Some(code);
+            }
+            if !self.alive(&dir, job, attempt, rank) {
+                // It may have written its exit file just before going.
+                break dir.read_number::<i32>(rank, Kind::Exit);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        self.unregister(job, handle);
+        let oom = confined && self.drain(job, attempt, rank).await && code != Some(0);
+        match code {
+            Some(code) => Exit { key: key.clone(), code: Some(code), timed_out: false, lost: false, oom },
+            None => Exit { oom, ..lost },
+        }
+    }
+
+    /// Kill and remove the cgroups of runs this agent no longer has (`keep`: the runs its
+    /// claims still hold): what a crash or an older agent left behind.
+    pub fn sweep(&self, keep: &BTreeSet<(u64, u32)>) {
+        let Some(cg) = self.cgroups() else { return };
+        for (job, attempt) in cg.runs() {
+            if keep.contains(&(job, attempt)) {
+                continue;
+            }
+            for rank in cg.run_tasks(job, attempt) {
+                cg.kill_task(job, attempt, rank);
+            }
+            tracing::info!(
+                job,
+                attempt,
+                "a run's cgroup from before the restart, with no claim here: killed and removed"
+            );
+            for _ in 0..50 {
+                if cg.remove_run(job, attempt) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
     /// Stop every task of run `attempt` of `job`, those still starting included: SIGTERM to
-    /// each process group now, SIGKILL after `grace`.
+    /// each now, killed after `grace`.
     pub fn stop(&self, job: u64, attempt: u32, grace: Duration) {
-        // Under the groups lock, so a task registering now either is listed or sees the request.
-        let groups = self.groups.lock().expect("not poisoned");
+        // Under the handles lock, so a task registering now either is listed or sees the request.
+        let handles = self.handles.lock().expect("not poisoned");
         self.stopping.lock().expect("not poisoned").insert(job, (attempt, grace));
-        stop_groups(groups.get(&job).cloned().unwrap_or_default(), grace);
+        let mine: Vec<Handle> =
+            handles.get(&job).map(|l| l.iter().copied().filter(|h| h.attempt == attempt).collect()).unwrap_or_default();
+        drop(handles);
+        self.stop_handles(job, mine, grace);
+    }
+
+    /// SIGTERM to each task now, killed after `grace`.
+    fn stop_handles(&self, job: u64, handles: Vec<Handle>, grace: Duration) {
+        for handle in &handles {
+            self.signal(job, handle, Signal::SIGTERM);
+        }
+        let runner = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            for handle in &handles {
+                runner.signal(job, handle, Signal::SIGKILL);
+            }
+        });
+    }
+
+    /// Signal a task: its process group, or every process of its cgroup (SIGKILL: the cgroup
+    /// killed whole).
+    fn signal(&self, job: u64, handle: &Handle, sig: Signal) {
+        match (handle.kind, self.cgroups()) {
+            (HandleKind::Group(pgid), _) => signal_group(pgid, sig),
+            (HandleKind::Cgroup(rank), Some(cg)) if sig == Signal::SIGKILL => cg.kill_task(job, handle.attempt, rank),
+            (HandleKind::Cgroup(rank), Some(cg)) => cg.signal_task(job, handle.attempt, rank, sig),
+            (HandleKind::Cgroup(_), None) => {}
+        }
+    }
+
+    /// Wait for a task's monitor; past its time limit, SIGTERM the task, then kill it after
+    /// its grace period. Its exit status, and whether the limit ended it.
+    async fn wait_within_limit(
+        &self,
+        child: &mut tokio::process::Child,
+        job: u64,
+        handle: Handle,
+        l: &Launch,
+    ) -> (std::io::Result<std::process::ExitStatus>, bool) {
+        let Some(limit) = l.time_limit_s.map(Duration::from_secs) else { return (child.wait().await, false) };
+        if let Ok(status) = tokio::time::timeout(limit, child.wait()).await {
+            return (status, false);
+        }
+        self.signal(job, &handle, Signal::SIGTERM);
+        let status = match tokio::time::timeout(Duration::from_secs(l.grace_s), child.wait()).await {
+            Ok(status) => status,
+            Err(_) => {
+                self.signal(job, &handle, Signal::SIGKILL);
+                child.wait().await
+            }
+        };
+        (status, true)
     }
 }
 
-/// SIGTERM to each group now, SIGKILL after `grace`.
-fn stop_groups(groups: Vec<i32>, grace: Duration) {
-    for &pgid in &groups {
-        signal_group(pgid, Signal::SIGTERM);
+/// A run's measure now, with the limits it is held to.
+fn run_usage(cg: &Cgroups, job: u64, attempt: u32, limits: &Limits) -> RunUsage {
+    let used = cg.run_usage(job, attempt);
+    RunUsage {
+        job,
+        attempt,
+        memory_peak_bytes: used.memory_peak_bytes,
+        cpu_ms: used.cpu_ns.map(|ns| ns / 1_000_000),
+        memory_limit_bytes: limits.memory_bytes,
+        cpu_limit_milli: limits.cpu_milli,
     }
-    tokio::spawn(async move {
-        tokio::time::sleep(grace).await;
-        for pgid in groups {
-            signal_group(pgid, Signal::SIGKILL);
-        }
-    });
 }
 
-/// The wrapped command of a task: its program under the `sh` wrapper that writes the pid and
-/// exit files (as the agent's user), dropped to its account through `setpriv` when that is
-/// another; a clean environment (the account's basics, the job's variables, then gantry's),
-/// working directory (entered as the task's account, so it must be allowed to), logs and its
-/// own process group.
-fn task_command(
-    l: &Launch,
-    argv: &[String],
-    base: &Path,
-    dir: &Path,
-    account: &crate::account::RunAs,
-    out: std::fs::File,
-    err: std::fs::File,
-) -> tokio::process::Command {
-    use crate::account::RunAs;
-    // Real MIG UUIDs where NVML knows them (the controller names instances by layout).
-    let devices = crate::mig_nvml::resolve_devices(&l.devices).join(",");
-    let mut cmd = tokio::process::Command::new("sh");
-    cmd.arg("-c").arg(WRAPPER).arg("gantry-task");
-    match account {
-        RunAs::Same => {
-            cmd.args(argv).current_dir(l.workdir.as_deref().map_or(dir.to_path_buf(), PathBuf::from));
-        }
-        RunAs::Drop(user) => {
-            // The job's own variables are set only after the drop (by `env`): in the root
-            // wrapper's environment, LD_PRELOAD and friends would run the job's code as root.
-            let workdir = l.workdir.clone().unwrap_or_else(|| user.default_workdir());
-            cmd.args(crate::account::dropped(user, &workdir, &l.env, argv)).current_dir("/");
-        }
-    }
-    let job_env: &[(String, String)] = if matches!(account, RunAs::Same) { &l.env } else { &[] };
-    cmd.env_clear()
-        .envs(account.basic_env())
-        .env("GANTRY_EXIT_FILE", with_ext(base, "exit"))
-        .env("GANTRY_PID_FILE", with_ext(base, "pid"))
-        .envs(job_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env("CUDA_VISIBLE_DEVICES", &devices)
-        .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { devices.as_str() })
-        .env("GANTRY_JOB_ID", l.job.to_string())
-        .env("GANTRY_JOB_NAME", &l.job_name)
-        .env("GANTRY_TASK_GROUP", &l.group)
-        .env("GANTRY_TASK_INDEX", l.replica.to_string())
-        .env("GANTRY_RANK", l.rank.to_string())
-        .env("GANTRY_WORLD_SIZE", l.world_size.to_string())
-        .env("GANTRY_NODE", &l.node)
-        .env("GANTRY_MASTER_ADDR", master_addr(l))
-        .env("GANTRY_MASTER_PORT", (29_500 + l.job % 10_000).to_string())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .process_group(0)
-        .kill_on_drop(false);
-    cmd
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Wait for a task; past its time limit, SIGTERM its group, then SIGKILL after its grace
-/// period. Its exit status, and whether the limit ended it.
-async fn wait_within_limit(
-    child: &mut tokio::process::Child,
-    pgid: i32,
-    l: &Launch,
-) -> (std::io::Result<std::process::ExitStatus>, bool) {
-    let Some(limit) = l.time_limit_s.map(Duration::from_secs) else { return (child.wait().await, false) };
-    if let Ok(status) = tokio::time::timeout(limit, child.wait()).await {
-        return (status, false);
+    #[test]
+    fn a_runs_limits_are_its_tasks_grants_with_defaults_for_what_was_not_asked() {
+        let d = Defaults { memory_unasked_bytes: Some(100), cpu_unasked_milli: None, pids_per_task: 10 };
+        let grants: BTreeMap<u32, Grant> =
+            [(0, Grant { cpu_milli: 500, memory_bytes: 1000 }), (1, Grant { cpu_milli: 0, memory_bytes: 0 })].into();
+        let limits = d.limits(&grants);
+        assert_eq!(limits.memory_bytes, Some(1100), "the unasked task counts the default");
+        assert_eq!(limits.cpu_milli, None, "an unlimited default leaves the run unlimited");
+        assert_eq!(limits.pids, 20);
+        let asked: BTreeMap<u32, Grant> = [(0, Grant { cpu_milli: 2000, memory_bytes: 1 << 30 })].into();
+        assert_eq!(d.limits(&asked).cpu_milli, Some(2000));
     }
-    signal_group(pgid, Signal::SIGTERM);
-    let status = match tokio::time::timeout(Duration::from_secs(l.grace_s), child.wait()).await {
-        Ok(status) => status,
-        Err(_) => {
-            signal_group(pgid, Signal::SIGKILL);
-            child.wait().await
-        }
-    };
-    (status, true)
 }

@@ -81,17 +81,12 @@ fn parse_pgrp(stat: &str) -> Option<i32> {
     fields.next()?.parse().ok()
 }
 
-/// Per-job SM utilization on one GPU: each process's share summed into the task (process
-/// group) that owns it; processes of no known task are left out.
-pub fn attribute(
-    processes: &[(u32, u32)],
-    group_of: impl Fn(u32) -> Option<i32>,
-    tasks: &[(u64, i32)],
-) -> Vec<(u64, u32)> {
+/// Per-job SM utilization on one GPU: each process's share summed into the job that owns it
+/// (`owner`: by its cgroup, or by its process group); processes of no known job are left out.
+pub fn attribute(processes: &[(u32, u32)], owner: impl Fn(u32) -> Option<u64>) -> Vec<(u64, u32)> {
     let mut by_job: Vec<(u64, u32)> = Vec::new();
     for &(pid, pct) in processes {
-        let Some(group) = group_of(pid) else { continue };
-        let Some(&(job, _)) = tasks.iter().find(|(_, g)| *g == group) else { continue };
+        let Some(job) = owner(pid) else { continue };
         match by_job.iter_mut().find(|(j, _)| *j == job) {
             Some(entry) => entry.1 = (entry.1 + pct).min(100),
             None => by_job.push((job, pct.min(100))),
@@ -134,12 +129,12 @@ mod tests {
 
     #[test]
     fn process_shares_add_up_per_job() {
-        let groups = |pid: u32| match pid {
-            10 | 11 => Some(100),
-            20 => Some(200),
+        let owner = |pid: u32| match pid {
+            10 | 11 => Some(7),
+            20 => Some(8),
             _ => None,
         };
-        let shares = attribute(&[(10, 30), (11, 25), (20, 90), (99, 50)], groups, &[(7, 100), (8, 200)]);
+        let shares = attribute(&[(10, 30), (11, 25), (20, 90), (99, 50)], owner);
         assert_eq!(shares, vec![(7, 55), (8, 90)]);
     }
 

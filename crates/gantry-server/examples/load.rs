@@ -96,6 +96,7 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let config = ServeConfig {
         reconfigure: Default::default(),
+        confinement: Default::default(),
         data_dir: data.clone(),
         listen: "127.0.0.1:0".parse().expect("addr"),
         fleet,

@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod replay;
 pub mod series;
 pub mod standby;
+pub mod task_logs;
 pub mod tls;
 pub mod ui;
 pub mod users;
@@ -107,6 +108,8 @@ pub struct ServeConfig {
     pub store: StoreChoice,
     /// Whether the controller reconfigures GPUs itself, and its guards (`[reconfigure]`).
     pub reconfigure: control::reconfig::ReconfigurePolicy,
+    /// How the in-process agents of `--local` confine their tasks.
+    pub confinement: local_agents::LocalConfinement,
 }
 
 /// The store a controller runs on.
@@ -147,7 +150,7 @@ pub struct Shared {
     /// (the usage ledger).
     pub reader: Arc<Mutex<AnyStore>>,
     /// The agents run in this process (`serve --local`): task logs are on this machine, under
-    /// each node's directory (`local_agents::node_dir`).
+    /// each node's directory (`task_logs::node_dir`).
     pub local: bool,
     /// Wakes the scheduling loop.
     pub wake: Arc<Notify>,
@@ -267,6 +270,22 @@ pub struct Running {
 }
 
 impl Running {
+    /// How the in-process agents confine their tasks (empty with remote agents): each
+    /// distinct confinement once, with the nodes that have it.
+    pub fn confinement(&self) -> Vec<(wire::Confinement, Vec<String>)> {
+        let mut out: Vec<(wire::Confinement, Vec<String>)> = Vec::new();
+        for (node, c) in &self.agents.confinement {
+            match out
+                .iter_mut()
+                .find(|(have, _)| have.kind == c.kind && have.controllers == c.controllers && have.missing == c.missing)
+            {
+                Some((_, nodes)) => nodes.push(node.clone()),
+                None => out.push((c.clone(), vec![node.clone()])),
+            }
+        }
+        out
+    }
+
     /// Transactions committed so far, and the commands' batches they held.
     pub fn commit_stats(&self) -> (u64, u64) {
         let stats = self.committer.stats();
@@ -453,7 +472,13 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
 
     let scheduler = tokio::spawn(scheduling_loop(shared.clone(), config.tick));
     let agents = if local {
-        local_agents::start(&shared, &config.fleet, config.simulate_tasks, config.measure_local_gpus)
+        local_agents::start(
+            &shared,
+            &config.fleet,
+            config.simulate_tasks,
+            config.measure_local_gpus,
+            config.confinement,
+        )
     } else {
         local_agents::Agents::default()
     };

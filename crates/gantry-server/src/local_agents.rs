@@ -10,7 +10,6 @@ use crate::{Shared, wire};
 use gantry_agent::node::{AgentConfig, Answer, Link};
 use gantry_store::Role;
 use gantry_types::Fleet;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -18,10 +17,7 @@ use tokio::sync::oneshot;
 /// How long an in-process agent's heartbeat may be held with nothing to order.
 const WAIT: Duration = Duration::from_secs(5);
 
-/// An agent's data directory (claims, task logs under `jobs/<id>/`, MPS pipes).
-pub fn node_dir(data_dir: &Path, node: &str) -> PathBuf {
-    data_dir.join("nodes").join(node)
-}
+pub use crate::task_logs::node_dir;
 
 /// The controller, in the same process.
 #[derive(Clone, Debug)]
@@ -57,6 +53,15 @@ impl Link for InProcess {
 pub struct Agents {
     stops: Vec<oneshot::Sender<()>>,
     loops: Vec<tokio::task::JoinHandle<()>>,
+    /// How each node confines its tasks, as its agent found it (for the banner).
+    pub confinement: Vec<(String, wire::Confinement)>,
+}
+
+/// How the in-process agents confine their tasks (`serve --local --confinement …`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LocalConfinement {
+    pub choice: gantry_agent::cgroup::Choice,
+    pub defaults: gantry_agent::runner::Defaults,
 }
 
 impl Agents {
@@ -73,8 +78,15 @@ impl Agents {
 /// Start one agent per node of `fleet`. `simulate`: tasks last this long instead of running;
 /// `measure`: the GPUs are this machine's, sampled with NVML, and reconfigured through NVML;
 /// otherwise each node's MIG hardware is simulated in `fake-mig.json` in its directory,
-/// starting from the modes the controller has recorded.
-pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure: bool) -> Agents {
+/// starting from the modes the controller has recorded, and its GPUs are fake device nodes
+/// there (confined as real ones are).
+pub fn start(
+    shared: &Shared,
+    fleet: &Fleet,
+    simulate: Option<Duration>,
+    measure: bool,
+    confine: LocalConfinement,
+) -> Agents {
     let mut agents = Agents::default();
     let recorded = shared.controller.lock().expect("not poisoned").scheduler.engine().fleet_now();
     for node in &fleet.nodes {
@@ -99,7 +111,7 @@ pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure
             })
             .collect();
         let mig = mig_backend(shared, &recorded, &node.name, measure);
-        let config = AgentConfig {
+        let mut config = AgentConfig {
             mig,
             link: link.clone(),
             node: node.name.clone(),
@@ -109,7 +121,18 @@ pub fn start(shared: &Shared, fleet: &Fleet, simulate: Option<Duration>, measure
             retry: Duration::from_secs(1),
             simulate,
             measure_gpus: measure,
+            confine: confine.choice,
+            confinement: None,
+            defaults: confine.defaults,
+            devices: if measure { gantry_agent::node::Devices::Driver } else { gantry_agent::node::Devices::Fake },
         };
+        // Found now, so that the banner can say it (the agent would find the same).
+        let found =
+            gantry_agent::node::prepare_data_dir(&mut config).and_then(|()| gantry_agent::node::confinement(&config));
+        if let Ok(found) = found {
+            agents.confinement.push((node.name.clone(), found.report()));
+            config.confinement = Some(found);
+        }
         let (stop, stopped) = oneshot::channel();
         let name = node.name.clone();
         agents.stops.push(stop);

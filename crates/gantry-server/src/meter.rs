@@ -274,6 +274,32 @@ pub struct UsageLine {
     pub cost_allocated: f64,
     pub cost_used: f64,
     pub waste_cost: f64,
+    /// CPU time the nodes measured of the jobs on this line (their cgroups), hours.
+    #[serde(default)]
+    pub cpu_hours: f64,
+    /// The highest memory peak one of its jobs reached on one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak_bytes: Option<u64>,
+}
+
+impl UsageLine {
+    /// A line with nothing on it yet.
+    pub fn empty(key: String) -> UsageLine {
+        UsageLine {
+            key,
+            allocated_gpu_hours: 0.0,
+            used_gpu_hours: 0.0,
+            utilization: 0.0,
+            waste_gpu_hours: 0.0,
+            normalized_allocated_gpu_hours: 0.0,
+            normalized_used_gpu_hours: 0.0,
+            cost_allocated: 0.0,
+            cost_used: 0.0,
+            waste_cost: 0.0,
+            cpu_hours: 0.0,
+            memory_peak_bytes: None,
+        }
+    }
 }
 
 /// Sum ledger rows into report lines, by `by`, in key order (a job's key is its id).
@@ -289,21 +315,9 @@ pub fn report(rows: &[UsageRow], by: UsageBy, billing: &Billing) -> Vec<UsageLin
         };
         // Jobs sort by number, the others by name.
         let order = if by == UsageBy::Job { r.job } else { 0 };
-        let line =
-            lines.entry((if by == UsageBy::Job { String::new() } else { key.clone() }, order)).or_insert_with(|| {
-                UsageLine {
-                    key,
-                    allocated_gpu_hours: 0.0,
-                    used_gpu_hours: 0.0,
-                    utilization: 0.0,
-                    waste_gpu_hours: 0.0,
-                    normalized_allocated_gpu_hours: 0.0,
-                    normalized_used_gpu_hours: 0.0,
-                    cost_allocated: 0.0,
-                    cost_used: 0.0,
-                    waste_cost: 0.0,
-                }
-            });
+        let line = lines
+            .entry((if by == UsageBy::Job { String::new() } else { key.clone() }, order))
+            .or_insert_with(|| UsageLine::empty(key));
         let allocated = r.allocated_milli_s as f64 / 1000.0 / 3600.0;
         let used = r.used_milli_s as f64 / 1000.0 / 3600.0;
         let (price, weight) = (billing.price(&r.model), billing.weight(&r.model));

@@ -626,8 +626,57 @@ fn names_are_printable_and_bounded() {
     }
     let long = "x".repeat(NAME_CHARS_MAX + 1);
     assert_eq!(check_name("job", &long).expect_err("long").limit, Some(("name_chars", NAME_CHARS_MAX as u64)));
-    for good in ["train", "sweep[3]", "résumé ✓ 训练", &"x".repeat(NAME_CHARS_MAX)] {
+    for good in ["train", "sweep[3]", "résumé ✓ 训练", "مدل", "a-b_c.d", &"x".repeat(NAME_CHARS_MAX)] {
         check_name("job", good).expect(good);
+    }
+    // Every invisible or reordering character, one by one: the list and the edges of
+    // each range of Unicode's default-ignorable and bidi-control sets.
+    let invisible = [
+        '\u{00AD}',
+        '\u{034F}',
+        '\u{061C}',
+        '\u{115F}',
+        '\u{1160}',
+        '\u{17B4}',
+        '\u{17B5}',
+        '\u{180B}',
+        '\u{180E}',
+        '\u{180F}',
+        '\u{200B}',
+        '\u{200E}',
+        '\u{200F}',
+        '\u{2028}',
+        '\u{2029}',
+        '\u{202A}',
+        '\u{202E}',
+        '\u{2060}',
+        '\u{2064}',
+        '\u{2066}',
+        '\u{2069}',
+        '\u{206F}',
+        '\u{3164}',
+        '\u{FE00}',
+        '\u{FE0F}',
+        '\u{FEFF}',
+        '\u{FFA0}',
+        '\u{FFF0}',
+        '\u{1BCA0}',
+        '\u{1BCA3}',
+        '\u{1D173}',
+        '\u{1D17A}',
+        '\u{E0001}',
+        '\u{E0020}',
+        '\u{E007F}',
+        '\u{E0100}',
+        '\u{E01EF}',
+    ];
+    for c in invisible {
+        let name = format!("admin{c}");
+        let err = check_name("job", &name).expect_err(&format!("U+{:04X}", c as u32));
+        assert!(err.message.contains(&format!("U+{:04X}", c as u32)), "{err}");
+    }
+    for neighbour in ['\u{00AC}', '\u{00AE}', '\u{0620}', '\u{2027}', '\u{202F}', '\u{FE10}', '\u{E1000}'] {
+        check_name("job", &format!("a{neighbour}")).expect("a printable neighbour of a refused range");
     }
     // Task names too, in workload files and traces alike.
     let err = parse_workload("[[job]]\nname = \"a\"\n[[job.task]]\nname = \"\\u001b]0;x\"\n", catalog());

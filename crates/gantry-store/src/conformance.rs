@@ -30,12 +30,23 @@ fn started(id: u64, at_s: u64) -> Event {
         node: "n1".into(),
         devices: vec!["GPU-0".into()],
         placement: None,
+        confinement: Some("cgroup v1 (memory)".into()),
     };
     Event::Started { id, at_s, tasks: vec![task] }
 }
 
 fn ended(id: u64, at_s: u64, ending: Ending) -> Event {
-    Event::Ended { id, at_s, ending, exit_code: (ending == Ending::Failed).then_some(3) }
+    Event::Ended { id, at_s, ending, exit_code: (ending == Ending::Failed).then_some(3), used: Vec::new(), oom: None }
+}
+
+fn used(node: &str, cpu_ms: u64, peak: u64) -> gantry_types::NodeUse {
+    gantry_types::NodeUse {
+        node: node.into(),
+        memory_peak_bytes: Some(peak),
+        cpu_ms: Some(cpu_ms),
+        memory_limit_bytes: Some(1 << 30),
+        cpu_limit_milli: None,
+    }
 }
 
 /// A job's life: submitted → started → requeued → started → completed; rows follow the log.
@@ -45,16 +56,41 @@ pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
     store.append(&[submitted(1, "a"), submitted(2, "b")]).expect("submits");
     assert_eq!(store.next_job_id().expect("next id"), 3);
     store.append(&[started(1, 20)]).expect("starts");
-    store.append(&[Event::Requeued { id: 1, at_s: 25, why: "preempted".into() }]).expect("requeues");
-    store.append(&[started(1, 30), ended(1, 40, Ending::Completed)]).expect("runs and ends");
+    let requeued = Event::Requeued { id: 1, at_s: 25, why: "preempted".into(), used: vec![used("n1", 100, 9)] };
+    store.append(&[requeued]).expect("requeues");
+    let oom = gantry_types::OomKill {
+        group: "main".into(),
+        replica: 0,
+        node: "n1".into(),
+        memory_limit_bytes: Some(1 << 30),
+    };
+    let end = Event::Ended {
+        id: 1,
+        at_s: 40,
+        ending: Ending::OutOfMemory,
+        exit_code: Some(137),
+        used: vec![used("n1", 50, 5), used("n2", 7, 1)],
+        oom: Some(oom.clone()),
+    };
+    store.append(&[started(1, 30), end]).expect("runs and ends");
     store.append(&[ended(2, 41, Ending::Cancelled)]).expect("cancelled while pending");
     let a = store.job(1).expect("reads").expect("exists");
-    assert_eq!((a.state, a.started_at_s, a.ended_at_s, a.requeues), (JobState::Completed, Some(30), Some(40), 1));
+    assert_eq!((a.state, a.started_at_s, a.ended_at_s, a.requeues), (JobState::Failed, Some(30), Some(40), 1));
     assert_eq!(a.tasks[0].devices, ["GPU-0"]);
+    assert_eq!(a.tasks[0].confinement.as_deref(), Some("cgroup v1 (memory)"));
+    assert_eq!(a.outcome.ending, Some(Ending::OutOfMemory), "the state says failed; the outcome says how");
+    assert_eq!(a.outcome.oom, Some(oom));
+    let n1 = &a.outcome.used[0];
+    assert_eq!(
+        (n1.node.as_str(), n1.cpu_ms, n1.memory_peak_bytes),
+        ("n1", Some(150), Some(9)),
+        "both runs' CPU, the higher peak"
+    );
+    assert_eq!(a.outcome.used[1].node, "n2");
     assert_eq!((a.name.as_str(), a.queue.as_str()), ("a", "default"));
     assert_eq!(store.job(2).expect("reads").expect("exists").state, JobState::Cancelled);
     assert_eq!(store.job(3).expect("reads"), None);
-    assert_eq!(store.jobs(&[JobState::Completed]).expect("lists").len(), 1);
+    assert_eq!(store.jobs(&[JobState::Failed]).expect("lists").len(), 1);
     assert_eq!(store.jobs(&[]).expect("lists").len(), 2);
     let log = store.events_after(0, 100).expect("log");
     assert_eq!(log.len(), 7);

@@ -14,7 +14,7 @@ mod pg;
 mod sqlite;
 pub mod test_postgres;
 
-use gantry_types::{Event, Job, JobState, TaskStart};
+use gantry_types::{Ending, Event, Job, JobState, NodeUse, OomKill, TaskStart};
 use serde::{Deserialize, Serialize};
 
 pub use pg::{LEADER_LOCK, LEASE, POSTGRES_SCHEMA_VERSION, PostgresStore, redact_url};
@@ -69,6 +69,51 @@ pub struct JobRow {
     pub job: Job,
     /// Where its tasks run (or last ran).
     pub tasks: Vec<TaskStart>,
+    /// How it ended (`oom`, `timed-out`, …: the state says only failed), what its runs used
+    /// on each node, and the task the OOM killer ended: the store's `outcome` column.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+/// How a job's runs went: set when a run ends (`ended`, `requeued`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Outcome {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ending: Option<Ending>,
+    /// What its runs used, per node: CPU time summed over runs, the highest memory peak.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub used: Vec<NodeUse>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom: Option<OomKill>,
+}
+
+impl Outcome {
+    /// Add one run's use, node by node.
+    pub fn add_used(&mut self, used: &[NodeUse]) {
+        for u in used {
+            match self.used.iter_mut().find(|have| have.node == u.node) {
+                Some(have) => have.add(u),
+                None => self.used.push(u.clone()),
+            }
+        }
+        self.used.sort_by(|a, b| a.node.cmp(&b.node));
+    }
+
+    /// The outcome after `event` (only a run's end changes it).
+    pub fn after(&self, event: &Event) -> Outcome {
+        let mut next = self.clone();
+        match event {
+            Event::Ended { ending, used, oom, .. } => {
+                next.ending = Some(*ending);
+                next.oom = oom.clone();
+                next.add_used(used);
+            }
+            Event::Requeued { used, .. } => next.add_used(used),
+            _ => {}
+        }
+        next
+    }
 }
 
 /// What an API token may do.
@@ -296,11 +341,13 @@ pub fn apply_event(row: Option<&JobRow>, event: &Event) -> Result<JobRow, StoreE
             requeues: 0,
             job: (**job).clone(),
             tasks: Vec::new(),
+            outcome: Outcome::default(),
         },
         (Some(row), _) => row.clone(),
         (None, _) => unreachable!("transition refuses any first event but submitted"),
     };
     row.state = next;
+    row.outcome = row.outcome.after(event);
     match event {
         Event::Submitted { .. } => {}
         Event::Started { at_s, tasks, .. } => {

@@ -95,10 +95,15 @@ INSERT INTO gantry_leader (term, holder, since_s, pid, expires) VALUES (0, '', 0
         "CREATE TABLE reconfigurations (id BIGINT PRIMARY KEY, record TEXT NOT NULL, finished BOOLEAN NOT NULL);
 CREATE INDEX reconfigurations_open ON reconfigurations (finished, id);",
     ),
+    (
+        // How a job ended, what its runs used, an OOM kill (SQLite's schema 10).
+        11,
+        "ALTER TABLE jobs ADD COLUMN outcome TEXT NOT NULL DEFAULT '{}';",
+    ),
 ];
 
 /// The schema version this code writes.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 10;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 11;
 
 /// Arbitrary, fixed: the advisory lock migrations hold.
 const MIGRATION_LOCK: i64 = 0x6761_6e74_7279; // "gantry"
@@ -365,7 +370,7 @@ fn migrate(client: &mut Client) -> Result<(), StoreError> {
 }
 
 const COLUMNS: &str =
-    "id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks";
+    "id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks, outcome";
 
 fn state_of(text: &str) -> Result<JobState, StoreError> {
     serde_json::from_value(serde_json::Value::String(text.to_string()))
@@ -388,6 +393,7 @@ fn decode_job(row: &postgres::Row) -> Result<JobRow, StoreError> {
             .map_err(|_| StoreError::Corrupt(format!("job {id}: requeues")))?,
         job: serde_json::from_str(row.get(9)).map_err(|e| corrupt("spec", e))?,
         tasks: serde_json::from_str::<Vec<TaskStart>>(row.get(10)).map_err(|e| corrupt("tasks", e))?,
+        outcome: serde_json::from_str(row.get(11)).map_err(|e| corrupt("outcome", e))?,
     })
 }
 
@@ -413,11 +419,11 @@ fn apply(tx: &mut Transaction<'_>, event: &Event) -> Result<(), StoreError> {
     let row = apply_event(current.as_ref(), event)?;
     let requeues = i64::from(row.requeues);
     tx.execute(
-        "INSERT INTO jobs (id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+        "INSERT INTO jobs (id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks, outcome)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
          ON CONFLICT (id) DO UPDATE SET state = excluded.state, started_at_s = excluded.started_at_s,
            ended_at_s = excluded.ended_at_s, exit_code = excluded.exit_code, requeues = excluded.requeues,
-           job = excluded.job, tasks = excluded.tasks",
+           job = excluded.job, tasks = excluded.tasks, outcome = excluded.outcome",
         &[
             &int(row.id)?,
             &row.name,
@@ -430,6 +436,7 @@ fn apply(tx: &mut Transaction<'_>, event: &Event) -> Result<(), StoreError> {
             &requeues,
             &json(&row.job)?,
             &json(&row.tasks)?,
+            &json(&row.outcome)?,
         ],
     )
     .map_err(pg)?;

@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     exit_code      INTEGER,
     requeues       INTEGER NOT NULL DEFAULT 0,
     job            TEXT    NOT NULL,
-    tasks          TEXT    NOT NULL DEFAULT '[]'
+    tasks          TEXT    NOT NULL DEFAULT '[]',
+    outcome        TEXT    NOT NULL DEFAULT '{}'
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, id);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -76,8 +77,9 @@ CREATE TABLE IF NOT EXISTS commands (
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
 /// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log), 8 `tokens.node` (agent
 /// tokens bound to one node), 9 `reconfigurations` (GPU reconfigurations the controller
-/// carries out); an older store gets the new tables and columns when opened.
-const SCHEMA_VERSION: i64 = 9;
+/// carries out), 10 `jobs.outcome` (how a job ended, what its runs used, an OOM kill); an
+/// older store gets the new tables and columns when opened.
+const SCHEMA_VERSION: i64 = 10;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -127,6 +129,11 @@ impl SqliteStore {
         if has_node == 0 {
             conn.execute_batch("ALTER TABLE tokens ADD COLUMN node TEXT")?;
         }
+        let has_outcome: i64 =
+            conn.query_row("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'outcome'", [], |r| r.get(0))?;
+        if has_outcome == 0 {
+            conn.execute_batch("ALTER TABLE jobs ADD COLUMN outcome TEXT NOT NULL DEFAULT '{}'")?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
         Ok(SqliteStore { conn })
     }
@@ -154,13 +161,18 @@ impl SqliteStore {
                 )?;
             }
             Event::Ended { at_s, exit_code, .. } => {
+                let outcome = Self::outcome_after(tx, id, event)?;
                 tx.execute(
-                    "UPDATE jobs SET state = ?2, ended_at_s = ?3, exit_code = ?4 WHERE id = ?1",
-                    params![id, next, int(*at_s)?, exit_code],
+                    "UPDATE jobs SET state = ?2, ended_at_s = ?3, exit_code = ?4, outcome = ?5 WHERE id = ?1",
+                    params![id, next, int(*at_s)?, exit_code, outcome],
                 )?;
             }
             Event::Requeued { .. } => {
-                tx.execute("UPDATE jobs SET state = ?2, requeues = requeues + 1 WHERE id = ?1", params![id, next])?;
+                let outcome = Self::outcome_after(tx, id, event)?;
+                tx.execute(
+                    "UPDATE jobs SET state = ?2, requeues = requeues + 1, outcome = ?3 WHERE id = ?1",
+                    params![id, next, outcome],
+                )?;
             }
             Event::Held { held, .. } => {
                 // The hold lives in the job's control fields (what a restart admits it with).
@@ -173,6 +185,14 @@ impl SqliteStore {
             }
         }
         Ok(())
+    }
+
+    /// The `outcome` column of job `id` after `event`, as JSON.
+    fn outcome_after(tx: &Transaction<'_>, id: i64, event: &Event) -> Result<String, StoreError> {
+        let text: String = tx.query_row("SELECT outcome FROM jobs WHERE id = ?1", params![id], |r| r.get(0))?;
+        let current: crate::Outcome =
+            serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("job {id}: outcome: {e}")))?;
+        serde_json::to_string(&current.after(event)).map_err(|e| StoreError::Backend(e.to_string()))
     }
 
     fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Raw> {
@@ -188,6 +208,7 @@ impl SqliteStore {
             requeues: r.get(8)?,
             job: r.get(9)?,
             tasks: r.get(10)?,
+            outcome: r.get(11)?,
         })
     }
 
@@ -206,6 +227,7 @@ impl SqliteStore {
             requeues: u32::try_from(raw.requeues).map_err(|_| StoreError::Corrupt(format!("job {id}: requeues")))?,
             job: serde_json::from_str(&raw.job).map_err(|e| corrupt("spec", e))?,
             tasks: serde_json::from_str::<Vec<TaskStart>>(&raw.tasks).map_err(|e| corrupt("tasks", e))?,
+            outcome: serde_json::from_str(&raw.outcome).map_err(|e| corrupt("outcome", e))?,
         })
     }
 }
@@ -223,10 +245,11 @@ struct Raw {
     requeues: i64,
     job: String,
     tasks: String,
+    outcome: String,
 }
 
 const COLUMNS: &str =
-    "id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks";
+    "id, name, queue, state, submitted_at_s, started_at_s, ended_at_s, exit_code, requeues, job, tasks, outcome";
 
 impl Store for SqliteStore {
     fn append(&mut self, events: &[Event]) -> Result<u64, StoreError> {

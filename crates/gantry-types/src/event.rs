@@ -39,6 +39,7 @@ impl JobState {
 
 /// How a job that ran ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Ending {
     /// Every task exited 0.
@@ -49,6 +50,10 @@ pub enum Ending {
     TimedOut,
     Cancelled,
     Lost,
+    /// The kernel's OOM killer ended a task: it used more memory than its run was held to
+    /// on its node (what it asked for there).
+    #[serde(rename = "oom")]
+    OutOfMemory,
 }
 
 impl Ending {
@@ -60,13 +65,14 @@ impl Ending {
             Ending::TimedOut => "timed-out",
             Ending::Cancelled => "cancelled",
             Ending::Lost => "lost",
+            Ending::OutOfMemory => "oom",
         }
     }
 
     pub fn state(self) -> JobState {
         match self {
             Ending::Completed => JobState::Completed,
-            Ending::Failed | Ending::TimedOut => JobState::Failed,
+            Ending::Failed | Ending::TimedOut | Ending::OutOfMemory => JobState::Failed,
             Ending::Cancelled => JobState::Cancelled,
             Ending::Lost => JobState::Lost,
         }
@@ -86,6 +92,69 @@ pub struct TaskStart {
     /// capacity again for a task that kept running.
     #[serde(default)]
     pub placement: Option<crate::outcome::TaskPlacement>,
+    /// How its node confined it, as its agent said when the task started (`cgroup v1 (…)`,
+    /// `unconfined: …`; `None`: not known, as for simulated runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<String>,
+}
+
+/// What a job's run used on one node, as the node's cgroups measured it, and what it was
+/// held to there.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeUse {
+    pub node: String,
+    /// The most memory it held at once (`None`: the node could not measure it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak_bytes: Option<u64>,
+    /// CPU time, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// The memory it was held to (`None`: not limited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+    /// The CPU quota it was held to, millicores (`None`: not limited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_limit_milli: Option<u64>,
+}
+
+impl NodeUse {
+    /// Add a later run's use on the same node: CPU time adds up, the peak is the higher,
+    /// the limits are the later run's.
+    pub fn add(&mut self, later: &NodeUse) {
+        self.cpu_ms = match (self.cpu_ms, later.cpu_ms) {
+            (Some(a), Some(b)) => Some(a.saturating_add(b)),
+            (a, b) => a.or(b),
+        };
+        self.memory_peak_bytes = self.memory_peak_bytes.max(later.memory_peak_bytes);
+        self.memory_limit_bytes = later.memory_limit_bytes;
+        self.cpu_limit_milli = later.cpu_limit_milli;
+    }
+}
+
+/// Which task the OOM killer ended, where, and the memory its run was held to there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OomKill {
+    pub group: String,
+    pub replica: u32,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+}
+
+impl OomKill {
+    /// In words, for `gantry show`, `why` and the dashboard.
+    pub fn reason(&self) -> String {
+        let limit = match self.memory_limit_bytes {
+            Some(bytes) => format!("its memory limit there, {}", crate::quantity::Bytes(bytes)),
+            None => "the memory it was allowed there".to_string(),
+        };
+        format!(
+            "task {}/{} on node {} used more than {limit}, and the kernel's OOM killer ended it; ask for more memory (memory = \"…\")",
+            self.group, self.replica, self.node
+        )
+    }
 }
 
 /// One entry of the event log.
@@ -96,15 +165,41 @@ pub enum Event {
     Submitted { id: u64, at_s: u64, job: Box<Job> },
     /// The scheduler started it: its tasks and where they run.
     Started { id: u64, at_s: u64, tasks: Vec<TaskStart> },
-    /// It ended (ran, or was cancelled or lost), with the first non-zero exit code if any.
-    Ended { id: u64, at_s: u64, ending: Ending, exit_code: Option<i32> },
-    /// It was stopped for another (preemption) and waits again.
-    Requeued { id: u64, at_s: u64, why: String },
+    /// It ended (ran, or was cancelled or lost), with the first non-zero exit code if any,
+    /// what its last run used on each node, and the task the OOM killer ended if one was.
+    Ended {
+        id: u64,
+        at_s: u64,
+        ending: Ending,
+        exit_code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        used: Vec<NodeUse>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        oom: Option<OomKill>,
+    },
+    /// It was stopped for another (preemption) and waits again; what that run used.
+    Requeued {
+        id: u64,
+        at_s: u64,
+        why: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        used: Vec<NodeUse>,
+    },
     /// A waiting job was held (`held`: it never starts until released) or released.
     Held { id: u64, at_s: u64, held: bool },
 }
 
 impl Event {
+    /// A job ended with nothing measured (it never ran, or ran where nothing measures).
+    pub fn ended(id: u64, at_s: u64, ending: Ending, exit_code: Option<i32>) -> Event {
+        Event::Ended { id, at_s, ending, exit_code, used: Vec::new(), oom: None }
+    }
+
+    /// A job waits again, its run's use not measured.
+    pub fn requeued(id: u64, at_s: u64, why: impl Into<String>) -> Event {
+        Event::Requeued { id, at_s, why: why.into(), used: Vec::new() }
+    }
+
     pub fn job_id(&self) -> u64 {
         match self {
             Event::Submitted { id, .. }

@@ -21,11 +21,17 @@ use serde::{Deserialize, Serialize};
 /// controller) and answers with its own, so an agent can refuse an older controller. Version
 /// 1 is the protocol as first shipped; a change that an older peer would misread bumps it.
 /// 2 added layout orders ([`LayoutOrder`], [`LayoutReport`]): the controller orders a GPU's
-/// reconfiguration only from an agent that speaks 2 or later.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// reconfiguration only from an agent that speaks 2 or later. 3 added confinement: what a
+/// launch may use on its node ([`Launch::cpu_milli`], [`Launch::memory_bytes`]), how the node
+/// confines ([`Register::confinement`]), what its runs used ([`Heartbeat::usage`]) and an exit
+/// by the OOM killer; the controller sends a launch's limits only to an agent of 3 or later.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The first protocol with layout orders.
 pub const PROTOCOL_LAYOUTS: u32 = 2;
+
+/// The first protocol with confinement (limits in launches, usage in heartbeats).
+pub const PROTOCOL_CONFINEMENT: u32 = 3;
 
 fn protocol_one() -> u32 {
     1
@@ -75,6 +81,13 @@ pub struct Launch {
     /// node has none; an agent that is not root runs only its own account's tasks.
     #[serde(default)]
     pub account: String,
+    /// The CPU this task was granted, millicores (protocol 3; 0: it asked for none). The
+    /// node holds the job's run to the sum of its tasks' there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_milli: Option<u64>,
+    /// The memory this task was granted, bytes (protocol 3; 0: it asked for none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
 }
 
 impl Launch {
@@ -99,6 +112,84 @@ pub struct Register {
     /// restarted agent is known again and a second agent for a live node is not.
     #[serde(default)]
     pub instance: String,
+    /// How the node confines its tasks (protocol 3; absent: an older agent, unconfined).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<Confinement>,
+}
+
+/// How a node confines what it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConfinementKind {
+    /// A cgroup v1 hierarchy per controller.
+    CgroupV1,
+    /// The cgroup v2 tree.
+    CgroupV2,
+    /// No confinement: the agent is not root, cannot write a cgroup, or was told not to.
+    Unconfined,
+}
+
+/// A node's confinement as its agent found it at start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Confinement {
+    pub kind: ConfinementKind,
+    /// What it applies (`memory`, `cpu`, `cpuacct`, `pids`, `devices`, `freezer`, `kill`).
+    #[serde(default)]
+    pub controllers: Vec<String>,
+    /// Limits the node cannot apply (its hierarchy lacks the controller).
+    #[serde(default)]
+    pub missing: Vec<String>,
+    /// Where its cgroups are; when unconfined, why.
+    #[serde(default)]
+    pub note: String,
+}
+
+/// The longest a confinement report's words may be (they are shown, never parsed).
+pub const CONFINEMENT_TEXT_MAX: usize = 256;
+
+impl Confinement {
+    /// What an agent that does not say is: it runs tasks unconfined.
+    pub fn unknown() -> Confinement {
+        Confinement {
+            kind: ConfinementKind::Unconfined,
+            controllers: Vec::new(),
+            missing: Vec::new(),
+            note: "its agent is older than confinement (protocol 3)".into(),
+        }
+    }
+
+    /// Cut to the shown lengths (an agent's words are bounded like any input).
+    pub fn bounded(&self) -> Confinement {
+        let cut = |s: &str| s.chars().take(CONFINEMENT_TEXT_MAX).collect::<String>();
+        Confinement {
+            kind: self.kind,
+            controllers: self.controllers.iter().take(16).map(|c| cut(c)).collect(),
+            missing: self.missing.iter().take(16).map(|c| cut(c)).collect(),
+            note: cut(&self.note),
+        }
+    }
+
+    pub fn is_confined(&self) -> bool {
+        self.kind != ConfinementKind::Unconfined
+    }
+}
+
+impl std::fmt::Display for Confinement {
+    /// `cgroup v1 (memory, cpu, pids, devices, freezer)`, `cgroup v2 (devices, kill; not
+    /// limited: memory, cpu, pids)`, `unconfined: the agent is not root, …`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self.kind {
+            ConfinementKind::CgroupV1 => "cgroup v1",
+            ConfinementKind::CgroupV2 => "cgroup v2",
+            ConfinementKind::Unconfined => return write!(f, "unconfined: {}", self.note),
+        };
+        write!(f, "{name} ({}", self.controllers.join(", "))?;
+        if !self.missing.is_empty() {
+            write!(f, "; not limited: {}", self.missing.join(", "))?;
+        }
+        write!(f, ")")
+    }
 }
 
 /// A GPU as the agent found it (NVML or its inventory file).
@@ -182,6 +273,10 @@ pub enum TaskState {
     Exited {
         code: Option<i32>,
         timed_out: bool,
+        /// The kernel's OOM killer ended a process of the task: it used more memory than its
+        /// run was held to on the node (protocol 3).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        oom: bool,
     },
     /// Gone without an exit recorded (re-adopted after an agent restart, then vanished).
     Lost,
@@ -240,7 +335,34 @@ pub struct Heartbeat {
     /// Outcomes of layout orders (protocol 2), repeated until the controller forgets them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layouts: Vec<LayoutReport>,
+    /// What each run on this node has used so far, measured by its cgroup (protocol 3),
+    /// repeated until its tasks are forgotten; a run's last report is its total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<RunUsage>,
 }
+
+/// One run's use of its node, as its cgroup counts it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunUsage {
+    pub job: u64,
+    pub attempt: u32,
+    /// The most memory it held at once (`None`: the node cannot measure it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_peak_bytes: Option<u64>,
+    /// CPU time used, milliseconds (`None`: the node cannot measure it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// The memory it is held to (`None`: not limited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit_bytes: Option<u64>,
+    /// The CPU quota it is held to, millicores (`None`: not limited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_limit_milli: Option<u64>,
+}
+
+/// Run usages one heartbeat may report (more are ignored): a node runs far fewer runs at once.
+pub const USAGE_REPORTS_MAX: usize = 4096;
 
 /// Change one GPU's mode (protocol 2): the agent applies it all or nothing through its MIG
 /// backend — only on a GPU none of its tasks uses — and reports a [`LayoutReport`].

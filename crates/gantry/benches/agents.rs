@@ -532,6 +532,7 @@ impl SimAgent {
             version: "load harness".into(),
             protocol: gantry_wire::PROTOCOL_VERSION,
             instance: self.instance.clone(),
+            confinement: None,
         };
         let body = serde_json::to_string(&body).expect("json");
         let Some(mut sender) = self.connection().await else { return false };
@@ -582,7 +583,14 @@ impl SimAgent {
                 jobs: Vec::new(),
             })
             .collect();
-        let beat = Heartbeat { tasks, samples, wait_ms: WAIT_MS, instance: self.instance.clone(), layouts: Vec::new() };
+        let beat = Heartbeat {
+            tasks,
+            samples,
+            wait_ms: WAIT_MS,
+            instance: self.instance.clone(),
+            layouts: Vec::new(),
+            usage: Vec::new(),
+        };
         serde_json::to_string(&beat).expect("json")
     }
 
@@ -647,7 +655,7 @@ impl SimAgent {
         let now = Instant::now();
         for t in self.tasks.values_mut() {
             if t.state == TaskState::Running && t.ends_at <= now {
-                t.state = TaskState::Exited { code: Some(0), timed_out: false };
+                t.state = TaskState::Exited { code: Some(0), timed_out: false, oom: false };
             }
         }
     }
@@ -659,7 +667,7 @@ impl SimAgent {
         for stop in orders.stop {
             for (key, t) in self.tasks.iter_mut() {
                 if key.job == stop.job && key.attempt == stop.attempt && t.state == TaskState::Running {
-                    t.state = TaskState::Exited { code: None, timed_out: false };
+                    t.state = TaskState::Exited { code: None, timed_out: false, oom: false };
                 }
             }
         }

@@ -62,6 +62,8 @@ pub struct AgentArgs {
     /// Log format on stderr: text, or json.
     #[arg(long, value_parser = ["text", "json"])]
     log_format: Option<String>,
+    #[command(flatten)]
+    confine: crate::confine_args::ConfineArgs,
 }
 
 /// The node's name and GPUs: from the inventory file, else NVML.
@@ -171,7 +173,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
     let mig = mig_backend(&args, &data_dir, &gpus)?;
-    let config = gantry_agent::node::AgentConfig {
+    let mut config = gantry_agent::node::AgentConfig {
         mig,
         link: std::sync::Arc::new(gantry_agent::node::HttpLink { client, token }),
         node: node.clone(),
@@ -181,7 +183,19 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         retry: std::time::Duration::from_secs(1),
         simulate: None,
         measure_gpus: true,
+        confine: args.confine.choice(),
+        confinement: None,
+        defaults: args.confine.defaults()?,
+        devices: if args.inventory.is_some() {
+            gantry_agent::node::Devices::Fake
+        } else {
+            gantry_agent::node::Devices::Driver
+        },
     };
+    gantry_agent::node::prepare_data_dir(&mut config).map_err(|e| anyhow::anyhow!(e))?;
+    let confinement = gantry_agent::node::confinement(&config).map_err(|e| anyhow::anyhow!(e))?;
+    let confinement_line = crate::confine_args::banner_line(&confinement.report(), &[]);
+    config.confinement = Some(confinement);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {
         eprintln!(
@@ -199,6 +213,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
                 me.unwrap_or_default()
             ),
         }
+        eprintln!("{confinement_line}");
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             if crate::serve_cmd::stop_signal().await.is_ok() {

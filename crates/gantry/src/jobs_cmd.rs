@@ -396,19 +396,30 @@ pub fn show(args: JobArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&job)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("job {} {} (queue {}): {}", args.id, cell(&job["name"]), cell(&job["queue"]), cell(&job["state"]));
+    let ending = match job["ending"].as_str() {
+        Some(ending) if ending != cell(&job["state"]) => format!(" ({ending})"),
+        _ => String::new(),
+    };
+    println!("job {} {} (queue {}): {}{ending}", args.id, cell(&job["name"]), cell(&job["queue"]), cell(&job["state"]));
     println!("  submitted {}", utc(&job["submitted_at_s"]));
     println!("  started   {}", utc(&job["started_at_s"]));
     println!("  ended     {}  exit code {}", utc(&job["ended_at_s"]), cell(&job["exit_code"]));
+    if let Some(why) = oom_reason(&job) {
+        println!("  why: {why}");
+    }
     for task in job["tasks"].as_array().into_iter().flatten() {
         let devices: Vec<String> = task["devices"].as_array().into_iter().flatten().map(cell).collect();
+        let confined = task["confinement"].as_str().map(|c| format!("  [{}]", shown(c))).unwrap_or_default();
         println!(
-            "  task {}/{} on {}: {}",
+            "  task {}/{} on {}: {}{confined}",
             cell(&task["group"]),
             cell(&task["replica"]),
             cell(&task["node"]),
             devices.join(",")
         );
+    }
+    for line in used_lines(&job) {
+        println!("  {line}");
     }
     if !job["pending"].is_null() {
         println!("  waiting: {}", reason_text(&job["pending"]));
@@ -422,6 +433,49 @@ pub fn show(args: JobArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Why a job ended `oom`, in words (the task, its node, its limit).
+fn oom_reason(job: &Value) -> Option<String> {
+    let oom = &job["oom"];
+    if oom.is_null() {
+        return None;
+    }
+    let limit = oom["memory_limit_bytes"].as_u64().map_or_else(
+        || "the memory it was allowed there".to_string(),
+        |b| format!("its memory limit there, {}", gantry_types::Bytes(b)),
+    );
+    Some(format!(
+        "task {}/{} on node {} used more than {limit}, and the kernel's OOM killer ended it; ask for more memory (memory = \"…\")",
+        shown(&cell(&oom["group"])),
+        cell(&oom["replica"]),
+        shown(&cell(&oom["node"])),
+    ))
+}
+
+/// What a job used on each node, as its cgroups measured it: its ended runs' (`used`) and the
+/// run in progress (`running_used`), each with the limits it was held to.
+pub fn used_lines(job: &Value) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (what, list) in [("used", &job["used"]), ("using", &job["running_used"])] {
+        for u in list.as_array().into_iter().flatten() {
+            let cpu = u["cpu_ms"]
+                .as_u64()
+                .map_or_else(|| "CPU not measured".to_string(), |ms| format!("CPU {:.1} s", ms as f64 / 1000.0));
+            let cpu_limit = u["cpu_limit_milli"]
+                .as_u64()
+                .map_or_else(|| " (not limited)".to_string(), |m| format!(" (limit {} cores)", m as f64 / 1000.0));
+            let peak = u["memory_peak_bytes"].as_u64().map_or_else(
+                || "peak memory not measured".to_string(),
+                |b| format!("peak memory {}", gantry_types::Bytes(b)),
+            );
+            let limit = u["memory_limit_bytes"]
+                .as_u64()
+                .map_or_else(|| " (not limited)".to_string(), |b| format!(" of {}", gantry_types::Bytes(b)));
+            lines.push(format!("{what} on {}: {cpu}{cpu_limit}, {peak}{limit}", shown(&cell(&u["node"]))));
+        }
+    }
+    lines
+}
+
 pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
     let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
     if args.server.json {
@@ -429,7 +483,10 @@ pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if job["pending"].is_null() {
-        println!("job {} is {}: not waiting", args.id, cell(&job["state"]));
+        match oom_reason(&job) {
+            Some(why) => println!("job {} is {} (oom): {why}", args.id, cell(&job["state"])),
+            None => println!("job {} is {}: not waiting", args.id, cell(&job["state"])),
+        }
     } else {
         let estimate = if job["pending"]["estimate_s"].is_null() {
             String::new()
@@ -656,8 +713,14 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
                 None => "not ready: no agent yet".into(),
             });
         }
+        if node["confinement"]["kind"] == "unconfined" {
+            flags.push("UNCONFINED".into());
+        }
         let flags = if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) };
         println!("{}{flags}  {} GPUs, {:.2} allocated", cell(&node["name"]), gpus.len(), allocated as f64 / 1000.0);
+        if let Ok(confinement) = serde_json::from_value::<gantry_wire::Confinement>(node["confinement"].clone()) {
+            println!("  confinement: {}", shown(&confinement.to_string()));
+        }
         for g in gpus {
             let jobs: Vec<String> = g["jobs"].as_array().into_iter().flatten().map(cell).collect();
             let used = match g["utilization_pct"].as_u64() {

@@ -8,6 +8,7 @@ mod advise_cmd;
 mod agent_cmd;
 mod catalog_cmd;
 mod cert_cmd;
+mod confine_args;
 mod import_cmd;
 mod jobs_cmd;
 mod mig_cmd;

@@ -141,6 +141,8 @@ pub struct ServeArgs {
     /// The guards: only from the config file's `[reconfigure]`.
     #[arg(skip)]
     reconfigure_policy: Option<gantry_server::control::reconfig::ReconfigurePolicy>,
+    #[command(flatten)]
+    confine: crate::confine_args::ConfineArgs,
 }
 
 /// `gantry serve --config FILE`.
@@ -468,6 +470,18 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "without --local, agents on other machines serve the nodes of a fleet file: pass --fleet FILE (or run `gantry serve --local`)"
         );
     }
+    let confine = &args.confine;
+    if !args.local
+        && (confine.confinement.is_some()
+            || confine.memory_unasked.is_some()
+            || confine.cpu_unasked.is_some()
+            || confine.pids_per_task.is_some())
+    {
+        bail!(
+            "--confinement, --memory-unasked, --cpu-unasked and --pids-per-task are for the agents of --local \
+             (remote agents take them: gantry agent --help)"
+        );
+    }
     if args.local && (args.agent_timeout.is_some() || args.node_lost_after.is_some()) {
         bail!("--agent-timeout and --node-lost-after are for remote agents (serve without --local)");
     }
@@ -554,6 +568,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         idle: args.idle.clone().unwrap_or_default(),
         admission: args.admission.clone().unwrap_or_default(),
         reconfigure: reconfigure_policy(&args)?,
+        confinement: gantry_server::local_agents::LocalConfinement {
+            choice: args.confine.choice(),
+            defaults: args.confine.defaults()?,
+        },
         group_commit: true,
         agents: if args.local {
             gantry_server::control::Agents::Local
@@ -605,6 +623,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 "  tasks run as their user's Unix account on each node ([users] maps names; admin's own jobs: {:?})",
                 accounts.account(gantry_server::users::ADMIN)
             ),
+        }
+        for (confinement, nodes) in running.confinement() {
+            eprintln!("{}", crate::confine_args::banner_line(&confinement, &nodes));
         }
         if !local {
             eprintln!(

@@ -1,5 +1,6 @@
 //! `gantry usage`: chargeback from the controller's accounting ledger — allocation and
-//! measured use side by side, the waste between them, in GPU-hours and money.
+//! measured use side by side, the waste between them, in GPU-hours and money — and the CPU
+//! time and memory peak the nodes' cgroups measured of the same jobs.
 
 use crate::jobs_cmd::ServerArg;
 use anyhow::bail;
@@ -106,6 +107,8 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
         "cost_allocated",
         "cost_used",
         "waste_cost",
+        "cpu_hours",
+        "memory_peak_bytes",
     ];
     if args.csv {
         println!("{},{}", args.by, columns.join(","));
@@ -113,13 +116,19 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
             let key = l["key"].as_str().unwrap_or("");
             let key =
                 if key.contains([',', '"']) { format!("\"{}\"", key.replace('"', "\"\"")) } else { key.to_string() };
-            let values: Vec<String> = columns.iter().map(|c| format!("{:.6}", num(l, c))).collect();
+            let values: Vec<String> = columns
+                .iter()
+                .map(|c| match *c {
+                    "memory_peak_bytes" => l[c].as_u64().map_or_else(String::new, |b| b.to_string()),
+                    _ => format!("{:.6}", num(l, c)),
+                })
+                .collect();
             println!("{key},{}", values.join(","));
         }
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:<20} {:>12} {:>12} {:>6} {:>12} {:>12} {:>12} {:>12}",
+        "{:<20} {:>12} {:>12} {:>6} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
         args.by.to_uppercase(),
         "ALLOC GPU-h",
         "USED GPU-h",
@@ -127,9 +136,13 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
         "WASTE GPU-h",
         "COST ALLOC",
         "COST USED",
-        "WASTE $"
+        "WASTE $",
+        "CPU-h",
+        "PEAK MEM"
     );
-    let mut totals = [0.0; 5];
+    let peak = |v: &Value| v.as_u64().map_or_else(|| "-".to_string(), |b| gantry_types::Bytes(b).to_string());
+    let mut totals = [0.0; 6];
+    let mut highest: Option<u64> = None;
     for l in &lines {
         let row = [
             num(l, "allocated_gpu_hours"),
@@ -137,12 +150,14 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
             num(l, "waste_gpu_hours"),
             num(l, "cost_allocated"),
             num(l, "cost_used"),
+            num(l, "cpu_hours"),
         ];
         for (t, v) in totals.iter_mut().zip(row) {
             *t += v;
         }
+        highest = highest.max(l["memory_peak_bytes"].as_u64());
         println!(
-            "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2}",
+            "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2} {:>10.3} {:>10}",
             l["key"].as_str().unwrap_or(""),
             row[0],
             row[1],
@@ -150,12 +165,14 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
             row[2],
             row[3],
             row[4],
-            row[3] - row[4]
+            row[3] - row[4],
+            row[5],
+            peak(&l["memory_peak_bytes"])
         );
     }
     let util = if totals[0] > 0.0 { totals[1] / totals[0] * 100.0 } else { 0.0 };
     println!(
-        "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2}",
+        "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2} {:>10.3} {:>10}",
         "TOTAL",
         totals[0],
         totals[1],
@@ -163,7 +180,9 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
         totals[2],
         totals[3],
         totals[4],
-        totals[3] - totals[4]
+        totals[3] - totals[4],
+        totals[5],
+        peak(&highest.map_or(Value::Null, Value::from))
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -369,21 +369,21 @@ async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<S
     let view = shared.read(|c| views::jobs::job(c, &who, id, crate::now_s()))?;
     who.reads_logs_of(view.row.job.control.user.as_deref().unwrap_or_default())?;
     let mut text = String::new();
+    use gantry_agent::files::Kind;
     if !shared.local {
         // Remote agents keep their tasks' output on their own hosts.
-        for task in &view.row.tasks {
+        for (rank, task) in view.row.tasks.iter().enumerate() {
+            let out = crate::task_logs::relative(&view.row, rank as u32, Kind::Out);
             text += &format!(
-                "==> {} {}/{}: on node {}, in its agent's data directory: jobs/{id}/{}-{}.out and .err <==\n",
-                view.row.name, task.group, task.replica, task.node, task.group, task.replica
+                "==> {} {}/{}: on node {}, in its agent's data directory: {out} and .err <==\n",
+                view.row.name, task.group, task.replica, task.node
             );
         }
         return Ok(text);
     }
-    for task in &view.row.tasks {
-        let dir = crate::runner::job_dir(&crate::local_agents::node_dir(&shared.data_dir, &task.node), id);
-        for stream in ["out", "err"] {
-            let path = dir.join(format!("{}-{}.{stream}", task.group, task.replica));
-            let content = std::fs::read_to_string(&path).unwrap_or_default();
+    for (rank, task) in view.row.tasks.iter().enumerate() {
+        for (stream, kind) in [("out", Kind::Out), ("err", Kind::Err)] {
+            let content = crate::task_logs::read_local(&shared.data_dir, &task.node, &view.row, rank as u32, kind);
             if !content.is_empty() {
                 text += &format!("==> {} {}/{} ({stream}) <==\n{content}", view.row.name, task.group, task.replica);
             }
@@ -641,5 +641,5 @@ pub fn usage_lines(
         use gantry_store::Store;
         shared.reader.lock().expect("not poisoned").usage(from_s, to_s)?
     };
-    shared.read(|c| views::usage(c, who, rows, by))
+    shared.read(|c| views::usage(c, who, rows, by, (from_s, to_s)))
 }

@@ -5,7 +5,7 @@
 use super::{AgentLink, Agents, Controller, Effects, Reply};
 use crate::auth::Principal;
 use crate::error::ControlError;
-use crate::wire::{self, AgentGpu, Heartbeat, Orders, Register, Registered, StopOrder, TaskKey};
+use crate::wire::{self, AgentGpu, Heartbeat, Launch, Orders, Register, Registered, StopOrder, TaskKey};
 use gantry_types::{GpuMode, Job};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -53,12 +53,17 @@ impl Controller {
             self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
         }
         let version = reg.version.chars().take(64).collect();
+        let confinement = reg.confinement.as_ref().map_or_else(wire::Confinement::unknown, wire::Confinement::bounded);
+        if !confinement.is_confined() {
+            tracing::warn!(node = %reg.node, confinement = %confinement, "this node's tasks run unconfined");
+        }
         let link = AgentLink {
             last_seen_s: now,
             instance: reg.instance.clone(),
             version,
             protocol: reg.protocol,
             samples: Vec::new(),
+            confinement,
         };
         let back = self.links.insert(reg.node.clone(), link);
         // Its samples start again from none.
@@ -219,6 +224,7 @@ impl Controller {
         if resampled {
             self.remeter_node(node, now);
         }
+        self.absorb_usage(node, beat);
         let (forget, orphans) = self.absorb_reports(node, beat, now, &mut effects)?;
         self.reoffer_missing(node, &reported, now, &mut effects)?;
         for report in beat.layouts.iter().take(crate::wire::LAYOUT_REPORTS_MAX) {
@@ -264,7 +270,10 @@ impl Controller {
                         orphans.push(report.key);
                     }
                 }
-                wire::TaskState::Exited { code, timed_out } => {
+                wire::TaskState::Exited { code, timed_out, oom } => {
+                    if oom {
+                        self.note_oom(node, &report.key);
+                    }
                     self.task_exited(&report.key, code, timed_out, false, now, effects)?;
                     forget.push(report.key);
                 }
@@ -275,6 +284,41 @@ impl Controller {
             }
         }
         Ok((forget, orphans))
+    }
+
+    /// Record what the node's cgroups measured of the runs it reports, for the runs this
+    /// controller has there (another run's, or another node's job's, changes nothing).
+    fn absorb_usage(&mut self, node: &str, beat: &Heartbeat) {
+        for u in beat.usage.iter().take(wire::USAGE_REPORTS_MAX) {
+            let Some(runs) = self.running.get_mut(&u.job) else { continue };
+            if runs.attempt != u.attempt || !runs.tasks.values().any(|n| n == node) {
+                continue;
+            }
+            let used = gantry_types::NodeUse {
+                node: node.to_string(),
+                memory_peak_bytes: u.memory_peak_bytes,
+                cpu_ms: u.cpu_ms,
+                memory_limit_bytes: u.memory_limit_bytes,
+                cpu_limit_milli: u.cpu_limit_milli,
+            };
+            runs.used.insert(node.to_string(), used);
+        }
+    }
+
+    /// The OOM killer ended a task of a run this controller has on `node`: the run ends `oom`
+    /// (the first such task is the one named).
+    fn note_oom(&mut self, node: &str, key: &TaskKey) {
+        let Some(runs) = self.running.get_mut(&key.job) else { return };
+        let which = (key.group.clone(), key.replica);
+        if runs.attempt != key.attempt || runs.tasks.get(&which).is_none_or(|n| n != node) || runs.oom.is_some() {
+            return;
+        }
+        runs.oom = Some(gantry_types::OomKill {
+            group: key.group.clone(),
+            replica: key.replica,
+            node: node.to_string(),
+            memory_limit_bytes: runs.used.get(node).and_then(|u| u.memory_limit_bytes),
+        });
     }
 
     /// Anti-entropy: a task of a run this controller has on this node that the agent neither
@@ -326,7 +370,18 @@ impl Controller {
     /// What node `node`'s agent must do now: launch what it has not reported, stop the
     /// stopping jobs' tasks there (`stopping`: those it already stops).
     pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
-        let launch = self.outbox.get(node).map(|o| o.values().cloned().collect()).unwrap_or_default();
+        // An agent older than confinement would refuse a launch with limits it does not know.
+        let limits = self.links.get(node).is_none_or(|l| l.protocol >= wire::PROTOCOL_CONFINEMENT);
+        let launch = self
+            .outbox
+            .get(node)
+            .map(|o| {
+                o.values()
+                    .cloned()
+                    .map(|l| if limits { l } else { Launch { cpu_milli: None, memory_bytes: None, ..l } })
+                    .collect()
+            })
+            .unwrap_or_default();
         let stop = self
             .runs_on(node)
             .filter(|(_, r)| r.stopping.is_some())

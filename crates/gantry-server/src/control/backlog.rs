@@ -68,7 +68,7 @@ mod tests {
         let rows = [submitted(1, "ann", "a"), submitted(2, "ann", "b"), submitted(3, "bob", "a")];
         let mut backlog = Backlog::of(rows.iter());
         assert_eq!((backlog.of_user("ann"), backlog.of_user("bob"), backlog.of_queue("a")), (2, 1, 2));
-        let ended = Event::Ended { id: 1, at_s: 2, ending: Ending::Cancelled, exit_code: None };
+        let ended = Event::ended(1, 2, Ending::Cancelled, None);
         let after = gantry_store::apply_event(Some(&rows[0]), &ended).expect("ends");
         backlog.change(Some(&rows[0]), Some(&after));
         assert_eq!((backlog.of_user("ann"), backlog.of_queue("a"), backlog.of_user("carol")), (1, 1, 0));

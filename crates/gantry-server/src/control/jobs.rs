@@ -51,7 +51,7 @@ impl Controller {
     pub(crate) fn settle(&mut self, admissions: Vec<(u64, Admission)>, now: u64) -> Result<(), ControlError> {
         for (id, admission) in admissions {
             if admission == Admission::Never {
-                self.record(Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None })?;
+                self.record(Event::ended(id, now, Ending::Cancelled, None))?;
                 tracing::info!(job = id, "cancelled: a dependency can never be met");
             }
         }
@@ -215,7 +215,7 @@ impl Controller {
         match state {
             JobState::Pending => {
                 let woken = self.scheduler.cancel_waiting(id as JobId, now)?;
-                self.record(Event::Ended { id, at_s: now, ending: Ending::Cancelled, exit_code: None })?;
+                self.record(Event::ended(id, now, Ending::Cancelled, None))?;
                 self.settle(woken, now)?;
                 Ok(Effects { reply: Reply::Cancelled { stopping: false }, schedule: true, ..Default::default() })
             }

@@ -31,8 +31,14 @@ pub(super) fn register(c: &mut Controller, node: &str, now: u64) {
         .into_iter()
         .map(|(index, uuid)| AgentGpu { index, uuid, model: "A100-SXM4-80GB".into(), mig_mode: None, mig: Vec::new() })
         .collect();
-    let registration =
-        Register { node: node.into(), gpus, version: String::new(), protocol: 1, instance: format!("agent-{node}") };
+    let registration = Register {
+        node: node.into(),
+        gpus,
+        version: String::new(),
+        protocol: 1,
+        instance: format!("agent-{node}"),
+        confinement: None,
+    };
     c.apply(now, Command::Register { who: Principal::controller(), registration }).expect("registers");
 }
 
@@ -54,6 +60,7 @@ fn beat(c: &mut Controller, node: &str, tasks: &[TaskKey], now: u64) -> Orders {
         wait_ms: 0,
         instance: format!("agent-{node}"),
         layouts: Vec::new(),
+        usage: Vec::new(),
     };
     match c
         .apply(now, Command::Heartbeat { who: Principal::controller(), node: node.into(), beat })
@@ -155,14 +162,18 @@ fn a_gang_with_a_task_on_a_lost_node_is_stopped_everywhere_and_requeued_whole() 
     let orders = beat(&mut c, "a-0", &on_0, T0 + 51);
     assert!(orders.stop.iter().any(|s| s.job == id && s.attempt == 0), "{orders:?}");
     // The a-0 task exits: the whole gang waits again (a-1 lost, so it cannot start).
-    let exited =
-        TaskReport { key: on_0[0].clone(), state: TaskState::Exited { code: None, timed_out: false }, stopping: true };
+    let exited = TaskReport {
+        key: on_0[0].clone(),
+        state: TaskState::Exited { code: None, timed_out: false, oom: false },
+        stopping: true,
+    };
     let beat_exit = Heartbeat {
         tasks: vec![exited],
         samples: Vec::new(),
         wait_ms: 0,
         instance: "agent-a-0".into(),
         layouts: Vec::new(),
+        usage: Vec::new(),
     };
     c.apply(T0 + 52, Command::Heartbeat { who: Principal::controller(), node: "a-0".into(), beat: beat_exit })
         .expect("beats");

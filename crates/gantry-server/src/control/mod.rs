@@ -99,6 +99,10 @@ pub(crate) struct Runs {
     pub moved: Option<String>,
     /// What it holds on each GPU, for the meter.
     pub grants: Vec<Held>,
+    /// What this run has used on each node so far, as its agents last measured it.
+    pub used: BTreeMap<String, gantry_types::NodeUse>,
+    /// The task the OOM killer ended, if one was: the run ends `oom`.
+    pub oom: Option<gantry_types::OomKill>,
 }
 
 /// Compute held on one GPU.
@@ -117,9 +121,11 @@ pub(crate) struct AgentLink {
     /// The agent process's lasting identity (`Register::instance`): a restart keeps it.
     pub instance: String,
     pub version: String,
-    /// The protocol it speaks (layout orders need 2).
+    /// The protocol it speaks (layout orders need 2, confinement 3).
     pub protocol: u32,
     pub samples: Vec<GpuSample>,
+    /// How the node confines its tasks, as its agent said.
+    pub confinement: crate::wire::Confinement,
 }
 
 /// The controller's state: the scheduler and everything the live service knows beside it.
@@ -417,6 +423,8 @@ impl Controller {
             node_lost: None,
             moved: None,
             grants: self.grants(placement),
+            used: BTreeMap::new(),
+            oom: None,
         };
         for node in runs.tasks.values() {
             self.on_node.entry(node.clone()).or_default().insert(job);

@@ -277,7 +277,7 @@ impl Controller {
             match self.admit(row.id, &row.job, row.submitted_at_s) {
                 Ok(admission) => self.settle(vec![(row.id, admission)], now)?,
                 Err(e) => {
-                    self.record(Event::Ended { id: row.id, at_s: now, ending: Ending::Failed, exit_code: None })?;
+                    self.record(Event::ended(row.id, now, Ending::Failed, None))?;
                     tracing::warn!(job = row.id, error = %e, "pending job dropped on restart");
                 }
             }
@@ -290,7 +290,7 @@ impl Controller {
         // the start and launching): it simply waits again. (A remote agent says for itself
         // which tasks it launched: see `readopt`.)
         if self.agents == Agents::Local && !launched.contains(&row.id) {
-            self.record(Event::Requeued { id: row.id, at_s: now, why: "never launched before a restart".into() })?;
+            self.record(Event::requeued(row.id, now, "never launched before a restart"))?;
             if let Err(e) = self.admit(row.id, &row.job, row.submitted_at_s) {
                 tracing::warn!(job = row.id, error = %e, "requeued job dropped on restart");
             }
@@ -298,7 +298,7 @@ impl Controller {
         }
         if let Err(e) = self.readopt(row, now) {
             tracing::warn!(job = row.id, error = %e, "a running job could not be re-adopted: lost");
-            self.record(Event::Ended { id: row.id, at_s: now, ending: Ending::Lost, exit_code: None })?;
+            self.record(Event::ended(row.id, now, Ending::Lost, None))?;
         }
         Ok(())
     }

@@ -85,9 +85,10 @@ impl Controller {
         job: u64,
         why: String,
         alloc: gantry_engine::AllocId,
+        used: Vec<gantry_types::NodeUse>,
         now: u64,
     ) -> Result<(), ControlError> {
-        self.record(Event::Requeued { id: job, at_s: now, why })?;
+        self.record(Event::Requeued { id: job, at_s: now, why, used })?;
         self.scheduler.killed(alloc, now);
         Ok(())
     }

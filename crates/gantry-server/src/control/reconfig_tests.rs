@@ -94,6 +94,7 @@ impl Agent {
             version: String::new(),
             protocol: crate::wire::PROTOCOL_VERSION,
             instance: format!("agent-{}", self.node),
+            confinement: None,
         };
         c.apply(now, Command::Register { who: Principal::controller(), registration })
     }
@@ -107,7 +108,7 @@ impl Agent {
             .collect();
         tasks.extend(self.exited.iter().map(|key| TaskReport {
             key: key.clone(),
-            state: TaskState::Exited { code: Some(0), timed_out: false },
+            state: TaskState::Exited { code: Some(0), timed_out: false, oom: false },
             stopping: false,
         }));
         let beat = Heartbeat {
@@ -116,6 +117,7 @@ impl Agent {
             wait_ms: 0,
             instance: format!("agent-{}", self.node),
             layouts: self.layouts.reports(),
+            usage: Vec::new(),
         };
         let effects = c
             .apply(now, Command::Heartbeat { who: Principal::controller(), node: self.node.clone(), beat })
@@ -442,8 +444,14 @@ fn lying_or_confused_agents_change_nothing_they_were_not_asked() {
         mig: mig.iter().map(|(p, s)| crate::wire::AgentMigInstance { profile: (*p).into(), start: *s }).collect(),
     };
     let beat = |c: &mut Controller, layouts: Vec<crate::wire::LayoutReport>, now| {
-        let beat =
-            Heartbeat { tasks: Vec::new(), samples: Vec::new(), wait_ms: 0, instance: "agent-n".into(), layouts };
+        let beat = Heartbeat {
+            tasks: Vec::new(),
+            samples: Vec::new(),
+            wait_ms: 0,
+            instance: "agent-n".into(),
+            layouts,
+            usage: Vec::new(),
+        };
         c.apply(now, Command::Heartbeat { who: Principal::controller(), node: "n".into(), beat })
     };
     // Reports for orders never given: nothing changes, and they are forgotten.
@@ -474,6 +482,7 @@ fn lying_or_confused_agents_change_nothing_they_were_not_asked() {
         wait_ms: 0,
         instance: "agent-n".into(),
         layouts: vec![report(r.id, r.gpu, &[])],
+        usage: Vec::new(),
     };
     assert!(c.apply(T0 + 4, Command::Heartbeat { who: other, node: "n".into(), beat }).is_err());
     assert_eq!(c.reconfigs.active.len(), 1);

@@ -28,6 +28,7 @@ impl Controller {
                 node: task.node.clone(),
                 devices: devices.clone(),
                 placement: Some(task.clone()),
+                confinement: self.links.get(&task.node).map(|l| l.confinement.to_string()),
             });
             launches.push(Launch {
                 job,
@@ -47,6 +48,8 @@ impl Controller {
                 grace_s: row.job.lifecycle.grace_s,
                 attempt: row.requeues,
                 account: self.accounts.account(row.job.control.user.as_deref().unwrap_or_default()),
+                cpu_milli: Some(u64::from(task.cpu.0)),
+                memory_bytes: Some(task.memory.0),
             });
         }
         (starts, launches)
@@ -187,18 +190,20 @@ impl Controller {
             let requeue = self.jobs.get(&job).is_some_and(|row| row.job.lifecycle.requeue);
             if requeue {
                 // Its node is gone: it waits again, in its queue, with its original place.
-                self.record(Event::Requeued { id: job, at_s: now, why: format!("node-lost ({node})") })?;
+                let used = runs.used.values().cloned().collect();
+                self.record(Event::Requeued { id: job, at_s: now, why: format!("node-lost ({node})"), used })?;
                 self.scheduler.killed(runs.alloc, now);
                 return Ok(());
             }
         }
         if let (Some(why), false) = (runs.moved.clone(), runs.cancelled) {
             // Moved off a GPU being reconfigured: it waits again, in its place.
-            return self.moved_exit(job, why, runs.alloc, now);
+            return self.moved_exit(job, why, runs.alloc, runs.used.values().cloned().collect(), now);
         }
         if let (Some(cause), false) = (runs.preempted, runs.cancelled) {
             // Stopped for another: it waits again, in its queue, with its original place.
-            self.record(Event::Requeued { id: job, at_s: now, why: format!("preempted ({cause})") })?;
+            let used = runs.used.values().cloned().collect();
+            self.record(Event::Requeued { id: job, at_s: now, why: format!("preempted ({cause})"), used })?;
             self.scheduler.killed(runs.alloc, now);
             return Ok(());
         }
@@ -206,6 +211,8 @@ impl Controller {
             Ending::Cancelled
         } else if runs.lost && runs.failed.is_none() {
             Ending::Lost
+        } else if runs.oom.is_some() {
+            Ending::OutOfMemory
         } else if runs.timed_out {
             Ending::TimedOut
         } else if runs.failed.is_some() {
@@ -215,7 +222,8 @@ impl Controller {
         };
         // Every task of a completed job exited 0: say so, rather than nothing.
         let exit_code = if ending == Ending::Completed { Some(0) } else { runs.failed };
-        self.record(Event::Ended { id: job, at_s: now, ending, exit_code })?;
+        let used = runs.used.values().cloned().collect();
+        self.record(Event::Ended { id: job, at_s: now, ending, exit_code, used, oom: runs.oom.clone() })?;
         tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
         self.settle(woken, now)

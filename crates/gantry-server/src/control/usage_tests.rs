@@ -15,7 +15,14 @@ fn beat_at(c: &mut Controller, node: &str, tasks: &[TaskKey], pct: u32, now: u64
         .collect();
     let tasks =
         tasks.iter().map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false }).collect();
-    let beat = Heartbeat { tasks, samples, wait_ms: 0, instance: format!("agent-{node}"), layouts: Vec::new() };
+    let beat = Heartbeat {
+        tasks,
+        samples,
+        wait_ms: 0,
+        instance: format!("agent-{node}"),
+        layouts: Vec::new(),
+        usage: Vec::new(),
+    };
     c.apply(now, Command::Heartbeat { who: Principal::controller(), node: node.into(), beat })
         .expect("beats")
         .commit

@@ -3,6 +3,7 @@
 //! planner's advice. The SVG chart the usage page shares is here too.
 
 use super::*;
+use std::fmt::Write as _;
 
 /// Allocation (shaded) and use (line) over time, in GPUs up to the fleet's size: the same
 /// chart the simulator's reports draw (`gantry-chart`).
@@ -135,6 +136,9 @@ fn node_card(n: &NodeView, queue_of: &BTreeMap<u64, String>) -> String {
     }
     if !n.ready {
         flags += "<span class=flag>not ready</span>";
+    }
+    if let Some(c) = n.confinement.as_ref().filter(|c| !c.is_confined()) {
+        let _ = write!(flags, "<span class=flag title=\"{}\">unconfined</span>", esc(&c.to_string()));
     }
     let model = n.gpus.first().map_or("", |g| g.model.as_str());
     let tiles: String = n.gpus.iter().map(|g| gpu_tile(g, queue_of)).collect();

@@ -160,19 +160,22 @@ pub(super) async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(i
     let Ok(id) = id.parse::<u64>() else {
         return failure(ControlError::Invalid(format!("{id:?} is not a job id")));
     };
-    let view = match shared.read(|c| views::jobs::job(c, &who, id, crate::now_s())) {
+    let now = crate::now_s();
+    let read = shared.read(|c| views::jobs::job(c, &who, id, now).map(|v| (v, views::nodes::nodes(c, now))));
+    let (view, nodes) = match read {
         Ok(v) => v,
         Err(e) => return failure(e),
     };
     let row = &view.row;
     let facts = job_facts(&view);
     let tasks = task_rows(row);
+    let measured = measured_rows(&view, &nodes);
     let logs = match who.reads_logs_of(row.job.control.user.as_deref().unwrap_or_default()) {
-        Ok(()) => log_tails(&shared, id, row),
+        Ok(()) => log_tails(&shared, row),
         Err(_) => "<p>Task output: only the job's user and admins may read it.</p>".to_string(),
     };
     let body = format!(
-        "<h1>Job {id} — {}</h1><table class=facts>{facts}</table><h2>Tasks</h2><table><tr><th>Task</th><th>Node</th><th>Grants</th><th>Devices</th></tr>{tasks}</table>{logs}",
+        "<h1>Job {id} — {}</h1><table class=facts>{facts}</table><h2>Tasks</h2><table><tr><th>Task</th><th>Node</th><th>Grants</th><th>Devices</th><th>Confinement</th></tr>{tasks}</table>{measured}{logs}",
         esc(&row.name)
     );
     page(&format!("Job {id}"), "Queue", Some(&who), &body).into_response()
@@ -181,8 +184,12 @@ pub(super) async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(i
 /// A job's facts table: state, queue, user, times, exit code, why it waits.
 fn job_facts(view: &JobView) -> String {
     let row = &view.row;
+    let ending = match row.outcome.ending {
+        Some(ending) if ending.name() != row.state.name() => format!(" ({})", ending.name()),
+        _ => String::new(),
+    };
     let mut facts = format!(
-        "<tr><th>State</th><td>{}</td></tr><tr><th>Queue</th><td><i class=dot style=\"background:{}\"></i>{}</td></tr><tr><th>Submitted</th><td>{}</td></tr>",
+        "<tr><th>State</th><td>{}{ending}</td></tr><tr><th>Queue</th><td><i class=dot style=\"background:{}\"></i>{}</td></tr><tr><th>Submitted</th><td>{}</td></tr>",
         row.state.name(),
         queue_color(&row.queue),
         esc(&row.queue),
@@ -200,6 +207,9 @@ fn job_facts(view: &JobView) -> String {
     if let Some(code) = row.exit_code {
         let _ = write!(facts, "<tr><th>Exit code</th><td>{code}</td></tr>");
     }
+    if let Some(oom) = &row.outcome.oom {
+        let _ = write!(facts, "<tr><th>Why it ended</th><td class=reason>{}</td></tr>", esc(&oom.reason()));
+    }
     if let Some(p) = &view.pending {
         let _ = write!(facts, "<tr><th>Why it waits</th><td class=reason>{}</td></tr>", esc(&p.reason.to_string()));
         if let Some(e) = p.estimate_s {
@@ -209,36 +219,80 @@ fn job_facts(view: &JobView) -> String {
     facts
 }
 
-/// One row per task: where it runs, what it holds, its devices.
+/// What the job used on each node (its cgroups' measure: ended runs, then the run in
+/// progress) beside its GPUs' utilization there.
+fn measured_rows(view: &JobView, nodes: &[views::NodeView]) -> String {
+    let id = view.row.id;
+    let mut rows = String::new();
+    let all = view
+        .row
+        .outcome
+        .used
+        .iter()
+        .map(|u| ("ended runs", u))
+        .chain(view.running_used.iter().map(|u| ("this run", u)));
+    for (which, u) in all {
+        let gpus: Vec<u32> = nodes
+            .iter()
+            .filter(|n| n.name == u.node)
+            .flat_map(|n| n.gpus.iter())
+            .filter(|g| g.jobs.contains(&id))
+            .filter_map(|g| g.utilization_pct)
+            .collect();
+        let gpu = if gpus.is_empty() || which != "this run" {
+            "—".to_string()
+        } else {
+            format!("{}%", gpus.iter().sum::<u32>() / gpus.len() as u32)
+        };
+        let bytes =
+            |b: Option<u64>, none: &str| b.map_or_else(|| none.to_string(), |b| gantry_types::Bytes(b).to_string());
+        let _ = write!(
+            rows,
+            "<tr><td>{}</td><td>{which}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{gpu}</td></tr>",
+            esc(&u.node),
+            u.cpu_ms.map_or_else(|| "—".to_string(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
+            u.cpu_limit_milli.map_or_else(|| "not limited".to_string(), |m| format!("{} cores", m as f64 / 1000.0)),
+            bytes(u.memory_peak_bytes, "—"),
+            bytes(u.memory_limit_bytes, "not limited"),
+        );
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "<h2>Measured on its nodes</h2><table><tr><th>Node</th><th>Run</th><th>CPU time</th><th>CPU limit</th><th>Peak memory</th><th>Memory limit</th><th>GPU utilization</th></tr>{rows}</table>"
+    )
+}
+
+/// One row per task: where it runs, what it holds, its devices, how its node confines it.
 fn task_rows(row: &gantry_store::JobRow) -> String {
     let mut tasks = String::new();
     for t in &row.tasks {
         let grants: Vec<String> = t.placement.iter().flat_map(|p| p.gpus.iter()).map(|g| g.to_string()).collect();
         let _ = write!(
             tasks,
-            "<tr><td>{}/{}</td><td>{}</td><td class=wrap>{}</td><td class=\"muted wrap\">{}</td></tr>",
+            "<tr><td>{}/{}</td><td>{}</td><td class=wrap>{}</td><td class=\"muted wrap\">{}</td><td class=wrap>{}</td></tr>",
             esc(&t.group),
             t.replica,
             esc(&t.node),
             esc(&grants.join(", ")),
-            esc(&t.devices.join(", "))
+            esc(&t.devices.join(", ")),
+            esc(t.confinement.as_deref().unwrap_or("—"))
         );
     }
     if tasks.is_empty() {
-        tasks = "<tr><td colspan=4 class=muted>Not placed yet.</td></tr>".into();
+        tasks = "<tr><td colspan=5 class=muted>Not placed yet.</td></tr>".into();
     }
     tasks
 }
 
 /// The last 50 lines of each task's stdout and stderr (agents in this process), or where they
 /// are.
-fn log_tails(shared: &Shared, id: u64, row: &gantry_store::JobRow) -> String {
+fn log_tails(shared: &Shared, row: &gantry_store::JobRow) -> String {
     let mut logs = String::new();
-    for t in &row.tasks {
-        for stream in ["out", "err"] {
-            let node_dir = crate::local_agents::node_dir(&shared.data_dir, &t.node);
-            let path = crate::runner::job_dir(&node_dir, id).join(format!("{}-{}.{stream}", t.group, t.replica));
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
+    for (rank, t) in row.tasks.iter().enumerate() {
+        for (stream, kind) in [("out", gantry_agent::files::Kind::Out), ("err", gantry_agent::files::Kind::Err)] {
+            let text = crate::task_logs::read_local(&shared.data_dir, &t.node, row, rank as u32, kind);
             if text.is_empty() {
                 continue;
             }
@@ -255,7 +309,7 @@ fn log_tails(shared: &Shared, id: u64, row: &gantry_store::JobRow) -> String {
     }
     if logs.is_empty() {
         logs = if !shared.local {
-            "<p class=muted>Task output stays on the node's agent (its data directory, <code>jobs/&lt;id&gt;/</code>).</p>".into()
+            "<p class=muted>Task output stays on the node's agent (its data directory, <code>jobs/&lt;id&gt;/&lt;attempt&gt;/</code>).</p>".into()
         } else {
             "<p class=muted>No output yet.</p>".into()
         };

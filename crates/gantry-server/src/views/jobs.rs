@@ -19,6 +19,15 @@ pub struct JobView {
     /// view only: it costs a planning step).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<LayoutWait>,
+    /// While it runs: what this run has used so far on each node, as its agents' cgroups
+    /// measured it (`used` has its ended runs').
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running_used: Vec<gantry_types::NodeUse>,
+}
+
+/// What job `id`'s run in progress has used so far, per node.
+fn running_used(c: &Controller, id: u64) -> Vec<gantry_types::NodeUse> {
+    c.running.get(&id).map(|r| r.used.values().cloned().collect()).unwrap_or_default()
 }
 
 /// Which GPU a waiting MIG job waits to have reconfigured, and who does it.
@@ -153,7 +162,7 @@ pub fn job(c: &Controller, who: &Principal, id: u64, now: u64) -> Result<JobView
     }
     let pending = c.scheduler.why(id);
     let layout = pending.as_ref().and_then(|p| layout_wait(c, id, p, now));
-    Ok(JobView { row: row.clone(), pending, layout })
+    Ok(JobView { row: row.clone(), pending, layout, running_used: running_used(c, id) })
 }
 
 /// The jobs in any of `states` (all if empty) the token may see, by id.
@@ -166,7 +175,7 @@ pub fn jobs(c: &Controller, who: &Principal, states: &[JobState], now: u64) -> V
             let pending = if row.state == JobState::Pending { c.scheduler.why(row.id) } else { None };
             // A change under way is cheap to name (no planning step), so the list has it too.
             let layout = pending.as_ref().and_then(|_| under_way_for(c, row.id, None, now));
-            JobView { row: row.clone(), pending, layout }
+            JobView { row: row.clone(), pending, layout, running_used: running_used(c, row.id) }
         })
         .collect()
 }

@@ -18,6 +18,7 @@ pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, Cont
     queues(&mut out, c);
     jobs_and_service(&mut out, c);
     node_health(&mut out, c, &nodes);
+    confinement(&mut out, c, &nodes);
     Ok(out.finish())
 }
 
@@ -109,7 +110,9 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     // Every ending, at zero until it happens (a rate over a series that appears later misses
     // its first increase).
     use gantry_types::Ending;
-    for ending in [Ending::Completed, Ending::Failed, Ending::TimedOut, Ending::Cancelled, Ending::Lost] {
+    for ending in
+        [Ending::Completed, Ending::Failed, Ending::TimedOut, Ending::Cancelled, Ending::Lost, Ending::OutOfMemory]
+    {
         let count = c.stats.ended.get(ending.name()).copied().unwrap_or(0);
         out.sample("gantry_jobs_ended_total", &[("ending", ending.name())], count as f64);
     }
@@ -192,6 +195,54 @@ fn node_health(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
         for n in nodes {
             if let Some(age) = n.heartbeat_age_s {
                 out.sample("gantry_agent_heartbeat_age_seconds", &[("node", &n.name)], age as f64);
+            }
+        }
+    }
+}
+
+/// How each node confines its tasks, and what running jobs use on each node (cgroups).
+fn confinement(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
+    if matches!(c.agents, Agents::Remote { .. }) {
+        out.family(
+            "gantry_node_confined",
+            "gauge",
+            "",
+            "1 where a node's agent confines its tasks in cgroups (hierarchy cgroup-v1 or cgroup-v2), 0 where they run unconfined.",
+        );
+        for n in nodes {
+            if let Some(confinement) = &n.confinement {
+                let kind = serde_json::to_value(confinement.kind).ok();
+                let kind = kind.as_ref().and_then(|k| k.as_str()).unwrap_or("unknown");
+                let value = if confinement.is_confined() { 1.0 } else { 0.0 };
+                out.sample("gantry_node_confined", &[("node", &n.name), ("hierarchy", kind)], value);
+            }
+        }
+    }
+    out.family(
+        "gantry_job_cpu_seconds",
+        "counter",
+        "seconds",
+        "CPU time a running job's run has used on a node, as its cgroup counts it (starts again at a requeue).",
+    );
+    out.family(
+        "gantry_job_memory_peak_bytes",
+        "gauge",
+        "",
+        "The most memory a running job's run has held at once on a node.",
+    );
+    out.family("gantry_job_memory_limit_bytes", "gauge", "", "The memory a running job's run is held to on a node.");
+    for (job, runs) in &c.running {
+        let id = job.to_string();
+        for used in runs.used.values() {
+            let labels = [("job", id.as_str()), ("node", used.node.as_str())];
+            if let Some(ms) = used.cpu_ms {
+                out.sample("gantry_job_cpu_seconds_total", &labels, ms as f64 / 1000.0);
+            }
+            if let Some(peak) = used.memory_peak_bytes {
+                out.sample("gantry_job_memory_peak_bytes", &labels, peak as f64);
+            }
+            if let Some(limit) = used.memory_limit_bytes {
+                out.sample("gantry_job_memory_limit_bytes", &labels, limit as f64);
             }
         }
     }

@@ -21,6 +21,10 @@ pub struct NodeView {
     pub heartbeat_age_s: Option<u64>,
     /// With remote agents: the version its agent registered with.
     pub agent_version: Option<String>,
+    /// How the node confines its tasks (cgroup v1 or v2 and what they hold, or unconfined
+    /// and why), as its agent said when it registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<crate::wire::Confinement>,
     pub gpus: Vec<GpuView>,
 }
 
@@ -83,6 +87,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
             lost: c.lost_nodes.contains(&n.name),
             heartbeat_age_s: c.links.get(&n.name).map(|l| now.saturating_sub(l.last_seen_s)),
             agent_version: c.links.get(&n.name).map(|l| l.version.clone()),
+            confinement: c.links.get(&n.name).map(|l| l.confinement.clone()),
             gpus: Vec::new(),
         })
         .collect();

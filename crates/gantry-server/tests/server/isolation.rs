@@ -89,7 +89,7 @@ fn tasks_run_as_their_user_and_cannot_read_secrets_or_each_others_files() {
         assert!(allowed, "{key} leaked into the task's environment: {alice_log}");
     }
     // Bob tries everything he should not read.
-    let task_log = server.data.join(format!("nodes/n1/jobs/{secret_job}/main-0.out"));
+    let task_log = server.data.join(format!("nodes/n1/jobs/{secret_job}/0/0.out"));
     let snoop = format!(
         "cat {admin}; cat {store}; cat {log}; cat /home/{alice}/private.txt; ls {data}; echo done",
         admin = server.data.join("admin.token").display(),
@@ -122,14 +122,15 @@ fn tasks_run_as_their_user_and_cannot_read_secrets_or_each_others_files() {
     assert!(ghost_log.contains("no Unix account \"gtghost-nobody\" on node n1"), "{ghost_log}");
     assert!(!ghost_log.contains("should-not-run"), "{ghost_log}");
     assert_eq!(ended["exit_code"], 126, "{ended}");
-    // The job's variables reach its own process only, never the root wrapper that drops to
-    // its account (there LD_PRELOAD and friends would run the job's code as root).
+    // The job's variables reach its own process only, never as themselves the root monitor
+    // that drops to its account (there LD_PRELOAD and friends would run the job's code as
+    // root): the monitor carries them under a prefix nothing acts on.
     let body = "[[job]]\nname = \"env\"\nenv = { LD_PRELOAD = \"/nonexistent/evil.so\", MARK = \"job-mark\" }\ncommand = \"echo $MARK; sleep 5\"\n";
     let (status, reply) = server.call_as(Some(&alice_token), "POST", "/v1/jobs", Some(body));
     assert_eq!(status, 201, "{reply}");
     let env_job = reply["ids"][0].as_u64().expect("id");
     server.wait_for(env_job, JobState::Running);
-    let pid_file = server.data.join(format!("nodes/n1/jobs/{env_job}/main-0.pid"));
+    let pid_file = server.data.join(format!("nodes/n1/jobs/{env_job}/0/0.pid"));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !pid_file.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -137,7 +138,9 @@ fn tasks_run_as_their_user_and_cannot_read_secrets_or_each_others_files() {
     let wrapper = std::fs::read_to_string(&pid_file).expect("pid file").trim().to_string();
     let environ = std::fs::read(format!("/proc/{wrapper}/environ")).expect("the wrapper's environment");
     let environ = String::from_utf8_lossy(&environ);
-    assert!(!environ.contains("LD_PRELOAD") && !environ.contains("job-mark"), "root wrapper got {environ}");
+    let names: Vec<&str> = environ.split('\0').filter_map(|kv| kv.split_once('=').map(|(k, _)| k)).collect();
+    assert!(!names.contains(&"LD_PRELOAD") && !names.contains(&"MARK"), "root monitor got {environ}");
+    assert!(names.contains(&"GANTRY_JOB_ENV_LD_PRELOAD"), "carried, inert: {environ}");
     assert!(environ.contains("GANTRY_JOB_ID="), "{environ}");
     server.wait_for(env_job, JobState::Completed);
     assert!(logs(&server, &alice_token, env_job).1.contains("job-mark"), "the task itself has its variables");

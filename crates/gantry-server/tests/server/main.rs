@@ -20,6 +20,7 @@ const FLEET: &str =
 fn config_for(data: PathBuf, fleet: gantry_types::Fleet, tweak: impl FnOnce(&mut ServeConfig)) -> ServeConfig {
     let mut config = ServeConfig {
         reconfigure: Default::default(),
+        confinement: Default::default(),
         data_dir: data,
         listen: "127.0.0.1:0".parse().expect("addr"),
         fleet,
@@ -286,7 +287,7 @@ fn a_restart_readopts_running_tasks_and_runs_every_job_once() {
     let victim = server.submit("[[job]]\nname = \"victim\"\ncommand = \"sleep 60\"\n");
     server.wait_for(victim[0], JobState::Running);
     // Running is shown once the start is decided; the launch follows its commit.
-    let pid_file = server.data.join("nodes/n1/jobs").join(victim[0].to_string()).join("main-0.pid");
+    let pid_file = server.data.join("nodes/n1/jobs").join(victim[0].to_string()).join("0/0.pid");
     for _ in 0..200 {
         if pid_file.exists() {
             break;
@@ -547,9 +548,9 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
         (
             Some(&agent),
             "/v1/agents/register",
-            good.replace("\"node\"", "\"protocol\": 3, \"node\""),
+            good.replace("\"node\"", "\"protocol\": 4, \"node\""),
             400,
-            "the agent speaks protocol 3, this controller 2",
+            "the agent speaks protocol 4, this controller 3",
         ),
         (
             Some(&agent),
@@ -574,7 +575,7 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     assert!(body["pending"].to_string().contains("gantry.io/not-ready"), "{body}");
     let (status, reply) = server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(good));
     assert_eq!(status, 200, "{reply}");
-    assert_eq!((&reply["heartbeat_timeout_s"], &reply["protocol"]), (&Value::from(30), &Value::from(2)));
+    assert_eq!((&reply["heartbeat_timeout_s"], &reply["protocol"]), (&Value::from(30), &Value::from(3)));
     // The launch comes with the heartbeat (held until the cycle places it), again until the
     // agent reports the task; it carries the agent's own UUIDs.
     let beat = |body: &str| -> Value {

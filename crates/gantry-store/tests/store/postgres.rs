@@ -47,7 +47,7 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connects");
     admin.batch_execute("UPDATE gantry_schema SET version = 99").expect("bumps");
     let err = PostgresStore::open(&url).expect_err("newer schema");
-    assert!(err.to_string().contains("written by a newer gantry (schema 99, this one knows 10)"), "{err}");
+    assert!(err.to_string().contains("written by a newer gantry (schema 99, this one knows 11)"), "{err}");
 
     // Bad URLs and unreachable servers are clear errors; passwords never appear in them.
     let err = PostgresStore::open("postgres://u:hunter2@127.0.0.1:1/x").expect_err("nothing listens on port 1");
@@ -56,7 +56,8 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     let err = PostgresStore::open("postgres://[::1").expect_err("not a URL");
     assert!(err.to_string().contains("not a PostgreSQL URL"), "{err}");
 
-    // Schema 8 (before leader terms and reconfigurations) migrates to 10 and keeps its data.
+    // Schema 8 (before leader terms, reconfigurations and job outcomes) migrates to 11 and
+    // keeps its data.
     let url = server.create_database("schema8").expect("creates");
     {
         let mut store = PostgresStore::open(&url).expect("opens");
@@ -64,11 +65,15 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     }
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connects");
     admin
-        .batch_execute("DROP TABLE gantry_leader; DROP TABLE reconfigurations; UPDATE gantry_schema SET version = 8")
+        .batch_execute(
+            "DROP TABLE gantry_leader; DROP TABLE reconfigurations; ALTER TABLE jobs DROP COLUMN outcome;
+             UPDATE gantry_schema SET version = 8",
+        )
         .expect("back to 8");
     let mut store = PostgresStore::open(&url).expect("migrates");
     assert_eq!(store.lead("a", 100, Some(std::time::Duration::ZERO)).expect("leads"), 1);
-    assert_eq!(store.job(1).expect("reads").expect("kept").name, "old");
+    let old = store.job(1).expect("reads").expect("kept");
+    assert_eq!((old.name.as_str(), old.outcome.clone()), ("old", Default::default()));
 }
 
 /// One leader per store: a second controller is refused (or waits) while the first holds
