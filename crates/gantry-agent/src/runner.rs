@@ -662,6 +662,7 @@ impl Runner {
 /// A run's measure now, with the limits it is held to.
 fn run_usage(cg: &Cgroups, job: u64, attempt: u32, limits: &Limits) -> RunUsage {
     let used = cg.run_usage(job, attempt);
+    let limits = cg.applied(limits);
     RunUsage {
         job,
         attempt,

@@ -51,6 +51,9 @@ pub struct ServiceStats {
     pub starts: u64,
     pub stops: u64,
     pub ended: std::collections::BTreeMap<&'static str, u64>,
+    /// CPU time the nodes measured of each queue's ended runs since the controller started,
+    /// milliseconds (the running runs' is added when the metric is read).
+    pub cpu_ms_by_queue: std::collections::BTreeMap<String, u64>,
 }
 
 impl Default for ServiceStats {
@@ -61,6 +64,7 @@ impl Default for ServiceStats {
             starts: 0,
             stops: 0,
             ended: Default::default(),
+            cpu_ms_by_queue: Default::default(),
         }
     }
 }

@@ -249,6 +249,17 @@ impl Cgroups {
         self.hierarchy.version()
     }
 
+    /// `limits` as this host applies them: a limit whose controller it lacks is not applied
+    /// (and must not be reported as if it were).
+    pub fn applied(&self, limits: &Limits) -> Limits {
+        let missing = self.hierarchy.missing();
+        Limits {
+            memory_bytes: limits.memory_bytes.filter(|_| !missing.contains(&"memory")),
+            cpu_milli: limits.cpu_milli.filter(|_| !missing.contains(&"cpu")),
+            pids: limits.pids,
+        }
+    }
+
     /// Where run `job`/`attempt`'s cgroup is (first hierarchy), for messages and tests.
     pub fn run_dir(&self, job: u64, attempt: u32) -> PathBuf {
         self.hierarchy.root().join(self.run(job, attempt))

@@ -293,6 +293,10 @@ impl Controller {
             // Every ending counts: a run's, a waiting job cancelled, a dependency never met.
             *self.stats.ended.entry(ending.name()).or_default() += 1;
         }
+        if let Event::Ended { used, .. } | Event::Requeued { used, .. } = &event {
+            let cpu_ms: u64 = used.iter().filter_map(|u| u.cpu_ms).sum();
+            *self.stats.cpu_ms_by_queue.entry(row.queue.clone()).or_default() += cpu_ms;
+        }
         self.jobs.insert(row.id, row);
         self.pending.events.push(event);
         Ok(())

@@ -3,7 +3,6 @@
 //! planner's advice. The SVG chart the usage page shares is here too.
 
 use super::*;
-use std::fmt::Write as _;
 
 /// Allocation (shaded) and use (line) over time, in GPUs up to the fleet's size: the same
 /// chart the simulator's reports draw (`gantry-chart`).

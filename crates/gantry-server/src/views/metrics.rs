@@ -200,7 +200,8 @@ fn node_health(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     }
 }
 
-/// How each node confines its tasks, and what running jobs use on each node (cgroups).
+/// How each node confines its tasks, and what jobs use as the nodes' cgroups measure it, by
+/// queue and node (never by job: labels stay bounded by the fleet and the queue file).
 fn confinement(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     if matches!(c.agents, Agents::Remote { .. }) {
         out.family(
@@ -218,32 +219,41 @@ fn confinement(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
             }
         }
     }
+    let mut cpu_ms: BTreeMap<String, u64> = c.stats.cpu_ms_by_queue.clone();
+    let mut memory: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for (job, runs) in &c.running {
+        let Some(queue) = c.jobs.get(job).map(|r| r.queue.clone()) else { continue };
+        for used in runs.used.values() {
+            *cpu_ms.entry(queue.clone()).or_default() += used.cpu_ms.unwrap_or(0);
+            let node = memory.entry(used.node.clone()).or_default();
+            node.0 += used.memory_peak_bytes.unwrap_or(0);
+            node.1 += used.memory_limit_bytes.unwrap_or(0);
+        }
+    }
     out.family(
-        "gantry_job_cpu_seconds",
+        "gantry_queue_cpu_seconds",
         "counter",
         "seconds",
-        "CPU time a running job's run has used on a node, as its cgroup counts it (starts again at a requeue).",
+        "CPU time the nodes' cgroups measured of a queue's jobs since the controller started (ended runs, and running ones so far).",
     );
+    for (queue, ms) in &cpu_ms {
+        out.sample("gantry_queue_cpu_seconds_total", &[("queue", queue)], *ms as f64 / 1000.0);
+    }
     out.family(
-        "gantry_job_memory_peak_bytes",
+        "gantry_node_jobs_memory_peak_bytes",
         "gauge",
         "",
-        "The most memory a running job's run has held at once on a node.",
+        "Sum over the jobs running on a node of the most memory each has held at once there (an upper bound of what they hold now).",
     );
-    out.family("gantry_job_memory_limit_bytes", "gauge", "", "The memory a running job's run is held to on a node.");
-    for (job, runs) in &c.running {
-        let id = job.to_string();
-        for used in runs.used.values() {
-            let labels = [("job", id.as_str()), ("node", used.node.as_str())];
-            if let Some(ms) = used.cpu_ms {
-                out.sample("gantry_job_cpu_seconds_total", &labels, ms as f64 / 1000.0);
-            }
-            if let Some(peak) = used.memory_peak_bytes {
-                out.sample("gantry_job_memory_peak_bytes", &labels, peak as f64);
-            }
-            if let Some(limit) = used.memory_limit_bytes {
-                out.sample("gantry_job_memory_limit_bytes", &labels, limit as f64);
-            }
-        }
+    out.family(
+        "gantry_node_jobs_memory_limit_bytes",
+        "gauge",
+        "",
+        "Sum over the jobs running on a node of the memory each is held to there.",
+    );
+    for n in nodes {
+        let (peak, limit) = memory.get(&n.name).copied().unwrap_or_default();
+        out.sample("gantry_node_jobs_memory_peak_bytes", &[("node", &n.name)], peak as f64);
+        out.sample("gantry_node_jobs_memory_limit_bytes", &[("node", &n.name)], limit as f64);
     }
 }

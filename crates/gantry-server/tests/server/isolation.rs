@@ -14,10 +14,10 @@ use gantry_wire::client::{Client, Tls};
 use serde_json::Value;
 
 /// A Unix account made for one test and removed after.
-struct TestUser(String);
+pub(crate) struct TestUser(pub(crate) String);
 
 impl TestUser {
-    fn new(tag: &str) -> TestUser {
+    pub(crate) fn new(tag: &str) -> TestUser {
         let name = format!("gt{tag}{}", std::process::id() % 100_000);
         // A run killed before its cleanup may have left the account: start from none.
         let _ = std::process::Command::new("userdel").args(["-r", &name]).output();
@@ -33,25 +33,25 @@ impl Drop for TestUser {
     }
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-fn member(server: &Server, name: &str) -> String {
+pub(crate) fn member(server: &Server, name: &str) -> String {
     let body = format!(r#"{{"name": "{name}", "role": "member", "queues": ["default"]}}"#);
     let (status, reply) = server.call("POST", "/v1/tokens", Some(&body));
     assert_eq!(status, 201, "{reply}");
     reply["secret"].as_str().expect("secret").to_string()
 }
 
-fn submit_as(server: &Server, token: &str, name: &str, script: &str) -> u64 {
+pub(crate) fn submit_as(server: &Server, token: &str, name: &str, script: &str) -> u64 {
     let body = format!("[[job]]\nname = \"{name}\"\ncommand = [\"sh\", \"-c\", {script:?}]\n");
     let (status, reply) = server.call_as(Some(token), "POST", "/v1/jobs", Some(&body));
     assert_eq!(status, 201, "{reply}");
     reply["ids"][0].as_u64().expect("id")
 }
 
-fn logs(server: &Server, token: &str, id: u64) -> (u16, String) {
+pub(crate) fn logs(server: &Server, token: &str, id: u64) -> (u16, String) {
     let (status, reply) = server.call_as(Some(token), "GET", &format!("/v1/jobs/{id}/logs"), None);
     (status, reply.as_str().map_or_else(|| reply.to_string(), str::to_string))
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod confinement;
 mod isolation;
 mod tenants;
 

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+mod confinement;
 mod slurm;
 
 fn gantry(args: &[&str]) -> Output {
@@ -1108,6 +1109,12 @@ fn remote_agents_killed_and_restarted_repeat_nothing() {
     let nodes = gantry(&["nodes", "--server", &url, "--token", &admin]);
     assert!(stdout(&nodes).contains("% used (sim)"), "{}", stdout(&nodes));
     assert!(!stdout(&nodes).contains("not ready"), "{}", stdout(&nodes));
+    if nix::unistd::geteuid().is_root() {
+        // A root agent confines its tasks, says so, and each task's record says it too.
+        assert_eq!(stdout(&nodes).matches("confinement: cgroup v").count(), 2, "{}", stdout(&nodes));
+        let show = gantry(&["show", "1", "--server", &url, "--token", &admin]);
+        assert!(stdout(&show).contains("[cgroup v"), "{}", stdout(&show));
+    }
     drop((agents, controller));
     let text = std::fs::read_to_string(&ran).expect("the tasks' own record");
     let mut ids: Vec<u64> = text.lines().map(|l| l.trim().parse().expect("a job id")).collect();
