@@ -459,10 +459,11 @@ pub fn confinement(config: &AgentConfig) -> Result<crate::cgroup::Confinement, A
         Devices::Fake => {
             let gpus: Vec<(u32, String)> = config.gpus.iter().map(|g| (g.index, g.uuid.clone())).collect();
             let rules = DeviceRules::fake(&gpus);
-            if config.confine != Choice::Off && nix::unistd::geteuid().is_root() {
-                if let Err(note) = crate::cgroup::devices::make_fake_nodes(&config.data_dir.join("dev"), &rules) {
-                    tracing::info!(node = %config.node, "{note}");
-                }
+            if config.confine != Choice::Off
+                && nix::unistd::geteuid().is_root()
+                && let Err(note) = crate::cgroup::devices::make_fake_nodes(&config.data_dir.join("dev"), &rules)
+            {
+                tracing::info!(node = %config.node, "{note}");
             }
             rules
         }

@@ -177,6 +177,30 @@ mod tests {
         assert!(!argv.iter().any(|a| a.contains("3e-4")));
     }
 
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// Any variable the spec accepts reaches the task with its value byte for byte
+        /// (quotes, `$`, newlines, spaces, globs), through the real shell.
+        #[test]
+        fn any_job_variable_arrives_intact(
+            name in "[A-Za-z_][A-Za-z0-9_]{0,12}",
+            value in "[ -~\n\t]{0,40}",
+        ) {
+            prop_assume!(!gantry_owned(&name) && !["PATH", "PWD", "IFS", "HOME", "OLDPWD", "SHLVL"].contains(&name.as_str()));
+            let mut cmd = std::process::Command::new("sh");
+            let script = format!("printf '%s' \"${name}\"");
+            cmd.args(&entry_argv(None, "/", &["sh".into(), "-c".into(), script])[1..]);
+            cmd.env_clear().env("PATH", "/usr/bin:/bin");
+            for (k, v) in carried_env(&[(name.clone(), value.clone())]).expect("valid") {
+                cmd.env(k, v);
+            }
+            let out = cmd.output().expect("sh");
+            prop_assert_eq!(String::from_utf8_lossy(&out.stdout), value);
+        }
+    }
+
     /// The shell part, run for real: the variables arrive with odd values intact, the
     /// prefixed copies are gone, and the working directory is entered.
     #[test]

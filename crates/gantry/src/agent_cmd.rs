@@ -154,6 +154,7 @@ fn agent_secret(args: &AgentArgs) -> anyhow::Result<String> {
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
+    let defaults = args.confine.defaults()?;
     let (node, gpus) = inventory(&args)?;
     gantry_agent::node::check_node_name(&node).map_err(|e| anyhow::anyhow!(e))?;
     let token = agent_secret(&args)?;
@@ -185,7 +186,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         measure_gpus: true,
         confine: args.confine.choice(),
         confinement: None,
-        defaults: args.confine.defaults()?,
+        defaults,
         devices: if args.inventory.is_some() {
             gantry_agent::node::Devices::Fake
         } else {

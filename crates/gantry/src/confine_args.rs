@@ -77,6 +77,13 @@ pub fn banner_line(confinement: &gantry_wire::Confinement, nodes: &[String]) -> 
                 confinement.note
             )
         }
-        _ => format!("  confinement: {confinement}{on}, cgroups under {}", confinement.note),
+        _ => {
+            // Several nodes: each has its own parent cgroup, `<node>-<instance>`.
+            let under = match confinement.note.rsplit_once('/') {
+                Some((parent, _)) if nodes.len() > 1 => format!("{parent}/<node>-<instance>"),
+                _ => confinement.note.clone(),
+            };
+            format!("  confinement: {confinement}{on}, cgroups under {under}")
+        }
     }
 }

@@ -460,9 +460,10 @@ pub fn used_lines(job: &Value) -> Vec<String> {
             let cpu = u["cpu_ms"]
                 .as_u64()
                 .map_or_else(|| "CPU not measured".to_string(), |ms| format!("CPU {:.1} s", ms as f64 / 1000.0));
-            let cpu_limit = u["cpu_limit_milli"]
-                .as_u64()
-                .map_or_else(|| " (not limited)".to_string(), |m| format!(" (limit {} cores)", m as f64 / 1000.0));
+            let cpu_limit = u["cpu_limit_milli"].as_u64().map_or_else(
+                || " (not limited)".to_string(),
+                |m| format!(" (limit {} core{})", m as f64 / 1000.0, if m == 1000 { "" } else { "s" }),
+            );
             let peak = u["memory_peak_bytes"].as_u64().map_or_else(
                 || "peak memory not measured".to_string(),
                 |b| format!("peak memory {}", gantry_types::Bytes(b)),

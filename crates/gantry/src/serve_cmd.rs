@@ -482,6 +482,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
              (remote agents take them: gantry agent --help)"
         );
     }
+    let task_defaults = args.confine.defaults()?;
     if args.local && (args.agent_timeout.is_some() || args.node_lost_after.is_some()) {
         bail!("--agent-timeout and --node-lost-after are for remote agents (serve without --local)");
     }
@@ -570,7 +571,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         reconfigure: reconfigure_policy(&args)?,
         confinement: gantry_server::local_agents::LocalConfinement {
             choice: args.confine.choice(),
-            defaults: args.confine.defaults()?,
+            defaults: task_defaults,
         },
         group_commit: true,
         agents: if args.local {

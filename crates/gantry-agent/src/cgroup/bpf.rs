@@ -243,6 +243,47 @@ mod tests {
         }
     }
 
+    use super::super::devices::DeviceRules;
+    use proptest::prelude::*;
+
+    /// A node of `gpus` fake GPUs and a task granted some of them, whole or as a MIG
+    /// instance: the BPF program (v2) and the `devices.deny` lines (v1) agree on every GPU and
+    /// MIG-capability device, the task's own always open, every other one always refused.
+    fn both_rules_agree(gpus: u32, whole: Vec<u32>, mig: Vec<(u32, u8)>) -> Result<(), TestCaseError> {
+        let node: Vec<(u32, String)> = (0..gpus).map(|i| (i, format!("GPU-{i}"))).collect();
+        let rules = DeviceRules::fake(&node);
+        let Some(caps) = rules.caps_major() else { return Ok(()) };
+        let mut devices: Vec<String> = whole.iter().filter(|&&g| g < gpus).map(|g| format!("GPU-{g}")).collect();
+        devices.extend(mig.iter().filter(|(g, _)| *g < gpus).map(|(g, start)| format!("MIG-{g}-1g.10gb-{start}")));
+        let allowed = rules.allowed(&devices, |_, _| None);
+        let denied = rules.v1_denials(&allowed);
+        let p = program(&allowed, Some(caps));
+        let cases = (0..=255u32).map(|m| (195, m)).chain(rules.all_caps_minors().into_iter().map(|m| (caps, m)));
+        for (major, minor) in cases {
+            let v1_denies = denied.contains(&format!("c {major}:{minor} rwm"));
+            prop_assert_eq!(verdict(&p, true, major, minor), !v1_denies, "c {}:{}", major, minor);
+            let own = (major == 195 && allowed.gpu_minors.contains(&minor))
+                || (major == caps && allowed.caps_minors.contains(&minor));
+            prop_assert_eq!(own || (major == 195 && minor == 255), !v1_denies, "c {}:{}", major, minor);
+        }
+        for &g in whole.iter().filter(|&&g| g < gpus) {
+            prop_assert!(verdict(&p, true, 195, g), "a granted GPU opens");
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn the_v1_and_v2_device_rules_agree_and_hold_a_task_to_its_own(
+            gpus in 1u32..=16,
+            whole in proptest::collection::vec(0u32..16, 0..4),
+            mig in proptest::collection::vec((0u32..16, 0u8..8), 0..3),
+        ) {
+            both_rules_agree(gpus, whole, mig)?;
+        }
+    }
+
     #[test]
     fn the_program_allows_its_gpus_and_every_other_device() {
         let allowed = Allowed { gpu_minors: [2].into(), caps_minors: [17].into() };

@@ -260,11 +260,6 @@ impl Cgroups {
         }
     }
 
-    /// Where run `job`/`attempt`'s cgroup is (first hierarchy), for messages and tests.
-    pub fn run_dir(&self, job: u64, attempt: u32) -> PathBuf {
-        self.hierarchy.root().join(self.run(job, attempt))
-    }
-
     /// Make (or find) a run's cgroup and hold it to `limits`.
     pub fn set_run(&self, job: u64, attempt: u32, limits: &Limits) -> std::io::Result<()> {
         let rel = self.run(job, attempt);

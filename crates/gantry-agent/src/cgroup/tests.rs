@@ -166,7 +166,7 @@ async fn tracking_and_kill(version: Version) {
     let script = "setsid sleep 300 & (sleep 301 &) ; nohup sleep 302 >/dev/null 2>&1 & echo started; sleep 303";
     let (mut child, out) = start(task.join, script, &format!("track-{version:?}"));
     assert!(eventually(5000, || cg.task_procs(7, 0, 0).len() >= 5).await, "{:?}", cg.task_procs(7, 0, 0));
-    assert!(std::fs::read_to_string(&out).unwrap_or_default().contains("started"));
+    assert!(eventually(5000, || std::fs::read_to_string(&out).unwrap_or_default().contains("started")).await);
     // The escapees are still its: their own session, but the task's cgroup.
     let escaped = cg.task_procs(7, 0, 0).into_iter().filter(|&p| {
         nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(p))).ok() == Some(nix::unistd::Pid::from_raw(p))

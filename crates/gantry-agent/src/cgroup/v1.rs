@@ -191,7 +191,17 @@ impl Hierarchy for V1 {
         self.tracking(rel).map(|d| super::subdirs(&d)).unwrap_or_default()
     }
 
+    /// The mounts for messages: `/sys/fs/cgroup/{memory,cpu,…}` where they share a parent.
     fn root(&self) -> PathBuf {
-        self.tracking("").unwrap_or_default()
+        let mounts = self.distinct();
+        let parents: Vec<Option<&Path>> = mounts.iter().map(|m| m.parent()).collect();
+        match (parents.first().copied().flatten(), parents.windows(2).all(|w| w[0] == w[1])) {
+            (Some(parent), true) if mounts.len() > 1 => {
+                let names: Vec<String> =
+                    mounts.iter().filter_map(|m| m.file_name()).map(|n| n.to_string_lossy().into_owned()).collect();
+                parent.join(format!("{{{}}}", names.join(",")))
+            }
+            _ => self.tracking("").unwrap_or_default(),
+        }
     }
 }

@@ -121,6 +121,10 @@ impl Hierarchy for V2 {
 
     fn kill(&self, rel: &str) -> std::io::Result<()> {
         let dir = self.root.join(rel);
+        if !dir.exists() {
+            // Already emptied and removed: nothing to kill.
+            return Ok(());
+        }
         if dir.join("cgroup.kill").exists() {
             return write(&dir.join("cgroup.kill"), "1");
         }

@@ -386,7 +386,8 @@ fn cpu_is_held_to_the_quota_asked_for_and_measured() {
     assert!(cpu_ms <= 700, "two seconds of spinning at 0.2 cores used {cpu_ms} ms of CPU");
     // What the nodes measured reaches the usage report and the metrics.
     let (_, report) = server.call("GET", "/v1/usage?by=job", None);
-    let line = report.as_array().and_then(|l| l.iter().find(|l| l["key"] == id.to_string()).cloned());
+    let key = id.to_string();
+    let line = report.as_array().and_then(|l| l.iter().find(|l| l["key"] == key.as_str()).cloned());
     assert!(line.is_some_and(|l| l["cpu_hours"].as_f64().is_some_and(|h| h > 0.0)), "{report}");
     let (_, metrics) = server.call("GET", "/metrics", None);
     let metrics = metrics.as_str().unwrap_or_default().to_string();

@@ -204,5 +204,69 @@ fn as_a_user_serve_local_and_an_agent_run_unconfined_and_say_so() {
     assert!(stdout(&cli(&["logs", "1"])).contains(&user.0), "it still runs, as the user");
     let show = stdout(&cli(&["show", "1"]));
     assert!(show.contains("[unconfined: the agent is not root"), "the job's record says so: {show}");
+    // A remote agent run by the user, for a root controller's node: the same.
+    let fleet = home.join("fleet.toml");
+    std::fs::write(
+        &fleet,
+        "[[node]]\nname = \"n1\"\ncpu = 8\nmemory = \"32GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 1\n",
+    )
+    .expect("fleet");
+    let controller_data = temp_dir("confine-remote").join("controller");
+    let controller_args = [
+        "serve",
+        "--fleet",
+        fleet.to_str().expect("utf-8"),
+        "--data",
+        controller_data.to_str().expect("utf-8"),
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let (_controller, remote) = super::spawn(&controller_args);
+    let admin = std::fs::read_to_string(controller_data.join("admin.token")).expect("token").trim().to_string();
+    let made = super::gantry(&[
+        "token", "create", "n1-agent", "--role", "agent", "--node", "n1", "--server", &remote, "--token", &admin,
+    ]);
+    let token_file = home.join("n1.token");
+    std::fs::write(&token_file, stdout(&made).lines().next().expect("secret").trim()).expect("token file");
+    nix::unistd::chown(&token_file, Some(uid), Some(gid)).expect("chown");
+    let agent_data = home.join("agent");
+    let agent_args = [
+        "agent",
+        "--server",
+        remote.as_str(),
+        "--token-file",
+        token_file.to_str().expect("utf-8"),
+        "--inventory",
+        fleet.to_str().expect("utf-8"),
+        "--data",
+        agent_data.to_str().expect("utf-8"),
+    ];
+    let mut agent = user.gantry(&binary, &agent_args).stderr(std::process::Stdio::piped()).spawn().expect("starts");
+    let said = banner(&mut agent, "confinement:");
+    let _agent = ServeGuard(agent);
+    assert!(said.contains("confinement: UNCONFINED") && said.contains("the agent is not root"), "{said}");
+    let registered = || stdout(&super::gantry(&["nodes", "--server", &remote, "--token", &admin]));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !registered().contains("confinement:") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let nodes = registered();
+    assert!(nodes.contains("UNCONFINED") && nodes.contains("unconfined: the agent is not root"), "{nodes}");
     let _ = std::fs::remove_dir_all(&home);
+}
+
+#[test]
+fn confinement_flags_refuse_what_they_cannot_mean() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["agent", "--confinement", "sideways"], "use auto, cgroup-v1, cgroup-v2 or off"),
+        (&["agent", "--pids-per-task", "3"], "16..=4194304"),
+        (&["serve", "--fleet", "x.toml", "--confinement", "off"], "are for the agents of --local"),
+        (&["serve", "--local", "--memory-unasked", "lots", "--listen", "127.0.0.1:0"], "--memory-unasked"),
+        (&["serve", "--local", "--cpu-unasked", "0", "--listen", "127.0.0.1:0"], "above 0, or unlimited"),
+    ];
+    for (args, said) in cases {
+        let out = super::gantry(args);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(stderr(&out).contains(said), "{args:?}: {}", stderr(&out));
+    }
 }
