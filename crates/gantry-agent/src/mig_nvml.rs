@@ -150,9 +150,9 @@ pub fn parse_grant_name(name: &str) -> Option<(String, String, u8)> {
     (!gpu.is_empty() && !profile.is_empty()).then(|| (format!("GPU-{gpu}"), profile, start))
 }
 
-/// The driver's UUID of the MIG device at `start` on the GPU `gpu_uuid` (what
-/// `CUDA_VISIBLE_DEVICES` needs), if NVML knows one.
-pub fn mig_device_uuid(nvml: &Nvml, gpu_uuid: &str, start: u8) -> Option<String> {
+/// The MIG device at `start` on the GPU `gpu_uuid`, with its GPU instance's id, if NVML
+/// knows one.
+fn mig_at<'n>(nvml: &'n Nvml, gpu_uuid: &str, start: u8) -> Option<(Device<'n>, c_uint)> {
     let parent = nvml.device_by_uuid(gpu_uuid).ok()?;
     let gi_id_of = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref().ok()?;
     let gi_by_id = nvml.lib().nvmlDeviceGetGpuInstanceById.as_ref().ok()?;
@@ -175,10 +175,16 @@ pub fn mig_device_uuid(nvml: &Nvml, gpu_uuid: &str, start: u8) -> Option<String>
         if unsafe { gi_info(gi, &mut info) } == ffi::nvmlReturn_enum_NVML_SUCCESS
             && info.placement.start == c_uint::from(start)
         {
-            return mig.uuid().ok();
+            return Some((mig, id));
         }
     }
     None
+}
+
+/// The driver's UUID of the MIG device at `start` on the GPU `gpu_uuid` (what
+/// `CUDA_VISIBLE_DEVICES` needs), if NVML knows one.
+pub fn mig_device_uuid(nvml: &Nvml, gpu_uuid: &str, start: u8) -> Option<String> {
+    mig_at(nvml, gpu_uuid, start)?.0.uuid().ok()
 }
 
 /// The process's NVML, loaded once on first use (`None`: no driver here).
@@ -192,37 +198,12 @@ fn nvml() -> Option<&'static Nvml> {
 /// `None` without a driver or such an instance.
 pub fn instance_ids(gpu_uuid: &str, start: u8) -> Option<(u32, u32)> {
     let nvml = nvml()?;
-    let parent = nvml.device_by_uuid(gpu_uuid).ok()?;
-    let gi_id_of = nvml.lib().nvmlDeviceGetGpuInstanceId.as_ref().ok()?;
     let ci_id_of = nvml.lib().nvmlDeviceGetComputeInstanceId.as_ref().ok()?;
-    let gi_by_id = nvml.lib().nvmlDeviceGetGpuInstanceById.as_ref().ok()?;
-    let gi_info = nvml.lib().nvmlGpuInstanceGetInfo.as_ref().ok()?;
-    for i in 0..parent.mig_device_count().ok()? {
-        let Ok(mig) = parent.mig_device_by_index(i) else { continue };
-        let (mut gi_id, mut ci_id): (c_uint, c_uint) = (0, 0);
-        // SAFETY: `mig` is a live MIG device handle NVML just returned; the ids are writable.
-        let ids = unsafe {
-            gi_id_of(mig.handle(), &mut gi_id) == ffi::nvmlReturn_enum_NVML_SUCCESS
-                && ci_id_of(mig.handle(), &mut ci_id) == ffi::nvmlReturn_enum_NVML_SUCCESS
-        };
-        if !ids {
-            continue;
-        }
-        let mut gi: ffi::nvmlGpuInstance_t = std::ptr::null_mut();
-        // SAFETY: `parent` is a live device handle; `gi` is a writable out-pointer.
-        if unsafe { gi_by_id(parent.handle(), gi_id, &mut gi) } != ffi::nvmlReturn_enum_NVML_SUCCESS {
-            continue;
-        }
-        // SAFETY: all-zero is a valid value of this plain struct; NVML fills it.
-        let mut info: ffi::nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `gi` was just returned for this device; `info` is writable.
-        if unsafe { gi_info(gi, &mut info) } == ffi::nvmlReturn_enum_NVML_SUCCESS
-            && info.placement.start == c_uint::from(start)
-        {
-            return Some((gi_id, ci_id));
-        }
-    }
-    None
+    let (mig, gi_id) = mig_at(nvml, gpu_uuid, start)?;
+    let mut ci_id: c_uint = 0;
+    // SAFETY: `mig` is a live MIG device handle NVML just returned; `ci_id` is writable.
+    let found = unsafe { ci_id_of(mig.handle(), &mut ci_id) } == ffi::nvmlReturn_enum_NVML_SUCCESS;
+    found.then_some((gi_id, ci_id))
 }
 
 /// Each GPU's minor number (`/dev/nvidia<minor>`), by UUID, where NVML is loaded.

@@ -663,14 +663,13 @@ impl Runner {
 fn run_usage(cg: &Cgroups, job: u64, attempt: u32, limits: &Limits) -> RunUsage {
     let used = cg.run_usage(job, attempt);
     let limits = cg.applied(limits);
-    RunUsage {
-        job,
-        attempt,
+    let used = gantry_types::Use {
         memory_peak_bytes: used.memory_peak_bytes,
         cpu_ms: used.cpu_ns.map(|ns| ns / 1_000_000),
         memory_limit_bytes: limits.memory_bytes,
         cpu_limit_milli: limits.cpu_milli,
-    }
+    };
+    RunUsage { job, attempt, used }
 }
 
 #[cfg(test)]

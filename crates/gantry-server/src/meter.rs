@@ -302,17 +302,22 @@ impl UsageLine {
     }
 }
 
+/// The line a ledger row counts under, `by` what the report groups.
+pub fn key_of(r: &UsageRow, by: UsageBy) -> String {
+    match by {
+        UsageBy::User if r.user.is_empty() => "(none)".to_string(),
+        UsageBy::User => r.user.clone(),
+        UsageBy::Queue => r.queue.clone(),
+        UsageBy::Model => r.model.clone(),
+        UsageBy::Job => r.job.to_string(),
+    }
+}
+
 /// Sum ledger rows into report lines, by `by`, in key order (a job's key is its id).
 pub fn report(rows: &[UsageRow], by: UsageBy, billing: &Billing) -> Vec<UsageLine> {
     let mut lines: BTreeMap<(String, u64), UsageLine> = BTreeMap::new();
     for r in rows {
-        let key = match by {
-            UsageBy::User if r.user.is_empty() => "(none)".to_string(),
-            UsageBy::User => r.user.clone(),
-            UsageBy::Queue => r.queue.clone(),
-            UsageBy::Model => r.model.clone(),
-            UsageBy::Job => r.job.to_string(),
-        };
+        let key = key_of(r, by);
         // Jobs sort by number, the others by name.
         let order = if by == UsageBy::Job { r.job } else { 0 };
         let line = lines

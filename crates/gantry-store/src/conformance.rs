@@ -40,13 +40,13 @@ fn ended(id: u64, at_s: u64, ending: Ending) -> Event {
 }
 
 fn used(node: &str, cpu_ms: u64, peak: u64) -> gantry_types::NodeUse {
-    gantry_types::NodeUse {
-        node: node.into(),
+    let used = gantry_types::Use {
         memory_peak_bytes: Some(peak),
         cpu_ms: Some(cpu_ms),
         memory_limit_bytes: Some(1 << 30),
         cpu_limit_milli: None,
-    }
+    };
+    gantry_types::NodeUse { node: node.into(), used }
 }
 
 /// A job's life: submitted → started → requeued → started → completed; rows follow the log.
@@ -82,7 +82,7 @@ pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
     assert_eq!(a.outcome.oom, Some(oom));
     let n1 = &a.outcome.used[0];
     assert_eq!(
-        (n1.node.as_str(), n1.cpu_ms, n1.memory_peak_bytes),
+        (n1.node.as_str(), n1.used.cpu_ms, n1.used.memory_peak_bytes),
         ("n1", Some(150), Some(9)),
         "both runs' CPU, the higher peak"
     );

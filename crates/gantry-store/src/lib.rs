@@ -93,7 +93,7 @@ impl Outcome {
     pub fn add_used(&mut self, used: &[NodeUse]) {
         for u in used {
             match self.used.iter_mut().find(|have| have.node == u.node) {
-                Some(have) => have.add(u),
+                Some(have) => have.used.add(&u.used),
                 None => self.used.push(u.clone()),
             }
         }

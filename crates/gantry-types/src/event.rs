@@ -98,12 +98,11 @@ pub struct TaskStart {
     pub confinement: Option<String>,
 }
 
-/// What a job's run used on one node, as the node's cgroups measured it, and what it was
-/// held to there.
+/// What a run used, as a node's cgroups measured it, and what it was held to there.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NodeUse {
-    pub node: String,
+#[serde(deny_unknown_fields)]
+pub struct Use {
     /// The most memory it held at once (`None`: the node could not measure it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_peak_bytes: Option<u64>,
@@ -118,10 +117,10 @@ pub struct NodeUse {
     pub cpu_limit_milli: Option<u64>,
 }
 
-impl NodeUse {
-    /// Add a later run's use on the same node: CPU time adds up, the peak is the higher,
-    /// the limits are the later run's.
-    pub fn add(&mut self, later: &NodeUse) {
+impl Use {
+    /// Add a later run's use: CPU time adds up, the peak is the higher, the limits are the
+    /// later run's.
+    pub fn add(&mut self, later: &Use) {
         self.cpu_ms = match (self.cpu_ms, later.cpu_ms) {
             (Some(a), Some(b)) => Some(a.saturating_add(b)),
             (a, b) => a.or(b),
@@ -130,6 +129,15 @@ impl NodeUse {
         self.memory_limit_bytes = later.memory_limit_bytes;
         self.cpu_limit_milli = later.cpu_limit_milli;
     }
+}
+
+/// What a job's run (or runs) used on one node.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeUse {
+    pub node: String,
+    #[serde(flatten)]
+    pub used: Use,
 }
 
 /// Which task the OOM killer ended, where, and the memory its run was held to there.

@@ -15,7 +15,7 @@ pub mod quantity;
 pub mod queue;
 pub mod time;
 
-pub use event::{Ending, Event, JobState, NodeUse, OomKill, TaskStart};
+pub use event::{Ending, Event, JobState, NodeUse, OomKill, TaskStart, Use};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
     ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,

@@ -347,18 +347,8 @@ pub struct Heartbeat {
 pub struct RunUsage {
     pub job: u64,
     pub attempt: u32,
-    /// The most memory it held at once (`None`: the node cannot measure it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_peak_bytes: Option<u64>,
-    /// CPU time used, milliseconds (`None`: the node cannot measure it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_ms: Option<u64>,
-    /// The memory it is held to (`None`: not limited).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_limit_bytes: Option<u64>,
-    /// The CPU quota it is held to, millicores (`None`: not limited).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpu_limit_milli: Option<u64>,
+    /// Measured so far (absent fields: not measured, or not limited).
+    pub used: gantry_types::Use,
 }
 
 /// Run usages one heartbeat may report (more are ignored): a node runs far fewer runs at once.

@@ -294,13 +294,7 @@ impl Controller {
             if runs.attempt != u.attempt || !runs.tasks.values().any(|n| n == node) {
                 continue;
             }
-            let used = gantry_types::NodeUse {
-                node: node.to_string(),
-                memory_peak_bytes: u.memory_peak_bytes,
-                cpu_ms: u.cpu_ms,
-                memory_limit_bytes: u.memory_limit_bytes,
-                cpu_limit_milli: u.cpu_limit_milli,
-            };
+            let used = gantry_types::NodeUse { node: node.to_string(), used: u.used.clone() };
             runs.used.insert(node.to_string(), used);
         }
     }
@@ -317,7 +311,7 @@ impl Controller {
             group: key.group.clone(),
             replica: key.replica,
             node: node.to_string(),
-            memory_limit_bytes: runs.used.get(node).and_then(|u| u.memory_limit_bytes),
+            memory_limit_bytes: runs.used.get(node).and_then(|u| u.used.memory_limit_bytes),
         });
     }
 

@@ -294,7 +294,7 @@ impl Controller {
             *self.stats.ended.entry(ending.name()).or_default() += 1;
         }
         if let Event::Ended { used, .. } | Event::Requeued { used, .. } = &event {
-            let cpu_ms: u64 = used.iter().filter_map(|u| u.cpu_ms).sum();
+            let cpu_ms: u64 = used.iter().filter_map(|u| u.used.cpu_ms).sum();
             *self.stats.cpu_ms_by_queue.entry(row.queue.clone()).or_default() += cpu_ms;
         }
         self.jobs.insert(row.id, row);

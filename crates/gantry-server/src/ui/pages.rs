@@ -250,10 +250,12 @@ fn measured_rows(view: &JobView, nodes: &[views::NodeView]) -> String {
             rows,
             "<tr><td>{}</td><td>{which}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{gpu}</td></tr>",
             esc(&u.node),
-            u.cpu_ms.map_or_else(|| "—".to_string(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
-            u.cpu_limit_milli.map_or_else(|| "not limited".to_string(), |m| format!("{} cores", m as f64 / 1000.0)),
-            bytes(u.memory_peak_bytes, "—"),
-            bytes(u.memory_limit_bytes, "not limited"),
+            u.used.cpu_ms.map_or_else(|| "—".to_string(), |ms| format!("{:.1} s", ms as f64 / 1000.0)),
+            u.used
+                .cpu_limit_milli
+                .map_or_else(|| "not limited".to_string(), |m| format!("{} cores", m as f64 / 1000.0)),
+            bytes(u.used.memory_peak_bytes, "—"),
+            bytes(u.used.memory_limit_bytes, "not limited"),
         );
     }
     if rows.is_empty() {

@@ -224,10 +224,10 @@ fn confinement(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     for (job, runs) in &c.running {
         let Some(queue) = c.jobs.get(job).map(|r| r.queue.clone()) else { continue };
         for used in runs.used.values() {
-            *cpu_ms.entry(queue.clone()).or_default() += used.cpu_ms.unwrap_or(0);
+            *cpu_ms.entry(queue.clone()).or_default() += used.used.cpu_ms.unwrap_or(0);
             let node = memory.entry(used.node.clone()).or_default();
-            node.0 += used.memory_peak_bytes.unwrap_or(0);
-            node.1 += used.memory_limit_bytes.unwrap_or(0);
+            node.0 += used.used.memory_peak_bytes.unwrap_or(0);
+            node.1 += used.used.memory_limit_bytes.unwrap_or(0);
         }
     }
     out.family(

@@ -70,14 +70,7 @@ fn measured_use(
     use std::collections::{BTreeMap, BTreeSet};
     let mut jobs: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
     for r in rows {
-        let key = match by {
-            UsageBy::User if r.user.is_empty() => "(none)".to_string(),
-            UsageBy::User => r.user.clone(),
-            UsageBy::Queue => r.queue.clone(),
-            UsageBy::Model => r.model.clone(),
-            UsageBy::Job => r.job.to_string(),
-        };
-        jobs.entry(key).or_default().insert(r.job);
+        jobs.entry(crate::meter::key_of(r, by)).or_default().insert(r.job);
     }
     let in_rows: BTreeSet<u64> = rows.iter().map(|r| r.job).collect();
     for row in c.jobs.values().filter(|row| who.sees(&row.queue) && !in_rows.contains(&row.id)) {
@@ -99,8 +92,8 @@ fn measured_use(
             let ended = c.jobs.get(&id).map(|r| r.outcome.used.clone()).unwrap_or_default();
             let live = c.running.get(&id).map(|r| r.used.values().cloned().collect::<Vec<_>>()).unwrap_or_default();
             for used in ended.iter().chain(live.iter()) {
-                cpu_ms = cpu_ms.saturating_add(used.cpu_ms.unwrap_or(0));
-                peak = peak.max(used.memory_peak_bytes);
+                cpu_ms = cpu_ms.saturating_add(used.used.cpu_ms.unwrap_or(0));
+                peak = peak.max(used.used.memory_peak_bytes);
             }
         }
         if cpu_ms == 0 && peak.is_none() && !lines.iter().any(|l| l.key == key) {
