@@ -18,6 +18,7 @@ pub mod mig_nvml;
 pub mod mps;
 pub mod node;
 pub mod runner;
+pub mod runs;
 pub mod sample;
 pub mod spawn;
 pub mod topology;

@@ -168,10 +168,15 @@ async fn tracking_and_kill(version: Version) {
     assert!(eventually(5000, || cg.task_procs(7, 0, 0).len() >= 5).await, "{:?}", cg.task_procs(7, 0, 0));
     assert!(eventually(5000, || std::fs::read_to_string(&out).unwrap_or_default().contains("started")).await);
     // The escapees are still its: their own session, but the task's cgroup.
-    let escaped = cg.task_procs(7, 0, 0).into_iter().filter(|&p| {
-        nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(p))).ok() == Some(nix::unistd::Pid::from_raw(p))
-    });
-    assert!(escaped.count() >= 2, "the monitor and the setsid sleep each lead a session");
+    let leaders = || {
+        cg.task_procs(7, 0, 0)
+            .into_iter()
+            .filter(|&p| {
+                nix::unistd::getsid(Some(nix::unistd::Pid::from_raw(p))).ok() == Some(nix::unistd::Pid::from_raw(p))
+            })
+            .count()
+    };
+    assert!(eventually(5000, || leaders() >= 2).await, "the monitor and the setsid sleep each lead a session");
     cg.kill_task(7, 0, 0);
     let _ = child.wait().await;
     assert!(eventually(5000, || !cg.task_populated(7, 0, 0)).await, "left: {:?}", cg.task_procs(7, 0, 0));
