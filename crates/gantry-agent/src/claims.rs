@@ -7,8 +7,8 @@
 //! reported lost. A claim keeps what its task was granted, so a re-adopted run is held to
 //! the same limits.
 
+use crate::error::AgentError;
 use crate::files::{JobDir, Kind};
-use crate::node::AgentError;
 use crate::runner::{Grant, Runner};
 use gantry_wire::{TaskKey, TaskState};
 use std::path::Path;

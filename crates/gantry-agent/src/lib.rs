@@ -11,6 +11,7 @@ pub mod account;
 pub mod cgroup;
 pub mod claims;
 pub mod discover;
+pub mod error;
 pub mod files;
 pub mod layouts;
 pub mod mig;

@@ -19,22 +19,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
-/// Why the agent stopped (or never started).
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    /// Its own settings: the node name, the data directory.
-    #[error("{0}")]
-    Config(String),
-    /// The controller said no for good (a wrong token, an unknown node, other GPUs).
-    #[error("the controller refused this agent ({status}): {message}")]
-    Refused { status: u16, message: String },
-    /// The two sides do not speak the same protocol version.
-    #[error("{0}")]
-    Protocol(String),
-    /// Reading or writing its own files (claims, task state).
-    #[error("{0}")]
-    Io(String),
-}
+pub use crate::error::AgentError;
 
 /// An answer to one message: the HTTP status and body, or why nothing came back.
 pub type Answer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(u16, String), String>> + Send>>;

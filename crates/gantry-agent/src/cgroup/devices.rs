@@ -186,7 +186,7 @@ pub fn make_fake_nodes(dir: &Path, rules: &DeviceRules) -> Result<PathBuf, Strin
     if let Some(major) = registered_major("nvidia") {
         return Err(format!("the NVIDIA driver holds major {major} here: no fake GPU devices are made"));
     }
-    crate::runner::private_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     // Readable by anyone: the cgroup decides who may open them, as with the real ones.
     let perm = Mode::from_bits_truncate(0o666);
     let node = |path: &Path, major: u32, minor: u32| -> Result<(), String> {

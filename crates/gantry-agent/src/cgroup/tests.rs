@@ -5,6 +5,7 @@
 
 use super::*;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 fn root() -> bool {
     nix::unistd::geteuid().is_root()

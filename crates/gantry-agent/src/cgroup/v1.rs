@@ -5,7 +5,10 @@
 //! process listed, and thawing it.
 
 use super::devices::{Allowed, DeviceRules};
-use super::{Hierarchy, Limits, Usage, Version, read_u64, write};
+use super::hierarchy::{
+    CPU_PERIOD_US, Hierarchy, Limits, Mount, Usage, Version, cpu_quota_us, keyed, read_pids, read_u64, signal, subdirs,
+    write,
+};
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -25,7 +28,7 @@ pub struct V1 {
 
 impl V1 {
     /// The controllers of [`WANTED`] that `mountinfo` shows mounted (`None` if none is).
-    pub fn from_mounts(mounts: &[super::Mount]) -> Option<V1> {
+    pub fn from_mounts(mounts: &[Mount]) -> Option<V1> {
         let mut found = BTreeMap::new();
         for mount in mounts.iter().filter(|m| m.fstype == "cgroup") {
             for controller in WANTED {
@@ -113,8 +116,8 @@ impl Hierarchy for V1 {
             }
         }
         if let (Some(dir), Some(milli)) = (self.at("cpu", rel), limits.cpu_milli) {
-            write(&dir.join("cpu.cfs_period_us"), &super::CPU_PERIOD_US.to_string())?;
-            write(&dir.join("cpu.cfs_quota_us"), &super::cpu_quota_us(milli).to_string())?;
+            write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+            write(&dir.join("cpu.cfs_quota_us"), &cpu_quota_us(milli).to_string())?;
         }
         if let Some(dir) = self.at("pids", rel) {
             write(&dir.join("pids.max"), &limits.pids.to_string())?;
@@ -139,7 +142,7 @@ impl Hierarchy for V1 {
     }
 
     fn procs(&self, rel: &str) -> Vec<i32> {
-        self.tracking(rel).map(|d| super::read_pids(&d.join("cgroup.procs"))).unwrap_or_default()
+        self.tracking(rel).map(|d| read_pids(&d.join("cgroup.procs"))).unwrap_or_default()
     }
 
     fn populated(&self, rel: &str) -> bool {
@@ -151,7 +154,7 @@ impl Hierarchy for V1 {
         // that does not complete in time (uninterruptible sleep) does not stop the kill.
         let _frozen = self.freeze(rel, "FROZEN");
         for pid in self.procs(rel) {
-            super::signal(pid, nix::sys::signal::Signal::SIGKILL);
+            signal(pid, nix::sys::signal::Signal::SIGKILL);
         }
         if let Some(dir) = self.at("freezer", rel) {
             // Killed while frozen, they die as they thaw.
@@ -162,10 +165,7 @@ impl Hierarchy for V1 {
 
     fn oom_kills(&self, rel: &str) -> u64 {
         let Some(dir) = self.at("memory", rel) else { return 0 };
-        std::fs::read_to_string(dir.join("memory.oom_control"))
-            .ok()
-            .and_then(|t| super::keyed(&t, "oom_kill"))
-            .unwrap_or(0)
+        std::fs::read_to_string(dir.join("memory.oom_control")).ok().and_then(|t| keyed(&t, "oom_kill")).unwrap_or(0)
     }
 
     fn usage(&self, rel: &str) -> Usage {
@@ -188,7 +188,7 @@ impl Hierarchy for V1 {
     }
 
     fn children(&self, rel: &str) -> Vec<String> {
-        self.tracking(rel).map(|d| super::subdirs(&d)).unwrap_or_default()
+        self.tracking(rel).map(|d| subdirs(&d)).unwrap_or_default()
     }
 
     /// The mounts for messages: `/sys/fs/cgroup/{memory,cpu,…}` where they share a parent.

@@ -6,7 +6,9 @@
 //! on v1) is named as missing: its limit is not applied, and the agent says so.
 
 use super::devices::{Allowed, DeviceRules};
-use super::{Hierarchy, Limits, Usage, Version, keyed, read_u64, write};
+use super::hierarchy::{
+    CPU_PERIOD_US, Hierarchy, Limits, Usage, Version, cpu_quota_us, keyed, read_pids, read_u64, signal, subdirs, write,
+};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
@@ -91,7 +93,7 @@ impl Hierarchy for V2 {
             }
         }
         if let (true, Some(milli)) = (self.has("cpu"), limits.cpu_milli) {
-            write(&dir.join("cpu.max"), &format!("{} {}", super::cpu_quota_us(milli), super::CPU_PERIOD_US))?;
+            write(&dir.join("cpu.max"), &format!("{} {}", cpu_quota_us(milli), CPU_PERIOD_US))?;
         }
         if self.has("pids") {
             write(&dir.join("pids.max"), &limits.pids.to_string())?;
@@ -109,7 +111,7 @@ impl Hierarchy for V2 {
     }
 
     fn procs(&self, rel: &str) -> Vec<i32> {
-        super::read_pids(&self.root.join(rel).join("cgroup.procs"))
+        read_pids(&self.root.join(rel).join("cgroup.procs"))
     }
 
     fn populated(&self, rel: &str) -> bool {
@@ -131,7 +133,7 @@ impl Hierarchy for V2 {
         // Before Linux 5.14: freeze, kill what is listed, thaw.
         let _ = write(&dir.join("cgroup.freeze"), "1");
         for pid in self.procs(rel) {
-            super::signal(pid, nix::sys::signal::Signal::SIGKILL);
+            signal(pid, nix::sys::signal::Signal::SIGKILL);
         }
         write(&dir.join("cgroup.freeze"), "0")
     }
@@ -162,7 +164,7 @@ impl Hierarchy for V2 {
     }
 
     fn children(&self, rel: &str) -> Vec<String> {
-        super::subdirs(&self.root.join(rel))
+        subdirs(&self.root.join(rel))
     }
 
     fn root(&self) -> PathBuf {
