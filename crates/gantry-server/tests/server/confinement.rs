@@ -140,15 +140,24 @@ fn a_task_group_name_never_becomes_a_path_and_planted_files_are_refused() {
     std::fs::write(&victim, "untouched").expect("victim");
     std::os::unix::fs::symlink(&victim, outside.join("x-0.out")).expect("symlink");
     nix::unistd::mkfifo(&outside.join("x-0.err"), nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("fifo");
-    let traversal = format!("../../../../../../../../..{}/x", outside.display());
-    let body = format!("[[job]]\nname = \"t\"\ncommand = \"echo made-by-task\"\n[[job.task]]\nname = {traversal:?}\n");
+    // A second name aims at the controller's admin token, for the logs API to read back.
+    let admin_token = server.data.join("admin.token");
+    std::os::unix::fs::symlink(&admin_token, outside.join("y-0.out")).expect("symlink");
+    let traversal = |name: &str| format!("../../../../../../../../..{}/{name}", outside.display());
+    let body = format!(
+        "[[job]]\nname = \"t\"\ncommand = \"echo made-by-task\"\n[[job.task]]\nname = {:?}\n[[job.task]]\nname = {:?}\n",
+        traversal("x"),
+        traversal("y")
+    );
     let id = server.submit(&body)[0];
     server.wait_for(id, JobState::Completed);
     assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "untouched");
+    assert_eq!(std::fs::read_to_string(&admin_token).expect("token").trim(), server.token, "the token untouched");
     let mut names: Vec<String> =
         std::fs::read_dir(&outside).expect("dir").flatten().map(|e| e.file_name().to_string_lossy().into()).collect();
     names.sort();
-    assert_eq!(names, ["victim", "x-0.err", "x-0.out"], "nothing made outside the job's directory");
+    assert_eq!(names, ["victim", "x-0.err", "x-0.out", "y-0.out"], "nothing made outside the job's directory");
+    assert!(!log_of(&server, id).contains(&server.token), "the logs API reads the tasks' own files only");
     assert_eq!(
         std::fs::read_to_string(server.data.join(format!("nodes/n1/jobs/{id}/0/0.out"))).expect("by rank"),
         "made-by-task\n"
