@@ -717,6 +717,9 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
         if node["confinement"]["kind"] == "unconfined" {
             flags.push("UNCONFINED".into());
         }
+        if let Some(n) = node["refused_reports"].as_u64().filter(|&n| n > 0) {
+            flags.push(format!("WARNING: {n} reports about other nodes' tasks refused"));
+        }
         let flags = if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) };
         println!("{}{flags}  {} GPUs, {:.2} allocated", cell(&node["name"]), gpus.len(), allocated as f64 / 1000.0);
         if let Ok(confinement) = serde_json::from_value::<gantry_wire::Confinement>(node["confinement"].clone()) {

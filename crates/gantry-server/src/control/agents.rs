@@ -9,6 +9,25 @@ use crate::wire::{self, AgentGpu, Heartbeat, Launch, Orders, Register, Registere
 use gantry_types::{GpuMode, Job};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// Task reports one heartbeat may carry: a node runs a few hundred tasks at most (48 MPS
+/// clients on each of 8 GPUs is 384); 10,000 leaves room for many small CPU tasks and bounds
+/// what one message can make the controller do. Over it, the heartbeat is refused whole.
+pub const TASK_REPORTS_MAX: usize = 10_000;
+
+/// GPU samples one heartbeat may carry: no node has more GPUs than this.
+pub const GPU_SAMPLES_MAX: usize = 256;
+
+/// A node's refused reports are logged at most once per this many seconds (the count goes on).
+pub const REFUSED_LOG_EVERY_S: u64 = 60;
+
+/// Reports a node made about tasks that are not its own, refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub count: u64,
+    /// When one was last logged (`None`: never).
+    pub logged_s: Option<u64>,
+}
+
 impl Controller {
     /// A remote agent registers node `reg.node`: the node must be in the fleet, with the same
     /// GPUs (count and models); the agent's UUIDs replace the fleet file's. The node gets work
@@ -204,6 +223,7 @@ impl Controller {
         now: u64,
     ) -> Result<Effects, ControlError> {
         who.serves(node)?;
+        check_heartbeat_size(beat)?;
         let Some(link) = self.links.get_mut(node).filter(|l| l.instance == beat.instance) else {
             return Err(ControlError::Conflict(format!(
                 "this agent is not the one registered for node {node:?} (since the controller started): register first"
@@ -270,6 +290,7 @@ impl Controller {
                         orphans.push(report.key);
                     }
                 }
+                _ if !self.may_report(node, &report.key) => self.refuse_report(node, &report.key, now),
                 wire::TaskState::Exited { code, timed_out, oom } => {
                     if oom {
                         self.note_oom(node, &report.key);
@@ -284,6 +305,34 @@ impl Controller {
             }
         }
         Ok((forget, orphans))
+    }
+
+    /// May `node` say how task `key` ended? Not for a task of a run this controller has that
+    /// runs on another node: a node speaks for its own tasks only. (A report of a run the
+    /// controller no longer has changes nothing either way.)
+    fn may_report(&self, node: &str, key: &TaskKey) -> bool {
+        match self.running.get(&key.job) {
+            Some(runs) if runs.attempt == key.attempt => {
+                runs.tasks.get(&(key.group.clone(), key.replica)).is_some_and(|n| n == node)
+            }
+            _ => true,
+        }
+    }
+
+    /// A report about another node's task: counted against the reporting node, logged at
+    /// most once per [`REFUSED_LOG_EVERY_S`], and nothing else.
+    fn refuse_report(&mut self, node: &str, key: &TaskKey, now: u64) {
+        let refused = self.refused.entry(node.to_string()).or_default();
+        refused.count += 1;
+        if refused.logged_s.is_none_or(|at| now >= at + REFUSED_LOG_EVERY_S) {
+            refused.logged_s = Some(now);
+            tracing::warn!(
+                node,
+                job = key.job,
+                refused = refused.count,
+                "refused a report about a task this node does not run (is its agent compromised?)"
+            );
+        }
     }
 
     /// Record what the node's cgroups measured of the runs it reports, for the runs this
@@ -399,4 +448,21 @@ impl Controller {
         }
         silent
     }
+}
+
+/// A heartbeat over the bounds is refused whole, before anything in it counts.
+fn check_heartbeat_size(beat: &Heartbeat) -> Result<(), ControlError> {
+    for (what, count, max) in [
+        ("heartbeat_task_reports", beat.tasks.len(), TASK_REPORTS_MAX),
+        ("heartbeat_gpu_samples", beat.samples.len(), GPU_SAMPLES_MAX),
+    ] {
+        if count > max {
+            return Err(ControlError::TooLarge {
+                limit: what,
+                value: max as u64,
+                message: format!("a heartbeat carries {count} entries of {what}"),
+            });
+        }
+    }
+    Ok(())
 }

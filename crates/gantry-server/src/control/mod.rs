@@ -153,6 +153,8 @@ pub struct Controller {
     pub(crate) running: BTreeMap<u64, Runs>,
     /// Remote agents that registered, by node.
     pub(crate) links: BTreeMap<String, AgentLink>,
+    /// Reports each node made about tasks that are not its own, refused.
+    pub(crate) refused: BTreeMap<String, agents::Refused>,
     /// Nodes lost (silent past `node_lost_after_s`, or declared): nothing runs there until
     /// their agent is heard from again.
     pub(crate) lost_nodes: BTreeSet<String>,

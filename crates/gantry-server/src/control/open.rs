@@ -194,6 +194,7 @@ impl Controller {
             on_node: BTreeMap::new(),
             running: BTreeMap::new(),
             links: BTreeMap::<String, AgentLink>::new(),
+            refused: BTreeMap::new(),
             lost_nodes: Default::default(),
             outbox: BTreeMap::new(),
             backlog: Default::default(),

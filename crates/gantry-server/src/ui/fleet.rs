@@ -136,6 +136,13 @@ fn node_card(n: &NodeView, queue_of: &BTreeMap<u64, String>) -> String {
     if !n.ready {
         flags += "<span class=flag>not ready</span>";
     }
+    if n.refused_reports > 0 {
+        let _ = write!(
+            flags,
+            "<span class=flag title=\"its agent reported {} tasks of other nodes (refused)\">lying agent?</span>",
+            n.refused_reports
+        );
+    }
     if let Some(c) = n.confinement.as_ref().filter(|c| !c.is_confined()) {
         let _ = write!(flags, "<span class=flag title=\"{}\">unconfined</span>", esc(&c.to_string()));
     }

@@ -197,6 +197,15 @@ fn node_health(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
                 out.sample("gantry_agent_heartbeat_age_seconds", &[("node", &n.name)], age as f64);
             }
         }
+        out.family(
+            "gantry_node_refused_reports",
+            "counter",
+            "",
+            "Reports a node's agent made about tasks of other nodes, refused since the controller started (an honest agent makes none).",
+        );
+        for n in nodes {
+            out.sample("gantry_node_refused_reports_total", &[("node", &n.name)], n.refused_reports as f64);
+        }
     }
 }
 

@@ -5,6 +5,10 @@ use crate::control::Controller;
 use gantry_types::{GpuGrant, JobState};
 use std::collections::BTreeMap;
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A node as `gantry nodes` shows it: its GPUs, what each holds, which jobs run there.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct NodeView {
@@ -25,6 +29,10 @@ pub struct NodeView {
     /// and why), as its agent said when it registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confinement: Option<crate::wire::Confinement>,
+    /// Reports its agent made about tasks of other nodes, refused since the controller
+    /// started (an honest agent makes none: its agent may be compromised).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused_reports: u64,
     pub gpus: Vec<GpuView>,
 }
 
@@ -88,6 +96,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
             heartbeat_age_s: c.links.get(&n.name).map(|l| now.saturating_sub(l.last_seen_s)),
             agent_version: c.links.get(&n.name).map(|l| l.version.clone()),
             confinement: c.links.get(&n.name).map(|l| l.confinement.clone()),
+            refused_reports: c.refused.get(&n.name).map_or(0, |r| r.count),
             gpus: Vec::new(),
         })
         .collect();

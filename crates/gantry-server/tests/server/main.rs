@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 mod confinement;
 mod isolation;
 mod tenants;
+mod trust;
 
 const FLEET: &str =
     "[[node]]\nname = \"n1\"\ncpu = 32\nmemory = \"256GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\n";
