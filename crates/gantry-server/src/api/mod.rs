@@ -444,8 +444,8 @@ async fn revoke_token(
 #[utoipa::path(get, path = "/v1/nodes", tag = "nodes",
     responses((status = 200, description = "Every node: readiness, GPUs, allocation, utilization, jobs", body = [NodeView]), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
 async fn nodes(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<NodeView>>, ApiError> {
-    who(&shared, &headers)?;
-    Ok(Json(shared.read(|c| views::nodes::nodes(c, now_s()))))
+    let who = who(&shared, &headers)?;
+    Ok(Json(shared.read(|c| views::nodes::seen_by(views::nodes::nodes(c, now_s()), c, &who))))
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]

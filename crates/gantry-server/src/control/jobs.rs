@@ -59,9 +59,11 @@ impl Controller {
     }
 
     /// Dependencies name jobs of the same file (an array's name: all its elements), else the
-    /// latest earlier job of that name, else the job with that id; stored with the name and
-    /// the id it resolved to.
-    fn resolve_dependencies(&self, mut jobs: Vec<Job>, first: u64) -> Result<Vec<Job>, ControlError> {
+    /// latest earlier job of that name, else the job with that id — among the jobs `who` may
+    /// see: a job of another team's queue is as unknown as one never submitted, so a member
+    /// learns nothing of it (neither that it exists nor how it stands). Stored with the name
+    /// and the id it resolved to.
+    fn resolve_dependencies(&self, who: &Principal, mut jobs: Vec<Job>, first: u64) -> Result<Vec<Job>, ControlError> {
         if jobs.iter().all(|j| j.after.is_empty()) {
             return Ok(jobs);
         }
@@ -72,18 +74,20 @@ impl Controller {
             for d in &job.after {
                 let ids: Vec<u64> = match local.get(d.job.as_str()) {
                     Some(indices) => indices.iter().map(|&i| first + i as u64).collect(),
-                    None => match self.jobs.values().rev().find(|r| r.name == d.job).or_else(|| {
-                        // A number is a job id (Slurm's `--dependency=afterok:123`).
-                        d.job.parse::<u64>().ok().and_then(|id| self.jobs.get(&id))
-                    }) {
-                        Some(row) => vec![row.id],
-                        None => {
-                            return Err(ControlError::Invalid(format!(
-                                "job {:?} / after: unknown job {:?} (not in this file, not submitted before)",
-                                job.name, d.job
-                            )));
+                    None => {
+                        match self.jobs.values().rev().find(|r| r.name == d.job && who.sees(&r.queue)).or_else(|| {
+                            // A number is a job id (Slurm's `--dependency=afterok:123`).
+                            d.job.parse::<u64>().ok().and_then(|id| self.jobs.get(&id)).filter(|r| who.sees(&r.queue))
+                        }) {
+                            Some(row) => vec![row.id],
+                            None => {
+                                return Err(ControlError::Invalid(format!(
+                                    "job {:?} / after: unknown job {:?} (not in this file, not submitted before)",
+                                    job.name, d.job
+                                )));
+                            }
                         }
-                    },
+                    }
                 };
                 resolved.extend(ids.into_iter().map(|id| gantry_types::Dependency {
                     kind: d.kind,
@@ -161,7 +165,7 @@ impl Controller {
         }
         self.admissible(&jobs)?;
         let first = self.jobs.keys().next_back().map_or(1, |last| last + 1);
-        let jobs = self.resolve_dependencies(jobs, first)?;
+        let jobs = self.resolve_dependencies(who, jobs, first)?;
         let mut checks = Default::default();
         let mut compiled = Vec::with_capacity(jobs.len());
         for job in &jobs {

@@ -160,7 +160,7 @@ pub(super) async fn fleet(State(shared): State<Shared>, headers: HeaderMap) -> R
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
     let (nodes, running, series, advice, changes) = shared.read(|c| {
         (
-            views::nodes::nodes(c, now_s()),
+            views::nodes::seen_by(views::nodes::nodes(c, now_s()), c, &who),
             views::jobs::jobs(c, &who, &[JobState::Running], now_s()),
             views::series(c, &who, true),
             views::plan::plan_advice(c, now_s()).ok(),

@@ -25,6 +25,21 @@ pub struct JobView {
     pub running_used: Vec<gantry_types::NodeUse>,
 }
 
+/// What a job's `env` values read as to a token that is not its user's or an admin's: the
+/// names show, the values (where users put secrets) do not.
+pub const ENV_VALUE_HIDDEN: &str = "(hidden: the job's user and admins only)";
+
+/// `row` as `who` may see it: a job's environment values are its user's and the admins'.
+fn as_seen_by(row: &JobRow, who: &Principal) -> JobRow {
+    let mut row = row.clone();
+    if who.reads_logs_of(row.job.control.user.as_deref().unwrap_or_default()).is_err() {
+        for (_, value) in &mut row.job.run.env {
+            *value = ENV_VALUE_HIDDEN.to_string();
+        }
+    }
+    row
+}
+
 /// What job `id`'s run in progress has used so far, per node.
 fn running_used(c: &Controller, id: u64) -> Vec<gantry_types::NodeUse> {
     c.running.get(&id).map(|r| r.used.values().cloned().collect()).unwrap_or_default()
@@ -162,7 +177,7 @@ pub fn job(c: &Controller, who: &Principal, id: u64, now: u64) -> Result<JobView
     }
     let pending = c.scheduler.why(id);
     let layout = pending.as_ref().and_then(|p| layout_wait(c, id, p, now));
-    Ok(JobView { row: row.clone(), pending, layout, running_used: running_used(c, id) })
+    Ok(JobView { row: as_seen_by(row, who), pending, layout, running_used: running_used(c, id) })
 }
 
 /// The jobs in any of `states` (all if empty) the token may see, by id.
@@ -175,7 +190,7 @@ pub fn jobs(c: &Controller, who: &Principal, states: &[JobState], now: u64) -> V
             let pending = if row.state == JobState::Pending { c.scheduler.why(row.id) } else { None };
             // A change under way is cheap to name (no planning step), so the list has it too.
             let layout = pending.as_ref().and_then(|_| under_way_for(c, row.id, None, now));
-            JobView { row: row.clone(), pending, layout, running_used: running_used(c, row.id) }
+            JobView { row: as_seen_by(row, who), pending, layout, running_used: running_used(c, row.id) }
         })
         .collect()
 }

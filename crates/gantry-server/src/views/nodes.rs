@@ -69,6 +69,22 @@ pub struct MigInstanceView {
     pub job: Option<u64>,
 }
 
+/// `nodes` as `who` may see them: a member sees which of its own queues' jobs hold a GPU,
+/// not other teams' job ids (the GPU still shows as allocated).
+pub fn seen_by(mut nodes: Vec<NodeView>, c: &Controller, who: &crate::auth::Principal) -> Vec<NodeView> {
+    if who.role != gantry_store::Role::Member {
+        return nodes;
+    }
+    let visible = |job: u64| c.jobs.get(&job).is_some_and(|row| who.sees(&row.queue));
+    for gpu in nodes.iter_mut().flat_map(|n| n.gpus.iter_mut()) {
+        gpu.jobs.retain(|&job| visible(job));
+        for instance in &mut gpu.instances {
+            instance.job = instance.job.filter(|&job| visible(job));
+        }
+    }
+    nodes
+}
+
 /// Every node with its GPUs and the running jobs on them.
 pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
     let engine = c.scheduler.engine();

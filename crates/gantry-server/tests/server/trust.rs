@@ -89,3 +89,81 @@ fn a_node_speaks_only_for_its_own_tasks() {
     assert_eq!(server.state(id).0, JobState::Completed);
     server.stop();
 }
+
+/// A member's token for `queue`.
+fn member_of(server: &Server, name: &str, queue: &str) -> String {
+    let body = format!(r#"{{"name": "{name}", "role": "member", "queues": ["{queue}"]}}"#);
+    let (status, reply) = server.call("POST", "/v1/tokens", Some(&body));
+    assert_eq!(status, 201, "{reply}");
+    reply["secret"].as_str().expect("secret").to_string()
+}
+
+#[test]
+fn a_member_sees_its_teams_business_only() {
+    use gantry_engine::sched::{Order, SchedulerConfig};
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-trust-visibility", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let tree = gantry_types::QueueTree::flat(["team-a", "team-b"], 3600, 86_400);
+    let server = Server::start_with(data, SchedulerConfig { order: Order::FairShare(tree), ..Default::default() });
+    // Alice's job runs as her Unix account: made for the test where it can be (root, as CI).
+    let account = crate::isolation::is_root().then(|| crate::isolation::TestUser::new("va"));
+    let alice_name = account.as_ref().map_or_else(|| "alice".to_string(), |u| u.0.clone());
+    let (alice, carol, bob) = (
+        member_of(&server, &alice_name, "team-a"),
+        member_of(&server, "carol", "team-a"),
+        member_of(&server, "bob", "team-b"),
+    );
+    let (reader, _) = server.call("POST", "/v1/tokens", Some(r#"{"name": "ro", "role": "read-only"}"#));
+    assert_eq!(reader, 201);
+    let (_, ro) = server.call("POST", "/v1/tokens", Some(r#"{"name": "ro2", "role": "read-only"}"#));
+    let ro = ro["secret"].as_str().expect("secret").to_string();
+    let body = "[[job]]\nname = \"secret-run\"\nqueue = \"team-a\"\ngpu = { count = 1 }\nenv = { API_KEY = \"hunter2\" }\ncommand = \"sleep 30\"\n";
+    let (status, reply) = server.call_as(Some(&alice), "POST", "/v1/jobs", Some(body));
+    assert_eq!(status, 201, "{reply}");
+    let id = reply["ids"][0].as_u64().expect("id");
+    if account.is_some() {
+        server.wait_for(id, JobState::Running);
+    }
+    // Another team's job, named or numbered, is as unknown to bob as one never submitted.
+    let unknown = |after: &str| -> String {
+        let body = format!("[[job]]\nname = \"after\"\nqueue = \"team-b\"\nafter = [\"{after}\"]\n");
+        let (status, reply) = server.call_as(Some(&bob), "POST", "/v1/jobs", Some(&body));
+        assert_eq!(status, 400, "{reply}");
+        reply["error"].as_str().expect("error").replace(after, "X")
+    };
+    assert_eq!(unknown(&id.to_string()), unknown("999999"), "no more said of a hidden job than of a missing one");
+    assert_eq!(unknown("secret-run"), unknown("no-such-name"));
+    // Its environment's values are its user's and the admins': the names show to the others.
+    let env_of = |token: &str| -> Value {
+        let (status, job) = server.call_as(Some(token), "GET", &format!("/v1/jobs/{id}"), None);
+        assert_eq!(status, 200, "{job}");
+        job["job"]["run"]["env"].clone()
+    };
+    assert!(env_of(&alice).to_string().contains("hunter2"), "{}", env_of(&alice));
+    assert!(env_of(&server.token).to_string().contains("hunter2"));
+    for other in [&carol, &ro] {
+        let seen = env_of(other).to_string();
+        assert!(seen.contains("API_KEY") && !seen.contains("hunter2"), "{seen}");
+    }
+    let (_, listed) = server.call_as(Some(&carol), "GET", "/v1/jobs", None);
+    assert!(!listed.to_string().contains("hunter2"), "the list hides it too: {listed}");
+    // The nodes view names another team's jobs to nobody but admins and read-only tokens.
+    let holders = |token: &str| -> Vec<u64> {
+        let (_, nodes) = server.call_as(Some(token), "GET", "/v1/nodes", None);
+        nodes[0]["gpus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["jobs"].as_array().cloned().unwrap_or_default())
+            .filter_map(|j| j.as_u64())
+            .collect()
+    };
+    if account.is_some() {
+        assert_eq!(holders(&alice), vec![id]);
+        assert_eq!(holders(&bob), Vec::<u64>::new(), "bob sees a GPU in use, not whose");
+        assert_eq!(holders(&ro), vec![id]);
+        assert_eq!(server.call("DELETE", &format!("/v1/jobs/{id}"), None).0, 200);
+        server.wait_for(id, JobState::Cancelled);
+    }
+    server.stop();
+}
