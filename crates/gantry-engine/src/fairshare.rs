@@ -213,7 +213,13 @@ mod tests {
         QueueTree {
             queues: weights
                 .iter()
-                .map(|&(n, p, w)| QueueSpec { name: n.into(), parent: p, weight: w, quotas: Vec::new() })
+                .map(|&(n, p, w)| QueueSpec {
+                    name: n.into(),
+                    parent: p,
+                    weight: w,
+                    quotas: Vec::new(),
+                    priority: Default::default(),
+                })
                 .collect(),
             half_life_s,
             starvation_s: 1_000_000,

@@ -349,14 +349,22 @@ mod tests {
                 parent: None,
                 weight: 1,
                 quotas: vec![quota(a100.clone(), 8000, 10_000, 2000)],
+                priority: Default::default(),
             },
             QueueSpec {
                 name: "team".into(),
                 parent: Some(0),
                 weight: 1,
                 quotas: vec![quota(a100.clone(), 4000, 16_000, 1000)],
+                priority: Default::default(),
             },
-            QueueSpec { name: "free".into(), parent: Some(0), weight: 1, quotas: Vec::new() },
+            QueueSpec {
+                name: "free".into(),
+                parent: Some(0),
+                weight: 1,
+                quotas: Vec::new(),
+                priority: Default::default(),
+            },
         ]);
         let mut book = QuotaBook::new(tree);
         let gpus = |n: u64| vec![(a100.clone(), n * 1000)];
@@ -380,7 +388,13 @@ mod tests {
     fn guarantees_the_fleet_cannot_honour_are_warned_about() {
         let h100 = Flavor::Model("H100-SXM5-80GB".into());
         let a100 = Flavor::Model("A100-SXM4-80GB".into());
-        let spec = |name: &str, parent, quotas| QueueSpec { name: name.into(), parent, weight: 1, quotas };
+        let spec = |name: &str, parent, quotas| QueueSpec {
+            name: name.into(),
+            parent,
+            weight: 1,
+            quotas,
+            priority: Default::default(),
+        };
         let tree = tree_of(vec![
             spec("a", None, vec![quota(h100.clone(), 12_000, 16_000, 4000)]),
             spec("b", None, vec![quota(h100.clone(), 8000, 16_000, 8000)]),
@@ -412,8 +426,20 @@ mod tests {
         let a100 = Flavor::Model("A100-SXM4-80GB".into());
         let keeper = Quota { lend: false, ..quota(a100.clone(), 4000, 8000, 4000) };
         let tree = tree_of(vec![
-            QueueSpec { name: "keeper".into(), parent: None, weight: 1, quotas: vec![keeper] },
-            QueueSpec { name: "other".into(), parent: None, weight: 1, quotas: Vec::new() },
+            QueueSpec {
+                name: "keeper".into(),
+                parent: None,
+                weight: 1,
+                quotas: vec![keeper],
+                priority: Default::default(),
+            },
+            QueueSpec {
+                name: "other".into(),
+                parent: None,
+                weight: 1,
+                quotas: Vec::new(),
+                priority: Default::default(),
+            },
         ]);
         let mut book = QuotaBook::new(tree).with_capacity(vec![(a100.clone(), 8000)]);
         let gpus = |n: u64| vec![(a100.clone(), n * 1000)];

@@ -89,6 +89,45 @@ struct QueueEntry {
     weight: Option<i64>,
     #[serde(default)]
     quota: Vec<QuotaEntry>,
+    priority: Option<PriorityEntry>,
+}
+
+/// `priority = { default = 0, max = 10 }`: what the queue grants its members' jobs.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriorityEntry {
+    default: Option<i64>,
+    max: Option<i64>,
+}
+
+/// A queue's priority range, checked: both within the jobs' range, the default not above
+/// the maximum. Left out, `max` is the default or 0, whichever is higher; `default` is 0, or
+/// the maximum when that is below 0.
+fn priority_range(at: &str, entry: Option<&PriorityEntry>) -> Result<gantry_types::PriorityRange, SpecError> {
+    let Some(entry) = entry else { return Ok(gantry_types::PriorityRange::default()) };
+    let (lo, hi) = crate::workload::PRIORITY_RANGE;
+    let check = |field: &str, v: i64| -> Result<i32, SpecError> {
+        if v < lo || v > hi {
+            return Err(SpecError::new(
+                format!("{at} / priority / {field}"),
+                format!("{v} is out of range {lo}..={hi}"),
+            ));
+        }
+        Ok(v as i32)
+    };
+    let max = entry.max.map(|m| check("max", m)).transpose()?;
+    let default = entry.default.map(|d| check("default", d)).transpose()?;
+    let (default, max) = match (default, max) {
+        (Some(d), Some(m)) => (d, m),
+        (Some(d), None) => (d, d.max(0)),
+        (None, Some(m)) => (m.min(0), m),
+        (None, None) => (0, 0),
+    };
+    if default > max {
+        return Err(SpecError::new(format!("{at} / priority"), format!("default {default} is above max {max}"))
+            .hint("a queue's jobs get `default` when they name no priority; members may name up to `max`"));
+    }
+    Ok(gantry_types::PriorityRange { default, max })
 }
 
 #[derive(Deserialize)]
@@ -253,7 +292,14 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
                 borrow_milli: borrow,
             });
         }
-        queues.push(QueueSpec { name: q.name.clone(), parent: parent_of[old].map(|p| new_index[p]), weight, quotas });
+        let priority = priority_range(&at, q.priority.as_ref())?;
+        queues.push(QueueSpec {
+            name: q.name.clone(),
+            parent: parent_of[old].map(|p| new_index[p]),
+            weight,
+            quotas,
+            priority,
+        });
     }
     // Children's guarantees must fit in their parent's, flavor by flavor.
     for (p, parent) in queues.iter().enumerate() {

@@ -493,6 +493,7 @@ pub(crate) fn parse_job(
         array: None,
         submitted_by: None,
         submission_key: None,
+        priority_asked: entry.priority.map(|p| p as i32),
     };
     let run = parse_run(at, entry.command.take(), entry.env.take(), entry.workdir.take())?;
     let job =

@@ -56,6 +56,11 @@ pub struct JobControl {
     /// new ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submission_key: Option<String>,
+    /// The priority the job's file named, if it named one: a live controller grants the
+    /// job its queue's default when it named none, and caps a member's at the queue's maximum
+    /// (`priority` is what it was granted; this says what was asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_asked: Option<i32>,
 }
 
 /// One element of a job array (Slurm's `--array=0-15%4`).

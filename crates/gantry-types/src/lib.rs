@@ -25,5 +25,6 @@ pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_
 pub use pending::{ClassFree, PendingJob, PendingReason};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
 pub use queue::{
-    Flavor, GREEDY_RESERVE_AFTER_DEFAULT_S, QueueSpec, QueueTree, Quota, RECLAIM_PROTECT_DEFAULT_S, UserLimit,
+    Flavor, GREEDY_RESERVE_AFTER_DEFAULT_S, PriorityRange, QueueSpec, QueueTree, Quota, RECLAIM_PROTECT_DEFAULT_S,
+    UserLimit,
 };

@@ -35,6 +35,18 @@ pub struct QueueSpec {
     /// Fair-share weight among its siblings, ≥ 1.
     pub weight: u32,
     pub quotas: Vec<Quota>,
+    /// The priorities the queue grants its members' jobs.
+    #[serde(default)]
+    pub priority: PriorityRange,
+}
+
+/// The priorities a queue grants: a job that names none gets `default`; a member may name
+/// any priority up to `max` (a higher one is capped there, and the job says so); an admin any.
+/// Priority is a right the operator gives a queue, not a number a member types.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriorityRange {
+    pub default: i32,
+    pub max: i32,
 }
 
 /// The whole tree with its fair-share settings.
@@ -111,7 +123,13 @@ impl QueueTree {
         let mut queues: Vec<QueueSpec> = Vec::new();
         for name in names {
             if !queues.iter().any(|q| q.name == name) {
-                queues.push(QueueSpec { name: name.to_string(), parent: None, weight: 1, quotas: Vec::new() });
+                queues.push(QueueSpec {
+                    name: name.to_string(),
+                    parent: None,
+                    weight: 1,
+                    quotas: Vec::new(),
+                    priority: PriorityRange::default(),
+                });
             }
         }
         QueueTree {

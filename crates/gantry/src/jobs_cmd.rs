@@ -407,6 +407,9 @@ pub fn show(args: JobArgs) -> anyhow::Result<ExitCode> {
     if let Some(why) = oom_reason(&job) {
         println!("  why: {why}");
     }
+    if let Some(capped) = job["priority_capped"].as_str() {
+        println!("  {}", shown(capped));
+    }
     for task in job["tasks"].as_array().into_iter().flatten() {
         let devices: Vec<String> = task["devices"].as_array().into_iter().flatten().map(cell).collect();
         let confined = task["confinement"].as_str().map(|c| format!("  [{}]", shown(c))).unwrap_or_default();
@@ -497,6 +500,9 @@ pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
         println!("job {} waits: {}{estimate}", args.id, reason_text(&job["pending"]));
         if let Some(message) = job["layout"]["message"].as_str() {
             println!("  {message}");
+        }
+        if let Some(capped) = job["priority_capped"].as_str() {
+            println!("  {}", shown(capped));
         }
     }
     Ok(ExitCode::SUCCESS)

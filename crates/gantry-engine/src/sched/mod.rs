@@ -450,6 +450,12 @@ impl Scheduler {
         self.fair.as_ref().is_none_or(|fs| fs.tree().find(name).is_some())
     }
 
+    /// The priorities queue `name` grants (without a queue file, the default range: 0 for
+    /// everyone's jobs).
+    pub fn priority_range(&self, name: &str) -> gantry_types::PriorityRange {
+        self.fair.as_ref().and_then(|fs| fs.tree().find(name).map(|i| fs.tree().queues[i].priority)).unwrap_or_default()
+    }
+
     /// Jobs waiting in queues (not held, not waiting on dependencies).
     pub fn queued(&self) -> usize {
         self.pending_count

@@ -150,6 +150,7 @@ impl Controller {
             .map(|job| {
                 let mut job = who.stamp(job)?;
                 job.control.submission_key = key.map(str::to_string);
+                self.grant_priority(who, &mut job);
                 Ok(job)
             })
             .collect::<Result<Vec<_>, ControlError>>()?;
@@ -185,6 +186,20 @@ impl Controller {
         }
         self.settle(admissions, now)?;
         Ok(Effects { reply: Reply::Submitted { ids }, schedule: true, ..Default::default() })
+    }
+
+    /// The priority `who` may give `job` in its queue: the queue's default when the job names
+    /// none; what a member names, capped at the queue's maximum; what an admin names. What
+    /// was asked stays in `control.priority_asked`, so the job can say it was capped.
+    fn grant_priority(&self, who: &Principal, job: &mut Job) {
+        let range = self.scheduler.priority_range(&job.queue);
+        let asked = job.control.priority_asked.or((job.priority != 0).then_some(job.priority));
+        job.priority = match asked {
+            None => range.default,
+            Some(p) if who.role == gantry_store::Role::Admin => p,
+            Some(p) => p.min(range.max),
+        };
+        job.control.priority_asked = asked;
     }
 
     /// The admission limits a submission must meet (`admission.rs`): jobs per request, name

@@ -207,6 +207,10 @@ fn job_facts(view: &JobView) -> String {
     if let Some(code) = row.exit_code {
         let _ = write!(facts, "<tr><th>Exit code</th><td>{code}</td></tr>");
     }
+    let _ = write!(facts, "<tr><th>Priority</th><td>{}</td></tr>", row.job.priority);
+    if let Some(capped) = &view.priority_capped {
+        let _ = write!(facts, "<tr><th>Priority capped</th><td class=reason>{}</td></tr>", esc(capped));
+    }
     if let Some(oom) = &row.outcome.oom {
         let _ = write!(facts, "<tr><th>Why it ended</th><td class=reason>{}</td></tr>", esc(&oom.reason()));
     }

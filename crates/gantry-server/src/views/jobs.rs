@@ -23,6 +23,20 @@ pub struct JobView {
     /// measured it (`used` has its ended runs').
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub running_used: Vec<gantry_types::NodeUse>,
+    /// The job named a higher priority than its queue grants a member's job: in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_capped: Option<String>,
+}
+
+/// In words, when `row`'s job was granted less priority than it asked for.
+fn priority_capped(row: &JobRow) -> Option<String> {
+    let asked = row.job.control.priority_asked?;
+    (asked > row.job.priority).then(|| {
+        format!(
+            "priority capped at {}: the job asked for {asked}, and queue {:?} grants a member's job at most {} (an admin may set any)",
+            row.job.priority, row.queue, row.job.priority
+        )
+    })
 }
 
 /// What a job's `env` values read as to a token that is not its user's or an admin's: the
@@ -177,7 +191,8 @@ pub fn job(c: &Controller, who: &Principal, id: u64, now: u64) -> Result<JobView
     }
     let pending = c.scheduler.why(id);
     let layout = pending.as_ref().and_then(|p| layout_wait(c, id, p, now));
-    Ok(JobView { row: as_seen_by(row, who), pending, layout, running_used: running_used(c, id) })
+    let priority_capped = priority_capped(row);
+    Ok(JobView { row: as_seen_by(row, who), pending, layout, running_used: running_used(c, id), priority_capped })
 }
 
 /// The jobs in any of `states` (all if empty) the token may see, by id.
@@ -190,7 +205,13 @@ pub fn jobs(c: &Controller, who: &Principal, states: &[JobState], now: u64) -> V
             let pending = if row.state == JobState::Pending { c.scheduler.why(row.id) } else { None };
             // A change under way is cheap to name (no planning step), so the list has it too.
             let layout = pending.as_ref().and_then(|_| under_way_for(c, row.id, None, now));
-            JobView { row: as_seen_by(row, who), pending, layout, running_used: running_used(c, row.id) }
+            JobView {
+                row: as_seen_by(row, who),
+                pending,
+                layout,
+                running_used: running_used(c, row.id),
+                priority_capped: priority_capped(row),
+            }
         })
         .collect()
 }

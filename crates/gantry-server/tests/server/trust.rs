@@ -167,3 +167,56 @@ fn a_member_sees_its_teams_business_only() {
     }
     server.stop();
 }
+
+#[test]
+fn priority_is_granted_by_the_queue_not_chosen_by_a_member() {
+    use gantry_engine::sched::{Order, SchedulerConfig};
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-trust-priority", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let queues = "[[queue]]\nname = \"team-a\"\npriority = { default = 0, max = 5 }\n\n[[queue]]\nname = \"team-b\"\n";
+    let tree = gantry_spec::parse_queues(queues, gantry_catalog::Catalog::embedded()).expect("queue file");
+    let config = SchedulerConfig { order: Order::FairShare(tree), preempt: true, ..SchedulerConfig::default() };
+    let server = Server::start_with(data, config);
+    // Team a's job holds both GPUs (an admin's, at team a's default priority 0; it runs as
+    // the controller's account).
+    let theirs = server.submit(
+        "[[job]]\nname = \"a-run\"\nqueue = \"team-a\"\ngpu = { count = 2 }\ngrace = 1\ncommand = \"sleep 60\"\n",
+    )[0];
+    server.wait_for(theirs, JobState::Running);
+    // A member of team b (the default range: at most 0) names a huge priority: granted 0, and
+    // it stops nothing of team a's, cycle after cycle.
+    let bob = member_of(&server, "bob", "team-b");
+    let body = "[[job]]\nname = \"bob-pushy\"\nqueue = \"team-b\"\npriority = 1000000\ngpu = { count = 1 }\n";
+    let (status, reply) = server.call_as(Some(&bob), "POST", "/v1/jobs", Some(body));
+    assert_eq!(status, 201, "{reply}");
+    let pushy = reply["ids"][0].as_u64().expect("id");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let (state, running) = server.state(theirs);
+    assert_eq!((state, running["requeues"].clone()), (JobState::Running, Value::from(0)), "{running}");
+    let (_, job) = server.call_as(Some(&bob), "GET", &format!("/v1/jobs/{pushy}"), None);
+    assert_eq!(job["job"]["priority"], 0, "{job}");
+    assert!(
+        job["priority_capped"].as_str().is_some_and(|c| c.contains("capped at 0") && c.contains("1000000")),
+        "{job}"
+    );
+    // Team a's operator granted its members up to 5: that is what alice gets.
+    let alice = member_of(&server, "alice", "team-a");
+    let body = "[[job]]\nname = \"alice-high\"\nqueue = \"team-a\"\npriority = 50\nhold = true\n";
+    let (status, reply) = server.call_as(Some(&alice), "POST", "/v1/jobs", Some(body));
+    assert_eq!(status, 201, "{reply}");
+    let (_, job) = server.call_as(Some(&alice), "GET", &format!("/v1/jobs/{}", reply["ids"][0]), None);
+    assert_eq!(job["job"]["priority"], 5, "{job}");
+    // A job that names none gets its queue's default; a lower one is always allowed.
+    let body = "[[job]]\nname = \"modest\"\nqueue = \"team-a\"\npriority = -3\nhold = true\n";
+    let (_, reply) = server.call_as(Some(&alice), "POST", "/v1/jobs", Some(body));
+    let (_, job) = server.call_as(Some(&alice), "GET", &format!("/v1/jobs/{}", reply["ids"][0]), None);
+    assert_eq!((job["job"]["priority"].clone(), job["priority_capped"].clone()), (Value::from(-3), Value::Null));
+    // The queue file's range is checked.
+    let bad = "[[queue]]\nname = \"q\"\npriority = { default = 9, max = 2 }\n";
+    let err = gantry_spec::parse_queues(bad, gantry_catalog::Catalog::embedded()).expect_err("default above max");
+    assert!(err.to_string().contains("default 9 is above max 2"), "{err}");
+    for id in [pushy, theirs] {
+        server.call("DELETE", &format!("/v1/jobs/{id}"), None);
+    }
+    server.stop();
+}
