@@ -52,6 +52,9 @@ pub enum ControlError {
     /// registered, a remote agent against an in-process one).
     #[error("{0}")]
     Conflict(String),
+    /// The client sent its request too slowly (a body past its read timeout).
+    #[error("{0}")]
+    TooSlow(String),
     /// The store failed: what was applied is not durable; the controller takes no more
     /// commands until it is restarted (and recovers from the store).
     #[error("the store failed ({0}); restart the controller: it recovers from what was committed")]

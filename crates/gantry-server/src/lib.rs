@@ -18,6 +18,7 @@ pub mod commit;
 pub mod control;
 pub mod error;
 pub mod idle;
+pub mod json_errors;
 pub mod live_sim;
 pub mod local_agents;
 pub mod meter;

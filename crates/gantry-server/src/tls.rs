@@ -134,7 +134,7 @@ pub fn local_ca(data_dir: &Path, names: &[String], agent_certs: AgentCerts) -> R
         write(&key_file, &key.serialize_pem(), true)?;
         write(&ca_file, &cert.pem(), false)?;
     }
-    let (cert_pem, key_pem) = issue(data_dir, names, SERVER_DAYS, "gantry controller")?;
+    let (cert_pem, key_pem) = issue(data_dir, names, SERVER_DAYS, "gantry controller", Purpose::Server)?;
     let (cert, key) = (data_dir.join(SERVER_CERT), data_dir.join(SERVER_KEY));
     write(&key, &key_pem, true)?;
     write(&cert, &cert_pem, false)?;
@@ -143,8 +143,22 @@ pub fn local_ca(data_dir: &Path, names: &[String], agent_certs: AgentCerts) -> R
     Ok(LocalCa { setup, ca_file, fingerprint, created })
 }
 
-/// A certificate and key signed by the data directory's CA, valid for `names`.
-fn issue(data_dir: &Path, names: &[String], days: i64, common_name: &str) -> Result<(String, String), ServeError> {
+/// What a certificate is for: it says so (extended key usage), and is good for nothing else —
+/// an agent's client certificate is not a server certificate for its node's name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Server,
+    Client,
+}
+
+/// A certificate and key signed by the data directory's CA, valid for `names`, for `purpose`.
+fn issue(
+    data_dir: &Path,
+    names: &[String],
+    days: i64,
+    common_name: &str,
+    purpose: Purpose,
+) -> Result<(String, String), ServeError> {
     let key_file = data_dir.join(CA_KEY);
     let ca_key_pem = std::fs::read_to_string(&key_file).map_err(io_error(&key_file))?;
     let ca_key = rcgen::KeyPair::from_pem(&ca_key_pem).map_err(tls_error("reading the CA key"))?;
@@ -152,6 +166,11 @@ fn issue(data_dir: &Path, names: &[String], days: i64, common_name: &str) -> Res
     let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(tls_error("certificate names"))?;
     params.distinguished_name.push(rcgen::DnType::CommonName, common_name);
     params.use_authority_key_identifier_extension = true;
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature, rcgen::KeyUsagePurpose::KeyEncipherment];
+    params.extended_key_usages = vec![match purpose {
+        Purpose::Server => rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        Purpose::Client => rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    }];
     valid_for(&mut params, days);
     let key = rcgen::KeyPair::generate().map_err(tls_error("generating a key"))?;
     let cert = params.signed_by(&key, &issuer).map_err(tls_error("signing a certificate"))?;
@@ -172,7 +191,7 @@ pub fn issue_agent_cert(data_dir: &Path, node: &str) -> Result<(String, String),
             data_dir.display()
         )));
     }
-    issue(data_dir, &[node.to_string()], AGENT_DAYS, &format!("gantry agent {node}"))
+    issue(data_dir, &[node.to_string()], AGENT_DAYS, &format!("gantry agent {node}"), Purpose::Client)
 }
 
 /// SHA-256 of the first certificate of a PEM file, as `AB:CD:…`.
@@ -251,26 +270,44 @@ pub async fn serve_either(
     shutdown: tokio::sync::oneshot::Receiver<()>,
 ) -> std::io::Result<()> {
     match config {
-        Some(config) => serve(listener, config, app, shutdown).await,
-        None => {
-            let listener = axum::serve::ListenerExt::tap_io(listener, |s: &mut tokio::net::TcpStream| no_delay(s));
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = shutdown.await;
-                })
-                .await
-        }
+        Some(config) => serve(listener, Some(config), app, shutdown).await,
+        None => serve(listener, None, app, shutdown).await,
     }
 }
 
-/// Serve `app` over TLS on `listener` until `shutdown` fires.
+/// How long a client may take to send a request's head (its line and headers), on each
+/// request of a connection: a client that trickles them is dropped (hyper closes the
+/// connection) instead of holding it open for ever.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// HTTP/1.1 over `io`, each request carrying `peer` (the connection's client certificate),
+/// with [`HEADER_READ_TIMEOUT`] on every request's head.
+async fn http1<I>(io: I, peer: PeerCert, app: Router)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+        request.extensions_mut().insert(peer.clone());
+        tower::ServiceExt::oneshot(app.clone(), request)
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .serve_connection(hyper_util::rt::TokioIo::new(crate::json_errors::JsonErrors::new(io)), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!(error = %e, "a connection ended with an error");
+    }
+}
+
+/// Serve `app` on `listener` until `shutdown` fires: over TLS with `config`, else plain HTTP.
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    config: Arc<rustls::ServerConfig>,
+    config: Option<Arc<rustls::ServerConfig>>,
     app: Router,
     mut shutdown: tokio::sync::oneshot::Receiver<()>,
 ) -> std::io::Result<()> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let acceptor = config.map(tokio_rustls::TlsAcceptor::from);
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -285,7 +322,10 @@ pub async fn serve(
             _ = &mut shutdown => return Ok(()),
         };
         no_delay(&stream);
-        tokio::spawn(connection(stream, acceptor.clone(), app.clone()));
+        match &acceptor {
+            Some(acceptor) => tokio::spawn(connection(stream, acceptor.clone(), app.clone())),
+            None => tokio::spawn(http1(stream, PeerCert(None), app.clone())),
+        };
     }
 }
 
@@ -314,14 +354,7 @@ async fn connection(stream: tokio::net::TcpStream, acceptor: tokio_rustls::TlsAc
     }
     let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await else { return };
     let peer = PeerCert(tls.get_ref().1.peer_certificates().and_then(|c| c.first()).map(|c| c.clone().into_owned()));
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
-        request.extensions_mut().insert(peer.clone());
-        tower::ServiceExt::oneshot(app.clone(), request)
-    });
-    let io = hyper_util::rt::TokioIo::new(tls);
-    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
-        tracing::debug!(error = %e, "a TLS connection ended with an error");
-    }
+    http1(tls, peer, app).await;
 }
 
 /// Answer a plain HTTP request on the TLS port with a plain 400 that says what to do.
@@ -347,4 +380,38 @@ async fn refuse_plain_http(mut stream: tokio::net::TcpStream) {
     );
     let _ = stream.write_all(reply.as_bytes()).await;
     let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The DER of an extended key usage OID: id-kp-serverAuth (…3.1) or id-kp-clientAuth (…3.2).
+    fn eku(last: u8) -> [u8; 10] {
+        [0x06, 0x08, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, last]
+    }
+
+    fn has(der: &[u8], needle: &[u8]) -> bool {
+        der.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn an_agent_certificate_is_for_client_auth_only_and_the_servers_for_server_auth() {
+        let dir = std::env::temp_dir().join(format!("gantry-tls-eku-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        crate::runner::private_dir(&dir).expect("dir");
+        let ca = local_ca(&dir, &["localhost".into()], AgentCerts::Optional).expect("CA");
+        let der = |pem: &str| -> Vec<u8> {
+            use rustls::pki_types::pem::PemObject;
+            CertificateDer::from_pem_slice(pem.as_bytes()).expect("a certificate").to_vec()
+        };
+        let (agent, _) = issue_agent_cert(&dir, "gpu01").expect("agent certificate");
+        let agent = der(&agent);
+        assert!(has(&agent, &eku(2)) && !has(&agent, &eku(1)), "client auth only");
+        let server = der(&std::fs::read_to_string(&ca.setup.cert).expect("server certificate"));
+        assert!(has(&server, &eku(1)) && !has(&server, &eku(2)), "server auth only");
+        let refused = issue_agent_cert(&dir, "not a name").expect_err("not a DNS name").to_string();
+        assert!(refused.contains("not a DNS name"), "{refused}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

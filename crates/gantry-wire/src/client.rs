@@ -62,6 +62,9 @@ pub struct Tls {
     pub ca: Option<PathBuf>,
     /// PEM certificate chain and key to present (an agent's, `gantry cert agent NODE`).
     pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Allow `http://` to a host that is not this machine (`--insecure-http` on the client):
+    /// the bearer token then crosses the network in the clear. Refused without it.
+    pub plain_http_off_loopback: bool,
 }
 
 /// A client for a controller (or a leader and its standbys): connections are kept and
@@ -80,6 +83,28 @@ pub const STANDBY_HEADER: &str = "x-gantry-standby";
 
 /// Most controllers one client is given.
 const SERVERS_MAX: usize = 16;
+
+/// Is `host` (as a URL names it) this machine?
+fn loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Plain HTTP carries the token in the clear: only to this machine, unless the caller said so.
+fn check_plain_http(server: &str, tls: &Tls) -> Result<(), ClientError> {
+    let Some(rest) = server.strip_prefix("http://") else { return Ok(()) };
+    let host = match rest.rfind(':') {
+        Some(colon) if !rest[colon..].contains(']') => &rest[..colon],
+        _ => rest,
+    };
+    if loopback(host) || tls.plain_http_off_loopback {
+        return Ok(());
+    }
+    Err(ClientError::Address(format!(
+        "{server} is plain HTTP to another machine: the token would cross the network in the clear; \
+         use https:// (the controller's default), or pass --insecure-http to this command too"
+    )))
+}
 
 /// `http(s)://host:port[/]` → the same without the trailing slash; anything else is refused.
 fn base_url(server: &str) -> Result<String, ClientError> {
@@ -139,6 +164,9 @@ impl Client {
         }
         if servers.len() > SERVERS_MAX {
             return Err(ClientError::Address(format!("{} servers: at most {SERVERS_MAX}", servers.len())));
+        }
+        for server in &servers {
+            check_plain_http(server, tls)?;
         }
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
@@ -319,6 +347,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn plain_http_goes_to_this_machine_only_unless_the_caller_says_so() {
+        let plain = Tls::default();
+        for local in ["http://127.0.0.1:8177", "http://localhost:1", "http://[::1]:8177", "http://127.3.2.1:9"] {
+            Client::new(local, &plain).unwrap_or_else(|e| panic!("{local}: {e}"));
+        }
+        for remote in
+            ["http://10.0.0.5:8177", "http://controller:8177", "http://[2001:db8::1]:8177", "https://x:1,http://y:2"]
+        {
+            let refused = Client::new(remote, &plain).expect_err(remote).to_string();
+            assert!(refused.contains("in the clear") && refused.contains("--insecure-http"), "{refused}");
+        }
+        let allowed = Tls { plain_http_off_loopback: true, ..Tls::default() };
+        Client::new("http://controller:8177", &allowed).expect("said so");
+        Client::new("https://controller:8177", &plain).expect("HTTPS anywhere");
+    }
+
+    #[test]
     fn servers_must_be_http_or_https_host_port() {
         assert_eq!(base_url("https://127.0.0.1:8177/").expect("valid"), "https://127.0.0.1:8177");
         assert_eq!(base_url("http://x:1").expect("valid"), "http://x:1");
@@ -361,12 +406,12 @@ mod tests {
 
     #[test]
     fn a_missing_or_empty_ca_file_is_named() {
-        let tls = Tls { ca: Some("/nonexistent/ca.pem".into()), client_cert: None };
+        let tls = Tls { ca: Some("/nonexistent/ca.pem".into()), ..Tls::default() };
         let err = Client::new("https://127.0.0.1:1", &tls).expect_err("no file");
         assert!(err.to_string().contains("cannot read the CA file /nonexistent/ca.pem"), "{err}");
         let empty = std::env::temp_dir().join(format!("gantry-empty-ca-{}.pem", std::process::id()));
         std::fs::write(&empty, "not a certificate\n").expect("writes");
-        let tls = Tls { ca: Some(empty.clone()), client_cert: None };
+        let tls = Tls { ca: Some(empty.clone()), ..Tls::default() };
         let err = Client::new("https://127.0.0.1:1", &tls).expect_err("no certificate");
         assert!(err.to_string().contains("no PEM certificate"), "{err}");
         let _ = std::fs::remove_file(empty);

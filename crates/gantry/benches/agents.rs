@@ -164,7 +164,7 @@ fn run_point(n: usize, o: &Options) -> Point {
     let server = format!("https://127.0.0.1:{port}");
     let client = gantry_wire::client::Client::new(
         &server,
-        &gantry_wire::client::Tls { ca: Some(ca.clone()), client_cert: None },
+        &gantry_wire::client::Tls { ca: Some(ca.clone()), ..Default::default() },
     )
     .expect("a client");
 

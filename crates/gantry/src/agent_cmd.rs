@@ -13,7 +13,7 @@ pub const EXAMPLES: &str = "Examples:
   gantry token create gpu01-agent --role agent --node gpu01 > gpu01.token
   # on node gpu01 (the secret from a file or $GANTRY_TOKEN, never on the command line)
   gantry agent --server https://controller:8177 --ca /etc/gantry/ca.pem --token-file /etc/gantry/agent.token
-  # with a client certificate for this node (mutual TLS; `gantry cert agent gpu01` on the controller host)
+  # with a client certificate for this node (mutual TLS; `gantry cert agent gpu01 --fleet fleet.toml` on the controller host)
   gantry agent --server https://controller:8177 --ca /etc/gantry/ca.pem --token-file /etc/gantry/agent.token \\
     --tls-cert /etc/gantry/gpu01.pem --tls-key /etc/gantry/gpu01.key
   # a machine without a driver (or a test): its GPUs from a fleet file's node
@@ -62,6 +62,10 @@ pub struct AgentArgs {
     /// Log format on stderr: text, or json.
     #[arg(long, value_parser = ["text", "json"])]
     log_format: Option<String>,
+    /// Allow a plain http:// --server on another machine (a controller run with
+    /// --insecure-http behind a network you trust): the agent's token crosses it in the clear.
+    #[arg(long)]
+    insecure_http: bool,
     #[command(flatten)]
     confine: crate::confine_args::ConfineArgs,
 }
@@ -166,6 +170,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let trust = gantry_wire::client::Tls {
         ca: args.ca.clone().or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from)),
         client_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
+        plain_http_off_loopback: args.insecure_http,
     };
     let client = gantry_wire::client::Client::new(&server, &trust).map_err(|e| anyhow::anyhow!(e))?;
     let data_dir = match &args.data {

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub const EXAMPLES: &str = "Examples:
-  # on the controller host: a client certificate for node gpu01, into /etc/gantry/certs
-  gantry cert agent gpu01 --out /etc/gantry/certs
+  # on the controller host: a client certificate for node gpu01 of fleet.toml, into /etc/gantry/certs
+  gantry cert agent gpu01 --fleet fleet.toml --out /etc/gantry/certs
   # then copy gpu01.pem, gpu01.key and ca.pem to gpu01 and run there
   gantry agent --server https://controller:8177 --ca ca.pem --tls-cert gpu01.pem --tls-key gpu01.key --token-file agent.token
   # the CA's fingerprint, to compare with what a client was given
@@ -31,6 +31,10 @@ enum CertCommand {
     Agent {
         /// The node, as the fleet file names it (a DNS name).
         node: String,
+        /// The fleet file the controller serves (`gantry serve --fleet FILE`): a certificate is
+        /// issued only for one of its nodes.
+        #[arg(long, value_name = "FILE")]
+        fleet: PathBuf,
         /// Where to write the two files (default: the current directory).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
@@ -50,7 +54,8 @@ pub fn run(args: CertArgs) -> anyhow::Result<ExitCode> {
             let fingerprint = gantry_server::tls::fingerprint(&ca).map_err(|e| anyhow::anyhow!(e))?;
             println!("{fingerprint}  {}", ca.display());
         }
-        CertCommand::Agent { node, out } => {
+        CertCommand::Agent { node, fleet, out } => {
+            in_fleet(&node, &fleet)?;
             let (cert, key) = gantry_server::tls::issue_agent_cert(&data, &node).map_err(|e| anyhow::anyhow!(e))?;
             let out = out.unwrap_or_else(|| PathBuf::from("."));
             std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
@@ -61,6 +66,24 @@ pub fn run(args: CertArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A certificate names a node the controller serves, never one it does not know of (which a
+/// later fleet change could hand to someone else's machine).
+fn in_fleet(node: &str, fleet: &std::path::Path) -> anyhow::Result<()> {
+    let (name, fleet) = crate::place_cmd::load_fleet(Some(fleet), gantry_catalog::Catalog::embedded())?;
+    if fleet.nodes.iter().any(|n| n.name == node) {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).take(6).collect();
+    if fleet.nodes.len() > names.len() {
+        names.push("…");
+    }
+    anyhow::bail!(
+        "node {node:?} is not in {name} (its nodes: {}): no certificate issued\n  hint: add the node to the fleet file first, \
+         or name the fleet file the controller serves",
+        names.join(", ")
+    )
 }
 
 /// Write a file that must not exist yet (an agent's key is never overwritten by accident).

@@ -38,6 +38,10 @@ pub struct ServerArg {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Allow a plain http:// --server on another machine (a controller run with
+    /// --insecure-http): the token crosses the network in the clear. Refused without it.
+    #[arg(long, global = true)]
+    insecure_http: bool,
 }
 
 impl ServerArg {
@@ -60,7 +64,7 @@ impl ServerArg {
             .clone()
             .or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from))
             .or_else(|| self.data_dir().map(|d| d.join(gantry_server::tls::CA_CERT)).filter(|p| p.exists()));
-        gantry_wire::client::Tls { ca, client_cert: None }
+        gantry_wire::client::Tls { ca, client_cert: None, plain_http_off_loopback: self.insecure_http }
     }
 
     /// The token to send, and where it came from (for the hint when it is refused).

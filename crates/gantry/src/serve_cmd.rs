@@ -19,7 +19,7 @@ pub const EXAMPLES: &str = "Examples:
   # controller only (as root: tasks run as their users): each node runs `gantry agent`
   gantry serve --fleet fleet.toml --listen 0.0.0.0:8177 --tls-name controller.example
   gantry token create gpu01-agent --role agent --node gpu01   # one agent token per node
-  gantry cert agent gpu01 --out certs/                        # optional: its client certificate
+  gantry cert agent gpu01 --fleet fleet.toml --out certs/     # optional: its client certificate
   # plain HTTP on loopback (tests, or behind a TLS proxy)
   gantry serve --local --insecure-http";
 
@@ -645,7 +645,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         if demo {
             let token = std::fs::read_to_string(data_dir.join("admin.token")).ok().map(|t| t.trim().to_string());
-            let trust = gantry_wire::client::Tls { ca: ca_file, client_cert: None };
+            let trust = gantry_wire::client::Tls { ca: ca_file, ..Default::default() };
             let workload = demo_workload(demo_step);
             let said =
                 tokio::task::spawn_blocking(move || submit_demo(&url, &trust, token.as_deref(), &workload)).await;

@@ -46,7 +46,7 @@ fn check_client_cert(shared: &Shared, peer: Option<Extension<PeerCert>>, node: &
         )))),
         (None, AgentCerts::Required) => Err(ApiError(ControlError::Unauthenticated(format!(
             "this controller requires agents to present a client certificate for their node: \
-             `gantry cert agent {node}` on the controller host, then `gantry agent --tls-cert FILE --tls-key FILE`"
+             `gantry cert agent {node} --fleet FILE` on the controller host, then `gantry agent --tls-cert FILE --tls-key FILE`"
         )))),
         _ => Ok(()),
     }

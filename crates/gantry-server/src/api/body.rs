@@ -10,6 +10,11 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{Method, StatusCode, Uri};
 
+/// How long a client may take to send a request's body (1 MiB at 35 KB/s): a connection that
+/// trickles its body is answered 408 and closed, instead of holding a worker and a
+/// connection for as long as it likes.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// A request body as UTF-8 text.
 pub struct Text(pub String);
 
@@ -17,7 +22,13 @@ impl FromRequest<Shared> for Text {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Shared) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+        let read = tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(req, state)).await.map_err(|_| {
+            ApiError(ControlError::TooSlow(format!(
+                "the request body did not arrive within {} s",
+                BODY_READ_TIMEOUT.as_secs()
+            )))
+        })?;
+        let bytes = read.map_err(|e| {
             ApiError(if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ControlError::TooLarge {
                     limit: "body_bytes",

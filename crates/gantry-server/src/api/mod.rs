@@ -45,6 +45,7 @@ pub fn status_of(e: &ControlError) -> StatusCode {
             StatusCode::CONFLICT
         }
         ControlError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        ControlError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
         ControlError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         ControlError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
         ControlError::Forbidden(_) => StatusCode::FORBIDDEN,

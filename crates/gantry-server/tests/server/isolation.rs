@@ -167,7 +167,7 @@ fn tls_server(name: &str, agent_certs: AgentCerts) -> (Server, String, std::path
 
 fn client(url: &str, ca: &std::path::Path, cert: Option<(&std::path::Path, &str)>) -> Client {
     let client_cert = cert.map(|(dir, node)| (dir.join(format!("{node}.pem")), dir.join(format!("{node}.key"))));
-    Client::new(url, &Tls { ca: Some(ca.to_path_buf()), client_cert }).expect("client")
+    Client::new(url, &Tls { ca: Some(ca.to_path_buf()), client_cert, ..Tls::default() }).expect("client")
 }
 
 fn write_agent_cert(data: &std::path::Path, node: &str) -> std::path::PathBuf {

@@ -220,3 +220,42 @@ fn priority_is_granted_by_the_queue_not_chosen_by_a_member() {
     }
     server.stop();
 }
+
+/// What one raw exchange gets back (until the server closes, or 15 s).
+fn raw_exchange(url: &str, request: &[u8]) -> (String, std::time::Duration) {
+    use std::io::{Read, Write};
+    let addr = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).expect("connects");
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(15))).expect("timeout");
+    let started = std::time::Instant::now();
+    stream.write_all(request).expect("writes");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    (String::from_utf8_lossy(&answer).into_owned(), started.elapsed())
+}
+
+#[test]
+fn the_http_layer_answers_in_json_and_drops_slow_clients() {
+    let server = Server::new("trust-http");
+    // hyper's own refusals, before any handler: JSON like every other error.
+    let headers: String = (0..200).map(|i| format!("X-H{i}: v\r\n")).collect();
+    for (request, status) in [
+        (b"GARBAGE\r\n\r\n".to_vec(), "400"),
+        (format!("GET /healthz HTTP/1.1\r\nHost: x\r\n{headers}\r\n").into_bytes(), "431"),
+    ] {
+        let (answer, _) = raw_exchange(&server.url, &request);
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status} ")), "{answer}");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let json: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {answer}"));
+        assert!(json["error"].is_string(), "{answer}");
+    }
+    // A client that never finishes its request's head is dropped, not held for ever.
+    let (answer, took) = raw_exchange(&server.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n");
+    assert!(answer.is_empty(), "{answer}");
+    let limit = gantry_server::tls::HEADER_READ_TIMEOUT;
+    assert!(took >= limit && took < limit + std::time::Duration::from_secs(4), "dropped after {took:?}");
+    // And the controller serves on.
+    let (answer, _) = raw_exchange(&server.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    server.stop();
+}
