@@ -18,6 +18,7 @@ pub mod mig;
 pub mod mig_nvml;
 pub mod mps;
 pub mod node;
+pub mod output;
 pub mod runner;
 pub mod runs;
 pub mod sample;

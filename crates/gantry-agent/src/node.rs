@@ -534,6 +534,25 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
     }
 }
 
+/// Answer the controller's reads of this node's task output, one message each (a read not
+/// answered comes again with the next orders, until the reader gives up).
+async fn answer_reads(config: &AgentConfig, reads: Vec<gantry_wire::LogRead>) {
+    let path = format!("/v1/agents/{}/logs", config.node);
+    for read in reads.into_iter().take(gantry_wire::LOG_READS_MAX) {
+        let data_dir = config.data_dir.clone();
+        let chunk = tokio::task::spawn_blocking(move || crate::output::answer(&data_dir, &read)).await;
+        let Ok(chunk) = chunk else { continue };
+        let Ok(body) = serde_json::to_string(&chunk) else { continue };
+        match call(config, path.clone(), body).await {
+            Ok((200, _)) => {}
+            Ok((status, text)) => {
+                tracing::warn!(status, error = %error_text(&text), "an output read's answer was refused")
+            }
+            Err(e) => tracing::warn!(error = %e, "an output read's answer did not reach the controller"),
+        }
+    }
+}
+
 /// What to do with a heartbeat's answer: carry out its orders, register again (the controller
 /// restarted), stop for good (refused), or wait and try again.
 async fn handle_answer(
@@ -547,7 +566,11 @@ async fn handle_answer(
         Ok((200, text)) => {
             *unreachable = false;
             match serde_json::from_str::<Orders>(&text) {
-                Ok(orders) => agent.apply(orders),
+                Ok(mut orders) => {
+                    let reads = std::mem::take(&mut orders.log_reads);
+                    agent.apply(orders);
+                    answer_reads(config, reads).await;
+                }
                 Err(e) => tracing::error!(error = %e, "unreadable orders"),
             }
         }

@@ -162,13 +162,21 @@ impl Tokens {
         self.by_name.is_empty()
     }
 
-    /// Who holds this secret?
-    pub fn authenticate(&self, secret: &str) -> Result<Principal, ControlError> {
-        self.name_of_hash
+    /// Who holds this secret, at `now_s`? An expired token is refused like a revoked one, and
+    /// says so (its holder knew it; the name is theirs).
+    pub fn authenticate(&self, secret: &str, now_s: u64) -> Result<Principal, ControlError> {
+        let token = self
+            .name_of_hash
             .get(&hash(secret))
             .and_then(|name| self.by_name.get(name))
-            .map(|t| Principal::from(t.clone()))
-            .ok_or_else(|| ControlError::Unauthenticated("unknown or revoked token".into()))
+            .ok_or_else(|| ControlError::Unauthenticated("unknown or revoked token".into()))?;
+        if let Some(expired) = token.expires_at_s.filter(|at| *at <= now_s) {
+            return Err(ControlError::Unauthenticated(format!(
+                "token {:?} expired at {} (Unix seconds); ask an admin for a new one",
+                token.name, expired
+            )));
+        }
+        Ok(Principal::from(token.clone()))
     }
 
     /// Check a new token (its secret already hashed) and add it; the record to commit.
@@ -211,6 +219,24 @@ impl Tokens {
     pub fn list(&self) -> Vec<TokenRecord> {
         self.by_name.values().map(|t| TokenRecord { hash: String::new(), ..t.clone() }).collect()
     }
+}
+
+/// The shortest lifetime a token may be given: less cannot be used before it lapses (a
+/// client's clock and a request's round trip are seconds apart).
+pub const TOKEN_LIFETIME_MIN_S: u64 = 60;
+/// The longest: ten years, past which "expires" means "does not" (leave it out instead).
+pub const TOKEN_LIFETIME_MAX_S: u64 = 10 * 365 * 86_400;
+
+/// When a token created at `now_s` to live `lifetime_s` expires.
+pub fn expiry(now_s: u64, lifetime_s: Option<u64>) -> Result<Option<u64>, ControlError> {
+    let Some(lifetime) = lifetime_s else { return Ok(None) };
+    if !(TOKEN_LIFETIME_MIN_S..=TOKEN_LIFETIME_MAX_S).contains(&lifetime) {
+        return Err(ControlError::Invalid(format!(
+            "a token's lifetime of {lifetime} s is outside {TOKEN_LIFETIME_MIN_S} s..={TOKEN_LIFETIME_MAX_S} s \
+             (one minute to ten years); leave it out for a token that does not expire"
+        )));
+    }
+    Ok(Some(now_s.saturating_add(lifetime)))
 }
 
 /// Hex SHA-256 of a secret.
@@ -335,9 +361,10 @@ mod tests {
             hash: hash(secret),
             created_at_s: 1,
             node: (role == Role::Agent).then(|| "n1".to_string()),
+            expires_at_s: None,
         };
         let mut tokens = Tokens::new(vec![record("admin", "s0", Role::Admin)]);
-        assert_eq!(tokens.authenticate("s0").expect("known").role, Role::Admin);
+        assert_eq!(tokens.authenticate("s0", 1).expect("known").role, Role::Admin);
         tokens.add(record("alice", "s1", Role::Member)).expect("adds");
         assert!(matches!(tokens.add(record("alice", "s2", Role::Admin)), Err(ControlError::TokenExists(_))));
         assert!(matches!(tokens.add(record("bob", "s1", Role::Admin)), Err(ControlError::Invalid(_))), "same hash");
@@ -347,13 +374,36 @@ mod tests {
         assert!(tokens.add(TokenRecord { node: None, ..record("a", "s6", Role::Agent) }).is_err(), "agent: one node");
         assert!(tokens.add(TokenRecord { node: Some("n1".into()), ..record("x", "s7", Role::Admin) }).is_err());
         tokens.add(record("rack", "s8", Role::Agent)).expect("an agent token for n1");
-        assert_eq!(tokens.authenticate("s8").expect("known").node.as_deref(), Some("n1"));
+        assert_eq!(tokens.authenticate("s8", 1).expect("known").node.as_deref(), Some("n1"));
         tokens.revoke("alice").expect("revokes");
-        assert!(matches!(tokens.authenticate("s1"), Err(ControlError::Unauthenticated(_))));
+        assert!(matches!(tokens.authenticate("s1", 1), Err(ControlError::Unauthenticated(_))));
         assert!(matches!(tokens.revoke("alice"), Err(ControlError::UnknownToken(_))));
         assert_eq!(
             tokens.list().iter().map(|t| (t.name.as_str(), t.hash.as_str())).collect::<Vec<_>>(),
             [("admin", ""), ("rack", "")]
         );
+    }
+
+    #[test]
+    fn a_token_works_until_it_expires_and_its_lifetime_is_bounded() {
+        let temp = TokenRecord {
+            name: "ci".into(),
+            role: Role::ReadOnly,
+            queues: Vec::new(),
+            hash: hash("s1"),
+            created_at_s: 1_000,
+            node: None,
+            expires_at_s: expiry(1_000, Some(3_600)).expect("an hour is fine"),
+        };
+        let tokens = Tokens::new(vec![temp]);
+        assert_eq!(tokens.authenticate("s1", 4_599).expect("a second left").name, "ci");
+        let refused = tokens.authenticate("s1", 4_600).expect_err("expired").to_string();
+        assert!(refused.contains("\"ci\" expired at 4600") && refused.contains("ask an admin"), "{refused}");
+        assert_eq!(expiry(5, None).expect("no lifetime"), None);
+        for lifetime in [0, TOKEN_LIFETIME_MIN_S - 1, TOKEN_LIFETIME_MAX_S + 1, u64::MAX] {
+            let err = expiry(5, Some(lifetime)).expect_err("out of bounds").to_string();
+            assert!(err.contains("one minute to ten years"), "{err}");
+        }
+        assert_eq!(expiry(u64::MAX - 5, Some(TOKEN_LIFETIME_MAX_S)).expect("saturates"), Some(u64::MAX));
     }
 }

@@ -27,6 +27,9 @@ pub enum ControlError {
     Invalid(String),
     #[error("no job {0}")]
     UnknownJob(u64),
+    /// A job's task by a name it does not have.
+    #[error("{0}")]
+    UnknownTask(String),
     #[error("{0}")]
     UnknownNode(String),
     #[error("no token {0:?}")]

@@ -23,6 +23,7 @@ pub mod live_sim;
 pub mod local_agents;
 pub mod meter;
 pub mod metrics;
+pub mod output;
 pub mod replay;
 pub mod series;
 pub mod standby;
@@ -157,6 +158,8 @@ pub struct Shared {
     pub wake: Arc<Notify>,
     /// Wakes remote agents' held heartbeats: there are new orders.
     pub agents_wake: Arc<AgentWakes>,
+    /// Reads of task output waiting for remote agents.
+    pub output: Arc<output::OutputReads>,
     pub data_dir: PathBuf,
     /// What one request, user and queue may put in (`[admission]`).
     pub admission: admission::AdmissionLimits,
@@ -351,6 +354,7 @@ fn open_controller(
             queues: Vec::new(),
             hash: auth::hash(&new),
             node: None,
+            lifetime_s: None,
         };
         batches.push(controller.apply(now, command)?.commit);
         secret = Some(new);
@@ -462,6 +466,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         local,
         wake: Arc::new(Notify::new()),
         agents_wake: Arc::new(AgentWakes::default()),
+        output: Arc::new(output::OutputReads::default()),
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),
         agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),

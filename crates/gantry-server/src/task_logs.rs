@@ -1,17 +1,20 @@
-//! Where a task's output is, and reading it when its agent runs in this process
-//! (`serve --local`): by the task's rank in its run, through the agent's own checked file
-//! access (`gantry_agent::files`: no name from a job becomes a path, no symlink is followed,
-//! no FIFO can block the reader), at most [`LOG_BYTES_MAX`] from the end.
+//! Where a task's output is, and reading it for the API and the dashboard: from the files of
+//! an agent in this process (`serve --local`), or through a remote node's agent
+//! ([`crate::output`]). Both read by the task's rank in its run with the agent's own checked
+//! file access ([`gantry_agent::output`]), at most [`gantry_wire::LOG_READ_BYTES_MAX`] per
+//! stream per request. Who may read is decided before (`Principal::reads_logs_of`).
 
-use gantry_agent::files::{JobDir, Kind};
+use crate::Shared;
 use gantry_store::JobRow;
 use gantry_types::JobState;
-use std::io::{Read, Seek, SeekFrom};
+use gantry_wire::{LOG_READ_BYTES_MAX, LogRead, LogStream};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-/// The most of one stream of one task returned at once: the end of it (a job that printed
-/// gigabytes would otherwise be read whole into the controller's memory per request).
-pub const LOG_BYTES_MAX: u64 = 8 << 20;
+/// Tasks one request reads when it names none: a job of more (a large gang) is read a task
+/// at a time (`?task=GROUP/REPLICA`), not by asking every node at once.
+pub const LOG_TASKS_MAX: usize = 64;
 
 /// An in-process agent's data directory (claims, task logs under `jobs/<id>/<attempt>/`,
 /// MPS pipes, fake devices).
@@ -25,33 +28,159 @@ pub fn shown_attempt(row: &JobRow) -> u32 {
     if row.state == JobState::Pending { row.requeues.saturating_sub(1) } else { row.requeues }
 }
 
-/// Where task `rank` of `row`'s shown run keeps `kind`, relative to its agent's data directory.
-pub fn relative(row: &JobRow, rank: u32, kind: Kind) -> String {
-    gantry_agent::files::relative_path(row.id, shown_attempt(row), rank, kind)
+/// Where task `rank` of `row`'s shown run keeps `stream`, relative to its agent's data directory.
+pub fn relative(row: &JobRow, rank: u32, stream: LogStream) -> String {
+    gantry_agent::files::relative_path(row.id, shown_attempt(row), rank, gantry_agent::output::kind(stream))
 }
 
-/// Task `rank`'s stream `kind` (the end of it, see [`LOG_BYTES_MAX`]), from the in-process
-/// agent of `node`: empty when there is none yet; a note when it cannot be read.
-pub fn read_local(data_dir: &Path, node: &str, row: &JobRow, rank: u32, kind: Kind) -> String {
-    let Ok(agent_dir) = std::fs::canonicalize(node_dir(data_dir, node)) else { return String::new() };
-    let opened = JobDir::open(&agent_dir, row.id, shown_attempt(row), false).and_then(|d| d.open_log(rank, kind));
-    let mut file = match opened {
-        Ok(Some(file)) => file,
-        Ok(None) => return String::new(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return String::new(),
-        Err(e) => return format!("gantry: this log cannot be read: {e}\n"),
-    };
-    let size = file.metadata().map_or(0, |m| m.len());
-    let mut text = String::new();
-    if size > LOG_BYTES_MAX {
-        let _ = file.seek(SeekFrom::Start(size - LOG_BYTES_MAX));
-        text = format!(
-            "gantry: the first {} bytes are left out (only the last {LOG_BYTES_MAX} are shown)\n",
-            size - LOG_BYTES_MAX
-        );
+/// Part of one task's stream, as a reader gets it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LogPiece {
+    /// `GROUP/REPLICA`.
+    pub task: String,
+    pub node: String,
+    /// `out` or `err`.
+    pub stream: String,
+    /// Where `text` starts in the stream (bytes).
+    pub offset: u64,
+    /// Where the next read goes on from (bytes; `offset` when nothing was read).
+    pub end: u64,
+    /// The stream's size when read (bytes).
+    pub size: u64,
+    /// The bytes read, as UTF-8 (what is not UTF-8 replaced by U+FFFD).
+    pub text: String,
+    /// Why nothing could be read (the node is down, its agent did not answer), or what was
+    /// left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Which output to read.
+#[derive(Clone, Debug)]
+pub struct Want {
+    /// Tasks by rank in the shown run.
+    pub ranks: Vec<u32>,
+    pub streams: Vec<LogStream>,
+    /// From this byte of the one stream asked for; `None`: the end of each.
+    pub offset: Option<u64>,
+}
+
+/// Read what `want` names of `row`'s shown run, task by task, stdout before stderr.
+pub async fn read(shared: &Shared, row: &JobRow, want: &Want) -> Vec<LogPiece> {
+    let mut pieces = Vec::new();
+    // A node that failed once in this request is not asked again for its next tasks.
+    let mut failed: BTreeMap<String, String> = BTreeMap::new();
+    for &rank in &want.ranks {
+        let Some(task) = row.tasks.get(rank as usize) else { continue };
+        for &stream in &want.streams {
+            let mut piece = LogPiece {
+                task: format!("{}/{}", task.group, task.replica),
+                node: task.node.clone(),
+                stream: stream.name().into(),
+                ..LogPiece::default()
+            };
+            let read = LogRead {
+                id: 0,
+                job: row.id,
+                attempt: shown_attempt(row),
+                rank,
+                stream,
+                offset: want.offset,
+                max_bytes: LOG_READ_BYTES_MAX,
+            };
+            let got = match failed.get(&task.node) {
+                Some(why) => Err(why.clone()),
+                None if shared.local => read_local(&shared.data_dir, &task.node, &read),
+                None => read_remote(shared, &task.node, read).await,
+            };
+            match got {
+                Ok(part) => fill(&mut piece, part, want.offset.is_none()),
+                Err(why) => {
+                    failed.insert(task.node.clone(), why.clone());
+                    piece.note = Some(format!("{why} (on the node: {})", relative(row, rank, stream)));
+                }
+            }
+            pieces.push(piece);
+        }
     }
-    let mut bytes = Vec::new();
-    let _ = file.take(LOG_BYTES_MAX).read_to_end(&mut bytes);
-    text.push_str(&String::from_utf8_lossy(&bytes));
-    text
+    pieces
+}
+
+fn fill(piece: &mut LogPiece, part: gantry_agent::output::Piece, from_end: bool) {
+    piece.offset = part.offset;
+    piece.end = part.end();
+    piece.size = part.size;
+    piece.text = String::from_utf8_lossy(&part.bytes).into_owned();
+    if from_end && part.offset > 0 {
+        piece.note = Some(format!(
+            "the first {} bytes are left out (at most {LOG_READ_BYTES_MAX} are read at once)",
+            part.offset
+        ));
+    }
+}
+
+/// From the files of `node`'s agent in this process.
+fn read_local(data_dir: &Path, node: &str, read: &LogRead) -> Result<gantry_agent::output::Piece, String> {
+    let Ok(agent_dir) = std::fs::canonicalize(node_dir(data_dir, node)) else {
+        return Ok(gantry_agent::output::Piece::default());
+    };
+    gantry_agent::output::read_piece(
+        &agent_dir,
+        (read.job, read.attempt, read.rank),
+        read.stream,
+        read.offset,
+        read.max_bytes,
+    )
+    .map_err(|e| format!("this output cannot be read: {e}"))
+}
+
+/// Through `node`'s agent: asked with its next heartbeat's orders (its held one woken), at
+/// most [`crate::output::OUTPUT_WAIT`].
+async fn read_remote(shared: &Shared, node: &str, read: LogRead) -> Result<gantry_agent::output::Piece, String> {
+    if let Some(why) = shared.read(|c| c.output_unavailable(node, crate::now_s())) {
+        return Err(why);
+    }
+    let (id, answer) = shared.output.ask(node, read).map_err(|e| e.to_string())?;
+    shared.agents_wake.of(node).notify_waiters();
+    let answered = tokio::time::timeout(crate::output::OUTPUT_WAIT, answer).await;
+    shared.output.give_up(id);
+    let chunk = match answered {
+        Ok(Ok(chunk)) => chunk,
+        _ => {
+            return Err(format!(
+                "node {node}'s agent did not answer within {} s: it may be stuck or cut off",
+                crate::output::OUTPUT_WAIT.as_secs()
+            ));
+        }
+    };
+    if let Some(error) = chunk.error {
+        return Err(format!("node {node}: {error}"));
+    }
+    let bytes = chunk.bytes().ok_or_else(|| format!("node {node}'s agent answered with garbled data"))?;
+    Ok(gantry_agent::output::Piece { offset: chunk.offset, size: chunk.size, bytes })
+}
+
+/// The last `lines` lines of `text` (all when it has fewer).
+pub fn last_lines(text: &str, lines: usize) -> &str {
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    match body.rmatch_indices('\n').nth(lines.saturating_sub(1)) {
+        Some((at, _)) if lines > 0 => &text[at + 1..],
+        _ if lines == 0 => "",
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_lines_of_a_text() {
+        assert_eq!(last_lines("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(last_lines("a\nb\nc", 2), "b\nc");
+        assert_eq!(last_lines("a\nb\n", 5), "a\nb\n");
+        assert_eq!(last_lines("a\nb\n", 0), "");
+        assert_eq!(last_lines("", 3), "");
+        assert_eq!(last_lines("only", 1), "only");
+    }
 }

@@ -134,6 +134,11 @@ pub(crate) enum Duration {
     Text(String),
 }
 
+/// Seconds from a duration as a flag gives it (`"90"`, `"30m"`, `"7d"`), at least `min`.
+pub fn duration_seconds(field: &str, text: &str, min: u64) -> Result<u64, SpecError> {
+    seconds(field, &Duration::Text(text.to_string()), min)
+}
+
 /// Seconds from `90`, `"90s"`, `"30m"`, `"12h"`, `"7d"`.
 pub(crate) fn seconds(field: &str, d: &Duration, min: u64) -> Result<u64, SpecError> {
     let negative = match d {

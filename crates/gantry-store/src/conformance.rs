@@ -174,6 +174,7 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
         hash: "h1".into(),
         created_at_s: 1,
         node: None,
+        expires_at_s: Some(86_401),
     };
     let usage = UsageRow {
         hour_s: 3600,
@@ -252,6 +253,7 @@ pub fn tokens<S: Store>(mut make: impl FnMut() -> S) {
         hash: hash.into(),
         created_at_s: 7,
         node: (role == Role::Agent).then(|| "n1".to_string()),
+        expires_at_s: (role == Role::Member).then_some(7 + 30 * 86_400),
     };
     store.put_token(&token("root", "aa", Role::Admin)).expect("adds");
     store.put_token(&token("rack", "dd", Role::Agent)).expect("adds");

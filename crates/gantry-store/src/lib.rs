@@ -146,6 +146,9 @@ pub struct TokenRecord {
     /// member and read-only tokens; an agent token from before node binding).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// When the token stops working (Unix seconds; `None`: it does not expire).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_s: Option<u64>,
 }
 
 /// The accounting ledger's unit: one job's use of one GPU model within one hour. Integer

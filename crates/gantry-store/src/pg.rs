@@ -100,10 +100,15 @@ CREATE INDEX reconfigurations_open ON reconfigurations (finished, id);",
         11,
         "ALTER TABLE jobs ADD COLUMN outcome TEXT NOT NULL DEFAULT '{}';",
     ),
+    (
+        // Tokens that expire (SQLite's schema 11).
+        12,
+        "ALTER TABLE tokens ADD COLUMN expires_at_s BIGINT;",
+    ),
 ];
 
 /// The schema version this code writes.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 11;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 12;
 
 /// Arbitrary, fixed: the advisory lock migrations hold.
 const MIGRATION_LOCK: i64 = 0x6761_6e74_7279; // "gantry"
@@ -404,7 +409,16 @@ fn decode_token(row: &postgres::Row) -> Result<TokenRecord, StoreError> {
         .map_err(|_| StoreError::Corrupt(format!("token {name:?}: unknown role {role:?}")))?;
     let queues: Vec<String> =
         serde_json::from_str(row.get(2)).map_err(|e| StoreError::Corrupt(format!("token {name:?}: queues: {e}")))?;
-    Ok(TokenRecord { name, role, queues, hash: row.get(3), created_at_s: uint(row.get(4))?, node: row.get(5) })
+    let expires: Option<i64> = row.get(6);
+    Ok(TokenRecord {
+        name,
+        role,
+        queues,
+        hash: row.get(3),
+        created_at_s: uint(row.get(4))?,
+        node: row.get(5),
+        expires_at_s: expires.map(uint).transpose()?,
+    })
 }
 
 /// The `jobs` row of `id` inside `tx`.
@@ -463,9 +477,17 @@ fn put_token(tx: &mut Transaction<'_>, token: &TokenRecord) -> Result<(), StoreE
     let role = serde_json::to_value(token.role).map_err(|e| StoreError::Backend(e.to_string()))?;
     let inserted = tx
         .execute(
-            "INSERT INTO tokens (name, role, queues, hash, created_at_s, node) VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT DO NOTHING",
-            &[&token.name, &role.as_str(), &json(&token.queues)?, &token.hash, &int(token.created_at_s)?, &token.node],
+            "INSERT INTO tokens (name, role, queues, hash, created_at_s, node, expires_at_s)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            &[
+                &token.name,
+                &role.as_str(),
+                &json(&token.queues)?,
+                &token.hash,
+                &int(token.created_at_s)?,
+                &token.node,
+                &token.expires_at_s.map(int).transpose()?,
+            ],
         )
         .map_err(pg)?;
     if inserted == 0 {
@@ -658,7 +680,10 @@ impl Store for PostgresStore {
         let hash = hash.to_string();
         self.call(move |c| {
             let row = c
-                .query_opt("SELECT name, role, queues, hash, created_at_s, node FROM tokens WHERE hash = $1", &[&hash])
+                .query_opt(
+                    "SELECT name, role, queues, hash, created_at_s, node, expires_at_s FROM tokens WHERE hash = $1",
+                    &[&hash],
+                )
                 .map_err(pg)?;
             row.as_ref().map(decode_token).transpose()
         })
@@ -667,7 +692,10 @@ impl Store for PostgresStore {
     fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
         self.call(|c| {
             let rows = c
-                .query("SELECT name, role, queues, hash, created_at_s, node FROM tokens ORDER BY name", &[])
+                .query(
+                    "SELECT name, role, queues, hash, created_at_s, node, expires_at_s FROM tokens ORDER BY name",
+                    &[],
+                )
                 .map_err(pg)?;
             rows.iter().map(decode_token).collect()
         })

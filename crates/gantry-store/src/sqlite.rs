@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS tokens (
     queues       TEXT    NOT NULL,
     hash         TEXT    NOT NULL UNIQUE,
     created_at_s INTEGER NOT NULL,
-    node         TEXT
+    node         TEXT,
+    expires_at_s INTEGER
 );
 CREATE TABLE IF NOT EXISTS drained (
     node TEXT PRIMARY KEY
@@ -77,9 +78,10 @@ CREATE TABLE IF NOT EXISTS commands (
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
 /// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log), 8 `tokens.node` (agent
 /// tokens bound to one node), 9 `reconfigurations` (GPU reconfigurations the controller
-/// carries out), 10 `jobs.outcome` (how a job ended, what its runs used, an OOM kill); an
-/// older store gets the new tables and columns when opened.
-const SCHEMA_VERSION: i64 = 10;
+/// carries out), 10 `jobs.outcome` (how a job ended, what its runs used, an OOM kill), 11
+/// `tokens.expires_at_s` (tokens that expire); an older store gets the new tables and columns
+/// when opened.
+const SCHEMA_VERSION: i64 = 11;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -128,6 +130,13 @@ impl SqliteStore {
             conn.query_row("SELECT COUNT(*) FROM pragma_table_info('tokens') WHERE name = 'node'", [], |r| r.get(0))?;
         if has_node == 0 {
             conn.execute_batch("ALTER TABLE tokens ADD COLUMN node TEXT")?;
+        }
+        let has_expiry: i64 =
+            conn.query_row("SELECT COUNT(*) FROM pragma_table_info('tokens') WHERE name = 'expires_at_s'", [], |r| {
+                r.get(0)
+            })?;
+        if has_expiry == 0 {
+            conn.execute_batch("ALTER TABLE tokens ADD COLUMN expires_at_s INTEGER")?;
         }
         let has_outcome: i64 =
             conn.query_row("SELECT COUNT(*) FROM pragma_table_info('jobs') WHERE name = 'outcome'", [], |r| r.get(0))?;
@@ -317,16 +326,16 @@ impl Store for SqliteStore {
     }
 
     fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT name, role, queues, hash, created_at_s, node FROM tokens WHERE hash = ?1")?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT name, role, queues, hash, created_at_s, node, expires_at_s FROM tokens WHERE hash = ?1",
+        )?;
         stmt.query_row(params![hash], token_row).optional()?.map(decode_token).transpose()
     }
 
     fn tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT name, role, queues, hash, created_at_s, node FROM tokens ORDER BY name")?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT name, role, queues, hash, created_at_s, node, expires_at_s FROM tokens ORDER BY name",
+        )?;
         let rows = stmt.query_map([], token_row)?;
         rows.map(|r| decode_token(r?)).collect()
     }
@@ -433,18 +442,19 @@ impl Store for SqliteStore {
     }
 }
 
-type RawToken = (String, String, String, String, i64, Option<String>);
+type RawToken = (String, String, String, String, i64, Option<String>, Option<i64>);
 
 fn token_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawToken> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
 }
 
-fn decode_token((name, role, queues, hash, created, node): RawToken) -> Result<TokenRecord, StoreError> {
+fn decode_token((name, role, queues, hash, created, node, expires): RawToken) -> Result<TokenRecord, StoreError> {
     let role: Role = serde_json::from_value(serde_json::Value::String(role.clone()))
         .map_err(|_| StoreError::Corrupt(format!("token {name:?}: unknown role {role:?}")))?;
     let queues: Vec<String> =
         serde_json::from_str(&queues).map_err(|e| StoreError::Corrupt(format!("token {name:?}: queues: {e}")))?;
-    Ok(TokenRecord { name, role, queues, hash, created_at_s: uint(created)?, node })
+    let expires_at_s = expires.map(uint).transpose()?;
+    Ok(TokenRecord { name, role, queues, hash, created_at_s: uint(created)?, node, expires_at_s })
 }
 
 /// Append `events` to the log and apply each to the `jobs` table; the last one's sequence
@@ -466,8 +476,17 @@ fn put_token(conn: &Connection, token: &TokenRecord) -> Result<(), StoreError> {
     let role = serde_json::to_value(token.role).map_err(|e| StoreError::Backend(e.to_string()))?;
     let queues = serde_json::to_string(&token.queues).map_err(|e| StoreError::Backend(e.to_string()))?;
     let inserted = conn.execute(
-        "INSERT OR IGNORE INTO tokens (name, role, queues, hash, created_at_s, node) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        params![token.name, role.as_str(), queues, token.hash, int(token.created_at_s)?, token.node],
+        "INSERT OR IGNORE INTO tokens (name, role, queues, hash, created_at_s, node, expires_at_s)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        params![
+            token.name,
+            role.as_str(),
+            queues,
+            token.hash,
+            int(token.created_at_s)?,
+            token.node,
+            token.expires_at_s.map(int).transpose()?
+        ],
     )?;
     if inserted == 0 {
         return Err(StoreError::TokenExists(token.name.clone()));

@@ -25,13 +25,19 @@ use serde::{Deserialize, Serialize};
 /// launch may use on its node ([`Launch::cpu_milli`], [`Launch::memory_bytes`]), how the node
 /// confines ([`Register::confinement`]), what its runs used ([`Heartbeat::usage`]) and an exit
 /// by the OOM killer; the controller sends a launch's limits only to an agent of 3 or later.
-pub const PROTOCOL_VERSION: u32 = 3;
+/// 4 added output reads: the controller asks the agent for part of a task's output
+/// ([`Orders::log_reads`]) and the agent answers with a [`LogChunk`] each; only an agent of 4
+/// or later is asked.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// The first protocol with layout orders.
 pub const PROTOCOL_LAYOUTS: u32 = 2;
 
 /// The first protocol with confinement (limits in launches, usage in heartbeats).
 pub const PROTOCOL_CONFINEMENT: u32 = 3;
+
+/// The first protocol whose agents serve their tasks' output on request.
+pub const PROTOCOL_LOGS: u32 = 4;
 
 fn protocol_one() -> u32 {
     1
@@ -436,6 +442,10 @@ pub struct Orders {
     /// Layout outcomes the controller has recorded: the agent may stop reporting them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forget_layouts: Vec<u64>,
+    /// Parts of task output someone is waiting to read (protocol 4): the agent answers each
+    /// with a [`LogChunk`] (`POST /v1/agents/{node}/logs`). Repeated until answered or given up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_reads: Vec<LogRead>,
 }
 
 impl Orders {
@@ -445,6 +455,81 @@ impl Orders {
             && self.forget.is_empty()
             && self.layouts.is_empty()
             && self.forget_layouts.is_empty()
+            && self.log_reads.is_empty()
+    }
+}
+
+/// The most of one task stream one read returns: 256 KiB, so an agent's answer (base64, a
+/// third more) is one modest message and a reader waits for one round trip, not a download.
+pub const LOG_READ_BYTES_MAX: u64 = 256 << 10;
+
+/// Output reads one node may have waiting at once (more are refused with 429: the node's
+/// agent reads them one by one between heartbeats).
+pub const LOG_READS_MAX: usize = 32;
+
+/// A task's standard output or standard error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    Out,
+    Err,
+}
+
+impl LogStream {
+    pub fn name(self) -> &'static str {
+        match self {
+            LogStream::Out => "out",
+            LogStream::Err => "err",
+        }
+    }
+}
+
+/// Read part of one task's output on this node (protocol 4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogRead {
+    /// The controller's number for this read: the answer names it.
+    pub id: u64,
+    pub job: u64,
+    pub attempt: u32,
+    /// The task's rank in its run (its files are named by it).
+    pub rank: u32,
+    pub stream: LogStream,
+    /// Where to start, in bytes; absent: the last `max_bytes` of the stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// At most this many bytes ([`LOG_READ_BYTES_MAX`] at most).
+    pub max_bytes: u64,
+}
+
+/// `POST /v1/agents/{node}/logs`: the answer to one [`LogRead`].
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogChunk {
+    /// The read it answers ([`LogRead::id`]).
+    pub id: u64,
+    /// Where these bytes start in the stream.
+    pub offset: u64,
+    /// The stream's size when read (bytes): more follows when `offset` plus the bytes is less.
+    pub size: u64,
+    /// The bytes, base64 (standard alphabet, padded): output is bytes, not always UTF-8.
+    pub data: String,
+    /// Why the stream could not be read (nothing else is then meaningful).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl LogChunk {
+    /// A chunk carrying `bytes` from `offset` of a stream of `size` bytes.
+    pub fn new(id: u64, offset: u64, size: u64, bytes: &[u8]) -> LogChunk {
+        use base64::Engine;
+        LogChunk { id, offset, size, data: base64::engine::general_purpose::STANDARD.encode(bytes), error: None }
+    }
+
+    /// The bytes it carries; `None` when `data` is not base64.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.decode(&self.data).ok()
     }
 }
 

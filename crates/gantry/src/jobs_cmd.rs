@@ -549,40 +549,6 @@ pub fn hold(args: JobArgs, held: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Args)]
-pub struct LogsArgs {
-    /// Job id.
-    id: u64,
-    /// Keep printing new output until the job ends.
-    #[arg(long, short)]
-    follow: bool,
-    #[command(flatten)]
-    server: ServerArg,
-}
-
-pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
-    use std::io::Write;
-    let mut shown = 0usize;
-    loop {
-        // Whether it had ended before this read: then this read has everything.
-        let ended = !args.follow || {
-            let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
-            !matches!(cell(&job["state"]).as_str(), "pending" | "running")
-        };
-        let logs = args.server.call("GET", &format!("/v1/jobs/{}/logs", args.id), None)?;
-        let text = logs.as_str().map_or_else(|| cell(&logs), shown_log);
-        if text.len() > shown && text.is_char_boundary(shown) {
-            print!("{}", &text[shown..]);
-            std::io::stdout().flush()?;
-        }
-        shown = shown.max(text.len());
-        if ended {
-            return Ok(ExitCode::SUCCESS);
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -634,17 +600,28 @@ enum TokenAction {
         /// The one node an agent token may register and heartbeat as (required for agents).
         #[arg(long)]
         node: Option<String>,
+        /// Stop working after this long: seconds, or a number with s, m, h or d ("30d", "12h";
+        /// one minute to ten years). Default: until revoked.
+        #[arg(long, value_name = "DURATION", value_parser = token_lifetime)]
+        expires: Option<u64>,
     },
-    /// List tokens (names, roles, queues; never secrets).
+    /// List tokens (names, roles, expiry, queues or node; never secrets).
     List,
     /// Revoke a token; it stops working at once.
     Revoke { name: String },
 }
 
+/// `--expires`: a token's lifetime in seconds, checked as the controller will.
+fn token_lifetime(text: &str) -> Result<u64, String> {
+    gantry_spec::duration_seconds("--expires", text, 1).map_err(|e| e.to_string())
+}
+
 pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     match args.action {
-        TokenAction::Create { name, role, queue, node } => {
-            let body = serde_json::json!({ "name": name, "role": role, "queues": queue, "node": node }).to_string();
+        TokenAction::Create { name, role, queue, node, expires } => {
+            let body =
+                serde_json::json!({ "name": name, "role": role, "queues": queue, "node": node, "expires_in_s": expires })
+                    .to_string();
             let reply = args.server.call("POST", "/v1/tokens", Some(&body))?;
             if args.server.json {
                 println!("{reply}");
@@ -658,10 +635,17 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
             if args.server.json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
             } else {
-                println!("{:<24} {:<10} QUEUES", "NAME", "ROLE");
+                println!("{:<24} {:<10} {:<27} QUEUES / NODE", "NAME", "ROLE", "EXPIRES");
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
                 for t in list.as_array().into_iter().flatten() {
-                    let queues: Vec<String> = t["queues"].as_array().into_iter().flatten().map(cell).collect();
-                    println!("{:<24} {:<10} {}", cell(&t["name"]), cell(&t["role"]), queues.join(","));
+                    let mut scope: Vec<String> = t["queues"].as_array().into_iter().flatten().map(cell).collect();
+                    scope.extend(t["node"].as_str().map(|n| format!("node {}", cell(&Value::from(n)))));
+                    let expires = match t["expires_at_s"].as_u64() {
+                        None => "never".to_string(),
+                        Some(at) if at <= now => format!("EXPIRED {}", utc(&Value::from(at))),
+                        Some(at) => utc(&Value::from(at)),
+                    };
+                    println!("{:<24} {:<10} {expires:<27} {}", cell(&t["name"]), cell(&t["role"]), scope.join(","));
                 }
             }
         }

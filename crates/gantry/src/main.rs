@@ -11,6 +11,7 @@ mod cert_cmd;
 mod confine_args;
 mod import_cmd;
 mod jobs_cmd;
+mod logs_cmd;
 mod mig_cmd;
 mod mig_live;
 mod parallel;
@@ -87,8 +88,10 @@ enum Command {
     Hold(jobs_cmd::JobArgs),
     /// Release a held job: it waits again, from now.
     Release(jobs_cmd::JobArgs),
-    /// A job's task output (stdout and stderr); -f follows it until the job ends.
-    Logs(jobs_cmd::LogsArgs),
+    /// A job's task output (stdout and stderr) from whichever node runs it; -f follows it
+    /// until the job ends.
+    #[command(after_help = logs_cmd::EXAMPLES)]
+    Logs(logs_cmd::LogsArgs),
     /// Show or change this machine's MIG layouts through NVML (idle GPUs in MIG mode only;
     /// all or nothing).
     #[command(after_help = mig_cmd::EXAMPLES)]
@@ -171,7 +174,7 @@ fn main() -> ExitCode {
         Command::Show(args) => jobs_cmd::show(args),
         Command::Why(args) => jobs_cmd::why(args),
         Command::Cancel(args) => jobs_cmd::cancel(args),
-        Command::Logs(args) => jobs_cmd::logs(args),
+        Command::Logs(args) => logs_cmd::logs(args),
         Command::Hold(args) => jobs_cmd::hold(args, true),
         Command::Release(args) => jobs_cmd::hold(args, false),
         Command::Token(args) => jobs_cmd::token(args),

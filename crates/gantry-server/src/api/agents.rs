@@ -88,7 +88,7 @@ pub async fn agent_register(shared: &Shared, who: Principal, body: &str) -> Resu
 pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body: &str) -> Result<Orders, ApiError> {
     who.agent_only("heartbeats")?;
     let beat: Heartbeat = serde_json::from_str(body).map_err(|e| bad(format!("heartbeat: {e}")))?;
-    let wait = std::time::Duration::from_millis(beat.wait_ms.min(WAIT_MS_MAX));
+    let wait = shared.read(|c| c.hold_limit(beat.wait_ms));
     let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|t| t.stopping).map(|t| t.key.clone()).collect();
     let reported_exits = beat.tasks.iter().any(|t| t.state != TaskState::Running);
     // Listen for new orders before looking, so none slips between the look and the wait.
@@ -102,10 +102,11 @@ pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body
     let notified = wake.notified();
     tokio::pin!(notified);
     notified.as_mut().enable();
-    let orders = match shared.execute(Command::Heartbeat { who, node: node.clone(), beat }).await? {
+    let mut orders = match shared.execute(Command::Heartbeat { who, node: node.clone(), beat }).await? {
         Reply::Orders(orders) => orders,
         other => return Err(unexpected(other)),
     };
+    orders.log_reads = shared.output.for_node(&node);
     if reported_exits {
         // Capacity came back: schedule now rather than at the next tick.
         shared.wake.notify_one();
@@ -114,5 +115,41 @@ pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body
         return Ok(orders);
     }
     let _ = tokio::time::timeout(wait, notified).await;
-    Ok(shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?)
+    let mut orders = shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?;
+    orders.log_reads = shared.output.for_node(&node);
+    Ok(orders)
+}
+
+/// The most an agent's answer to an output read may weigh: the bytes in base64 and the JSON
+/// around them. The route has this limit of its own (the admission limit is for submissions).
+pub(super) const LOG_CHUNK_BODY_MAX: usize = (crate::wire::LOG_READ_BYTES_MAX as usize).div_ceil(3) * 4 + 4096;
+
+/// `POST /v1/agents/{node}/logs` (agent or admin token): a node's agent answers one of the
+/// controller's output reads ([`Orders::log_reads`]) for one of its own tasks.
+#[utoipa::path(post, path = "/v1/agents/{node}/logs", tag = "agents", params(("node" = String, Path, description = "The agent's node")),
+    request_body = LogChunk,
+    responses((status = 200, description = "Taken (`delivered`: a reader was waiting for it)", body = LogChunkTaken), (status = 400, description = "Malformed, or more than was asked", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
+        (status = 403, description = "Not this node's agent, or a read for another node", body = ErrorBody),
+        (status = 413, description = "Larger than any answer can be", body = ErrorBody)))]
+pub(super) async fn answer_log_read(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(node): Path<String>,
+    peer: Option<Extension<PeerCert>>,
+    Text(body): Text,
+) -> Result<Json<LogChunkTaken>, ApiError> {
+    let who = who(&shared, &headers)?;
+    refuse_remote_agents(&shared)?;
+    check_client_cert(&shared, peer, &node)?;
+    who.serves(&node)?;
+    let chunk: LogChunk = serde_json::from_str(&body).map_err(|e| bad(format!("output chunk: {e}")))?;
+    let answered = shared.output.answer(&node, chunk)?;
+    Ok(Json(LogChunkTaken { delivered: answered == crate::output::Answered::Delivered }))
+}
+
+/// What became of an agent's answer to an output read.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LogChunkTaken {
+    /// A reader was waiting for it (else it came too late, or twice, and was dropped).
+    pub delivered: bool,
 }

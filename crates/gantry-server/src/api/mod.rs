@@ -4,6 +4,7 @@
 
 mod agents;
 mod body;
+mod logs;
 
 pub use agents::{agent_heartbeat, agent_register};
 
@@ -11,7 +12,7 @@ use crate::auth::{Principal, bearer};
 use crate::control::{Command, Reply};
 use crate::error::ControlError;
 use crate::views::{self, JobView, NodeView};
-use crate::wire::{Heartbeat, Orders, Register, Registered, TaskKey, TaskState, WAIT_MS_MAX};
+use crate::wire::{Heartbeat, LogChunk, Orders, Register, Registered, TaskKey, TaskState};
 use crate::{Shared, now_s};
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
@@ -38,9 +39,10 @@ impl From<ControlError> for ApiError {
 pub fn status_of(e: &ControlError) -> StatusCode {
     match e {
         ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
-        ControlError::UnknownJob(_) | ControlError::UnknownNode(_) | ControlError::UnknownToken(_) => {
-            StatusCode::NOT_FOUND
-        }
+        ControlError::UnknownJob(_)
+        | ControlError::UnknownTask(_)
+        | ControlError::UnknownNode(_)
+        | ControlError::UnknownToken(_) => StatusCode::NOT_FOUND,
         ControlError::TokenExists(_) | ControlError::JobEnded { .. } | ControlError::Conflict(_) => {
             StatusCode::CONFLICT
         }
@@ -126,6 +128,10 @@ pub struct NewToken {
     /// For an agent token: the one node it may act for.
     #[serde(default)]
     pub node: Option<String>,
+    /// Seconds until it stops working (60 to ten years); leave out for a token that works
+    /// until revoked.
+    #[serde(default)]
+    pub expires_in_s: Option<u64>,
 }
 
 /// The one time a secret is shown.
@@ -138,7 +144,7 @@ pub struct TokenSecret {
 fn who(shared: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
     let header = headers.get(axum::http::header::AUTHORIZATION).map(|v| v.to_str().unwrap_or(""));
     let secret = bearer(header)?;
-    Ok(shared.read(|c| c.authenticate(secret))?)
+    Ok(shared.read(|c| c.authenticate(secret, now_s()))?)
 }
 
 /// `GET /healthz`: no token needed.
@@ -153,7 +159,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat),
+    paths(healthz, submit, list, show, cancel, hold, release, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -186,7 +192,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/openapi.json", get(|| async { Json(openapi()) }))
         .route("/v1/jobs", post(submit).get(list))
         .route("/v1/jobs/{id}", get(show).delete(cancel))
-        .route("/v1/jobs/{id}/logs", get(logs))
+        .route("/v1/jobs/{id}/logs", get(logs::logs))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/nodes", get(nodes))
@@ -203,6 +209,10 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/reconfigurations", get(reconfigurations))
         .route("/v1/agents/register", post(agents::register_agent))
         .route("/v1/agents/{node}/heartbeat", post(agents::heartbeat))
+        .route(
+            "/v1/agents/{node}/logs",
+            post(agents::answer_log_read).layer(DefaultBodyLimit::max(agents::LOG_CHUNK_BODY_MAX)),
+        )
         .merge(crate::ui::router())
         .fallback(body::not_found)
         .method_not_allowed_fallback(body::method_not_allowed)
@@ -359,40 +369,6 @@ async fn set_held(shared: &Shared, headers: &HeaderMap, id: &str, held: bool) ->
     }
 }
 
-/// `GET /v1/jobs/{id}/logs`: every task's stdout then stderr, each under a header line. Only
-/// the job's user and admins may read them (what a job prints may be secret).
-#[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
-    responses((status = 200, description = "Each task's stdout and stderr under a header line", body = String, content_type = "text/plain"), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 403, description = "Not the job's user, nor an admin", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody)))]
-async fn logs(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Result<String, ApiError> {
-    let who = who(&shared, &headers)?;
-    let id = job_id(&id)?;
-    let view = shared.read(|c| views::jobs::job(c, &who, id, crate::now_s()))?;
-    who.reads_logs_of(view.row.job.control.user.as_deref().unwrap_or_default())?;
-    let mut text = String::new();
-    use gantry_agent::files::Kind;
-    if !shared.local {
-        // Remote agents keep their tasks' output on their own hosts.
-        for (rank, task) in view.row.tasks.iter().enumerate() {
-            let out = crate::task_logs::relative(&view.row, rank as u32, Kind::Out);
-            text += &format!(
-                "==> {} {}/{}: on node {}, in its agent's data directory: {out} and .err <==\n",
-                view.row.name, task.group, task.replica, task.node
-            );
-        }
-        return Ok(text);
-    }
-    for (rank, task) in view.row.tasks.iter().enumerate() {
-        for (stream, kind) in [("out", Kind::Out), ("err", Kind::Err)] {
-            let content = crate::task_logs::read_local(&shared.data_dir, &task.node, &view.row, rank as u32, kind);
-            if !content.is_empty() {
-                text += &format!("==> {} {}/{} ({stream}) <==\n{content}", view.row.name, task.group, task.replica);
-            }
-        }
-    }
-    Ok(text)
-}
-
 /// `POST /v1/tokens` (admin): `{"name", "role": "admin|member|read-only", "queues": [...]}`.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = NewToken,
     responses((status = 201, description = "Created; the only time the secret is shown", body = TokenSecret), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
@@ -415,6 +391,7 @@ async fn create_token(
             queues: new.queues,
             hash,
             node: new.node,
+            lifetime_s: new.expires_in_s,
         })
         .await?;
     Ok((StatusCode::CREATED, Json(TokenSecret { name: new.name, secret })))

@@ -412,6 +412,39 @@ impl Controller {
 
     /// What node `node`'s agent must do now: launch what it has not reported, stop the
     /// stopping jobs' tasks there (`stopping`: those it already stops).
+    /// The longest a heartbeat may be held for new orders: what the agent asked, at most
+    /// [`wire::WAIT_MS_MAX`] and half the heartbeat timeout (a held agent is silent to the
+    /// timeout: held longer, a live node would read as gone).
+    pub fn hold_limit(&self, asked_ms: u64) -> std::time::Duration {
+        let timeout_ms = match self.agents {
+            Agents::Remote { heartbeat_timeout_s, .. } => heartbeat_timeout_s.saturating_mul(500),
+            Agents::Local => u64::MAX,
+        };
+        std::time::Duration::from_millis(asked_ms.min(wire::WAIT_MS_MAX).min(timeout_ms))
+    }
+
+    /// Why `node`'s agent cannot be asked for its tasks' output now (`None`: it can).
+    pub fn output_unavailable(&self, node: &str, now: u64) -> Option<String> {
+        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else { return None };
+        let Some(link) = self.links.get(node) else {
+            return Some(format!(
+                "node {node} has no agent registered since the controller started: its output can be read once one does"
+            ));
+        };
+        let silent_s = now.saturating_sub(link.last_seen_s);
+        if silent_s > heartbeat_timeout_s || self.lost_nodes.contains(node) {
+            return Some(format!("node {node} is down: its agent was last heard {silent_s} s ago"));
+        }
+        if link.protocol < wire::PROTOCOL_LOGS {
+            return Some(format!(
+                "node {node}'s agent speaks protocol {}, older than output reads ({}): upgrade it",
+                link.protocol,
+                wire::PROTOCOL_LOGS
+            ));
+        }
+        None
+    }
+
     pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
         // An agent older than confinement would refuse a launch with limits it does not know.
         let limits = self.links.get(node).is_none_or(|l| l.protocol >= wire::PROTOCOL_CONFINEMENT);
@@ -431,7 +464,14 @@ impl Controller {
             .filter(|(job, r)| !stopping.iter().any(|k| k.job == *job && k.attempt == r.attempt))
             .map(|(job, r)| StopOrder { job, attempt: r.attempt, grace_s: r.stopping.unwrap_or_default() })
             .collect();
-        Orders { launch, stop, forget: Vec::new(), layouts: self.layout_orders(node), forget_layouts: Vec::new() }
+        Orders {
+            launch,
+            stop,
+            forget: Vec::new(),
+            layouts: self.layout_orders(node),
+            forget_layouts: Vec::new(),
+            log_reads: Vec::new(),
+        }
     }
 
     /// Nodes whose agent has been silent past the timeout get no new work (what runs there

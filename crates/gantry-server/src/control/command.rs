@@ -57,6 +57,9 @@ pub enum Command {
         /// An agent token's node (logs from before node binding have none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         node: Option<String>,
+        /// How long it works from its creation (seconds; `None`: until revoked).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lifetime_s: Option<u64>,
     },
     RevokeToken {
         who: Principal,

@@ -232,7 +232,7 @@ impl Controller {
             Command::NodeLost { who, node } => self.declare_lost(who, node, now),
             Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
-            Command::CreateToken { who, name, role, queues, hash, node } => {
+            Command::CreateToken { who, name, role, queues, hash, node, lifetime_s } => {
                 who.admin_only("creating tokens")?;
                 if matches!(role, gantry_store::Role::Member | gantry_store::Role::ReadOnly) {
                     self.accounts.allows(name)?;
@@ -247,6 +247,7 @@ impl Controller {
                     hash: hash.clone(),
                     created_at_s: now,
                     node: node.clone(),
+                    expires_at_s: crate::auth::expiry(now, *lifetime_s)?,
                 };
                 let record = self.tokens.add(record)?;
                 self.pending.tokens_added.push(record);
@@ -375,9 +376,9 @@ impl Controller {
         self.tokens.is_empty()
     }
 
-    /// Who holds this secret?
-    pub fn authenticate(&self, secret: &str) -> Result<crate::auth::Principal, ControlError> {
-        self.tokens.authenticate(secret)
+    /// Who holds this secret, at `now_s`?
+    pub fn authenticate(&self, secret: &str, now_s: u64) -> Result<crate::auth::Principal, ControlError> {
+        self.tokens.authenticate(secret, now_s)
     }
 
     /// A scheduling cycle took this long (measured by the caller: the state machine has no

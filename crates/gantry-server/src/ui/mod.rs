@@ -94,7 +94,7 @@ fn secret(headers: &HeaderMap) -> Option<String> {
 
 /// Who is looking (`None`: send them to the login page).
 pub(super) fn viewer(shared: &Shared, headers: &HeaderMap) -> Option<Principal> {
-    let who = secret(headers).and_then(|s| shared.read(|c| c.authenticate(&s)).ok());
+    let who = secret(headers).and_then(|s| shared.read(|c| c.authenticate(&s, crate::now_s())).ok());
     who.filter(|w| w.not_agent().is_ok())
 }
 
@@ -155,7 +155,7 @@ async fn login(State(shared): State<Shared>, body: String) -> Response {
     let next = safe_next(field("next"));
     let valid = !token.is_empty()
         && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        && shared.read(|c| c.authenticate(&token)).is_ok_and(|w| w.not_agent().is_ok());
+        && shared.read(|c| c.authenticate(&token, crate::now_s())).is_ok_and(|w| w.not_agent().is_ok());
     if !valid {
         return (StatusCode::UNAUTHORIZED, login_page("Unknown or revoked token.")).into_response();
     }

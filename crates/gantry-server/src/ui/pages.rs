@@ -171,7 +171,7 @@ pub(super) async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(i
     let tasks = task_rows(row);
     let measured = measured_rows(&view, &nodes);
     let logs = match who.reads_logs_of(row.job.control.user.as_deref().unwrap_or_default()) {
-        Ok(()) => log_tails(&shared, row),
+        Ok(()) => log_tails(&shared, row).await,
         Err(_) => "<p>Task output: only the job's user and admins may read it.</p>".to_string(),
     };
     let body = format!(
@@ -292,33 +292,28 @@ fn task_rows(row: &gantry_store::JobRow) -> String {
     tasks
 }
 
-/// The last 50 lines of each task's stdout and stderr (agents in this process), or where they
-/// are.
-fn log_tails(shared: &Shared, row: &gantry_store::JobRow) -> String {
+/// The last 50 lines of each task's stdout and stderr (of the first tasks of a large job),
+/// from whichever node runs it; a node that cannot be read says why.
+async fn log_tails(shared: &Shared, row: &gantry_store::JobRow) -> String {
+    use crate::task_logs::{LOG_TASKS_MAX, Want, last_lines};
+    let ranks = (0..row.tasks.len() as u32).take(LOG_TASKS_MAX).collect();
+    let want = Want { ranks, streams: vec![gantry_wire::LogStream::Out, gantry_wire::LogStream::Err], offset: None };
     let mut logs = String::new();
-    for (rank, t) in row.tasks.iter().enumerate() {
-        for (stream, kind) in [("out", gantry_agent::files::Kind::Out), ("err", gantry_agent::files::Kind::Err)] {
-            let text = crate::task_logs::read_local(&shared.data_dir, &t.node, row, rank as u32, kind);
-            if text.is_empty() {
-                continue;
-            }
-            let tail: Vec<&str> = text.lines().rev().take(50).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            let _ = write!(
-                logs,
-                "<h2>{}/{} — std{stream} (last 50 lines)</h2><pre>{}</pre>",
-                esc(&t.group),
-                t.replica,
-                esc(&tail.join("\n"))
-            );
+    for piece in crate::task_logs::read(shared, row, &want).await {
+        if piece.text.is_empty() && piece.note.is_none() {
+            continue;
         }
+        let note = piece.note.as_deref().map(|n| format!("<p class=muted>{}</p>", esc(n))).unwrap_or_default();
+        let _ = write!(
+            logs,
+            "<h2>{} — std{} (last 50 lines)</h2>{note}<pre>{}</pre>",
+            esc(&piece.task),
+            piece.stream,
+            esc(last_lines(&piece.text, 50))
+        );
     }
     if logs.is_empty() {
-        logs = if !shared.local {
-            "<p class=muted>Task output stays on the node's agent (its data directory, <code>jobs/&lt;id&gt;/&lt;attempt&gt;/</code>).</p>".into()
-        } else {
-            "<p class=muted>No output yet.</p>".into()
-        };
+        logs = "<p class=muted>No output yet.</p>".into();
     }
     logs
 }

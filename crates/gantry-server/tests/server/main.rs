@@ -514,6 +514,11 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     let member = member["secret"].as_str().expect("secret").to_string();
     // GPU 0 says it is not in MIG mode (as the fleet has it); GPU 1 does not say (not checked).
     let good = r#"{"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-real-0", "model": "A100-SXM4-80GB", "mig_mode": false}, {"index": 1, "uuid": "GPU-real-1", "model": "A100-SXM4-80GB"}]}"#;
+    let newer = format!(
+        "the agent speaks protocol {}, this controller {}",
+        gantry_wire::PROTOCOL_VERSION + 1,
+        gantry_wire::PROTOCOL_VERSION
+    );
     let cases: Vec<(Option<&str>, &str, String, u16, &str)> = vec![
         (Some(&member), "/v1/agents/register", good.into(), 403, "for agent tokens"),
         (None, "/v1/agents/register", good.into(), 401, "missing token"),
@@ -550,9 +555,9 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
         (
             Some(&agent),
             "/v1/agents/register",
-            good.replace("\"node\"", "\"protocol\": 4, \"node\""),
+            good.replace("\"node\"", &format!("\"protocol\": {}, \"node\"", gantry_wire::PROTOCOL_VERSION + 1)),
             400,
-            "the agent speaks protocol 4, this controller 3",
+            &newer,
         ),
         (
             Some(&agent),
@@ -577,7 +582,10 @@ fn agents_register_against_the_fleet_and_reports_count_once() {
     assert!(body["pending"].to_string().contains("gantry.io/not-ready"), "{body}");
     let (status, reply) = server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(good));
     assert_eq!(status, 200, "{reply}");
-    assert_eq!((&reply["heartbeat_timeout_s"], &reply["protocol"]), (&Value::from(30), &Value::from(3)));
+    assert_eq!(
+        (&reply["heartbeat_timeout_s"], &reply["protocol"]),
+        (&Value::from(30), &Value::from(gantry_wire::PROTOCOL_VERSION))
+    );
     // The launch comes with the heartbeat (held until the cycle places it), again until the
     // agent reports the task; it carries the agent's own UUIDs.
     let beat = |body: &str| -> Value {
@@ -659,6 +667,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/metrics",
             "/v1/agents/register",
             "/v1/agents/{node}/heartbeat",
+            "/v1/agents/{node}/logs",
             "/v1/idle",
             "/v1/jobs",
             "/v1/jobs/{id}",

@@ -24,12 +24,16 @@ struct FakeAgent<'s> {
 
 impl<'s> FakeAgent<'s> {
     fn register(server: &'s Server, node: &'static str) -> FakeAgent<'s> {
+        Self::register_speaking(server, node, 3)
+    }
+
+    fn register_speaking(server: &'s Server, node: &'static str, protocol: u32) -> FakeAgent<'s> {
         let body = format!(r#"{{"name": "agent-{node}", "role": "agent", "node": "{node}"}}"#);
         let (status, made) = server.call("POST", "/v1/tokens", Some(&body));
         assert_eq!(status, 201, "{made}");
         let token = made["secret"].as_str().expect("secret").to_string();
         let reg = format!(
-            r#"{{"node": "{node}", "gpus": [{{"index": 0, "uuid": "GPU-{node}", "model": "L4-24GB"}}], "protocol": 3, "instance": "i-{node}"}}"#
+            r#"{{"node": "{node}", "gpus": [{{"index": 0, "uuid": "GPU-{node}", "model": "L4-24GB"}}], "protocol": {protocol}, "instance": "i-{node}"}}"#
         );
         let (status, reply) = server.call_as(Some(&token), "POST", "/v1/agents/register", Some(&reg));
         assert_eq!(status, 200, "{reply}");
@@ -41,6 +45,27 @@ impl<'s> FakeAgent<'s> {
         let body =
             format!(r#"{{"tasks": [{}], "wait_ms": {wait_ms}, "instance": "i-{}"}}"#, tasks.join(","), self.node);
         self.server.call_as(Some(&self.token), "POST", &format!("/v1/agents/{}/heartbeat", self.node), Some(&body))
+    }
+}
+
+impl FakeAgent<'_> {
+    /// Answer an output read as this node's agent.
+    fn answer(&self, chunk: &gantry_wire::LogChunk) -> (u16, Value) {
+        let body = serde_json::to_string(chunk).expect("json");
+        self.server.call_as(Some(&self.token), "POST", &format!("/v1/agents/{}/logs", self.node), Some(&body))
+    }
+
+    /// Heartbeats until one carries an output read (or gives up): the reads.
+    fn reads(&self) -> Vec<gantry_wire::LogRead> {
+        for _ in 0..100 {
+            let (_, orders) = self.beat(&[], 100);
+            let reads: Vec<gantry_wire::LogRead> =
+                serde_json::from_value(orders["log_reads"].clone()).unwrap_or_default();
+            if !reads.is_empty() {
+                return reads;
+            }
+        }
+        Vec::new()
     }
 }
 
@@ -257,5 +282,129 @@ fn the_http_layer_answers_in_json_and_drops_slow_clients() {
     // And the controller serves on.
     let (answer, _) = raw_exchange(&server.url, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    server.stop();
+}
+
+#[test]
+fn a_token_given_a_lifetime_stops_working_when_it_ends() {
+    let server = Server::new("trust-expiry");
+    let listed = |server: &Server| server.call("GET", "/v1/tokens", None).1;
+    let before = listed(&server);
+    // Out of bounds: refused, nothing stored.
+    for lifetime in ["0", "59", "315360001", "-5", "\"30d\""] {
+        let body = format!(r#"{{"name": "ci", "role": "read-only", "expires_in_s": {lifetime}}}"#);
+        let (status, answer) = server.call("POST", "/v1/tokens", Some(&body));
+        assert_eq!(status, 400, "{lifetime}: {answer}");
+        assert!(answer["error"].is_string(), "{answer}");
+    }
+    assert_eq!(listed(&server), before, "nothing stored");
+    let (status, made) =
+        server.call("POST", "/v1/tokens", Some(r#"{"name": "ci", "role": "read-only", "expires_in_s": 2592000}"#));
+    assert_eq!(status, 201, "{made}");
+    let secret = made["secret"].as_str().expect("secret").to_string();
+    let ci = listed(&server).as_array().expect("list").iter().find(|t| t["name"] == "ci").cloned().expect("listed");
+    let now = gantry_server::now_s();
+    let expires = ci["expires_at_s"].as_u64().expect("an expiry");
+    assert!((now + 2_592_000 - 5..=now + 2_592_000).contains(&expires), "{ci}");
+    assert_eq!(server.call_as(Some(&secret), "GET", "/v1/jobs", None).0, 200, "it works for now");
+    // A month later (its expiry moved into the past in the store, as time would): refused,
+    // after a restart as before it.
+    let data = server.stop();
+    {
+        use gantry_store::Store;
+        let mut store = gantry_store::SqliteStore::open(&data.join("gantry.db")).expect("opens");
+        let mut record = store.tokens().expect("reads").into_iter().find(|t| t.name == "ci").expect("kept");
+        assert_eq!(record.expires_at_s, Some(expires), "the store keeps the expiry");
+        assert!(store.revoke_token("ci").expect("rewrites"));
+        record.expires_at_s = Some(now - 1);
+        store.put_token(&record).expect("rewrites");
+    }
+    let server = Server::start_in(data);
+    let (status, answer) = server.call_as(Some(&secret), "GET", "/v1/jobs", None);
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("\"ci\" expired")), "{answer}");
+    assert_eq!(server.call("GET", "/v1/jobs", None).0, 200, "the admin's token does not expire");
+    server.stop();
+}
+
+/// A reader's `GET /v1/jobs/{id}/logs?…` on a thread of its own (it waits for the agent).
+fn read_logs(server: &Server, id: u64, query: &str) -> std::thread::JoinHandle<(u16, String)> {
+    let (url, token) = (server.url.clone(), server.token.clone());
+    let path = format!("/v1/jobs/{id}/logs?{query}");
+    std::thread::spawn(move || gantry_wire::client::request(&url, Some(&token), "GET", &path, None).expect("answers"))
+}
+
+#[test]
+fn output_reads_go_to_the_tasks_node_and_only_its_answer_counts() {
+    let server = remote_two_nodes("output");
+    let agents = [FakeAgent::register_speaking(&server, "n1", 4), FakeAgent::register_speaking(&server, "n2", 4)];
+    let id = server.submit("[[job]]\nname = \"talk\"\ngpu = { count = 1 }\n")[0];
+    let owner = (0..50)
+        .find_map(|_| {
+            agents.iter().position(|a| a.beat(&[], 100).1["launch"].as_array().is_some_and(|l| !l.is_empty()))
+        })
+        .expect("a launch");
+    let (owner, other) = (&agents[owner], &agents[1 - owner]);
+    assert_eq!(owner.beat(&[task(id, "running")], 0).0, 200);
+    let reader = read_logs(&server, id, "stream=out&format=json");
+    let reads = owner.reads();
+    assert_eq!(reads.len(), 1, "the task's node is asked");
+    let read = &reads[0];
+    assert_eq!((read.job, read.rank, read.stream, read.offset), (id, 0, gantry_wire::LogStream::Out, None));
+    assert!(read.max_bytes <= gantry_wire::LOG_READ_BYTES_MAX);
+    assert!(other.beat(&[], 0).1["log_reads"].is_null(), "the other node is not asked");
+    // The other node answers it: refused, and the reader still waits for the real one.
+    let forged = gantry_wire::LogChunk::new(read.id, 0, 6, b"forged");
+    let (status, reply) = other.answer(&forged);
+    assert_eq!(status, 403, "{reply}");
+    // The owner answers with more than was asked: refused too.
+    let flood = gantry_wire::LogChunk::new(read.id, 0, 1 << 30, &vec![b'x'; read.max_bytes as usize + 1]);
+    assert_eq!(owner.answer(&flood).0, 400);
+    let garbled = gantry_wire::LogChunk { data: "%%%".into(), ..gantry_wire::LogChunk::new(read.id, 0, 1, b"") };
+    assert_eq!(owner.answer(&garbled).0, 400);
+    // An oversized body is cut off before it is read.
+    let huge = format!(r#"{{"id": {}, "offset": 0, "size": 0, "data": "{}"}}"#, read.id, "A".repeat(1 << 20));
+    let (status, _) =
+        server.call_as(Some(&owner.token), "POST", &format!("/v1/agents/{}/logs", owner.node), Some(&huge));
+    assert_eq!(status, 413);
+    let (status, reply) = owner.answer(&gantry_wire::LogChunk::new(read.id, 0, 6, b"hello\n"));
+    assert_eq!((status, reply["delivered"].clone()), (200, Value::Bool(true)), "{reply}");
+    let (status, text) = reader.join().expect("reader");
+    assert_eq!(status, 200, "{text}");
+    let view: Value = serde_json::from_str(&text).expect("json");
+    assert_eq!(view["pieces"][0]["text"], "hello\n", "{view}");
+    assert_eq!((view["pieces"][0]["node"].as_str(), view["pieces"][0]["end"].as_u64()), (Some(owner.node), Some(6)));
+    // Late or repeated answers change nothing.
+    let (status, reply) = owner.answer(&gantry_wire::LogChunk::new(read.id, 0, 6, b"again\n"));
+    assert_eq!((status, reply["delivered"].clone()), (200, Value::Bool(false)));
+    // A member of another team: refused before any node is asked.
+    let bob = member_of(&server, "bob", "default");
+    let (status, _) = server.call_as(Some(&bob), "GET", &format!("/v1/jobs/{id}/logs"), None);
+    assert_eq!(status, 403);
+    // Odd queries: JSON 400s; a task the job does not have: 404.
+    for query in ["offset=5", "stream=both", "format=xml", "tail=-1", "offset=1&task=main/0&stream=out&tail=3", "x=1"] {
+        let (status, reply) = server.call("GET", &format!("/v1/jobs/{id}/logs?{query}"), None);
+        assert_eq!(status, 400, "{query}: {reply}");
+        assert!(reply["error"].is_string(), "{query}: {reply}");
+    }
+    let (status, reply) = server.call("GET", &format!("/v1/jobs/{id}/logs?task=main/7"), None);
+    assert!(status == 404 && reply["error"].as_str().is_some_and(|e| e.contains("main/0")), "{reply}");
+    assert_eq!(server.state(id).0, JobState::Running, "nothing changed the job");
+    server.stop();
+}
+
+#[test]
+fn an_agent_too_old_for_output_reads_is_named_not_waited_for() {
+    let server = remote_two_nodes("output-old");
+    let agents = [FakeAgent::register(&server, "n1"), FakeAgent::register(&server, "n2")];
+    let id = server.submit("[[job]]\nname = \"talk\"\ngpu = { count = 1 }\n")[0];
+    assert!(
+        (0..50).any(|_| agents.iter().any(|a| a.beat(&[], 100).1["launch"].as_array().is_some_and(|l| !l.is_empty())))
+    );
+    let started = std::time::Instant::now();
+    let (status, text) = read_logs(&server, id, "").join().expect("reader");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("speaks protocol 3, older than output reads (4): upgrade it"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "no wait for an agent that cannot answer");
     server.stop();
 }

@@ -71,8 +71,8 @@ fn appends_survive_reopening_and_a_newer_schema_is_refused() {
     assert!(err.to_string().contains("cannot open /nonexistent-dir/x/gantry.db"), "{err}");
 }
 
-/// A store from schema 7 (tokens without a node) opens, gains the column, and keeps its
-/// tokens, now unbound.
+/// A store from schema 7 (tokens without a node or an expiry) opens, gains the columns, and
+/// keeps its tokens, now unbound and without an end.
 #[test]
 fn a_schema_7_store_gains_node_bound_tokens() {
     let path = temp_db("schema7");
@@ -88,7 +88,7 @@ fn a_schema_7_store_gains_node_bound_tokens() {
     }
     let mut store = SqliteStore::open(&path).expect("migrates");
     let old = store.token_by_hash("h1").expect("reads").expect("kept");
-    assert_eq!((old.name.as_str(), old.node), ("rack", None));
+    assert_eq!((old.name.as_str(), old.node, old.expires_at_s), ("rack", None, None));
     let bound = gantry_store::TokenRecord {
         name: "rack-n1".into(),
         role: gantry_store::Role::Agent,
@@ -96,6 +96,7 @@ fn a_schema_7_store_gains_node_bound_tokens() {
         hash: "h2".into(),
         created_at_s: 4,
         node: Some("n1".into()),
+        expires_at_s: Some(4 + 86_400),
     };
     store.put_token(&bound).expect("adds");
     drop(store);

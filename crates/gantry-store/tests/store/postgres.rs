@@ -47,7 +47,11 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     let mut admin = postgres::Client::connect(&url, postgres::NoTls).expect("connects");
     admin.batch_execute("UPDATE gantry_schema SET version = 99").expect("bumps");
     let err = PostgresStore::open(&url).expect_err("newer schema");
-    assert!(err.to_string().contains("written by a newer gantry (schema 99, this one knows 11)"), "{err}");
+    let known = gantry_store::POSTGRES_SCHEMA_VERSION;
+    assert!(
+        err.to_string().contains(&format!("written by a newer gantry (schema 99, this one knows {known})")),
+        "{err}"
+    );
 
     // Bad URLs and unreachable servers are clear errors; passwords never appear in them.
     let err = PostgresStore::open("postgres://u:hunter2@127.0.0.1:1/x").expect_err("nothing listens on port 1");
@@ -56,8 +60,8 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     let err = PostgresStore::open("postgres://[::1").expect_err("not a URL");
     assert!(err.to_string().contains("not a PostgreSQL URL"), "{err}");
 
-    // Schema 8 (before leader terms, reconfigurations and job outcomes) migrates to 11 and
-    // keeps its data.
+    // Schema 8 (before leader terms, reconfigurations, job outcomes and token expiry) migrates
+    // to the newest and keeps its data.
     let url = server.create_database("schema8").expect("creates");
     {
         let mut store = PostgresStore::open(&url).expect("opens");
@@ -67,7 +71,7 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     admin
         .batch_execute(
             "DROP TABLE gantry_leader; DROP TABLE reconfigurations; ALTER TABLE jobs DROP COLUMN outcome;
-             UPDATE gantry_schema SET version = 8",
+             ALTER TABLE tokens DROP COLUMN expires_at_s; UPDATE gantry_schema SET version = 8",
         )
         .expect("back to 8");
     let mut store = PostgresStore::open(&url).expect("migrates");

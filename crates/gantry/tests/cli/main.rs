@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 mod confinement;
+mod remote_logs;
 mod slurm;
 
 fn gantry(args: &[&str]) -> Output {
@@ -680,6 +681,17 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
             .lines()
             .any(|l| l.starts_with("alice") && l.contains("member") && l.contains("research"))
     );
+    // A token for a month: its expiry in the list; a lifetime that is no duration is refused.
+    let ci = cli(&["token", "create", "ci", "--role", "read-only", "--expires", "30d"]);
+    assert!(ci.status.success(), "{}", stderr(&ci));
+    let list = stdout(&cli(&["token", "list"]));
+    let row = |name: &str| list.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_string();
+    assert!(row("ci").contains(" UTC") && !row("ci").contains("EXPIRED"), "{list}");
+    assert!(row("alice").contains("never"), "{list}");
+    let soon = cli(&["token", "create", "later", "--role", "read-only", "--expires", "soon"]);
+    assert!(!soon.status.success() && stderr(&soon).contains("--expires"), "{}", stderr(&soon));
+    let short = cli(&["token", "create", "later", "--role", "read-only", "--expires", "5s"]);
+    assert!(stderr(&short).contains("one minute to ten years"), "{}", stderr(&short));
     let as_alice = gantry(&["queue", "--all", "--server", url.as_str(), "--token", secret.as_str()]);
     assert_eq!(stdout(&as_alice).trim(), "no jobs", "{}", stderr(&as_alice));
     let anonymous = gantry(&["queue", "--server", url.as_str(), "--token", ""]);
