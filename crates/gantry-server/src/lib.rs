@@ -24,6 +24,7 @@ pub mod local_agents;
 pub mod meter;
 pub mod metrics;
 pub mod output;
+pub mod rate;
 pub mod replay;
 pub mod series;
 pub mod standby;
@@ -160,6 +161,8 @@ pub struct Shared {
     pub agents_wake: Arc<AgentWakes>,
     /// Reads of task output waiting for remote agents.
     pub output: Arc<output::OutputReads>,
+    /// How fast each node's agent may heartbeat.
+    pub heartbeat_rates: Arc<rate::NodeRates>,
     pub data_dir: PathBuf,
     /// What one request, user and queue may put in (`[admission]`).
     pub admission: admission::AdmissionLimits,
@@ -467,6 +470,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         wake: Arc::new(Notify::new()),
         agents_wake: Arc::new(AgentWakes::default()),
         output: Arc::new(output::OutputReads::default()),
+        heartbeat_rates: Arc::new(rate::NodeRates::default()),
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),
         agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
@@ -524,7 +528,7 @@ async fn scheduling_loop(shared: Shared, tick: Duration) {
             _ = tokio::time::sleep(tick) => {}
         }
         tokio::time::sleep_until(next_allowed).await;
-        let (results, took) = shared.execute_all_timed(vec![Command::Tick {}]).await;
+        let (results, took) = shared.execute_all_timed(vec![Command::tick()]).await;
         for result in results {
             match result {
                 Err(ControlError::StoreFailed(why)) => {

@@ -114,7 +114,7 @@ impl Driver<'_> {
                 Due::Wake => {}
             }
         }
-        self.apply(t, Command::Tick {}, None)?;
+        self.apply(t, Command::tick(), None)?;
         if let Some(at) = self.controller.next_wake(t)
             && at > t
             && self.wakes.insert(at)

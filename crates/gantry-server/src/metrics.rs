@@ -54,6 +54,9 @@ pub struct ServiceStats {
     /// CPU time the nodes measured of each queue's ended runs since the controller started,
     /// milliseconds (the running runs' is added when the metric is read).
     pub cpu_ms_by_queue: std::collections::BTreeMap<String, u64>,
+    /// Agents' heartbeats applied since the controller started: (logged, not logged because
+    /// they changed nothing).
+    pub heartbeats: (u64, u64),
 }
 
 impl Default for ServiceStats {
@@ -65,6 +68,7 @@ impl Default for ServiceStats {
             stops: 0,
             ended: Default::default(),
             cpu_ms_by_queue: Default::default(),
+            heartbeats: (0, 0),
         }
     }
 }

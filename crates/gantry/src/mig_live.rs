@@ -161,7 +161,7 @@ impl Driver<'_> {
                 Due::Wake => {}
             }
         }
-        self.apply(t, Command::Tick {})?;
+        self.apply(t, Command::tick())?;
         if let Some(at) = self.c.next_wake(t).filter(|&at| at > t) {
             self.due.push(Reverse((at, Due::Wake)));
         }

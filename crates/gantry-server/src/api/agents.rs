@@ -98,6 +98,16 @@ pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body
             "no agent is registered for node {node:?} (since the controller started): register first"
         ))));
     }
+    if !shared.heartbeat_rates.allow(&node, std::time::Instant::now()) {
+        return Err(ApiError(ControlError::TooMany {
+            limit: "heartbeats_per_second",
+            value: u64::from(crate::rate::HEARTBEATS_PER_S),
+            message: format!(
+                "node {node:?} heartbeats faster than the controller takes them; try again in {} ms",
+                crate::rate::retry_after().as_millis()
+            ),
+        }));
+    }
     let wake = shared.agents_wake.of(&node);
     let notified = wake.notified();
     tokio::pin!(notified);

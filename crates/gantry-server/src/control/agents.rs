@@ -20,6 +20,13 @@ pub const GPU_SAMPLES_MAX: usize = 256;
 /// A node's refused reports are logged at most once per this many seconds (the count goes on).
 pub const REFUSED_LOG_EVERY_S: u64 = 60;
 
+/// How often the controller takes a node's GPU samples and its runs' usage in: the meter,
+/// the idle watch and the runs' figures move at this pace, so a heartbeat whose only news is
+/// a utilization figure changes nothing — and is not logged — in between. A minute is finer
+/// than any idle window or ledger hour; an exit or any other change is taken at once, with
+/// the usage it carries.
+pub const SAMPLES_EVERY_S: u64 = 60;
+
 /// Reports a node made about tasks that are not its own, refused.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Refused {
@@ -77,7 +84,10 @@ impl Controller {
             tracing::warn!(node = %reg.node, confinement = %confinement, "this node's tasks run unconfined");
         }
         let link = AgentLink {
-            last_seen_s: now,
+            heard_s: now,
+            absorbed_s: None,
+            absorbed_runs: Vec::new(),
+            recent_samples: Vec::new(),
             instance: reg.instance.clone(),
             version,
             protocol: reg.protocol,
@@ -104,8 +114,10 @@ impl Controller {
     /// same process registering again (it restarted, or the controller did) is welcome.
     fn check_not_taken(&self, who: &Principal, reg: &Register, now: u64, timeout_s: u64) -> Result<(), ControlError> {
         let Some(link) = self.links.get(&reg.node) else { return Ok(()) };
-        let silent_s = now.saturating_sub(link.last_seen_s);
-        if link.instance == reg.instance || silent_s >= timeout_s || who.role == gantry_store::Role::Admin {
+        // Silent as the last tick found it (what a replay knows too), not as the wall clock has it.
+        let silent = !self.node_reachable(&reg.node);
+        let silent_s = now.saturating_sub(link.heard_s);
+        if link.instance == reg.instance || silent || who.role == gantry_store::Role::Admin {
             return Ok(());
         }
         Err(ControlError::Conflict(format!(
@@ -229,26 +241,53 @@ impl Controller {
                 "this agent is not the one registered for node {node:?} (since the controller started): register first"
             )));
         };
-        link.last_seen_s = now;
-        let resampled = link.samples != beat.samples;
+        link.heard_s = now;
+        if link.recent_samples != beat.samples {
+            link.recent_samples = beat.samples.clone();
+        }
+        // Samples and usage are taken in when due: a minute after the last, with an exit, or
+        // once a run started or ended there. What else the heartbeat changes is noted as it
+        // happens: a heartbeat that changed nothing is not logged.
+        let runs: Vec<(u64, u32)> = self.runs_on(node).map(|(job, r)| (job, r.attempt)).collect();
+        let Some(link) = self.links.get_mut(node) else { return Err(ControlError::Internal("the link went".into())) };
+        let ends = beat.tasks.iter().any(|r| r.state != wire::TaskState::Running);
+        let due = link.absorbed_s.is_none_or(|at| now >= at + SAMPLES_EVERY_S) || ends || link.absorbed_runs != runs;
+        let resampled = due && link.samples != beat.samples;
         if resampled {
             link.samples = beat.samples.clone();
         }
-        self.found(node);
+        let mut changed = self.found(node);
         let mut effects = Effects::default();
         if self.scheduler.set_ready(node, true)? {
             tracing::info!(node, "agent is back: the node gets work again");
+            changed = true;
         }
         let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();
         let reported: BTreeSet<TaskKey> = beat.tasks.iter().map(|r| r.key.clone()).collect();
         if resampled {
             self.remeter_node(node, now);
         }
-        self.absorb_usage(node, beat);
-        let (forget, orphans) = self.absorb_reports(node, beat, now, &mut effects)?;
-        self.reoffer_missing(node, &reported, now, &mut effects)?;
+        let used = due && self.absorb_usage(node, beat);
+        if (resampled || used)
+            && let Some(link) = self.links.get_mut(node)
+        {
+            link.absorbed_s = Some(now);
+            link.absorbed_runs = runs;
+        }
+        changed |= resampled || used;
+        let (forget, orphans, counted) = self.absorb_reports(node, beat, now, &mut effects)?;
+        changed |= counted;
+        changed |= self.reoffer_missing(node, &reported, now, &mut effects)?;
         for report in beat.layouts.iter().take(crate::wire::LAYOUT_REPORTS_MAX) {
             self.layout_outcome(node, report, now, &mut effects)?;
+        }
+        // Whatever went to the store (events, ledger rows, layout records) or to a caller.
+        changed |= super::batch_size(&self.pending) > 0 || !effects.launch.is_empty() || !effects.stop.is_empty();
+        effects.unlogged = !changed;
+        if changed {
+            self.stats.heartbeats.0 += 1;
+        } else {
+            self.stats.heartbeats.1 += 1;
         }
         let mut orders = self.agent_orders(node, &stopping);
         orders.forget = forget;
@@ -264,21 +303,26 @@ impl Controller {
     }
 
     /// Count the exits a heartbeat reports and withdraw the launches it confirms. Returns the
-    /// reports the agent may forget (their exits are counted) and the tasks it runs that this
-    /// controller does not (their job ended, or an older run): they must not hold the GPUs.
+    /// reports the agent may forget (their exits are counted), the tasks it runs that this
+    /// controller does not (their job ended, or an older run): they must not hold the GPUs —
+    /// and whether anything was counted or withdrawn.
     fn absorb_reports(
         &mut self,
         node: &str,
         beat: &Heartbeat,
         now: u64,
         effects: &mut Effects,
-    ) -> Result<(Vec<TaskKey>, Vec<TaskKey>), ControlError> {
+    ) -> Result<(Vec<TaskKey>, Vec<TaskKey>, bool), ControlError> {
         let mut forget = Vec::new();
         let mut orphans = Vec::new();
+        let mut changed = false;
         for report in beat.tasks.iter().cloned() {
             if let Some(offers) = self.outbox.get_mut(node) {
-                offers.remove(&report.key);
+                changed |= offers.remove(&report.key).is_some();
             }
+            let job = report.key.job;
+            let counted = |c: &Controller| c.running.get(&job).map(|r| (r.attempt, r.exited.len(), r.oom.is_some()));
+            let before = counted(self);
             match report.state {
                 wire::TaskState::Running => {
                     // Stop orders name a run (job, attempt), so a run this controller has
@@ -303,8 +347,9 @@ impl Controller {
                     forget.push(report.key);
                 }
             }
+            changed |= counted(self) != before;
         }
-        Ok((forget, orphans))
+        Ok((forget, orphans, changed))
     }
 
     /// May `node` say how task `key` ended? Not for a task of a run this controller has that
@@ -337,15 +382,18 @@ impl Controller {
 
     /// Record what the node's cgroups measured of the runs it reports, for the runs this
     /// controller has there (another run's, or another node's job's, changes nothing).
-    fn absorb_usage(&mut self, node: &str, beat: &Heartbeat) {
+    /// Take in what each of the node's runs has used; whether any figure changed.
+    fn absorb_usage(&mut self, node: &str, beat: &Heartbeat) -> bool {
+        let mut changed = false;
         for u in beat.usage.iter().take(wire::USAGE_REPORTS_MAX) {
             let Some(runs) = self.running.get_mut(&u.job) else { continue };
             if runs.attempt != u.attempt || !runs.tasks.values().any(|n| n == node) {
                 continue;
             }
             let used = gantry_types::NodeUse { node: node.to_string(), used: u.used.clone() };
-            runs.used.insert(node.to_string(), used);
+            changed |= runs.used.insert(node.to_string(), used.clone()).as_ref() != Some(&used);
         }
+        changed
     }
 
     /// The OOM killer ended a task of a run this controller has on `node`: the run ends `oom`
@@ -367,14 +415,14 @@ impl Controller {
     /// Anti-entropy: a task of a run this controller has on this node that the agent neither
     /// reports (`reported`) nor has on offer, and whose exit is not counted, is not there (the
     /// agent stopped between claiming and starting it): offer its launch again — or, if the
-    /// run is being stopped, count it as stopped.
+    /// run is being stopped, count it as stopped. Whether any task was missing.
     fn reoffer_missing(
         &mut self,
         node: &str,
         reported: &BTreeSet<TaskKey>,
         now: u64,
         effects: &mut Effects,
-    ) -> Result<(), ControlError> {
+    ) -> Result<bool, ControlError> {
         let missing: Vec<(u64, String, u32)> = self
             .runs_on(node)
             .flat_map(|(job, r)| {
@@ -389,6 +437,7 @@ impl Controller {
                 !reported.contains(&key) && !self.outbox.get(node).is_some_and(|o| o.contains_key(&key))
             })
             .collect();
+        let any = !missing.is_empty();
         for (job, group, replica) in missing {
             let attempt = self.running[&job].attempt;
             if self.running[&job].stopping.is_some() {
@@ -407,11 +456,9 @@ impl Controller {
                 self.outbox.entry(node.to_string()).or_default().insert(launch.key(), launch);
             }
         }
-        Ok(())
+        Ok(any)
     }
 
-    /// What node `node`'s agent must do now: launch what it has not reported, stop the
-    /// stopping jobs' tasks there (`stopping`: those it already stops).
     /// The longest a heartbeat may be held for new orders: what the agent asked, at most
     /// [`wire::WAIT_MS_MAX`] and half the heartbeat timeout (a held agent is silent to the
     /// timeout: held longer, a live node would read as gone).
@@ -431,7 +478,7 @@ impl Controller {
                 "node {node} has no agent registered since the controller started: its output can be read once one does"
             ));
         };
-        let silent_s = now.saturating_sub(link.last_seen_s);
+        let silent_s = now.saturating_sub(link.heard_s);
         if silent_s > heartbeat_timeout_s || self.lost_nodes.contains(node) {
             return Some(format!("node {node} is down: its agent was last heard {silent_s} s ago"));
         }
@@ -445,6 +492,8 @@ impl Controller {
         None
     }
 
+    /// What node `node`'s agent must do now: launch what it has not reported, stop the
+    /// stopping jobs' tasks there (`stopping`: those it already stops).
     pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
         // An agent older than confinement would refuse a launch with limits it does not know.
         let limits = self.links.get(node).is_none_or(|l| l.protocol >= wire::PROTOCOL_CONFINEMENT);
@@ -474,19 +523,31 @@ impl Controller {
         }
     }
 
-    /// Nodes whose agent has been silent past the timeout get no new work (what runs there
-    /// keeps its place: the agent may come back and report it). Returns the nodes marked.
-    pub(crate) fn check_agents(&mut self, now: u64) -> Vec<String> {
-        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else { return Vec::new() };
-        let mut silent = Vec::new();
-        for (node, link) in &self.links {
-            let age = now.saturating_sub(link.last_seen_s);
-            if age > heartbeat_timeout_s && self.scheduler.set_ready(node, false).unwrap_or(false) {
+    /// Registered nodes whose agent has not been heard from past the heartbeat timeout, and
+    /// for how long: what a tick records and decides from.
+    pub(crate) fn silences(&self, now: u64) -> BTreeMap<String, u64> {
+        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else { return BTreeMap::new() };
+        self.links
+            .iter()
+            .map(|(node, link)| (node, now.saturating_sub(link.heard_s)))
+            .filter(|(_, age)| *age > heartbeat_timeout_s)
+            .map(|(node, age)| (node.clone(), age))
+            .collect()
+    }
+
+    /// Nodes whose agent has been silent past the timeout (`silent`, as the tick recorded)
+    /// get no new work (what runs there keeps its place: the agent may come back and report
+    /// it). Returns the nodes marked.
+    pub(crate) fn check_agents(&mut self, silent: &BTreeMap<String, u64>) -> Vec<String> {
+        let Agents::Remote { .. } = self.agents else { return Vec::new() };
+        let mut marked = Vec::new();
+        for (node, age) in silent {
+            if self.links.contains_key(node) && self.scheduler.set_ready(node, false).unwrap_or(false) {
                 tracing::warn!(node, silent_s = age, "agent silent past the heartbeat timeout: no new work goes there");
-                silent.push(node.clone());
+                marked.push(node.clone());
             }
         }
-        silent
+        marked
     }
 }
 

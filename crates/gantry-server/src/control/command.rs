@@ -90,7 +90,22 @@ pub enum Command {
     },
     /// Time passes: silent agents, the meter, idle jobs, reconfigurations, then a scheduling
     /// cycle.
-    Tick {},
+    Tick {
+        /// Remote nodes whose agent has not been heard from past the heartbeat timeout, with
+        /// how long (seconds). The live controller fills it in as it applies the tick (from
+        /// when it last heard each agent, heartbeats it did not log included) and the log
+        /// keeps it, so a replay decides from the same silences. `None` in logs from before
+        /// it was kept: then computed the same way.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        silent: Option<std::collections::BTreeMap<String, u64>>,
+    },
+}
+
+impl Command {
+    /// A tick whose silences the controller fills in.
+    pub fn tick() -> Command {
+        Command::Tick { silent: None }
+    }
 }
 
 impl Command {
@@ -169,6 +184,9 @@ pub struct Effects {
     /// Capacity may have come back or work arrived: a scheduling cycle should run soon.
     pub schedule: bool,
     pub reply: Reply,
+    /// The command changed nothing a replay needs (a heartbeat that only repeated what the
+    /// controller knew): it is not put in the command log.
+    pub unlogged: bool,
 }
 
 /// The decisions of one applied command, as the command log keeps them for replay: what a

@@ -9,16 +9,16 @@ use super::{Agents, Controller, Effects, Reply};
 use crate::auth::Principal;
 use crate::error::ControlError;
 use crate::wire::TaskKey;
+use std::collections::BTreeMap;
 
 impl Controller {
-    /// Nodes silent past the loss threshold, not yet lost (checked at each tick).
-    pub(crate) fn silent_past_loss(&self, now: u64) -> Vec<String> {
+    /// Nodes silent past the loss threshold, not yet lost (checked at each tick, from the
+    /// silences it records).
+    pub(crate) fn silent_past_loss(&self, silent: &BTreeMap<String, u64>) -> Vec<String> {
         let Agents::Remote { node_lost_after_s, .. } = self.agents else { return Vec::new() };
-        self.links
+        silent
             .iter()
-            .filter(|(node, link)| {
-                now.saturating_sub(link.last_seen_s) > node_lost_after_s && !self.lost_nodes.contains(*node)
-            })
+            .filter(|(node, silent_s)| **silent_s > node_lost_after_s && !self.lost_nodes.contains(*node))
             .map(|(node, _)| node.clone())
             .collect()
     }
@@ -96,7 +96,7 @@ impl Controller {
         let unreachable: Vec<TaskKey> = runs
             .tasks
             .iter()
-            .filter(|(task, n)| !runs.exited.contains(*task) && !self.node_reachable(n, now))
+            .filter(|(task, n)| !runs.exited.contains(*task) && !self.node_reachable(n))
             .map(|((group, replica), _)| TaskKey { job, group: group.clone(), replica: *replica, attempt })
             .collect();
         for key in unreachable {
@@ -105,18 +105,21 @@ impl Controller {
         Ok(())
     }
 
-    /// Is `node`'s agent reachable (heard from within the heartbeat timeout, not lost)? On a
-    /// controller running its own agents, always.
-    fn node_reachable(&self, node: &str, now: u64) -> bool {
-        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else { return true };
+    /// Is `node`'s agent reachable (registered, not found silent past the heartbeat timeout
+    /// at the last tick, not lost)? On a controller running its own agents, always.
+    pub(crate) fn node_reachable(&self, node: &str) -> bool {
+        let Agents::Remote { .. } = self.agents else { return true };
         !self.lost_nodes.contains(node)
-            && self.links.get(node).is_some_and(|l| now.saturating_sub(l.last_seen_s) <= heartbeat_timeout_s)
+            && self.links.contains_key(node)
+            && !self.scheduler.engine().has_mark(node, gantry_engine::NOT_READY_TAINT)
     }
 
-    /// The agent of `node` was heard from: the node is no longer lost.
-    pub(crate) fn found(&mut self, node: &str) {
-        if self.lost_nodes.remove(node) {
+    /// The agent of `node` was heard from: the node is no longer lost. Whether it was.
+    pub(crate) fn found(&mut self, node: &str) -> bool {
+        let was = self.lost_nodes.remove(node);
+        if was {
             tracing::info!(node, "a lost node's agent is back");
         }
+        was
     }
 }

@@ -73,7 +73,7 @@ fn beat(c: &mut Controller, node: &str, tasks: &[TaskKey], now: u64) -> Orders {
 }
 
 pub(super) fn tick(c: &mut Controller, now: u64) {
-    c.apply(now, Command::Tick {}).expect("ticks");
+    c.apply(now, Command::tick()).expect("ticks");
 }
 
 fn state(c: &Controller, id: u64) -> (JobState, u32) {
@@ -203,8 +203,13 @@ fn cancel_force_ends_a_job_whose_node_is_unreachable() {
     let node = nodes_of(&c, id)[0].clone();
     let tasks = c.tasks_of(id);
     beat(&mut c, &node, &tasks, T0 + 3);
-    // Silent past the heartbeat timeout, not yet lost: a plain cancel waits for the agent.
+    // Reachable still (no tick has found it silent): a forced cancel waits for its agent too.
     let who = Principal::controller();
+    let early = c.apply(T0 + 20, Command::Cancel { who: who.clone(), job: id, force: true }).expect("cancel");
+    assert_eq!(early.reply, Reply::Cancelled { stopping: true });
+    // Silent past the heartbeat timeout as a tick finds it, not yet lost: a plain cancel
+    // waits for the agent.
+    tick(&mut c, T0 + 99);
     c.apply(T0 + 100, Command::Cancel { who: who.clone(), job: id, force: false }).expect("cancel");
     assert_eq!(state(&c, id).0, JobState::Running, "stopping, waiting for an agent that is silent");
     let forced = c.apply(T0 + 101, Command::Cancel { who, job: id, force: true }).expect("force");

@@ -25,6 +25,8 @@ mod run;
 mod usage;
 
 #[cfg(test)]
+mod heartbeat_log_tests;
+#[cfg(test)]
 mod lost_tests;
 #[cfg(test)]
 mod reconfig_tests;
@@ -117,7 +119,18 @@ pub(crate) struct Held {
 /// A connected remote agent.
 #[derive(Clone, Debug)]
 pub(crate) struct AgentLink {
-    pub last_seen_s: u64,
+    /// When its agent was last heard from (registration or any heartbeat, logged or not).
+    /// Decisions never read it directly: a tick records the silences it decides from
+    /// (`Command::Tick::silent`).
+    pub heard_s: u64,
+    /// When the controller last took its samples and usage in (the meter's, the idle watch's
+    /// and the runs' figures change at most this often: [`agents::SAMPLES_EVERY_S`]).
+    pub absorbed_s: Option<u64>,
+    /// The runs on the node (job, attempt) when it last did: a run started or ended there
+    /// makes the next samples due at once (a short job is metered from its first figures).
+    pub absorbed_runs: Vec<(u64, u32)>,
+    /// The samples of its latest heartbeat, taken in or not (what the views show).
+    pub recent_samples: Vec<GpuSample>,
     /// The agent process's lasting identity (`Register::instance`): a restart keeps it.
     pub instance: String,
     pub version: String,
@@ -179,7 +192,10 @@ pub struct Controller {
 impl Controller {
     /// Apply `command` at `now` (Unix seconds). On success, the effects to carry out — the
     /// commit first. On error nothing changed and nothing is to be committed.
-    pub fn apply(&mut self, now: u64, command: Command) -> Result<Effects, ControlError> {
+    pub fn apply(&mut self, now: u64, mut command: Command) -> Result<Effects, ControlError> {
+        if let Command::Tick { silent: silent @ None } = &mut command {
+            *silent = Some(self.silences(now));
+        }
         let before = batch_size(&self.pending);
         let result = self.dispatch(now, &command);
         let changed = batch_size(&self.pending) > before;
@@ -195,7 +211,11 @@ impl Controller {
                 return Err(e);
             }
         };
-        self.log(now, command, &effects);
+        // A command that changed nothing a replay needs stays out of the log; one that wrote
+        // anything is always logged (the store and the log never disagree).
+        if !effects.unlogged || batch_size(&self.pending) > 0 {
+            self.log(now, command, &effects);
+        }
         effects.commit = std::mem::take(&mut self.pending);
         Ok(effects)
     }
@@ -271,7 +291,7 @@ impl Controller {
                 self.task_exited(task, *code, *timed_out, *lost, now, &mut effects)?;
                 Ok(effects)
             }
-            Command::Tick {} => self.tick(now),
+            Command::Tick { silent } => self.tick(now, silent.as_ref().cloned().unwrap_or_default()),
         }
     }
 
@@ -307,11 +327,11 @@ impl Controller {
 
     /// Time passes: silent agents lose their nodes' new work, the meter and the idle watch
     /// look, reconfigurations move along, then a scheduling cycle runs.
-    fn tick(&mut self, now: u64) -> Result<Effects, ControlError> {
-        self.check_agents(now);
+    fn tick(&mut self, now: u64, silent: BTreeMap<String, u64>) -> Result<Effects, ControlError> {
+        self.check_agents(&silent);
         self.meter(now, false);
         let mut effects = self.check_idle(now);
-        for node in self.silent_past_loss(now) {
+        for node in self.silent_past_loss(&silent) {
             self.lose_node(&node, "its agent was silent past node_lost_after", now, &mut effects)?;
         }
         self.reconfigure_tick(now, &mut effects)?;
@@ -442,7 +462,7 @@ impl Controller {
 }
 
 /// How many changes a batch holds.
-fn batch_size(b: &Batch) -> usize {
+pub(crate) fn batch_size(b: &Batch) -> usize {
     b.commands.len()
         + b.events.len()
         + b.tokens_added.len()

@@ -171,7 +171,7 @@ fn submit(c: &mut Controller, text: &str, now: u64) -> Vec<u64> {
 }
 
 fn tick(c: &mut Controller, now: u64) {
-    c.apply(now, Command::Tick {}).expect("ticks");
+    c.apply(now, Command::tick()).expect("ticks");
 }
 
 /// Tick and heartbeat every `step` seconds from `from` to `to`.
@@ -362,7 +362,7 @@ fn a_controller_killed_between_order_and_result_resumes_from_the_store() {
         c.apply(T0, Command::Submit { who: Principal::controller(), jobs, key: None }).expect("submits"),
         &mut store,
     );
-    commit(c.apply(T0, Command::Tick {}).expect("ticks"), &mut store);
+    commit(c.apply(T0, Command::tick()).expect("ticks"), &mut store);
     // The agent takes the order and applies it; the controller dies before hearing back.
     agent.beat(&mut c, T0 + 1);
     assert_eq!(agent.layouts.reports().len(), 1);

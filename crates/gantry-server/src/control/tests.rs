@@ -57,7 +57,7 @@ fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &m
             let task = running.remove(rng.below(running.len() as u64) as usize);
             Command::TaskExited { task, code: Some(i32::from(rng.below(5) == 0)), timed_out: false, lost: false }
         }
-        _ => Command::Tick {},
+        _ => Command::tick(),
     }
 }
 

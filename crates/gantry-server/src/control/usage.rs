@@ -21,6 +21,17 @@ impl Controller {
         }
     }
 
+    /// GPU `index` of `node`'s utilization as the views show it: its agent's latest sample,
+    /// taken in by the meter or not (it is at most [`super::agents::SAMPLES_EVERY_S`] newer).
+    pub fn shown_sample(&self, node: &str, index: u32, holder: Option<u64>) -> Option<GpuSample> {
+        match self.agents {
+            Agents::Remote { .. } => {
+                self.links.get(node).and_then(|l| l.recent_samples.iter().find(|s| s.index == index)).cloned()
+            }
+            Agents::Local => self.gpu_sample(node, index, holder),
+        }
+    }
+
     /// What running `job` holds on each GPU now, with that GPU's utilization.
     fn lines_of(&self, job: u64) -> Vec<crate::meter::Line> {
         let Some(runs) = self.running.get(&job) else { return Vec::new() };

@@ -124,6 +124,14 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     );
     out.sample("gantry_decisions_total", &[("kind", "start")], c.stats.starts as f64);
     out.sample("gantry_decisions_total", &[("kind", "stop")], c.stats.stops as f64);
+    out.family(
+        "gantry_heartbeats",
+        "counter",
+        "",
+        "Agents' heartbeats applied since the controller started; logged=false: they changed nothing and were not put in the command log.",
+    );
+    out.sample("gantry_heartbeats_total", &[("logged", "true")], c.stats.heartbeats.0 as f64);
+    out.sample("gantry_heartbeats_total", &[("logged", "false")], c.stats.heartbeats.1 as f64);
     let r = &c.reconfigs;
     out.family(
         "gantry_reconfigurations",

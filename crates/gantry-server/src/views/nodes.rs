@@ -109,7 +109,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
             drained: engine.is_drained(&n.name),
             ready: !engine.has_mark(&n.name, gantry_engine::NOT_READY_TAINT),
             lost: c.lost_nodes.contains(&n.name),
-            heartbeat_age_s: c.links.get(&n.name).map(|l| now.saturating_sub(l.last_seen_s)),
+            heartbeat_age_s: c.links.get(&n.name).map(|l| now.saturating_sub(l.heard_s)),
             agent_version: c.links.get(&n.name).map(|l| l.version.clone()),
             confinement: c.links.get(&n.name).map(|l| l.confinement.clone()),
             refused_reports: c.refused.get(&n.name).map_or(0, |r| r.count),
@@ -120,7 +120,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
         let node = &mut nodes[gpu.node as usize];
         let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
         jobs.dedup();
-        let sample = c.gpu_sample(&node.name, gpu.index, jobs.first().copied());
+        let sample = c.shown_sample(&node.name, gpu.index, jobs.first().copied());
         let gpu_model = c.catalog.model(gpu.model);
         let instances = match &gpu.units {
             gantry_engine::state::Units::Mig { slots } => slots

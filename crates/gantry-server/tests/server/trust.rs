@@ -408,3 +408,42 @@ fn an_agent_too_old_for_output_reads_is_named_not_waited_for() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "no wait for an agent that cannot answer");
     server.stop();
 }
+
+/// Heartbeat entries in the command log of the store in `data`.
+fn logged_heartbeats(data: &std::path::Path) -> usize {
+    use gantry_store::Store;
+    let store = gantry_store::SqliteStore::open(&data.join("gantry.db")).expect("opens");
+    let log = store.commands_after(0, 1_000_000).expect("reads");
+    log.iter().filter(|c| c.body.contains("\"command\":\"heartbeat\"")).count()
+}
+
+#[test]
+fn a_flooding_node_is_paced_and_what_changes_nothing_is_not_logged() {
+    let server = remote_two_nodes("flood");
+    let agent = FakeAgent::register_speaking(&server, "n1", 4);
+    // As fast as it can: junk about tasks nobody runs, different every time.
+    let started = std::time::Instant::now();
+    let (mut accepted, mut paced) = (0u64, 0u64);
+    for round in 0..400u64 {
+        let junk: Vec<String> = (0..500).map(|i| task(1_000_000 + round * 1_000 + i, "lost")).collect();
+        let (status, reply) = agent.beat(&junk, 0);
+        match status {
+            200 => accepted += 1,
+            429 => {
+                assert_eq!(reply["limit"], "heartbeats_per_second", "{reply}");
+                paced += 1;
+            }
+            other => panic!("{other}: {reply}"),
+        }
+    }
+    let took = started.elapsed().as_secs_f64();
+    let allowed =
+        f64::from(gantry_server::rate::HEARTBEAT_BURST) + took * f64::from(gantry_server::rate::HEARTBEATS_PER_S);
+    assert!((accepted as f64) <= allowed + 1.0, "{accepted} accepted in {took:.1} s");
+    assert!(paced > 0, "the flood was paced");
+    let (_, metrics) = server.call("GET", "/metrics", None);
+    let metrics = metrics.as_str().expect("text").to_string();
+    assert!(metrics.contains(&format!("gantry_heartbeats_total{{logged=\"false\"}} {accepted}")), "{metrics}");
+    let data = server.stop();
+    assert!(logged_heartbeats(&data) <= 1, "junk changed nothing, so nothing of it is in the log");
+}
