@@ -249,8 +249,10 @@ impl Controller {
         // once a run started or ended there. What else the heartbeat changes is noted as it
         // happens: a heartbeat that changed nothing is not logged.
         let runs: Vec<(u64, u32)> = self.runs_on(node).map(|(job, r)| (job, r.attempt)).collect();
+        // An exit counts only for a task of this node not counted yet (junk about other
+        // tasks must not make every heartbeat's figures due).
+        let ends = beat.tasks.iter().any(|r| r.state != wire::TaskState::Running && self.ends_here(node, &r.key));
         let Some(link) = self.links.get_mut(node) else { return Err(ControlError::Internal("the link went".into())) };
-        let ends = beat.tasks.iter().any(|r| r.state != wire::TaskState::Running);
         let due = link.absorbed_s.is_none_or(|at| now >= at + SAMPLES_EVERY_S) || ends || link.absorbed_runs != runs;
         let resampled = due && link.samples != beat.samples;
         if resampled {
@@ -350,6 +352,16 @@ impl Controller {
             changed |= counted(self) != before;
         }
         Ok((forget, orphans, changed))
+    }
+
+    /// Is `key` a task of a run this controller has on `node`, not yet counted as ended?
+    fn ends_here(&self, node: &str, key: &TaskKey) -> bool {
+        self.running.get(&key.job).is_some_and(|runs| {
+            let which = (key.group.clone(), key.replica);
+            runs.attempt == key.attempt
+                && runs.tasks.get(&which).is_some_and(|n| n == node)
+                && !runs.exited.contains(&which)
+        })
     }
 
     /// May `node` say how task `key` ended? Not for a task of a run this controller has that
