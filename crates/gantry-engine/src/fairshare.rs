@@ -88,6 +88,26 @@ impl FairShare {
         &self.tree
     }
 
+    /// What it remembers of each queue's past use, by queue: the decayed usage and the tick it
+    /// was last brought to. (What runs now is not memory: a controller re-adopting its running
+    /// jobs charges them again.)
+    pub fn memory(&self) -> Vec<([u128; RESOURCES], u64)> {
+        self.usage.iter().map(|u| (u.decayed, u.tick)).collect()
+    }
+
+    /// Take back [`FairShare::memory`] of the same tree; false (and nothing changed) for
+    /// another number of queues.
+    pub fn remember(&mut self, memory: &[([u128; RESOURCES], u64)]) -> bool {
+        if memory.len() != self.usage.len() {
+            return false;
+        }
+        for (u, (decayed, tick)) in self.usage.iter_mut().zip(memory) {
+            u.decayed = *decayed;
+            u.tick = *tick;
+        }
+        true
+    }
+
     /// Bring a queue's decayed usage to `now` (whole ticks; the running allocation is charged
     /// for each tick it spans).
     fn advance(&mut self, queue: usize, now: u64) {
@@ -281,5 +301,28 @@ mod tests {
         fs.stop(2, [6000, 0, 0], 3600);
         assert!(fs.share(0, 3600) > fs.share(1, 3600), "a1's past usage still counts against org-a");
         assert!(fs.share(0, 41 * 3600) < fs.share(1, 41 * 3600), "until it decays away");
+    }
+
+    #[test]
+    fn a_fair_share_that_takes_back_its_memory_orders_as_the_one_it_came_from() {
+        let t = tree(&[("a", None, 1), ("b", None, 1)], 3_600);
+        let mut old = FairShare::new(t.clone(), [1_000, 1_000, 1_000]);
+        old.start(0, [500, 0, 0], 0);
+        old.stop(0, [500, 0, 0], 7_000);
+        old.start(1, [200, 0, 0], 5_000);
+        // A controller re-opened at 9,000 re-adopts what runs (b's 200), then takes the memory.
+        let mut fresh = FairShare::new(t.clone(), [1_000, 1_000, 1_000]);
+        fresh.start(1, [200, 0, 0], 9_000);
+        assert_ne!(fresh.share(0, 20_000), old.clone().share(0, 20_000), "without its memory a is new");
+        let mut fresh = FairShare::new(t.clone(), [1_000, 1_000, 1_000]);
+        fresh.start(1, [200, 0, 0], 9_000);
+        assert!(fresh.remember(&old.memory()));
+        for now in [9_000, 20_000, 100_000] {
+            for q in 0..2 {
+                assert_eq!(fresh.share(q, now), old.share(q, now), "queue {q} at {now}");
+            }
+        }
+        let other = FairShare::new(tree(&[("a", None, 1)], 3_600), [1, 1, 1]);
+        assert!(!fresh.remember(&other.memory()), "another tree's memory is refused");
     }
 }

@@ -97,6 +97,7 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
     let config = ServeConfig {
         reconfigure: Default::default(),
         confinement: Default::default(),
+        log: Default::default(),
         data_dir: data.clone(),
         listen: "127.0.0.1:0".parse().expect("addr"),
         fleet,

@@ -145,6 +145,11 @@ pub struct Tokens {
 }
 
 impl Tokens {
+    /// Every token as stored (what a checkpoint's `open` entry keeps).
+    pub fn records(&self) -> Vec<TokenRecord> {
+        self.by_name.values().cloned().collect()
+    }
+
     pub fn new(records: Vec<TokenRecord>) -> Tokens {
         let mut tokens = Tokens::default();
         for record in records {

@@ -76,7 +76,7 @@ pub struct IdleEvent {
 }
 
 /// A running job as the watch sees it at one sample.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct JobUse {
     pub job: u64,
     pub queue: String,
@@ -91,21 +91,33 @@ const EVENTS_MAX: usize = 1000;
 
 /// Tracks idle stretches. It is told when a running job's utilization changes and when it
 /// ends, never shown every job at every tick: a stretch comes due at a known time.
-#[derive(Debug, Default)]
+///
+/// A checkpoint carries what decides (the stretches under way); the policy comes from the
+/// setup, and the events and counts only the views show stay with the live controller.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct IdleWatch {
+    #[serde(skip)]
     pub policy: IdlePolicy,
     /// Jobs idle now: since when, and their last use.
     idle: BTreeMap<u64, (u64, JobUse)>,
     /// Idle stretches not yet flagged: (when they come due, job).
     due: BTreeSet<(u64, u64)>,
     flagged: BTreeSet<u64>,
+    #[serde(skip)]
     events: VecDeque<IdleEvent>,
+    #[serde(skip)]
     pub counts: BTreeMap<&'static str, u64>,
 }
 
 impl IdleWatch {
     pub fn new(policy: IdlePolicy) -> IdleWatch {
         IdleWatch { policy, ..IdleWatch::default() }
+    }
+
+    /// Take over `old`'s events and counts (what the views show), at a checkpoint.
+    pub fn take_history(&mut self, old: &mut IdleWatch) {
+        self.events = std::mem::take(&mut old.events);
+        self.counts = std::mem::take(&mut old.counts);
     }
 
     /// A running job's utilization now (when it starts, and whenever it changes).

@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod output;
 pub mod rate;
 pub mod replay;
+pub mod retention;
 pub mod series;
 pub mod standby;
 pub mod task_logs;
@@ -113,6 +114,8 @@ pub struct ServeConfig {
     pub reconfigure: control::reconfig::ReconfigurePolicy,
     /// How the in-process agents of `--local` confine their tasks.
     pub confinement: local_agents::LocalConfinement,
+    /// Checkpoints and how much command log is kept (`[log]`).
+    pub log: retention::LogRetention,
 }
 
 /// The store a controller runs on.
@@ -166,6 +169,8 @@ pub struct Shared {
     pub data_dir: PathBuf,
     /// What one request, user and queue may put in (`[admission]`).
     pub admission: admission::AdmissionLimits,
+    /// Checkpoints and how much command log is kept (`[log]`).
+    pub log: retention::LogRetention,
     /// Whether remote agents must present a client certificate for their node.
     pub agent_certs: tls::AgentCerts,
     /// Set once the store has failed (a deposed leader's writes fenced, a lost connection):
@@ -430,6 +435,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     config.billing.check()?;
     config.idle.check()?;
     config.admission.check()?;
+    config.log.check()?;
     if config.tls.is_none() && !config.insecure_http && !config.listen.ip().is_loopback() {
         return Err(ServeError::Config(format!(
             "plain HTTP on {} would send tokens and jobs in the clear: serve HTTPS there, or pass --insecure-http on a network you trust",
@@ -473,6 +479,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         heartbeat_rates: Arc::new(rate::NodeRates::default()),
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),
+        log: config.log.clone(),
         agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
         fatal: Arc::new(tokio::sync::watch::channel(None).0),
     };
@@ -480,7 +487,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     let listener = tokio_listener(&socket)?;
     drop(socket);
 
-    let scheduler = tokio::spawn(scheduling_loop(shared.clone(), config.tick));
+    let scheduler = tokio::spawn(scheduling_loop(shared.clone(), config.tick, config.log.clone()));
     let agents = if local {
         local_agents::start(
             &shared,
@@ -520,17 +527,31 @@ pub const CYCLE_PAUSE_MAX: Duration = Duration::from_millis(25);
 /// the next, and cycles take at most about half the time; an idle controller answers a
 /// wake-up at once. (The pause is the time spent applying, under the lock; not the wait for
 /// the commit, which is I/O.)
-async fn scheduling_loop(shared: Shared, tick: Duration) {
+///
+/// Checkpoints ([`retention`]) are taken from the same loop, after a cycle, when due.
+async fn scheduling_loop(shared: Shared, tick: Duration, log: retention::LogRetention) {
     let mut next_allowed = tokio::time::Instant::now();
+    let mut checkpoint = retention::Due::new(&log, now_s());
     loop {
         tokio::select! {
             _ = shared.wake.notified() => {}
             _ = tokio::time::sleep(tick) => {}
         }
         tokio::time::sleep_until(next_allowed).await;
-        let (results, took) = shared.execute_all_timed(vec![Command::tick()]).await;
+        let mut commands = vec![Command::tick()];
+        if checkpoint.is_due(now_s()) {
+            commands.push(Command::Checkpoint { keep_log_s: log.keep_s() });
+        }
+        let (results, took) = shared.execute_all_timed(commands).await;
         for result in results {
             match result {
+                Ok(Reply::Checkpoint { taken, why }) => {
+                    match &why {
+                        None => tracing::info!("checkpoint taken"),
+                        Some(why) => tracing::info!(why, "checkpoint postponed"),
+                    }
+                    checkpoint.after(taken, now_s());
+                }
                 Err(ControlError::StoreFailed(why)) => {
                     tracing::error!(error = %why, "the store failed: this controller can do nothing more");
                     shared.fatal.send_replace(Some(why));

@@ -36,6 +36,13 @@ pub struct ReplayReport {
     pub stops: u64,
     /// Ticks whose pending reasons were part of the comparison.
     pub reasons_checked: u64,
+    /// Where the kept log begins: its first entry's sequence number and time (retention
+    /// deleted what came before; the replay opened there from the jobs as of that entry).
+    pub from_seq: u64,
+    pub from_s: u64,
+    /// The jobs' events read from the store to open at that first entry (0: the log is
+    /// whole).
+    pub events_before: u64,
     pub first_difference: Option<Difference>,
 }
 
@@ -97,12 +104,24 @@ impl Replay {
     fn step(&mut self, record: &CommandRecord, log: &dyn Store, report: &mut ReplayReport) -> Result<(), ControlError> {
         let mut kind = kind_of(&record.body)?;
         let bad = |e: serde_json::Error| ControlError::Invalid(format!("log entry {}: {e}", record.seq));
+        if self.controller.is_none() && report.total() == 0 {
+            (report.from_seq, report.from_s) = (record.seq, record.at_s);
+            if kind == "open" {
+                report.events_before = self.seed(record.seq, log)?;
+            }
+        }
         let (recorded, batch) = if kind == "open" {
             *report.commands.entry(kind.clone()).or_default() += 1;
             let opened: Opened = serde_json::from_str(&record.body).map_err(bad)?;
-            let image = Image::read(&self.mem, 0)?;
+            let image = match &opened.image {
+                // What the live controller opened from, with the jobs as the replay has them.
+                Some(kept) => kept.with_jobs(self.mem.jobs(&[])?),
+                None => Image::read(&self.mem, 0)?,
+            };
+            let carried = opened.image.and_then(|i| i.carried);
             let launched = opened.launched.iter().copied().collect();
-            let (controller, batch) = Controller::open(opened.setup, image, self.catalog, &launched, record.at_s)?;
+            let (controller, batch) =
+                Controller::open_carrying(opened.setup, image, carried, self.catalog, &launched, record.at_s)?;
             self.controller = Some(controller);
             (opened.decisions, batch)
         } else {
@@ -146,6 +165,27 @@ impl Replay {
         }
         self.mem.commit(&[batch])?;
         Ok(())
+    }
+}
+
+impl Replay {
+    /// The log begins at the `open` entry `seq` (retention deleted what came before): put the
+    /// events written before it in the replay's store, so it opens from the same jobs table.
+    /// Returns how many.
+    fn seed(&mut self, seq: u64, log: &dyn Store) -> Result<u64, ControlError> {
+        let Some(open) = log.opens()?.into_iter().find(|o| o.seq == seq) else { return Ok(0) };
+        let mut after = 0;
+        let mut seeded = 0;
+        while after < open.events_through {
+            let page: Vec<(u64, Event)> =
+                log.events_after(after, PAGE)?.into_iter().take_while(|(s, _)| *s <= open.events_through).collect();
+            let Some((last, _)) = page.last() else { break };
+            after = *last;
+            seeded += page.len() as u64;
+            let events = page.into_iter().map(|(_, e)| e).collect();
+            self.mem.commit(&[Batch { events, ..Batch::default() }])?;
+        }
+        Ok(seeded)
     }
 }
 

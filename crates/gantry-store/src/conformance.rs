@@ -195,6 +195,7 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
         reconfigurations: vec![(1, "{}".into(), false)],
         usage: vec![usage.clone()],
         series: vec![(300, "{}".into(), 0)],
+        ..Default::default()
     };
     assert!(!good.is_empty() && Batch::default().is_empty());
     store.commit(std::slice::from_ref(&good)).expect("commits");
@@ -241,6 +242,43 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
     store.commit(&[revoke, again]).expect("commits");
     assert_eq!(store.tokens().expect("reads").iter().map(|t| t.hash.as_str()).collect::<Vec<_>>(), ["h3"]);
     assert_eq!(store.drained().expect("reads"), Vec::<String>::new());
+}
+
+/// Points to replay from: each `open` entry is one, with the last event before it; retention
+/// deletes the command log before the newest point at or before its time, and nothing else.
+pub fn log_retention_keeps_what_a_replay_needs<S: Store>(mut make: impl FnMut() -> S) {
+    let mut store = make();
+    let open = |at: u64, events: Vec<Event>| Batch {
+        commands: vec![(at, format!("{{\"command\":\"open\",\"at\":{at}}}")), (at, "{\"after\":1}".into())],
+        events,
+        opened: true,
+        ..Default::default()
+    };
+    let plain = |at: u64| Batch { commands: vec![(at, "{\"c\":1}".into())], ..Default::default() };
+    store.commit(&[open(10, vec![submitted(1, "a")])]).expect("commits");
+    store.commit(&[Batch { events: vec![started(1, 20)], ..plain(20) }]).expect("commits");
+    store.commit(&[plain(30), open(100, vec![submitted(2, "b")])]).expect("commits");
+    let opens = store.opens().expect("reads");
+    assert_eq!(opens.len(), 2, "{opens:?}");
+    assert_eq!((opens[0].at_s, opens[0].events_through), (10, 0), "nothing before the first");
+    assert_eq!((opens[1].at_s, opens[1].events_through), (100, 2), "the events before it, not its own");
+    let log = store.commands_after(0, 100).expect("reads");
+    assert_eq!(log.len(), 6);
+    assert_eq!(log.iter().find(|c| c.at_s == 100).map(|c| c.seq), Some(opens[1].seq), "the open entry's own seq");
+    // Nothing at or before 5: nothing deleted.
+    store.commit(&[Batch { compact_before_s: Some(5), ..plain(150) }]).expect("commits");
+    assert_eq!(store.commands_after(0, 100).expect("reads").len(), 7);
+    // Keep what replaying from 120 needs: from the open at 100 on.
+    store.commit(&[Batch { compact_before_s: Some(120), ..plain(200) }]).expect("commits");
+    let kept = store.commands_after(0, 100).expect("reads");
+    assert_eq!(kept.first().map(|c| c.seq), Some(opens[1].seq), "{kept:?}");
+    assert_eq!(kept.len(), 4);
+    assert_eq!(store.opens().expect("reads"), vec![opens[1].clone()]);
+    assert_eq!(store.events_after(0, 100).expect("reads").len(), 3, "events stay");
+    assert_eq!(store.jobs(&[]).expect("reads").len(), 2, "jobs stay");
+    // A retention with nothing older to cut: the same.
+    store.commit(&[Batch { compact_before_s: Some(120), ..plain(300) }]).expect("commits");
+    assert_eq!(store.commands_after(0, 100).expect("reads").first().map(|c| c.seq), Some(opens[1].seq));
 }
 
 /// Tokens: kept by hash, names unique, revocable.

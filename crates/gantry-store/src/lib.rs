@@ -182,6 +182,18 @@ pub struct CommandRecord {
     pub body: String,
 }
 
+/// A point the command log can be replayed from: an `open` entry (the controller opened, or
+/// re-opened itself at a checkpoint), with the last event written before it — the jobs table
+/// a replay starting there must begin from is the events up to that one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenRecord {
+    /// The `open` entry's sequence number in the command log.
+    pub seq: u64,
+    pub at_s: u64,
+    /// The last event's sequence number before the entry (0: none).
+    pub events_through: u64,
+}
+
 /// Everything one or more commands change, written all or none in one transaction (and, on
 /// SQLite, one fsync): the group commit's unit.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -201,6 +213,13 @@ pub struct Batch {
     pub usage: Vec<UsageRow>,
     /// (time, point JSON, drop points before this time).
     pub series: Vec<(u64, String, u64)>,
+    /// Its first command is an `open` entry: recorded as a point to replay from
+    /// ([`OpenRecord`]).
+    pub opened: bool,
+    /// Retention: delete the command log before the newest point to replay from that is at or
+    /// before this time (what a replay of the window since needs is kept; the events, the
+    /// ledger and the jobs are never deleted).
+    pub compact_before_s: Option<u64>,
 }
 
 impl Batch {
@@ -258,6 +277,9 @@ pub trait Store: std::fmt::Debug {
     fn put_series_point(&mut self, t_s: u64, point: &str, keep_from_s: u64) -> Result<(), StoreError>;
     /// The series points at or after `from_s`, oldest first.
     fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError>;
+    /// The points the command log can be replayed from, oldest first (the first is where
+    /// what is kept begins, once retention has deleted older entries).
+    fn opens(&self) -> Result<Vec<OpenRecord>, StoreError>;
 }
 
 /// A boxed store is a store: the controller picks its backend at start (`--store`).
@@ -324,6 +346,9 @@ impl<S: Store + ?Sized> Store for Box<S> {
     }
     fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError> {
         (**self).series_points(from_s)
+    }
+    fn opens(&self) -> Result<Vec<OpenRecord>, StoreError> {
+        (**self).opens()
     }
 }
 

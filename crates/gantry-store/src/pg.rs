@@ -105,10 +105,15 @@ CREATE INDEX reconfigurations_open ON reconfigurations (finished, id);",
         12,
         "ALTER TABLE tokens ADD COLUMN expires_at_s BIGINT;",
     ),
+    (
+        // Points the command log replays from, for its retention (SQLite's schema 12).
+        13,
+        "CREATE TABLE opens (seq BIGINT PRIMARY KEY, at_s BIGINT NOT NULL, events_through BIGINT NOT NULL);",
+    ),
 ];
 
 /// The schema version this code writes.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 12;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 13;
 
 /// Arbitrary, fixed: the advisory lock migrations hold.
 const MIGRATION_LOCK: i64 = 0x6761_6e74_7279; // "gantry"
@@ -555,8 +560,19 @@ fn put_series_point(tx: &mut Transaction<'_>, t_s: u64, point: &str, keep_from_s
 
 /// Everything of one batch, inside the caller's transaction.
 fn write_batch(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
-    for (at_s, body) in &batch.commands {
-        tx.execute("INSERT INTO commands (at_s, body) VALUES ($1, $2)", &[&int(*at_s)?, body]).map_err(pg)?;
+    for (i, (at_s, body)) in batch.commands.iter().enumerate() {
+        let row = tx
+            .query_one("INSERT INTO commands (at_s, body) VALUES ($1, $2) RETURNING seq", &[&int(*at_s)?, body])
+            .map_err(pg)?;
+        if i == 0 && batch.opened {
+            let seq: i64 = row.get(0);
+            let through: i64 = tx.query_one("SELECT COALESCE(MAX(seq), 0) FROM events", &[]).map_err(pg)?.get(0);
+            tx.execute(
+                "INSERT INTO opens (seq, at_s, events_through) VALUES ($1, $2, $3)",
+                &[&seq, &int(*at_s)?, &through],
+            )
+            .map_err(pg)?;
+        }
     }
     append_events(tx, &batch.events)?;
     for token in &batch.tokens_added {
@@ -582,6 +598,14 @@ fn write_batch(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), StoreError
     add_usage(tx, &batch.usage)?;
     for (t_s, point, keep_from_s) in &batch.series {
         put_series_point(tx, *t_s, point, *keep_from_s)?;
+    }
+    if let Some(before_s) = batch.compact_before_s {
+        let keep: Option<i64> =
+            tx.query_one("SELECT MAX(seq) FROM opens WHERE at_s <= $1", &[&int(before_s)?]).map_err(pg)?.get(0);
+        if let Some(keep) = keep {
+            tx.execute("DELETE FROM commands WHERE seq < $1", &[&keep]).map_err(pg)?;
+            tx.execute("DELETE FROM opens WHERE seq < $1", &[&keep]).map_err(pg)?;
+        }
     }
     Ok(())
 }
@@ -796,6 +820,21 @@ impl Store for PostgresStore {
             let rows =
                 c.query("SELECT t_s, point FROM series WHERE t_s >= $1 ORDER BY t_s", &[&int(from_s)?]).map_err(pg)?;
             rows.iter().map(|r| Ok((uint(r.get(0))?, r.get(1)))).collect()
+        })
+    }
+
+    fn opens(&self) -> Result<Vec<crate::OpenRecord>, StoreError> {
+        self.call(move |c| {
+            let rows = c.query("SELECT seq, at_s, events_through FROM opens ORDER BY seq", &[]).map_err(pg)?;
+            rows.iter()
+                .map(|r| {
+                    Ok(crate::OpenRecord {
+                        seq: uint(r.get(0))?,
+                        at_s: uint(r.get(1))?,
+                        events_through: uint(r.get(2))?,
+                    })
+                })
+                .collect()
         })
     }
 }

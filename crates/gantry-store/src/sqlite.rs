@@ -73,15 +73,20 @@ CREATE TABLE IF NOT EXISTS commands (
     at_s INTEGER NOT NULL,
     body TEXT    NOT NULL
 );
+CREATE TABLE IF NOT EXISTS opens (
+    seq            INTEGER PRIMARY KEY,
+    at_s           INTEGER NOT NULL,
+    events_through INTEGER NOT NULL
+);
 ";
 
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
 /// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log), 8 `tokens.node` (agent
 /// tokens bound to one node), 9 `reconfigurations` (GPU reconfigurations the controller
 /// carries out), 10 `jobs.outcome` (how a job ended, what its runs used, an OOM kill), 11
-/// `tokens.expires_at_s` (tokens that expire); an older store gets the new tables and columns
-/// when opened.
-const SCHEMA_VERSION: i64 = 11;
+/// `tokens.expires_at_s` (tokens that expire), 12 `opens` (points the log replays from, for
+/// its retention); an older store gets the new tables and columns when opened.
+const SCHEMA_VERSION: i64 = 12;
 
 /// SQLite behind the [`Store`] trait.
 #[derive(Debug)]
@@ -417,6 +422,17 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn opens(&self) -> Result<Vec<crate::OpenRecord>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT seq, at_s, events_through FROM opens ORDER BY seq")?;
+        let raw: Vec<(i64, i64, i64)> =
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<Result<_, _>>()?;
+        raw.into_iter()
+            .map(|(seq, at, through)| {
+                Ok(crate::OpenRecord { seq: uint(seq)?, at_s: uint(at)?, events_through: uint(through)? })
+            })
+            .collect()
+    }
+
     fn series_points(&self, from_s: u64) -> Result<Vec<(u64, String)>, StoreError> {
         let mut stmt = self.conn.prepare_cached("SELECT t_s, point FROM series WHERE t_s >= ?1 ORDER BY t_s")?;
         let raw: Vec<(i64, String)> =
@@ -545,8 +561,16 @@ fn put_series_point(conn: &Connection, t_s: u64, point: &str, keep_from_s: u64) 
 
 /// Everything of one batch, inside the caller's transaction.
 fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
-    for (at_s, body) in &batch.commands {
+    for (i, (at_s, body)) in batch.commands.iter().enumerate() {
         tx.prepare_cached("INSERT INTO commands (at_s, body) VALUES (?1, ?2)")?.execute(params![int(*at_s)?, body])?;
+        if i == 0 && batch.opened {
+            let seq = tx.last_insert_rowid();
+            let through: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM events", [], |r| r.get(0))?;
+            tx.execute(
+                "INSERT INTO opens (seq, at_s, events_through) VALUES (?1, ?2, ?3)",
+                params![seq, int(*at_s)?, through],
+            )?;
+        }
     }
     append_events(tx, &batch.events)?;
     for token in &batch.tokens_added {
@@ -568,6 +592,14 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
     add_usage(tx, &batch.usage)?;
     for (t_s, point, keep_from_s) in &batch.series {
         put_series_point(tx, *t_s, point, *keep_from_s)?;
+    }
+    if let Some(before_s) = batch.compact_before_s {
+        let keep: Option<i64> =
+            tx.query_row("SELECT MAX(seq) FROM opens WHERE at_s <= ?1", params![int(before_s)?], |r| r.get(0))?;
+        if let Some(keep) = keep {
+            tx.execute("DELETE FROM commands WHERE seq < ?1", params![keep])?;
+            tx.execute("DELETE FROM opens WHERE seq < ?1", params![keep])?;
+        }
     }
     Ok(())
 }

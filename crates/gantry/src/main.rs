@@ -122,6 +122,9 @@ enum Command {
     /// decision (starts and placements, stops, endings, pending reasons) comes out the same.
     #[command(after_help = replay_cmd::EXAMPLES)]
     Replay(replay_cmd::ReplayArgs),
+    /// Checkpoint the controller now (admin): the command log before the newest checkpoint at
+    /// or before the retention window ([log] keep_days) is deleted.
+    Checkpoint(replay_cmd::CheckpointArgs),
     /// Another system's cluster and history in gantry's formats: `gantry import kubernetes
     /// --nodes nodes.json > fleet.toml`, `--pods pods.json > trace.jsonl`.
     #[command(after_help = import_cmd::EXAMPLES)]
@@ -183,6 +186,7 @@ fn main() -> ExitCode {
         Command::Nodes(args) => jobs_cmd::nodes(args),
         Command::Mig(args) => mig_cmd::run(args),
         Command::Replay(args) => replay_cmd::run(args),
+        Command::Checkpoint(args) => replay_cmd::checkpoint(args),
         Command::Import(args) => import_cmd::run(args),
         Command::Whatif(args) => whatif_cmd::run(args),
         Command::Discover { json } => serve_cmd::discover(json),

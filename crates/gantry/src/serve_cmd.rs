@@ -141,6 +141,9 @@ pub struct ServeArgs {
     /// The guards: only from the config file's `[reconfigure]`.
     #[arg(skip)]
     reconfigure_policy: Option<gantry_server::control::reconfig::ReconfigurePolicy>,
+    /// Checkpoints and log retention: only from the config file's `[log]`.
+    #[arg(skip)]
+    log: Option<gantry_server::retention::LogRetention>,
     #[command(flatten)]
     confine: crate::confine_args::ConfineArgs,
 }
@@ -165,6 +168,7 @@ struct ConfigFile {
     admission: Option<gantry_server::admission::AdmissionLimits>,
     users: Option<std::collections::BTreeMap<String, String>>,
     reconfigure: Option<gantry_server::control::reconfig::ReconfigurePolicy>,
+    log: Option<gantry_server::retention::LogRetention>,
 }
 
 /// `[tls]` of the configuration file: what the --tls-* flags say.
@@ -241,6 +245,10 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
         policy.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     }
     args.reconfigure_policy = file.reconfigure;
+    if let Some(log) = &file.log {
+        log.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    args.log = file.log;
     Ok(args)
 }
 
@@ -569,6 +577,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         idle: args.idle.clone().unwrap_or_default(),
         admission: args.admission.clone().unwrap_or_default(),
         reconfigure: reconfigure_policy(&args)?,
+        log: args.log.clone().unwrap_or_default(),
         confinement: gantry_server::local_agents::LocalConfinement {
             choice: args.confine.choice(),
             defaults: task_defaults,

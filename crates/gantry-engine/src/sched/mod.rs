@@ -124,6 +124,26 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// What a scheduler remembers across cycles beyond its jobs and allocations: fair share's
+/// decayed usage per queue, how often each job was preempted and which were reclaimed (the
+/// starvation guard and reclaim protection read them), the promised starts and their order.
+/// A controller re-opening from its jobs at a checkpoint takes it back
+/// ([`Scheduler::memory`], [`Scheduler::remember`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerMemory {
+    pub fair_share: Option<Vec<([u128; crate::fairshare::RESOURCES], u64)>>,
+    pub preempted_times: Vec<(JobId, u32)>,
+    pub reclaimed: Vec<JobId>,
+    pub promises: Vec<JobId>,
+    pub promise_at: Vec<(JobId, u64)>,
+    pub last_reservation: Option<(JobId, u64)>,
+    /// Running jobs' flags: started by the starvation guard, protected from reclaim since.
+    pub running: Vec<(JobId, bool, Option<u64>)>,
+    /// Since when each job not ended has been eligible (a released job since then, not since
+    /// its submission; a running one keeps it for when it waits again): its place in its queue.
+    pub eligible_at: Vec<(JobId, u64)>,
+}
+
 /// A job as the scheduler needs it.
 #[derive(Debug)]
 pub struct SchedJob {
@@ -432,6 +452,71 @@ impl Scheduler {
             entry.shape = pass::shape_of(&entry.job.compiled);
         }
         Ok(true)
+    }
+
+    /// What this scheduler remembers across cycles that its jobs do not say: what a
+    /// controller re-opening itself from its jobs carries over ([`SchedulerMemory`]).
+    pub fn memory(&self) -> SchedulerMemory {
+        SchedulerMemory {
+            fair_share: self.fair.as_ref().map(FairShare::memory),
+            preempted_times: self.preempted_times.iter().map(|(j, n)| (*j, *n)).collect(),
+            reclaimed: self.reclaimed.iter().copied().collect(),
+            promises: self.promises.clone(),
+            promise_at: self.promise_at.iter().map(|(j, t)| (*j, *t)).collect(),
+            last_reservation: self.last_reservation,
+            running: self
+                .running
+                .values()
+                .filter(|r| r.started_starved || r.protected_since.is_some())
+                .map(|r| (r.job, r.started_starved, r.protected_since))
+                .collect(),
+            eligible_at: self
+                .jobs
+                .iter()
+                .filter(|(id, _)| !self.ended.contains_key(id))
+                .map(|(id, e)| (*id, e.eligible_at))
+                .collect(),
+        }
+    }
+
+    /// Take back [`Scheduler::memory`] after the jobs were admitted and adopted again (what
+    /// names a job this scheduler no longer knows is dropped). False, and nothing changed,
+    /// when the fair-share memory does not fit this scheduler's queue tree.
+    pub fn remember(&mut self, memory: &SchedulerMemory) -> bool {
+        let fits = match (&mut self.fair, &memory.fair_share) {
+            (Some(fair), Some(m)) => fair.remember(m),
+            (None, None) => true,
+            _ => false,
+        };
+        if !fits {
+            return false;
+        }
+        let known = |j: &JobId| self.jobs.contains_key(j) || self.running.values().any(|r| r.job == *j);
+        let waiting = |j: &JobId| self.jobs.contains_key(j);
+        self.preempted_times = memory.preempted_times.iter().filter(|(j, _)| known(j)).copied().collect();
+        self.reclaimed = memory.reclaimed.iter().filter(|j| known(j)).copied().collect();
+        self.promises = memory.promises.iter().filter(|j| waiting(j)).copied().collect();
+        self.promise_at = memory.promise_at.iter().filter(|(j, _)| waiting(j)).copied().collect();
+        self.last_reservation = memory.last_reservation.filter(|(j, _)| waiting(j));
+        let flags: BTreeMap<JobId, (bool, Option<u64>)> =
+            memory.running.iter().map(|(j, starved, since)| (*j, (*starved, *since))).collect();
+        for r in self.running.values_mut() {
+            if let Some((starved, since)) = flags.get(&r.job) {
+                (r.started_starved, r.protected_since) = (*starved, *since);
+            }
+        }
+        for (id, at) in &memory.eligible_at {
+            let Some(entry) = self.jobs.get(id) else { continue };
+            let (queue, before) = (entry.queue, entry.eligible_at);
+            let priority = Reverse(self.priority(*id));
+            if before != *at && self.pending[queue].remove(&(priority, before, *id)) {
+                self.pending[queue].insert((priority, *at, *id));
+            }
+            if let Some(entry) = self.jobs.get_mut(id) {
+                entry.eligible_at = *at;
+            }
+        }
+        true
     }
 
     /// Mark a node ready (its agent is connected) or not: nothing new starts on a node that

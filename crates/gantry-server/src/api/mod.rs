@@ -4,6 +4,7 @@
 
 mod agents;
 mod body;
+mod checkpoint;
 mod logs;
 
 pub use agents::{agent_heartbeat, agent_register};
@@ -159,7 +160,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read),
+    paths(healthz, submit, list, show, cancel, hold, release, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read, checkpoint::checkpoint),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -207,6 +208,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/idle", get(idle))
         .route("/v1/plan", get(plan))
         .route("/v1/reconfigurations", get(reconfigurations))
+        .route("/v1/checkpoint", post(checkpoint::checkpoint))
         .route("/v1/agents/register", post(agents::register_agent))
         .route("/v1/agents/{node}/heartbeat", post(agents::heartbeat))
         .route(

@@ -99,6 +99,12 @@ pub enum Command {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         silent: Option<std::collections::BTreeMap<String, u64>>,
     },
+    /// Re-open from memory at a quiet moment and let the store delete the command log before
+    /// the newest such point at or before `keep_log_s` ago (`None`: delete nothing). Not
+    /// logged as a command: the `open` entry it writes is.
+    Checkpoint {
+        keep_log_s: Option<u64>,
+    },
 }
 
 impl Command {
@@ -125,6 +131,7 @@ impl Command {
             Command::TaskExited { .. } => "task-exited",
             Command::LayoutDone { .. } => "layout-done",
             Command::Tick { .. } => "tick",
+            Command::Checkpoint { .. } => "checkpoint",
         }
     }
 }
@@ -156,6 +163,11 @@ pub enum Reply {
     },
     Registered(Registered),
     Orders(Orders),
+    /// Whether a checkpoint was taken; if not, why not (it is tried again later).
+    Checkpoint {
+        taken: bool,
+        why: Option<String>,
+    },
 }
 
 /// A run a caller running tasks itself must signal now and kill after `grace_s`.

@@ -2,6 +2,9 @@
 //! exactly: random fleets of agents heartbeating as real ones do (repeating what they
 //! reported, utilization moving, tasks ending, agents falling silent and coming back), the
 //! commands applied live, what they committed replayed (every failing seed is kept here).
+//! With checkpoints taken at random moments and retention deleting the log before them, the
+//! log that is kept replays exactly too, as does the whole one; and a checkpoint changes no
+//! decision: the same run without its checkpoints records the very same events.
 
 use super::*;
 use crate::auth::Principal;
@@ -21,11 +24,17 @@ struct Agent {
     silent: bool,
 }
 
-fn open() -> (Controller, Batch) {
+fn open(fair_share: bool) -> (Controller, Batch) {
     let catalog = Catalog::embedded();
     let fleet = gantry_spec::parse_fleet(FLEET, catalog).expect("fleet");
     let agents = Agents::Remote { heartbeat_timeout_s: 30, node_lost_after_s: 300 };
-    let setup = Setup::new(fleet, &Default::default(), agents, crate::idle::IdlePolicy::default());
+    let mut scheduling = gantry_engine::sched::SchedulerConfig::default();
+    if fair_share {
+        let tree = gantry_types::QueueTree::flat(["default", "b"], 600, 86_400);
+        scheduling.order = gantry_engine::sched::Order::FairShare(tree);
+        scheduling.preempt = true;
+    }
+    let setup = Setup::new(fleet, &scheduling, agents, crate::idle::IdlePolicy::default());
     Controller::open(setup, Image::default(), catalog, &Default::default(), 1_000).expect("opens")
 }
 
@@ -87,13 +96,15 @@ fn heartbeat(node: &str, agent: &Agent, cpu_ms: u64) -> Command {
     Command::Heartbeat { who: Principal::controller(), node: node.into(), beat }
 }
 
-/// Apply `command` at `now` on both controllers (the same effects), commit; the effects.
-fn step(pair: &mut (Controller, Controller), store: &mut SqliteStore, now: u64, command: Command) -> Option<Effects> {
+/// Apply `command` at `now` on both controllers (the same effects), commit to the store as it
+/// is and to the whole log with nothing deleted; the effects.
+fn step(pair: &mut (Controller, Controller), stores: &mut Stores, now: u64, command: Command) -> Option<Effects> {
     let (a, b) = (pair.0.apply(now, command.clone()), pair.1.apply(now, command));
     match (a, b) {
         (Ok(a), Ok(b)) => {
             assert_eq!(a, b, "same command, same time, same effects");
-            store.commit(std::slice::from_ref(&a.commit)).expect("commits");
+            stores.kept.commit(std::slice::from_ref(&a.commit)).expect("commits");
+            stores.whole.commit(&[Batch { compact_before_s: None, ..a.commit.clone() }]).expect("commits");
             Some(a)
         }
         (Err(x), Err(y)) => {
@@ -104,32 +115,74 @@ fn step(pair: &mut (Controller, Controller), store: &mut SqliteStore, now: u64, 
     }
 }
 
-/// A random run; returns (heartbeats logged, heartbeats not logged).
-fn run(seed: u64, steps: u64) -> (u64, u64) {
-    let (a, opened) = open();
-    let (b, _) = open();
+/// The log as retention keeps it, and the same batches with nothing deleted.
+struct Stores {
+    kept: SqliteStore,
+    whole: SqliteStore,
+}
+
+/// What a random run did.
+#[derive(Debug, Default)]
+struct Outcome {
+    logged: u64,
+    unlogged: u64,
+    checkpoints: u64,
+    postponed: u64,
+    /// The replay of the kept log.
+    kept: crate::replay::ReplayReport,
+    /// Every event, as JSON.
+    events: Vec<String>,
+}
+
+/// A random run (with checkpoints at random moments, retention deleting the log before
+/// them, and fair share with preemption: `checkpoints`); the log replays exactly.
+fn run(seed: u64, steps: u64, checkpoints: bool) -> Outcome {
+    run_as(seed, steps, if checkpoints { Mode::Checkpoints } else { Mode::Plain })
+}
+
+/// Plain: FIFO, no checkpoints. Checkpoints: fair share with preemption, checkpoints at random
+/// moments. Twin: the same as Checkpoints, the checkpoints left out (the same random draws).
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Plain,
+    Checkpoints,
+    Twin,
+}
+
+fn run_as(seed: u64, steps: u64, mode: Mode) -> Outcome {
+    let checkpoints = mode != Mode::Plain;
+    let (a, opened) = open(checkpoints);
+    let (b, _) = open(checkpoints);
     let mut pair = (a, b);
-    let mut store = SqliteStore::open_in_memory().expect("store");
-    store.commit(&[opened]).expect("commits");
+    let mut stores = Stores {
+        kept: SqliteStore::open_in_memory().expect("store"),
+        whole: SqliteStore::open_in_memory().expect("store"),
+    };
+    stores.kept.commit(std::slice::from_ref(&opened)).expect("commits");
+    stores.whole.commit(&[opened]).expect("commits");
+    let mut outcome = Outcome::default();
     let mut rng = SeededRng::new(seed);
     let mut now = 1_000u64;
     let mut agents: Vec<Agent> = NODES.iter().map(|_| Agent::default()).collect();
     for node in NODES {
         let command = register(&pair.0, node);
-        step(&mut pair, &mut store, now, command);
+        step(&mut pair, &mut stores, now, command);
     }
-    let (mut logged, mut unlogged, mut jobs) = (0, 0, 0u64);
+    let mut jobs = 0u64;
     for _ in 0..steps {
         now += rng.below(12);
         let which = rng.below(NODES.len() as u64) as usize;
         let command = match rng.below(20) {
             0..=1 => {
                 jobs += 1;
-                let text = format!(
+                let mut text = format!(
                     "[[job]]\nname = \"j{jobs}\"\ngpu = {{ count = {} }}\ntime_limit = \"{}s\"\n",
                     1 + rng.below(4),
                     60 + rng.below(900)
                 );
+                if checkpoints && jobs.is_multiple_of(2) {
+                    text.push_str("queue = \"b\"\npreemptible = true\n");
+                }
                 let parsed = gantry_spec::parse_submission(&text, Catalog::embedded(), 100).expect("workload");
                 Command::Submit { who: Principal::controller(), jobs: parsed, key: None }
             }
@@ -154,16 +207,28 @@ fn run(seed: u64, steps: u64) -> (u64, u64) {
                 agents[which].pct = [0, 35, 80, 100][rng.below(4) as usize];
                 continue;
             }
+            9 if checkpoints && rng.below(6) == 0 => {
+                let keep = rng.below(900);
+                if mode == Mode::Twin {
+                    continue;
+                }
+                Command::Checkpoint { keep_log_s: Some(keep) }
+            }
             _ if agents[which].silent => continue,
             _ => heartbeat(NODES[which], &agents[which], now / 7),
         };
         let is_beat = matches!(command, Command::Heartbeat { .. });
-        let Some(effects) = step(&mut pair, &mut store, now, command) else { continue };
+        let Some(effects) = step(&mut pair, &mut stores, now, command) else { continue };
+        match &effects.reply {
+            Reply::Checkpoint { taken: true, .. } => outcome.checkpoints += 1,
+            Reply::Checkpoint { taken: false, .. } => outcome.postponed += 1,
+            _ => {}
+        }
         if is_beat {
             if effects.unlogged {
-                unlogged += 1
+                outcome.unlogged += 1
             } else {
-                logged += 1
+                outcome.logged += 1
             }
             if let Reply::Orders(orders) = &effects.reply {
                 let agent = &mut agents[which];
@@ -182,22 +247,57 @@ fn run(seed: u64, steps: u64) -> (u64, u64) {
             }
         }
     }
-    let report = crate::replay::replay(&store, Catalog::embedded()).expect("replays");
-    assert_eq!(report.first_difference, None, "seed {seed}");
-    assert_eq!((report.identical, report.compared), (report.compared, report.total()), "seed {seed}");
-    assert!(report.starts > 0 && report.ends > 0, "seed {seed}: the sequence did something: {report:?}");
-    (logged, unlogged)
+    for log in [&stores.whole, &stores.kept] {
+        let report = crate::replay::replay(log, Catalog::embedded()).expect("replays");
+        assert_eq!(report.first_difference, None, "seed {seed}");
+        assert_eq!((report.identical, report.compared), (report.compared, report.total()), "seed {seed}");
+        if std::ptr::eq(log, &stores.whole) {
+            assert!(report.starts > 0 && report.ends > 0, "seed {seed}: the sequence did something: {report:?}");
+        }
+        outcome.kept = report;
+    }
+    let events = stores.whole.events_after(0, 1_000_000).expect("reads");
+    outcome.events = events.into_iter().map(|(_, e)| serde_json::to_string(&e).expect("json")).collect();
+    outcome
 }
 
 #[test]
 fn heartbeats_that_change_nothing_are_not_logged_and_the_log_replays_exactly() {
     let (mut logged, mut unlogged) = (0, 0);
     for seed in 1..=10 {
-        let (l, u) = run(seed, 600);
-        logged += l;
-        unlogged += u;
+        let outcome = run(seed, 600, false);
+        logged += outcome.logged;
+        unlogged += outcome.unlogged;
     }
     // Most heartbeats repeat what the controller knows; the ones that do not are logged.
     assert!(unlogged > logged, "{unlogged} heartbeats not logged, {logged} logged");
     assert!(logged > 100, "{logged} logged");
+}
+
+#[test]
+fn checkpoints_at_random_moments_keep_the_log_short_and_replayable() {
+    let (mut taken, mut postponed, mut compacted) = (0, 0, 0);
+    for seed in 1..=10 {
+        let outcome = run(seed, 800, true);
+        taken += outcome.checkpoints;
+        postponed += outcome.postponed;
+        if outcome.kept.from_seq > 1 {
+            compacted += 1;
+            assert!(outcome.kept.events_before > 0, "seed {seed}: {:?}", outcome.kept);
+        }
+    }
+    assert!(taken > 20, "{taken} checkpoints taken");
+    assert!(postponed > 0, "some moments were not quiet ({postponed})");
+    assert!(compacted >= 8, "{compacted} of 10 runs replayed from a checkpoint, the log before it deleted");
+}
+
+#[test]
+fn a_checkpoint_changes_no_decision() {
+    for seed in 1..=10 {
+        let (with, without) = (run_as(seed, 800, Mode::Checkpoints), run_as(seed, 800, Mode::Twin));
+        assert!(with.checkpoints > 0, "seed {seed}");
+        let first = with.events.iter().zip(&without.events).position(|(a, b)| a != b);
+        assert_eq!(first.map(|i| (&with.events[i], &without.events[i])), None, "seed {seed}");
+        assert_eq!(with.events.len(), without.events.len(), "seed {seed}");
+    }
 }

@@ -12,6 +12,7 @@
 
 mod agents;
 mod backlog;
+mod checkpoint;
 pub mod command;
 mod jobs;
 mod lost;
@@ -117,7 +118,7 @@ pub(crate) struct Held {
 }
 
 /// A connected remote agent.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct AgentLink {
     /// When its agent was last heard from (registration or any heartbeat, logged or not).
     /// Decisions never read it directly: a tick records the silences it decides from
@@ -144,6 +145,8 @@ pub(crate) struct AgentLink {
 /// The controller's state: the scheduler and everything the live service knows beside it.
 #[derive(Debug)]
 pub struct Controller {
+    /// What the operator chose at the open (a checkpoint re-opens with it).
+    pub(crate) setup: Setup,
     pub(crate) scheduler: Scheduler,
     pub(crate) catalog: &'static Catalog,
     pub(crate) agents: Agents,
@@ -195,6 +198,10 @@ impl Controller {
     pub fn apply(&mut self, now: u64, mut command: Command) -> Result<Effects, ControlError> {
         if let Command::Tick { silent: silent @ None } = &mut command {
             *silent = Some(self.silences(now));
+        }
+        if let Command::Checkpoint { keep_log_s } = command {
+            // Logged as the `open` entry it writes, not as a command.
+            return self.checkpoint(now, keep_log_s);
         }
         let before = batch_size(&self.pending);
         let result = self.dispatch(now, &command);
@@ -292,6 +299,7 @@ impl Controller {
                 Ok(effects)
             }
             Command::Tick { silent } => self.tick(now, silent.as_ref().cloned().unwrap_or_default()),
+            Command::Checkpoint { keep_log_s } => self.checkpoint(now, *keep_log_s),
         }
     }
 

@@ -123,6 +123,54 @@ pub struct Opened {
     pub launched: Vec<u64>,
     /// Fingerprint of what recovery recorded (its events), as for any command.
     pub decisions: String,
+    /// What it opened from besides the jobs: a replay that starts at this entry (the log
+    /// before it deleted by retention) opens from the same. Logs from before it have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<OpenedImage>,
+}
+
+/// The side tables an open read, as its `open` entry keeps them.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct OpenedImage {
+    pub tokens: Vec<TokenRecord>,
+    pub drained: Vec<String>,
+    pub gpu_modes: Vec<(String, u32, String)>,
+    pub reconfigurations: Vec<(u64, String)>,
+    /// A checkpoint's: the state a restart forgets (`None` at a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Carried>,
+}
+
+impl OpenedImage {
+    /// The image to open from: these tables, and the jobs (as of the entry) from `jobs`.
+    pub fn with_jobs(&self, jobs: Vec<JobRow>) -> Image {
+        Image {
+            jobs,
+            tokens: self.tokens.clone(),
+            drained: self.drained.clone(),
+            gpu_modes: self.gpu_modes.clone(),
+            series: Vec::new(),
+            reconfigurations: self.reconfigurations.clone(),
+        }
+    }
+}
+
+/// What a checkpoint carries over that a restart forgets and decisions read: which agents are
+/// connected (and ready, and their GPUs' UUIDs), which nodes are lost, the scheduler's memory
+/// (fair share's past use, preemption counts, promised starts), the reconfiguration guards
+/// and plan, idle stretches under way.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Carried {
+    pub(crate) links: BTreeMap<String, AgentLink>,
+    pub(crate) ready: Vec<String>,
+    #[serde(with = "super::checkpoint::pairs")]
+    pub(crate) uuids: BTreeMap<(String, u32), String>,
+    pub(crate) lost_nodes: Vec<String>,
+    pub(crate) scheduler: super::checkpoint::SchedulerMemoryRecord,
+    pub(crate) reconfigs: super::reconfig::Reconfigs,
+    pub(crate) idle: crate::idle::IdleWatch,
+    /// What each running job has used on each node so far (its ending reports it).
+    pub(crate) used: Vec<(u64, Vec<gantry_types::NodeUse>)>,
 }
 
 /// The fleet with the GPU modes recorded at run time (an agent's layout adopted) over the
@@ -168,6 +216,20 @@ impl Controller {
         launched: &BTreeSet<u64>,
         now: u64,
     ) -> Result<(Controller, Batch), ControlError> {
+        Controller::open_carrying(setup, image, None, catalog, launched, now)
+    }
+
+    /// [`Controller::open`], taking back what a checkpoint carried (`Some` at a checkpoint,
+    /// live or replayed).
+    pub(crate) fn open_carrying(
+        setup: Setup,
+        image: Image,
+        carried: Option<Carried>,
+        catalog: &'static Catalog,
+        launched: &BTreeSet<u64>,
+        now: u64,
+    ) -> Result<(Controller, Batch), ControlError> {
+        let kept = super::checkpoint::opened_image(&image, carried.clone());
         let fleet = fleet_as_recorded(&setup.fleet, &image.gpu_modes);
         let engine =
             Engine::new(&fleet, catalog, EngineConfig::default()).map_err(|e| ControlError::Invalid(e.to_string()))?;
@@ -178,6 +240,7 @@ impl Controller {
             .collect();
         let agents = setup.agents;
         let mut c = Controller {
+            setup: setup.clone(),
             empty: engine.clone(),
             scheduler: Scheduler::new(engine, setup.scheduling()?),
             catalog,
@@ -221,16 +284,39 @@ impl Controller {
             }
         }
         c.restore_reconfigurations(&image.reconfigurations)?;
+        // A checkpoint's links and readiness before recovery (what it offers depends on
+        // them); its fair-share memory after (re-adopted runs are charged from now).
+        let memory = carried.as_ref().map(|c| gantry_engine::sched::SchedulerMemory::from(c.scheduler.clone()));
+        let used = carried.as_ref().map(|c| c.used.clone()).unwrap_or_default();
+        if let Some(carried) = carried {
+            c.take_carried(carried)?;
+        }
         c.recover(image.jobs, launched, now)?;
+        if let Some(memory) = memory {
+            if !c.scheduler.remember(&memory) {
+                return Err(ControlError::Invalid(
+                    "a checkpoint's fair-share memory does not fit the queue tree".into(),
+                ));
+            }
+            // Every launch was acknowledged before the checkpoint: the agents have their tasks.
+            c.outbox.clear();
+        }
+        for (job, uses) in used {
+            if let Some(runs) = c.running.get_mut(&job) {
+                runs.used = uses.into_iter().map(|u| (u.node.clone(), u)).collect();
+            }
+        }
         c.backlog = super::backlog::Backlog::of(c.jobs.values());
         let events = serde_json::to_string(&c.pending.events).map_err(|e| ControlError::Internal(e.to_string()))?;
         let opened = Opened {
             setup,
             launched: launched.iter().copied().collect(),
             decisions: super::command::fingerprint(&events),
+            image: Some(kept),
         };
         let body = serde_json::to_string(&opened).map_err(|e| ControlError::Internal(e.to_string()))?;
         c.pending.commands.insert(0, (now, body));
+        c.pending.opened = true;
         let batch = std::mem::take(&mut c.pending);
         Ok((c, batch))
     }

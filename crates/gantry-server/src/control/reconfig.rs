@@ -209,18 +209,23 @@ impl Reconfiguration {
 
 /// The controller's reconfiguration state: the policy, what is under way, and what the
 /// guards remember.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Reconfigs {
+    /// From the setup, not carried by a checkpoint.
+    #[serde(skip)]
     pub policy: ReconfigurePolicy,
     /// Under way, by GPU.
+    #[serde(with = "super::checkpoint::pairs")]
     pub active: BTreeMap<(String, u32), Reconfiguration>,
     /// Finished, newest last (at most [`bounds::RECENT_KEPT`]).
     pub recent: VecDeque<Reconfiguration>,
     pub next_id: u64,
     pub next_plan_s: Option<u64>,
     /// When each GPU was last changed (applied), for the per-hour limit and the cooldown.
+    #[serde(with = "super::checkpoint::pairs")]
     pub changed_at: BTreeMap<(String, u32), VecDeque<u64>>,
     /// (GPU, mode refused) → not tried again before.
+    #[serde(with = "super::checkpoint::pairs")]
     pub refused: BTreeMap<(String, u32), (GpuMode, u64)>,
     /// When restartable jobs were moved, within the last hour.
     pub moves: VecDeque<u64>,
@@ -236,7 +241,7 @@ pub(crate) struct Reconfigs {
 }
 
 /// Counters for the metrics.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Totals {
     pub applied: u64,
     pub refused: u64,

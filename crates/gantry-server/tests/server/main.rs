@@ -23,6 +23,7 @@ fn config_for(data: PathBuf, fleet: gantry_types::Fleet, tweak: impl FnOnce(&mut
     let mut config = ServeConfig {
         reconfigure: Default::default(),
         confinement: Default::default(),
+        log: Default::default(),
         data_dir: data,
         listen: "127.0.0.1:0".parse().expect("addr"),
         fleet,
@@ -668,6 +669,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/agents/register",
             "/v1/agents/{node}/heartbeat",
             "/v1/agents/{node}/logs",
+            "/v1/checkpoint",
             "/v1/idle",
             "/v1/jobs",
             "/v1/jobs/{id}",

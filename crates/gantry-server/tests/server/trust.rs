@@ -460,3 +460,65 @@ fn a_flooding_node_is_paced_and_what_changes_nothing_is_not_logged() {
     let data = server.stop();
     assert_eq!(logged_heartbeats(&data), 1, "junk changed nothing, so nothing of it is in the log");
 }
+
+#[test]
+fn checkpoints_keep_the_log_bounded_and_the_fleet_running() {
+    let data = std::env::temp_dir().join(format!("gantry-server-{}-trust-checkpoint", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let agents = gantry_server::control::Agents::Remote { heartbeat_timeout_s: 30, node_lost_after_s: 300 };
+    // Keep nothing before the newest checkpoint; the loop's own checkpoints are an hour away.
+    let log = gantry_server::retention::LogRetention { checkpoint_every_s: Some(3600), keep_s: Some(0) };
+    let server = Server::start_config(data, Default::default(), TWO_NODES, agents, move |c| c.log = log);
+    let fleet = [FakeAgent::register(&server, "n1"), FakeAgent::register(&server, "n2")];
+    // Launches each node's agent has been told about and runs.
+    let mut runs: [Vec<u64>; 2] = Default::default();
+    let beat_all = |runs: &mut [Vec<u64>; 2]| {
+        for _ in 0..3 {
+            for (i, agent) in fleet.iter().enumerate() {
+                let tasks: Vec<String> = runs[i].iter().map(|&j| task(j, "running")).collect();
+                let (status, orders) = agent.beat(&tasks, 0);
+                assert_eq!(status, 200, "an agent keeps its link across checkpoints: {orders}");
+                for launch in orders["launch"].as_array().into_iter().flatten() {
+                    let job = launch["job"].as_u64().expect("job");
+                    if !runs[i].contains(&job) {
+                        runs[i].push(job);
+                    }
+                }
+            }
+        }
+    };
+    let first = server.submit("[[job]]\nname = \"a\"\ngpu = { count = 1 }\n")[0];
+    beat_all(&mut runs);
+    assert_eq!(server.state(first).0, JobState::Running);
+    // A member may not checkpoint.
+    let bob = member_of(&server, "bob", "default");
+    assert_eq!(server.call_as(Some(&bob), "POST", "/v1/checkpoint", None).0, 403);
+    let (status, reply) = server.call("POST", "/v1/checkpoint", None);
+    assert_eq!((status, reply["taken"].clone(), reply["keep_log_s"].clone()), (200, Value::Bool(true), Value::from(0)));
+    // The fleet goes on: a second job lands on the free node, the first ends when its node says.
+    let second = server.submit("[[job]]\nname = \"b\"\ngpu = { count = 1 }\n")[0];
+    beat_all(&mut runs);
+    assert_eq!(server.state(second).0, JobState::Running);
+    let owner = runs.iter().position(|r| r.contains(&first)).expect("placed");
+    runs[owner].retain(|&j| j != first);
+    assert_eq!(fleet[owner].beat(&[task(first, "exited")], 0).0, 200);
+    assert_eq!(server.state(first).0, JobState::Completed);
+    beat_all(&mut runs);
+    let (status, reply) = server.call("POST", "/v1/checkpoint", None);
+    assert_eq!((status, reply["taken"].clone()), (200, Value::Bool(true)), "{reply}");
+    let third = server.submit("[[job]]\nname = \"c\"\ngpu = { count = 1 }\n")[0];
+    beat_all(&mut runs);
+    assert_eq!(server.state(third).0, JobState::Running);
+    let data = server.stop();
+    // The log before the last checkpoint is gone; what is kept replays exactly from there.
+    use gantry_store::Store;
+    let store = gantry_store::SqliteStore::open(&data.join("gantry.db")).expect("opens");
+    let kept = store.commands_after(0, 1_000_000).expect("reads");
+    assert!(kept[0].seq > 1 && kept[0].body.contains("\"carried\""), "the kept log begins at the checkpoint");
+    assert!(!kept.iter().any(|c| c.body.contains("\"command\":\"create-token\"")), "older entries are deleted");
+    let report = gantry_server::replay::replay(&store, gantry_catalog::Catalog::embedded()).expect("replays");
+    assert_eq!(report.first_difference, None, "{report:?}");
+    assert!(report.events_before > 0 && report.starts >= 1, "{report:?}");
+    let jobs = store.jobs(&[]).expect("jobs");
+    assert_eq!(jobs.len(), 3, "no job is deleted with the log");
+}

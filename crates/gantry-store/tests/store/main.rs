@@ -39,6 +39,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::usage_ledger(memory);
     conformance::series_points(memory);
     conformance::batches_are_all_or_none(memory);
+    conformance::log_retention_keeps_what_a_replay_needs(memory);
     conformance::lifecycle(file_store("lifecycle"));
     conformance::conflicts_roll_back_the_batch(file_store("conflicts"));
     conformance::state_is_derived_from_the_log(file_store("derived"));
@@ -49,6 +50,7 @@ fn sqlite_passes_the_conformance_suite() {
     conformance::usage_ledger(file_store("usage"));
     conformance::series_points(file_store("series"));
     conformance::batches_are_all_or_none(file_store("batches"));
+    conformance::log_retention_keeps_what_a_replay_needs(file_store("retention"));
 }
 
 #[test]

@@ -29,6 +29,7 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     conformance::usage_ledger(databases(&server, "usage"));
     conformance::series_points(databases(&server, "series"));
     conformance::batches_are_all_or_none(databases(&server, "batches"));
+    conformance::log_retention_keeps_what_a_replay_needs(databases(&server, "retention"));
 
     // What was appended is there for the next connection, and for a second store at once.
     let url = server.create_database("reopen").expect("creates");
@@ -71,7 +72,7 @@ fn postgres_passes_the_conformance_suite_and_keeps_what_it_was_given() {
     admin
         .batch_execute(
             "DROP TABLE gantry_leader; DROP TABLE reconfigurations; ALTER TABLE jobs DROP COLUMN outcome;
-             ALTER TABLE tokens DROP COLUMN expires_at_s; UPDATE gantry_schema SET version = 8",
+             ALTER TABLE tokens DROP COLUMN expires_at_s; DROP TABLE opens; UPDATE gantry_schema SET version = 8",
         )
         .expect("back to 8");
     let mut store = PostgresStore::open(&url).expect("migrates");

@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 mod confinement;
 mod remote_logs;
+mod retention;
 mod slurm;
 
 fn gantry(args: &[&str]) -> Output {

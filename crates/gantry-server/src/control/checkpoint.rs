@@ -1,0 +1,246 @@
+//! Checkpoints: the controller re-opens itself from its own memory, as a restart re-opens from
+//! the store, and the `open` entry it writes holds everything a replay starting there needs —
+//! the side tables (tokens, drained nodes, GPU modes, reconfigurations) and the state a restart
+//! would forget that decisions read ([`Carried`]: agents' links, readiness and GPU UUIDs, lost
+//! nodes, the scheduler's memory, the reconfiguration guards, idle stretches). The jobs table at that
+//! point is the store's events up to the entry (`gantry_store::OpenRecord::events_through`),
+//! which are never deleted. So the command log before a checkpoint can go: retention keeps the
+//! newest checkpoint at or before the window's start and everything after it.
+//!
+//! A checkpoint is taken only at a quiet moment ([`Controller::unquiet`]): no run is being
+//! stopped, moved or has tasks already ended, no launch is unacknowledged and no GPU is being
+//! reconfigured. Those transitions live in memory only, and re-adopting a run forgets them.
+
+use super::open::{Carried, Image, OpenedImage};
+use super::{Agents, Controller, Effects, Reply};
+use crate::error::ControlError;
+use gantry_engine::fairshare::RESOURCES;
+use gantry_engine::sched::SchedulerMemory;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+impl Controller {
+    /// Re-open now from memory, writing an `open` entry a replay can start from, and let the
+    /// store delete the command log before the newest such entry at or before `now -
+    /// keep_log_s` (`None`: delete nothing). Not quiet: nothing changes and the reply says why.
+    pub(crate) fn checkpoint(&mut self, now: u64, keep_log_s: Option<u64>) -> Result<Effects, ControlError> {
+        if let Some(why) = self.unquiet() {
+            return Ok(Effects {
+                reply: Reply::Checkpoint { taken: false, why: Some(why) },
+                unlogged: true,
+                ..Default::default()
+            });
+        }
+        // What ran until now is metered by the old meter; the new one starts from now.
+        self.meter(now, true);
+        let metered = std::mem::take(&mut self.pending);
+        let image = self.image_of_memory();
+        let carried = self.carried();
+        let launched: BTreeSet<u64> = self.running.keys().copied().collect();
+        let (mut fresh, mut batch) =
+            Controller::open_carrying(self.setup.clone(), image, Some(carried), self.catalog, &launched, now)?;
+        // What only the views show goes on as it was.
+        fresh.billing = std::mem::take(&mut self.billing);
+        fresh.stats = std::mem::take(&mut self.stats);
+        fresh.series = std::mem::take(&mut self.series);
+        fresh.refused = std::mem::take(&mut self.refused);
+        fresh.idle.take_history(&mut self.idle);
+        *self = fresh;
+        batch.usage.splice(0..0, metered.usage);
+        batch.series.splice(0..0, metered.series);
+        batch.compact_before_s = keep_log_s.map(|keep| now.saturating_sub(keep));
+        Ok(Effects { commit: batch, reply: Reply::Checkpoint { taken: true, why: None }, ..Default::default() })
+    }
+
+    /// Why this is not a moment to checkpoint (`None`: it is).
+    pub(crate) fn unquiet(&self) -> Option<String> {
+        if let Some((id, _)) = self.running.iter().find(|(_, r)| {
+            r.stopping.is_some()
+                || r.preempted.is_some()
+                || r.node_lost.is_some()
+                || r.moved.is_some()
+                || r.lost
+                || r.cancelled
+                || r.timed_out
+                || r.failed.is_some()
+                || r.oom.is_some()
+                || !r.exited.is_empty()
+        }) {
+            return Some(format!("job {id} is between running and ended"));
+        }
+        if let Some(node) = self.outbox.iter().find(|(_, l)| !l.is_empty()).map(|(n, _)| n) {
+            return Some(format!("node {node} has launches it has not acknowledged"));
+        }
+        if let Some((node, gpu)) = self.reconfigs.active.keys().next() {
+            return Some(format!("GPU {gpu} of node {node} is being reconfigured"));
+        }
+        None
+    }
+
+    /// What the store holds besides the jobs, as this controller's memory has it (the same
+    /// tables a restart reads).
+    fn image_of_memory(&self) -> Image {
+        let engine = self.scheduler.engine();
+        let state = engine.state();
+        let drained =
+            state.info.iter().map(|n| n.name.clone()).filter(|name| engine.is_drained(name)).collect::<Vec<_>>();
+        let mut gpu_modes = Vec::new();
+        for (slot, gpu) in state.gpus.iter().enumerate() {
+            let node = &state.info[gpu.node as usize].name;
+            let mode = engine.gpu_mode(slot);
+            let as_filed = self
+                .setup
+                .fleet
+                .nodes
+                .iter()
+                .find(|n| &n.name == node)
+                .and_then(|n| n.gpus.iter().find(|g| g.index == gpu.index))
+                .map(|g| &g.mode);
+            if as_filed != Some(&mode) {
+                gpu_modes.push((node.clone(), gpu.index, serde_json::to_string(&mode).unwrap_or_default()));
+            }
+        }
+        let reconfigurations = self
+            .reconfigs
+            .active
+            .values()
+            .chain(self.reconfigs.recent.iter())
+            .map(|r| (r.id, serde_json::to_string(r).unwrap_or_default()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+            .into_iter()
+            .collect();
+        Image {
+            jobs: self.jobs.values().cloned().collect(),
+            tokens: self.tokens.records(),
+            drained,
+            gpu_modes,
+            series: Vec::new(),
+            reconfigurations,
+        }
+    }
+
+    /// The state a restart forgets and decisions read.
+    fn carried(&self) -> Carried {
+        let ready = match self.agents {
+            Agents::Local => Vec::new(),
+            Agents::Remote { .. } => self
+                .links
+                .keys()
+                .filter(|n| !self.scheduler.engine().has_mark(n, gantry_engine::NOT_READY_TAINT))
+                .cloned()
+                .collect(),
+        };
+        Carried {
+            links: self.links.clone(),
+            ready,
+            uuids: self.uuids.clone(),
+            lost_nodes: self.lost_nodes.iter().cloned().collect(),
+            scheduler: self.scheduler.memory().into(),
+            reconfigs: self.reconfigs.clone(),
+            idle: self.idle.clone(),
+            used: self
+                .running
+                .iter()
+                .filter(|(_, r)| !r.used.is_empty())
+                .map(|(job, r)| (*job, r.used.values().cloned().collect()))
+                .collect(),
+        }
+    }
+
+    /// Take back what a checkpoint carried, before recovery (the scheduler's memory is taken
+    /// after it: see [`Controller::open_carrying`]).
+    pub(crate) fn take_carried(&mut self, carried: Carried) -> Result<(), ControlError> {
+        for node in &carried.ready {
+            self.scheduler.set_ready(node, true)?;
+        }
+        self.links = carried.links;
+        self.uuids = carried.uuids;
+        self.lost_nodes = carried.lost_nodes.into_iter().collect();
+        let policy = std::mem::take(&mut self.reconfigs.policy);
+        self.reconfigs = carried.reconfigs;
+        self.reconfigs.policy = policy;
+        let idle_policy = self.idle.policy.clone();
+        self.idle = carried.idle;
+        self.idle.policy = idle_policy;
+        Ok(())
+    }
+}
+
+/// The side tables of `image` as the `open` entry keeps them.
+pub(crate) fn opened_image(image: &Image, carried: Option<Carried>) -> OpenedImage {
+    OpenedImage {
+        tokens: image.tokens.clone(),
+        drained: image.drained.clone(),
+        gpu_modes: image.gpu_modes.clone(),
+        reconfigurations: image.reconfigurations.clone(),
+        carried,
+    }
+}
+
+/// [`SchedulerMemory`] as the `open` entry keeps it (the engine has no serde).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub(crate) struct SchedulerMemoryRecord {
+    /// Per queue: decayed usage (CPU, memory, GPU milli-seconds, as decimal strings: they
+    /// outgrow JSON's safe integers) and the tick it was brought to.
+    fair_share: Option<Vec<([String; RESOURCES], u64)>>,
+    preempted_times: Vec<(u64, u32)>,
+    reclaimed: Vec<u64>,
+    promises: Vec<u64>,
+    promise_at: Vec<(u64, u64)>,
+    last_reservation: Option<(u64, u64)>,
+    running: Vec<(u64, bool, Option<u64>)>,
+    #[serde(default)]
+    eligible_at: Vec<(u64, u64)>,
+}
+
+impl From<SchedulerMemory> for SchedulerMemoryRecord {
+    fn from(m: SchedulerMemory) -> Self {
+        SchedulerMemoryRecord {
+            fair_share: m.fair_share.map(|q| q.into_iter().map(|(d, t)| (d.map(|x| x.to_string()), t)).collect()),
+            preempted_times: m.preempted_times,
+            reclaimed: m.reclaimed,
+            promises: m.promises,
+            promise_at: m.promise_at,
+            last_reservation: m.last_reservation,
+            running: m.running,
+            eligible_at: m.eligible_at,
+        }
+    }
+}
+
+impl From<SchedulerMemoryRecord> for SchedulerMemory {
+    fn from(r: SchedulerMemoryRecord) -> Self {
+        SchedulerMemory {
+            // A figure that does not read counts as none: a hand-edited log replays, differing.
+            fair_share: r
+                .fair_share
+                .map(|q| q.into_iter().map(|(d, t)| (d.map(|x| x.parse().unwrap_or(0)), t)).collect()),
+            preempted_times: r.preempted_times,
+            reclaimed: r.reclaimed,
+            promises: r.promises,
+            promise_at: r.promise_at,
+            last_reservation: r.last_reservation,
+            running: r.running,
+            eligible_at: r.eligible_at,
+        }
+    }
+}
+
+/// Serde for maps keyed by tuples (JSON keys are strings): a list of pairs.
+pub(crate) mod pairs {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::BTreeMap;
+
+    pub fn serialize<S: Serializer, K: Serialize, V: Serialize>(map: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, D, K, V>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        D: Deserializer<'de>,
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+    {
+        Vec::<(K, V)>::deserialize(d).map(|pairs| pairs.into_iter().collect())
+    }
+}
