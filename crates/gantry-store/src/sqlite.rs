@@ -80,6 +80,9 @@ CREATE TABLE IF NOT EXISTS opens (
 );
 ";
 
+/// What the write-ahead log is cut back to after it was checkpointed (bytes): 64 MiB.
+const WAL_KEPT_BYTES: i64 = 64 << 20;
+
 /// The schema this code writes (`PRAGMA user_version`). 2 added `tokens`, 3 `drained`, 4
 /// `usage`, 5 `series`, 6 `gpu_modes`, 7 `commands` (the command log), 8 `tokens.node` (agent
 /// tokens bound to one node), 9 `reconfigurations` (GPU reconfigurations the controller
@@ -123,6 +126,9 @@ impl SqliteStore {
     fn init(conn: Connection) -> Result<SqliteStore, StoreError> {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
+        // A large transaction (retention deleting a day of log) leaves the WAL as large as it
+        // was; the next checkpoint of the WAL cuts it back to this.
+        conn.pragma_update(None, "journal_size_limit", WAL_KEPT_BYTES)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
         if version > SCHEMA_VERSION {

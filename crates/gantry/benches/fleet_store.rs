@@ -4,7 +4,7 @@
 //! heartbeats with its GPUs' utilization (moving), its runs' usage (growing) and its tasks
 //! every `--beat` seconds (a real agent heartbeats more often; the heartbeats between that
 //! change nothing are not logged, and the one a minute that brings its samples is — so one a
-//! minute is what the log sees). A tick every second. Jobs arrive to keep about three
+//! minute is what the log sees; the heartbeat timeout is set past it). A tick every second. Jobs arrive to keep about three
 //! quarters of the GPUs busy: 1 to 8 GPUs, 10 minutes to 6 hours, in four fair-share queues;
 //! each ends when its time is up and its node reports the exit. Checkpoints every
 //! `--checkpoint-every` hours keep `--keep` hours of log.
@@ -90,7 +90,9 @@ fn main() {
         order: gantry_engine::sched::Order::FairShare(tree),
         ..Default::default()
     };
-    let agents = Agents::Remote { heartbeat_timeout_s: 30, node_lost_after_s: 300 };
+    // Real agents heartbeat every few seconds; here only the heartbeat a minute that is logged
+    // is sent, so the timeout is past that minute (else every node would go silent between).
+    let agents = Agents::Remote { heartbeat_timeout_s: a.beat_s + 30, node_lost_after_s: 300 };
     let setup = Setup::new(fleet, &scheduling, agents, Default::default());
     let dir = std::env::temp_dir().join(format!("gantry-fleet-store-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -144,7 +146,6 @@ fn main() {
     let mean_s = (min_s + max_s) as f64 / 2.0;
     let per_minute = 60.0 * 8.0 * a.nodes as f64 * 0.75 / (mean_gpus * mean_s);
     let mut owed = 0.0f64;
-    let mut next_id = 1u64;
     let end = t0 + a.days * 86_400;
     let every = a.checkpoint_every_h * 3600;
     let keep = a.keep_h * 3600;
@@ -162,21 +163,24 @@ fn main() {
             let count = owed.floor() as u64;
             owed -= count as f64;
             let mut text = String::new();
-            for _ in 0..count {
+            let mut lengths = Vec::new();
+            for n in 0..count {
                 let gpus = gpu_choices[rng.below(gpu_choices.len() as u64) as usize];
                 let queue = queues[rng.below(queues.len() as u64) as usize];
                 let seconds = min_s + rng.below(max_s - min_s);
                 text.push_str(&format!(
-                    "[[job]]\nname = \"j\"\nqueue = \"{queue}\"\ngpu = {{ count = {gpus} }}\ntime_limit = \"{}s\"\n",
+                    "[[job]]\nname = \"j{n}\"\nqueue = \"{queue}\"\ngpu = {{ count = {gpus} }}\ntime_limit = \"{}s\"\n",
                     seconds + 3600
                 ));
-                durations.insert(next_id, seconds);
-                next_id += 1;
+                lengths.push(seconds);
             }
             if count > 0 {
                 let jobs = gantry_spec::parse_submission(&text, catalog, 10_000).expect("workload");
                 submitted += count;
-                apply(&mut c, &mut batches, now, Command::Submit { who: Principal::controller(), jobs, key: None });
+                let reply = apply(&mut c, &mut batches, now, Command::Submit { who: Principal::controller(), jobs, key: None });
+                if let Reply::Submitted { ids } = reply {
+                    durations.extend(ids.into_iter().zip(lengths));
+                }
             }
         }
         // Each node heartbeats once every `beat_s`, staggered across the fleet.

@@ -446,9 +446,12 @@ impl Controller {
             .filter(|(job, group, replica)| {
                 let attempt = self.running[job].attempt;
                 let key = TaskKey { job: *job, group: group.clone(), replica: *replica, attempt };
-                !reported.contains(&key) && !self.outbox.get(node).is_some_and(|o| o.contains_key(&key))
+                !reported.contains(&key)
+                    && !self.outbox.get(node).is_some_and(|o| o.contains_key(&key))
+                    && self.reoffered.get(&key).is_none_or(|at| now >= at + super::trim::REOFFER_EVERY_S)
             })
             .collect();
+        self.reoffered.retain(|_, at| now < *at + super::trim::REOFFER_EVERY_S);
         let any = !missing.is_empty();
         for (job, group, replica) in missing {
             let attempt = self.running[&job].attempt;
@@ -465,6 +468,7 @@ impl Controller {
             let (_, launches) = self.launches(job, row, &placement);
             for launch in launches.into_iter().filter(|l| l.group == group && l.replica == replica) {
                 tracing::warn!(node, job, task = %format!("{group}/{replica}"), "the agent does not have this task: offering its launch again");
+                self.reoffered.insert(launch.key(), now);
                 self.outbox.entry(node.to_string()).or_default().insert(launch.key(), launch);
             }
         }
@@ -564,7 +568,7 @@ impl Controller {
 }
 
 /// A heartbeat over the bounds is refused whole, before anything in it counts.
-fn check_heartbeat_size(beat: &Heartbeat) -> Result<(), ControlError> {
+pub(super) fn check_heartbeat_size(beat: &Heartbeat) -> Result<(), ControlError> {
     for (what, count, max) in [
         ("heartbeat_task_reports", beat.tasks.len(), TASK_REPORTS_MAX),
         ("heartbeat_gpu_samples", beat.samples.len(), GPU_SAMPLES_MAX),

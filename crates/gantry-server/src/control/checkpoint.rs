@@ -8,8 +8,9 @@
 //! newest checkpoint at or before the window's start and everything after it.
 //!
 //! A checkpoint is taken only at a quiet moment ([`Controller::unquiet`]): no run is being
-//! stopped, moved or has tasks already ended, no launch is unacknowledged and no GPU is being
-//! reconfigured. Those transitions live in memory only, and re-adopting a run forgets them.
+//! stopped, preempted or moved and no GPU is being reconfigured — transitions that span the
+//! scheduler's and the agents' state and are seconds long. Unacknowledged launches and runs
+//! with some tasks ended are carried.
 
 use super::open::{Carried, Image, OpenedImage};
 use super::{Agents, Controller, Effects, Reply};
@@ -62,14 +63,8 @@ impl Controller {
                 || r.lost
                 || r.cancelled
                 || r.timed_out
-                || r.failed.is_some()
-                || r.oom.is_some()
-                || !r.exited.is_empty()
         }) {
-            return Some(format!("job {id} is between running and ended"));
-        }
-        if let Some(node) = self.outbox.iter().find(|(_, l)| !l.is_empty()).map(|(n, _)| n) {
-            return Some(format!("node {node} has launches it has not acknowledged"));
+            return Some(format!("job {id} is being stopped"));
         }
         if let Some((node, gpu)) = self.reconfigs.active.keys().next() {
             return Some(format!("GPU {gpu} of node {node} is being reconfigured"));
@@ -144,6 +139,24 @@ impl Controller {
                 .filter(|(_, r)| !r.used.is_empty())
                 .map(|(job, r)| (*job, r.used.values().cloned().collect()))
                 .collect(),
+            reoffered: self.reoffered.iter().map(|(k, at)| (k.clone(), *at)).collect(),
+            outbox: self
+                .outbox
+                .iter()
+                .filter(|(_, l)| !l.is_empty())
+                .map(|(node, l)| (node.clone(), l.values().cloned().collect()))
+                .collect(),
+            partly_ended: self
+                .running
+                .iter()
+                .filter(|(_, r)| !r.exited.is_empty() || r.failed.is_some() || r.oom.is_some())
+                .map(|(job, r)| super::open::PartlyEnded {
+                    job: *job,
+                    exited: r.exited.iter().cloned().collect(),
+                    failed: r.failed,
+                    oom: r.oom.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -155,6 +168,7 @@ impl Controller {
         }
         self.links = carried.links;
         self.uuids = carried.uuids;
+        self.reoffered = carried.reoffered.into_iter().collect();
         self.lost_nodes = carried.lost_nodes.into_iter().collect();
         let policy = std::mem::take(&mut self.reconfigs.policy);
         self.reconfigs = carried.reconfigs;

@@ -301,3 +301,86 @@ fn a_checkpoint_changes_no_decision() {
         assert_eq!(with.events.len(), without.events.len(), "seed {seed}");
     }
 }
+
+/// A hostile agent at the pace the edge allows (5 heartbeats a second) for ten minutes: each
+/// heartbeat carries 2,000 junk reports, 256 samples of GPUs the node lacks, usage of runs it
+/// does not have, and in turn leaves out and reports its one real task. What reaches the log
+/// is bounded by its real work: at most one entry a minute for its figures and two a minute
+/// for the task it plays with, none of them larger than a few kilobytes.
+#[test]
+fn a_hostile_agent_logs_no_more_than_its_real_work() {
+    let (mut c, opened) = open(false);
+    let mut store = SqliteStore::open_in_memory().expect("store");
+    store.commit(&[opened]).expect("commits");
+    let mut now = 1_000;
+    for node in NODES {
+        let command = register(&c, node);
+        store.commit(&[c.apply(now, command).expect("registers").commit]).expect("commits");
+    }
+    let jobs = gantry_spec::parse_submission("[[job]]\nname = \"real\"\ngpu = { count = 1 }\n", Catalog::embedded(), 1)
+        .expect("workload");
+    let submitted = c.apply(now, Command::Submit { who: Principal::controller(), jobs, key: None }).expect("submits");
+    store.commit(&[submitted.commit]).expect("commits");
+    store.commit(&[c.apply(now, Command::tick()).expect("ticks").commit]).expect("commits");
+    let (node, key) = NODES
+        .iter()
+        .find_map(|node| {
+            let effects = c.apply(now, heartbeat(node, &Agent::default(), 0)).expect("beats");
+            store.commit(std::slice::from_ref(&effects.commit)).expect("commits");
+            match effects.reply {
+                Reply::Orders(o) if !o.launch.is_empty() => Some((*node, o.launch[0].key())),
+                _ => None,
+            }
+        })
+        .expect("a launch");
+    let before = store.commands_after(0, 1_000_000).expect("reads").last().expect("entries").seq;
+    let junk: Vec<TaskReport> = (0..2_000)
+        .map(|i| TaskReport {
+            key: TaskKey { job: 1_000_000 + i, group: "main".into(), replica: 0, attempt: 0 },
+            state: TaskState::Exited { code: Some(1), timed_out: false, oom: false },
+            stopping: false,
+        })
+        .collect();
+    let mut applied = 0;
+    for second in 0..600u64 {
+        now += 1;
+        for beat_in_second in 0..5u64 {
+            let mut tasks = junk.clone();
+            if (second * 5 + beat_in_second) % 2 == 0 {
+                tasks.push(TaskReport { key: key.clone(), state: TaskState::Running, stopping: false });
+            }
+            let samples = (0..256)
+                .map(|index| GpuSample {
+                    index,
+                    utilization_pct: ((second + u64::from(index)) % 100) as u32,
+                    memory_used_mib: second,
+                    measured: true,
+                    jobs: Vec::new(),
+                })
+                .collect();
+            let usage = (0..500)
+                .map(|j| RunUsage { job: 2_000_000 + j, attempt: 0, used: gantry_types::Use { cpu_ms: Some(second), ..Default::default() } })
+                .collect();
+            let beat = Heartbeat { tasks, samples, usage, instance: format!("agent-{node}"), ..Default::default() };
+            let effects = c
+                .apply(now, Command::Heartbeat { who: Principal::controller(), node: node.into(), beat })
+                .expect("applies");
+            store.commit(&[effects.commit]).expect("commits");
+            applied += 1;
+        }
+        store.commit(&[c.apply(now, Command::tick()).expect("ticks").commit]).expect("commits");
+    }
+    let beats: Vec<_> = store
+        .commands_after(before, 1_000_000)
+        .expect("reads")
+        .into_iter()
+        .filter(|r| r.body.contains("\"command\":\"heartbeat\""))
+        .collect();
+    let largest = beats.iter().map(|r| r.body.len()).max().unwrap_or(0);
+    assert_eq!(applied, 3_000);
+    assert!(beats.len() <= 10 + 2 * 10 + 2, "{} of 3,000 heartbeats logged", beats.len());
+    assert!(largest < 16 * 1024, "the largest logged heartbeat is {largest} bytes");
+    assert_eq!(c.jobs[&key.job].state, gantry_types::JobState::Running, "the real job runs on");
+    let report = crate::replay::replay(&store, Catalog::embedded()).expect("replays");
+    assert_eq!(report.first_difference, None);
+}

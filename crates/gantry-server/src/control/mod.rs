@@ -23,6 +23,7 @@ mod reconfig_moves;
 mod reconfig_plan;
 mod reconfig_run;
 mod run;
+mod trim;
 mod usage;
 
 #[cfg(test)]
@@ -188,6 +189,9 @@ pub struct Controller {
     pub(crate) submissions: BTreeMap<(String, String), Vec<u64>>,
     /// GPU reconfigurations: the policy, what is under way, what the guards remember.
     pub(crate) reconfigs: reconfig::Reconfigs,
+    /// When each task left out of its agent's heartbeats was last offered again
+    /// ([`trim::REOFFER_EVERY_S`]).
+    pub(crate) reoffered: BTreeMap<TaskKey, u64>,
     /// What the command being applied changes, for the caller to commit.
     pending: Batch,
 }
@@ -198,6 +202,9 @@ impl Controller {
     pub fn apply(&mut self, now: u64, mut command: Command) -> Result<Effects, ControlError> {
         if let Command::Tick { silent: silent @ None } = &mut command {
             *silent = Some(self.silences(now));
+        }
+        if let Command::Heartbeat { node, beat, .. } = &mut command {
+            self.trim_heartbeat(node, beat);
         }
         if let Command::Checkpoint { keep_log_s } = command {
             // Logged as the `open` entry it writes, not as a command.

@@ -11,6 +11,7 @@ use gantry_catalog::Catalog;
 use gantry_engine::sched::{Backfill, Order, Scheduler, SchedulerConfig};
 use gantry_engine::{Engine, EngineConfig};
 use gantry_store::{Batch, JobRow, TokenRecord};
+use crate::wire::TaskKey;
 use gantry_types::{Ending, Event, Fleet, GpuMode, JobState, QueueTree, TaskPlacement};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -171,6 +172,24 @@ pub struct Carried {
     pub(crate) idle: crate::idle::IdleWatch,
     /// What each running job has used on each node so far (its ending reports it).
     pub(crate) used: Vec<(u64, Vec<gantry_types::NodeUse>)>,
+    /// Tasks offered again lately, and when.
+    #[serde(default)]
+    pub(crate) reoffered: Vec<(TaskKey, u64)>,
+    /// Launches the agents have not acknowledged yet, by node.
+    #[serde(default)]
+    pub(crate) outbox: Vec<(String, Vec<crate::wire::Launch>)>,
+    /// Runs some of whose tasks have ended: which, and how.
+    #[serde(default)]
+    pub(crate) partly_ended: Vec<PartlyEnded>,
+}
+
+/// A run some of whose tasks have ended, as a checkpoint carries it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct PartlyEnded {
+    pub job: u64,
+    pub exited: Vec<(String, u32)>,
+    pub failed: Option<i32>,
+    pub oom: Option<gantry_types::OomKill>,
 }
 
 /// The fleet with the GPU modes recorded at run time (an agent's layout adopted) over the
@@ -265,6 +284,7 @@ impl Controller {
             accounts: setup.accounts.clone(),
             submissions: BTreeMap::new(),
             reconfigs: super::reconfig::Reconfigs::new(setup.reconfigure.clone()),
+            reoffered: BTreeMap::new(),
             pending: Batch::default(),
         };
         if agents != Agents::Local {
@@ -288,6 +308,7 @@ impl Controller {
         // them); its fair-share memory after (re-adopted runs are charged from now).
         let memory = carried.as_ref().map(|c| gantry_engine::sched::SchedulerMemory::from(c.scheduler.clone()));
         let used = carried.as_ref().map(|c| c.used.clone()).unwrap_or_default();
+        let in_flight = carried.as_ref().map(|c| (c.outbox.clone(), c.partly_ended.clone()));
         if let Some(carried) = carried {
             c.take_carried(carried)?;
         }
@@ -298,8 +319,16 @@ impl Controller {
                     "a checkpoint's fair-share memory does not fit the queue tree".into(),
                 ));
             }
-            // Every launch was acknowledged before the checkpoint: the agents have their tasks.
-            c.outbox.clear();
+        }
+        if let Some((outbox, partly_ended)) = in_flight {
+            // Offered to the agents what was unacknowledged at the checkpoint, not every task.
+            c.outbox = outbox.into_iter().map(|(node, l)| (node, l.into_iter().map(|l| (l.key(), l)).collect())).collect();
+            for p in partly_ended {
+                let Some(runs) = c.running.get_mut(&p.job) else { continue };
+                runs.exited = p.exited.into_iter().collect();
+                runs.tasks_left = (runs.tasks.len() - runs.exited.len().min(runs.tasks.len())) as u32;
+                (runs.failed, runs.oom) = (p.failed, p.oom);
+            }
         }
         for (job, uses) in used {
             if let Some(runs) = c.running.get_mut(&job) {
