@@ -177,7 +177,8 @@ fn main() {
             if count > 0 {
                 let jobs = gantry_spec::parse_submission(&text, catalog, 10_000).expect("workload");
                 submitted += count;
-                let reply = apply(&mut c, &mut batches, now, Command::Submit { who: Principal::controller(), jobs, key: None });
+                let reply =
+                    apply(&mut c, &mut batches, now, Command::Submit { who: Principal::controller(), jobs, key: None });
                 if let Reply::Submitted { ids } = reply {
                     durations.extend(ids.into_iter().zip(lengths));
                 }

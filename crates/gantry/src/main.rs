@@ -123,7 +123,7 @@ enum Command {
     #[command(after_help = replay_cmd::EXAMPLES)]
     Replay(replay_cmd::ReplayArgs),
     /// Checkpoint the controller now (admin): the command log before the newest checkpoint at
-    /// or before the retention window ([log] keep_days) is deleted.
+    /// or before the retention window's start ([log] keep, 7 days by default) is deleted.
     Checkpoint(replay_cmd::CheckpointArgs),
     /// Another system's cluster and history in gantry's formats: `gantry import kubernetes
     /// --nodes nodes.json > fleet.toml`, `--pods pods.json > trace.jsonl`.

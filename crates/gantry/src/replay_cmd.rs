@@ -97,9 +97,13 @@ pub struct CheckpointArgs {
 /// newest checkpoint at or before its window's start.
 pub fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
     let reply = args.server.call("POST", "/v1/checkpoint", None)?;
+    if args.server.json {
+        println!("{}", serde_json::to_string_pretty(&reply)?);
+        return Ok(if reply["taken"] == true { ExitCode::SUCCESS } else { ExitCode::from(1) });
+    }
     let kept = match reply["keep_log_s"].as_u64() {
-        Some(s) => format!("the log before {} days ago goes at the next write", s / 86_400),
-        None => "retention keeps the whole log ([log] keep_days = 0)".into(),
+        Some(s) => format!("the command log before the newest checkpoint at least {} ago is deleted", span(s)),
+        None => "retention keeps the whole log ([log] keep = \"all\")".into(),
     };
     if reply["taken"] == true {
         println!("checkpoint taken: {kept}");
@@ -107,5 +111,14 @@ pub fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("no checkpoint now: {} (try again shortly)", reply["why"].as_str().unwrap_or("not quiet"));
         Ok(ExitCode::from(1))
+    }
+}
+
+/// Seconds as the largest whole unit that fits: `7 days`, `12 h`, `90 s`.
+fn span(s: u64) -> String {
+    match s {
+        s if s >= 86_400 && s.is_multiple_of(86_400) => format!("{} day(s)", s / 86_400),
+        s if s >= 3600 && s.is_multiple_of(3600) => format!("{} h", s / 3600),
+        s => format!("{s} s"),
     }
 }

@@ -359,7 +359,11 @@ fn a_hostile_agent_logs_no_more_than_its_real_work() {
                 })
                 .collect();
             let usage = (0..500)
-                .map(|j| RunUsage { job: 2_000_000 + j, attempt: 0, used: gantry_types::Use { cpu_ms: Some(second), ..Default::default() } })
+                .map(|j| RunUsage {
+                    job: 2_000_000 + j,
+                    attempt: 0,
+                    used: gantry_types::Use { cpu_ms: Some(second), ..Default::default() },
+                })
                 .collect();
             let beat = Heartbeat { tasks, samples, usage, instance: format!("agent-{node}"), ..Default::default() };
             let effects = c

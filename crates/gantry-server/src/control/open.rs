@@ -7,11 +7,11 @@
 use super::{AgentLink, Agents, Controller};
 use crate::auth::Tokens;
 use crate::error::ControlError;
+use crate::wire::TaskKey;
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Backfill, Order, Scheduler, SchedulerConfig};
 use gantry_engine::{Engine, EngineConfig};
 use gantry_store::{Batch, JobRow, TokenRecord};
-use crate::wire::TaskKey;
 use gantry_types::{Ending, Event, Fleet, GpuMode, JobState, QueueTree, TaskPlacement};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -313,16 +313,15 @@ impl Controller {
             c.take_carried(carried)?;
         }
         c.recover(image.jobs, launched, now)?;
-        if let Some(memory) = memory {
-            if !c.scheduler.remember(&memory) {
-                return Err(ControlError::Invalid(
-                    "a checkpoint's fair-share memory does not fit the queue tree".into(),
-                ));
-            }
+        if let Some(memory) = memory
+            && !c.scheduler.remember(&memory)
+        {
+            return Err(ControlError::Invalid("a checkpoint's fair-share memory does not fit the queue tree".into()));
         }
         if let Some((outbox, partly_ended)) = in_flight {
             // Offered to the agents what was unacknowledged at the checkpoint, not every task.
-            c.outbox = outbox.into_iter().map(|(node, l)| (node, l.into_iter().map(|l| (l.key(), l)).collect())).collect();
+            c.outbox =
+                outbox.into_iter().map(|(node, l)| (node, l.into_iter().map(|l| (l.key(), l)).collect())).collect();
             for p in partly_ended {
                 let Some(runs) = c.running.get_mut(&p.job) else { continue };
                 runs.exited = p.exited.into_iter().collect();
