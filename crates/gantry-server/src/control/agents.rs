@@ -541,11 +541,23 @@ impl Controller {
 
     /// Registered nodes whose agent has not been heard from past the heartbeat timeout, and
     /// for how long: what a tick records and decides from.
+    ///
+    /// A node with work on it whose agent has not spoken to this controller since it opened
+    /// (a restart, a failover) is silent since the open: it is lost like any other if its
+    /// agent never comes back.
     pub(crate) fn silences(&self, now: u64) -> BTreeMap<String, u64> {
         let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else { return BTreeMap::new() };
+        let never_heard = self
+            .on_node
+            .iter()
+            .filter(|(node, jobs)| {
+                !jobs.is_empty() && !self.links.contains_key(*node) && !self.lost_nodes.contains(*node)
+            })
+            .map(|(node, _)| (node, now.saturating_sub(self.opened_s)));
         self.links
             .iter()
             .map(|(node, link)| (node, now.saturating_sub(link.heard_s)))
+            .chain(never_heard)
             .filter(|(_, age)| *age > heartbeat_timeout_s)
             .map(|(node, age)| (node.clone(), age))
             .collect()

@@ -140,6 +140,7 @@ impl Controller {
                 .map(|(job, r)| (*job, r.used.values().cloned().collect()))
                 .collect(),
             reoffered: self.reoffered.iter().map(|(k, at)| (k.clone(), *at)).collect(),
+            opened_s: Some(self.opened_s),
             outbox: self
                 .outbox
                 .iter()
@@ -169,6 +170,9 @@ impl Controller {
         self.links = carried.links;
         self.uuids = carried.uuids;
         self.reoffered = carried.reoffered.into_iter().collect();
+        if let Some(opened_s) = carried.opened_s {
+            self.opened_s = opened_s;
+        }
         self.lost_nodes = carried.lost_nodes.into_iter().collect();
         let policy = std::mem::take(&mut self.reconfigs.policy);
         self.reconfigs = carried.reconfigs;

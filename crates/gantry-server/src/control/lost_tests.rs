@@ -228,3 +228,52 @@ fn cancel_force_leaves_tasks_on_reachable_nodes_to_their_agent() {
     c.apply(T0 + 4, Command::Cancel { who: Principal::controller(), job: id, force: true }).expect("force");
     assert_eq!(state(&c, id).0, JobState::Running, "its agent is alive: it stops the task and reports");
 }
+
+/// Issue 37 §2: after a restart (or a failover), a node with running work whose agent never
+/// speaks to the new controller is watched from the open, and lost past `node_lost_after`
+/// like any other; one whose agent comes back in time is not.
+#[test]
+fn a_node_that_never_comes_back_after_a_restart_is_lost() {
+    for comes_back in [false, true] {
+        let mut c = remote();
+        let id = submit(&mut c, "[[job]]\nname = \"train\"\ngpu = { count = 4 }\n", T0 + 1);
+        tick(&mut c, T0 + 2);
+        let node = nodes_of(&c, id)[0].clone();
+        let other = if node == "a-0" { "a-1" } else { "a-0" };
+        let old = c.tasks_of(id);
+        beat(&mut c, &node, &[], T0 + 3);
+        beat(&mut c, &node, &old, T0 + 4);
+        // The controller restarts from what the store holds; only the other node's agent
+        // registers with it.
+        let opened = T0 + 100;
+        let image = Image { jobs: c.jobs.values().cloned().collect(), ..Image::default() };
+        let (mut c, _) =
+            Controller::open(c.setup.clone(), image, Catalog::embedded(), &Default::default(), opened).expect("opens");
+        register(&mut c, other, opened + 1);
+        if comes_back {
+            register(&mut c, &node, opened + 2);
+        }
+        for t in (opened + 10..opened + LOST_AFTER).step_by(20) {
+            beat(&mut c, other, &[], t);
+            if comes_back {
+                beat(&mut c, &node, &old, t);
+            }
+            tick(&mut c, t);
+        }
+        assert_eq!(state(&c, id), (JobState::Running, 0), "not lost before node_lost_after");
+        let after = opened + LOST_AFTER + 1;
+        beat(&mut c, other, &[], after);
+        if comes_back {
+            beat(&mut c, &node, &old, after);
+        }
+        tick(&mut c, after);
+        if comes_back {
+            assert_eq!(state(&c, id), (JobState::Running, 0), "its agent came back: it runs on");
+            assert!(!c.lost_nodes.contains(&node));
+        } else {
+            assert!(c.lost_nodes.contains(&node), "silent since the open, past node_lost_after");
+            assert_eq!(state(&c, id), (JobState::Running, 1), "requeued and started on the live node");
+            assert_eq!(nodes_of(&c, id), [other.to_string()]);
+        }
+    }
+}

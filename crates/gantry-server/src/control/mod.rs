@@ -189,6 +189,9 @@ pub struct Controller {
     pub(crate) submissions: BTreeMap<(String, String), Vec<u64>>,
     /// GPU reconfigurations: the policy, what is under way, what the guards remember.
     pub(crate) reconfigs: reconfig::Reconfigs,
+    /// When this controller opened from the store (a checkpoint keeps it): the silence of a
+    /// node whose agent has not spoken since counts from here.
+    pub(crate) opened_s: u64,
     /// When each task left out of its agent's heartbeats was last offered again
     /// ([`trim::REOFFER_EVERY_S`]).
     pub(crate) reoffered: BTreeMap<TaskKey, u64>,

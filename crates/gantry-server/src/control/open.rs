@@ -181,6 +181,9 @@ pub struct Carried {
     /// Runs some of whose tasks have ended: which, and how.
     #[serde(default)]
     pub(crate) partly_ended: Vec<PartlyEnded>,
+    /// When the controller opened from the store (silences of nodes never heard count from it).
+    #[serde(default)]
+    pub(crate) opened_s: Option<u64>,
 }
 
 /// A run some of whose tasks have ended, as a checkpoint carries it.
@@ -285,6 +288,7 @@ impl Controller {
             submissions: BTreeMap::new(),
             reconfigs: super::reconfig::Reconfigs::new(setup.reconfigure.clone()),
             reoffered: BTreeMap::new(),
+            opened_s: now,
             pending: Batch::default(),
         };
         if agents != Agents::Local {
