@@ -300,8 +300,24 @@ impl Controller {
         }
         orders.stop.sort();
         orders.stop.dedup();
+        if !orders.launch.is_empty() && self.stale_alive(beat) {
+            // A run this controller no longer has is still alive there (a lost node come back,
+            // an orphan being stopped): nothing new starts on the node until it is gone, so a
+            // GPU never holds two runs' processes at once. The launches wait in the outbox.
+            tracing::info!(node, held = orders.launch.len(), "launches held until the node's stale tasks are gone");
+            orders.launch.clear();
+        }
         effects.reply = Reply::Orders(orders);
         Ok(effects)
+    }
+
+    /// Does `beat` report as still running a task of a run this controller no longer has
+    /// (an ended run, or an earlier attempt)?
+    fn stale_alive(&self, beat: &Heartbeat) -> bool {
+        beat.tasks.iter().any(|r| {
+            r.state == wire::TaskState::Running
+                && self.running.get(&r.key.job).is_none_or(|runs| runs.attempt != r.key.attempt)
+        })
     }
 
     /// Count the exits a heartbeat reports and withdraw the launches it confirms. Returns the

@@ -277,3 +277,59 @@ fn a_node_that_never_comes_back_after_a_restart_is_lost() {
         }
     }
 }
+
+/// Issue 37 §3: a lost node comes back with its task alive (one that ignores SIGTERM), and the
+/// requeued attempt can only go back there: the node is told to stop the old attempt, and the
+/// new one is not launched until the node reports the old one gone.
+#[test]
+fn a_requeued_attempt_waits_until_the_old_one_is_gone_from_its_node() {
+    let mut c = remote();
+    let id = submit(&mut c, "[[job]]\nname = \"train\"\ngpu = { count = 4 }\n", T0 + 1);
+    let filler = submit(&mut c, "[[job]]\nname = \"fill\"\ngpu = { count = 4 }\n", T0 + 1);
+    tick(&mut c, T0 + 2);
+    let node = nodes_of(&c, id)[0].clone();
+    let other = nodes_of(&c, filler)[0].clone();
+    assert_ne!(node, other, "each job has a node of its own");
+    let (old, fill) = (c.tasks_of(id), c.tasks_of(filler));
+    beat(&mut c, &node, &[], T0 + 3);
+    beat(&mut c, &node, &old, T0 + 4);
+    beat(&mut c, &other, &[], T0 + 3);
+    // `node` goes silent and is lost; the job waits (the other node is full).
+    let mut t = T0 + 10;
+    while t <= T0 + 30 + LOST_AFTER {
+        beat(&mut c, &other, &fill, t);
+        tick(&mut c, t);
+        t += 20;
+    }
+    assert!(c.lost_nodes.contains(&node));
+    assert_eq!(state(&c, id), (JobState::Pending, 1), "requeued, waiting for room");
+    // It comes back still running attempt 0, which ignores the stop for a while.
+    let orders = beat(&mut c, &node, &old, t);
+    assert!(orders.stop.iter().any(|s| s.job == id && s.attempt == 0), "{orders:?}");
+    tick(&mut c, t + 1);
+    assert_eq!(state(&c, id), (JobState::Running, 1), "placed again on the node that came back");
+    let stopping: Vec<TaskReport> =
+        old.iter().map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: true }).collect();
+    for s in 2..40 {
+        let beat = Heartbeat { tasks: stopping.clone(), instance: format!("agent-{node}"), ..Default::default() };
+        let effects = c
+            .apply(t + s, Command::Heartbeat { who: Principal::controller(), node: node.clone(), beat })
+            .expect("beats");
+        let Reply::Orders(orders) = effects.reply else { panic!("orders") };
+        assert!(orders.launch.is_empty(), "no launch while attempt 0 is alive there: {orders:?}");
+    }
+    // Gone: the new attempt is launched.
+    let gone: Vec<TaskReport> = old
+        .iter()
+        .map(|key| TaskReport {
+            key: key.clone(),
+            state: TaskState::Exited { code: None, timed_out: false, oom: false },
+            stopping: false,
+        })
+        .collect();
+    let beat = Heartbeat { tasks: gone, instance: format!("agent-{node}"), ..Default::default() };
+    let effects =
+        c.apply(t + 41, Command::Heartbeat { who: Principal::controller(), node: node.clone(), beat }).expect("beats");
+    let Reply::Orders(orders) = effects.reply else { panic!("orders") };
+    assert!(orders.launch.iter().any(|l| l.job == id && l.attempt == 1), "{orders:?}");
+}
