@@ -65,8 +65,11 @@ pub struct Want {
     pub offset: Option<u64>,
 }
 
-/// Read what `want` names of `row`'s shown run, task by task, stdout before stderr.
+/// Read what `want` names of `row`'s shown run, task by task, stdout before stderr. The
+/// agents have [`crate::output::OUTPUT_WAIT`] for the whole request, not each piece: a client
+/// knows how long an answer may take.
 pub async fn read(shared: &Shared, row: &JobRow, want: &Want) -> Vec<LogPiece> {
+    let deadline = tokio::time::Instant::now() + crate::output::OUTPUT_WAIT;
     let mut pieces = Vec::new();
     // A node that failed once in this request is not asked again for its next tasks.
     let mut failed: BTreeMap<String, String> = BTreeMap::new();
@@ -91,7 +94,7 @@ pub async fn read(shared: &Shared, row: &JobRow, want: &Want) -> Vec<LogPiece> {
             let got = match failed.get(&task.node) {
                 Some(why) => Err(why.clone()),
                 None if shared.local => read_local(&shared.data_dir, &task.node, &read),
-                None => read_remote(shared, &task.node, read).await,
+                None => read_remote(shared, &task.node, read, deadline).await,
             };
             match got {
                 Ok(part) => fill(&mut piece, part, want.offset.is_none()),
@@ -134,15 +137,20 @@ fn read_local(data_dir: &Path, node: &str, read: &LogRead) -> Result<gantry_agen
     .map_err(|e| format!("this output cannot be read: {e}"))
 }
 
-/// Through `node`'s agent: asked with its next heartbeat's orders (its held one woken), at
-/// most [`crate::output::OUTPUT_WAIT`].
-async fn read_remote(shared: &Shared, node: &str, read: LogRead) -> Result<gantry_agent::output::Piece, String> {
+/// Through `node`'s agent: asked with its next heartbeat's orders (its held one woken), until
+/// `deadline` at most.
+async fn read_remote(
+    shared: &Shared,
+    node: &str,
+    read: LogRead,
+    deadline: tokio::time::Instant,
+) -> Result<gantry_agent::output::Piece, String> {
     if let Some(why) = shared.read(|c| c.output_unavailable(node, crate::now_s())) {
         return Err(why);
     }
     let (id, answer) = shared.output.ask(node, read).map_err(|e| e.to_string())?;
     shared.agents_wake.of(node).notify_waiters();
-    let answered = tokio::time::timeout(crate::output::OUTPUT_WAIT, answer).await;
+    let answered = tokio::time::timeout_at(deadline, answer).await;
     shared.output.give_up(id);
     let chunk = match answered {
         Ok(Ok(chunk)) => chunk,

@@ -6,7 +6,9 @@
 //! Several controllers (a leader and its standbys on one PostgreSQL store) are given as one
 //! comma-separated list: a request goes to the one that answered last, and on to the next
 //! when that one cannot be reached or says it is a standby (a 503 marked
-//! `X-Gantry-Standby`). Only those move on, and the request is sent again from the start: a submission
+//! `X-Gantry-Standby`), or does not begin its answer in time ([`ANSWER_WITHIN`]: a leader
+//! that is paused, frozen or cut off still accepts connections, and would hold every client).
+//! Only those move on, and the request is sent again from the start: a submission
 //! carries an idempotency key, so one that reached a controller that died before answering
 //! is not doubled.
 
@@ -22,6 +24,12 @@ pub enum ClientError {
     Address(String),
     #[error("cannot reach the gantry controller at {server}: {detail} (is `gantry serve` running?)")]
     Unreachable { server: String, detail: String },
+    /// Connected, but no answer began in time: a controller paused, frozen or cut off (or one
+    /// too loaded to answer).
+    #[error(
+        "the gantry controller at {server} accepted the request but did not begin to answer within {within_s} s (paused, frozen or overloaded?)"
+    )]
+    NoAnswer { server: String, within_s: u64 },
     /// Every controller that answered is a standby (it leads when the leader stops).
     #[error(
         "{server} is a standby controller: it answers once it leads; give the leader's URL too (--server LEADER,STANDBY)"
@@ -54,6 +62,21 @@ const RESPONSE_BYTES_MAX: u64 = 256 << 20;
 /// held heartbeat (30 s), short enough that a dead controller is noticed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a controller has to begin its answer (its status line and headers) once the
+/// request is sent, before the client moves on to the next controller: a live controller
+/// answers in milliseconds, and a CLI call should fail over or fail in about this long. A
+/// request the controller may hold on purpose (a heartbeat's long poll, a wait for a node's
+/// output) adds its own wait ([`Client::holding`]).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// How long a TCP (and TLS) connection may take to open.
+const CONNECT_WITHIN: Duration = Duration::from_secs(3);
+
+/// A controller that did not answer in time is tried last for this long: while another
+/// controller answers at all (even "standby, not yet leading"), requests do not wait on the
+/// hung one again, so an agent reaches the new leader as soon as it leads.
+const SUSPECT_FOR: Duration = Duration::from_secs(30);
+
 /// What the client trusts and presents.
 #[derive(Clone, Debug, Default)]
 pub struct Tls {
@@ -76,6 +99,11 @@ pub struct Client {
     current: Arc<std::sync::atomic::AtomicUsize>,
     tls: Tls,
     agent: ureq::Agent,
+    /// How long a controller has to begin its answer ([`ANSWER_WITHIN`], plus what the
+    /// requests of this client may be held).
+    answer_within: Duration,
+    /// Per server: until when it is tried last (it did not answer in time; shared by clones).
+    suspect_until: Arc<std::sync::Mutex<Vec<Option<std::time::Instant>>>>,
 }
 
 /// The header a standby controller marks its 503 answers with.
@@ -168,9 +196,11 @@ impl Client {
         for server in &servers {
             check_plain_http(server, tls)?;
         }
+        let servers_len = servers.len();
         let config = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(REQUEST_TIMEOUT))
+            .timeout_connect(Some(CONNECT_WITHIN))
             .allow_non_standard_methods(false)
             .max_redirects(0)
             .tls_config(tls_config(tls)?)
@@ -180,7 +210,21 @@ impl Client {
             current: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
             tls: tls.clone(),
             agent: config.new_agent(),
+            answer_within: ANSWER_WITHIN,
+            suspect_until: Arc::new(std::sync::Mutex::new(vec![None; servers_len])),
         })
+    }
+
+    /// The same client (the same servers, the one that answered last shared) for requests the
+    /// controller may hold up to `hold` before answering: a heartbeat's long poll, a read of
+    /// a node's output. It waits that much longer for an answer to begin.
+    pub fn holding(&self, hold: Duration) -> Client {
+        Client { answer_within: ANSWER_WITHIN + hold, ..self.clone() }
+    }
+
+    /// The same client, giving a controller `within` to begin its answer (tests).
+    pub fn answering_within(&self, within: Duration) -> Client {
+        Client { answer_within: within, ..self.clone() }
     }
 
     /// The server that answered last (the first given, before any answer).
@@ -219,16 +263,20 @@ impl Client {
         if token.is_some_and(|t| t.contains(['\r', '\n'])) {
             return Err(ClientError::BadToken);
         }
-        let first = self.current.load(Ordering::Relaxed);
         let mut last_error = None;
-        for k in 0..self.servers.len() {
-            let index = (first + k) % self.servers.len();
+        for index in self.order() {
             match self.request_one(&self.servers[index], token, method, path, body, headers) {
                 Ok(answer) => {
                     self.current.store(index, Ordering::Relaxed);
+                    self.suspect(index, false);
                     return Ok(answer);
                 }
-                Err(e @ (ClientError::Unreachable { .. } | ClientError::Standby { .. })) => {
+                Err(
+                    e @ (ClientError::Unreachable { .. } | ClientError::Standby { .. } | ClientError::NoAnswer { .. }),
+                ) => {
+                    if matches!(e, ClientError::NoAnswer { .. }) {
+                        self.suspect(index, true);
+                    }
                     // Keep the most useful error: a standby says more than silence.
                     if !matches!(last_error, Some(ClientError::Standby { .. })) {
                         last_error = Some(e);
@@ -238,6 +286,31 @@ impl Client {
             }
         }
         Err(last_error.expect("at least one server"))
+    }
+
+    /// The servers to try, in order: from the one that answered last, those not suspected of
+    /// hanging; the suspects only when every server is one.
+    fn order(&self) -> Vec<usize> {
+        use std::sync::atomic::Ordering;
+        let first = self.current.load(Ordering::Relaxed);
+        let now = std::time::Instant::now();
+        let suspects = self.suspect_until.lock().map(|s| s.clone()).unwrap_or_default();
+        let all: Vec<usize> = (0..self.servers.len()).map(|k| (first + k) % self.servers.len()).collect();
+        let trusted: Vec<usize> = all
+            .iter()
+            .copied()
+            .filter(|i| suspects.get(*i).copied().flatten().is_none_or(|until| now >= until))
+            .collect();
+        if trusted.is_empty() { all } else { trusted }
+    }
+
+    /// Mark server `index` as not answering in time (or clear it).
+    fn suspect(&self, index: usize, hung: bool) {
+        if let Ok(mut s) = self.suspect_until.lock()
+            && let Some(slot) = s.get_mut(index)
+        {
+            *slot = hung.then(|| std::time::Instant::now() + SUSPECT_FOR);
+        }
     }
 
     fn request_one(
@@ -259,10 +332,17 @@ impl Client {
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
+        let within = Some(self.answer_within);
         let sent = match body {
-            Some(body) => builder.body(body.to_string()).map(|r| self.agent.run(r)),
-            None if method == "GET" || method == "DELETE" => builder.body(()).map(|r| self.agent.run(r)),
-            None => builder.body(String::new()).map(|r| self.agent.run(r)),
+            Some(body) => builder
+                .body(body.to_string())
+                .map(|r| self.agent.run(self.agent.configure_request(r).timeout_recv_response(within).build())),
+            None if method == "GET" || method == "DELETE" => builder
+                .body(())
+                .map(|r| self.agent.run(self.agent.configure_request(r).timeout_recv_response(within).build())),
+            None => builder
+                .body(String::new())
+                .map(|r| self.agent.run(self.agent.configure_request(r).timeout_recv_response(within).build())),
         };
         let mut response =
             sent.map_err(|e| ClientError::Address(format!("request {method} {path}: {e}")))?.map_err(|e| match e {
@@ -304,6 +384,12 @@ impl Client {
         match error {
             ureq::Error::Io(_) | ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => {
                 let server = if self.servers.len() > 1 { self.servers.join(",") } else { server };
+                ClientError::Unreachable { server, detail }
+            }
+            ureq::Error::Timeout(ureq::Timeout::RecvResponse) => {
+                ClientError::NoAnswer { server, within_s: self.answer_within.as_secs() }
+            }
+            ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => {
                 ClientError::Unreachable { server, detail }
             }
             ureq::Error::Timeout(_) => ClientError::Io(format!("{server}: no answer in time ({detail})")),
@@ -375,6 +461,68 @@ mod tests {
         assert_eq!(several.server(), "https://a:1");
         assert!(Client::new(" , ", &Tls::default()).expect_err("empty").to_string().contains("no server"));
         assert!(Client::new("https://a:1,ftp://b:2", &Tls::default()).is_err());
+    }
+
+    /// A controller that accepts connections but never answers (paused with SIGSTOP, a frozen
+    /// VM: the kernel still accepts) is left for the next one once its time to answer is up;
+    /// alone, it is an error saying so, in about that time, not a hang.
+    #[test]
+    fn a_controller_that_accepts_but_never_answers_is_left_for_the_next() {
+        let hung = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let hung_url = format!("http://{}", hung.local_addr().expect("addr"));
+        let live = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let live_url = format!("http://{}", live.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for _ in 0..2 {
+                let (mut stream, _) = live.accept().expect("accepts");
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+            }
+        });
+        let within = Duration::from_millis(300);
+        let client =
+            Client::new(&format!("{hung_url},{live_url}"), &Tls::default()).expect("client").answering_within(within);
+        let started = std::time::Instant::now();
+        assert_eq!(client.request(None, "POST", "/v1/jobs", Some("x")).expect("answered"), (200, "ok".into()));
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert_eq!(client.server(), live_url, "the next request goes to the one that answered");
+        let alone = Client::new(&hung_url, &Tls::default()).expect("client").answering_within(within);
+        let started = std::time::Instant::now();
+        let error = alone.request(None, "GET", "/v1/jobs", None).expect_err("no answer");
+        assert!(matches!(error, ClientError::NoAnswer { .. }), "{error}");
+        assert!(error.to_string().contains("did not begin to answer"), "{error}");
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert_eq!(
+            Client::new(&hung_url, &Tls::default()).expect("client").holding(within).answer_within,
+            ANSWER_WITHIN + within
+        );
+        // Beside a standby: the first request waits on the hung one once; the next ones ask
+        // the standby only, at once, until it leads (no wait on the hung one each time).
+        let standby = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let standby_url = format!("http://{}", standby.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for _ in 0..3 {
+                let (mut stream, _) = standby.accept().expect("accepts");
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 503 Service Unavailable\r\nx-gantry-standby: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        });
+        let client = Client::new(&format!("{hung_url},{standby_url}"), &Tls::default())
+            .expect("client")
+            .answering_within(within);
+        assert!(matches!(client.request(None, "GET", "/v1/jobs", None), Err(ClientError::Standby { .. })));
+        for _ in 0..2 {
+            let started = std::time::Instant::now();
+            assert!(matches!(client.request(None, "GET", "/v1/jobs", None), Err(ClientError::Standby { .. })));
+            assert!(started.elapsed() < within, "the hung one is not waited on again: {:?}", started.elapsed());
+        }
+        drop(hung);
     }
 
     /// Nothing listens on the first: the request goes on to the second, which is then asked

@@ -179,13 +179,17 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
     let mig = mig_backend(&args, &data_dir, &gpus)?;
+    // The controller holds a heartbeat up to `wait` when it has nothing to order: the client
+    // waits that long more for an answer to begin before it tries the next controller.
+    let wait = std::time::Duration::from_secs(5);
+    let client = client.holding(wait);
     let mut config = gantry_agent::node::AgentConfig {
         mig,
         link: std::sync::Arc::new(gantry_agent::node::HttpLink { client, token }),
         node: node.clone(),
         gpus,
         data_dir: data_dir.clone(),
-        wait: std::time::Duration::from_secs(5),
+        wait,
         retry: std::time::Duration::from_secs(1),
         simulate: None,
         measure_gpus: true,

@@ -100,7 +100,12 @@ impl ServerArg {
         headers: &[(&str, &str)],
     ) -> anyhow::Result<Value> {
         let (token, source) = self.token();
-        let client = gantry_wire::client::Client::new(&self.url(), &self.trust()).map_err(|e| anyhow::anyhow!(e))?;
+        let mut client =
+            gantry_wire::client::Client::new(&self.url(), &self.trust()).map_err(|e| anyhow::anyhow!(e))?;
+        if path.contains("/logs") {
+            // The controller waits up to this long for the nodes' agents to send the output.
+            client = client.holding(gantry_server::output::OUTPUT_WAIT);
+        }
         let (status, text) =
             client.request_with(token.as_deref(), method, path, body, headers).map_err(|e| anyhow::anyhow!(e))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));

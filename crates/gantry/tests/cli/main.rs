@@ -1850,13 +1850,31 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let pid = standby.0.id().to_string();
+    let started_lines = || std::fs::read_to_string(&ran).map_or(0, |t| t.lines().count());
     assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
     let paused = std::time::Instant::now();
+    let started_before = started_lines();
+    // A CLI call given both URLs answers (here: an error naming the standby) in about the
+    // time a controller has to begin its answer, not after a minute on the frozen one.
+    let asked = std::time::Instant::now();
+    let _ = gantry(&["queue", "--server", &both, "--token", &admin]);
+    let took = asked.elapsed();
+    assert!(took < std::time::Duration::from_secs(8), "a CLI call hung on the paused leader for {took:?}");
     while gantry(&["queue", "--server", &url_a, "--token", &admin]).status.code() != Some(0) {
         assert!(paused.elapsed() < std::time::Duration::from_secs(20), "no takeover from the paused leader");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    eprintln!("the paused leader was replaced after {:?} (lease: 10 s)", paused.elapsed());
+    eprintln!("the paused leader was replaced after {:?} (lease: 10 s); a CLI call took {took:?}", paused.elapsed());
+    // The agent leaves the frozen leader for the new one and tasks start again, the old
+    // leader still paused.
+    while started_lines() <= started_before {
+        assert!(
+            paused.elapsed() < std::time::Duration::from_secs(25),
+            "no task started while the old leader was paused"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    eprintln!("a task started {:?} after the leader was paused", paused.elapsed());
     assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
     let woke = std::time::Instant::now();
     let status = loop {
