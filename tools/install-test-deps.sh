@@ -6,7 +6,9 @@
 #   which start a private server of their own in a temporary directory (no system service is
 #   used or needed; gantry_store::test_postgres);
 # - Debian's slurmd, for the test that Slurm reads the gres.conf `gantry plan --out` writes
-#   (crates/gantry/tests/cli/slurm.rs runs `slurmd -G`; no daemon is started).
+#   (crates/gantry/tests/cli/slurm.rs runs `slurmd -G`; no daemon is started);
+# - Debian's libfaketime, to step a controller's wall clock under it
+#   (crates/gantry/tests/cli/clock.rs).
 # Installs only what is missing; does nothing when all are there.
 set -euo pipefail
 missing=()
@@ -15,6 +17,9 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   missing+=(postgresql)
+fi
+if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+  missing+=(libfaketime)
 fi
 if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
   missing+=(slurmd)

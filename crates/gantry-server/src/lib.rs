@@ -14,6 +14,7 @@
 pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod clock;
 pub mod commit;
 pub mod control;
 pub mod error;
@@ -51,7 +52,7 @@ use tokio::sync::{Notify, oneshot};
 /// Seconds since the Unix epoch: the controller's clock (the engine only ever gets it as an
 /// argument).
 pub fn now_s() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    clock::now_s()
 }
 
 /// Open files the controller needs beside its agents' connections (the store, logs, the
@@ -334,9 +335,18 @@ fn open_controller(
     config: &ServeConfig,
     mut store: AnyStore,
 ) -> Result<(Controller, AnyStore, Option<PathBuf>), ServeError> {
-    let now = now_s();
-    let week_ago = now.saturating_sub(series::COARSE_POINTS as u64 * series::COARSE_STEP_S);
+    let week_ago = now_s().saturating_sub(series::COARSE_POINTS as u64 * series::COARSE_STEP_S);
     let image = control::Image::read(store.as_ref(), week_ago)?;
+    // Time goes on from the last the store recorded, even if the wall clock went back.
+    let recorded = image
+        .jobs
+        .iter()
+        .flat_map(|j| [Some(j.submitted_at_s), j.started_at_s, j.ended_at_s])
+        .chain(image.tokens.iter().map(|t| Some(t.created_at_s)))
+        .flatten()
+        .max();
+    clock::not_before(recorded.unwrap_or(0));
+    let now = now_s();
     // In-process agents are agents like any other: the controller waits for them to register
     // and to heartbeat, and takes their word for what runs after a restart.
     let agents = control::Agents::Remote {

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+mod clock;
 mod confinement;
 mod remote_logs;
 mod retention;
