@@ -172,6 +172,9 @@ pub struct Shared {
     pub admission: admission::AdmissionLimits,
     /// Checkpoints and how much command log is kept (`[log]`).
     pub log: retention::LogRetention,
+    /// With PostgreSQL: whether this controller still holds its lease. Past it (a leader paused
+    /// and woken, not yet told it was replaced) it answers nothing from its memory.
+    pub lease: Option<gantry_store::LeaseWatch>,
     /// Whether remote agents must present a client certificate for their node.
     pub agent_certs: tls::AgentCerts,
     /// Set once the store has failed (a deposed leader's writes fenced, a lost connection):
@@ -404,11 +407,14 @@ fn private_store_files(dir: &std::path::Path) -> Result<(), ServeError> {
 
 /// Open the writer and a reader of the chosen store; with PostgreSQL, lead it first (wait for
 /// the leader lock as a standby, or refuse while another leads): the term it leads with.
-fn open_store(choice: &StoreChoice, data_dir: &std::path::Path) -> Result<(AnyStore, AnyStore, u64), ServeError> {
+/// The writer, a reader, the term led and (with PostgreSQL) the lease's watch.
+type OpenedStore = (AnyStore, AnyStore, u64, Option<gantry_store::LeaseWatch>);
+
+fn open_store(choice: &StoreChoice, data_dir: &std::path::Path) -> Result<OpenedStore, ServeError> {
     match choice {
         StoreChoice::Sqlite => {
             let path = data_dir.join("gantry.db");
-            Ok((Box::new(SqliteStore::open(&path)?), Box::new(SqliteStore::open(&path)?), 0))
+            Ok((Box::new(SqliteStore::open(&path)?), Box::new(SqliteStore::open(&path)?), 0, None))
         }
         StoreChoice::Postgres { url, standby } => {
             let mut store = PostgresStore::open(url)?;
@@ -420,7 +426,8 @@ fn open_store(choice: &StoreChoice, data_dir: &std::path::Path) -> Result<(AnySt
             let term = store.lead(&holder, now_s(), wait)?;
             tracing::info!(store = %store.url(), term, "leading the store");
             let reader = PostgresStore::open(url)?;
-            Ok((Box::new(store), Box::new(reader), term))
+            let lease = store.lease_watch();
+            Ok((Box::new(store), Box::new(reader), term, Some(lease)))
         }
     }
 }
@@ -473,7 +480,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     if let Some(responder) = responder {
         responder.stop().await;
     }
-    let (store, reader, term) = opened.map_err(|e| ServeError::Io(format!("opening the store: {e}")))??;
+    let (store, reader, term, lease) = opened.map_err(|e| ServeError::Io(format!("opening the store: {e}")))??;
     let (controller, store, admin_token_file) = open_controller(&config, store)?;
     private_store_files(&config.data_dir)?;
     let committer = commit::Committer::start(store, config.group_commit);
@@ -490,6 +497,7 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),
         log: config.log.clone(),
+        lease,
         agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
         fatal: Arc::new(tokio::sync::watch::channel(None).0),
     };

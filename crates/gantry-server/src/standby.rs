@@ -14,10 +14,15 @@ use tokio::sync::oneshot;
 pub use gantry_wire::client::STANDBY_HEADER;
 
 async fn answer() -> Response {
-    let body = axum::Json(serde_json::json!({
-        "error": "this controller is a standby: it leads (and answers) when the current leader stops; \
-                  send requests to the leader, or give clients every controller's URL (--server A,B)"
-    }));
+    not_leading(
+        "this controller is a standby: it leads (and answers) when the current leader stops; \
+         send requests to the leader, or give clients every controller's URL (--server A,B)",
+    )
+}
+
+/// A 503 marked as a standby's, with `why`: clients given several URLs move on.
+pub fn not_leading(why: &str) -> Response {
+    let body = axum::Json(serde_json::json!({ "error": why }));
     let mut response = (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
     let headers = response.headers_mut();
     headers.insert(STANDBY_HEADER, HeaderValue::from_static("1"));
@@ -47,4 +52,21 @@ impl Responder {
         let _ = self.stop.send(());
         let _ = self.task.await;
     }
+}
+
+/// A leader whose lease has lapsed (paused past it, and woken before it learns it was
+/// replaced) answers as a standby would: what it holds in memory may be stale, and clients
+/// given several URLs move on to the one that leads now.
+pub async fn lease_guard(
+    axum::extract::State(shared): axum::extract::State<crate::Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if shared.lease.as_ref().is_some_and(|l| !l.fresh()) {
+        return not_leading(
+            "this controller's lease to lead has lapsed (it was paused or cut off): another controller may lead now; \
+             it answers nothing it might hold stale",
+        );
+    }
+    next.run(request).await
 }

@@ -145,6 +145,33 @@ pub struct PostgresStore {
     shown: String,
     /// The term this store leads with (0: not leading, its writes are not fenced).
     term: i64,
+    /// When the lease was last known to be held.
+    lease: LeaseWatch,
+}
+
+/// Margin under [`LEASE`] within which a leader trusts its lease without a renewal: the time
+/// a renewal's answer may take, and the two clocks' drift over a lease.
+const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether this process still holds the leader's lease, as far as it can know without asking:
+/// the lease was taken or renewed (the renewal sent at a known instant of this process's
+/// monotonic clock) less than [`LEASE`] minus a margin ago. A leader paused past its lease
+/// and woken finds it stale before it learns from the store that it was replaced, and must
+/// not answer from its memory meanwhile.
+#[derive(Clone, Debug, Default)]
+pub struct LeaseWatch(std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl LeaseWatch {
+    /// Still within the lease.
+    pub fn fresh(&self) -> bool {
+        self.0.lock().ok().and_then(|t| *t).is_some_and(|at| at.elapsed() < LEASE - LEASE_MARGIN)
+    }
+
+    fn held_since(&self, sent: std::time::Instant) {
+        if let Ok(mut t) = self.0.lock() {
+            *t = Some(sent);
+        }
+    }
 }
 
 fn pg(e: postgres::Error) -> StoreError {
@@ -229,7 +256,7 @@ impl PostgresStore {
             })
             .map_err(|e| StoreError::Backend(format!("cannot start the store thread: {e}")))?;
         opened.recv().map_err(|_| StoreError::Backend("the store thread stopped".into()))??;
-        Ok(PostgresStore { work, shown, term: 0 })
+        Ok(PostgresStore { work, shown, term: 0, lease: LeaseWatch::default() })
     }
 
     /// Become the leader: hold the leader lock (trying until `wait` has passed; `None`: until
@@ -269,6 +296,7 @@ impl PostgresStore {
             Ok(row.get::<_, i64>(0))
         })?;
         self.term = term;
+        self.lease.held_since(std::time::Instant::now());
         self.keep_lease(term)?;
         uint(term)
     }
@@ -279,9 +307,11 @@ impl PostgresStore {
     fn keep_lease(&self, term: i64) -> Result<(), StoreError> {
         let work = self.work.clone();
         let lease_s = LEASE.as_secs_f64();
+        let watch = self.lease.clone();
         let spawned = std::thread::Builder::new().name("gantry-lease".into()).spawn(move || {
             loop {
                 std::thread::sleep(LEASE_RENEW);
+                let sent = std::time::Instant::now();
                 let (answer, answered) = mpsc::channel();
                 let renew: Work = Box::new(move |c| {
                     let renewed = c.execute(
@@ -293,9 +323,15 @@ impl PostgresStore {
                 if work.send(Some(renew)).is_err() || !answered.recv().unwrap_or(false) {
                     return;
                 }
+                watch.held_since(sent);
             }
         });
         spawned.map(|_| ()).map_err(|e| StoreError::Backend(format!("cannot start the lease thread: {e}")))
+    }
+
+    /// Whether this store still holds its lease, for the controller to check before it answers.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.lease.clone()
     }
 
     /// The term this store leads with (0: it does not lead).
@@ -847,5 +883,19 @@ mod tests {
         assert_eq!(super::redact_url("postgres://gantry@db/g"), "postgres://gantry@db/g");
         assert_eq!(super::redact_url("host=db user=g"), "host=db user=g");
         assert_eq!(super::redact_url("host=db password=s3cret user=g"), "host=db password=*** user=g");
+    }
+
+    #[test]
+    fn a_lease_is_trusted_only_within_its_time_less_a_margin() {
+        use std::time::{Duration, Instant};
+        let watch = super::LeaseWatch::default();
+        assert!(!watch.fresh(), "never held");
+        watch.held_since(Instant::now());
+        assert!(watch.fresh());
+        let lapsed = Instant::now().checked_sub(super::LEASE - super::LEASE_MARGIN + Duration::from_millis(1));
+        if let Some(lapsed) = lapsed {
+            watch.held_since(lapsed);
+            assert!(!watch.fresh(), "a renewal older than the lease less the margin is not trusted");
+        }
     }
 }

@@ -219,6 +219,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .fallback(body::not_found)
         .method_not_allowed_fallback(body::method_not_allowed)
         .layer(DefaultBodyLimit::max(shared.admission.body_bytes))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), crate::standby::lease_guard))
         .with_state(shared)
 }
 

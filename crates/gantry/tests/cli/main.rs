@@ -1878,6 +1878,10 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_runs_twice() {
     eprintln!("a task started {:?} after the leader was paused", paused.elapsed());
     assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
     let woke = std::time::Instant::now();
+    // Woken, the deposed leader answers nothing from its stale memory (it says its lease has
+    // lapsed, or it is already gone).
+    let asked = gantry(&["queue", "--json", "--server", &url_b, "--token", &admin]);
+    assert_ne!(asked.status.code(), Some(0), "a deposed leader answered: {}", stdout(&asked));
     let status = loop {
         if let Some(status) = standby.0.try_wait().expect("waits") {
             break status;
