@@ -6,7 +6,11 @@
 //!
 //! A failed commit is sticky: the state machine's memory is then ahead of the store, so the
 //! controller refuses further commands ([`ControlError::StoreFailed`]) until it is restarted,
-//! when it recovers from what was committed — what was never acknowledged.
+//! when it recovers from what was committed — what was never acknowledged. But a commit that
+//! failed because the disk is full (`StoreError::Full`: nothing was written) is tried again
+//! every [`FULL_RETRY`] until there is space: meanwhile the controller is *stalled* — it
+//! refuses commands with a 503 naming the disk, answers reads from memory, and goes on by
+//! itself once the commit goes through.
 
 use crate::error::ControlError;
 use gantry_store::{Batch, Store};
@@ -30,6 +34,9 @@ impl<S: Store> Commit for S {
 /// what is left waits for the next, at once.
 pub const GROUP_MAX: usize = 4096;
 
+/// How often a commit refused for a full disk is tried again.
+pub const FULL_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 struct Pending {
     batch: Batch,
     done: oneshot::Sender<Result<(), String>>,
@@ -49,6 +56,8 @@ pub struct CommitStats {
 pub struct Committer {
     queue: mpsc::Sender<Pending>,
     failed: Arc<Mutex<Option<String>>>,
+    /// Why commits wait (the disk is full), while they do.
+    stalled: Arc<Mutex<Option<String>>>,
     stats: Arc<Mutex<CommitStats>>,
 }
 
@@ -64,8 +73,9 @@ impl Committer {
     pub fn start<S: Commit + Send + 'static>(mut store: S, grouped: bool) -> Committer {
         let (queue, rx) = mpsc::channel::<Pending>();
         let failed = Arc::new(Mutex::new(None::<String>));
+        let stalled = Arc::new(Mutex::new(None::<String>));
         let stats = Arc::new(Mutex::new(CommitStats::default()));
-        let (failed_w, stats_w) = (failed.clone(), stats.clone());
+        let (failed_w, stats_w, stalled_w) = (failed.clone(), stats.clone(), stalled.clone());
         std::thread::Builder::new()
             .name("gantry-commit".into())
             .spawn(move || {
@@ -78,14 +88,19 @@ impl Committer {
                         }
                     }
                     let (batches, dones): (Vec<Batch>, Vec<_>) = group.into_iter().map(|p| (p.batch, p.done)).unzip();
-                    let result = write(&mut store, batches, &failed_w, &stats_w);
+                    let result = write(&mut store, batches, &failed_w, &stats_w, &stalled_w);
                     for done in dones {
                         let _ = done.send(result.clone());
                     }
                 }
             })
             .expect("the commit thread starts");
-        Committer { queue, failed, stats }
+        Committer { queue, failed, stalled, stats }
+    }
+
+    /// Why commits are waiting (the store's disk is full), while they are.
+    pub fn stalled(&self) -> Option<String> {
+        self.stalled.lock().expect("not poisoned").clone()
     }
 
     /// Queue `batch` after every batch queued before it; the receiver answers once it is
@@ -123,6 +138,7 @@ fn write<S: Commit>(
     batches: Vec<Batch>,
     failed: &Mutex<Option<String>>,
     stats: &Mutex<CommitStats>,
+    stalled: &Mutex<Option<String>>,
 ) -> Result<(), String> {
     if let Some(why) = failed.lock().expect("not poisoned").clone() {
         return Err(why);
@@ -131,7 +147,21 @@ fn write<S: Commit>(
     if batches.is_empty() {
         return Ok(());
     }
-    match store.commit(&batches) {
+    let mut committed = store.commit(&batches);
+    while let Err(gantry_store::StoreError::Full(why)) = &committed {
+        let mut s = stalled.lock().expect("not poisoned");
+        if s.is_none() {
+            tracing::error!(error = %why, "the store's disk is full: commands are refused until there is space; reads go on");
+        }
+        *s = Some(why.clone());
+        drop(s);
+        std::thread::sleep(FULL_RETRY);
+        committed = store.commit(&batches);
+    }
+    if stalled.lock().expect("not poisoned").take().is_some() {
+        tracing::info!("the store has space again: commands are taken again");
+    }
+    match committed {
         Ok(()) => {
             let mut s = stats.lock().expect("not poisoned");
             s.commits += 1;
@@ -164,7 +194,7 @@ mod tests {
             let _ = self.entered.send(());
             let ok = self.go.recv().unwrap_or(false);
             let _ = self.groups.send(batches.len());
-            if ok { Ok(()) } else { Err(gantry_store::StoreError::Backend("disk full".into())) }
+            if ok { Ok(()) } else { Err(gantry_store::StoreError::Backend("broken".into())) }
         }
     }
 
@@ -210,9 +240,42 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
         let err = rt.block_on(Committer::durable(committer.submit(batch(1)))).expect_err("failed");
         assert!(matches!(err, ControlError::StoreFailed(_)), "{err}");
-        assert!(committer.failed().is_some_and(|why| why.contains("disk full")));
+        assert!(committer.failed().is_some_and(|why| why.contains("broken")));
         // Later batches are refused without touching the store.
         let err = rt.block_on(Committer::durable(committer.submit(batch(2)))).expect_err("still failed");
         assert!(err.to_string().contains("restart the controller"), "{err}");
+    }
+
+    /// A store whose disk is full for its first `full` commits.
+    struct FillsUp {
+        full: usize,
+        tries: Arc<Mutex<usize>>,
+    }
+
+    impl Commit for FillsUp {
+        fn commit(&mut self, _: &[Batch]) -> Result<(), gantry_store::StoreError> {
+            let mut tries = self.tries.lock().expect("not poisoned");
+            *tries += 1;
+            if *tries <= self.full { Err(gantry_store::StoreError::Full("no space".into())) } else { Ok(()) }
+        }
+    }
+
+    #[test]
+    fn a_commit_refused_for_a_full_disk_waits_for_space_and_goes_through() {
+        let tries = Arc::new(Mutex::new(0));
+        let committer = Committer::start(FillsUp { full: 2, tries: tries.clone() }, true);
+        let mut pending = committer.submit(batch(1));
+        let started = std::time::Instant::now();
+        while committer.stalled().is_none() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(5), "never stalled");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(pending.try_recv().is_err(), "not acknowledged while the disk is full");
+        assert!(committer.stalled().is_some_and(|why| why.contains("no space")));
+        let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+        rt.block_on(Committer::durable(pending)).expect("durable once there is space");
+        assert_eq!(*tries.lock().expect("not poisoned"), 3, "the same batches tried again");
+        assert_eq!((committer.stalled(), committer.failed()), (None, None), "not stalled, never failed");
+        rt.block_on(Committer::durable(committer.submit(batch(2)))).expect("goes on");
     }
 }

@@ -62,6 +62,12 @@ pub enum ControlError {
     /// commands until it is restarted (and recovers from the store).
     #[error("the store failed ({0}); restart the controller: it recovers from what was committed")]
     StoreFailed(String),
+    /// The store's disk is full: nothing changed; commands are taken again, by themselves,
+    /// once there is space.
+    #[error(
+        "the controller takes no changes now: {0}; reads still work, and changes are taken again once there is space"
+    )]
+    StoreFull(String),
     // Its messages say "store" themselves; transparent, so a chain printer says them once.
     #[error(transparent)]
     Store(#[from] StoreError),

@@ -211,6 +211,12 @@ impl Shared {
                     applied.push(Err(ControlError::StoreFailed(why)));
                     continue;
                 }
+                if let Some(why) = self.committer.stalled() {
+                    // Applied now, it would wait behind the stalled commit with its effects;
+                    // refused, nothing changes and the caller may try again.
+                    applied.push(Err(ControlError::StoreFull(why)));
+                    continue;
+                }
                 let is_tick = matches!(command, Command::Tick { .. });
                 let started = std::time::Instant::now();
                 let result = c.apply(now_s(), command);
@@ -570,6 +576,8 @@ async fn scheduling_loop(shared: Shared, tick: Duration, log: retention::LogRete
                     }
                     checkpoint.after(taken, now_s());
                 }
+                // The committer said so once; the cycle resumes with the space.
+                Err(ControlError::StoreFull(_)) => {}
                 Err(ControlError::StoreFailed(why)) => {
                     tracing::error!(error = %why, "the store failed: this controller can do nothing more");
                     shared.fatal.send_replace(Some(why));

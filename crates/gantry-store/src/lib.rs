@@ -42,11 +42,18 @@ pub enum StoreError {
     /// Another controller leads this store and did not let go in time.
     #[error("another controller leads this store ({holder:?}, term {term})")]
     Led { term: u64, holder: String },
+    /// The disk the store writes to is full: nothing of the transaction was written, and the
+    /// same transaction can be tried again once there is space.
+    #[error("the store's disk is full: {0}")]
+    Full(String),
 }
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Backend(e.to_string())
+        match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DiskFull) => StoreError::Full(e.to_string()),
+            _ => StoreError::Backend(e.to_string()),
+        }
     }
 }
 

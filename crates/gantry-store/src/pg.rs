@@ -175,6 +175,9 @@ impl LeaseWatch {
 }
 
 fn pg(e: postgres::Error) -> StoreError {
+    if e.code() == Some(&postgres::error::SqlState::DISK_FULL) {
+        return StoreError::Full(e.to_string());
+    }
     // The server's own message (a constraint, a syntax error) when it sent one.
     match e.as_db_error() {
         Some(db) => StoreError::Backend(format!("postgres: {}", db.message())),

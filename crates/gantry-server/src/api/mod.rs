@@ -52,7 +52,7 @@ pub fn status_of(e: &ControlError) -> StatusCode {
         ControlError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         ControlError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
         ControlError::Forbidden(_) => StatusCode::FORBIDDEN,
-        ControlError::StoreFailed(_) => StatusCode::SERVICE_UNAVAILABLE,
+        ControlError::StoreFailed(_) | ControlError::StoreFull(_) => StatusCode::SERVICE_UNAVAILABLE,
         ControlError::Sched(e) => {
             use gantry_engine::sched::SchedError;
             match e {

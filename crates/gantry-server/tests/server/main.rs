@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 mod confinement;
+mod disk_full;
 mod isolation;
 mod tenants;
 mod trust;
