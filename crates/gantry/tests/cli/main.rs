@@ -8,6 +8,7 @@ mod confinement;
 mod remote_logs;
 mod retention;
 mod slurm;
+mod stale_attempt;
 
 fn gantry(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gantry")).args(args).output().expect("gantry runs")
