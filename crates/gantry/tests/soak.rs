@@ -200,7 +200,48 @@ struct Tally {
     faults: BTreeMap<&'static str, u32>,
     /// Time until a controller answered again, by the fault that took the leader away.
     failovers_ms: BTreeMap<&'static str, Vec<u128>>,
+    /// The fleet, not just the leader: time from the fault until both nodes' agents are
+    /// attached to the leader again, and until a task starts (when work was waiting).
+    reattached_ms: BTreeMap<&'static str, Vec<u128>>,
+    first_task_ms: BTreeMap<&'static str, Vec<u128>>,
     acknowledged: BTreeSet<u64>,
+}
+
+/// Tasks started so far, by the tasks' own records.
+fn starts(ran: &Path) -> usize {
+    std::fs::read_to_string(ran).map_or(0, |t| t.lines().filter(|l| l.contains(" start ")).count())
+}
+
+impl Soak {
+    /// Are both nodes' agents attached to the leader (ready)?
+    fn attached(&self) -> bool {
+        self.call(&["nodes", "--json"])
+            .and_then(|out| serde_json::from_str::<serde_json::Value>(&out).ok())
+            .and_then(|v| v.as_array().map(|nodes| nodes.len() == 2 && nodes.iter().all(|n| n["ready"] == true)))
+            .unwrap_or(false)
+    }
+
+    /// After a fault at `at`: how long until both agents were attached and (when work was
+    /// waiting, `waiting`) a task started. Gives up after a minute (then not counted).
+    fn measure_fleet(&mut self, at: Instant, ran: &Path, waiting: Option<usize>, kind: &'static str, tally: &mut Tally) {
+        let (mut attached, mut started) = (None, waiting.is_none().then_some(Duration::ZERO));
+        while at.elapsed() < Duration::from_secs(60) && (attached.is_none() || started.is_none()) {
+            if started.is_none() && waiting.is_some_and(|before| starts(ran) > before) {
+                started = Some(at.elapsed());
+            }
+            if attached.is_none() && self.attached() {
+                attached = Some(at.elapsed());
+            }
+            self.supervise();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Some(t) = attached {
+            tally.reattached_ms.entry(kind).or_default().push(t.as_millis());
+        }
+        if let (Some(t), Some(_)) = (started, waiting) {
+            tally.first_task_ms.entry(kind).or_default().push(t.as_millis());
+        }
+    }
 }
 
 #[test]
@@ -281,6 +322,10 @@ fn a_seeded_soak_of_faults_loses_and_doubles_nothing() {
             },
         };
         *tally.faults.entry(kind).or_default() += 1;
+        let fault_at = Instant::now();
+        let started_before = starts(&ran);
+        // Work waiting: acknowledged jobs that have not started yet.
+        let waiting = (tally.acknowledged.len() > started_before).then_some(started_before);
         match (kind, leader) {
             ("kill-leader", Some(l)) => {
                 soak.signal(&soak.controllers[l], "-KILL");
@@ -315,6 +360,7 @@ fn a_seeded_soak_of_faults_loses_and_doubles_nothing() {
         }
         soak.supervise();
         soak.wait_for_leader(Duration::from_secs(30)).expect("a leader after the fault");
+        soak.measure_fleet(fault_at, &ran, waiting, kind, &mut tally);
     }
     eprintln!(
         "soak seed {seed}: {faults} faults injected {:?}; draining {} acknowledged jobs",
@@ -359,21 +405,25 @@ fn a_seeded_soak_of_faults_loses_and_doubles_nothing() {
     for (term, pids) in &by_term {
         assert_eq!(pids.len(), 1, "seed {seed}: term {term} claimed by {pids:?}");
     }
-    let failovers: Vec<String> = tally
-        .failovers_ms
-        .iter()
-        .map(|(kind, ms)| {
-            let mut ms = ms.clone();
-            ms.sort_unstable();
-            format!("{kind} p50 {} ms max {} ms (n={})", ms[ms.len() / 2], ms[ms.len() - 1], ms.len())
-        })
-        .collect();
+    let figures = |by_kind: &BTreeMap<&'static str, Vec<u128>>| -> String {
+        let lines: Vec<String> = by_kind
+            .iter()
+            .map(|(kind, ms)| {
+                let mut ms = ms.clone();
+                ms.sort_unstable();
+                format!("{kind} p50 {} ms max {} ms (n={})", ms[ms.len() / 2], ms[ms.len() - 1], ms.len())
+            })
+            .collect();
+        lines.join("; ")
+    };
     eprintln!(
-        "soak seed {seed}: {faults} faults {:?}; {} jobs acknowledged, all completed exactly once, no GPU held twice; {} terms, one process each; back to a leader: {}",
+        "soak seed {seed}: {faults} faults {:?}; {} jobs acknowledged, all completed exactly once, no GPU held twice; {} terms, one process each; back to a leader: {}; agents reattached: {}; first task started: {}",
         tally.faults,
         tally.acknowledged.len(),
         by_term.len(),
-        failovers.join("; ")
+        figures(&tally.failovers_ms),
+        figures(&tally.reattached_ms),
+        figures(&tally.first_task_ms)
     );
     drop(soak);
     let _ = std::fs::remove_dir_all(&dir);
