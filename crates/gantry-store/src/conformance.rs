@@ -279,6 +279,20 @@ pub fn log_retention_keeps_what_a_replay_needs<S: Store>(mut make: impl FnMut() 
     // A retention with nothing older to cut: the same.
     store.commit(&[Batch { compact_before_s: Some(120), ..plain(300) }]).expect("commits");
     assert_eq!(store.commands_after(0, 100).expect("reads").first().map(|c| c.seq), Some(opens[1].seq));
+    // A long log goes a chunk per commit, oldest first; the open records before the kept
+    // one go with the last chunk.
+    let many = crate::COMPACT_CHUNK as usize + 500;
+    let bulk = Batch { commands: (0..many).map(|_| (400, "{\"c\":2}".to_string())).collect(), ..Default::default() };
+    store.commit(&[bulk]).expect("commits");
+    store.commit(&[open(500, Vec::new())]).expect("commits");
+    let newest = store.opens().expect("reads").last().cloned().expect("an open");
+    store.commit(&[Batch { compact_before_s: Some(600), ..plain(600) }]).expect("commits");
+    let first = store.commands_after(0, 1).expect("reads")[0].seq;
+    assert!(first > opens[1].seq && first < newest.seq, "a chunk went, not all: first kept {first}");
+    assert_eq!(store.opens().expect("reads").len(), 2, "the older open is kept until its entries are gone");
+    store.commit(&[plain(700)]).expect("commits");
+    assert_eq!(store.commands_after(0, 1).expect("reads")[0].seq, newest.seq, "the next commit finished it");
+    assert_eq!(store.opens().expect("reads"), vec![newest]);
 }
 
 /// Tokens: kept by hash, names unique, revocable.

@@ -225,9 +225,16 @@ pub struct Batch {
     pub opened: bool,
     /// Retention: delete the command log before the newest point to replay from that is at or
     /// before this time (what a replay of the window since needs is kept; the events, the
-    /// ledger and the jobs are never deleted).
+    /// ledger and the jobs are never deleted). Deleted [`COMPACT_CHUNK`] entries per commit,
+    /// this one and the next ones, so a day of a large fleet's log is not one long transaction.
     pub compact_before_s: Option<u64>,
 }
+
+/// Command-log entries retention deletes per commit. Deleting a day of a 1,000-node fleet's
+/// log (1.44 million entries) in one SQLite transaction took 10 s and grew the WAL to 1.9 GB;
+/// 20,000 at a time is a fraction of a second and a WAL in tens of MB, and a busy controller
+/// commits many times a second.
+pub const COMPACT_CHUNK: i64 = 20_000;
 
 impl Batch {
     pub fn is_empty(&self) -> bool {

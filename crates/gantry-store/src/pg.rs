@@ -147,6 +147,8 @@ pub struct PostgresStore {
     term: i64,
     /// When the lease was last known to be held.
     lease: LeaseWatch,
+    /// Retention under way (as SQLite's).
+    compacting: Option<u64>,
 }
 
 /// Margin under [`LEASE`] within which a leader trusts its lease without a renewal: the time
@@ -259,7 +261,7 @@ impl PostgresStore {
             })
             .map_err(|e| StoreError::Backend(format!("cannot start the store thread: {e}")))?;
         opened.recv().map_err(|_| StoreError::Backend("the store thread stopped".into()))??;
-        Ok(PostgresStore { work, shown, term: 0, lease: LeaseWatch::default() })
+        Ok(PostgresStore { work, shown, term: 0, lease: LeaseWatch::default(), compacting: None })
     }
 
     /// Become the leader: hold the leader lock (trying until `wait` has passed; `None`: until
@@ -638,15 +640,25 @@ fn write_batch(tx: &mut Transaction<'_>, batch: &Batch) -> Result<(), StoreError
     for (t_s, point, keep_from_s) in &batch.series {
         put_series_point(tx, *t_s, point, *keep_from_s)?;
     }
-    if let Some(before_s) = batch.compact_before_s {
-        let keep: Option<i64> =
-            tx.query_one("SELECT MAX(seq) FROM opens WHERE at_s <= $1", &[&int(before_s)?]).map_err(pg)?.get(0);
-        if let Some(keep) = keep {
-            tx.execute("DELETE FROM commands WHERE seq < $1", &[&keep]).map_err(pg)?;
-            tx.execute("DELETE FROM opens WHERE seq < $1", &[&keep]).map_err(pg)?;
-        }
-    }
     Ok(())
+}
+
+/// One chunk of retention (as SQLite's `compact_chunk`). Whether it is done.
+fn compact_chunk(tx: &mut Transaction<'_>, before_s: u64) -> Result<bool, StoreError> {
+    let keep: Option<i64> =
+        tx.query_one("SELECT MAX(seq) FROM opens WHERE at_s <= $1", &[&int(before_s)?]).map_err(pg)?.get(0);
+    let Some(keep) = keep else { return Ok(true) };
+    let deleted = tx
+        .execute(
+            "DELETE FROM commands WHERE seq IN (SELECT seq FROM commands WHERE seq < $1 ORDER BY seq LIMIT $2)",
+            &[&keep, &crate::COMPACT_CHUNK],
+        )
+        .map_err(pg)?;
+    if (deleted as i64) < crate::COMPACT_CHUNK {
+        tx.execute("DELETE FROM opens WHERE seq < $1", &[&keep]).map_err(pg)?;
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 impl Store for PostgresStore {
@@ -656,8 +668,18 @@ impl Store for PostgresStore {
     }
 
     fn commit(&mut self, batches: &[Batch]) -> Result<(), StoreError> {
+        let asked = batches.iter().filter_map(|b| b.compact_before_s).max();
+        let compacting = asked.max(self.compacting);
         let batches = batches.to_vec();
-        self.transaction(move |tx| batches.iter().try_for_each(|b| write_batch(tx, b)))
+        let done = self.transaction(move |tx| {
+            batches.iter().try_for_each(|b| write_batch(tx, b))?;
+            match compacting {
+                Some(before_s) => compact_chunk(tx, before_s),
+                None => Ok(true),
+            }
+        })?;
+        self.compacting = if done { None } else { compacting };
+        Ok(())
     }
 
     fn commands_after(&self, seq: u64, limit: usize) -> Result<Vec<CommandRecord>, StoreError> {

@@ -95,6 +95,9 @@ const SCHEMA_VERSION: i64 = 12;
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
+    /// Retention under way: the log before the newest `open` at or before this time goes, a
+    /// chunk per commit ([`crate::COMPACT_CHUNK`]).
+    compacting: Option<u64>,
 }
 
 fn int(v: u64) -> Result<i64, StoreError> {
@@ -155,7 +158,7 @@ impl SqliteStore {
             conn.execute_batch("ALTER TABLE jobs ADD COLUMN outcome TEXT NOT NULL DEFAULT '{}'")?;
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
-        Ok(SqliteStore { conn })
+        Ok(SqliteStore { conn, compacting: None })
     }
 
     /// Apply one event to the state table inside `tx`.
@@ -280,11 +283,18 @@ impl Store for SqliteStore {
     }
 
     fn commit(&mut self, batches: &[Batch]) -> Result<(), StoreError> {
+        let asked = batches.iter().filter_map(|b| b.compact_before_s).max();
+        let compacting = asked.max(self.compacting);
         let tx = self.conn.transaction()?;
         for batch in batches {
             write_batch(&tx, batch)?;
         }
+        let done = match compacting {
+            Some(before_s) => compact_chunk(&tx, before_s)?,
+            None => true,
+        };
         tx.commit()?;
+        self.compacting = if done { None } else { compacting };
         Ok(())
     }
 
@@ -599,13 +609,22 @@ fn write_batch(tx: &Transaction<'_>, batch: &Batch) -> Result<(), StoreError> {
     for (t_s, point, keep_from_s) in &batch.series {
         put_series_point(tx, *t_s, point, *keep_from_s)?;
     }
-    if let Some(before_s) = batch.compact_before_s {
-        let keep: Option<i64> =
-            tx.query_row("SELECT MAX(seq) FROM opens WHERE at_s <= ?1", params![int(before_s)?], |r| r.get(0))?;
-        if let Some(keep) = keep {
-            tx.execute("DELETE FROM commands WHERE seq < ?1", params![keep])?;
-            tx.execute("DELETE FROM opens WHERE seq < ?1", params![keep])?;
-        }
-    }
     Ok(())
+}
+
+/// One chunk of retention: the oldest entries before the newest `open` at or before
+/// `before_s`; the `open` records before it once they are all gone. Whether it is done.
+fn compact_chunk(tx: &Transaction<'_>, before_s: u64) -> Result<bool, StoreError> {
+    let keep: Option<i64> =
+        tx.query_row("SELECT MAX(seq) FROM opens WHERE at_s <= ?1", params![int(before_s)?], |r| r.get(0))?;
+    let Some(keep) = keep else { return Ok(true) };
+    let deleted = tx.execute(
+        "DELETE FROM commands WHERE seq IN (SELECT seq FROM commands WHERE seq < ?1 ORDER BY seq LIMIT ?2)",
+        params![keep, crate::COMPACT_CHUNK],
+    )?;
+    if (deleted as i64) < crate::COMPACT_CHUNK {
+        tx.execute("DELETE FROM opens WHERE seq < ?1", params![keep])?;
+        return Ok(true);
+    }
+    Ok(false)
 }

@@ -223,7 +223,14 @@ impl Soak {
 
     /// After a fault at `at`: how long until both agents were attached and (when work was
     /// waiting, `waiting`) a task started. Gives up after a minute (then not counted).
-    fn measure_fleet(&mut self, at: Instant, ran: &Path, waiting: Option<usize>, kind: &'static str, tally: &mut Tally) {
+    fn measure_fleet(
+        &mut self,
+        at: Instant,
+        ran: &Path,
+        waiting: Option<usize>,
+        kind: &'static str,
+        tally: &mut Tally,
+    ) {
         let (mut attached, mut started) = (None, waiting.is_none().then_some(Duration::ZERO));
         while at.elapsed() < Duration::from_secs(60) && (attached.is_none() || started.is_none()) {
             if started.is_none() && waiting.is_some_and(|before| starts(ran) > before) {
