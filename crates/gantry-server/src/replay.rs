@@ -73,7 +73,8 @@ impl ReplayReport {
 
 /// Replay the command log of `log` (a store the live service wrote).
 pub fn replay(log: &dyn Store, catalog: &'static Catalog) -> Result<ReplayReport, ControlError> {
-    let mut replay = Replay { mem: SqliteStore::open_in_memory()?, controller: None, catalog };
+    let skip_below = first_kept_open(log)?;
+    let mut replay = Replay { mem: SqliteStore::open_in_memory()?, controller: None, catalog, skip_below };
     let mut report = ReplayReport::default();
     let mut seq = 0;
     loop {
@@ -94,6 +95,26 @@ struct Replay {
     mem: SqliteStore,
     controller: Option<Controller>,
     catalog: &'static Catalog,
+    /// Entries before this one are what a retention under way has not deleted yet: skipped.
+    skip_below: u64,
+}
+
+/// The first `open` entry the store recorded that the log still has, when older entries
+/// precede it (a retention deleting a chunk per commit, not finished): the replay starts
+/// there. 0 when the log begins with it, or has none recorded (then a log that does not begin
+/// with an open is a difference, as it always was).
+fn first_kept_open(log: &dyn Store) -> Result<u64, ControlError> {
+    let Some(first) = log.commands_after(0, 1)?.into_iter().next() else { return Ok(0) };
+    for open in log.opens()? {
+        if open.seq < first.seq {
+            continue;
+        }
+        let entry = log.commands_after(open.seq - 1, 1)?.into_iter().next();
+        if entry.is_some_and(|e| e.seq == open.seq && kind_of(&e.body).is_ok_and(|k| k == "open")) {
+            return Ok(open.seq);
+        }
+    }
+    Ok(0)
 }
 
 /// The `command` tag of a log entry.
@@ -106,7 +127,7 @@ fn kind_of(body: &str) -> Result<String, ControlError> {
 impl Replay {
     fn step(&mut self, record: &CommandRecord, log: &dyn Store, report: &mut ReplayReport) -> Result<(), ControlError> {
         let mut kind = kind_of(&record.body)?;
-        if self.controller.is_none() && report.total() == 0 && kind != "open" {
+        if record.seq < self.skip_below {
             report.skipped += 1;
             return Ok(());
         }
