@@ -20,11 +20,15 @@ fn wait_completed(url: &str, admin: &str, count: usize) {
     }
 }
 
-/// Run two jobs around a checkpoint on a controller with `store` (`None`: SQLite); returns
-/// the data directory.
+/// Run two jobs around a checkpoint on a controller with `store` (`None`: SQLite), keeping
+/// nothing before the checkpoint; returns the data directory.
 fn run_around_a_checkpoint(name: &str, store: Option<&str>) -> PathBuf {
+    run_around_a_checkpoint_keeping(name, store, "0s")
+}
+
+fn run_around_a_checkpoint_keeping(name: &str, store: Option<&str>, keep: &str) -> PathBuf {
     let dir = temp_dir(name);
-    let config = write_fixture(&dir, "gantry.toml", "[log]\ncheckpoint_every = \"1h\"\nkeep = \"0s\"\n");
+    let config = write_fixture(&dir, "gantry.toml", &format!("[log]\ncheckpoint_every = \"1h\"\nkeep = \"{keep}\"\n"));
     let workload = write_fixture(&dir, "job.toml", "[[job]]\nname = \"quick\"\ncommand = \"true\"\n");
     let data = dir.join("data");
     let data_arg = data.to_str().expect("utf-8").to_string();
@@ -83,4 +87,21 @@ fn a_checkpoint_lets_retention_delete_the_log_and_replay_still_holds_on_postgres
     let out = gantry(&["replay", "--store", "mysql://x"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("a postgres:// URL"), "{}", stderr(&out));
+}
+
+/// A retention deletes a chunk per commit: a log can begin with what is left of the history
+/// before the checkpoint it keeps. The replay skips that and starts at the checkpoint.
+#[test]
+fn a_replay_starts_at_the_kept_checkpoint_while_a_deletion_is_under_way() {
+    let data = run_around_a_checkpoint_keeping("retention-partial", None, "all");
+    let conn = rusqlite::Connection::open(data.join("gantry.db")).expect("opens");
+    let checkpoint: i64 = conn.query_row("SELECT MAX(seq) FROM opens", [], |r| r.get(0)).expect("an open");
+    assert!(checkpoint > 4, "the checkpoint comes after the first job's entries");
+    // As a deletion under way leaves it: the oldest entries gone, two left before the checkpoint.
+    conn.execute("DELETE FROM commands WHERE seq < ?1", [checkpoint - 2]).expect("deletes");
+    let out = gantry(&["replay", "--data", data.to_str().expect("utf-8"), "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("json");
+    assert!(out.status.success(), "{report}");
+    assert_eq!((report["skipped"].as_u64(), report["from_seq"].as_i64()), (Some(2), Some(checkpoint)), "{report}");
+    assert!(report["first_difference"].is_null() && report["identical"] == report["compared"], "{report}");
 }
