@@ -564,7 +564,7 @@ async fn scheduling_loop(shared: Shared, tick: Duration, log: retention::LogRete
         tokio::time::sleep_until(next_allowed).await;
         let mut commands = vec![Command::tick()];
         if checkpoint.is_due(now_s()) {
-            commands.push(Command::Checkpoint { keep_log_s: log.keep_s() });
+            commands.push(Command::Checkpoint { keep_log_s: log.keep_s });
         }
         let (results, took) = shared.execute_all_timed(commands).await;
         for result in results {

@@ -90,16 +90,6 @@ impl LogRetention {
         }
         Ok(())
     }
-
-    /// Seconds between checkpoints (`None`: never).
-    pub fn every_s(&self) -> Option<u64> {
-        self.checkpoint_every_s
-    }
-
-    /// Seconds of log kept (`None`: all).
-    pub fn keep_s(&self) -> Option<u64> {
-        self.keep_s
-    }
 }
 
 /// When the next checkpoint is due, as the scheduling loop tracks it.
@@ -111,7 +101,8 @@ pub(crate) struct Due {
 
 impl Due {
     pub fn new(retention: &LogRetention, now: u64) -> Due {
-        Due { every_s: retention.every_s(), next_s: now.saturating_add(retention.every_s().unwrap_or(0)) }
+        let every_s = retention.checkpoint_every_s;
+        Due { every_s, next_s: now.saturating_add(every_s.unwrap_or(0)) }
     }
 
     pub fn is_due(&self, now: u64) -> bool {

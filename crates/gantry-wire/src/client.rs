@@ -332,17 +332,9 @@ impl Client {
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }
-        let within = Some(self.answer_within);
         let sent = match body {
-            Some(body) => builder
-                .body(body.to_string())
-                .map(|r| self.agent.run(self.agent.configure_request(r).timeout_recv_response(within).build())),
-            None if method == "GET" || method == "DELETE" => builder
-                .body(())
-                .map(|r| self.agent.run(self.agent.configure_request(r).timeout_recv_response(within).build())),
-            None => builder
-                .body(String::new())
-                .map(|r| self.agent.run(self.agent.configure_request(r).timeout_recv_response(within).build())),
+            None if method == "GET" || method == "DELETE" => builder.body(()).map(|r| self.run(r)),
+            body => builder.body(body.unwrap_or_default().to_string()).map(|r| self.run(r)),
         };
         let mut response =
             sent.map_err(|e| ClientError::Address(format!("request {method} {path}: {e}")))?.map_err(|e| match e {
@@ -368,6 +360,14 @@ impl Client {
             .read_to_vec()
             .map_err(|e| ClientError::Io(format!("reading the response: {e}")))?;
         Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// Send `request`, giving the controller [`Client::answer_within`] to begin its answer.
+    fn run<B: ureq::AsSendBody>(
+        &self,
+        request: ureq::http::Request<B>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        self.agent.run(self.agent.configure_request(request).timeout_recv_response(Some(self.answer_within)).build())
     }
 
     /// A transport error in words a user can act on.
@@ -463,6 +463,23 @@ mod tests {
         assert!(Client::new("https://a:1,ftp://b:2", &Tls::default()).is_err());
     }
 
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok";
+    const STANDBY: &[u8] =
+        b"HTTP/1.1 503 Service Unavailable\r\nx-gantry-standby: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+
+    /// A server on `listener` that answers its next `times` requests with `response`.
+    fn answer(listener: std::net::TcpListener, response: &'static [u8], times: usize) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            for _ in 0..times {
+                let (mut stream, _) = listener.accept().expect("accepts");
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(response);
+            }
+        })
+    }
+
     /// A controller that accepts connections but never answers (paused with SIGSTOP, a frozen
     /// VM: the kernel still accepts) is left for the next one once its time to answer is up;
     /// alone, it is an error saying so, in about that time, not a hang.
@@ -472,15 +489,7 @@ mod tests {
         let hung_url = format!("http://{}", hung.local_addr().expect("addr"));
         let live = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
         let live_url = format!("http://{}", live.local_addr().expect("addr"));
-        std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            for _ in 0..2 {
-                let (mut stream, _) = live.accept().expect("accepts");
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf);
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-            }
-        });
+        answer(live, OK, 2);
         let within = Duration::from_millis(300);
         let client =
             Client::new(&format!("{hung_url},{live_url}"), &Tls::default()).expect("client").answering_within(within);
@@ -502,17 +511,7 @@ mod tests {
         // the standby only, at once, until it leads (no wait on the hung one each time).
         let standby = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
         let standby_url = format!("http://{}", standby.local_addr().expect("addr"));
-        std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            for _ in 0..3 {
-                let (mut stream, _) = standby.accept().expect("accepts");
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf);
-                let _ = stream.write_all(
-                    b"HTTP/1.1 503 Service Unavailable\r\nx-gantry-standby: 1\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                );
-            }
-        });
+        answer(standby, STANDBY, 3);
         let client = Client::new(&format!("{hung_url},{standby_url}"), &Tls::default())
             .expect("client")
             .answering_within(within);
@@ -534,15 +533,7 @@ mod tests {
         drop(dead);
         let live = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
         let live_url = format!("http://{}", live.local_addr().expect("addr"));
-        let answering = std::thread::spawn(move || {
-            use std::io::{Read, Write};
-            for _ in 0..2 {
-                let (mut stream, _) = live.accept().expect("accepts");
-                let mut buf = [0u8; 4096];
-                let _ = stream.read(&mut buf);
-                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-            }
-        });
+        let answering = answer(live, OK, 2);
         let client = Client::new(&format!("{dead_url},{live_url}"), &Tls::default()).expect("client");
         assert_eq!(client.request(None, "GET", "/v1/health", None).expect("answered"), (200, "ok".into()));
         assert_eq!(client.server(), live_url);

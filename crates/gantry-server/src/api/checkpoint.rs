@@ -23,7 +23,7 @@ pub(super) async fn checkpoint(
     headers: HeaderMap,
 ) -> Result<Json<Checkpointed>, ApiError> {
     who(&shared, &headers)?.admin_only("taking a checkpoint")?;
-    let keep_log_s = shared.log.keep_s();
+    let keep_log_s = shared.log.keep_s;
     match shared.execute(Command::Checkpoint { keep_log_s }).await? {
         Reply::Checkpoint { taken, why } => Ok(Json(Checkpointed { taken, why, keep_log_s })),
         other => Err(unexpected(other)),

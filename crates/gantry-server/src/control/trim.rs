@@ -37,7 +37,12 @@ impl Controller {
             foreign += usize::from(!own);
             own || foreign <= FOREIGN_REPORTS_MAX
         });
-        let gpus: BTreeSet<u32> = self.uuids.keys().filter(|(n, _)| n == node).map(|(_, index)| *index).collect();
+        // The node's own GPUs: a range of the (node, index) map, not a scan of the fleet's.
+        let gpus: BTreeSet<u32> = self
+            .uuids
+            .range((node.to_string(), 0)..=(node.to_string(), u32::MAX))
+            .map(|((_, index), _)| *index)
+            .collect();
         let mut seen = BTreeSet::new();
         beat.samples.retain(|s| gpus.contains(&s.index) && seen.insert(s.index));
         let runs: BTreeSet<(u64, u32)> = self.runs_on(node).map(|(job, r)| (job, r.attempt)).collect();
