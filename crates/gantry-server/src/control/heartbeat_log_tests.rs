@@ -3,8 +3,9 @@
 //! reported, utilization moving, tasks ending, agents falling silent and coming back), the
 //! commands applied live, what they committed replayed (every failing seed is kept here).
 //! With checkpoints taken at random moments and retention deleting the log before them, the
-//! log that is kept replays exactly too, as does the whole one; and a checkpoint changes no
-//! decision: the same run without its checkpoints records the very same events.
+//! log that is kept replays exactly too, as does the whole one; and on the seeds kept here a
+//! checkpoint changes no decision: the same run without its checkpoints records the very same
+//! events (seed 17 shows one placement tie-break that still differs: ignored, to fix).
 
 use super::*;
 use crate::auth::Principal;
@@ -387,4 +388,15 @@ fn a_hostile_agent_logs_no_more_than_its_real_work() {
     assert_eq!(c.jobs[&key.job].state, gantry_types::JobState::Running, "the real job runs on");
     let report = crate::replay::replay(&store, Catalog::embedded()).expect("replays");
     assert_eq!(report.first_difference, None);
+}
+
+/// A failing seed, kept: after a checkpoint, job 12 is placed at the same time on a different,
+/// equally free node (n-2 rather than n-0). The engine's state after re-adopting the running
+/// jobs is not the same as before on some tie-break; found, not yet fixed. (The replay is
+/// exact either way: it re-opens at the checkpoint too.)
+#[test]
+#[ignore = "seed 17: a checkpoint changes a placement tie-break; not yet fixed"]
+fn a_checkpoint_changes_no_decision_seed_17() {
+    let (with, without) = (run_as(17, 800, Mode::Checkpoints), run_as(17, 800, Mode::Twin));
+    assert_eq!(with.events, without.events);
 }
