@@ -54,7 +54,8 @@ pub struct CommitStats {
 /// The store's writer, on its own thread.
 #[derive(Debug, Clone)]
 pub struct Committer {
-    queue: mpsc::Sender<Pending>,
+    /// Batches to commit; `None` closes the store (the thread drops it and stops).
+    queue: mpsc::Sender<Option<Pending>>,
     failed: Arc<Mutex<Option<String>>>,
     /// Why commits wait (the disk is full), while they do.
     stalled: Arc<Mutex<Option<String>>>,
@@ -71,7 +72,7 @@ impl Committer {
     /// Start the writer thread over `store`. `grouped`: commit what queued together (else
     /// one transaction per batch: the baseline the load benchmark compares against).
     pub fn start<S: Commit + Send + 'static>(mut store: S, grouped: bool) -> Committer {
-        let (queue, rx) = mpsc::channel::<Pending>();
+        let (queue, rx) = mpsc::channel::<Option<Pending>>();
         let failed = Arc::new(Mutex::new(None::<String>));
         let stalled = Arc::new(Mutex::new(None::<String>));
         let stats = Arc::new(Mutex::new(CommitStats::default()));
@@ -79,11 +80,16 @@ impl Committer {
         std::thread::Builder::new()
             .name("gantry-commit".into())
             .spawn(move || {
-                while let Ok(first) = rx.recv() {
+                let mut closing = false;
+                while let Ok(Some(first)) = rx.recv() {
                     let mut group = vec![first];
                     while grouped && group.len() < GROUP_MAX {
                         match rx.try_recv() {
-                            Ok(next) => group.push(next),
+                            Ok(Some(next)) => group.push(next),
+                            Ok(None) => {
+                                closing = true;
+                                break;
+                            }
                             Err(_) => break,
                         }
                     }
@@ -92,7 +98,12 @@ impl Committer {
                     for done in dones {
                         let _ = done.send(result.clone());
                     }
+                    if closing {
+                        break;
+                    }
                 }
+                // The store (and, with PostgreSQL, its connection and leader lock) ends here.
+                drop(store);
             })
             .expect("the commit thread starts");
         Committer { queue, failed, stalled, stats }
@@ -108,11 +119,17 @@ impl Committer {
     /// before it is durable.
     pub(crate) fn submit(&self, batch: Batch) -> oneshot::Receiver<Result<(), String>> {
         let (done, rx) = oneshot::channel();
-        if self.queue.send(Pending { batch, done }).is_err() {
+        if self.queue.send(Some(Pending { batch, done })).is_err() {
             // The thread is gone; the receiver then reads as a failure.
             *self.failed.lock().expect("not poisoned") = Some("the commit thread stopped".into());
         }
         rx
+    }
+
+    /// Close the store once what is queued is committed: a controller stepping down lets go of
+    /// its connection (and with it any lock it holds) even while requests still hold clones.
+    pub fn close(&self) {
+        let _ = self.queue.send(None);
     }
 
     /// Why the store failed, once it has.
@@ -169,7 +186,7 @@ fn write<S: Commit>(
             Ok(())
         }
         Err(e) => {
-            tracing::error!(error = %e, "committing to the store failed: the controller takes no more commands; restart it");
+            tracing::error!(error = %e, "committing to the store failed: the controller takes no more commands (with PostgreSQL it steps down and rejoins; with SQLite, restart it)");
             let why = e.to_string();
             *failed.lock().expect("not poisoned") = Some(why.clone());
             Err(why)

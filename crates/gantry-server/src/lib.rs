@@ -332,6 +332,7 @@ impl Running {
         }
         let _ = self.server.await;
         self.scheduler.abort();
+        self.committer.close();
     }
 }
 
@@ -422,20 +423,43 @@ fn open_store(choice: &StoreChoice, data_dir: &std::path::Path) -> Result<Opened
             let path = data_dir.join("gantry.db");
             Ok((Box::new(SqliteStore::open(&path)?), Box::new(SqliteStore::open(&path)?), 0, None))
         }
-        StoreChoice::Postgres { url, standby } => {
-            let mut store = PostgresStore::open(url)?;
-            let holder = format!("{}:{}", hostname(), std::process::id());
-            let wait = if *standby { None } else { Some(LEAD_WAIT) };
-            if *standby {
-                tracing::info!(store = %store.url(), "standby: waiting to lead the store");
+        StoreChoice::Postgres { url, standby: false } => Ok(lead_postgres(url, Some(LEAD_WAIT))?),
+        // A standby waits for the lock, and for the store itself while it cannot be reached
+        // (PostgreSQL restarting, the network cut): it never gives up by itself.
+        StoreChoice::Postgres { url, standby: true } => {
+            let mut tries = 0u64;
+            loop {
+                match lead_postgres(url, None) {
+                    Err(gantry_store::StoreError::Unreachable(why)) => {
+                        if tries % STORE_RETRY_LOG_EVERY == 0 {
+                            tracing::warn!(error = %why, "standby: the store cannot be reached; trying again every second");
+                        }
+                        tries += 1;
+                        std::thread::sleep(STORE_RETRY);
+                    }
+                    led => return Ok(led?),
+                }
             }
-            let term = store.lead(&holder, now_s(), wait)?;
-            tracing::info!(store = %store.url(), term, "leading the store");
-            let reader = PostgresStore::open(url)?;
-            let lease = store.lease_watch();
-            Ok((Box::new(store), Box::new(reader), term, Some(lease)))
         }
     }
+}
+
+/// How often a standby tries a store it cannot reach, and how many tries between two warnings.
+const STORE_RETRY: Duration = Duration::from_secs(1);
+const STORE_RETRY_LOG_EVERY: u64 = 30;
+
+/// Connect to PostgreSQL and lead it (waiting `wait` for the lock; `None`: until it is free).
+fn lead_postgres(url: &str, wait: Option<Duration>) -> Result<OpenedStore, gantry_store::StoreError> {
+    let mut store = PostgresStore::open(url)?;
+    let holder = format!("{}:{}", hostname(), std::process::id());
+    if wait.is_none() {
+        tracing::info!(store = %store.url(), "standby: waiting to lead the store");
+    }
+    let term = store.lead(&holder, now_s(), wait)?;
+    tracing::info!(store = %store.url(), term, "leading the store");
+    let reader = PostgresStore::open(url)?;
+    let lease = store.lease_watch();
+    Ok((Box::new(store), Box::new(reader), term, Some(lease)))
 }
 
 /// How long a controller that is not a standby waits for a leader lock another holds (a
@@ -562,6 +586,13 @@ async fn scheduling_loop(shared: Shared, tick: Duration, log: retention::LogRete
             _ = tokio::time::sleep(tick) => {}
         }
         tokio::time::sleep_until(next_allowed).await;
+        // A leader that lost its lease for good (the store's connection ended, or another
+        // controller took over) steps down: its caller may rejoin as a standby.
+        if let Some(why) = shared.lease.as_ref().and_then(gantry_store::LeaseWatch::lost) {
+            tracing::error!(error = %why, "this controller lost its lease to lead: stepping down");
+            shared.fatal.send_replace(Some(why));
+            return;
+        }
         let mut commands = vec![Command::tick()];
         if checkpoint.is_due(now_s()) {
             commands.push(Command::Checkpoint { keep_log_s: log.keep_s });
@@ -581,6 +612,7 @@ async fn scheduling_loop(shared: Shared, tick: Duration, log: retention::LogRete
                 Err(ControlError::StoreFailed(why)) => {
                     tracing::error!(error = %why, "the store failed: this controller can do nothing more");
                     shared.fatal.send_replace(Some(why));
+                    return;
                 }
                 Err(e) => tracing::error!(error = %e, "the scheduling cycle failed"),
                 Ok(_) => {}

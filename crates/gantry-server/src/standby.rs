@@ -55,13 +55,19 @@ impl Responder {
 }
 
 /// A leader whose lease has lapsed (paused past it, and woken before it learns it was
-/// replaced) answers as a standby would: what it holds in memory may be stale, and clients
-/// given several URLs move on to the one that leads now.
+/// replaced), or whose store failed, answers as a standby would: what it holds in memory may
+/// be stale, and clients given several URLs move on to the one that leads now. Each answer
+/// closes its connection, so no kept-alive connection outlives a controller that rejoins.
 pub async fn lease_guard(
     axum::extract::State(shared): axum::extract::State<crate::Shared>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
+    if shared.fatal.borrow().is_some() {
+        return not_leading(
+            "this controller lost its store and is stepping down (it rejoins as a standby): another controller may lead now",
+        );
+    }
     if shared.lease.as_ref().is_some_and(|l| !l.fresh()) {
         return not_leading(
             "this controller's lease to lead has lapsed (it was paused or cut off): another controller may lead now; \

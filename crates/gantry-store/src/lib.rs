@@ -46,6 +46,10 @@ pub enum StoreError {
     /// same transaction can be tried again once there is space.
     #[error("the store's disk is full: {0}")]
     Full(String),
+    /// The store's server cannot be reached (refused, restarting, the connection ended): what
+    /// was in flight may or may not have been written; a new connection may succeed.
+    #[error("the store cannot be reached: {0}")]
+    Unreachable(String),
 }
 
 impl From<rusqlite::Error> for StoreError {

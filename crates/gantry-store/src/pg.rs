@@ -160,18 +160,37 @@ const LEASE_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// monotonic clock) less than [`LEASE`] minus a margin ago. A leader paused past its lease
 /// and woken finds it stale before it learns from the store that it was replaced, and must
 /// not answer from its memory meanwhile.
+///
+/// It also says when the lease is *lost* for good: a renewal found the term taken by another
+/// controller, or the connection ended (a PostgreSQL restart, a network cut): this leader
+/// must step down, and may come back as a standby.
 #[derive(Clone, Debug, Default)]
-pub struct LeaseWatch(std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+pub struct LeaseWatch {
+    renewed: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+}
 
 impl LeaseWatch {
     /// Still within the lease.
     pub fn fresh(&self) -> bool {
-        self.0.lock().ok().and_then(|t| *t).is_some_and(|at| at.elapsed() < LEASE - LEASE_MARGIN)
+        self.lost().is_none()
+            && self.renewed.lock().ok().and_then(|t| *t).is_some_and(|at| at.elapsed() < LEASE - LEASE_MARGIN)
+    }
+
+    /// Why the lease cannot be renewed any more, once that is known.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|l| l.clone())
     }
 
     fn held_since(&self, sent: std::time::Instant) {
-        if let Ok(mut t) = self.0.lock() {
+        if let Ok(mut t) = self.renewed.lock() {
             *t = Some(sent);
+        }
+    }
+
+    fn lose(&self, why: String) {
+        if let Ok(mut l) = self.lost.lock() {
+            l.get_or_insert(why);
         }
     }
 }
@@ -180,10 +199,31 @@ fn pg(e: postgres::Error) -> StoreError {
     if e.code() == Some(&postgres::error::SqlState::DISK_FULL) {
         return StoreError::Full(e.to_string());
     }
+    if unreachable(&e) {
+        return StoreError::Unreachable(match e.as_db_error() {
+            Some(db) => format!("postgres: {}", db.message()),
+            None => format!("postgres: {e}"),
+        });
+    }
     // The server's own message (a constraint, a syntax error) when it sent one.
     match e.as_db_error() {
         Some(db) => StoreError::Backend(format!("postgres: {}", db.message())),
         None => StoreError::Backend(format!("postgres: {e}")),
+    }
+}
+
+/// Whether `e` is about the connection rather than the statement: no server error at all (a
+/// socket refused, reset or closed, a TLS failure), a connection exception (class 08), or the
+/// server going down or not yet up (57P01 admin shutdown, 57P02 crash shutdown, 57P03
+/// cannot connect now).
+fn unreachable(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    match e.code() {
+        None => e.is_closed() || e.as_db_error().is_none(),
+        Some(code) => {
+            code.code().starts_with("08")
+                || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW].contains(code)
+        }
     }
 }
 
@@ -243,7 +283,12 @@ impl PostgresStore {
                 let mut client = match config.connect(NoTls) {
                     Ok(client) => client,
                     Err(e) => {
-                        let _ = ready.send(Err(StoreError::Backend(format!("cannot connect to {name}: {e}"))));
+                        let why = format!("cannot connect to {name}: {e}");
+                        let _ = ready.send(Err(if unreachable(&e) {
+                            StoreError::Unreachable(why)
+                        } else {
+                            StoreError::Backend(why)
+                        }));
                         return;
                     }
                 };
@@ -255,8 +300,13 @@ impl PostgresStore {
                 }
                 // Until the store is dropped (`None`): the connection, and the leader lock with
                 // it, ends then, not when the last sender (the lease thread) lets go.
+                // A connection that ended stays ended: the thread stops, and every later call
+                // reads as unreachable (the owner opens a new store).
                 while let Ok(Some(work)) = queue.recv() {
                     work(&mut client);
+                    if client.is_closed() {
+                        break;
+                    }
                 }
             })
             .map_err(|e| StoreError::Backend(format!("cannot start the store thread: {e}")))?;
@@ -323,9 +373,18 @@ impl PostgresStore {
                         "UPDATE gantry_leader SET expires = clock_timestamp() + make_interval(secs => $1) WHERE term = $2",
                         &[&lease_s, &term],
                     );
-                    let _ = answer.send(matches!(renewed, Ok(1)));
+                    let _ = answer.send(match renewed {
+                        Ok(1) => Ok(()),
+                        Ok(_) => Err("another controller took over the store (its term is newer)".to_string()),
+                        Err(e) => Err(pg(e).to_string()),
+                    });
                 });
-                if work.send(Some(renew)).is_err() || !answered.recv().unwrap_or(false) {
+                let renewed = match work.send(Some(renew)) {
+                    Ok(()) => answered.recv().unwrap_or_else(|_| Err("the store's connection ended".to_string())),
+                    Err(_) => Err("the store's connection ended".to_string()),
+                };
+                if let Err(why) = renewed {
+                    watch.lose(why);
                     return;
                 }
                 watch.held_since(sent);
@@ -360,10 +419,9 @@ impl PostgresStore {
             // A broken connection stays broken: the next call says so too.
             let _ = answer.send(result);
         });
-        self.work
-            .send(Some(work))
-            .map_err(|_| StoreError::Backend("the PostgreSQL connection thread stopped".into()))?;
-        answered.recv().map_err(|_| StoreError::Backend("the PostgreSQL connection thread stopped".into()))?
+        let ended = || StoreError::Unreachable(format!("the connection to {} ended", self.shown));
+        self.work.send(Some(work)).map_err(|_| ended())?;
+        answered.recv().map_err(|_| ended())?
     }
 
     /// Run `f` in one transaction, committed if it succeeds (rolled back otherwise). A

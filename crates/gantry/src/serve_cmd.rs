@@ -605,6 +605,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 gantry_store::redact_url(url)
             );
         }
+        let rejoin_config = config.clone();
         let mut running = gantry_server::start(config).await.map_err(|e| match e {
             gantry_server::error::ServeError::Store(gantry_store::StoreError::Led { .. }) => anyhow::anyhow!(
                 "{e}\n  hint: start this one with --standby to take over when that controller stops"
@@ -664,15 +665,48 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => eprintln!("demo workload not submitted: {e}"),
             }
         }
-        tokio::select! {
-            stopped = stop_signal() => stopped?,
-            why = running.store_failed() => {
+        let stop = stop_signal();
+        tokio::pin!(stop);
+        loop {
+            let why = tokio::select! {
+                stopped = &mut stop => {
+                    stopped?;
+                    break;
+                }
+                why = running.store_failed() => why,
+            };
+            let gantry_server::StoreChoice::Postgres { url, .. } = &store else {
                 eprintln!(
-                    "error: the store failed: {why}\nstopping: nothing this controller did since is lost (it was never acknowledged); restart it to recover from what was committed (with a PostgreSQL store, as a --standby when another controller now leads)"
+                    "error: the store failed: {why}\nstopping: nothing this controller did since is lost (it was never acknowledged); restart it to recover from what was committed"
                 );
                 running.shutdown().await;
                 return Ok(ExitCode::from(1));
-            }
+            };
+            // PostgreSQL restarted, the network cut the connection, or another controller took
+            // over: step down, and wait to lead again on the same address as a standby, which
+            // recovers from what was committed (nothing unacknowledged is lost).
+            eprintln!(
+                "stepping down: {why}\n  rejoining as a standby of {} on {} (no supervisor needed; Ctrl-C stops)",
+                gantry_store::redact_url(url),
+                running.addr
+            );
+            let mut again = rejoin_config.clone();
+            again.listen = running.addr;
+            again.store = gantry_server::StoreChoice::Postgres { url: url.clone(), standby: true };
+            running.shutdown().await;
+            running = tokio::select! {
+                stopped = &mut stop => {
+                    stopped?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                started = gantry_server::start(again) => started?,
+            };
+            eprintln!(
+                "gantry controller on {scheme}://{} — leading again (term {}), state in {}",
+                running.addr,
+                running.term,
+                gantry_store::redact_url(url)
+            );
         }
         eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
         running.shutdown().await;
