@@ -11,6 +11,7 @@
 
 pub mod conformance;
 mod pg;
+pub mod pg_tls;
 mod sqlite;
 pub mod test_postgres;
 

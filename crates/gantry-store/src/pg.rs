@@ -125,6 +125,8 @@ pub const LEADER_LOCK: i64 = 0x6761_6e74_7279 + 1;
 /// 3 misses (about 11 s), on both sides (the server's settings are per session).
 const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
 const KEEPALIVE_OPTIONS: &str = "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3";
+/// How long a connection attempt may take (a server that drops packets answers nothing).
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// How often a standby tries the leader lock.
 const LEAD_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 /// The leader's lease, on the database's clock: renewed every [`LEASE_RENEW`] while its
@@ -202,7 +204,7 @@ fn pg(e: postgres::Error) -> StoreError {
     if unreachable(&e) {
         return StoreError::Unreachable(match e.as_db_error() {
             Some(db) => format!("postgres: {}", db.message()),
-            None => format!("postgres: {e}"),
+            None => format!("postgres: {}", described(&e)),
         });
     }
     // The server's own message (a constraint, a syntax error) when it sent one.
@@ -216,15 +218,48 @@ fn pg(e: postgres::Error) -> StoreError {
 /// socket refused, reset or closed, a TLS failure), a connection exception (class 08), or the
 /// server going down or not yet up (57P01 admin shutdown, 57P02 crash shutdown, 57P03
 /// cannot connect now).
+/// A TLS failure (a certificate refused) is not: trying again meets the same certificate.
 fn unreachable(e: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     match e.code() {
+        None if tls_failure(e) => false,
         None => e.is_closed() || e.as_db_error().is_none(),
         Some(code) => {
             code.code().starts_with("08")
                 || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW].contains(code)
         }
     }
+}
+
+/// Whether a TLS error (rustls's own) is among `e`'s causes.
+fn tls_failure(e: &postgres::Error) -> bool {
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<rustls::Error>().is_some()
+            || c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// `e` and its causes, as one line ("error performing TLS handshake: invalid peer
+/// certificate: …"): the driver's own message names only the step that failed.
+fn described(e: &postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn int(v: u64) -> Result<i64, StoreError> {
@@ -266,8 +301,11 @@ impl PostgresStore {
     /// migrate an older schema, refuse a newer one.
     pub fn open(url: &str) -> Result<PostgresStore, StoreError> {
         let shown = redact_url(url);
+        let (tls, url) = crate::pg_tls::TlsOptions::split(url)?;
         let mut config: postgres::Config =
             url.parse().map_err(|e| StoreError::Backend(format!("not a PostgreSQL URL ({shown}): {e}")))?;
+        let connector = tls.connector()?;
+        config.ssl_mode(tls.driver_mode()).connect_timeout(CONNECT_TIMEOUT);
         config.keepalives(true).keepalives_idle(KEEPALIVE_IDLE);
         let options = match config.get_options() {
             Some(theirs) => format!("{theirs} {KEEPALIVE_OPTIONS}"),
@@ -280,10 +318,14 @@ impl PostgresStore {
         std::thread::Builder::new()
             .name("gantry-postgres".into())
             .spawn(move || {
-                let mut client = match config.connect(NoTls) {
+                let connected = match connector {
+                    Some(tls) => config.connect(tls),
+                    None => config.connect(NoTls),
+                };
+                let mut client = match connected {
                     Ok(client) => client,
                     Err(e) => {
-                        let why = format!("cannot connect to {name}: {e}");
+                        let why = format!("cannot connect to {name}: {}", described(&e));
                         let _ = ready.send(Err(if unreachable(&e) {
                             StoreError::Unreachable(why)
                         } else {

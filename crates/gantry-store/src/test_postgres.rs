@@ -20,6 +20,8 @@ pub struct TestPostgres {
     dir: PathBuf,
     port: u16,
     bin: PathBuf,
+    /// Whether it serves TLS (and only TLS, over TCP).
+    tls: bool,
 }
 
 /// Where `initdb`, `postgres` and `pg_isready` are.
@@ -73,6 +75,16 @@ fn free_port() -> Result<u16, String> {
 impl TestPostgres {
     /// initdb and start a server under a new temporary directory named after `name`.
     pub fn start(name: &str) -> Result<TestPostgres, String> {
+        Self::start_with(name, None)
+    }
+
+    /// [`TestPostgres::start`] serving TLS with `cert` and `key` (PEM), and refusing plain TCP
+    /// connections (`hostnossl … reject`); the tests' own setup connects over its Unix socket.
+    pub fn start_tls(name: &str, cert: &str, key: &str) -> Result<TestPostgres, String> {
+        Self::start_with(name, Some((cert, key)))
+    }
+
+    fn start_with(name: &str, tls: Option<(&str, &str)>) -> Result<TestPostgres, String> {
         let bin = bin_dir()?;
         let dir = std::env::temp_dir().join(format!("gantry-pg-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -93,18 +105,22 @@ impl TestPostgres {
         if !out.status.success() {
             return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
         }
+        if let Some((cert, key)) = tls {
+            serve_tls_only(&data, cert, key)?;
+        }
         let port = free_port()?;
-        let child = Self::spawn(&bin, &dir, port)?;
-        let server = TestPostgres { child, dir, port, bin };
+        let child = Self::spawn(&bin, &dir, port, tls.is_some())?;
+        let server = TestPostgres { child, dir, port, bin, tls: tls.is_some() };
         server.wait_ready()?;
         Ok(server)
     }
 
-    fn spawn(bin: &Path, dir: &Path, port: u16) -> Result<Child, String> {
+    fn spawn(bin: &Path, dir: &Path, port: u16, tls: bool) -> Result<Child, String> {
         as_server_user(&bin.join("postgres"))
             .arg("-D")
             .arg(dir.join("data"))
             .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(if tls { &["-c", "ssl=on"][..] } else { &[] })
             .arg("-k")
             .arg(dir)
             .stdout(Stdio::null())
@@ -117,7 +133,7 @@ impl TestPostgres {
     /// data and port: what a database failover or restart looks like to its clients.
     pub fn restart(&mut self) -> Result<(), String> {
         self.stop();
-        self.child = Self::spawn(&self.bin, &self.dir, self.port)?;
+        self.child = Self::spawn(&self.bin, &self.dir, self.port, self.tls)?;
         self.wait_ready()
     }
 
@@ -139,7 +155,7 @@ impl TestPostgres {
         let started = Instant::now();
         let mut last = String::new();
         while started.elapsed() < READY_WITHIN {
-            match postgres::Client::connect(&self.url("postgres"), postgres::NoTls) {
+            match postgres::Client::connect(&self.socket_url("postgres"), postgres::NoTls) {
                 Ok(_) => return Ok(()),
                 Err(e) => last = e.to_string(),
             }
@@ -158,13 +174,43 @@ impl TestPostgres {
         format!("postgres://gantry@127.0.0.1:{}/{db}", self.port)
     }
 
+    /// Database `db` over the server's Unix socket (what its TLS-only TCP port refuses).
+    pub fn socket_url(&self, db: &str) -> String {
+        format!("host={} port={} user=gantry dbname={db}", self.dir.display(), self.port)
+    }
+
     /// Create an empty database `db` and return its URL.
     pub fn create_database(&self, db: &str) -> Result<String, String> {
-        let mut client =
-            postgres::Client::connect(&self.url("postgres"), postgres::NoTls).map_err(|e| format!("connect: {e}"))?;
+        let mut client = postgres::Client::connect(&self.socket_url("postgres"), postgres::NoTls)
+            .map_err(|e| format!("connect: {e}"))?;
         client.batch_execute(&format!("CREATE DATABASE \"{db}\"")).map_err(|e| format!("create {db}: {e}"))?;
         Ok(self.url(db))
     }
+}
+
+/// Give the server its certificate and key, and let TCP clients in over TLS only.
+fn serve_tls_only(data: &Path, cert: &str, key: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let write = |name: &str, text: &str| -> Result<(), String> {
+        let path = data.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if nix_is_root() {
+            let status =
+                Command::new("chown").args(["nobody:nogroup"]).arg(&path).status().map_err(|e| e.to_string())?;
+            if !status.success() {
+                return Err(format!("cannot give {} to nobody", path.display()));
+            }
+        }
+        Ok(())
+    };
+    write("server.crt", cert)?;
+    write("server.key", key)?;
+    write(
+        "pg_hba.conf",
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+    )
 }
 
 impl Drop for TestPostgres {

@@ -62,7 +62,10 @@ pub struct ServeArgs {
     listen: Option<std::net::SocketAddr>,
     /// Keep the state in PostgreSQL (`postgres://user:password@host:port/database`) instead
     /// of SQLite in the data directory: several controllers can then share one store, one
-    /// leading at a time (the others are --standby). Default: $GANTRY_STORE, else SQLite.
+    /// leading at a time (the others are --standby). TLS as libpq: add
+    /// `?sslmode=verify-full&sslrootcert=CA.pem` to check the database's certificate and name
+    /// (the default, prefer, encrypts when offered but checks nothing). Default:
+    /// $GANTRY_STORE, else SQLite.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
     /// With a PostgreSQL --store: wait to lead instead of refusing to start while another
@@ -323,6 +326,10 @@ fn store_choice(url: Option<String>, standby: bool) -> anyhow::Result<gantry_ser
         None if standby => bail!("--standby needs a PostgreSQL --store (SQLite has one controller)"),
         None => Ok(gantry_server::StoreChoice::Sqlite),
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            // sslmode and sslrootcert checked now: a typo is an error at start, not a standby
+            // that waits for ever.
+            let (tls, _) = gantry_store::pg_tls::TlsOptions::split(&url).map_err(|e| anyhow::anyhow!("--store {e}"))?;
+            tls.connector().map_err(|e| anyhow::anyhow!("--store {e}"))?;
             Ok(gantry_server::StoreChoice::Postgres { url, standby })
         }
         Some(url) => bail!(

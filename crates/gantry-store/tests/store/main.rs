@@ -6,6 +6,7 @@ use gantry_types::{Event, JobState};
 use std::path::PathBuf;
 
 mod postgres;
+mod postgres_tls;
 
 fn temp_db(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gantry-store-{}-{name}", std::process::id()));
