@@ -328,8 +328,12 @@ fn store_choice(url: Option<String>, standby: bool) -> anyhow::Result<gantry_ser
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
             // sslmode and sslrootcert checked now: a typo is an error at start, not a standby
             // that waits for ever.
-            let (tls, _) = gantry_store::pg_tls::TlsOptions::split(&url).map_err(|e| anyhow::anyhow!("--store {e}"))?;
-            tls.connector().map_err(|e| anyhow::anyhow!("--store {e}"))?;
+            let refused = |e: gantry_store::StoreError| match e {
+                gantry_store::StoreError::Backend(why) => anyhow::anyhow!("--store: {why}"),
+                e => anyhow::anyhow!("--store: {e}"),
+            };
+            let (tls, _) = gantry_store::pg_tls::TlsOptions::split(&url).map_err(refused)?;
+            tls.connector().map_err(refused)?;
             Ok(gantry_server::StoreChoice::Postgres { url, standby })
         }
         Some(url) => bail!(
