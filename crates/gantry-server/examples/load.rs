@@ -98,6 +98,7 @@ fn run(queued: usize, clients: usize, probes: usize, group_commit: bool) {
         reconfigure: Default::default(),
         confinement: Default::default(),
         log: Default::default(),
+        advertise: None,
         data_dir: data.clone(),
         listen: "127.0.0.1:0".parse().expect("addr"),
         fleet,

@@ -117,6 +117,10 @@ pub struct ServeConfig {
     pub confinement: local_agents::LocalConfinement,
     /// Checkpoints and how much command log is kept (`[log]`).
     pub log: retention::LogRetention,
+    /// The URL clients reach this controller by, which standbys name to clients while it
+    /// leads (`serve --advertise`; `None`: the scheme and the address it listens on, the
+    /// host name for an unspecified address).
+    pub advertise: Option<String>,
 }
 
 /// The store a controller runs on.
@@ -417,21 +421,26 @@ fn private_store_files(dir: &std::path::Path) -> Result<(), ServeError> {
 /// The writer, a reader, the term led and (with PostgreSQL) the lease's watch.
 type OpenedStore = (AnyStore, AnyStore, u64, Option<gantry_store::LeaseWatch>);
 
-fn open_store(choice: &StoreChoice, data_dir: &std::path::Path) -> Result<OpenedStore, ServeError> {
+fn open_store(
+    choice: &StoreChoice,
+    data_dir: &std::path::Path,
+    advertised: &str,
+    seen: &gantry_store::LeaderHint,
+) -> Result<OpenedStore, ServeError> {
     match choice {
         StoreChoice::Sqlite => {
             let path = data_dir.join("gantry.db");
             Ok((Box::new(SqliteStore::open(&path)?), Box::new(SqliteStore::open(&path)?), 0, None))
         }
-        StoreChoice::Postgres { url, standby: false } => Ok(lead_postgres(url, Some(LEAD_WAIT))?),
+        StoreChoice::Postgres { url, standby: false } => Ok(lead_postgres(url, Some(LEAD_WAIT), advertised, seen)?),
         // A standby waits for the lock, and for the store itself while it cannot be reached
         // (PostgreSQL restarting, the network cut): it never gives up by itself.
         StoreChoice::Postgres { url, standby: true } => {
             let mut tries = 0u64;
             loop {
-                match lead_postgres(url, None) {
+                match lead_postgres(url, None, advertised, seen) {
                     Err(gantry_store::StoreError::Unreachable(why)) => {
-                        if tries % STORE_RETRY_LOG_EVERY == 0 {
+                        if tries.is_multiple_of(STORE_RETRY_LOG_EVERY) {
                             tracing::warn!(error = %why, "standby: the store cannot be reached; trying again every second");
                         }
                         tries += 1;
@@ -449,8 +458,13 @@ const STORE_RETRY: Duration = Duration::from_secs(1);
 const STORE_RETRY_LOG_EVERY: u64 = 30;
 
 /// Connect to PostgreSQL and lead it (waiting `wait` for the lock; `None`: until it is free).
-fn lead_postgres(url: &str, wait: Option<Duration>) -> Result<OpenedStore, gantry_store::StoreError> {
-    let mut store = PostgresStore::open(url)?;
+fn lead_postgres(
+    url: &str,
+    wait: Option<Duration>,
+    advertised: &str,
+    seen: &gantry_store::LeaderHint,
+) -> Result<OpenedStore, gantry_store::StoreError> {
+    let mut store = PostgresStore::open(url)?.advertising(advertised, seen.clone());
     let holder = format!("{}:{}", hostname(), std::process::id());
     if wait.is_none() {
         tracing::info!(store = %store.url(), "standby: waiting to lead the store");
@@ -460,6 +474,17 @@ fn lead_postgres(url: &str, wait: Option<Duration>) -> Result<OpenedStore, gantr
     let reader = PostgresStore::open(url)?;
     let lease = store.lease_watch();
     Ok((Box::new(store), Box::new(reader), term, Some(lease)))
+}
+
+/// Where clients reach a controller listening on `addr`: its address, or this machine's host
+/// name when it listens on every address.
+fn advertised_url(https: bool, addr: SocketAddr) -> String {
+    let scheme = if https { "https" } else { "http" };
+    if addr.ip().is_unspecified() {
+        format!("{scheme}://{}:{}", hostname(), addr.port())
+    } else {
+        format!("{scheme}://{addr}")
+    }
 }
 
 /// How long a controller that is not a standby waits for a leader lock another holds (a
@@ -498,15 +523,17 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
     let tokio_listener = |socket: &std::net::TcpListener| {
         socket.try_clone().and_then(tokio::net::TcpListener::from_std).map_err(|e| ServeError::Io(e.to_string()))
     };
+    let seen = gantry_store::LeaderHint::default();
     let responder = match &config.store {
         StoreChoice::Postgres { standby: true, .. } => {
-            Some(standby::Responder::start(tokio_listener(&socket)?, tls_config.clone()))
+            Some(standby::Responder::start(tokio_listener(&socket)?, tls_config.clone(), seen.clone()))
         }
         _ => None,
     };
     let choice = config.store.clone();
     let data_dir = config.data_dir.clone();
-    let opened = tokio::task::spawn_blocking(move || open_store(&choice, &data_dir)).await;
+    let advertised = config.advertise.clone().unwrap_or_else(|| advertised_url(config.tls.is_some(), addr));
+    let opened = tokio::task::spawn_blocking(move || open_store(&choice, &data_dir, &advertised, &seen)).await;
     if let Some(responder) = responder {
         responder.stop().await;
     }

@@ -1,8 +1,10 @@
 //! What a standby controller answers while it waits to lead: every request gets a 503 that
 //! says so (`X-Gantry-Standby: 1`, `Retry-After`), on the address it will serve from once it
 //! leads, so a client given several URLs moves on to the leader and a person who asked this
-//! one directly learns why nothing happens. Connections are closed after each answer: none is
-//! kept alive into the time this controller leads.
+//! one directly learns why nothing happens. While the store names a leader whose lease holds,
+//! the answer names its URL too (`X-Gantry-Leader`): clients given that URL go there next.
+//! Connections are closed after each answer: none is kept alive into the time this controller
+//! leads.
 
 use axum::Router;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -10,14 +12,26 @@ use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
+use gantry_store::LeaderHint;
 /// The header that marks a standby's answer (clients move on to the next server).
-pub use gantry_wire::client::STANDBY_HEADER;
+pub use gantry_wire::client::{LEADER_HEADER, STANDBY_HEADER};
 
-async fn answer() -> Response {
-    not_leading(
-        "this controller is a standby: it leads (and answers) when the current leader stops; \
-         send requests to the leader, or give clients every controller's URL (--server A,B)",
-    )
+async fn answer(axum::extract::State(seen): axum::extract::State<LeaderHint>) -> Response {
+    let leader = seen.get().filter(|url| HeaderValue::from_str(url).is_ok());
+    let why = match &leader {
+        Some(url) => format!(
+            "this controller is a standby: it leads (and answers) when the current leader stops; \
+             the leader answers at {url}: send requests there, or give clients every controller's URL (--server A,B)"
+        ),
+        None => "this controller is a standby: it leads (and answers) when the current leader stops; \
+                 send requests to the leader, or give clients every controller's URL (--server A,B)"
+            .to_string(),
+    };
+    let mut response = not_leading(&why);
+    if let Some(url) = leader.and_then(|url| HeaderValue::from_str(&url).ok()) {
+        response.headers_mut().insert(LEADER_HEADER, url);
+    }
+    response
 }
 
 /// A 503 marked as a standby's, with `why`: clients given several URLs move on.
@@ -40,8 +54,13 @@ pub struct Responder {
 
 impl Responder {
     /// Answer on `listener` (a clone of the socket the controller will serve from).
-    pub fn start(listener: tokio::net::TcpListener, tls: Option<Arc<rustls::ServerConfig>>) -> Responder {
-        let app = Router::new().fallback(answer);
+    /// `seen`: where the current leader answers, as the store last said.
+    pub fn start(
+        listener: tokio::net::TcpListener,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        seen: LeaderHint,
+    ) -> Responder {
+        let app = Router::new().fallback(answer).with_state(seen);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(crate::tls::serve_either(listener, tls, app, stopped));
         Responder { stop, task }

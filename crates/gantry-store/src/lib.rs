@@ -18,7 +18,7 @@ pub mod test_postgres;
 use gantry_types::{Ending, Event, Job, JobState, NodeUse, OomKill, TaskStart};
 use serde::{Deserialize, Serialize};
 
-pub use pg::{LEADER_LOCK, LEASE, LeaseWatch, POSTGRES_SCHEMA_VERSION, PostgresStore, redact_url};
+pub use pg::{LEADER_LOCK, LEASE, LeaderHint, LeaseWatch, POSTGRES_SCHEMA_VERSION, PostgresStore, redact_url};
 pub use sqlite::SqliteStore;
 
 /// What can go wrong in the store.

@@ -110,10 +110,15 @@ CREATE INDEX reconfigurations_open ON reconfigurations (finished, id);",
         13,
         "CREATE TABLE opens (seq BIGINT PRIMARY KEY, at_s BIGINT NOT NULL, events_through BIGINT NOT NULL);",
     ),
+    (
+        // Where the leader answers, for standbys to tell clients (PostgreSQL only).
+        14,
+        "ALTER TABLE gantry_leader ADD COLUMN url TEXT NOT NULL DEFAULT '';",
+    ),
 ];
 
 /// The schema version this code writes.
-pub const POSTGRES_SCHEMA_VERSION: i64 = 13;
+pub const POSTGRES_SCHEMA_VERSION: i64 = 14;
 
 /// Arbitrary, fixed: the advisory lock migrations hold.
 const MIGRATION_LOCK: i64 = 0x6761_6e74_7279; // "gantry"
@@ -151,6 +156,29 @@ pub struct PostgresStore {
     lease: LeaseWatch,
     /// Retention under way (as SQLite's).
     compacting: Option<u64>,
+    /// The URL this controller answers on, recorded when it leads.
+    advertised: String,
+    /// While it waits to lead: where the current leader says it answers.
+    leader_seen: LeaderHint,
+}
+
+/// Where the leader answers, as a standby last read it from the store (empty: not known).
+#[derive(Clone, Debug, Default)]
+pub struct LeaderHint(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl LeaderHint {
+    /// The leader's URL, when one is known.
+    pub fn get(&self) -> Option<String> {
+        self.0.lock().ok().map(|url| url.clone()).filter(|url| !url.is_empty())
+    }
+
+    fn set(&self, url: &str) {
+        if let Ok(mut held) = self.0.lock()
+            && *held != url
+        {
+            url.clone_into(&mut held);
+        }
+    }
 }
 
 /// Margin under [`LEASE`] within which a leader trusts its lease without a renewal: the time
@@ -353,7 +381,23 @@ impl PostgresStore {
             })
             .map_err(|e| StoreError::Backend(format!("cannot start the store thread: {e}")))?;
         opened.recv().map_err(|_| StoreError::Backend("the store thread stopped".into()))??;
-        Ok(PostgresStore { work, shown, term: 0, lease: LeaseWatch::default(), compacting: None })
+        Ok(PostgresStore {
+            work,
+            shown,
+            term: 0,
+            lease: LeaseWatch::default(),
+            compacting: None,
+            advertised: String::new(),
+            leader_seen: LeaderHint::default(),
+        })
+    }
+
+    /// Record `url` as where this controller answers once it leads, and, while it waits,
+    /// keep `seen` up to date with where the current leader answers.
+    pub fn advertising(mut self, url: &str, seen: LeaderHint) -> PostgresStore {
+        self.advertised = url.to_string();
+        self.leader_seen = seen;
+        self
     }
 
     /// Become the leader: hold the leader lock (trying until `wait` has passed; `None`: until
@@ -363,6 +407,7 @@ impl PostgresStore {
         let holder = holder.to_string();
         let deadline = wait.map(|w| std::time::Instant::now() + w);
         let lease_s = LEASE.as_secs_f64();
+        let (advertised, seen) = (self.advertised.clone(), self.leader_seen.clone());
         let term = self.call(move |c| {
             loop {
                 let got: bool = c.query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK]).map_err(pg)?.get(0);
@@ -372,10 +417,11 @@ impl PostgresStore {
                 // Held: by a live leader, or by the connection of one whose lease ran out
                 // (paused, starved): end that connection, and the lock is free.
                 let row = c
-                    .query_one("SELECT term, holder, pid, expires < clock_timestamp() FROM gantry_leader", &[])
+                    .query_one("SELECT term, holder, pid, expires < clock_timestamp(), url FROM gantry_leader", &[])
                     .map_err(pg)?;
                 let (term, holder, pid, expired): (i64, String, i32, bool) =
                     (row.get(0), row.get(1), row.get(2), row.get(3));
+                seen.set(if expired { "" } else { row.get(4) });
                 if expired && pid != 0 {
                     c.execute("SELECT pg_terminate_backend($1)", &[&pid]).map_err(pg)?;
                 } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
@@ -386,8 +432,8 @@ impl PostgresStore {
             let row = c
                 .query_one(
                     "UPDATE gantry_leader SET term = term + 1, holder = $1, since_s = $2, pid = pg_backend_pid(),
-                       expires = clock_timestamp() + make_interval(secs => $3) RETURNING term",
-                    &[&holder, &int(now_s)?, &lease_s],
+                       expires = clock_timestamp() + make_interval(secs => $3), url = $4 RETURNING term",
+                    &[&holder, &int(now_s)?, &lease_s, &advertised],
                 )
                 .map_err(pg)?;
             Ok(row.get::<_, i64>(0))

@@ -30,11 +30,16 @@ pub enum ClientError {
         "the gantry controller at {server} accepted the request but did not begin to answer within {within_s} s (paused, frozen or overloaded?)"
     )]
     NoAnswer { server: String, within_s: u64 },
-    /// Every controller that answered is a standby (it leads when the leader stops).
+    /// Every controller that answered is a standby (it leads when the leader stops); `leader`:
+    /// where one said the leader answers, when that is not among the URLs given.
     #[error(
-        "{server} is a standby controller: it answers once it leads; give the leader's URL too (--server LEADER,STANDBY)"
+        "{server} is a standby controller: it answers once it leads; {}",
+        match leader {
+            Some(url) => format!("the leader answers at {url}: give that URL too (--server {url},{server})"),
+            None => "give the leader's URL too (--server LEADER,STANDBY)".to_string(),
+        }
     )]
-    Standby { server: String },
+    Standby { server: String, leader: Option<String> },
     /// The TLS handshake failed: the certificate is not trusted, or the server is not HTTPS.
     #[error("TLS with {server} failed: {detail}\n  hint: {hint}")]
     Tls { server: String, detail: String, hint: String },
@@ -66,8 +71,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// request is sent, before the client moves on to the next controller: a live controller
 /// answers in milliseconds, and a CLI call should fail over or fail in about this long. A
 /// request the controller may hold on purpose (a heartbeat's long poll, a wait for a node's
-/// output) adds its own wait ([`Client::holding`]).
-pub const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+/// output) adds its own wait ([`Client::holding`]). 4 s: with the next controller's answer, a
+/// CLI call beside a paused leader is answered within 5 s.
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(4);
 
 /// How long a TCP (and TLS) connection may take to open.
 const CONNECT_WITHIN: Duration = Duration::from_secs(3);
@@ -108,6 +114,8 @@ pub struct Client {
 
 /// The header a standby controller marks its 503 answers with.
 pub const STANDBY_HEADER: &str = "x-gantry-standby";
+/// The header in which a standby names where the leader answers (when it knows).
+pub const LEADER_HEADER: &str = "x-gantry-leader";
 
 /// Most controllers one client is given.
 const SERVERS_MAX: usize = 16;
@@ -264,7 +272,8 @@ impl Client {
             return Err(ClientError::BadToken);
         }
         let mut last_error = None;
-        for index in self.order() {
+        let mut queue: std::collections::VecDeque<usize> = self.order().into();
+        while let Some(index) = queue.pop_front() {
             match self.request_one(&self.servers[index], token, method, path, body, headers) {
                 Ok(answer) => {
                     self.current.store(index, Ordering::Relaxed);
@@ -276,6 +285,14 @@ impl Client {
                 ) => {
                     if matches!(e, ClientError::NoAnswer { .. }) {
                         self.suspect(index, true);
+                    }
+                    // A standby that names the leader: that one next, if it is one of ours
+                    // (a token goes only to the servers it was given for).
+                    if let ClientError::Standby { leader: Some(url), .. } = &e
+                        && let Some(at) = queue.iter().position(|&i| self.servers[i] == *url)
+                        && let Some(leader) = queue.remove(at)
+                    {
+                        queue.push_front(leader);
                     }
                     // Keep the most useful error: a standby says more than silence.
                     if !matches!(last_error, Some(ClientError::Standby { .. })) {
@@ -351,7 +368,13 @@ impl Client {
             })?;
         let status = response.status().as_u16();
         if status == 503 && response.headers().contains_key(STANDBY_HEADER) {
-            return Err(ClientError::Standby { server: server.to_string() });
+            let leader = response
+                .headers()
+                .get(LEADER_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|url| base_url(url).ok())
+                .filter(|url| url != server);
+            return Err(ClientError::Standby { server: server.to_string(), leader });
         }
         let bytes = response
             .body_mut()
@@ -522,6 +545,47 @@ mod tests {
             assert!(started.elapsed() < within, "the hung one is not waited on again: {:?}", started.elapsed());
         }
         drop(hung);
+    }
+
+    /// A standby that names the leader sends the client there next, past a hung server in
+    /// between; a leader it was not given is named in the error, never asked (the token goes
+    /// only where the caller sent it).
+    #[test]
+    fn a_standby_that_names_the_leader_sends_the_client_there() {
+        let bind = || {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+            let url = format!("http://{}", l.local_addr().expect("addr"));
+            (l, url)
+        };
+        let (standby, standby_url) = bind();
+        let (hung, hung_url) = bind();
+        let (leader, leader_url) = bind();
+        let names = |url: &str| -> &'static [u8] {
+            let text = format!(
+                "HTTP/1.1 503 Service Unavailable\r\nx-gantry-standby: 1\r\nx-gantry-leader: {url}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            );
+            Box::leak(text.into_bytes().into_boxed_slice())
+        };
+        answer(standby, names(&leader_url), 1);
+        answer(leader, OK, 1);
+        let within = Duration::from_secs(2);
+        let client = Client::new(&format!("{standby_url},{hung_url},{leader_url}"), &Tls::default())
+            .expect("client")
+            .answering_within(within);
+        let started = std::time::Instant::now();
+        assert_eq!(client.request(None, "GET", "/v1/jobs", None).expect("the leader answers"), (200, "ok".into()));
+        assert!(started.elapsed() < within, "the hung one was not waited on: {:?}", started.elapsed());
+        assert_eq!(client.server(), leader_url);
+        drop(hung);
+
+        let (standby, standby_url) = bind();
+        let (elsewhere, elsewhere_url) = bind();
+        elsewhere.set_nonblocking(true).expect("nonblocking");
+        answer(standby, names(&elsewhere_url), 1);
+        let client = Client::new(&standby_url, &Tls::default()).expect("client");
+        let error = client.request(Some("secret"), "GET", "/v1/jobs", None).expect_err("a standby");
+        assert!(error.to_string().contains(&format!("the leader answers at {elsewhere_url}")), "{error}");
+        assert!(elsewhere.accept().is_err(), "a leader not given was asked");
     }
 
     /// Nothing listens on the first: the request goes on to the second, which is then asked

@@ -68,6 +68,11 @@ pub struct ServeArgs {
     /// $GANTRY_STORE, else SQLite.
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// The URL clients reach this controller by, which standbys tell clients while it leads
+    /// (default: http(s)://LISTEN-ADDRESS, this machine's host name for 0.0.0.0). Set it when
+    /// clients come through another name or a proxy.
+    #[arg(long, value_name = "URL", value_parser = advertise_url)]
+    advertise: Option<String>,
     /// With a PostgreSQL --store: wait to lead instead of refusing to start while another
     /// controller leads; take over when the leader's process dies or its lease (10 s) runs out.
     #[arg(long)]
@@ -158,6 +163,7 @@ struct ConfigFile {
     listen: Option<std::net::SocketAddr>,
     store: Option<String>,
     standby: Option<bool>,
+    advertise: Option<String>,
     insecure_http: Option<bool>,
     tls: Option<TlsFile>,
     data: Option<PathBuf>,
@@ -206,6 +212,10 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
     args.listen = args.listen.or(file.listen);
     args.store = args.store.or(file.store);
     args.standby |= file.standby.unwrap_or(false);
+    if let Some(url) = file.advertise {
+        let url = advertise_url(&url).map_err(|e| anyhow::anyhow!("{}: advertise = {e}", path.display()))?;
+        args.advertise = args.advertise.or(Some(url));
+    }
     args.insecure_http |= file.insecure_http.unwrap_or(false);
     if let Some(tls) = file.tls {
         if tls.cert.is_some() != tls.key.is_some() {
@@ -340,6 +350,21 @@ fn store_choice(url: Option<String>, standby: bool) -> anyhow::Result<gantry_ser
             "--store {:?}: give a PostgreSQL URL (postgres://user:password@host:port/database); without --store the state is SQLite in the data directory",
             gantry_store::redact_url(&url)
         ),
+    }
+}
+
+fn advertise_url(text: &str) -> Result<String, String> {
+    let rest = text.strip_prefix("https://").or_else(|| text.strip_prefix("http://"));
+    match rest.map(|r| r.trim_end_matches('/')) {
+        Some(host)
+            if !host.is_empty()
+                && text.len() <= 256
+                && !host.contains(['/', '?', '#', '@', ' '])
+                && host.is_ascii() =>
+        {
+            Ok(text.trim_end_matches('/').to_string())
+        }
+        _ => Err(format!("{text:?}: give http(s)://HOST:PORT, as clients pass it to --server")),
     }
 }
 
@@ -589,6 +614,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         admission: args.admission.clone().unwrap_or_default(),
         reconfigure: reconfigure_policy(&args)?,
         log: args.log.clone().unwrap_or_default(),
+        advertise: args.advertise.clone(),
         confinement: gantry_server::local_agents::LocalConfinement {
             choice: args.confine.choice(),
             defaults: task_defaults,

@@ -25,6 +25,7 @@ fn config_for(data: PathBuf, fleet: gantry_types::Fleet, tweak: impl FnOnce(&mut
         reconfigure: Default::default(),
         confinement: Default::default(),
         log: Default::default(),
+        advertise: None,
         data_dir: data,
         listen: "127.0.0.1:0".parse().expect("addr"),
         fleet,
