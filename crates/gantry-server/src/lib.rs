@@ -149,6 +149,14 @@ impl AgentWakes {
     pub fn of(&self, node: &str) -> Arc<Notify> {
         self.nodes.lock().expect("not poisoned").entry(node.to_string()).or_default().clone()
     }
+
+    /// Wake every held heartbeat (the controller steps down: each is answered now, as a
+    /// standby would, and the agent goes on to the leader).
+    pub fn wake_all(&self) {
+        for wake in self.nodes.lock().expect("not poisoned").values() {
+            wake.notify_waiters();
+        }
+    }
 }
 
 /// What the API handlers share.
@@ -187,6 +195,14 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The store failed or the lease is lost: from now on every answer is a standby's
+    /// (`standby::lease_guard`), held heartbeats are answered at once, and the caller of
+    /// [`Running::store_failed`] learns why.
+    pub fn step_down(&self, why: String) {
+        self.fatal.send_replace(Some(why));
+        self.agents_wake.wake_all();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Controller> {
         self.controller.lock().expect("not poisoned")
     }
@@ -617,8 +633,13 @@ async fn scheduling_loop(shared: Shared, tick: Duration, log: retention::LogRete
         // controller took over) steps down: its caller may rejoin as a standby.
         if let Some(why) = shared.lease.as_ref().and_then(gantry_store::LeaseWatch::lost) {
             tracing::error!(error = %why, "this controller lost its lease to lead: stepping down");
-            shared.fatal.send_replace(Some(why));
+            shared.step_down(why);
             return;
+        }
+        // Past its lease (paused, and just woken) a leader decides nothing: its view of the
+        // nodes is as old as its pause, and another controller may lead by now.
+        if shared.lease.as_ref().is_some_and(|l| !l.fresh()) {
+            continue;
         }
         let mut commands = vec![Command::tick()];
         if checkpoint.is_due(now_s()) {
@@ -638,7 +659,7 @@ async fn scheduling_loop(shared: Shared, tick: Duration, log: retention::LogRete
                 Err(ControlError::StoreFull(_)) => {}
                 Err(ControlError::StoreFailed(why)) => {
                     tracing::error!(error = %why, "the store failed: this controller can do nothing more");
-                    shared.fatal.send_replace(Some(why));
+                    shared.step_down(why);
                     return;
                 }
                 Err(e) => tracing::error!(error = %e, "the scheduling cycle failed"),

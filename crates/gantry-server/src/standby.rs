@@ -93,5 +93,11 @@ pub async fn lease_guard(
              it answers nothing it might hold stale",
         );
     }
-    next.run(request).await
+    let answer = next.run(request).await;
+    // Stepped down while it answered (a held heartbeat, a commit that failed): what it was
+    // about to say may be stale; the client asks the leader instead.
+    if shared.fatal.borrow().is_some() {
+        return not_leading("this controller stepped down while it answered: another controller may lead now");
+    }
+    answer
 }

@@ -408,6 +408,8 @@ impl PostgresStore {
         let deadline = wait.map(|w| std::time::Instant::now() + w);
         let lease_s = LEASE.as_secs_f64();
         let (advertised, seen) = (self.advertised.clone(), self.leader_seen.clone());
+        // Renewed within the last two renewals: its lease still has this long to run.
+        let alive_s = (LEASE - 2 * LEASE_RENEW).as_secs_f64();
         let term = self.call(move |c| {
             loop {
                 let got: bool = c.query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK]).map_err(pg)?.get(0);
@@ -417,11 +419,18 @@ impl PostgresStore {
                 // Held: by a live leader, or by the connection of one whose lease ran out
                 // (paused, starved): end that connection, and the lock is free.
                 let row = c
-                    .query_one("SELECT term, holder, pid, expires < clock_timestamp(), url FROM gantry_leader", &[])
+                    .query_one(
+                        "SELECT term, holder, pid, expires < clock_timestamp(), url,
+                                expires > clock_timestamp() + make_interval(secs => $1)
+                         FROM gantry_leader",
+                        &[&alive_s],
+                    )
                     .map_err(pg)?;
                 let (term, holder, pid, expired): (i64, String, i32, bool) =
                     (row.get(0), row.get(1), row.get(2), row.get(3));
-                seen.set(if expired { "" } else { row.get(4) });
+                // Named to clients only while it renews: a leader paused for a few seconds
+                // is not pointed at, though its lease has not run out yet.
+                seen.set(if row.get(5) { row.get(4) } else { "" });
                 if expired && pid != 0 {
                     c.execute("SELECT pg_terminate_backend($1)", &[&pid]).map_err(pg)?;
                 } else if deadline.is_some_and(|d| std::time::Instant::now() >= d) {

@@ -273,7 +273,9 @@ impl Client {
         }
         let mut last_error = None;
         let mut queue: std::collections::VecDeque<usize> = self.order().into();
+        let mut tried = vec![false; self.servers.len()];
         while let Some(index) = queue.pop_front() {
+            tried[index] = true;
             match self.request_one(&self.servers[index], token, method, path, body, headers) {
                 Ok(answer) => {
                     self.current.store(index, Ordering::Relaxed);
@@ -287,11 +289,14 @@ impl Client {
                         self.suspect(index, true);
                     }
                     // A standby that names the leader: that one next, if it is one of ours
-                    // (a token goes only to the servers it was given for).
+                    // (a token goes only to the servers it was given for) — even one suspected
+                    // of hanging: it was paused, and leads again (a standby names a leader
+                    // only while it renews its lease, so not one paused now).
                     if let ClientError::Standby { leader: Some(url), .. } = &e
-                        && let Some(at) = queue.iter().position(|&i| self.servers[i] == *url)
-                        && let Some(leader) = queue.remove(at)
+                        && let Some(leader) = self.servers.iter().position(|s| s == url)
+                        && !tried[leader]
                     {
+                        queue.retain(|&i| i != leader);
                         queue.push_front(leader);
                     }
                     // Keep the most useful error: a standby says more than silence.
@@ -586,6 +591,38 @@ mod tests {
         let error = client.request(Some("secret"), "GET", "/v1/jobs", None).expect_err("a standby");
         assert!(error.to_string().contains(&format!("the leader answers at {elsewhere_url}")), "{error}");
         assert!(elsewhere.accept().is_err(), "a leader not given was asked");
+    }
+
+    /// A leader paused long enough to be suspected of hanging, then replaced and leading again
+    /// after its standby was restarted: the standby names it, and the client goes back to it
+    /// at once rather than after its suspicion runs out (found by the soak: an agent asked
+    /// only the standby for 23 s and its node was declared lost).
+    #[test]
+    fn a_suspected_server_that_a_standby_names_as_leader_is_asked_again() {
+        let leader = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let leader_url = format!("http://{}", leader.local_addr().expect("addr"));
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            // Paused: the first request is accepted and never answered.
+            let (held, _) = leader.accept().expect("accepts");
+            let (mut stream, _) = leader.accept().expect("accepts");
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(OK);
+            drop(held);
+        });
+        let standby = std::net::TcpListener::bind("127.0.0.1:0").expect("binds");
+        let standby_url = format!("http://{}", standby.local_addr().expect("addr"));
+        let names = format!(
+            "HTTP/1.1 503 Service Unavailable\r\nx-gantry-standby: 1\r\nx-gantry-leader: {leader_url}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        );
+        answer(standby, Box::leak(names.into_bytes().into_boxed_slice()), 2);
+        let client = Client::new(&format!("{leader_url},{standby_url}"), &Tls::default())
+            .expect("client")
+            .answering_within(Duration::from_millis(300));
+        assert!(client.request(None, "GET", "/v1/jobs", None).is_err(), "paused leader, a standby");
+        assert_eq!(client.request(None, "GET", "/v1/jobs", None).expect("the leader again"), (200, "ok".into()));
+        assert_eq!(client.server(), leader_url);
     }
 
     /// Nothing listens on the first: the request goes on to the second, which is then asked

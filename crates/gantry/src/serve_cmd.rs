@@ -739,10 +739,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
                 started = gantry_server::start(again) => started?,
             };
             eprintln!(
-                "gantry controller on {scheme}://{} — leading again (term {}), state in {}",
+                "gantry controller on {scheme}://{} — state in {} (leading, term {}) again",
                 running.addr,
-                running.term,
-                gantry_store::redact_url(url)
+                gantry_store::redact_url(url),
+                running.term
             );
         }
         eprintln!("stopping (running tasks keep running; the next start re-adopts them)");

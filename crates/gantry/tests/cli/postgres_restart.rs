@@ -90,7 +90,7 @@ fn controllers_ride_out_a_postgres_restart_without_a_supervisor() {
     let took = wait_for(Duration::from_secs(30), "the lone controller did not lead again", || {
         assert!(a.0.try_wait().expect("waits").is_none(), "the controller exited when PostgreSQL restarted");
         said.extend(a_said.try_iter());
-        said.iter().any(|l| l.contains("leading again (term 2)"))
+        said.iter().any(|l| l.contains("(leading, term 2) again"))
     });
     eprintln!("the lone controller led again {took:?} after PostgreSQL restarted");
     assert!(said.iter().any(|l| l.contains("stepping down")), "it said why it stepped down: {said:?}");
