@@ -86,9 +86,11 @@ fn a_task_cannot_reach_the_controllers_terminal_nor_its_descriptors() {
     let token = std::fs::read_to_string(data.join("admin.token")).expect("token").trim().to_string();
     let job = dir.join("job.toml");
     // What a child of the task inherits is what the task was given (`ls` of its own
-    // /proc/self/fd would list the descriptor it reads the directory through).
+    // /proc/self/fd would list the descriptor it reads the directory through). Looked at once
+    // the child runs `sleep`: until then it is the shell, which opens /dev/null as descriptor
+    // 3 to make it the background job's stdin.
     let script = format!(
-        "{}; sleep 3 & echo \"fds $(ls /proc/$!/fd | tr '\\n' ' ')\"; echo \"tty_nr $(cut -d' ' -f7 /proc/$$/stat)\"; kill $!",
+        "{}; sleep 3 & until readlink /proc/$!/exe | grep -q sleep; do :; done; echo \"fds $(ls /proc/$!/fd | tr '\\n' ' ')\"; echo \"tty_nr $(cut -d' ' -f7 /proc/$$/stat)\"; kill $!",
         tiocsti("INJECTED-BY-TASK")
     );
     std::fs::write(&job, format!("[[job]]\nname = \"tty\"\ncommand = {script:?}\n")).expect("job");
