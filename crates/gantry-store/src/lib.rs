@@ -4,15 +4,19 @@
 //! ran) is refused and the whole batch is rolled back: nothing is half-applied.
 //!
 //! [`Store`] is the boundary the controller writes through; every backend must pass the one
-//! [`conformance`] suite. The controller writes one [`Batch`] per group of commands: the
+//! `conformance` suite (the `test-support` feature). The controller writes one [`Batch`] per group of commands: the
 //! commands themselves (the command log a replay re-runs), their events and every side table
 //! they change, in one transaction. [`SqliteStore`] is the embedded default (WAL, `synchronous=FULL`:
 //! an append that returned is on disk).
 
+/// Test support (the `test-support` feature): the suite every backend passes, and a private
+/// PostgreSQL server for tests. Not in a production build.
+#[cfg(feature = "test-support")]
 pub mod conformance;
 mod pg;
 pub mod pg_tls;
 mod sqlite;
+#[cfg(feature = "test-support")]
 pub mod test_postgres;
 
 use gantry_types::{Ending, Event, Job, JobState, NodeUse, OomKill, TaskStart};
