@@ -507,8 +507,14 @@ fn advertised_url(https: bool, addr: SocketAddr) -> String {
 /// leader that just stopped lets go at once; one that runs does not).
 const LEAD_WAIT: Duration = Duration::from_secs(2);
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+/// This machine's name: the node name of a discovered fleet, the default agent's node, the
+/// leader's holder name and advertised host ("localhost" when the kernel has none).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 /// Open the store, recover, bind and start serving.

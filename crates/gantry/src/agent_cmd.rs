@@ -90,7 +90,7 @@ fn inventory(args: &AgentArgs) -> anyhow::Result<(String, Vec<AgentGpu>)> {
             }
         }
         None => {
-            let name = args.node.clone().unwrap_or_else(crate::serve_cmd::hostname);
+            let name = args.node.clone().unwrap_or_else(gantry_server::hostname);
             match gantry_agent::discover::discover(&name, catalog) {
                 Ok(found) => {
                     for note in &found.notes {

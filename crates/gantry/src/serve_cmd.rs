@@ -282,18 +282,9 @@ pub fn init_logs(format: &str) {
     }
 }
 
-/// This machine's name (the node name of a discovered fleet).
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
-}
-
 /// `gantry discover`: what NVML finds on this machine.
 pub fn discover(json: bool) -> anyhow::Result<ExitCode> {
-    match gantry_agent::discover::discover(&hostname(), gantry_catalog::Catalog::embedded()) {
+    match gantry_agent::discover::discover(&gantry_server::hostname(), gantry_catalog::Catalog::embedded()) {
         Ok(found) => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&found.node)?);
@@ -464,7 +455,7 @@ fn tls_setup(
     }
     gantry_agent::runner::private_dir(data_dir)
         .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
-    let names = gantry_server::tls::server_names(listen, &hostname(), &args.tls_names);
+    let names = gantry_server::tls::server_names(listen, &gantry_server::hostname(), &args.tls_names);
     let mut ca = gantry_server::tls::local_ca(data_dir, &names, agent_certs).map_err(|e| anyhow::anyhow!(e))?;
     if let Some(client_ca) = &args.tls_client_ca {
         ca.setup.client_ca = Some(client_ca.clone());
@@ -545,7 +536,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(path) => crate::place_cmd::load_fleet(Some(path), catalog)?,
         // The demo jobs ask for the demo fleet's GPUs (H100s, MIG slices, shares).
         None if args.demo => crate::place_cmd::load_fleet(None, catalog)?,
-        None => match gantry_agent::discover::discover(&hostname(), catalog) {
+        None => match gantry_agent::discover::discover(&gantry_server::hostname(), catalog) {
             Ok(found) => {
                 for note in &found.notes {
                     eprintln!("note: {note}");
