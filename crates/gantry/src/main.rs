@@ -1,8 +1,10 @@
-//! `gantry`: the one binary. `place` (a dry run of the placement engine on a fleet and a
-//! workload), `catalog` (GPU models and MIG geometry), `validate` (check spec files), `sim`
-//! (replay a trace), `synth` (write a synthetic trace); the live service: `serve --local`
-//! and, against it, `submit`, `queue`, `show`, `why`, `cancel`, `logs`. The planner arrives
-//! as further subcommands.
+//! `gantry`: the one binary; each subcommand parses its arguments here and calls a library.
+//! Planning offline: `place` (a dry run of placement), `catalog` (GPU models and MIG
+//! geometry), `validate`, `advise`, `plan`, `sim` (replay a trace), `synth`, `import`
+//! (Kubernetes and Slurm history), `whatif`. The live system: `serve` (the controller),
+//! `agent` (a node), `discover`, `cert`, `replay`, `checkpoint`; and against a controller:
+//! `submit`, `sbatch`, `queue`, `show`, `why`, `cancel`, `hold`, `release`, `logs`, `nodes`,
+//! `drain`, `resume`, `node`, `mig`, `usage`, `token`.
 
 mod advise_cmd;
 mod agent_cmd;
