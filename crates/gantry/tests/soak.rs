@@ -236,14 +236,38 @@ impl Soak {
         None
     }
 
+    /// Wait until the leader declares node `i` lost — or, if nothing runs there by its
+    /// account, until it is plain there is nothing to lose (a node without work is never
+    /// "lost": nothing depends on it; it is just not ready).
     fn wait_lost(&mut self, i: usize, kind: &'static str, at: Instant, tally: &mut Tally) {
         let limit = Duration::from_secs(NODE_LOST_AFTER_S + 60);
-        while !self.lost(i) {
+        loop {
+            if self.lost(i) {
+                tally.lost_ms.entry(kind).or_default().push(at.elapsed().as_millis());
+                return;
+            }
+            if self.leader().is_some() && !self.has_work(i) {
+                *tally.nothing_to_lose.entry(kind).or_default() += 1;
+                return;
+            }
             assert!(at.elapsed() < limit, "{kind}: node n{} never declared lost", i + 1);
             self.supervise();
             std::thread::sleep(Duration::from_millis(200));
         }
-        tally.lost_ms.entry(kind).or_default().push(at.elapsed().as_millis());
+    }
+
+    /// Does the leader have a job running on node `i`? (`true` when it cannot tell.)
+    fn has_work(&self, i: usize) -> bool {
+        let node = format!("n{}", i + 1);
+        self.call(&["queue", "--state", "running", "--json"])
+            .and_then(|out| serde_json::from_str::<serde_json::Value>(&out).ok())
+            .and_then(|v| {
+                let jobs = v.as_array()?.clone();
+                Some(jobs.iter().any(|j| {
+                    j["tasks"].as_array().is_some_and(|tasks| tasks.iter().any(|t| t["node"] == node.as_str()))
+                }))
+            })
+            .unwrap_or(true)
     }
 
     fn signal(&self, which: &Option<Proc>, signal: &str) {
@@ -288,6 +312,8 @@ struct Tally {
     first_task_ms: BTreeMap<&'static str, Vec<u128>>,
     /// Time from the fault until the leader declared the node lost.
     lost_ms: BTreeMap<&'static str, Vec<u128>>,
+    /// Node faults that hit a node with no work (nothing to declare lost).
+    nothing_to_lose: BTreeMap<&'static str, u32>,
     acknowledged: BTreeSet<u64>,
     /// Nodes lost, and when (Unix seconds, the tasks' clock): a job that started there before
     /// may have run on while it was rerun elsewhere.
@@ -619,11 +645,12 @@ impl Tally {
             lines.join("; ")
         };
         format!(
-            "back to a leader: {}; agents reattached: {}; first task started: {}; node declared lost: {}",
+            "back to a leader: {}; agents reattached: {}; first task started: {}; node declared lost: {}; node faults with nothing running there: {:?}",
             by(&self.failovers_ms),
             by(&self.reattached_ms),
             by(&self.first_task_ms),
-            by(&self.lost_ms)
+            by(&self.lost_ms),
+            self.nothing_to_lose
         )
     }
 }

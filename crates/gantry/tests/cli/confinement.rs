@@ -5,6 +5,7 @@
 
 use super::{ServeGuard, stderr, stdout, temp_dir};
 use std::io::Read;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 fn is_root() -> bool {
@@ -14,9 +15,15 @@ fn is_root() -> bool {
 /// `script` (util-linux) runs `command` under a new pseudo-terminal, which becomes its
 /// controlling terminal; what is written to the terminal comes out on `script`'s stdout,
 /// collected here.
-fn under_a_terminal(command: &str) -> (ServeGuard, std::sync::mpsc::Receiver<String>) {
+fn under_a_terminal(command: &str) -> (TerminalGuard, std::sync::mpsc::Receiver<String>) {
+    static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let pid_file = std::env::temp_dir().join(format!("gantry-tty-{}-{n}.pid", std::process::id()));
+    // The command's own pid (a `gantry serve` it execs keeps it), for the guard to kill:
+    // killing `script` alone leaves what runs under the terminal behind.
+    let command = format!("echo $$ > {}; {command}", pid_file.display());
     let mut child = std::process::Command::new("script")
-        .args(["-qfec", command, "/dev/null"])
+        .args(["-qfec", &command, "/dev/null"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -32,7 +39,23 @@ fn under_a_terminal(command: &str) -> (ServeGuard, std::sync::mpsc::Receiver<Str
             }
         }
     });
-    (ServeGuard(child), rx)
+    (TerminalGuard { script: ServeGuard(child), pid_file }, rx)
+}
+
+/// `script` and the command it runs under the terminal, both killed when dropped.
+struct TerminalGuard {
+    script: ServeGuard,
+    pid_file: PathBuf,
+}
+
+impl Drop for TerminalGuard {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(&self.pid_file) {
+            let _ = std::process::Command::new("kill").args(["-KILL", pid.trim()]).status();
+        }
+        let _ = std::fs::remove_file(&self.pid_file);
+        let _ = self.script.0.kill();
+    }
 }
 
 /// Everything received so far, waiting up to `limit` for `needle`.
