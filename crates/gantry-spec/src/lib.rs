@@ -17,6 +17,8 @@ mod import_sacct;
 mod import_slurm;
 mod quantity;
 mod queues;
+/// Slurm habits (`#SBATCH` options, `submit --gpus N -- command`) as gantry job tables.
+pub mod sbatch;
 mod trace;
 mod workload;
 

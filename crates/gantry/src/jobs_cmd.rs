@@ -249,7 +249,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
             (file.display().to_string(), text)
         }
         None => {
-            let mut request = crate::sbatch::Request::default();
+            let mut request = gantry_spec::sbatch::Request::default();
             for (option, value) in [
                 ("--gpus", &args.gpus),
                 ("--account", &args.queue),
@@ -265,7 +265,7 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
                 .file_name()
                 .map_or_else(|| "job".to_string(), |n| n.to_string_lossy().into_owned());
             let job = request.job(&program, args.command.clone()).map_err(|e| anyhow::anyhow!(e))?;
-            ("the command".to_string(), crate::sbatch::workload(job))
+            ("the command".to_string(), gantry_spec::sbatch::workload(job))
         }
     };
     send(&args.server, &what, &text, args.wait)
@@ -275,7 +275,7 @@ pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
     let text =
         std::fs::read_to_string(&args.script).with_context(|| format!("cannot read {}", args.script.display()))?;
     let mut request =
-        crate::sbatch::parse_script(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
+        gantry_spec::sbatch::parse_script(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
     for option in &request.ignored {
         eprintln!("warning: {}: {option} is not supported by gantry sbatch; left out", args.script.display());
     }
@@ -295,7 +295,7 @@ pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
     command.extend(["-c".to_string(), text.clone()]);
     let name = args.script.file_stem().map_or_else(|| "batch".to_string(), |n| n.to_string_lossy().into_owned());
     let job = request.job(&name, command).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
-    send(&args.server, &args.script.display().to_string(), &crate::sbatch::workload(job), args.wait)
+    send(&args.server, &args.script.display().to_string(), &gantry_spec::sbatch::workload(job), args.wait)
 }
 
 /// Ids as a short list: runs of three or more consecutive ids as `first-last` (an array of

@@ -20,7 +20,7 @@ mod parallel;
 mod place_cmd;
 mod plan_cmd;
 mod replay_cmd;
-mod sbatch;
+
 mod serve_cmd;
 mod sim_cmd;
 mod synth_cmd;

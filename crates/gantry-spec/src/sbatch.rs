@@ -8,6 +8,7 @@
 //! option is named in a warning and left out; a malformed value of a supported one is an error
 //! naming the line.
 
+use crate::SpecError;
 use toml::{Table, Value};
 
 /// Priorities for Slurm QOS names (gantry has priorities, not QOS objects).
@@ -49,7 +50,11 @@ fn number(option: &str, value: &str) -> Result<u32, String> {
 }
 
 /// Slurm's time formats: `M`, `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S` → seconds.
-pub fn slurm_time(value: &str) -> Result<u64, String> {
+pub fn slurm_time(value: &str) -> Result<u64, SpecError> {
+    time_s(value).map_err(|m| SpecError::new("--time", m))
+}
+
+fn time_s(value: &str) -> Result<u64, String> {
     let bad = || format!("--time={value}: use minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]");
     let (days, rest) = match value.split_once('-') {
         Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
@@ -70,8 +75,13 @@ pub fn slurm_time(value: &str) -> Result<u64, String> {
 }
 
 impl Request {
-    /// Apply one option (`--name=value`, `--name value` already joined, or `-X value`).
-    pub fn apply(&mut self, option: &str, value: Option<&str>) -> Result<(), String> {
+    /// Apply one option (`--name=value`, `--name value` already joined, or `-X value`). The
+    /// error's message names the option and value.
+    pub fn apply(&mut self, option: &str, value: Option<&str>) -> Result<(), SpecError> {
+        self.apply_one(option, value).map_err(|m| SpecError::new("", m))
+    }
+
+    fn apply_one(&mut self, option: &str, value: Option<&str>) -> Result<(), String> {
         fn need<'v>(option: &str, v: Option<&'v str>) -> Result<&'v str, String> {
             v.filter(|v| !v.is_empty()).ok_or_else(|| format!("{option} needs a value"))
         }
@@ -119,7 +129,7 @@ impl Request {
             }
             "--time" | "-t" => {
                 let v = need(option, value)?;
-                slurm_time(v)?;
+                time_s(v)?;
                 self.time = Some(v.to_string());
             }
             "--gpus-per-node" => self.gpus_per_node = Some(self.typed_count(option, need(option, value)?)?),
@@ -153,7 +163,11 @@ impl Request {
     }
 
     /// The `[[job]]` table for `command`.
-    pub fn job(&self, default_name: &str, command: Vec<String>) -> Result<Table, String> {
+    pub fn job(&self, default_name: &str, command: Vec<String>) -> Result<Table, SpecError> {
+        self.job_table(default_name, command).map_err(|m| SpecError::new("", m))
+    }
+
+    fn job_table(&self, default_name: &str, command: Vec<String>) -> Result<Table, String> {
         let nodes = self.nodes.unwrap_or(1);
         let tasks = match (self.tasks, self.tasks_per_node) {
             (Some(n), _) => n,
@@ -188,7 +202,7 @@ impl Request {
             job.insert("priority".into(), Value::Integer(p));
         }
         if let Some(t) = &self.time {
-            job.insert("time_limit".into(), Value::Integer(slurm_time(t)? as i64));
+            job.insert("time_limit".into(), Value::Integer(time_s(t)? as i64));
         }
         if let Some(a) = &self.array {
             job.insert("array".into(), Value::String(a.clone()));
@@ -299,8 +313,9 @@ fn redirected(output: Option<&str>, error: Option<&str>, command: Vec<String>) -
     full
 }
 
-/// Read a batch script's `#SBATCH` lines (those before the first command).
-pub fn parse_script(text: &str) -> Result<Request, String> {
+/// Read a batch script's `#SBATCH` lines (those before the first command); an error names
+/// its line (`line 3`).
+pub fn parse_script(text: &str) -> Result<Request, SpecError> {
     let mut request = Request::default();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -323,7 +338,7 @@ pub fn parse_script(text: &str) -> Result<Request, String> {
                 }
                 None => (word, None),
             };
-            request.apply(option, value).map_err(|e| format!("line {}: {e}", i + 1))?;
+            request.apply_one(option, value).map_err(|e| SpecError::new(format!("line {}", i + 1), e))?;
             k += 1;
         }
     }
@@ -354,7 +369,7 @@ mod tests {
         assert_eq!(r.output.as_deref(), Some("out.log"));
         let job = r.job("script", vec!["/bin/bash".into(), "-c".into(), "srun".into()]).expect("job");
         let text = workload(job);
-        let parsed = gantry_spec::parse_workload(&text, gantry_catalog::Catalog::embedded()).expect("a valid workload");
+        let parsed = crate::parse_workload(&text, gantry_catalog::Catalog::embedded()).expect("a valid workload");
         assert_eq!(parsed[0].task_count(), 16);
         assert_eq!(parsed[0].control.time_limit_s, Some(93_600));
         assert_eq!(parsed[0].priority, 100);
@@ -374,11 +389,13 @@ mod tests {
             ("#SBATCH --mem=12X\n", "use a size with K, M, G or T"),
             ("#SBATCH --job-name\n", "--job-name needs a value"),
         ] {
-            let err = parse_script(script).expect_err(script);
-            assert!(err.contains(expected), "{script}: {err}");
+            let err = parse_script(script).expect_err(script).to_string();
+            assert!(err.starts_with("line ") && err.contains(expected), "{script}: {err}");
         }
         let r = parse_script("#SBATCH --gres=gpu:3 --ntasks-per-node=2\n").expect("parses");
-        assert!(r.job("x", vec!["true".into()]).expect_err("3 GPUs over 2 tasks").contains("does not divide"));
+        assert!(
+            r.job("x", vec!["true".into()]).expect_err("3 GPUs over 2 tasks").to_string().contains("does not divide")
+        );
     }
 
     #[test]
@@ -417,6 +434,9 @@ mod tests {
     fn slurm_times_read_as_seconds() {
         for (text, seconds) in [("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172_800), ("1-1:30", 91_800)] {
             assert_eq!(slurm_time(text), Ok(seconds), "{text}");
+        }
+        for text in ["0", "x", "1-2:3:4:5"] {
+            assert_eq!(slurm_time(text).expect_err(text).field, "--time", "{text}");
         }
     }
 }
