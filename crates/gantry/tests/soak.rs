@@ -184,19 +184,24 @@ impl Soak {
 
     /// Node `i` dies: its agent and every process of its tasks (their files are under the
     /// agent's data directory), at once; it stays down until [`Soak::revive`].
+    /// As a machine dies: everything stopped first (nothing reports a task's end while the
+    /// rest is being found), then killed.
     fn kill_node(&mut self, i: usize) {
         self.down[i] = true;
-        self.signal(&self.agents[i], "-KILL");
         let marker = format!("agent-n{}/", i + 1);
+        let mut pids: Vec<String> = self.agents[i].iter().map(|p| p.child.id().to_string()).collect();
+        let _ = Command::new("kill").arg("-STOP").args(&pids).stderr(Stdio::null()).status();
         for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
             let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else { continue };
             let mentions = ["environ", "cmdline"].iter().any(|f| {
                 std::fs::read(entry.path().join(f)).is_ok_and(|b| String::from_utf8_lossy(&b).contains(&marker))
             });
             if mentions && pid != std::process::id() {
-                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+                let _ = Command::new("kill").args(["-STOP", &pid.to_string()]).stderr(Stdio::null()).status();
+                pids.push(pid.to_string());
             }
         }
+        let _ = Command::new("kill").arg("-KILL").args(&pids).stderr(Stdio::null()).status();
     }
 
     fn revive(&mut self, i: usize) {
@@ -352,6 +357,12 @@ fn libfaketime() -> String {
 }
 
 /// Tasks started so far, by the tasks' own records.
+/// The jobs that started at least once, by the tasks' own records.
+fn started_ids(ran: &Path) -> BTreeSet<u64> {
+    let text = std::fs::read_to_string(ran).unwrap_or_default();
+    text.lines().filter(|l| l.contains(" start ")).filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect()
+}
+
 fn starts(ran: &Path) -> usize {
     std::fs::read_to_string(ran).map_or(0, |t| t.lines().filter(|l| l.contains(" start ")).count())
 }
@@ -498,8 +509,10 @@ fn a_seeded_soak_of_faults_loses_and_doubles_nothing() {
         *tally.faults.entry(kind).or_default() += 1;
         let fault_at = Instant::now();
         let started_before = starts(&ran);
-        // Work waiting: acknowledged jobs that have not started yet.
-        let waiting = (tally.acknowledged.len() > started_before).then_some(started_before);
+        // Work waiting: acknowledged jobs that have not started yet (by id: unacknowledged
+        // submissions and reruns also write start lines).
+        let ran_ids = started_ids(&ran);
+        let waiting = tally.acknowledged.iter().any(|id| !ran_ids.contains(id)).then_some(started_before);
         match (kind, leader) {
             ("kill-leader", Some(l)) => {
                 soak.kill_controller(l);
