@@ -17,9 +17,9 @@ use gantry_store::LeaderHint;
 pub use gantry_wire::client::{LEADER_HEADER, STANDBY_HEADER};
 
 async fn answer(axum::extract::State(seen): axum::extract::State<LeaderHint>) -> Response {
-    let leader = seen.get().filter(|url| HeaderValue::from_str(url).is_ok());
+    let leader = seen.get().and_then(|url| HeaderValue::from_str(&url).ok().map(|header| (url, header)));
     let why = match &leader {
-        Some(url) => format!(
+        Some((url, _)) => format!(
             "this controller is a standby: it leads (and answers) when the current leader stops; \
              the leader answers at {url}: send requests there, or give clients every controller's URL (--server A,B)"
         ),
@@ -28,8 +28,8 @@ async fn answer(axum::extract::State(seen): axum::extract::State<LeaderHint>) ->
             .to_string(),
     };
     let mut response = not_leading(&why);
-    if let Some(url) = leader.and_then(|url| HeaderValue::from_str(&url).ok()) {
-        response.headers_mut().insert(LEADER_HEADER, url);
+    if let Some((_, header)) = leader {
+        response.headers_mut().insert(LEADER_HEADER, header);
     }
     response
 }

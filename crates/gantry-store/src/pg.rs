@@ -229,17 +229,17 @@ fn pg(e: postgres::Error) -> StoreError {
     if e.code() == Some(&postgres::error::SqlState::DISK_FULL) {
         return StoreError::Full(e.to_string());
     }
-    if unreachable(&e) {
-        return StoreError::Unreachable(match e.as_db_error() {
-            Some(db) => format!("postgres: {}", db.message()),
-            None => format!("postgres: {}", described(&e)),
-        });
-    }
     // The server's own message (a constraint, a syntax error) when it sent one.
-    match e.as_db_error() {
-        Some(db) => StoreError::Backend(format!("postgres: {}", db.message())),
-        None => StoreError::Backend(format!("postgres: {e}")),
-    }
+    let message = match e.as_db_error() {
+        Some(db) => format!("postgres: {}", db.message()),
+        None => format!("postgres: {}", described(&e)),
+    };
+    classified(&e, message)
+}
+
+/// `message` as the error `e` is: the store unreachable (a new connection may do), or not.
+fn classified(e: &postgres::Error, message: String) -> StoreError {
+    if unreachable(e) { StoreError::Unreachable(message) } else { StoreError::Backend(message) }
 }
 
 /// Whether `e` is about the connection rather than the statement: no server error at all (a
@@ -250,8 +250,8 @@ fn pg(e: postgres::Error) -> StoreError {
 fn unreachable(e: &postgres::Error) -> bool {
     use postgres::error::SqlState;
     match e.code() {
-        None if tls_failure(e) => false,
-        None => e.is_closed() || e.as_db_error().is_none(),
+        // No SQLSTATE: the server sent no error; the connection failed.
+        None => !tls_failure(e),
         Some(code) => {
             code.code().starts_with("08")
                 || [SqlState::ADMIN_SHUTDOWN, SqlState::CRASH_SHUTDOWN, SqlState::CANNOT_CONNECT_NOW].contains(code)
@@ -259,35 +259,28 @@ fn unreachable(e: &postgres::Error) -> bool {
     }
 }
 
+/// `e`'s causes, nearest first.
+fn causes(e: &postgres::Error) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(std::error::Error::source(e), |c| c.source())
+}
+
 /// Whether a TLS error (rustls's own) is among `e`'s causes.
 fn tls_failure(e: &postgres::Error) -> bool {
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        if c.downcast_ref::<rustls::Error>().is_some()
+    causes(e).any(|c| {
+        c.is::<rustls::Error>()
             || c.downcast_ref::<std::io::Error>()
                 .and_then(|io| io.get_ref())
                 .is_some_and(|inner| inner.is::<rustls::Error>())
-        {
-            return true;
-        }
-        cause = c.source();
-    }
-    false
+    })
 }
 
 /// `e` and its causes, as one line ("error performing TLS handshake: invalid peer
 /// certificate: …"): the driver's own message names only the step that failed.
 fn described(e: &postgres::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
+    causes(e).fold(e.to_string(), |text, c| {
         let more = c.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        cause = c.source();
-    }
-    text
+        if text.contains(&more) { text } else { format!("{text}: {more}") }
+    })
 }
 
 fn int(v: u64) -> Result<i64, StoreError> {
@@ -354,11 +347,7 @@ impl PostgresStore {
                     Ok(client) => client,
                     Err(e) => {
                         let why = format!("cannot connect to {name}: {}", described(&e));
-                        let _ = ready.send(Err(if unreachable(&e) {
-                            StoreError::Unreachable(why)
-                        } else {
-                            StoreError::Backend(why)
-                        }));
+                        let _ = ready.send(Err(classified(&e, why)));
                         return;
                     }
                 };
@@ -476,10 +465,11 @@ impl PostgresStore {
                         Err(e) => Err(pg(e).to_string()),
                     });
                 });
-                let renewed = match work.send(Some(renew)) {
-                    Ok(()) => answered.recv().unwrap_or_else(|_| Err("the store's connection ended".to_string())),
-                    Err(_) => Err("the store's connection ended".to_string()),
-                };
+                let renewed = work
+                    .send(Some(renew))
+                    .ok()
+                    .and_then(|()| answered.recv().ok())
+                    .unwrap_or_else(|| Err("the store's connection ended".to_string()));
                 if let Err(why) = renewed {
                     watch.lose(why);
                     return;

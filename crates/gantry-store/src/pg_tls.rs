@@ -121,20 +121,16 @@ impl TlsOptions {
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let roots = self.root.as_ref().map(|path| read_roots(path)).transpose()?;
-        let verifier: Arc<dyn ServerCertVerifier> = match roots {
-            None => Arc::new(Unverified(provider.clone())),
-            Some(roots) => {
-                let webpki =
-                    rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-                        .build()
-                        .map_err(|e| {
-                            StoreError::Backend(format!("the CA in sslrootcert cannot verify anything: {e}"))
-                        })?;
-                match self.mode {
-                    SslMode::VerifyFull => webpki,
-                    _ => Arc::new(AnyName(webpki)),
-                }
-            }
+        let webpki = roots
+            .map(|roots| {
+                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| StoreError::Backend(format!("the CA in sslrootcert cannot verify anything: {e}")))
+            })
+            .transpose()?;
+        let verifier: Arc<dyn ServerCertVerifier> = match (webpki, self.mode) {
+            (Some(webpki), SslMode::VerifyFull) => webpki,
+            (chain, _) => Arc::new(NameNotChecked { chain, provider: provider.clone() }),
         };
         let config = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -196,51 +192,17 @@ fn read_roots(path: &std::path::Path) -> Result<rustls::RootCertStore, StoreErro
     Ok(roots)
 }
 
-/// `prefer`/`require` without a CA: the connection is encrypted and the handshake's
-/// signatures checked, but nothing says whose certificate it is (libpq's rule).
+/// Every mode but `verify-full`: the chain is checked against the CA when there is one
+/// (`verify-ca`, or `prefer`/`require` given `sslrootcert`), never the name; without a CA
+/// nothing says whose certificate it is (libpq's rule). The handshake's signatures are always
+/// checked.
 #[derive(Debug)]
-struct Unverified(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct NameNotChecked {
+    chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
-/// `verify-ca`: the chain must lead to the CA; the name in the certificate is not checked.
-#[derive(Debug)]
-struct AnyName(Arc<rustls::client::WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for NameNotChecked {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -249,7 +211,8 @@ impl ServerCertVerifier for AnyName {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -263,7 +226,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn verify_tls13_signature(
@@ -272,11 +235,11 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider.signature_verification_algorithms.supported_schemes()
     }
 }
 

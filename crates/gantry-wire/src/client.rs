@@ -31,7 +31,7 @@ pub enum ClientError {
     )]
     NoAnswer { server: String, within_s: u64 },
     /// Every controller that answered is a standby (it leads when the leader stops); `leader`:
-    /// where one said the leader answers, when that is not among the URLs given.
+    /// where the standby said the leader answers, if it said.
     #[error(
         "{server} is a standby controller: it answers once it leads; {}",
         match leader {
@@ -143,7 +143,9 @@ fn check_plain_http(server: &str, tls: &Tls) -> Result<(), ClientError> {
 }
 
 /// `http(s)://host:port[/]` → the same without the trailing slash; anything else is refused.
-fn base_url(server: &str) -> Result<String, ClientError> {
+/// How a client writes each `--server` URL, and so how a leader's advertised URL is written
+/// for a client to recognise it.
+pub fn base_url(server: &str) -> Result<String, ClientError> {
     let rest = server.strip_prefix("https://").or_else(|| server.strip_prefix("http://")).ok_or_else(|| {
         ClientError::Address(format!("server {server:?} must start with https:// (or http:// for --insecure-http)"))
     })?;

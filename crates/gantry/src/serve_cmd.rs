@@ -344,19 +344,14 @@ fn store_choice(url: Option<String>, standby: bool) -> anyhow::Result<gantry_ser
     }
 }
 
+/// `--advertise`: written as clients write `--server` (so a client recognises it among its
+/// URLs), and short printable ASCII (a standby sends it in a header).
 fn advertise_url(text: &str) -> Result<String, String> {
-    let rest = text.strip_prefix("https://").or_else(|| text.strip_prefix("http://"));
-    match rest.map(|r| r.trim_end_matches('/')) {
-        Some(host)
-            if !host.is_empty()
-                && text.len() <= 256
-                && !host.contains(['/', '?', '#', '@', ' '])
-                && host.is_ascii() =>
-        {
-            Ok(text.trim_end_matches('/').to_string())
-        }
-        _ => Err(format!("{text:?}: give http(s)://HOST:PORT, as clients pass it to --server")),
+    let url = gantry_wire::client::base_url(text).map_err(|e| e.to_string())?;
+    if url.len() > 256 || !url.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("{text:?}: give http(s)://HOST:PORT in at most 256 printable ASCII characters"));
     }
+    Ok(url)
 }
 
 fn demo_step(text: &str) -> Result<f64, String> {
@@ -745,6 +740,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_advertised_url_is_written_as_clients_write_theirs() {
+        assert_eq!(advertise_url("https://ctl-a.example:8177/"), Ok("https://ctl-a.example:8177".to_string()));
+        for bad in ["ctl-a:8177", "https://ctl-a:8177/v1", "https://u@ctl-a:1", "https://contrôle:1", "https://a b:1"]
+        {
+            assert!(advertise_url(bad).is_err(), "{bad}");
+        }
+        assert!(advertise_url(&format!("https://{}:1", "a".repeat(300))).is_err());
+    }
 
     /// Every demo job runs at least a minute by default (long enough to see it queue, wait
     /// with a reason and run), and `--demo-step` scales every one of them.
