@@ -361,5 +361,20 @@ mod tests {
         }
         let missing = TlsOptions { mode: SslMode::VerifyFull, root: Some("/nonexistent/ca.pem".into()) };
         assert!(missing.connector().is_err());
+        // A directory, a file past the bound (a device or a log named by mistake), and
+        // certificates that are not PEM: each refused by name before any connection.
+        let dir = std::env::temp_dir().join(format!("gantry-pg-tls-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let big = dir.join("big.pem");
+        std::fs::write(&big, vec![b'A'; (ROOT_FILE_MAX + 1) as usize]).expect("file");
+        let garbage = dir.join("garbage.pem");
+        std::fs::write(&garbage, "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+            .expect("file");
+        for (root, says) in [(dir.clone(), "Is a directory"), (big, "larger than"), (garbage, "sslrootcert")] {
+            let options = TlsOptions { mode: SslMode::VerifyCa, root: Some(root.clone()) };
+            let err = options.connector().expect_err("refused").to_string();
+            assert!(err.contains(says), "{}: {err}", root.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
