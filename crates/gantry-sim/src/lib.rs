@@ -8,6 +8,7 @@
 
 pub mod alibaba;
 pub mod error;
+pub mod experiment;
 pub mod mig_day;
 pub mod native;
 pub mod protocol_a;

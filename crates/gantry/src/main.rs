@@ -15,8 +15,6 @@ mod import_cmd;
 mod jobs_cmd;
 mod logs_cmd;
 mod mig_cmd;
-mod mig_live;
-mod parallel;
 mod place_cmd;
 mod plan_cmd;
 mod replay_cmd;

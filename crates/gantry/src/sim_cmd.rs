@@ -1,13 +1,18 @@
 //! `gantry sim`: replay a trace under one or more policies: the Alibaba trace under Protocol A
 //! (the FGD paper's) or in time (Protocol B), or a native JSON-lines trace in time.
 
-use anyhow::{Context, bail};
+use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use gantry_engine::Policy;
 use gantry_sim::alibaba::{self, Mode, Skipped};
-use gantry_sim::protocol_a::{self, ProtocolA};
+use gantry_sim::experiment::sweep::{self, Sweep, SweepResult};
+use gantry_sim::experiment::{output, reference, summary};
+use gantry_sim::protocol_a::{self, Arrival};
 use gantry_sim::protocol_b;
-use std::path::PathBuf;
+use gantry_sim::{TraceNode, TracePod};
+use indicatif::ProgressBar;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub const EXAMPLES: &str = "Examples:
@@ -142,80 +147,8 @@ pub struct SimArgs {
     report: Option<PathBuf>,
 }
 
-/// Mean allocation at 130 % per (workload, policy) from the authors' curves; their policy
-/// directory names (01-Random, ...) mapped to ours.
-fn read_authors(path: &PathBuf) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
-    let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let headers = reader.headers()?.clone();
-    let col = |name: &str| {
-        headers.iter().position(|h| h == name).with_context(|| format!("{}: no `{name}` column", path.display()))
-    };
-    let (w, p, v) = (col("workload")?, col("sc_policy")?, col("130")?);
-    let mut sums: std::collections::BTreeMap<(String, String), (f64, u32)> = Default::default();
-    for record in reader.records() {
-        let r = record?;
-        let policy = match r.get(p).unwrap_or("").split_once('-').map(|(_, n)| n) {
-            Some("Random") => "random",
-            Some("DotProd") => "dot-product",
-            Some("GpuClustering") => "gpu-clustering",
-            Some("GpuPacking") => "gpu-packing",
-            Some("BestFit") => "best-fit",
-            Some("FGD") => "fgd",
-            _ => continue,
-        };
-        let Ok(value) = r.get(v).unwrap_or("").parse::<f64>() else { continue };
-        let entry = sums.entry((r.get(w).unwrap_or("").to_string(), policy.to_string())).or_default();
-        entry.0 += value;
-        entry.1 += 1;
-    }
-    Ok(sums.into_iter().map(|(k, (sum, n))| (k, sum / n as f64)).collect())
-}
-
 fn parse_policy(s: &str) -> Result<Policy, String> {
     s.parse()
-}
-
-/// Node ranks from a reference decisions.csv's `NNNN-name` node column.
-fn read_node_ranks(path: &PathBuf) -> anyhow::Result<std::collections::BTreeMap<String, u32>> {
-    let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let headers = reader.headers()?.clone();
-    let Some(col) = headers.iter().position(|h| h == "node") else { return Ok(Default::default()) };
-    let mut ranks = std::collections::BTreeMap::new();
-    for record in reader.records() {
-        let record = record?;
-        if let Some((prefix, name)) = record.get(col).and_then(|n| n.split_once('-'))
-            && let Ok(rank) = prefix.parse::<u32>()
-        {
-            ranks.insert(name.to_string(), rank);
-        }
-    }
-    Ok(ranks)
-}
-
-/// (pod, node) pairs of a decisions.csv; node `None` when FAILED. Node names lose the
-/// reference simulator's `NNNN-` prefix.
-fn read_decisions(path: &PathBuf) -> anyhow::Result<Vec<(String, Option<String>)>> {
-    let mut reader = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let headers = reader.headers()?.clone();
-    let col = |name: &str| {
-        headers.iter().position(|h| h == name).with_context(|| format!("{}: no `{name}` column", path.display()))
-    };
-    let (pod_col, node_col) = (col("pod")?, col("node").ok());
-    let mut out = Vec::new();
-    for (i, record) in reader.records().enumerate() {
-        let record = record.with_context(|| format!("{}:{}", path.display(), i + 2))?;
-        let pod = record.get(pod_col).unwrap_or("").to_string();
-        let node = node_col.and_then(|c| record.get(c)).filter(|n| !n.is_empty() && *n != "FAILED").map(|n| {
-            match n.split_once('-') {
-                Some((prefix, rest)) if prefix.len() == 4 && prefix.chars().all(|c| c.is_ascii_digit()) => {
-                    rest.to_string()
-                }
-                _ => n.to_string(),
-            }
-        });
-        out.push((pod, node));
-    }
-    Ok(out)
 }
 
 pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
@@ -238,213 +171,134 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     let Some(nodes_path) = &args.nodes else {
         bail!("give --nodes and --pods (Alibaba trace) or --trace (native trace)")
     };
+    let (nodes, lists) = read_pod_lists(&args, nodes_path)?;
+    let replaying = args.protocol.as_deref() == Some("time-replay");
+    only_protocol_a_flags(&args, !replaying)?;
+    if replaying {
+        return time_replay(&args, &nodes, &lists);
+    }
+    protocol_a_sweep(&args, &nodes, &lists)
+}
+
+/// Pod lists, each named by its file's stem.
+type PodLists = Vec<(String, Vec<TracePod>)>;
+
+/// The node list and every pod list (named by file stem), each pod checked against the nodes.
+fn read_pod_lists(args: &SimArgs, nodes_path: &Path) -> anyhow::Result<(Vec<TraceNode>, PodLists)> {
     let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
     let mut skipped = Skipped::default();
     let nodes = alibaba::read_nodes(nodes_path, mode, &mut skipped)?;
-    let capacity: u64 = nodes.iter().map(|n| n.gpus as u64 * 1000).sum();
-    if capacity == 0 {
+    if nodes.iter().all(|n| n.gpus == 0) {
         bail!("{}: no GPUs in the node list", nodes_path.display());
     }
     let mut lists = Vec::with_capacity(args.pods.len());
     for path in &args.pods {
         let pods = alibaba::read_pods(path, mode, &mut skipped)?;
         let pods = alibaba::check_pods_fit(&nodes, pods, path, mode, &mut skipped)?;
-        let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
-        lists.push((name, pods));
+        lists.push((stem(path), pods));
     }
     report_skipped(&skipped);
-    let replaying = args.protocol.as_deref() == Some("time-replay");
-    only_protocol_a_flags(&args, !replaying)?;
-    if replaying {
-        return time_replay(&args, &nodes, &lists);
-    }
+    Ok((nodes, lists))
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
+}
+
+/// Protocol A: one run per (pod list, policy, seed), then the means, the report and files.
+fn protocol_a_sweep(
+    args: &SimArgs,
+    nodes: &[TraceNode],
+    lists: &[(String, Vec<TracePod>)],
+) -> anyhow::Result<ExitCode> {
     if args.seeds > 1 && args.arrivals.is_some() {
         bail!("--seeds draws a new arrival order per seed; it cannot be combined with --arrivals");
     }
     if args.arrivals.is_some() && lists.len() > 1 {
         bail!("--arrivals replays one pod list; give a single --pods file");
     }
-    let protocol = ProtocolA::default();
-    let reference = args.compare.as_ref().map(read_decisions).transpose()?;
-    let authors = args.authors.as_ref().map(read_authors).transpose()?;
-    let fixed = match &args.arrivals {
-        Some(path) => {
-            let names: Vec<String> = read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
-            let arrivals = protocol_a::arrivals_from_names(&lists[0].1, &names)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            Some((arrivals, protocol_a::ranked_node_order(&nodes, &read_node_ranks(path)?)))
-        }
-        None => None,
-    };
-    // One job per (pod list, policy, seed), spread over every core.
-    let jobs: Vec<(usize, Policy, u64)> = (0..lists.len())
-        .flat_map(|l| args.policy.iter().flat_map(move |&p| (0..args.seeds as u64).map(move |i| (l, p, args.seed + i))))
-        .collect();
-    let progress = (jobs.len() > 1).then(|| {
-        let bar = indicatif::ProgressBar::new(jobs.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {elapsed} (eta {eta})")
-                .expect("valid template"),
-        );
-        bar
-    });
+    let reference = args.compare.as_deref().map(reference::read_decisions).transpose()?;
+    let authors = args.authors.as_deref().map(reference::read_authors).transpose()?;
+    let fixed = args.arrivals.as_deref().map(|path| fixed_order(path, nodes, &lists[0].1)).transpose()?;
     let keep_decisions = args.decisions_out.is_some() || reference.is_some();
-    let run_one = |&(list, policy, seed): &(usize, Policy, u64)| -> anyhow::Result<(protocol_a::RunResult, f64)> {
-        let started = std::time::Instant::now();
-        let pods = &lists[list].1;
-        let (arrivals, order) = match &fixed {
-            Some((a, o)) => (a.clone(), o.clone()),
-            None => {
-                (protocol_a::inflate(pods, capacity, protocol.tune, seed), protocol_a::seeded_node_order(&nodes, seed))
-            }
-        };
-        let mut result = protocol_a::run(&nodes, pods, &arrivals, &order, policy, seed, &protocol)?;
-        if !keep_decisions {
-            // A 1,400-run sweep would otherwise hold 15 million decisions (over 1 GiB).
-            result.decisions = Vec::new();
-        }
-        if let Some(bar) = &progress {
-            bar.inc(1);
-        }
-        Ok((result, started.elapsed().as_secs_f64()))
-    };
-    let threads = crate::parallel::threads(jobs.len());
-    let started = std::time::Instant::now();
-    let outcomes = crate::parallel::map(&jobs, run_one);
-    let wall = started.elapsed().as_secs_f64();
-    if let Some(bar) = &progress {
-        bar.finish_and_clear();
-    }
-    let mut results = Vec::with_capacity(jobs.len());
-    for (&(list, policy, seed), outcome) in jobs.iter().zip(outcomes) {
-        let (result, secs) = outcome?;
-        let agreement = reference.as_ref().map(|r| {
-            let same = result.decisions.iter().zip(r).filter(|(d, (_, node))| d.node == *node).count();
-            same as f64 / result.decisions.len().max(1) as f64 * 100.0
-        });
-        if !args.json && args.markdown.is_none() {
-            println!(
-                "{}{:<14} seed {:<4} arrivals {:>6}  failed {:>5}  alloc@130% {:>6.2}%  final {:>6.2}%{}  ({secs:.2}s)",
-                if lists.len() > 1 { format!("{:<26} ", lists[list].0) } else { String::new() },
-                policy.name(),
-                seed,
-                result.arrivals,
-                result.failed,
-                result.alloc_at(130).unwrap_or(f64::NAN),
-                result.final_alloc_pct,
-                agreement.map(|a| format!("  agreement {a:.1}%")).unwrap_or_default()
-            );
-        }
-        results.push((list, result));
-    }
-    let mean = |list: usize, policy: Policy| {
-        let values: Vec<f64> = results
-            .iter()
-            .filter(|(l, r)| *l == list && r.policy == policy.name())
-            .filter_map(|(_, r)| r.alloc_at(130))
-            .collect();
-        values.iter().sum::<f64>() / values.len().max(1) as f64
-    };
-    if args.seeds > 1 && !args.json && args.markdown.is_none() {
-        for (l, (name, _)) in lists.iter().enumerate() {
-            println!("\n{name}: mean allocation at 130 % over {} seeds", args.seeds);
-            for &policy in &args.policy {
-                let theirs = authors.as_ref().and_then(|a| a.get(&(name.clone(), policy.name().to_string())));
-                println!(
-                    "  {:<14} {:.2}%{}",
-                    policy.name(),
-                    mean(l, policy),
-                    theirs.map(|t| format!("  (authors {t:.2}%)")).unwrap_or_default()
-                );
-            }
-        }
+    let (policies, first_seed, seeds) = (&args.policy[..], args.seed, args.seeds);
+    let sweep = Sweep { nodes, lists, policies, first_seed, seeds, fixed, keep_decisions };
+    let bar = progress_bar(sweep.jobs().len());
+    let result = sweep.run(|| bar.iter().for_each(|b| b.inc(1)))?;
+    bar.iter().for_each(ProgressBar::finish_and_clear);
+    if !args.json && args.markdown.is_none() {
+        print_sweep(&sweep, &result, reference.as_deref(), authors.as_ref());
     }
     if let Some(path) = &args.markdown {
-        let mut md = format!(
-            "Mean GPU allocation at 130 % arrived load, {} seed(s) from {} each, Protocol A (FGD paper). \
-             In parentheses: the FGD authors' published 10-seed mean, where they have one. \
-             {} runs in {:.0} s on {} threads.\n\n| pod list |",
-            args.seeds,
-            args.seed,
-            jobs.len(),
-            wall,
-            threads
-        );
-        for policy in &args.policy {
-            md += &format!(" {} |", policy.name());
-        }
-        md += "\n|---|";
-        md += &"---:|".repeat(args.policy.len());
-        md += "\n";
-        for (l, (name, _)) in lists.iter().enumerate() {
-            md += &format!("| {name} |");
-            for &policy in &args.policy {
-                let theirs = authors.as_ref().and_then(|a| a.get(&(name.clone(), policy.name().to_string())));
-                md += &format!(" {:.2}{} |", mean(l, policy), theirs.map(|t| format!(" ({t:.2})")).unwrap_or_default());
-            }
-            md += "\n";
-        }
-        std::fs::write(path, md).with_context(|| format!("cannot write {}", path.display()))?;
+        output::write(path, result.markdown(&sweep, authors.as_ref()))?;
         eprintln!("wrote {}", path.display());
     }
     if let Some(dir) = &args.report {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let grouped: Vec<(String, gantry_sim::report::ListResults<'_>)> = lists
-            .iter()
-            .enumerate()
-            .map(|(l, (name, _))| {
-                let mut by_policy: gantry_sim::report::ListResults<'_> = Default::default();
-                for (list, r) in &results {
-                    if *list == l {
-                        by_policy.entry(r.policy.clone()).or_default().push(r);
-                    }
-                }
-                (name.clone(), by_policy)
-            })
-            .collect();
-        let write = |name: &str, text: String| {
-            std::fs::write(dir.join(name), text).with_context(|| format!("cannot write {}", dir.join(name).display()))
-        };
-        write("curves.csv", gantry_sim::report::curves_csv(&grouped))?;
-        for (name, by_policy) in &grouped {
-            write(&format!("{name}.svg"), gantry_sim::report::allocation_svg(name, by_policy))?;
-        }
-        write("report.html", gantry_sim::report::html("gantry sim — Protocol A (FGD paper)", &grouped))?;
+        output::sweep_report(dir, lists, &result)?;
         eprintln!("wrote report to {}", dir.display());
     }
     if args.json {
-        // Each result names its pod list (several lists run in one call).
-        #[derive(serde::Serialize)]
-        struct Named<'a> {
-            pods: &'a str,
-            #[serde(flatten)]
-            result: &'a protocol_a::RunResult,
-        }
-        let named: Vec<Named<'_>> =
-            results.iter().map(|(l, r)| Named { pods: lists[*l].0.as_str(), result: r }).collect();
-        println!("{}", serde_json::to_string_pretty(&named)?);
+        println!("{}", serde_json::to_string_pretty(&result.named(lists))?);
     }
     if let Some(path) = &args.decisions_out {
-        let mut out = String::from("seq,pod_list,policy,pod,node,gpu_index\n");
-        for (l, r) in &results {
-            for (seq, d) in r.decisions.iter().enumerate() {
-                let gpus: Vec<String> = d.gpus.iter().map(u32::to_string).collect();
-                out += &format!(
-                    "{seq},{},{},{},{},{}\n",
-                    lists[*l].0,
-                    r.policy,
-                    d.name,
-                    d.node.as_deref().unwrap_or("FAILED"),
-                    gpus.join("-")
-                );
-            }
-        }
-        std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?;
+        output::write(path, result.decisions_csv(lists))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Refuse flags that mean nothing for the protocol being run, rather than ignore them.
+/// `--arrivals FILE`: the reference run's arrival order and node ranks.
+fn fixed_order(path: &Path, nodes: &[TraceNode], pods: &[TracePod]) -> anyhow::Result<(Vec<Arrival>, Vec<usize>)> {
+    let names: Vec<String> = reference::read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
+    let arrivals = protocol_a::arrivals_from_names(pods, &names).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    Ok((arrivals, protocol_a::ranked_node_order(nodes, &reference::read_node_ranks(path)?)))
+}
+
+/// A progress bar on stderr for more than one run.
+fn progress_bar(runs: usize) -> Option<ProgressBar> {
+    (runs > 1).then(|| {
+        let bar = ProgressBar::new(runs as u64);
+        let style = indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs  {elapsed} (eta {eta})");
+        bar.set_style(style.expect("valid template"));
+        bar
+    })
+}
+
+/// One line per run, then (with several seeds) the mean per pod list and policy.
+fn print_sweep(
+    sweep: &Sweep<'_>,
+    result: &SweepResult,
+    reference: Option<&[(String, Option<String>)]>,
+    authors: Option<&BTreeMap<(String, String), f64>>,
+) {
+    let several = sweep.lists.len() > 1;
+    for run in &result.runs {
+        let r = &run.result;
+        let list = if several { format!("{:<26} ", sweep.lists[run.list].0) } else { String::new() };
+        let agreement = reference.map(|refs| format!("  agreement {:.1}%", sweep::agreement(&r.decisions, refs)));
+        println!(
+            "{list}{:<14} seed {:<4} arrivals {:>6}  failed {:>5}  alloc@130% {:>6.2}%  final {:>6.2}%{}  ({:.2}s)",
+            r.policy,
+            run.seed,
+            r.arrivals,
+            r.failed,
+            r.alloc_at(130).unwrap_or(f64::NAN),
+            r.final_alloc_pct,
+            agreement.unwrap_or_default(),
+            run.secs
+        );
+    }
+    if sweep.seeds <= 1 {
+        return;
+    }
+    for (l, (name, _)) in sweep.lists.iter().enumerate() {
+        println!("\n{name}: mean allocation at 130 % over {} seeds", sweep.seeds);
+        for &policy in sweep.policies {
+            let theirs = authors.and_then(|a| a.get(&(name.clone(), policy.name().to_string())));
+            let theirs = theirs.map(|t| format!("  (authors {t:.2}%)")).unwrap_or_default();
+            println!("  {:<14} {:.2}%{theirs}", policy.name(), result.mean_at_130(l, policy));
+        }
+    }
+}
 fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()> {
     if protocol_a {
         if args.compress != 1 {
@@ -512,7 +366,7 @@ fn time_replay(
 
 /// `--sacct FILE`: Slurm's history imported into a native trace (a temporary file, removed
 /// after) and replayed in time, as `--trace` replays one.
-fn sacct_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn sacct_replay(args: &SimArgs, path: &Path) -> anyhow::Result<ExitCode> {
     if args.protocol.as_deref() == Some("fgd") {
         bail!("--protocol fgd replays Alibaba pod lists; --sacct replays in time (--protocol time-replay)");
     }
@@ -538,51 +392,58 @@ fn sacct_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitCo
 }
 
 /// `--trace FILE [--fleet FILE]`: a native trace replayed in time.
-fn native_replay(args: &SimArgs, path: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn native_replay(args: &SimArgs, path: &Path) -> anyhow::Result<ExitCode> {
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
     let file = std::fs::File::open(path).with_context(|| format!("cannot read trace {}", path.display()))?;
     let trace = gantry_spec::read_trace(std::io::BufReader::new(file), catalog, args.lenient)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let (jobs, unfit) = gantry_sim::native::check_fits(&fleet, catalog, trace.jobs, args.lenient)
-        .map_err(|e| anyhow::anyhow!("{} on {fleet_name}: {e}", path.display()))?;
+        .map_err(|e| anyhow!("{} on {fleet_name}: {e}", path.display()))?;
     let skipped: u64 = trace.skipped.values().chain(unfit.values()).sum();
     if skipped > 0 {
         let reasons: Vec<String> = trace.skipped.iter().chain(&unfit).map(|(why, n)| format!("{n} × {why}")).collect();
         eprintln!("skipped {skipped} trace lines: {}", reasons.join("; "));
     }
-    let name = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
     let order = queue_order(args, jobs.iter().map(|j| j.job.queue.as_str()))?;
     if let protocol_b::Order::FairShare(tree) = &order {
-        for w in gantry_engine::quota::quota_warnings(tree, &gantry_engine::quota::fleet_capacity(&fleet)) {
-            eprintln!("warning: {w}");
-        }
-    }
-    if let protocol_b::Order::FairShare(tree) = &order
-        && let Some(j) = jobs.iter().find(|j| tree.find(&j.job.queue).is_none())
-    {
-        bail!(
-            "{}: line {} / job {:?}: unknown queue {:?} (not in {})",
-            path.display(),
-            j.line,
-            j.job.name,
-            j.job.queue,
-            args.queues.as_ref().map_or_else(|| "the queue file".into(), |q| q.display().to_string())
-        );
+        check_queues(args, path, tree, &fleet, &jobs)?;
     }
     if args.live {
-        return live_replay(args, &name, fleet, &jobs, &order);
+        return live_replay(args, &stem(path), fleet, &jobs, &order);
     }
     let mut runs = Vec::new();
     for &policy in &args.policy {
-        for seed in args.seed..args.seed + args.seeds as u64 {
+        for seed in args.seed..args.seed + u64::from(args.seeds) {
             let started = std::time::Instant::now();
             let r = protocol_b::run_trace(&fleet, catalog, &jobs, policy, seed, &replay_options(args, &order))?;
-            print_replay(args, &name, &r, started.elapsed().as_secs_f64());
+            print_replay(args, &stem(path), &r, started.elapsed().as_secs_f64());
             runs.push(r);
         }
     }
-    finish_replay(args, &[(name, runs)])
+    finish_replay(args, &[(stem(path), runs)])
+}
+
+/// Warn of guarantees the fleet cannot honour; refuse a job whose queue is not in the tree.
+fn check_queues(
+    args: &SimArgs,
+    path: &Path,
+    tree: &gantry_types::QueueTree,
+    fleet: &gantry_types::Fleet,
+    jobs: &[gantry_spec::TraceJob],
+) -> anyhow::Result<()> {
+    for w in gantry_engine::quota::quota_warnings(tree, &gantry_engine::quota::fleet_capacity(fleet)) {
+        eprintln!("warning: {w}");
+    }
+    let Some(j) = jobs.iter().find(|j| tree.find(&j.job.queue).is_none()) else { return Ok(()) };
+    bail!(
+        "{}: line {} / job {:?}: unknown queue {:?} (not in {})",
+        path.display(),
+        j.line,
+        j.job.name,
+        j.job.queue,
+        args.queues.as_ref().map_or_else(|| "the queue file".into(), |q| q.display().to_string())
+    )
 }
 
 /// `--live`: the trace through the live controller in simulated time.
@@ -625,11 +486,11 @@ fn live_replay(
         );
     }
     if let Some(path) = &args.decisions_out {
-        let mut out = String::from("trace,policy,seed,time_s,event,job,queue,milli,preemptor,cause,kill_at_s\n");
+        let mut out = String::from(output::EVENTS_HEADER);
         for e in &r.events {
             out.push_str(&format!("{name},live,0,{},{},{},{},,,,\n", e.time_s, e.event, e.job, e.queue));
         }
-        std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?;
+        output::write(path, out)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -641,29 +502,7 @@ fn queue_order<'a>(args: &SimArgs, tenants: impl Iterator<Item = &'a str>) -> an
     if args.order == "fifo" {
         return Ok(protocol_b::Order::Fifo);
     }
-    Ok(protocol_b::Order::FairShare(queue_tree(args.queues.as_deref(), tenants)?))
-}
-
-/// The queue tree a replay's fair share orders by: the queue file, or one queue per tenant
-/// (equal weights, default half-life and starvation bound).
-pub(crate) fn queue_tree<'a>(
-    queues: Option<&std::path::Path>,
-    tenants: impl Iterator<Item = &'a str>,
-) -> anyhow::Result<gantry_types::QueueTree> {
-    Ok(match queues {
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("cannot read queue file {}", path.display()))?;
-            gantry_spec::parse_queues(&text, gantry_catalog::Catalog::embedded())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
-        }
-        None => {
-            let mut names: Vec<&str> = tenants.collect();
-            names.sort_unstable();
-            names.dedup();
-            gantry_types::QueueTree::flat(names, gantry_spec::HALF_LIFE_DEFAULT_S, gantry_spec::STARVATION_DEFAULT_S)
-        }
-    })
+    Ok(protocol_b::Order::FairShare(gantry_sim::experiment::queue_tree(args.queues.as_deref(), tenants)?))
 }
 
 fn replay_options(args: &SimArgs, order: &protocol_b::Order) -> protocol_b::ReplayOptions {
@@ -681,182 +520,27 @@ fn replay_options(args: &SimArgs, order: &protocol_b::Order) -> protocol_b::Repl
     }
 }
 
-/// Most waiting jobs `--why` lists (the JSON has them all).
-const WHY_ROWS_MAX: usize = 50;
-
-fn print_pending(r: &protocol_b::ReplayResult) {
-    let at = r.stopped_at_s.map_or_else(|| "at the end".to_string(), |t| format!("at t={t}s"));
-    if r.pending.is_empty() {
-        println!("  nothing waiting {at}");
-        return;
-    }
-    println!("  {} jobs waiting {at}:", r.pending.len());
-    println!("    {:<24} {:<12} {:>10} {:>10}  why", "job", "queue", "since", "estimate");
-    for p in r.pending.iter().take(WHY_ROWS_MAX) {
-        let estimate = p.estimate_s.map_or_else(|| "-".to_string(), |e| format!("{e}s"));
-        println!("    {:<24} {:<12} {:>10} {:>10}  {}", p.job, p.queue, format!("{}s", p.since_s), estimate, p.reason);
-    }
-    if r.pending.len() > WHY_ROWS_MAX {
-        println!("    ... {} more (--json lists them all)", r.pending.len() - WHY_ROWS_MAX);
-    }
-}
-
 fn print_replay(args: &SimArgs, name: &str, r: &protocol_b::ReplayResult, secs: f64) {
-    if args.json {
-        return;
-    }
-    let tenants: Vec<String> = r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{t} {s:.1}%")).collect();
-    println!(
-        "{name} {:<14} {} backfill {} seed {}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s max {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}{}  ({secs:.2}s)",
-        r.policy,
-        r.order,
-        r.backfill,
-        r.seed,
-        r.started,
-        r.pods,
-        r.never_started,
-        r.delay_p50_s,
-        r.delay_p90_s,
-        r.delay_p99_s,
-        r.delay_max_s,
-        r.mean_alloc_pct,
-        r.peak_alloc_pct,
-        r.mean_util_pct,
-        tenants.join(", "),
-        r.jain_mean
-            .map(|j| format!(
-                ", Jain {j:.3} (min {:.3}), weighted {:.3}",
-                r.jain_min.unwrap_or(j),
-                r.jain_weighted_mean.unwrap_or(j)
-            ))
-            .unwrap_or_default()
-    );
-    let waited: u64 = r.wait_job_s_by_reason.values().sum();
-    if waited > 0 {
-        let mut by: Vec<(&String, &u64)> = r.wait_job_s_by_reason.iter().collect();
-        by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let top: Vec<String> =
-            by.iter().take(4).map(|(why, s)| format!("{why} {:.0}%", **s as f64 / waited as f64 * 100.0)).collect();
-        println!("  waiting, by why (share of job-time): {}", top.join(", "));
-    }
-    if r.dependency_never + r.waiting_on_dependencies > 0 {
-        println!(
-            "  {} jobs dropped (a dependency can never be met), {} still waiting on dependencies",
-            r.dependency_never, r.waiting_on_dependencies
-        );
-    }
-    if r.preemptions > 0 {
-        let by: Vec<String> = r.preemptions_by_right.iter().map(|(why, n)| format!("{n} for {why}")).collect();
-        println!(
-            "  {} preemptions ({}), {:.1} GPU-hours of work lost",
-            r.preemptions,
-            by.join(", "),
-            r.preempted_gpu_s_lost / 3600.0
-        );
-    }
-    if r.reserved > 0 {
-        let rights: std::collections::BTreeMap<&str, usize> =
-            r.promises_broken.iter().fold(Default::default(), |mut m, b| {
-                *m.entry(b.right).or_default() += 1;
-                m
-            });
-        let rights: Vec<String> = rights.iter().map(|(why, n)| format!("{n} by {why}")).collect();
-        println!(
-            "  {} jobs got a reserved start; {} started later than first promised; promises pushed back: {}{}",
-            r.reserved,
-            r.reserved_late,
-            if rights.is_empty() { "none".to_string() } else { rights.join(", ") },
-            if r.reserved_late_without_cause.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " ({} with no higher right: {})",
-                    r.reserved_late_without_cause.len(),
-                    r.reserved_late_without_cause.join(", ")
-                )
-            }
-        );
-    }
-    if !r.waits_by_queue.is_empty() && r.waits_by_queue.len() > 1 {
-        let waits: Vec<String> = r
-            .waits_by_queue
-            .iter()
-            .map(|(q, w)| format!("{q} p50 {}s p90 {}s max {}s", w.p50_s, w.p90_s, w.max_s))
-            .collect();
-        println!("  waits by queue: {}", waits.join("; "));
-    }
-    if r.time_limit_ended + r.held + r.user_limit_waited > 0 {
-        println!(
-            "  {} jobs stopped at their time limit, {} held, {} waited on a per-user limit",
-            r.time_limit_ended, r.held, r.user_limit_waited
-        );
-    }
-    if args.why || r.stopped_at_s.is_some() {
-        print_pending(r);
+    if !args.json {
+        println!("{}", summary::replay(name, r, secs, args.why));
     }
 }
 
-/// JSON and the report folder for time replays.
-fn finish_replay(args: &SimArgs, traces: &[(String, Vec<protocol_b::ReplayResult>)]) -> anyhow::Result<ExitCode> {
+/// JSON, the report folder and the events CSV of time replays.
+fn finish_replay(args: &SimArgs, traces: &output::Traces) -> anyhow::Result<ExitCode> {
     if let Some(dir) = &args.report {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let grouped: Vec<(String, gantry_sim::report::ReplayRuns<'_>)> =
-            traces.iter().map(|(name, runs)| (name.clone(), runs.iter().collect())).collect();
-        let write = |name: &str, text: String| {
-            std::fs::write(dir.join(name), text).with_context(|| format!("cannot write {}", dir.join(name).display()))
-        };
-        write("series.csv", gantry_sim::report::replay_csv(&grouped))?;
-        for (name, runs) in &grouped {
-            write(
-                &format!("{name}.svg"),
-                gantry_sim::report::replay_svg(&format!("{name}: allocated and used over time"), runs),
-            )?;
-        }
-        write("report.html", gantry_sim::report::replay_html("gantry sim — time replay", &grouped))?;
+        output::replay_report(dir, traces)?;
         eprintln!("wrote report to {}", dir.display());
     }
     if let Some(path) = &args.decisions_out {
-        let mut out = String::from("trace,policy,seed,time_s,event,job,queue,milli,preemptor,cause,kill_at_s\n");
-        for (name, runs) in traces {
-            for r in runs {
-                for e in &r.events {
-                    let opt = |v: Option<String>| v.unwrap_or_default();
-                    out.push_str(&format!(
-                        "{name},{},{},{},{},{},{},{},{},{},{}\n",
-                        r.policy,
-                        r.seed,
-                        e.time_s,
-                        e.event,
-                        e.job,
-                        e.queue,
-                        e.milli,
-                        opt(e.preemptor.clone()),
-                        e.cause.unwrap_or(""),
-                        opt(e.kill_at_s.map(|t| t.to_string()))
-                    ));
-                }
-            }
-        }
-        std::fs::write(path, out).with_context(|| format!("cannot write {}", path.display()))?;
+        output::write(path, output::replay_events_csv(traces))?;
         eprintln!("wrote {}", path.display());
     }
     if args.json {
-        // Each result names its trace or pod list (several run in one call).
-        #[derive(serde::Serialize)]
-        struct Named<'a> {
-            trace: &'a str,
-            #[serde(flatten)]
-            result: &'a protocol_b::ReplayResult,
-        }
-        let all: Vec<Named<'_>> = traces
-            .iter()
-            .flat_map(|(name, runs)| runs.iter().map(move |result| Named { trace: name.as_str(), result }))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
+        println!("{}", serde_json::to_string_pretty(&output::named_replays(traces))?);
     }
     Ok(ExitCode::SUCCESS)
 }
-
 /// Lenient mode's tally on stderr: malformed rows apart from well-formed pods the node list
 /// cannot hold (too large, or a GPU model it lacks: perhaps the node list is what is wrong).
 fn report_skipped(skipped: &Skipped) {

@@ -101,7 +101,7 @@ fn history_jobs(
 }
 
 fn fair_share(args: &WhatifArgs, jobs: &[gantry_spec::TraceJob]) -> anyhow::Result<Order> {
-    let tree = crate::sim_cmd::queue_tree(args.queues.as_deref(), jobs.iter().map(|j| j.job.queue.as_str()))?;
+    let tree = gantry_sim::experiment::queue_tree(args.queues.as_deref(), jobs.iter().map(|j| j.job.queue.as_str()))?;
     if let Some(j) = jobs.iter().find(|j| tree.find(&j.job.queue).is_none()) {
         let file = args.queues.as_ref().map_or_else(String::new, |q| format!(" {}", q.display()));
         bail!(

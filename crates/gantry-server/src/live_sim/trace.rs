@@ -1,6 +1,5 @@
-//! The live controller in simulated time (`gantry sim --trace T --live`): the same state
-//! machine the service runs, driven by the simulator's clock instead of the wall clock, with
-//! simulated tasks instead of processes. A trace job arrives as a `Submit` at its arrival time;
+//! A native trace through the live controller in simulated time (`gantry sim --trace T
+//! --live`). A trace job arrives as a `Submit` at its arrival time;
 //! each launch becomes a task exit at its start plus the job's duration (or its time limit,
 //! timed out); a stop becomes an exit after the grace period; at every instant with something
 //! to do — an arrival, an exit, or the scheduler's next wake-up — exits and arrivals are
@@ -11,6 +10,7 @@
 //! trace's durations), resolves `after` to the latest job of that name submitted before (the
 //! replay to any job of the trace), and numbers jobs from 1 in arrival order.
 
+use super::clock::VirtualClock;
 use crate::auth::Principal;
 use crate::control::{Agents, Command, Controller, Image, Setup};
 use crate::error::ControlError;
@@ -19,8 +19,7 @@ use gantry_catalog::Catalog;
 use gantry_engine::sched::SchedulerConfig;
 use gantry_spec::TraceJob;
 use gantry_types::{Event, Fleet};
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::BTreeMap;
 
 /// One job event, as the time replay's `--events` CSV has them.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -55,15 +54,12 @@ pub struct LiveResult {
 enum Due {
     Exit { task: TaskKey, code: Option<i32>, timed_out: bool },
     Arrive(usize),
-    Wake,
 }
 
 struct Driver<'t> {
     controller: Controller,
     trace: &'t [TraceJob],
-    due: BinaryHeap<Reverse<(u64, Due)>>,
-    /// Times a wake-up is already due (so one is not queued twice).
-    wakes: BTreeSet<u64>,
+    clock: VirtualClock<Due>,
     /// Job id → trace index.
     of_id: BTreeMap<u64, usize>,
     submitted_at: BTreeMap<u64, u64>,
@@ -84,18 +80,13 @@ pub fn run(
     let mut driver = Driver {
         controller,
         trace,
-        due: trace.iter().enumerate().map(|(i, t)| Reverse((t.arrival_s, Due::Arrive(i)))).collect(),
-        wakes: BTreeSet::new(),
+        clock: VirtualClock::new(trace.iter().enumerate().map(|(i, t)| (t.arrival_s, Due::Arrive(i)))),
         of_id: BTreeMap::new(),
         submitted_at: BTreeMap::new(),
         result: LiveResult { jobs: trace.len() as u64, ..Default::default() },
     };
-    while let Some(Reverse((t, first))) = driver.due.pop() {
-        let mut now = vec![first];
-        while driver.due.peek().is_some_and(|Reverse((next, _))| *next == t) {
-            now.push(driver.due.pop().expect("peeked").0.1);
-        }
-        driver.instant(t, now)?;
+    while let Some((t, due)) = driver.clock.next_instant(u64::MAX) {
+        driver.instant(t, due)?;
     }
     driver.result.waits_s.sort_unstable();
     Ok(driver.result)
@@ -103,24 +94,17 @@ pub fn run(
 
 impl Driver<'_> {
     /// Everything due at `t`, then a tick.
-    fn instant(&mut self, t: u64, mut due: Vec<Due>) -> Result<(), ControlError> {
-        due.sort();
+    fn instant(&mut self, t: u64, due: Vec<Due>) -> Result<(), ControlError> {
         for item in due {
             match item {
                 Due::Exit { task, code, timed_out } => {
                     self.apply(t, Command::TaskExited { task, code, timed_out, lost: false }, None)?;
                 }
                 Due::Arrive(i) => self.arrive(t, i)?,
-                Due::Wake => {}
             }
         }
         self.apply(t, Command::tick(), None)?;
-        if let Some(at) = self.controller.next_wake(t)
-            && at > t
-            && self.wakes.insert(at)
-        {
-            self.due.push(Reverse((at, Due::Wake)));
-        }
+        self.clock.wake_for(&self.controller, t);
         self.result.end_s = t;
         Ok(())
     }
@@ -158,7 +142,7 @@ impl Driver<'_> {
             let limit = launch.time_limit_s.unwrap_or(u64::MAX / 4);
             let (run, timed_out) = if limit < work { (limit, true) } else { (work, false) };
             let code = if timed_out { None } else { Some(0) };
-            self.due.push(Reverse((t + run, Due::Exit { task: launch.key(), code, timed_out })));
+            self.clock.at(t + run, Due::Exit { task: launch.key(), code, timed_out });
         }
         for stop in &effects.stop {
             self.result.preemptions += 1;
@@ -166,7 +150,7 @@ impl Driver<'_> {
             self.result.events.push(LiveEvent { time_s: t, event: "stop", job: name, queue });
             for task in self.controller.tasks_of(stop.job) {
                 let exit = Due::Exit { task, code: None, timed_out: false };
-                self.due.push(Reverse((t + stop.grace_s, exit)));
+                self.clock.at(t + stop.grace_s, exit);
             }
         }
         Ok(())

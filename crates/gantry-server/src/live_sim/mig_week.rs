@@ -12,14 +12,30 @@
 //! moved replica restarts with its remaining work plus `restart_s`, and the time it served
 //! nothing is taken off demand served, as the simulator counts a move.
 
-use gantry_server::auth::Principal;
-use gantry_server::control::reconfig::{ReconfigureMode, ReconfigurePolicy};
-use gantry_server::control::{Agents, Command, Controller, Image, Reply, Setup};
-use gantry_server::wire::{LayoutOrder, LayoutReport, TaskKey};
+use super::clock::VirtualClock;
+use crate::auth::Principal;
+use crate::control::reconfig::{ReconfigureMode, ReconfigurePolicy};
+use crate::control::{Agents, Command, Controller, Effects, Image, Reply, Setup};
+use crate::error::ControlError;
+use crate::wire::{LayoutOrder, LayoutReport, TaskKey};
+use gantry_sim::SimError;
 use gantry_sim::mig_day::{DayConfig, Scenario, is_training, job_spec};
 use gantry_types::Fleet;
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
+
+/// Why a week could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum WeekError {
+    /// The scenario or the simulator's own evaluation refused.
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    /// The controller refused a command the driver gave it.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The simulator's best static layout is not among the layouts it compared.
+    #[error("the best static layout {0:?} is not a candidate")]
+    NoSuchLayout(String),
+}
 
 /// How one week went through the live controller.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
@@ -47,14 +63,13 @@ enum Due {
     Layout(String, u64, u32),
     Arrive(usize),
     GiveUp(usize),
-    Wake,
 }
 
 struct Driver<'s> {
     s: &'s Scenario,
     config: &'s DayConfig,
     c: Controller,
-    due: BinaryHeap<Reverse<(u64, Due)>>,
+    clock: VirtualClock<Due>,
     of_id: BTreeMap<u64, usize>,
     id_of: BTreeMap<usize, u64>,
     /// Per arrival: started once (served), its work left when moved and when.
@@ -98,19 +113,18 @@ pub fn run(
     label: &str,
     config: &DayConfig,
     reconfigure: ReconfigurePolicy,
-) -> anyhow::Result<LiveWeek> {
+) -> Result<LiveWeek, WeekError> {
     let catalog = gantry_catalog::Catalog::embedded();
     let mut setup = Setup::new(fleet.clone(), &Default::default(), Agents::Local, Default::default());
     setup.backfill = "greedy".into();
     setup.reconfigure = reconfigure;
     setup.meter_flush_s = gantry_store::USAGE_BUCKET_S;
-    let (c, _) = Controller::open(setup, Image::default(), catalog, &Default::default(), 0)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (c, _) = Controller::open(setup, Image::default(), catalog, &Default::default(), 0)?;
     let mut d = Driver {
         s,
         config,
         c,
-        due: s.jobs.iter().enumerate().map(|(i, j)| Reverse((j.arrival_s, Due::Arrive(i)))).collect(),
+        clock: VirtualClock::new(s.jobs.iter().enumerate().map(|(i, j)| (j.arrival_s, Due::Arrive(i)))),
         of_id: BTreeMap::new(),
         id_of: BTreeMap::new(),
         started: vec![false; s.jobs.len()],
@@ -122,23 +136,15 @@ pub fn run(
         gave_up: 0,
         refused: 0,
     };
-    d.due.push(Reverse((0, Due::Wake)));
-    while let Some(Reverse((t, first))) = d.due.pop() {
-        if t > s.end_s {
-            break;
-        }
-        let mut now = vec![first];
-        while d.due.peek().is_some_and(|Reverse((next, _))| *next == t) {
-            now.push(d.due.pop().expect("peeked").0.1);
-        }
-        d.instant(t, now)?;
+    d.clock.wake(0);
+    while let Some((t, due)) = d.clock.next_instant(s.end_s) {
+        d.instant(t, due)?;
     }
     Ok(d.result(label, fleet))
 }
 
 impl Driver<'_> {
-    fn instant(&mut self, t: u64, mut due: Vec<Due>) -> anyhow::Result<()> {
-        due.sort();
+    fn instant(&mut self, t: u64, due: Vec<Due>) -> Result<(), ControlError> {
         for item in due {
             match item {
                 Due::Exit(task) => {
@@ -158,17 +164,14 @@ impl Driver<'_> {
                         self.apply(t, Command::Cancel { who: Principal::controller(), job: id, force: false })?;
                     }
                 }
-                Due::Wake => {}
             }
         }
         self.apply(t, Command::tick())?;
-        if let Some(at) = self.c.next_wake(t).filter(|&at| at > t) {
-            self.due.push(Reverse((at, Due::Wake)));
-        }
+        self.clock.wake_for(&self.c, t);
         Ok(())
     }
 
-    fn arrive(&mut self, t: u64, i: usize) -> anyhow::Result<()> {
+    fn arrive(&mut self, t: u64, i: usize) -> Result<(), ControlError> {
         let j = &self.s.jobs[i];
         let mut job = job_spec(self.s, i);
         job.queue = "default".into();
@@ -180,31 +183,31 @@ impl Driver<'_> {
                 Ok(effects) => effects,
                 // A job this layout can never hold is refused, as the API refuses it: it is never
                 // served (the simulator counts it as never started).
-                Err(gantry_server::error::ControlError::Invalid(_)) => {
+                Err(ControlError::Invalid(_)) => {
                     self.refused += 1;
                     return Ok(());
                 }
-                Err(e) => anyhow::bail!("{e}"),
+                Err(e) => return Err(e),
             };
         self.commands += 1;
         if let Reply::Submitted { ids } = &effects.reply {
             self.of_id.insert(ids[0], i);
             self.id_of.insert(i, ids[0]);
         }
-        self.due.push(Reverse((t + j.patience_s, Due::GiveUp(i))));
+        self.clock.at(t + j.patience_s, Due::GiveUp(i));
         self.effects(t, effects);
         Ok(())
     }
 
-    fn apply(&mut self, t: u64, command: Command) -> anyhow::Result<()> {
-        let effects = self.c.apply(t, command).map_err(|e| anyhow::anyhow!("{e}"))?;
+    fn apply(&mut self, t: u64, command: Command) -> Result<(), ControlError> {
+        let effects = self.c.apply(t, command)?;
         self.commands += 1;
         self.effects(t, effects);
         Ok(())
     }
 
     /// Put a command's launches, stops and layout orders on the clock.
-    fn effects(&mut self, t: u64, effects: gantry_server::control::Effects) {
+    fn effects(&mut self, t: u64, effects: Effects) {
         for launch in &effects.launch {
             let i = self.of_id[&launch.job];
             let j = &self.s.jobs[i];
@@ -221,19 +224,19 @@ impl Driver<'_> {
                 }
             };
             self.end_of_run.insert(i, t + run);
-            self.due.push(Reverse((t + run, Due::Exit(launch.key()))));
+            self.clock.at(t + run, Due::Exit(launch.key()));
         }
         for stop in &effects.stop {
             let i = self.of_id[&stop.job];
             let end = self.end_of_run.get(&i).copied().unwrap_or(t);
             self.moved_at.insert(i, (t, end.saturating_sub(t)));
             for task in self.c.tasks_of(stop.job) {
-                self.due.push(Reverse((t + stop.grace_s, Due::Exit(task))));
+                self.clock.at(t + stop.grace_s, Due::Exit(task));
             }
         }
         for (node, order) in effects.layouts {
             let at = t + self.config.reconfigure_s;
-            self.due.push(Reverse((at, Due::Layout(node, order.id, order.gpu))));
+            self.clock.at(at, Due::Layout(node, order.id, order.gpu));
             self.layouts.insert(order.id, order);
         }
     }
@@ -255,7 +258,7 @@ impl Driver<'_> {
         by_kind[0][0] -= self.lost_milli_s + never_back;
         let served = by_kind[0][0] + by_kind[1][0];
         let demanded = by_kind[0][1] + by_kind[1][1];
-        let view = gantry_server::views::reconfig::reconfigurations(&self.c, &Principal::controller());
+        let view = crate::views::reconfig::reconfigurations(&self.c, &Principal::controller());
         let gpus = fleet.nodes.iter().map(|n| n.gpus.len()).sum::<usize>().max(1) as f64;
         let days = self.s.end_s as f64 / 86_400.0;
         LiveWeek {
@@ -295,17 +298,17 @@ pub struct Compared {
 }
 
 /// Compare one week (`config.seed`).
-pub fn compare(config: &DayConfig) -> anyhow::Result<Compared> {
+pub fn compare(config: &DayConfig) -> Result<Compared, WeekError> {
     use gantry_sim::mig_day::{evaluate, scenario, static_candidates};
     let catalog = gantry_catalog::Catalog::embedded();
-    let sim = evaluate(config, catalog, |_, _| {}).map_err(|e| anyhow::anyhow!(e))?;
-    let s = scenario(config, catalog).map_err(|e| anyhow::anyhow!(e))?;
+    let sim = evaluate(config, catalog, |_, _| {})?;
+    let s = scenario(config, catalog)?;
     let best = &sim.statics[sim.best_static];
-    let candidates = static_candidates(&s, catalog).map_err(|e| anyhow::anyhow!(e))?;
+    let candidates = static_candidates(&s, catalog)?;
     let (_, best_fleet) = candidates
         .iter()
         .find(|(label, _)| *label == best.label)
-        .ok_or_else(|| anyhow::anyhow!("the best static layout {:?} is not a candidate", best.label))?;
+        .ok_or_else(|| WeekError::NoSuchLayout(best.label.clone()))?;
     let gpus = config.nodes * config.gpus_per_node;
     let off = ReconfigurePolicy { mode: ReconfigureMode::Off, ..ReconfigurePolicy::default() };
     let live_static = run(&s, best_fleet, &best.label, config, off)?;
@@ -325,62 +328,21 @@ pub fn compare(config: &DayConfig) -> anyhow::Result<Compared> {
     })
 }
 
-/// `gantry plan --evaluate --live [--seeds N]`: each week compared, then the gains' means.
-pub fn report(config: &DayConfig, seeds: u32, json: bool) -> anyhow::Result<std::process::ExitCode> {
+/// Weeks compared, and the mean gains over the best static layout.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Weeks {
+    pub live_gain_pct_mean: f64,
+    pub sim_gain_pct_mean: f64,
+    pub weeks: Vec<Compared>,
+}
+
+/// `seeds` weeks from `config.seed` on, each compared, spread over the cores.
+pub fn compare_weeks(config: &DayConfig, seeds: u32) -> Result<Weeks, WeekError> {
     let configs: Vec<DayConfig> =
         (0..u64::from(seeds)).map(|i| DayConfig { seed: config.seed.wrapping_add(i), ..config.clone() }).collect();
-    let weeks: Vec<Compared> = crate::parallel::map(&configs, compare).into_iter().collect::<anyhow::Result<_>>()?;
+    let weeks: Vec<Compared> =
+        gantry_sim::experiment::parallel::map(&configs, compare).into_iter().collect::<Result<_, _>>()?;
     let mean = |f: &dyn Fn(&Compared) -> f64| weeks.iter().map(f).sum::<f64>() / weeks.len().max(1) as f64;
-    let (sim_gain, live_gain) = (mean(&|w| w.sim_gain_pct), mean(&|w| w.live_gain_pct));
-    if json {
-        let out = serde_json::json!({ "weeks": weeks, "sim_gain_pct_mean": sim_gain, "live_gain_pct_mean": live_gain });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(std::process::ExitCode::SUCCESS);
-    }
-    println!(
-        "{} week(s) of {} days, {} × 8 {}, load {}: the simulator's replay and the live controller (reconfigure = \"auto\"), each against the best static layout\n",
-        weeks.len(),
-        config.days,
-        config.nodes,
-        config.model,
-        config.load
-    );
-    println!(
-        "  {:>5} {:<22} {:>12} {:>12} {:>9} {:>12} {:>12} {:>9} {:>11} {:>10} {:>10}",
-        "SEED",
-        "BEST STATIC",
-        "SIM STATIC",
-        "SIM DYNAMIC",
-        "SIM GAIN",
-        "LIVE STATIC",
-        "LIVE DYNAMIC",
-        "LIVE GAIN",
-        "RECONF/GPU/D",
-        "DRAIN GPU-H",
-        "MOVES"
-    );
-    for w in &weeks {
-        println!(
-            "  {:>5} {:<22} {:>11.1}% {:>11.1}% {:>+8.1}% {:>11.1}% {:>11.1}% {:>+8.1}% {:>5.2} ({:.2}) {:>4.0} ({:.0}) {:>4} ({})",
-            w.seed,
-            w.best_static,
-            w.sim_static_pct,
-            w.sim_dynamic_pct,
-            w.sim_gain_pct,
-            w.live_static.served_pct,
-            w.live_dynamic.served_pct,
-            w.live_gain_pct,
-            w.live_dynamic.reconfigurations_per_gpu_day,
-            w.sim_reconfigurations_per_gpu_day,
-            w.live_dynamic.drain_idle_gpu_h,
-            w.sim_drain_idle_gpu_h,
-            w.live_dynamic.moves,
-            w.sim_moves
-        );
-    }
-    println!(
-        "\nmean gain over the best static layout: simulator {sim_gain:+.1}%, live controller {live_gain:+.1}% ({:+.1} points); live figures first, the simulator's in parentheses",
-        live_gain - sim_gain
-    );
-    Ok(std::process::ExitCode::SUCCESS)
+    let (sim_gain_pct_mean, live_gain_pct_mean) = (mean(&|w| w.sim_gain_pct), mean(&|w| w.live_gain_pct));
+    Ok(Weeks { live_gain_pct_mean, sim_gain_pct_mean, weeks })
 }
