@@ -6,9 +6,9 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
-use gantry_sim::protocol_b::{self, Backfill, Order, ReplayOptions};
-use gantry_sim::whatif::{self, Column};
-use std::fmt::Write as _;
+use gantry_sim::protocol_b::{Backfill, Order, ReplayOptions};
+use gantry_sim::whatif::analysis::{Analysis, analyse};
+use gantry_sim::whatif::report::Report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -121,23 +121,11 @@ pub fn run(args: WhatifArgs) -> anyhow::Result<ExitCode> {
     }
     let catalog = gantry_catalog::Catalog::embedded();
     let (_, fleet) = crate::place_cmd::load_fleet(Some(&args.fleet), catalog)?;
-    let (history_name, jobs) = history_jobs(&args, &fleet)?;
+    let (history, jobs) = history_jobs(&args, &fleet)?;
     let options =
         ReplayOptions { order: fair_share(&args, &jobs)?, backfill: Backfill::Reserve, ..ReplayOptions::default() };
-    let mut runs = Vec::new();
-    if let Some(history) = whatif::history(&fleet, catalog, &jobs) {
-        runs.push(history);
-    }
-    let replay = |name: &str, fleet: &gantry_types::Fleet| -> anyhow::Result<whatif::Run> {
-        let r = protocol_b::run_trace(fleet, catalog, &jobs, gantry_engine::Policy::Default, 0, &options)?;
-        Ok(whatif::replayed(name, fleet, &jobs, &r))
-    };
-    let gantry = replay("gantry", &fleet)?;
-    runs.push(gantry.clone());
-    runs.push(best_plan(&fleet, &jobs, &replay, &gantry)?);
-    let columns = whatif::columns(&runs);
-    let sufficed = whatif::sufficed(&fleet, catalog, &jobs, &options, &columns[0], &gantry)?;
-    let report = Report { fleet: args.fleet.display().to_string(), history: history_name, columns, sufficed };
+    let Analysis { columns, sufficed } = analyse(&fleet, catalog, &jobs, &options)?;
+    let report = Report { fleet: args.fleet.display().to_string(), history, columns, sufficed };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
     } else {
@@ -148,180 +136,4 @@ pub fn run(args: WhatifArgs) -> anyhow::Result<ExitCode> {
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The MIG layout to show: the planner's plans for the history's demand counted three ways
-/// (mean concurrency per shape; the same with every shape at least once; peak), each replayed,
-/// and the one that starts the most jobs with the shortest p90 wait kept — a static plan
-/// cannot serve at once what ran at different times, and the replay is what tells which
-/// compromise serves the history best. Today's layout (`today`, its replay already run) is a
-/// candidate too: when no plan does better, the column says so.
-fn best_plan(
-    fleet: &gantry_types::Fleet,
-    jobs: &[gantry_spec::TraceJob],
-    replay: &dyn Fn(&str, &gantry_types::Fleet) -> anyhow::Result<whatif::Run>,
-    today: &whatif::Run,
-) -> anyhow::Result<whatif::Run> {
-    use gantry_sim::native::DemandOf;
-    let catalog = gantry_catalog::Catalog::embedded();
-    let today = whatif::Run { name: "gantry + MIG plan (today's layout is best)".into(), ..today.clone() };
-    let score = |run: &whatif::Run| {
-        let column = whatif::columns(std::slice::from_ref(run)).remove(0);
-        (column.started, std::cmp::Reverse(column.waits.p90_s))
-    };
-    let today_score = score(&today);
-    let mut best = (today, today_score);
-    let mut tried: Vec<gantry_types::Fleet> = vec![fleet.clone()];
-    for (how, label) in
-        [(DemandOf::Mean, "mean"), (DemandOf::MeanEveryShape, "mean, every shape"), (DemandOf::Peak, "peak")]
-    {
-        let demand = gantry_sim::native::concurrent_demand(jobs, how);
-        if demand.is_empty() {
-            continue;
-        }
-        let plan = gantry_engine::plan::plan(fleet, &demand, catalog)
-            .map_err(|e| anyhow::anyhow!("planning a MIG layout: {e}"))?;
-        if tried.contains(&plan.fleet) {
-            continue;
-        }
-        tried.push(plan.fleet.clone());
-        let name = format!("gantry + MIG plan ({} GPUs change, {label} demand)", plan.reconfigured);
-        let run = replay(&name, &plan.fleet)?;
-        let run_score = score(&run);
-        if run_score > best.1 {
-            best = (run, run_score);
-        }
-    }
-    Ok(best.0)
-}
-
-struct Report {
-    fleet: String,
-    history: String,
-    columns: Vec<Column>,
-    sufficed: Option<Column>,
-}
-
-/// Seconds as a person reads a wait: `45 s`, `12 min`, `3.5 h`.
-fn wait(s: u64) -> String {
-    match s {
-        0..120 => format!("{s} s"),
-        120..7200 => format!("{} min", s / 60),
-        _ => format!("{:.1} h", s as f64 / 3600.0),
-    }
-}
-
-impl Report {
-    /// Rows of (label, one cell per column).
-    fn rows(&self) -> Vec<(String, Vec<String>)> {
-        let cols = &self.columns;
-        let row = |label: &str, f: &dyn Fn(&Column) -> String| (label.to_string(), cols.iter().map(f).collect());
-        let mut rows = vec![
-            row("GPUs", &|c| c.fleet_gpus.to_string()),
-            row("jobs started", &|c| format!("{} of {}", c.started, c.jobs)),
-            row("wait p50", &|c| wait(c.waits.p50_s)),
-            row("wait p90", &|c| wait(c.waits.p90_s)),
-            row("wait p99", &|c| wait(c.waits.p99_s)),
-            row("last job done after", &|c| wait(c.makespan_s)),
-            row("GPU-hours held", &|c| format!("{:.1}", c.gpu_hours)),
-            row("mean allocation", &|c| format!("{:.1} %", c.mean_alloc_pct)),
-            row("peak GPUs held", &|c| format!("{:.1}", c.peak_gpus)),
-            row("mean utilization", &|c| {
-                c.mean_util_pct.map_or_else(|| "not in the trace".into(), |u| format!("{u:.1} %"))
-            }),
-        ];
-        let queues: std::collections::BTreeSet<&String> = cols.iter().flat_map(|c| c.waits_by_queue.keys()).collect();
-        for q in queues {
-            let cell = |c: &Column| {
-                c.waits_by_queue.get(q).map_or_else(|| "-".into(), |w| format!("{} / {}", wait(w.p50_s), wait(w.p90_s)))
-            };
-            rows.push((format!("queue {q}: wait p50 / p90"), cols.iter().map(cell).collect()));
-        }
-        rows
-    }
-
-    fn sufficed_line(&self) -> String {
-        let against = &self.columns[0].name;
-        match &self.sufficed {
-            Some(s) => format!(
-                "GPUs that would have sufficed: {} of {} ({}: wait p90 {} against {} for \"{against}\", every job started)",
-                s.fleet_gpus,
-                self.columns[0].fleet_gpus,
-                s.name,
-                wait(s.waits.p90_s),
-                wait(self.columns[0].waits.p90_s)
-            ),
-            None => format!(
-                "GPUs that would have sufficed: none fewer (gantry's replay on the whole fleet does not match \"{against}\")"
-            ),
-        }
-    }
-
-    fn text(&self) -> String {
-        let mut out = format!("what if: {} on {}\n\n", self.history, self.fleet);
-        let rows = self.rows();
-        let label_width = rows.iter().map(|(l, _)| l.len()).max().unwrap_or(0);
-        let widths: Vec<usize> = (0..self.columns.len())
-            .map(|i| rows.iter().map(|(_, c)| c[i].len()).chain([self.columns[i].name.len()]).max().unwrap_or(0))
-            .collect();
-        let _ = write!(out, "{:label_width$}", "");
-        for (c, w) in self.columns.iter().zip(&widths) {
-            let _ = write!(out, "  {:>w$}", c.name);
-        }
-        out.push('\n');
-        for (label, cells) in rows {
-            let _ = write!(out, "{label:label_width$}");
-            for (cell, w) in cells.iter().zip(&widths) {
-                let _ = write!(out, "  {cell:>w$}");
-            }
-            out.push('\n');
-        }
-        let _ = writeln!(out, "\n{}", self.sufficed_line());
-        out
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "schema": "gantry.whatif/v1",
-            "fleet": self.fleet,
-            "history": self.history,
-            "columns": self.columns,
-            "sufficed": self.sufficed,
-        })
-    }
-
-    fn html(&self) -> String {
-        let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
-        let mut out = String::from(
-            "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>gantry what-if</title>\n<style>\
-             body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}\
-             th,td{padding:.3em .8em;border-bottom:1px solid #ddd;text-align:right}th:first-child,td:first-child{text-align:left}\
-             </style></head><body>\n",
-        );
-        let _ = writeln!(
-            out,
-            "<h1>What if gantry had scheduled it</h1>\n<p>{} on {}</p>",
-            esc(&self.history),
-            esc(&self.fleet)
-        );
-        out.push_str("<table><tr><th></th>");
-        for c in &self.columns {
-            let _ = write!(out, "<th>{}</th>", esc(&c.name));
-        }
-        out.push_str("</tr>\n");
-        for (label, cells) in self.rows() {
-            let _ = write!(out, "<tr><td>{}</td>", esc(&label));
-            for cell in cells {
-                let _ = write!(out, "<td>{}</td>", esc(&cell));
-            }
-            out.push_str("</tr>\n");
-        }
-        let _ = writeln!(out, "</table>\n<p>{}</p>", esc(&self.sufficed_line()));
-        out.push_str(
-            "<p>Waits are from arrival to start. GPU figures are over one window, from the first arrival to \
-             the last end in any column; MIG instances and shares count as their part of a GPU. Utilization \
-             is shown only when the trace records it. Made by <code>gantry whatif</code>.</p>\n</body></html>\n",
-        );
-        out
-    }
 }

@@ -1,8 +1,12 @@
 //! The what-if report's arithmetic: a cluster's history as it happened (each job's recorded
 //! start) and gantry's replays of the same arrivals, reduced to the same figures over the same
 //! window, and the smallest part of the fleet on which a replay would have served the history
-//! no worse. Pure: the replays are run by the caller (`gantry whatif`), which passes their
-//! results in.
+//! no worse. The reductions here are pure but for [`sufficed`], which replays shrinking
+//! fleets; [`analysis`] runs the other replays and passes their results in, and [`report`]
+//! lays the columns out as text, JSON and HTML.
+
+pub mod analysis;
+pub mod report;
 
 use crate::protocol_b::{ReplayOptions, ReplayResult, Waits, run_trace};
 use gantry_catalog::Catalog;
