@@ -4,6 +4,13 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
+use gantry_server::control::{Agents, NODE_LOST_AFTER_DEFAULT_S};
+use gantry_server::error::ServeError;
+use gantry_server::local_agents::LocalConfinement;
+use gantry_server::settings::file::ConfigFile;
+use gantry_server::settings::tls::{TlsChosen, TlsFlags};
+use gantry_server::supervise::{self, Ended, Notice};
+use gantry_server::{ServeConfig, StoreChoice, settings};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -71,7 +78,7 @@ pub struct ServeArgs {
     /// The URL clients reach this controller by, which standbys tell clients while it leads
     /// (default: http(s)://LISTEN-ADDRESS, this machine's host name for 0.0.0.0). Set it when
     /// clients come through another name or a proxy.
-    #[arg(long, value_name = "URL", value_parser = advertise_url)]
+    #[arg(long, value_name = "URL", value_parser = gantry_server::settings::advertise_url)]
     advertise: Option<String>,
     /// With a PostgreSQL --store: wait to lead instead of refusing to start while another
     /// controller leads; take over when the leader's process dies or its lease (10 s) runs out.
@@ -156,113 +163,315 @@ pub struct ServeArgs {
     confine: crate::confine_args::ConfineArgs,
 }
 
-/// `gantry serve --config FILE`.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    listen: Option<std::net::SocketAddr>,
-    store: Option<String>,
-    standby: Option<bool>,
-    advertise: Option<String>,
-    insecure_http: Option<bool>,
-    tls: Option<TlsFile>,
-    data: Option<PathBuf>,
-    fleet: Option<PathBuf>,
-    queues: Option<PathBuf>,
-    backfill: Option<String>,
-    preempt: Option<bool>,
-    log_format: Option<String>,
-    billing: Option<gantry_server::meter::Billing>,
-    idle: Option<gantry_server::idle::IdlePolicy>,
-    admission: Option<gantry_server::admission::AdmissionLimits>,
-    users: Option<std::collections::BTreeMap<String, String>>,
-    reconfigure: Option<gantry_server::control::reconfig::ReconfigurePolicy>,
-    log: Option<gantry_server::retention::LogRetention>,
-}
-
-/// `[tls]` of the configuration file: what the --tls-* flags say.
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TlsFile {
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
-    client_ca: Option<PathBuf>,
-    #[serde(default)]
-    names: Vec<String>,
-    agent_certs: Option<String>,
-}
-
 /// Fill what the command line left out from the configuration file.
 fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
     let Some(path) = args.config.clone() else { return Ok(args) };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read config {}", path.display()))?;
-    let file: ConfigFile = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {}", path.display(), e.message()))?;
-    let base = path.parent().map(PathBuf::from).unwrap_or_default();
-    let relative = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
-    for (name, value, allowed) in [
-        ("backfill", &file.backfill, &["off", "greedy", "reserve"][..]),
-        ("log_format", &file.log_format, &["text", "json"][..]),
-    ] {
-        if let Some(v) = value
-            && !allowed.contains(&v.as_str())
-        {
-            bail!("{}: {name} = {v:?}: use one of {}", path.display(), allowed.join(", "));
-        }
-    }
+    let file = ConfigFile::read(&path)?;
     args.listen = args.listen.or(file.listen);
     args.store = args.store.or(file.store);
     args.standby |= file.standby.unwrap_or(false);
-    if let Some(url) = file.advertise {
-        let url = advertise_url(&url).map_err(|e| anyhow::anyhow!("{}: advertise = {e}", path.display()))?;
-        args.advertise = args.advertise.or(Some(url));
-    }
+    args.advertise = args.advertise.or(file.advertise);
     args.insecure_http |= file.insecure_http.unwrap_or(false);
     if let Some(tls) = file.tls {
-        if tls.cert.is_some() != tls.key.is_some() {
-            bail!("{}: [tls] needs both cert and key, or neither", path.display());
-        }
-        if let Some(v) = &tls.agent_certs
-            && !["optional", "required"].contains(&v.as_str())
-        {
-            bail!("{}: [tls] agent_certs = {v:?}: use optional or required", path.display());
-        }
-        args.tls_cert = args.tls_cert.or(tls.cert.map(relative));
-        args.tls_key = args.tls_key.or(tls.key.map(relative));
-        args.tls_client_ca = args.tls_client_ca.or(tls.client_ca.map(relative));
+        args.tls_cert = args.tls_cert.or(tls.cert);
+        args.tls_key = args.tls_key.or(tls.key);
+        args.tls_client_ca = args.tls_client_ca.or(tls.client_ca);
         args.tls_names.extend(tls.names);
         args.agent_certs = args.agent_certs.or(tls.agent_certs);
     }
-    if args.insecure_http && (args.tls_cert.is_some() || args.agent_certs.is_some()) {
-        bail!("--insecure-http turns TLS off: it cannot go with TLS certificates or --agent-certs");
-    }
-    args.data = args.data.or(file.data.map(relative));
-    args.fleet = args.fleet.or(file.fleet.map(relative));
-    args.queues = args.queues.or(file.queues.map(relative));
+    args.data = args.data.or(file.data);
+    args.fleet = args.fleet.or(file.fleet);
+    args.queues = args.queues.or(file.queues);
     args.backfill = args.backfill.or(file.backfill);
     args.preempt |= file.preempt.unwrap_or(false);
     args.log_format = args.log_format.or(file.log_format);
-    if let Some(billing) = &file.billing {
-        billing.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
     args.billing = file.billing;
-    if let Some(idle) = &file.idle {
-        idle.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
     args.idle = file.idle;
-    if let Some(admission) = &file.admission {
-        admission.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
     args.admission = file.admission;
     args.users = file.users.unwrap_or_default();
-    if let Some(policy) = &file.reconfigure {
-        policy.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
     args.reconfigure_policy = file.reconfigure;
-    if let Some(log) = &file.log {
-        log.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    }
     args.log = file.log;
     Ok(args)
+}
+
+/// Flags that mean nothing together, refused rather than ignored.
+fn check_flags(args: &ServeArgs) -> anyhow::Result<()> {
+    if args.preempt && args.queues.is_none() {
+        bail!("--preempt needs --queues (priority and guarantees come from the queue file)");
+    }
+    if !args.local && args.fleet.is_none() {
+        bail!(
+            "without --local, agents on other machines serve the nodes of a fleet file: pass --fleet FILE (or run `gantry serve --local`)"
+        );
+    }
+    let confine = &args.confine;
+    let confining = confine.confinement.is_some()
+        || confine.memory_unasked.is_some()
+        || confine.cpu_unasked.is_some()
+        || confine.pids_per_task.is_some();
+    if !args.local && confining {
+        bail!(
+            "--confinement, --memory-unasked, --cpu-unasked and --pids-per-task are for the agents of --local \
+             (remote agents take them: gantry agent --help)"
+        );
+    }
+    if args.local && (args.agent_timeout.is_some() || args.node_lost_after.is_some()) {
+        bail!("--agent-timeout and --node-lost-after are for remote agents (serve without --local)");
+    }
+    if args.node_lost_after.unwrap_or(NODE_LOST_AFTER_DEFAULT_S)
+        <= args.agent_timeout.unwrap_or(AGENT_TIMEOUT_DEFAULT_S)
+    {
+        bail!(
+            "--node-lost-after must be longer than --agent-timeout (a silent node first gets no new work, then is lost)"
+        );
+    }
+    Ok(())
+}
+
+/// Seconds of silence before a remote agent's node gets no new work, unless --agent-timeout.
+const AGENT_TIMEOUT_DEFAULT_S: u64 = 30;
+
+/// The fleet: --fleet, the demo's, or this machine's GPUs (the demo fleet when NVML finds
+/// none); its name, and whether NVML found it.
+fn fleet(args: &ServeArgs) -> anyhow::Result<(String, gantry_types::Fleet, bool)> {
+    let catalog = gantry_catalog::Catalog::embedded();
+    if args.fleet.is_some() || args.demo {
+        // The demo jobs ask for the demo fleet's GPUs (H100s, MIG slices, shares).
+        let (name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
+        return Ok((name, fleet, false));
+    }
+    match gantry_agent::discover::discover(&gantry_server::hostname(), catalog) {
+        Ok(found) => {
+            for note in &found.notes {
+                eprintln!("note: {note}");
+            }
+            let name = format!("this machine ({} GPUs found by NVML)", found.node.gpus.len());
+            Ok((name, gantry_types::Fleet { nodes: vec![found.node] }, true))
+        }
+        Err(why) => {
+            eprintln!("{why}: using the bundled demo fleet (simulated GPUs; --fleet FILE for your own)");
+            let (name, fleet) = crate::place_cmd::load_fleet(None, catalog)?;
+            Ok((name, fleet, false))
+        }
+    }
+}
+
+/// The queue file's tree (`None` without --queues), warning of guarantees the fleet cannot hold.
+fn queues(args: &ServeArgs, fleet: &gantry_types::Fleet) -> anyhow::Result<Option<gantry_types::QueueTree>> {
+    let Some(path) = &args.queues else { return Ok(None) };
+    let tree = gantry_sim::experiment::queue_tree(Some(path), std::iter::empty())?;
+    for w in gantry_engine::quota::quota_warnings(&tree, &gantry_engine::quota::fleet_capacity(fleet)) {
+        eprintln!("warning: {}: {w}", path.display());
+    }
+    Ok(Some(tree))
+}
+
+/// The TLS flags after the configuration file.
+fn tls_flags(args: &ServeArgs) -> TlsFlags {
+    TlsFlags {
+        insecure_http: args.insecure_http,
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+        client_ca: args.tls_client_ca.clone(),
+        names: args.tls_names.clone(),
+        agent_certs: args.agent_certs.clone(),
+    }
+}
+
+/// The banner's line about TLS.
+fn tls_note(chosen: &TlsChosen) -> String {
+    match chosen {
+        TlsChosen::Plain { loopback } => {
+            let place = if *loopback { "on loopback" } else { "ON THE NETWORK" };
+            format!("  plain HTTP {place} (--insecure-http): tokens and jobs travel unencrypted")
+        }
+        TlsChosen::Operator { cert } => format!("  HTTPS with {}", cert.display()),
+        TlsChosen::LocalCa { created, ca_file, fingerprint, names } => format!(
+            "  HTTPS: {} {} (SHA-256 {fingerprint}); clients verify with it (--ca FILE, $GANTRY_CA; the CLI on this machine finds it)\n  certificate names: {}",
+            if *created { "created the CA" } else { "CA" },
+            ca_file.display(),
+            names.join(", ")
+        ),
+    }
+}
+
+/// Everything the controller runs with, from the merged flags.
+fn serve_config(
+    args: &ServeArgs,
+    fleet: gantry_types::Fleet,
+    discovered: bool,
+) -> anyhow::Result<(ServeConfig, String)> {
+    let order = queues(args, &fleet)?;
+    let data_dir = match args.data.clone() {
+        Some(dir) => dir,
+        None => default_data_dir()?,
+    };
+    let listen = args.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
+    let store =
+        settings::store_choice(args.store.clone().or_else(|| std::env::var("GANTRY_STORE").ok()), args.standby)?;
+    let (tls, chosen) = settings::tls::tls_setup(&tls_flags(args), &data_dir, listen)?;
+    let billing = match (&args.billing, args.demo) {
+        (Some(billing), _) => billing.clone(),
+        (None, true) => settings::demo_billing(),
+        (None, false) => Default::default(),
+    };
+    let agents = match args.local {
+        true => Agents::Local,
+        false => Agents::Remote {
+            heartbeat_timeout_s: args.agent_timeout.unwrap_or(AGENT_TIMEOUT_DEFAULT_S),
+            node_lost_after_s: args.node_lost_after.unwrap_or(NODE_LOST_AFTER_DEFAULT_S),
+        },
+    };
+    let config = ServeConfig {
+        data_dir,
+        listen,
+        tls,
+        insecure_http: args.insecure_http,
+        accounts: gantry_server::users::Accounts::for_this_process(args.users.clone())
+            .map_err(|e| anyhow::anyhow!(e))?,
+        store,
+        fleet,
+        tick: std::time::Duration::from_secs(1),
+        scheduling: settings::scheduling(order, args.backfill.as_deref(), args.preempt),
+        simulate_tasks: None,
+        measure_local_gpus: discovered,
+        billing,
+        idle: args.idle.clone().unwrap_or_default(),
+        admission: args.admission.clone().unwrap_or_default(),
+        reconfigure: settings::reconfigure_policy(
+            args.reconfigure_policy.clone(),
+            args.reconfigure.as_deref(),
+            args.demo,
+        )?,
+        log: args.log.clone().unwrap_or_default(),
+        advertise: args.advertise.clone(),
+        confinement: LocalConfinement { choice: args.confine.choice(), defaults: args.confine.defaults()? },
+        group_commit: true,
+        agents,
+    };
+    Ok((config, tls_note(&chosen)))
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let args = merge(args)?;
+    check_flags(&args)?;
+    args.confine.defaults()?;
+    init_logs(args.log_format.as_deref().unwrap_or("text"));
+    let open_files = gantry_server::raise_open_files();
+    let (fleet_name, fleet, discovered) = fleet(&args)?;
+    settings::check_open_files(open_files, if args.local { 0 } else { fleet.nodes.len() });
+    let (config, tls_note) = serve_config(&args, fleet, discovered)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
+    rt.block_on(serve(config, Banner { fleet_name, tls_note, args }))
+}
+
+/// What the start-up banner says beside what the running controller tells.
+struct Banner {
+    fleet_name: String,
+    tls_note: String,
+    args: ServeArgs,
+}
+
+async fn serve(config: ServeConfig, banner: Banner) -> anyhow::Result<ExitCode> {
+    if let StoreChoice::Postgres { url, standby: true } = &config.store {
+        eprintln!(
+            "standby: waiting to lead {} (takes over when the leader stops or its lease runs out)",
+            gantry_store::redact_url(url)
+        );
+    }
+    let running = gantry_server::start(config.clone()).await.map_err(|e| match e {
+        ServeError::Store(gantry_store::StoreError::Led { .. }) => {
+            anyhow::anyhow!("{e}\n  hint: start this one with --standby to take over when that controller stops")
+        }
+        e => anyhow::anyhow!(e),
+    })?;
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", running.addr);
+    print_banner(&config, &running, &banner, &url);
+    if banner.args.demo {
+        let ca_file = config.tls.as_ref().and_then(|t| t.client_ca.clone()).filter(|_| banner.args.tls_cert.is_none());
+        demo(&config.data_dir, url, ca_file, banner.args.demo_step).await;
+    }
+    let ended = supervise::serve_until(running, config, stop_signal(), |notice| say(scheme, notice)).await??;
+    Ok(match ended {
+        Ended::Stopped => ExitCode::SUCCESS,
+        Ended::StoreFailed(_) => ExitCode::from(1),
+    })
+}
+
+/// What the operator reads when the controller steps down, leads again or stops.
+fn say(scheme: &str, notice: Notice) {
+    match notice {
+        Notice::Stopping => eprintln!("stopping (running tasks keep running; the next start re-adopts them)"),
+        Notice::StoreFailed { why } => eprintln!(
+            "error: the store failed: {why}\nstopping: nothing this controller did since is lost (it was never acknowledged); restart it to recover from what was committed"
+        ),
+        Notice::SteppedDown { why, store, addr } => eprintln!(
+            "stepping down: {why}\n  rejoining as a standby of {store} on {addr} (no supervisor needed; Ctrl-C stops)"
+        ),
+        Notice::Leading { addr, store, term } => {
+            eprintln!("gantry controller on {scheme}://{addr} — state in {store} (leading, term {term}) again")
+        }
+    }
+}
+
+/// The start-up banner: where, what, how to reach it, who runs tasks, how to log in.
+fn print_banner(config: &ServeConfig, running: &gantry_server::Running, banner: &Banner, url: &str) {
+    let data_dir = &config.data_dir;
+    let state = match &config.store {
+        StoreChoice::Sqlite => format!("data in {}", data_dir.display()),
+        StoreChoice::Postgres { url, .. } => format!(
+            "state in {} (leading, term {}), logs in {}",
+            gantry_store::redact_url(url),
+            running.term,
+            data_dir.display()
+        ),
+    };
+    eprintln!(
+        "gantry controller on {url} — {}, {state}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: {url}/ui   stop: Ctrl-C",
+        banner.fleet_name
+    );
+    eprintln!("{}", banner.tls_note);
+    match &config.accounts.single_user {
+        Some(me) => eprintln!(
+            "  single-user mode (not root): every task runs as {me:?}; tokens only for user {me:?} (and admin)"
+        ),
+        None => eprintln!(
+            "  tasks run as their user's Unix account on each node ([users] maps names; admin's own jobs: {:?})",
+            config.accounts.account(gantry_server::users::ADMIN)
+        ),
+    }
+    for (confinement, nodes) in running.confinement() {
+        eprintln!("{}", crate::confine_args::banner_line(&confinement, &nodes));
+    }
+    if !banner.args.local {
+        eprintln!(
+            "  remote agents: each node runs `gantry agent --server {url} --ca ca.pem --token-file FILE` (gantry token create NAME --role agent --node NODE)"
+        );
+    }
+    eprintln!(
+        "  dashboard login: paste the admin token from {} at {url}/ui/login",
+        data_dir.join("admin.token").display()
+    );
+    if let Some(path) = &running.admin_token_file {
+        eprintln!(
+            "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",
+            path.display()
+        );
+    }
+}
+
+/// `--demo`: the bundled workload submitted through the API, as a user would.
+async fn demo(data_dir: &std::path::Path, url: String, ca: Option<PathBuf>, step: Option<f64>) {
+    let token = std::fs::read_to_string(data_dir.join("admin.token")).ok().map(|t| t.trim().to_string());
+    let trust = gantry_wire::client::Tls { ca, ..Default::default() };
+    let workload = demo_workload(step);
+    let said = tokio::task::spawn_blocking(move || submit_demo(&url, &trust, token.as_deref(), &workload)).await;
+    match said {
+        Ok(Ok(line)) => eprintln!("{line}"),
+        Ok(Err(e)) => eprintln!("demo workload not submitted: {e}"),
+        Err(e) => eprintln!("demo workload not submitted: {e}"),
+    }
 }
 
 /// Structured logs on stderr, filtered by $RUST_LOG (default: info for gantry).
@@ -321,39 +530,6 @@ pub async fn stop_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--store URL` (or $GANTRY_STORE) and `--standby`, checked.
-fn store_choice(url: Option<String>, standby: bool) -> anyhow::Result<gantry_server::StoreChoice> {
-    match url {
-        None if standby => bail!("--standby needs a PostgreSQL --store (SQLite has one controller)"),
-        None => Ok(gantry_server::StoreChoice::Sqlite),
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            // sslmode and sslrootcert checked now: a typo is an error at start, not a standby
-            // that waits for ever.
-            let refused = |e: gantry_store::StoreError| match e {
-                gantry_store::StoreError::Backend(why) => anyhow::anyhow!("--store: {why}"),
-                e => anyhow::anyhow!("--store: {e}"),
-            };
-            let (tls, _) = gantry_store::pg_tls::TlsOptions::split(&url).map_err(refused)?;
-            tls.connector().map_err(refused)?;
-            Ok(gantry_server::StoreChoice::Postgres { url, standby })
-        }
-        Some(url) => bail!(
-            "--store {:?}: give a PostgreSQL URL (postgres://user:password@host:port/database); without --store the state is SQLite in the data directory",
-            gantry_store::redact_url(&url)
-        ),
-    }
-}
-
-/// `--advertise`: written as clients write `--server` (so a client recognises it among its
-/// URLs), and short printable ASCII (a standby sends it in a header).
-fn advertise_url(text: &str) -> Result<String, String> {
-    let url = gantry_wire::client::base_url(text).map_err(|e| e.to_string())?;
-    if url.len() > 256 || !url.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!("{text:?}: give http(s)://HOST:PORT in at most 256 printable ASCII characters"));
-    }
-    Ok(url)
-}
-
 fn demo_step(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if (0.0..=3600.0).contains(&s) => Ok(s),
@@ -367,36 +543,6 @@ fn demo_workload(step: Option<f64>) -> String {
     match step {
         Some(step) => workload.replace("STEP_S = \"10\"", &format!("STEP_S = \"{step}\"")),
         None => workload.to_string(),
-    }
-}
-
-/// The reconfiguration policy: `[reconfigure]`'s guards, its mode unless `--reconfigure`
-/// says otherwise; `--demo` reconfigures by itself (auto, every 30 s) unless told otherwise.
-fn reconfigure_policy(args: &ServeArgs) -> anyhow::Result<gantry_server::control::reconfig::ReconfigurePolicy> {
-    use gantry_server::control::reconfig::{ReconfigureMode, ReconfigurePolicy};
-    // The demo plans every 30 s rather than every 5 minutes, so that a waiting MIG job is seen
-    // served within its first minute.
-    let mut policy = args.reconfigure_policy.clone().unwrap_or_else(|| match args.demo {
-        true => ReconfigurePolicy { mode: ReconfigureMode::Auto, period_s: 30, ..ReconfigurePolicy::default() },
-        false => ReconfigurePolicy::default(),
-    });
-    if let Some(mode) = &args.reconfigure {
-        policy.mode = match mode.as_str() {
-            "off" => ReconfigureMode::Off,
-            "auto" => ReconfigureMode::Auto,
-            _ => ReconfigureMode::Advise,
-        };
-    }
-    policy.check().map_err(|e| anyhow::anyhow!(e))?;
-    Ok(policy)
-}
-
-/// `--demo` without a `[billing]`: example list prices, so the chargeback has dollars in it.
-fn demo_billing() -> gantry_server::meter::Billing {
-    let prices = [("H100-SXM5-80GB", 4.0), ("A100-SXM4-80GB", 2.5), ("L4-24GB", 0.8)];
-    gantry_server::meter::Billing {
-        price_per_gpu_hour: prices.iter().map(|(m, p)| (m.to_string(), *p)).collect(),
-        weights: Default::default(),
     }
 }
 
@@ -429,44 +575,6 @@ fn submit_demo(
     ))
 }
 
-/// HTTPS from the operator's certificate, or from the data directory's CA (created on the
-/// first start); `None` with --insecure-http. Also the banner's line about it.
-fn tls_setup(
-    args: &ServeArgs,
-    data_dir: &std::path::Path,
-    listen: std::net::SocketAddr,
-) -> anyhow::Result<(Option<gantry_server::tls::TlsSetup>, String)> {
-    use gantry_server::tls::{AgentCerts, TlsSetup};
-    if args.insecure_http {
-        let place = if listen.ip().is_loopback() { "on loopback" } else { "ON THE NETWORK" };
-        return Ok((None, format!("  plain HTTP {place} (--insecure-http): tokens and jobs travel unencrypted")));
-    }
-    let agent_certs =
-        if args.agent_certs.as_deref() == Some("required") { AgentCerts::Required } else { AgentCerts::Optional };
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        let setup =
-            TlsSetup { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone(), agent_certs };
-        return Ok((Some(setup), format!("  HTTPS with {}", cert.display())));
-    }
-    gantry_agent::runner::private_dir(data_dir)
-        .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
-    let names = gantry_server::tls::server_names(listen, &gantry_server::hostname(), &args.tls_names);
-    let mut ca = gantry_server::tls::local_ca(data_dir, &names, agent_certs).map_err(|e| anyhow::anyhow!(e))?;
-    if let Some(client_ca) = &args.tls_client_ca {
-        ca.setup.client_ca = Some(client_ca.clone());
-    }
-    let made = if ca.created { "created the CA" } else { "CA" };
-    Ok((
-        Some(ca.setup),
-        format!(
-            "  HTTPS: {made} {} (SHA-256 {}); clients verify with it (--ca FILE, $GANTRY_CA; the CLI on this machine finds it)\n  certificate names: {}",
-            ca.ca_file.display(),
-            ca.fingerprint,
-            names.join(", ")
-        ),
-    ))
-}
-
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("GANTRY_DATA") {
         return Ok(PathBuf::from(dir));
@@ -475,281 +583,9 @@ pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/share/gantry"))
 }
 
-/// Say so when the open-file limit is below what `agents` remote agents' connections need
-/// (each keeps one open, two for a moment when a task ends while its heartbeat is held).
-fn check_open_files(limit: Result<u64, gantry_server::error::ServeError>, agents: usize) {
-    let needed = 2 * agents as u64 + gantry_server::OPEN_FILES_BESIDE_AGENTS;
-    match limit {
-        Ok(limit) if limit < needed => tracing::warn!(
-            limit,
-            needed,
-            "the open-file limit is below what {agents} agents' connections need: raise it (LimitNOFILE= in the systemd unit, or `ulimit -Hn`) or agents will be refused"
-        ),
-        Ok(limit) => tracing::debug!(limit, "open-file limit"),
-        Err(why) => tracing::warn!("{why}"),
-    }
-}
-
-pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let args = merge(args)?;
-    if args.preempt && args.queues.is_none() {
-        bail!("--preempt needs --queues (priority and guarantees come from the queue file)");
-    }
-    if !args.local && args.fleet.is_none() {
-        bail!(
-            "without --local, agents on other machines serve the nodes of a fleet file: pass --fleet FILE (or run `gantry serve --local`)"
-        );
-    }
-    let confine = &args.confine;
-    if !args.local
-        && (confine.confinement.is_some()
-            || confine.memory_unasked.is_some()
-            || confine.cpu_unasked.is_some()
-            || confine.pids_per_task.is_some())
-    {
-        bail!(
-            "--confinement, --memory-unasked, --cpu-unasked and --pids-per-task are for the agents of --local \
-             (remote agents take them: gantry agent --help)"
-        );
-    }
-    let task_defaults = args.confine.defaults()?;
-    if args.local && (args.agent_timeout.is_some() || args.node_lost_after.is_some()) {
-        bail!("--agent-timeout and --node-lost-after are for remote agents (serve without --local)");
-    }
-    if args.node_lost_after.unwrap_or(gantry_server::control::NODE_LOST_AFTER_DEFAULT_S)
-        <= args.agent_timeout.unwrap_or(30)
-    {
-        bail!(
-            "--node-lost-after must be longer than --agent-timeout (a silent node first gets no new work, then is lost)"
-        );
-    }
-    let catalog = gantry_catalog::Catalog::embedded();
-    init_logs(args.log_format.as_deref().unwrap_or("text"));
-    let open_files = gantry_server::raise_open_files();
-    let mut discovered = false;
-    let (fleet_name, fleet) = match &args.fleet {
-        Some(path) => crate::place_cmd::load_fleet(Some(path), catalog)?,
-        // The demo jobs ask for the demo fleet's GPUs (H100s, MIG slices, shares).
-        None if args.demo => crate::place_cmd::load_fleet(None, catalog)?,
-        None => match gantry_agent::discover::discover(&gantry_server::hostname(), catalog) {
-            Ok(found) => {
-                for note in &found.notes {
-                    eprintln!("note: {note}");
-                }
-                let gpus = found.node.gpus.len();
-                discovered = true;
-                (format!("this machine ({gpus} GPUs found by NVML)"), gantry_types::Fleet { nodes: vec![found.node] })
-            }
-            Err(why) => {
-                eprintln!("{why}: using the bundled demo fleet (simulated GPUs; --fleet FILE for your own)");
-                crate::place_cmd::load_fleet(None, catalog)?
-            }
-        },
-    };
-    check_open_files(open_files, if args.local { 0 } else { fleet.nodes.len() });
-    let order = match &args.queues {
-        None => gantry_engine::sched::Order::Fifo,
-        Some(path) => {
-            let text =
-                std::fs::read_to_string(path).with_context(|| format!("cannot read queue file {}", path.display()))?;
-            let tree =
-                gantry_spec::parse_queues(&text, catalog).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            for w in gantry_engine::quota::quota_warnings(&tree, &gantry_engine::quota::fleet_capacity(&fleet)) {
-                eprintln!("warning: {}: {w}", path.display());
-            }
-            gantry_engine::sched::Order::FairShare(tree)
-        }
-    };
-    let scheduling = gantry_engine::sched::SchedulerConfig {
-        order,
-        backfill: match args.backfill.as_deref().unwrap_or("reserve") {
-            "off" => gantry_engine::sched::Backfill::Off,
-            "greedy" => gantry_engine::sched::Backfill::Greedy,
-            _ => gantry_engine::sched::Backfill::Reserve,
-        },
-        reserve_depth: 1,
-        preempt: args.preempt,
-    };
-    let data_dir = match args.data.clone() {
-        Some(dir) => dir,
-        None => default_data_dir()?,
-    };
-    let listen = args.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("a valid address"));
-    let store = store_choice(args.store.clone().or_else(|| std::env::var("GANTRY_STORE").ok()), args.standby)?;
-    let (tls, tls_note) = tls_setup(&args, &data_dir, listen)?;
-    let accounts =
-        gantry_server::users::Accounts::for_this_process(args.users.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let config = gantry_server::ServeConfig {
-        data_dir: data_dir.clone(),
-        listen,
-        tls,
-        insecure_http: args.insecure_http,
-        accounts: accounts.clone(),
-        store: store.clone(),
-        fleet,
-        tick: std::time::Duration::from_secs(1),
-        scheduling,
-        simulate_tasks: None,
-        measure_local_gpus: discovered,
-        billing: match (&args.billing, args.demo) {
-            (Some(billing), _) => billing.clone(),
-            (None, true) => demo_billing(),
-            (None, false) => Default::default(),
-        },
-        idle: args.idle.clone().unwrap_or_default(),
-        admission: args.admission.clone().unwrap_or_default(),
-        reconfigure: reconfigure_policy(&args)?,
-        log: args.log.clone().unwrap_or_default(),
-        advertise: args.advertise.clone(),
-        confinement: gantry_server::local_agents::LocalConfinement {
-            choice: args.confine.choice(),
-            defaults: task_defaults,
-        },
-        group_commit: true,
-        agents: if args.local {
-            gantry_server::control::Agents::Local
-        } else {
-            gantry_server::control::Agents::Remote {
-                heartbeat_timeout_s: args.agent_timeout.unwrap_or(30),
-                node_lost_after_s: args.node_lost_after.unwrap_or(gantry_server::control::NODE_LOST_AFTER_DEFAULT_S),
-            }
-        },
-    };
-    let local = args.local;
-    let demo = args.demo;
-    let demo_step = args.demo_step;
-    let scheme = if config.tls.is_some() { "https" } else { "http" };
-    let ca_file = config.tls.as_ref().and_then(|t| t.client_ca.clone()).filter(|_| args.tls_cert.is_none());
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    rt.block_on(async move {
-        if let gantry_server::StoreChoice::Postgres { url, standby: true } = &store {
-            eprintln!(
-                "standby: waiting to lead {} (takes over when the leader stops or its lease runs out)",
-                gantry_store::redact_url(url)
-            );
-        }
-        let rejoin_config = config.clone();
-        let mut running = gantry_server::start(config).await.map_err(|e| match e {
-            gantry_server::error::ServeError::Store(gantry_store::StoreError::Led { .. }) => anyhow::anyhow!(
-                "{e}\n  hint: start this one with --standby to take over when that controller stops"
-            ),
-            e => anyhow::anyhow!(e),
-        })?;
-        let url = format!("{scheme}://{}", running.addr);
-        let state = match &store {
-            gantry_server::StoreChoice::Sqlite => format!("data in {}", data_dir.display()),
-            gantry_server::StoreChoice::Postgres { url, .. } => format!(
-                "state in {} (leading, term {}), logs in {}",
-                gantry_store::redact_url(url),
-                running.term,
-                data_dir.display()
-            ),
-        };
-        eprintln!(
-            "gantry controller on {url} — {fleet_name}, {state}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: {url}/ui   stop: Ctrl-C",
-        );
-        eprintln!("{tls_note}");
-        match &accounts.single_user {
-            Some(me) => eprintln!(
-                "  single-user mode (not root): every task runs as {me:?}; tokens only for user {me:?} (and admin)"
-            ),
-            None => eprintln!(
-                "  tasks run as their user's Unix account on each node ([users] maps names; admin's own jobs: {:?})",
-                accounts.account(gantry_server::users::ADMIN)
-            ),
-        }
-        for (confinement, nodes) in running.confinement() {
-            eprintln!("{}", crate::confine_args::banner_line(&confinement, &nodes));
-        }
-        if !local {
-            eprintln!(
-                "  remote agents: each node runs `gantry agent --server {url} --ca ca.pem --token-file FILE` (gantry token create NAME --role agent --node NODE)"
-            );
-        }
-        eprintln!(
-            "  dashboard login: paste the admin token from {} at {url}/ui/login",
-            data_dir.join("admin.token").display(),
-        );
-        if let Some(path) = &running.admin_token_file {
-            eprintln!(
-                "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",
-                path.display()
-            );
-        }
-        if demo {
-            let token = std::fs::read_to_string(data_dir.join("admin.token")).ok().map(|t| t.trim().to_string());
-            let trust = gantry_wire::client::Tls { ca: ca_file, ..Default::default() };
-            let workload = demo_workload(demo_step);
-            let said =
-                tokio::task::spawn_blocking(move || submit_demo(&url, &trust, token.as_deref(), &workload)).await;
-            match said {
-                Ok(Ok(line)) => eprintln!("{line}"),
-                Ok(Err(e)) => eprintln!("demo workload not submitted: {e}"),
-                Err(e) => eprintln!("demo workload not submitted: {e}"),
-            }
-        }
-        let stop = stop_signal();
-        tokio::pin!(stop);
-        loop {
-            let why = tokio::select! {
-                stopped = &mut stop => {
-                    stopped?;
-                    break;
-                }
-                why = running.store_failed() => why,
-            };
-            let gantry_server::StoreChoice::Postgres { url, .. } = &store else {
-                eprintln!(
-                    "error: the store failed: {why}\nstopping: nothing this controller did since is lost (it was never acknowledged); restart it to recover from what was committed"
-                );
-                running.shutdown().await;
-                return Ok(ExitCode::from(1));
-            };
-            // PostgreSQL restarted, the network cut the connection, or another controller took
-            // over: step down, and wait to lead again on the same address as a standby, which
-            // recovers from what was committed (nothing unacknowledged is lost).
-            eprintln!(
-                "stepping down: {why}\n  rejoining as a standby of {} on {} (no supervisor needed; Ctrl-C stops)",
-                gantry_store::redact_url(url),
-                running.addr
-            );
-            let mut again = rejoin_config.clone();
-            again.listen = running.addr;
-            again.store = gantry_server::StoreChoice::Postgres { url: url.clone(), standby: true };
-            running.shutdown().await;
-            running = tokio::select! {
-                stopped = &mut stop => {
-                    stopped?;
-                    return Ok(ExitCode::SUCCESS);
-                }
-                started = gantry_server::start(again) => started?,
-            };
-            eprintln!(
-                "gantry controller on {scheme}://{} — state in {} (leading, term {}) again",
-                running.addr,
-                gantry_store::redact_url(url),
-                running.term
-            );
-        }
-        eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
-        running.shutdown().await;
-        Ok(ExitCode::SUCCESS)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_advertised_url_is_written_as_clients_write_theirs() {
-        assert_eq!(advertise_url("https://ctl-a.example:8177/"), Ok("https://ctl-a.example:8177".to_string()));
-        for bad in ["ctl-a:8177", "https://ctl-a:8177/v1", "https://u@ctl-a:1", "https://contrôle:1", "https://a b:1"]
-        {
-            assert!(advertise_url(bad).is_err(), "{bad}");
-        }
-        assert!(advertise_url(&format!("https://{}:1", "a".repeat(300))).is_err());
-    }
 
     /// Every demo job runs at least a minute by default (long enough to see it queue, wait
     /// with a reason and run), and `--demo-step` scales every one of them.
