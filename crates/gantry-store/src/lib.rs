@@ -19,7 +19,8 @@ mod sqlite;
 #[cfg(feature = "test-support")]
 pub mod test_postgres;
 
-use gantry_types::{Ending, Event, Job, JobState, NodeUse, OomKill, TaskStart};
+use gantry_types::{Event, JobState};
+pub use gantry_types::{JobRow, Outcome};
 use serde::{Deserialize, Serialize};
 
 pub use pg::{LEADER_LOCK, LEASE, LeaderHint, LeaseWatch, POSTGRES_SCHEMA_VERSION, PostgresStore, redact_url};
@@ -63,72 +64,6 @@ impl From<rusqlite::Error> for StoreError {
             Some(rusqlite::ErrorCode::DiskFull) => StoreError::Full(e.to_string()),
             _ => StoreError::Backend(e.to_string()),
         }
-    }
-}
-
-/// A job as the state table holds it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobRow {
-    pub id: u64,
-    pub name: String,
-    pub queue: String,
-    pub state: JobState,
-    pub submitted_at_s: u64,
-    pub started_at_s: Option<u64>,
-    pub ended_at_s: Option<u64>,
-    pub exit_code: Option<i32>,
-    /// Times it was stopped for another and requeued.
-    pub requeues: u32,
-    /// The job as accepted (the workload file's fields, docs/formats.md).
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
-    pub job: Job,
-    /// Where its tasks run (or last ran).
-    pub tasks: Vec<TaskStart>,
-    /// How it ended (`oom`, `timed-out`, …: the state says only failed), what its runs used
-    /// on each node, and the task the OOM killer ended: the store's `outcome` column.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-}
-
-/// How a job's runs went: set when a run ends (`ended`, `requeued`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Outcome {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ending: Option<Ending>,
-    /// What its runs used, per node: CPU time summed over runs, the highest memory peak.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub used: Vec<NodeUse>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oom: Option<OomKill>,
-}
-
-impl Outcome {
-    /// Add one run's use, node by node.
-    pub fn add_used(&mut self, used: &[NodeUse]) {
-        for u in used {
-            match self.used.iter_mut().find(|have| have.node == u.node) {
-                Some(have) => have.used.add(&u.used),
-                None => self.used.push(u.clone()),
-            }
-        }
-        self.used.sort_by(|a, b| a.node.cmp(&b.node));
-    }
-
-    /// The outcome after `event` (only a run's end changes it).
-    pub fn after(&self, event: &Event) -> Outcome {
-        let mut next = self.clone();
-        match event {
-            Event::Ended { ending, used, oom, .. } => {
-                next.ending = Some(*ending);
-                next.oom = oom.clone();
-                next.add_used(used);
-            }
-            Event::Requeued { used, .. } => next.add_used(used),
-            _ => {}
-        }
-        next
     }
 }
 

@@ -9,6 +9,7 @@
 pub mod event;
 pub mod fleet;
 pub mod job;
+pub mod job_row;
 pub mod outcome;
 pub mod pending;
 pub mod quantity;
@@ -21,6 +22,7 @@ pub use job::{
     ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,
     ModelPattern, Purpose, Run, ShareMode, TaskGroup, TaskResources, Topology, TopologyLevel, UnitHint,
 };
+pub use job_row::{JobRow, Outcome};
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use pending::{ClassFree, PendingJob, PendingReason};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};

@@ -3,6 +3,7 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
+use gantry_api::JobView;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -91,6 +92,13 @@ impl ServerArg {
         self.call_with(method, path, body, &[])
     }
 
+    /// [`ServerArg::call`], the reply read as the API's type `T` (and the reply as sent, for
+    /// `--json`, which prints what the controller said, fields this CLI does not know included).
+    pub fn fetch<T: serde::de::DeserializeOwned>(&self, method: &str, path: &str) -> anyhow::Result<(T, Value)> {
+        let value = self.call(method, path, None)?;
+        Ok((typed(&value, path)?, value))
+    }
+
     /// [`ServerArg::call`] with extra headers.
     fn call_with(
         &self,
@@ -110,7 +118,8 @@ impl ServerArg {
             client.request_with(token.as_deref(), method, path, body, headers).map_err(|e| anyhow::anyhow!(e))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status >= 400 {
-            let message = value["error"].as_str().map_or_else(|| value.to_string(), str::to_string);
+            let error = serde_json::from_value::<gantry_api::ErrorBody>(value.clone());
+            let message = error.map_or_else(|_| value.to_string(), |e| e.error);
             if status == 401 {
                 bail!(
                     "{message} (HTTP 401)\n  hint: {source}; point the CLI at the controller's \
@@ -201,6 +210,13 @@ fn cell(v: &Value) -> String {
     }
 }
 
+/// A reply read as the API's type `T`; a reply that is not one says which call gave it.
+pub fn typed<T: serde::de::DeserializeOwned>(value: &Value, path: &str) -> anyhow::Result<T> {
+    serde_json::from_value(value.clone()).map_err(|e| {
+        anyhow::anyhow!("the controller's reply to {path} is not what this gantry reads ({e}): is it another version?")
+    })
+}
+
 /// Stored text as the terminal may show it: an unprintable character (an escape sequence, a
 /// bidirectional override — the controller refuses them in names, but a store may predate
 /// that) is written as `\u{…}`, never sent raw.
@@ -225,18 +241,15 @@ pub fn shown_log(s: &str) -> String {
 
 /// Seconds since the Unix epoch as `2026-11-21 19:41:26 UTC` (days to civil date: Howard
 /// Hinnant's algorithm), `-` when absent.
-fn utc(v: &Value) -> String {
-    let Some(t) = v.as_u64() else { return "-".into() };
+fn utc(t: Option<u64>) -> String {
+    let Some(t) = t else { return "-".into() };
     let (days, secs) = ((t / 86_400) as i64, t % 86_400);
     let (year, month, day) = gantry_types::time::civil_from_days(days);
     format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", secs / 3600, secs / 60 % 60, secs % 60)
 }
 
-fn reason_text(pending: &Value) -> String {
-    // The typed reason as the controller serialized it; formatted here for display.
-    serde_json::from_value::<gantry_types::PendingReason>(pending["reason"].clone())
-        .map(|r| shown(&r.to_string()))
-        .unwrap_or_else(|_| pending["reason"].to_string())
+fn reason_text(pending: &gantry_types::PendingJob) -> String {
+    shown(&pending.reason.to_string())
 }
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
@@ -326,7 +339,7 @@ fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Resul
     let reply = server
         .call_with("POST", "/v1/jobs", Some(text), &[("Idempotency-Key", &key)])
         .with_context(|| what.to_string())?;
-    let ids: Vec<u64> = reply["ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+    let ids = typed::<gantry_api::Submitted>(&reply, "/v1/jobs")?.ids;
     if server.json {
         println!("{reply}");
     } else {
@@ -339,11 +352,11 @@ fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Resul
     let mut all_completed = true;
     for id in ids {
         loop {
-            let job = server.call("GET", &format!("/v1/jobs/{id}"), None)?;
-            let state = cell(&job["state"]);
-            if !matches!(state.as_str(), "pending" | "running") {
-                eprintln!("job {id} {}: {state} after {:.0} s", cell(&job["name"]), started.elapsed().as_secs_f64());
-                all_completed &= state == "completed";
+            let (job, _): (JobView, Value) = server.fetch("GET", &format!("/v1/jobs/{id}"))?;
+            let (state, name) = (job.row.state, shown(&job.row.name));
+            if state.is_final() {
+                eprintln!("job {id} {name}: {} after {:.0} s", state.name(), started.elapsed().as_secs_f64());
+                all_completed &= state == gantry_types::JobState::Completed;
                 break;
             }
             std::thread::sleep(Duration::from_millis(250));
@@ -365,154 +378,128 @@ fn submission_key() -> anyhow::Result<String> {
 pub fn queue(args: QueueArgs) -> anyhow::Result<ExitCode> {
     let filter = if args.all { String::new() } else { args.state.unwrap_or_else(|| "pending,running".into()) };
     let path = if filter.is_empty() { "/v1/jobs".to_string() } else { format!("/v1/jobs?state={filter}") };
-    let jobs = args.server.call("GET", &path, None)?;
+    let (jobs, sent): (Vec<JobView>, Value) = args.server.fetch("GET", &path)?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let list = jobs.as_array().cloned().unwrap_or_default();
-    if list.is_empty() {
+    if jobs.is_empty() {
         println!("no jobs{}", if filter.is_empty() { String::new() } else { format!(" ({filter})") });
         return Ok(ExitCode::SUCCESS);
     }
     println!("{:>6}  {:<24} {:<12} {:<10} {:<20}  REASON", "ID", "NAME", "QUEUE", "STATE", "NODES");
-    for job in list {
-        let nodes: Vec<String> = job["tasks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|t| cell(&t["node"]))
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        let reason = if job["pending"].is_null() { String::new() } else { reason_text(&job["pending"]) };
+    for job in jobs {
+        let row = &job.row;
+        let nodes: std::collections::BTreeSet<String> = row.tasks.iter().map(|t| shown(&t.node)).collect();
+        let nodes: Vec<String> = nodes.into_iter().collect();
         println!(
             "{:>6}  {:<24} {:<12} {:<10} {:<20}  {}",
-            cell(&job["id"]),
-            cell(&job["name"]),
-            cell(&job["queue"]),
-            cell(&job["state"]),
+            row.id,
+            shown(&row.name),
+            shown(&row.queue),
+            row.state.name(),
             if nodes.is_empty() { "-".into() } else { nodes.join(",") },
-            reason
+            job.pending.as_ref().map(reason_text).unwrap_or_default()
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn show(args: JobArgs) -> anyhow::Result<ExitCode> {
-    let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
+    let (job, sent): (JobView, Value) = args.server.fetch("GET", &format!("/v1/jobs/{}", args.id))?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&job)?);
+        println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let ending = match job["ending"].as_str() {
-        Some(ending) if ending != cell(&job["state"]) => format!(" ({ending})"),
+    let row = &job.row;
+    let ending = match row.outcome.ending {
+        Some(ending) if ending.name() != row.state.name() => format!(" ({})", ending.name()),
         _ => String::new(),
     };
-    println!("job {} {} (queue {}): {}{ending}", args.id, cell(&job["name"]), cell(&job["queue"]), cell(&job["state"]));
-    println!("  submitted {}", utc(&job["submitted_at_s"]));
-    println!("  started   {}", utc(&job["started_at_s"]));
-    println!("  ended     {}  exit code {}", utc(&job["ended_at_s"]), cell(&job["exit_code"]));
-    if let Some(why) = oom_reason(&job) {
-        println!("  why: {why}");
+    println!("job {} {} (queue {}): {}{ending}", args.id, shown(&row.name), shown(&row.queue), row.state.name());
+    println!("  submitted {}", utc(Some(row.submitted_at_s)));
+    println!("  started   {}", utc(row.started_at_s));
+    let exit = row.exit_code.map_or_else(|| "-".to_string(), |c| c.to_string());
+    println!("  ended     {}  exit code {exit}", utc(row.ended_at_s));
+    if let Some(oom) = &row.outcome.oom {
+        println!("  why: {}", shown(&oom.reason()));
     }
-    if let Some(capped) = job["priority_capped"].as_str() {
+    if let Some(capped) = &job.priority_capped {
         println!("  {}", shown(capped));
     }
-    for task in job["tasks"].as_array().into_iter().flatten() {
-        let devices: Vec<String> = task["devices"].as_array().into_iter().flatten().map(cell).collect();
-        let confined = task["confinement"].as_str().map(|c| format!("  [{}]", shown(c))).unwrap_or_default();
+    for task in &row.tasks {
+        let devices: Vec<String> = task.devices.iter().map(|d| shown(d)).collect();
+        let confined = task.confinement.as_ref().map(|c| format!("  [{}]", shown(c))).unwrap_or_default();
         println!(
             "  task {}/{} on {}: {}{confined}",
-            cell(&task["group"]),
-            cell(&task["replica"]),
-            cell(&task["node"]),
+            shown(&task.group),
+            task.replica,
+            shown(&task.node),
             devices.join(",")
         );
     }
     for line in used_lines(&job) {
         println!("  {line}");
     }
-    if !job["pending"].is_null() {
-        println!("  waiting: {}", reason_text(&job["pending"]));
-        if let Some(message) = job["layout"]["message"].as_str() {
-            println!("  {message}");
+    if let Some(pending) = &job.pending {
+        println!("  waiting: {}", reason_text(pending));
+        if let Some(layout) = &job.layout {
+            println!("  {}", layout.message);
         }
-        if !job["pending"]["estimate_s"].is_null() {
-            println!("  expected start: {}", utc(&job["pending"]["estimate_s"]));
+        if pending.estimate_s.is_some() {
+            println!("  expected start: {}", utc(pending.estimate_s));
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Why a job ended `oom`, in words (the task, its node, its limit).
-fn oom_reason(job: &Value) -> Option<String> {
-    let oom = &job["oom"];
-    if oom.is_null() {
-        return None;
-    }
-    let limit = oom["memory_limit_bytes"].as_u64().map_or_else(
-        || "the memory it was allowed there".to_string(),
-        |b| format!("its memory limit there, {}", gantry_types::Bytes(b)),
-    );
-    Some(format!(
-        "task {}/{} on node {} used more than {limit}, and the kernel's OOM killer ended it; ask for more memory (memory = \"…\")",
-        shown(&cell(&oom["group"])),
-        cell(&oom["replica"]),
-        shown(&cell(&oom["node"])),
-    ))
-}
-
 /// What a job used on each node, as its cgroups measured it: its ended runs' (`used`) and the
 /// run in progress (`running_used`), each with the limits it was held to.
-pub fn used_lines(job: &Value) -> Vec<String> {
+pub fn used_lines(job: &JobView) -> Vec<String> {
     let mut lines = Vec::new();
-    for (what, list) in [("used", &job["used"]), ("using", &job["running_used"])] {
-        for u in list.as_array().into_iter().flatten() {
-            let cpu = u["cpu_ms"]
-                .as_u64()
+    for (what, list) in [("used", &job.row.outcome.used), ("using", &job.running_used)] {
+        for gantry_types::NodeUse { node, used: u } in list {
+            let cpu = u
+                .cpu_ms
                 .map_or_else(|| "CPU not measured".to_string(), |ms| format!("CPU {:.1} s", ms as f64 / 1000.0));
-            let cpu_limit = u["cpu_limit_milli"].as_u64().map_or_else(
+            let cpu_limit = u.cpu_limit_milli.map_or_else(
                 || " (not limited)".to_string(),
                 |m| format!(" (limit {} core{})", m as f64 / 1000.0, if m == 1000 { "" } else { "s" }),
             );
-            let peak = u["memory_peak_bytes"].as_u64().map_or_else(
+            let peak = u.memory_peak_bytes.map_or_else(
                 || "peak memory not measured".to_string(),
                 |b| format!("peak memory {}", gantry_types::Bytes(b)),
             );
-            let limit = u["memory_limit_bytes"]
-                .as_u64()
+            let limit = u
+                .memory_limit_bytes
                 .map_or_else(|| " (not limited)".to_string(), |b| format!(" of {}", gantry_types::Bytes(b)));
-            lines.push(format!("{what} on {}: {cpu}{cpu_limit}, {peak}{limit}", shown(&cell(&u["node"]))));
+            lines.push(format!("{what} on {}: {cpu}{cpu_limit}, {peak}{limit}", shown(node)));
         }
     }
     lines
 }
 
 pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
-    let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
+    let (job, sent): (JobView, Value) = args.server.fetch("GET", &format!("/v1/jobs/{}", args.id))?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&job["pending"])?);
+        println!("{}", serde_json::to_string_pretty(&sent["pending"])?);
         return Ok(ExitCode::SUCCESS);
     }
-    if job["pending"].is_null() {
-        match oom_reason(&job) {
-            Some(why) => println!("job {} is {} (oom): {why}", args.id, cell(&job["state"])),
-            None => println!("job {} is {}: not waiting", args.id, cell(&job["state"])),
+    let state = job.row.state.name();
+    let Some(pending) = &job.pending else {
+        match &job.row.outcome.oom {
+            Some(oom) => println!("job {} is {state} (oom): {}", args.id, shown(&oom.reason())),
+            None => println!("job {} is {state}: not waiting", args.id),
         }
-    } else {
-        let estimate = if job["pending"]["estimate_s"].is_null() {
-            String::new()
-        } else {
-            format!(" (expected start {})", utc(&job["pending"]["estimate_s"]))
-        };
-        println!("job {} waits: {}{estimate}", args.id, reason_text(&job["pending"]));
-        if let Some(message) = job["layout"]["message"].as_str() {
-            println!("  {message}");
-        }
-        if let Some(capped) = job["priority_capped"].as_str() {
-            println!("  {}", shown(capped));
-        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let estimate = pending.estimate_s.map(|t| format!(" (expected start {})", utc(Some(t)))).unwrap_or_default();
+    println!("job {} waits: {}{estimate}", args.id, reason_text(pending));
+    if let Some(layout) = &job.layout {
+        println!("  {}", layout.message);
+    }
+    if let Some(capped) = &job.priority_capped {
+        println!("  {}", shown(capped));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -531,11 +518,12 @@ pub struct CancelArgs {
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
     let force = if args.force { "?force=true" } else { "" };
-    let reply = args.server.call("DELETE", &format!("/v1/jobs/{}{force}", args.id), None)?;
+    let (reply, sent): (gantry_api::Cancelled, Value) =
+        args.server.fetch("DELETE", &format!("/v1/jobs/{}{force}", args.id))?;
     if args.server.json {
-        println!("{reply}");
+        println!("{sent}");
     } else {
-        println!("job {}: {}", args.id, cell(&reply["status"]));
+        println!("job {}: {}", args.id, shown(&reply.status));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -543,12 +531,12 @@ pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
 /// `gantry hold` (`held`) and `gantry release`.
 pub fn hold(args: JobArgs, held: bool) -> anyhow::Result<ExitCode> {
     let path = format!("/v1/jobs/{}/{}", args.id, if held { "hold" } else { "release" });
-    let reply = args.server.call("POST", &path, None)?;
+    let (reply, sent): (gantry_api::Held, Value) = args.server.fetch("POST", &path)?;
     if args.server.json {
-        println!("{reply}");
+        println!("{sent}");
     } else {
         let state = if held { "held" } else { "released" };
-        let already = if reply["changed"] == Value::Bool(false) { " (already)" } else { "" };
+        let already = if reply.changed { "" } else { " (already)" };
         println!("job {}: {state}{already}", args.id);
     }
     Ok(ExitCode::SUCCESS)
@@ -576,10 +564,10 @@ mod tests {
 
     #[test]
     fn epoch_seconds_read_as_utc_dates() {
-        assert_eq!(utc(&Value::from(0u64)), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(&Value::from(951_782_400u64)), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(&Value::from(1_795_290_086u64)), "2026-11-21 19:41:26 UTC");
-        assert_eq!(utc(&Value::Null), "-");
+        assert_eq!(utc(Some(0u64)), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(Some(951_782_400u64)), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(Some(1_795_290_086u64)), "2026-11-21 19:41:26 UTC");
+        assert_eq!(utc(None), "-");
     }
 }
 
@@ -647,8 +635,8 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
                     scope.extend(t["node"].as_str().map(|n| format!("node {}", cell(&Value::from(n)))));
                     let expires = match t["expires_at_s"].as_u64() {
                         None => "never".to_string(),
-                        Some(at) if at <= now => format!("EXPIRED {}", utc(&Value::from(at))),
-                        Some(at) => utc(&Value::from(at)),
+                        Some(at) if at <= now => format!("EXPIRED {}", utc(Some(at))),
+                        Some(at) => utc(Some(at)),
                     };
                     println!("{:<24} {:<10} {expires:<27} {}", cell(&t["name"]), cell(&t["role"]), scope.join(","));
                 }
@@ -684,7 +672,6 @@ pub struct NodeArgs {
     server: ServerArg,
 }
 
-/// `gantry nodes`: every node, its GPUs' mode and allocation, the jobs on them.
 pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
     if args.plan {
         return plan_advice(&args);
@@ -692,51 +679,36 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
     if args.reconfigurations {
         return reconfigurations(&args);
     }
-    let nodes = args.server.call("GET", "/v1/nodes", None)?;
+    let (nodes, sent): (Vec<gantry_api::NodeView>, Value) = args.server.fetch("GET", "/v1/nodes")?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&nodes)?);
+        println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    for node in nodes.as_array().into_iter().flatten() {
-        let gpus = node["gpus"].as_array().cloned().unwrap_or_default();
-        let allocated: u64 = gpus.iter().filter_map(|g| g["allocated_milli"].as_u64()).sum();
-        let mut flags = Vec::new();
-        if node["drained"] == true {
-            flags.push("drained".to_string());
-        }
-        if node["lost"] == true {
-            flags.push("LOST".to_string());
-        }
-        if node["ready"] == false {
-            flags.push(match node["heartbeat_age_s"].as_u64() {
-                Some(age) => format!("not ready: agent silent {age} s"),
-                None => "not ready: no agent yet".into(),
-            });
-        }
-        if node["confinement"]["kind"] == "unconfined" {
-            flags.push("UNCONFINED".into());
-        }
-        if let Some(n) = node["refused_reports"].as_u64().filter(|&n| n > 0) {
-            flags.push(format!("WARNING: {n} reports about other nodes' tasks refused"));
-        }
-        let flags = if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) };
-        println!("{}{flags}  {} GPUs, {:.2} allocated", cell(&node["name"]), gpus.len(), allocated as f64 / 1000.0);
-        if let Ok(confinement) = serde_json::from_value::<gantry_wire::Confinement>(node["confinement"].clone()) {
+    for node in &nodes {
+        let allocated: u64 = node.gpus.iter().map(|g| u64::from(g.allocated_milli)).sum();
+        println!(
+            "{}{}  {} GPUs, {:.2} allocated",
+            shown(&node.name),
+            node_flags(node),
+            node.gpus.len(),
+            allocated as f64 / 1000.0
+        );
+        if let Some(confinement) = &node.confinement {
             println!("  confinement: {}", shown(&confinement.to_string()));
         }
-        for g in gpus {
-            let jobs: Vec<String> = g["jobs"].as_array().into_iter().flatten().map(cell).collect();
-            let used = match g["utilization_pct"].as_u64() {
-                Some(pct) => format!("{pct:>3}% used{}", if g["measured"] == true { "" } else { " (sim)" }),
+        for g in &node.gpus {
+            let jobs: Vec<String> = g.jobs.iter().map(u64::to_string).collect();
+            let used = match g.utilization_pct {
+                Some(pct) => format!("{pct:>3}% used{}", if g.measured { "" } else { " (sim)" }),
                 None => String::new(),
             };
-            let reconfiguring = g["reconfiguring"].as_str().map(|r| format!("  [{}]", shown(r))).unwrap_or_default();
+            let reconfiguring = g.reconfiguring.as_ref().map(|r| format!("  [{}]", shown(r))).unwrap_or_default();
             println!(
                 "  gpu{:<3} {:<16} {:<10} {:>5.2}  {:<14} {}{reconfiguring}",
-                cell(&g["index"]),
-                cell(&g["model"]),
-                cell(&g["mode"]),
-                g["allocated_milli"].as_u64().unwrap_or(0) as f64 / 1000.0,
+                g.index,
+                shown(&g.model),
+                shown(&g.mode),
+                f64::from(g.allocated_milli) / 1000.0,
                 used,
                 if jobs.is_empty() { String::new() } else { format!("jobs {}", jobs.join(",")) }
             );
@@ -745,12 +717,37 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `gantry nodes` says beside a node's name: drained, lost, not ready, unconfined, lying.
+fn node_flags(node: &gantry_api::NodeView) -> String {
+    let mut flags = Vec::new();
+    if node.drained {
+        flags.push("drained".to_string());
+    }
+    if node.lost {
+        flags.push("LOST".to_string());
+    }
+    if !node.ready {
+        flags.push(match node.heartbeat_age_s {
+            Some(age) => format!("not ready: agent silent {age} s"),
+            None => "not ready: no agent yet".into(),
+        });
+    }
+    if node.confinement.as_ref().is_some_and(|c| c.kind == gantry_wire::ConfinementKind::Unconfined) {
+        flags.push("UNCONFINED".into());
+    }
+    if node.refused_reports > 0 {
+        flags.push(format!("WARNING: {} reports about other nodes' tasks refused", node.refused_reports));
+    }
+    if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) }
+}
+
 /// `gantry drain NODE` / `gantry resume NODE` (admin).
 pub fn drain(args: NodeArgs, drained: bool) -> anyhow::Result<ExitCode> {
     let verb = if drained { "drain" } else { "resume" };
-    let reply = args.server.call("POST", &format!("/v1/nodes/{}/{verb}", args.node), None)?;
+    let (reply, _): (gantry_api::Drained, Value) =
+        args.server.fetch("POST", &format!("/v1/nodes/{}/{verb}", args.node))?;
     let state = if drained { "drained: nothing new starts there" } else { "resumed" };
-    let note = if reply["changed"] == false { " (already)" } else { "" };
+    let note = if reply.changed { "" } else { " (already)" };
     println!("node {} {state}{note}", args.node);
     Ok(ExitCode::SUCCESS)
 }
@@ -774,11 +771,12 @@ enum NodeCommand {
 pub fn node(args: NodeCommandArgs) -> anyhow::Result<ExitCode> {
     match args.what {
         NodeCommand::Lost(args) => {
-            let reply = args.server.call("POST", &format!("/v1/nodes/{}/lost", args.node), None)?;
+            let (reply, sent): (gantry_api::NodeLost, Value) =
+                args.server.fetch("POST", &format!("/v1/nodes/{}/lost", args.node))?;
             if args.server.json {
-                println!("{reply}");
+                println!("{sent}");
             } else {
-                let note = if reply["changed"] == false { " (already)" } else { "" };
+                let note = if reply.changed { "" } else { " (already)" };
                 println!("node {} lost{note}: its jobs ended or wait again", args.node);
             }
             Ok(ExitCode::SUCCESS)

@@ -107,78 +107,105 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
-    let (workload_name, jobs) = match &args.trace {
-        Some(path) => {
-            let file = std::fs::File::open(path).with_context(|| format!("cannot read trace {}", path.display()))?;
-            let trace = gantry_spec::read_trace(std::io::BufReader::new(file), catalog, false)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            let demand = args.demand.as_deref().unwrap_or("mean");
-            let how = if demand == "peak" { DemandOf::Peak } else { DemandOf::Mean };
-            let jobs = gantry_sim::native::concurrent_demand(&trace.jobs, how);
-            if jobs.is_empty() {
-                anyhow::bail!("{}: no job runs long enough to count at its {demand} concurrency", path.display());
-            }
-            (format!("{} ({demand} concurrency of {} jobs)", path.display(), trace.jobs.len()), jobs)
-        }
-        None => crate::place_cmd::load_workload(args.workload.as_deref(), catalog)?,
-    };
+    let (workload_name, jobs) = demand(&args)?;
     let plan =
         gantry_engine::plan::plan(&fleet, &jobs, catalog).map_err(|e| anyhow::anyhow!("{workload_name}: {e}"))?;
     let (plugin, warnings) = gantry_spec::device_plugin_yaml(&plan.fleet);
     if let Some(dir) = &args.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let (slurm_nodes, gres) = gantry_spec::slurm_conf(&plan.fleet);
-        let files = [
-            ("fleet.toml", gantry_spec::fleet_to_toml(&plan.fleet)),
-            ("slurm-nodes.conf", slurm_nodes),
-            ("gres.conf", gres),
-            ("mig-parted.yaml", gantry_spec::mig_parted_yaml(&plan.fleet)),
-            ("device-plugin.yaml", plugin.clone()),
-            (
-                "node-labels.sh",
-                format!("#!/bin/sh\n# written by gantry plan\n{}", gantry_spec::node_labels(&plan.fleet)),
-            ),
-        ];
-        for (name, text) in files {
-            let path = dir.join(name);
-            std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
-        }
+        write_plan(dir, &plan.fleet, &plugin)?;
     }
     if args.json {
-        let gpus: Vec<serde_json::Value> = plan
-            .gpus
-            .iter()
-            .map(|g| {
-                serde_json::json!({"node": g.node, "gpu": g.index, "model": g.model, "mode": g.mode.text(), "changed": g.changed})
-            })
-            .collect();
-        let unplaced: Vec<serde_json::Value> =
-            plan.unplaced.iter().map(|(job, why)| serde_json::json!({"job": job, "why": why})).collect();
-        let out = serde_json::json!({
-            "fleet": fleet_name,
-            "workload": workload_name,
-            "gpus": gpus,
-            "placed": plan.placed.len(),
-            "unplaced": unplaced,
-            "allocation_pct": plan.allocation_pct,
-            "stranded_gpus": plan.stranded_gpus,
-            "idle_gpus": plan.idle_gpus,
-            "reconfigured": plan.reconfigured,
-            "warnings": warnings,
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        print_plan_json(&plan, &fleet_name, &workload_name, &warnings)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("plan for {workload_name} on {fleet_name}: {} GPUs", plan.gpus.len());
+    print_plan(&plan, &format!("{workload_name} on {fleet_name}"), jobs.len(), &warnings);
+    if let Some(dir) = &args.out {
+        println!(
+            "wrote {0}/fleet.toml, {0}/mig-parted.yaml, {0}/device-plugin.yaml, {0}/node-labels.sh, {0}/slurm-nodes.conf, {0}/gres.conf",
+            dir.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The demand to plan for, named: a trace's shapes at their mean (or peak) concurrency, or
+/// a workload's jobs.
+fn demand(args: &PlanArgs) -> anyhow::Result<(String, Vec<gantry_types::Job>)> {
+    let catalog = gantry_catalog::Catalog::embedded();
+    let Some(path) = &args.trace else { return crate::place_cmd::load_workload(args.workload.as_deref(), catalog) };
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+    let trace = gantry_spec::read_trace(std::io::BufReader::new(file), catalog, false)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let demand = args.demand.as_deref().unwrap_or("mean");
+    let how = if demand == "peak" { DemandOf::Peak } else { DemandOf::Mean };
+    let jobs = gantry_sim::native::concurrent_demand(&trace.jobs, how);
+    if jobs.is_empty() {
+        anyhow::bail!("{}: no job runs long enough to count at its {demand} concurrency", path.display());
+    }
+    Ok((format!("{} ({demand} concurrency of {} jobs)", path.display(), trace.jobs.len()), jobs))
+}
+
+/// `--out DIR`: the planned fleet as each tool reads it.
+fn write_plan(dir: &std::path::Path, fleet: &gantry_types::Fleet, plugin: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let (slurm_nodes, gres) = gantry_spec::slurm_conf(fleet);
+    let labels = format!("#!/bin/sh\n# written by gantry plan\n{}", gantry_spec::node_labels(fleet));
+    let files = [
+        ("fleet.toml", gantry_spec::fleet_to_toml(fleet)),
+        ("slurm-nodes.conf", slurm_nodes),
+        ("gres.conf", gres),
+        ("mig-parted.yaml", gantry_spec::mig_parted_yaml(fleet)),
+        ("device-plugin.yaml", plugin.to_string()),
+        ("node-labels.sh", labels),
+    ];
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn print_plan_json(
+    plan: &gantry_engine::plan::Plan,
+    fleet_name: &str,
+    workload_name: &str,
+    warnings: &[String],
+) -> anyhow::Result<()> {
+    let gpus: Vec<serde_json::Value> = plan
+        .gpus
+        .iter()
+        .map(|g| {
+            serde_json::json!({"node": g.node, "gpu": g.index, "model": g.model, "mode": g.mode.text(), "changed": g.changed})
+        })
+        .collect();
+    let unplaced: Vec<serde_json::Value> =
+        plan.unplaced.iter().map(|(job, why)| serde_json::json!({"job": job, "why": why})).collect();
+    let out = serde_json::json!({
+        "fleet": fleet_name,
+        "workload": workload_name,
+        "gpus": gpus,
+        "placed": plan.placed.len(),
+        "unplaced": unplaced,
+        "allocation_pct": plan.allocation_pct,
+        "stranded_gpus": plan.stranded_gpus,
+        "idle_gpus": plan.idle_gpus,
+        "reconfigured": plan.reconfigured,
+        "warnings": warnings,
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+fn print_plan(plan: &gantry_engine::plan::Plan, what: &str, jobs: usize, warnings: &[String]) {
+    println!("plan for {what}: {} GPUs", plan.gpus.len());
     println!("  {:<16} {:>3}  {:<16} MODE", "NODE", "GPU", "MODEL");
     for g in &plan.gpus {
         let changed = if g.changed { "  (changes)" } else { "" };
         println!("  {:<16} {:>3}  {:<16} {}{changed}", g.node, g.index, g.model, g.mode.text());
     }
     println!(
-        "\nplaced {} of {} jobs on the planned fleet (checked by placing them with the engine)",
-        plan.placed.len(),
-        jobs.len()
+        "\nplaced {} of {jobs} jobs on the planned fleet (checked by placing them with the engine)",
+        plan.placed.len()
     );
     for (job, why) in &plan.unplaced {
         println!("  not placed: {job}: {why}");
@@ -187,16 +214,9 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
         "allocation {:.1}% of the fleet; stranded {:.2} GPUs (carved or shared, not held); {} GPU(s) left whole and idle; {} GPU(s) change mode",
         plan.allocation_pct, plan.stranded_gpus, plan.idle_gpus, plan.reconfigured
     );
-    for w in &warnings {
+    for w in warnings {
         println!("note: {w}");
     }
-    if let Some(dir) = &args.out {
-        println!(
-            "wrote {0}/fleet.toml, {0}/mig-parted.yaml, {0}/device-plugin.yaml, {0}/node-labels.sh, {0}/slurm-nodes.conf, {0}/gres.conf",
-            dir.display()
-        );
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn result_json(r: &gantry_sim::mig_day::DayResult) -> serde_json::Value {
@@ -257,6 +277,16 @@ fn evaluate_seeds(
     });
     bar.finish_and_clear();
     let weeks: Vec<Evaluation> = weeks.into_iter().collect::<Result<_, _>>().map_err(|e| anyhow::anyhow!(e))?;
+    print_weeks(config, &configs, &weeks, json)
+}
+
+/// Weeks evaluated: each one's gain, then their mean, standard deviation and range.
+fn print_weeks(
+    config: &DayConfig,
+    configs: &[DayConfig],
+    weeks: &[gantry_sim::mig_day::Evaluation],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let gains: Vec<f64> = weeks.iter().map(|w| w.gain_pct).collect();
     let n = gains.len() as f64;
     let mean = gains.iter().sum::<f64>() / n;
@@ -266,7 +296,7 @@ fn evaluate_seeds(
     if json {
         let out = serde_json::json!({
             "config": config_json(config),
-            "weeks": configs.iter().zip(&weeks).map(|(c, w)| serde_json::json!({
+            "weeks": configs.iter().zip(weeks).map(|(c, w)| serde_json::json!({
                 "seed": c.seed,
                 "best_static": result_json(&w.statics[w.best_static]),
                 "dynamic": result_json(&w.dynamic),
@@ -279,7 +309,7 @@ fn evaluate_seeds(
     }
     println!(
         "{} runs of {} days, {} × 8 {} ({} GPUs), load {}, seeds {}..={}: inference on MIG by day (08-20h), whole-GPU training by night\n",
-        seeds,
+        configs.len(),
         config.days,
         config.nodes,
         config.model,
@@ -292,7 +322,7 @@ fn evaluate_seeds(
         "  {:>6} {:<32} {:>14} {:>15} {:>8}",
         "SEED", "BEST STATIC LAYOUT", "SERVED STATIC", "SERVED DYNAMIC", "GAIN"
     );
-    for (c, w) in configs.iter().zip(&weeks) {
+    for (c, w) in configs.iter().zip(weeks) {
         let best = &w.statics[w.best_static];
         println!(
             "  {:>6} {:<32} {:>13.1}% {:>14.1}% {:>+7.1}%",
@@ -341,10 +371,19 @@ fn evaluate(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     })
     .map_err(|e| anyhow::anyhow!(e))?;
     bar.finish_and_clear();
+    print_evaluation(&config, &result, args.json)
+}
+
+/// One evaluated week: JSON, or the best static layout beside the online planner.
+fn print_evaluation(
+    config: &DayConfig,
+    result: &gantry_sim::mig_day::Evaluation,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let best = &result.statics[result.best_static];
-    if args.json {
+    if json {
         let out = serde_json::json!({
-            "config": config_json(&config),
+            "config": config_json(config),
             "best_static": result_json(best),
             "dynamic": result_json(&result.dynamic),
             "gain_pct": result.gain_pct,

@@ -5,6 +5,7 @@
 use crate::jobs_cmd::ServerArg;
 use anyhow::bail;
 use clap::Args;
+use gantry_api::UsageLine;
 use serde_json::Value;
 use std::process::ExitCode;
 
@@ -70,10 +71,6 @@ pub fn parse_time(text: &str, now: u64) -> Result<u64, String> {
     u64::try_from(seconds).map_err(|_| bad())
 }
 
-fn num(v: &Value, key: &str) -> f64 {
-    v[key].as_f64().unwrap_or(0.0)
-}
-
 pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
     let now = gantry_server::now_s();
     let from =
@@ -91,45 +88,50 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
     if let Some(t) = to {
         path += &format!("&to={t}");
     }
-    let lines = args.server.call("GET", &path, None)?;
-    let lines = lines.as_array().cloned().unwrap_or_default();
+    let (lines, sent): (Vec<UsageLine>, Value) = args.server.fetch("GET", &path)?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&lines)?);
-        return Ok(ExitCode::SUCCESS);
+        println!("{}", serde_json::to_string_pretty(&sent)?);
+    } else if args.csv {
+        print_csv(&args.by, &lines);
+    } else {
+        print_table(&args.by, &lines);
     }
-    let columns = [
-        "allocated_gpu_hours",
-        "used_gpu_hours",
-        "utilization",
-        "waste_gpu_hours",
-        "normalized_allocated_gpu_hours",
-        "normalized_used_gpu_hours",
-        "cost_allocated",
-        "cost_used",
-        "waste_cost",
-        "cpu_hours",
-        "memory_peak_bytes",
-    ];
-    if args.csv {
-        println!("{},{}", args.by, columns.join(","));
-        for l in &lines {
-            let key = l["key"].as_str().unwrap_or("");
-            let key =
-                if key.contains([',', '"']) { format!("\"{}\"", key.replace('"', "\"\"")) } else { key.to_string() };
-            let values: Vec<String> = columns
-                .iter()
-                .map(|c| match *c {
-                    "memory_peak_bytes" => l[c].as_u64().map_or_else(String::new, |b| b.to_string()),
-                    _ => format!("{:.6}", num(l, c)),
-                })
-                .collect();
-            println!("{key},{}", values.join(","));
-        }
-        return Ok(ExitCode::SUCCESS);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A CSV column: its name and a line's value in it.
+type Column = (&'static str, fn(&UsageLine) -> f64);
+
+/// The CSV columns, in order (the memory peak, an integer, follows them).
+const CSV_COLUMNS: [Column; 10] = [
+    ("allocated_gpu_hours", |l| l.allocated_gpu_hours),
+    ("used_gpu_hours", |l| l.used_gpu_hours),
+    ("utilization", |l| l.utilization),
+    ("waste_gpu_hours", |l| l.waste_gpu_hours),
+    ("normalized_allocated_gpu_hours", |l| l.normalized_allocated_gpu_hours),
+    ("normalized_used_gpu_hours", |l| l.normalized_used_gpu_hours),
+    ("cost_allocated", |l| l.cost_allocated),
+    ("cost_used", |l| l.cost_used),
+    ("waste_cost", |l| l.waste_cost),
+    ("cpu_hours", |l| l.cpu_hours),
+];
+
+fn print_csv(by: &str, lines: &[UsageLine]) {
+    let names: Vec<&str> = CSV_COLUMNS.iter().map(|(name, _)| *name).collect();
+    println!("{by},{},memory_peak_bytes", names.join(","));
+    for l in lines {
+        let key = &l.key;
+        let key = if key.contains([',', '"']) { format!("\"{}\"", key.replace('"', "\"\"")) } else { key.clone() };
+        let values: Vec<String> = CSV_COLUMNS.iter().map(|(_, value)| format!("{:.6}", value(l))).collect();
+        let peak = l.memory_peak_bytes.map_or_else(String::new, |b| b.to_string());
+        println!("{key},{},{peak}", values.join(","));
     }
+}
+
+fn print_table(by: &str, lines: &[UsageLine]) {
     println!(
         "{:<20} {:>12} {:>12} {:>6} {:>12} {:>12} {:>12} {:>12} {:>10} {:>10}",
-        args.by.to_uppercase(),
+        by.to_uppercase(),
         "ALLOC GPU-h",
         "USED GPU-h",
         "UTIL",
@@ -140,51 +142,35 @@ pub fn run(args: UsageArgs) -> anyhow::Result<ExitCode> {
         "CPU-h",
         "PEAK MEM"
     );
-    let peak = |v: &Value| v.as_u64().map_or_else(|| "-".to_string(), |b| gantry_types::Bytes(b).to_string());
+    let peak = |b: Option<u64>| b.map_or_else(|| "-".to_string(), |b| gantry_types::Bytes(b).to_string());
     let mut totals = [0.0; 6];
     let mut highest: Option<u64> = None;
-    for l in &lines {
-        let row = [
-            num(l, "allocated_gpu_hours"),
-            num(l, "used_gpu_hours"),
-            num(l, "waste_gpu_hours"),
-            num(l, "cost_allocated"),
-            num(l, "cost_used"),
-            num(l, "cpu_hours"),
-        ];
+    for l in lines {
+        let row =
+            [l.allocated_gpu_hours, l.used_gpu_hours, l.waste_gpu_hours, l.cost_allocated, l.cost_used, l.cpu_hours];
         for (t, v) in totals.iter_mut().zip(row) {
             *t += v;
         }
-        highest = highest.max(l["memory_peak_bytes"].as_u64());
-        println!(
-            "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2} {:>10.3} {:>10}",
-            l["key"].as_str().unwrap_or(""),
-            row[0],
-            row[1],
-            num(l, "utilization") * 100.0,
-            row[2],
-            row[3],
-            row[4],
-            row[3] - row[4],
-            row[5],
-            peak(&l["memory_peak_bytes"])
-        );
+        highest = highest.max(l.memory_peak_bytes);
+        let util = l.utilization * 100.0;
+        print_row(&crate::jobs_cmd::shown(&l.key), &row, util, &peak(l.memory_peak_bytes));
     }
     let util = if totals[0] > 0.0 { totals[1] / totals[0] * 100.0 } else { 0.0 };
+    print_row("TOTAL", &totals, util, &peak(highest));
+}
+
+/// One line of the table: allocated, used, waste, cost allocated, cost used, CPU-hours.
+fn print_row(key: &str, row: &[f64; 6], util: f64, peak: &str) {
     println!(
-        "{:<20} {:>12.3} {:>12.3} {:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2} {:>10.3} {:>10}",
-        "TOTAL",
-        totals[0],
-        totals[1],
-        util,
-        totals[2],
-        totals[3],
-        totals[4],
-        totals[3] - totals[4],
-        totals[5],
-        peak(&highest.map_or(Value::Null, Value::from))
+        "{key:<20} {:>12.3} {:>12.3} {util:>5.0}% {:>12.3} {:>12.2} {:>12.2} {:>12.2} {:>10.3} {peak:>10}",
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[3] - row[4],
+        row[5],
     );
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use body::Text;
+pub use gantry_api::replies::{Cancelled, Drained, ErrorBody, Held, NodeLost, Submitted, TokenSecret};
 use gantry_store::{Role, TokenRecord};
 use gantry_types::JobState;
 use serde::{Deserialize, Serialize};
@@ -88,34 +89,11 @@ fn unexpected(reply: Reply) -> ApiError {
     ApiError(ControlError::Internal(format!("unexpected reply {reply:?}")))
 }
 
-/// Every error the API answers, whatever the status.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ErrorBody {
-    pub error: String,
-    /// For 413 and 429: the admission limit the request went over, and its value.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub value: Option<u64>,
-}
-
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Submitted {
-    pub ids: Vec<u64>,
-}
-
 #[derive(Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
     /// Comma-separated states (`pending,running`); all when absent.
     state: Option<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Cancelled {
-    pub id: u64,
-    /// `cancelled` (it was waiting) or `stopping` (its tasks are being signalled).
-    pub status: String,
 }
 
 /// `POST /v1/tokens`.
@@ -133,13 +111,6 @@ pub struct NewToken {
     /// until revoked.
     #[serde(default)]
     pub expires_in_s: Option<u64>,
-}
-
-/// The one time a secret is shown.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct TokenSecret {
-    pub name: String,
-    pub secret: String,
 }
 
 fn who(shared: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
@@ -331,14 +302,6 @@ async fn cancel(
     }
 }
 
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Held {
-    pub id: u64,
-    pub held: bool,
-    /// Whether this call changed anything.
-    pub changed: bool,
-}
-
 /// `POST /v1/jobs/{id}/hold`: a waiting job leaves its queue until released.
 #[utoipa::path(post, path = "/v1/jobs/{id}/hold", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
     responses((status = 200, description = "Held", body = Held), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
@@ -429,14 +392,6 @@ async fn nodes(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<
     Ok(Json(shared.read(|c| views::nodes::seen_by(views::nodes::nodes(c, now_s()), c, &who))))
 }
 
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Drained {
-    pub node: String,
-    pub drained: bool,
-    /// Whether this call changed anything.
-    pub changed: bool,
-}
-
 #[utoipa::path(post, path = "/v1/nodes/{name}/drain", tag = "nodes", params(("name" = String, Path, description = "Node name")),
     responses((status = 200, description = "Drained: nothing new starts there", body = Drained), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody)))]
@@ -457,14 +412,6 @@ async fn resume(
     Path(name): Path<String>,
 ) -> Result<Json<Drained>, ApiError> {
     set_drained(&shared, &headers, name, false).await
-}
-
-/// A node declared lost.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct NodeLost {
-    pub node: String,
-    /// False if it was lost already.
-    pub changed: bool,
 }
 
 /// `POST /v1/nodes/{name}/lost` (admin): the node's agent is known dead — its jobs end now

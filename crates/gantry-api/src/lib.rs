@@ -1,0 +1,15 @@
+//! The controller's REST contract: every type a request carries or a reply returns, in one
+//! crate below both sides. The key decision: the server builds these values and the CLI
+//! reads them as the same Rust types (never as loose JSON), and the OpenAPI document is
+//! derived from them — so a field renamed on one side is a compile error on the other, and
+//! the published schema cannot drift from what either does.
+
+pub mod jobs;
+pub mod nodes;
+pub mod replies;
+pub mod usage;
+
+pub use jobs::{JobView, LayoutWait};
+pub use nodes::{GpuView, MigInstanceView, NodeView};
+pub use replies::{Cancelled, Drained, ErrorBody, Held, NodeLost, Submitted, TokenSecret};
+pub use usage::{UsageBy, UsageLine};

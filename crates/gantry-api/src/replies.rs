@@ -1,0 +1,58 @@
+//! The small replies of the API's actions (submit, cancel, hold, drain, declare lost, make a
+//! token) and the one body every error has.
+
+use serde::{Deserialize, Serialize};
+
+/// Every error the API answers, whatever the status.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: String,
+    /// For 413 and 429: the admission limit the request went over, and its value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Submitted {
+    pub ids: Vec<u64>,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Cancelled {
+    pub id: u64,
+    /// `cancelled` (it was waiting) or `stopping` (its tasks are being signalled).
+    pub status: String,
+}
+
+/// The one time a secret is shown.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenSecret {
+    pub name: String,
+    pub secret: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Held {
+    pub id: u64,
+    pub held: bool,
+    /// Whether this call changed anything.
+    pub changed: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Drained {
+    pub node: String,
+    pub drained: bool,
+    /// Whether this call changed anything.
+    pub changed: bool,
+}
+
+/// A node declared lost.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NodeLost {
+    pub node: String,
+    /// False if it was lost already.
+    pub changed: bool,
+}
