@@ -4,7 +4,7 @@
 //! request visits the few hundred nodes with a free GPU, not the thousands without. A set bit
 //! means "may have room" exactly as the node's counters say; the filter still decides.
 
-use crate::state::NodeIdx;
+use crate::ids::NodeIdx;
 
 /// Whole-GPU buckets kept: "at least k wholly free GPUs" for k = 1..=8. Larger requests use
 /// the 8 bucket and let the filter check the rest (nodes with more than 8 GPUs are rare).

@@ -31,7 +31,7 @@ impl Grant {
 pub struct TaskGrant {
     pub group: u32,
     pub replica: u32,
-    /// Kind of task for clustering (`state::task_tag`), if it uses a GPU.
+    /// Kind of task for clustering (`request::task_tag`), if it uses a GPU.
     pub tag: Option<u8>,
     pub node: NodeIdx,
     pub cpu: u32,

@@ -18,6 +18,7 @@ pub mod ever;
 pub mod fairshare;
 pub mod fit;
 pub mod frag;
+pub mod ids;
 pub mod index;
 pub mod ledger;
 pub mod limits;
@@ -371,7 +372,7 @@ impl Engine {
             tasks.push(TaskGrant {
                 group: group as u32,
                 replica: t.replica,
-                tag: state::task_tag(&job.groups[group].gpu).map(|k| k as u8),
+                tag: crate::request::task_tag(&job.groups[group].gpu).map(|k| k as u8),
                 node,
                 cpu: t.cpu.0,
                 memory: t.memory.0,

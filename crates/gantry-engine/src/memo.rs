@@ -76,9 +76,3 @@ impl VerdictMemo {
         self.verdicts[i] = Some(verdict);
     }
 }
-
-/// FNV-1a over bytes: a stable fingerprint (std's hasher is not guaranteed stable across
-/// releases, and determinism is a promise).
-pub fn fingerprint(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
-}

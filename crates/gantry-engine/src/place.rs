@@ -390,7 +390,7 @@ impl<'a> Placer<'a> {
             Some((_, node)) => Ok(TaskGrant {
                 group: group_index,
                 replica,
-                tag: crate::state::task_tag(&group.gpu).map(|t| t as u8),
+                tag: crate::request::task_tag(&group.gpu).map(|t| t as u8),
                 node,
                 cpu: group.cpu,
                 memory: group.memory,

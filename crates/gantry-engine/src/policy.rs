@@ -328,7 +328,7 @@ fn gpu_packing(state: &ClusterState, node: NodeIdx, group: &CompiledGroup) -> i6
 /// (gpu_max − free) / gpu_max: node already running only this kind: 75 + g; this kind among
 /// others: 50 + g; node running no GPU task: 25 + g; only other kinds: g. CPU-only tasks: 0.
 fn gpu_clustering(state: &ClusterState, node: NodeIdx, group: &CompiledGroup) -> i64 {
-    let Some(tag) = crate::state::task_tag(&group.gpu) else { return 0 };
+    let Some(tag) = crate::request::task_tag(&group.gpu) else { return 0 };
     let n = &state.nodes[node as usize];
     let tags = &state.node_tags[node as usize];
     let gpu_max = state.max_node_gpu_milli.max(1) as i64;

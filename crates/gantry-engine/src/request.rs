@@ -213,7 +213,7 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
                     (&group.signature_ok, &group.memory_unit, group.memory_no_mig),
                 )
             );
-            group.fingerprint = crate::memo::fingerprint(requirements.as_bytes());
+            group.fingerprint = crate::rng::fingerprint(requirements.as_bytes());
             Ok(group)
         })
         .collect::<Result<Vec<_>, EngineError>>()?;
@@ -246,5 +246,16 @@ fn statically_feasible(state: &ClusterState, group: &CompiledGroup, signature: &
             .gpus
             .iter()
             .any(|&(c, _)| ok(c) && state.classes[c as usize].attributes.memory_gib as u64 * (1 << 30) >= *memory),
+    }
+}
+
+/// The kind of a GPU task, for clustering; `None` for CPU-only tasks.
+pub fn task_tag(need: &GpuNeed) -> Option<usize> {
+    match need {
+        GpuNeed::None => None,
+        GpuNeed::Share { milli, .. } if *milli < 1000 => Some(0),
+        GpuNeed::Share { .. } => Some(1),
+        GpuNeed::Whole { count } if *count <= 8 => Some(*count as usize),
+        _ => Some(crate::state::TASK_TAGS - 1),
     }
 }

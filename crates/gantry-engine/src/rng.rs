@@ -2,6 +2,13 @@
 //!
 //! Our own 20 lines instead of a crate: the sequence for a seed must never change under us
 //! (replays and bug reports are a seed and a log), and SplitMix64 is a fixed, published function.
+//! The same for hashing: [`fingerprint`] is FNV-1a, our own, for the same reason.
+
+/// FNV-1a over bytes: a stable fingerprint (std's hasher is not guaranteed stable across
+/// releases, and determinism is a promise).
+pub fn fingerprint(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
 
 /// Seeded pseudo-random generator (SplitMix64).
 #[derive(Clone, Debug, PartialEq, Eq)]

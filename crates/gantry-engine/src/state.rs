@@ -13,10 +13,7 @@ use gantry_types::{Bytes, Fleet, GpuMode, Taint};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Dense node index.
-pub type NodeIdx = u32;
-/// Dense GPU index (fleet-wide).
-pub type GpuIdx = u32;
+pub use crate::ids::{GpuIdx, NodeIdx};
 
 /// How a GPU hands out capacity; the mode's static part (counters live on [`GpuState`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,7 +297,7 @@ pub struct ClusterState {
     /// Largest node CPU and GPU capacity in the fleet (policies normalize by them).
     pub max_node_cpu: u32,
     pub max_node_gpu_milli: u32,
-    /// Per node, tasks running by kind (see [`task_tag`]), for GPU clustering.
+    /// Per node, tasks running by kind (see [`crate::request::task_tag`]), for GPU clustering.
     pub node_tags: Vec<[u16; TASK_TAGS]>,
 }
 
@@ -354,18 +351,6 @@ impl Clone for ClusterState {
 
 /// Task kinds counted per node: 0 = a GPU share, k = k whole GPUs (1..=8), 9 = other.
 pub const TASK_TAGS: usize = 10;
-
-/// The kind of a GPU task, for clustering; `None` for CPU-only tasks.
-pub fn task_tag(need: &crate::request::GpuNeed) -> Option<usize> {
-    use crate::request::GpuNeed;
-    match need {
-        GpuNeed::None => None,
-        GpuNeed::Share { milli, .. } if *milli < 1000 => Some(0),
-        GpuNeed::Share { .. } => Some(1),
-        GpuNeed::Whole { count } if *count <= 8 => Some(*count as usize),
-        _ => Some(TASK_TAGS - 1),
-    }
-}
 
 impl ClusterState {
     /// A state of no nodes (what a planning copy leaves behind when its state is kept).

@@ -4,7 +4,8 @@
 //! agents; the recovery after a restart is the agents' own (their claims on disk), so there is
 //! one way tasks run, whether the agents are on other machines or here.
 
-use crate::api::{ApiError, agent_heartbeat, agent_register, status_of};
+use crate::api::status::status_of;
+use crate::api::{ApiError, agent_heartbeat, agent_register};
 use crate::auth::Principal;
 use crate::{Shared, wire};
 use gantry_agent::node::{AgentConfig, Answer, Link};

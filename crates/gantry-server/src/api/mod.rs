@@ -6,6 +6,11 @@ mod agents;
 mod body;
 mod checkpoint;
 mod logs;
+pub mod status;
+pub mod usage;
+
+pub use status::status_of;
+pub use usage::usage_lines;
 
 pub use agents::{agent_heartbeat, agent_register};
 
@@ -34,37 +39,6 @@ pub struct ApiError(pub ControlError);
 impl From<ControlError> for ApiError {
     fn from(e: ControlError) -> Self {
         ApiError(e)
-    }
-}
-
-/// The one place a domain error becomes an HTTP status.
-pub fn status_of(e: &ControlError) -> StatusCode {
-    match e {
-        ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
-        ControlError::UnknownJob(_)
-        | ControlError::UnknownTask(_)
-        | ControlError::UnknownNode(_)
-        | ControlError::UnknownToken(_) => StatusCode::NOT_FOUND,
-        ControlError::TokenExists(_) | ControlError::JobEnded { .. } | ControlError::Conflict(_) => {
-            StatusCode::CONFLICT
-        }
-        ControlError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        ControlError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
-        ControlError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        ControlError::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
-        ControlError::Forbidden(_) => StatusCode::FORBIDDEN,
-        ControlError::StoreFailed(_) | ControlError::StoreFull(_) => StatusCode::SERVICE_UNAVAILABLE,
-        ControlError::Sched(e) => {
-            use gantry_engine::sched::SchedError;
-            match e {
-                SchedError::UnknownJob(_) => StatusCode::NOT_FOUND,
-                SchedError::UnknownQueue { .. } => StatusCode::BAD_REQUEST,
-                SchedError::NotWaiting { .. } => StatusCode::CONFLICT,
-                SchedError::Engine(gantry_engine::EngineError::Fleet(_)) => StatusCode::NOT_FOUND,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            }
-        }
-        ControlError::Store(_) | ControlError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -554,20 +528,4 @@ async fn reconfigurations(
 async fn idle(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<crate::idle::IdleEvent>>, ApiError> {
     let who = who(&shared, &headers)?;
     Ok(Json(shared.read(|c| views::idle_events(c, &who))))
-}
-
-/// The chargeback report for `[from_s, to_s)` (whole hours) from the ledger in the store.
-pub fn usage_lines(
-    shared: &Shared,
-    who: &Principal,
-    from_s: u64,
-    to_s: u64,
-    by: crate::meter::UsageBy,
-) -> Result<Vec<crate::meter::UsageLine>, ControlError> {
-    who.not_agent()?;
-    let rows = {
-        use gantry_store::Store;
-        shared.reader.lock().expect("not poisoned").usage(from_s, to_s)?
-    };
-    shared.read(|c| views::usage(c, who, rows, by, (from_s, to_s)))
 }

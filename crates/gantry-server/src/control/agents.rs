@@ -9,14 +9,6 @@ use crate::wire::{self, AgentGpu, Heartbeat, Launch, Orders, Register, Registere
 use gantry_types::{GpuMode, Job};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Task reports one heartbeat may carry: a node runs a few hundred tasks at most (48 MPS
-/// clients on each of 8 GPUs is 384); 10,000 leaves room for many small CPU tasks and bounds
-/// what one message can make the controller do. Over it, the heartbeat is refused whole.
-pub const TASK_REPORTS_MAX: usize = 10_000;
-
-/// GPU samples one heartbeat may carry: no node has more GPUs than this.
-pub const GPU_SAMPLES_MAX: usize = 256;
-
 /// A node's refused reports are logged at most once per this many seconds (the count goes on).
 pub const REFUSED_LOG_EVERY_S: u64 = 60;
 
@@ -235,7 +227,7 @@ impl Controller {
         now: u64,
     ) -> Result<Effects, ControlError> {
         who.serves(node)?;
-        check_heartbeat_size(beat)?;
+        super::trim::check_heartbeat_size(beat)?;
         let Some(link) = self.links.get_mut(node).filter(|l| l.instance == beat.instance) else {
             return Err(ControlError::Conflict(format!(
                 "this agent is not the one registered for node {node:?} (since the controller started): register first"
@@ -593,21 +585,4 @@ impl Controller {
         }
         marked
     }
-}
-
-/// A heartbeat over the bounds is refused whole, before anything in it counts.
-pub(super) fn check_heartbeat_size(beat: &Heartbeat) -> Result<(), ControlError> {
-    for (what, count, max) in [
-        ("heartbeat_task_reports", beat.tasks.len(), TASK_REPORTS_MAX),
-        ("heartbeat_gpu_samples", beat.samples.len(), GPU_SAMPLES_MAX),
-    ] {
-        if count > max {
-            return Err(ControlError::TooLarge {
-                limit: what,
-                value: max as u64,
-                message: format!("a heartbeat carries {count} entries of {what}"),
-            });
-        }
-    }
-    Ok(())
 }

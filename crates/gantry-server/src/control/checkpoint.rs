@@ -12,12 +12,9 @@
 //! scheduler's and the agents' state and are seconds long. Unacknowledged launches and runs
 //! with some tasks ended are carried.
 
-use super::open::{Carried, Image, OpenedImage};
+use super::image::{Carried, Image, PartlyEnded};
 use super::{Agents, Controller, Effects, Reply};
 use crate::error::ControlError;
-use gantry_engine::fairshare::RESOURCES;
-use gantry_engine::sched::SchedulerMemory;
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 impl Controller {
@@ -151,7 +148,7 @@ impl Controller {
                 .running
                 .iter()
                 .filter(|(_, r)| !r.exited.is_empty() || r.failed.is_some() || r.oom.is_some())
-                .map(|(job, r)| super::open::PartlyEnded {
+                .map(|(job, r)| PartlyEnded {
                     job: *job,
                     exited: r.exited.iter().cloned().collect(),
                     failed: r.failed,
@@ -181,84 +178,5 @@ impl Controller {
         self.idle = carried.idle;
         self.idle.policy = idle_policy;
         Ok(())
-    }
-}
-
-/// The side tables of `image` as the `open` entry keeps them.
-pub(crate) fn opened_image(image: &Image, carried: Option<Carried>) -> OpenedImage {
-    OpenedImage {
-        tokens: image.tokens.clone(),
-        drained: image.drained.clone(),
-        gpu_modes: image.gpu_modes.clone(),
-        reconfigurations: image.reconfigurations.clone(),
-        carried,
-    }
-}
-
-/// [`SchedulerMemory`] as the `open` entry keeps it (the engine has no serde).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub(crate) struct SchedulerMemoryRecord {
-    /// Per queue: decayed usage (CPU, memory, GPU milli-seconds, as decimal strings: they
-    /// outgrow JSON's safe integers) and the tick it was brought to.
-    fair_share: Option<Vec<([String; RESOURCES], u64)>>,
-    preempted_times: Vec<(u64, u32)>,
-    reclaimed: Vec<u64>,
-    promises: Vec<u64>,
-    promise_at: Vec<(u64, u64)>,
-    last_reservation: Option<(u64, u64)>,
-    running: Vec<(u64, bool, Option<u64>)>,
-    #[serde(default)]
-    eligible_at: Vec<(u64, u64)>,
-}
-
-impl From<SchedulerMemory> for SchedulerMemoryRecord {
-    fn from(m: SchedulerMemory) -> Self {
-        SchedulerMemoryRecord {
-            fair_share: m.fair_share.map(|q| q.into_iter().map(|(d, t)| (d.map(|x| x.to_string()), t)).collect()),
-            preempted_times: m.preempted_times,
-            reclaimed: m.reclaimed,
-            promises: m.promises,
-            promise_at: m.promise_at,
-            last_reservation: m.last_reservation,
-            running: m.running,
-            eligible_at: m.eligible_at,
-        }
-    }
-}
-
-impl From<SchedulerMemoryRecord> for SchedulerMemory {
-    fn from(r: SchedulerMemoryRecord) -> Self {
-        SchedulerMemory {
-            // A figure that does not read counts as none: a hand-edited log replays, differing.
-            fair_share: r
-                .fair_share
-                .map(|q| q.into_iter().map(|(d, t)| (d.map(|x| x.parse().unwrap_or(0)), t)).collect()),
-            preempted_times: r.preempted_times,
-            reclaimed: r.reclaimed,
-            promises: r.promises,
-            promise_at: r.promise_at,
-            last_reservation: r.last_reservation,
-            running: r.running,
-            eligible_at: r.eligible_at,
-        }
-    }
-}
-
-/// Serde for maps keyed by tuples (JSON keys are strings): a list of pairs.
-pub(crate) mod pairs {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use std::collections::BTreeMap;
-
-    pub fn serialize<S: Serializer, K: Serialize, V: Serialize>(map: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_seq(map.iter())
-    }
-
-    pub fn deserialize<'de, D, K, V>(d: D) -> Result<BTreeMap<K, V>, D::Error>
-    where
-        D: Deserializer<'de>,
-        K: Deserialize<'de> + Ord,
-        V: Deserialize<'de>,
-    {
-        Vec::<(K, V)>::deserialize(d).map(|pairs| pairs.into_iter().collect())
     }
 }

@@ -14,6 +14,7 @@ mod agents;
 mod backlog;
 mod checkpoint;
 pub mod command;
+pub mod image;
 mod jobs;
 mod lost;
 pub mod open;
@@ -38,7 +39,8 @@ mod tests;
 mod usage_tests;
 
 pub use command::{Command, Effects, Reply, StopRun};
-pub use open::{Image, Setup};
+pub use image::Image;
+pub use open::Setup;
 
 use crate::auth::Tokens;
 use crate::error::ControlError;

@@ -4,14 +4,14 @@
 //! marked lost. The changes recovery makes are returned as a batch to commit before serving,
 //! headed by an `open` entry in the command log, so a replay re-opens at the same point.
 
+use super::image::{Carried, Image, OpenedImage, opened_image};
 use super::{AgentLink, Agents, Controller};
 use crate::auth::Tokens;
 use crate::error::ControlError;
-use crate::wire::TaskKey;
 use gantry_catalog::Catalog;
 use gantry_engine::sched::{Backfill, Order, Scheduler, SchedulerConfig};
 use gantry_engine::{Engine, EngineConfig};
-use gantry_store::{Batch, JobRow, TokenRecord};
+use gantry_store::{Batch, JobRow};
 use gantry_types::{Ending, Event, Fleet, GpuMode, JobState, QueueTree, TaskPlacement};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -84,37 +84,6 @@ impl Setup {
     }
 }
 
-/// What the store holds at open, as the caller read it.
-#[derive(Clone, Debug, Default)]
-pub struct Image {
-    pub jobs: Vec<JobRow>,
-    pub tokens: Vec<TokenRecord>,
-    pub drained: Vec<String>,
-    /// (node, GPU index, mode JSON).
-    pub gpu_modes: Vec<(String, u32, String)>,
-    pub series: Vec<crate::series::Point>,
-    /// The reconfiguration records (id, JSON): the unfinished, and the newest finished.
-    pub reconfigurations: Vec<(u64, String)>,
-}
-
-impl Image {
-    /// Read everything the controller keeps from `store`; series points from `series_from_s`.
-    pub fn read(store: &dyn gantry_store::Store, series_from_s: u64) -> Result<Image, ControlError> {
-        Ok(Image {
-            jobs: store.jobs(&[])?,
-            tokens: store.tokens()?,
-            drained: store.drained()?,
-            gpu_modes: store.gpu_modes()?,
-            reconfigurations: store.reconfigurations(super::reconfig::bounds::FINISHED_READ_AT_OPEN)?,
-            series: store
-                .series_points(series_from_s)?
-                .into_iter()
-                .filter_map(|(_, json)| serde_json::from_str(&json).ok())
-                .collect(),
-        })
-    }
-}
-
 /// The `open` entry of the command log.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "command", rename = "open")]
@@ -128,71 +97,6 @@ pub struct Opened {
     /// before it deleted by retention) opens from the same. Logs from before it have none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<OpenedImage>,
-}
-
-/// The side tables an open read, as its `open` entry keeps them.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct OpenedImage {
-    pub tokens: Vec<TokenRecord>,
-    pub drained: Vec<String>,
-    pub gpu_modes: Vec<(String, u32, String)>,
-    pub reconfigurations: Vec<(u64, String)>,
-    /// A checkpoint's: the state a restart forgets (`None` at a restart).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub carried: Option<Carried>,
-}
-
-impl OpenedImage {
-    /// The image to open from: these tables, and the jobs (as of the entry) from `jobs`.
-    pub fn with_jobs(&self, jobs: Vec<JobRow>) -> Image {
-        Image {
-            jobs,
-            tokens: self.tokens.clone(),
-            drained: self.drained.clone(),
-            gpu_modes: self.gpu_modes.clone(),
-            series: Vec::new(),
-            reconfigurations: self.reconfigurations.clone(),
-        }
-    }
-}
-
-/// What a checkpoint carries over that a restart forgets and decisions read: which agents are
-/// connected (and ready, and their GPUs' UUIDs), which nodes are lost, the scheduler's memory
-/// (fair share's past use, preemption counts, promised starts), the reconfiguration guards
-/// and plan, idle stretches under way.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Carried {
-    pub(crate) links: BTreeMap<String, AgentLink>,
-    pub(crate) ready: Vec<String>,
-    #[serde(with = "super::checkpoint::pairs")]
-    pub(crate) uuids: BTreeMap<(String, u32), String>,
-    pub(crate) lost_nodes: Vec<String>,
-    pub(crate) scheduler: super::checkpoint::SchedulerMemoryRecord,
-    pub(crate) reconfigs: super::reconfig::Reconfigs,
-    pub(crate) idle: crate::idle::IdleWatch,
-    /// What each running job has used on each node so far (its ending reports it).
-    pub(crate) used: Vec<(u64, Vec<gantry_types::NodeUse>)>,
-    /// Tasks offered again lately, and when.
-    #[serde(default)]
-    pub(crate) reoffered: Vec<(TaskKey, u64)>,
-    /// Launches the agents have not acknowledged yet, by node.
-    #[serde(default)]
-    pub(crate) outbox: Vec<(String, Vec<crate::wire::Launch>)>,
-    /// Runs some of whose tasks have ended: which, and how.
-    #[serde(default)]
-    pub(crate) partly_ended: Vec<PartlyEnded>,
-    /// When the controller opened from the store (silences of nodes never heard count from it).
-    #[serde(default)]
-    pub(crate) opened_s: Option<u64>,
-}
-
-/// A run some of whose tasks have ended, as a checkpoint carries it.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct PartlyEnded {
-    pub job: u64,
-    pub exited: Vec<(String, u32)>,
-    pub failed: Option<i32>,
-    pub oom: Option<gantry_types::OomKill>,
 }
 
 /// The fleet with the GPU modes recorded at run time (an agent's layout adopted) over the
@@ -251,7 +155,7 @@ impl Controller {
         launched: &BTreeSet<u64>,
         now: u64,
     ) -> Result<(Controller, Batch), ControlError> {
-        let kept = super::checkpoint::opened_image(&image, carried.clone());
+        let kept = opened_image(&image, carried.clone());
         let fleet = fleet_as_recorded(&setup.fleet, &image.gpu_modes);
         let engine =
             Engine::new(&fleet, catalog, EngineConfig::default()).map_err(|e| ControlError::Invalid(e.to_string()))?;

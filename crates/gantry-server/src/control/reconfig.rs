@@ -215,17 +215,17 @@ pub(crate) struct Reconfigs {
     #[serde(skip)]
     pub policy: ReconfigurePolicy,
     /// Under way, by GPU.
-    #[serde(with = "super::checkpoint::pairs")]
+    #[serde(with = "super::image::pairs")]
     pub active: BTreeMap<(String, u32), Reconfiguration>,
     /// Finished, newest last (at most [`bounds::RECENT_KEPT`]).
     pub recent: VecDeque<Reconfiguration>,
     pub next_id: u64,
     pub next_plan_s: Option<u64>,
     /// When each GPU was last changed (applied), for the per-hour limit and the cooldown.
-    #[serde(with = "super::checkpoint::pairs")]
+    #[serde(with = "super::image::pairs")]
     pub changed_at: BTreeMap<(String, u32), VecDeque<u64>>,
     /// (GPU, mode refused) → not tried again before.
-    #[serde(with = "super::checkpoint::pairs")]
+    #[serde(with = "super::image::pairs")]
     pub refused: BTreeMap<(String, u32), (GpuMode, u64)>,
     /// When restartable jobs were moved, within the last hour.
     pub moves: VecDeque<u64>,

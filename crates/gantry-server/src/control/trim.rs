@@ -16,6 +16,14 @@ use std::collections::BTreeSet;
 /// unread.
 pub const FOREIGN_REPORTS_MAX: usize = 64;
 
+/// Task reports one heartbeat may carry: a node runs a few hundred tasks at most (48 MPS
+/// clients on each of 8 GPUs is 384); 10,000 leaves room for many small CPU tasks and bounds
+/// what one message can make the controller do. Over it, the heartbeat is refused whole.
+pub const TASK_REPORTS_MAX: usize = 10_000;
+
+/// GPU samples one heartbeat may carry: no node has more GPUs than this.
+pub const GPU_SAMPLES_MAX: usize = 256;
+
 /// A task an agent leaves out of its heartbeats is offered again at most this often (seconds):
 /// an agent that drops and reports a task in turn would otherwise make every heartbeat a change
 /// worth logging.
@@ -25,7 +33,7 @@ impl Controller {
     /// Keep what of `beat` this node may say (see the module's doc). A heartbeat over its
     /// bounds is left whole, to be refused whole.
     pub(crate) fn trim_heartbeat(&self, node: &str, beat: &mut Heartbeat) {
-        if super::agents::check_heartbeat_size(beat).is_err() {
+        if check_heartbeat_size(beat).is_err() {
             return;
         }
         let mut foreign = 0usize;
@@ -49,4 +57,21 @@ impl Controller {
         let mut seen = BTreeSet::new();
         beat.usage.retain(|u| runs.contains(&(u.job, u.attempt)) && seen.insert((u.job, u.attempt)));
     }
+}
+
+/// A heartbeat over the bounds is refused whole, before anything in it counts.
+pub(super) fn check_heartbeat_size(beat: &Heartbeat) -> Result<(), crate::error::ControlError> {
+    for (what, count, max) in [
+        ("heartbeat_task_reports", beat.tasks.len(), TASK_REPORTS_MAX),
+        ("heartbeat_gpu_samples", beat.samples.len(), GPU_SAMPLES_MAX),
+    ] {
+        if count > max {
+            return Err(crate::error::ControlError::TooLarge {
+                limit: what,
+                value: max as u64,
+                message: format!("a heartbeat carries {count} entries of {what}"),
+            });
+        }
+    }
+    Ok(())
 }

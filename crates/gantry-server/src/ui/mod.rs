@@ -103,7 +103,7 @@ pub(super) fn to_login() -> Response {
 }
 
 pub(super) fn failure(e: ControlError) -> Response {
-    let status = crate::api::status_of(&e);
+    let status = crate::api::status::status_of(&e);
     (status, page("Error", "", None, &format!("<h1>{}</h1><p class=err>{}</p>", status, esc(&e.to_string()))))
         .into_response()
 }

@@ -110,7 +110,7 @@ pub(super) async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> R
     let hour = gantry_store::USAGE_BUCKET_S;
     let from = now.saturating_sub(7 * 86_400);
     let (from, to) = (from - from % hour, now.div_ceil(hour) * hour);
-    let lines = |by| crate::api::usage_lines(&shared, &who, from, to, by);
+    let lines = |by| crate::api::usage::usage_lines(&shared, &who, from, to, by);
     let (by_queue, by_user, by_model) = match (lines(UsageBy::Queue), lines(UsageBy::User), lines(UsageBy::Model)) {
         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
         (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => return failure(e),

@@ -2,7 +2,6 @@
 //! reconfigures GPUs, cordons them and moves restartable work — through the scheduler's own
 //! calls, at instants it chooses, so that the replay loop stays the only event loop.
 
-use super::replay::Run;
 use gantry_engine::AllocId;
 use gantry_engine::sched::Scheduler;
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,4 +24,16 @@ pub(crate) trait Operator {
     fn act(&mut self, now: u64, moment: Moment<'_>) -> Result<Vec<(AllocId, AllocId)>, crate::SimError>;
     /// The fleet as it was from `from` to `to` (called as the clock moves, before it changes).
     fn observe(&mut self, from: u64, to: u64, scheduler: &Scheduler);
+}
+
+/// A running allocation as the replay measures it.
+pub(crate) struct Run {
+    /// The job (its index in the replay's jobs).
+    pub job: usize,
+    pub(super) started_at: u64,
+    /// When its departure is scheduled.
+    pub planned_end: u64,
+    /// It is stopped at its time limit (before its work was done): a failure.
+    pub(super) hits_limit: bool,
+    pub(super) milli: u64,
 }

@@ -9,7 +9,7 @@
 //! preemptions.
 
 use super::SimJob;
-use super::operator::{Moment, Operator};
+use super::operator::{Moment, Operator, Run};
 use super::options::ReplayOptions;
 use super::result::{BrokenPromise, JAIN_WINDOWS, JobEvent, ReplayResult, SAMPLES, Sample, Waits, jain, percentile};
 use gantry_engine::rng::mix;
@@ -53,18 +53,6 @@ enum Event {
 /// [0.2, 1.0), stable per job.
 fn drawn_utilization(seed: u64, job: usize) -> f64 {
     0.2 + 0.8 * (mix(seed ^ (job as u64).wrapping_mul(0x9E37_79B9)) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// A running allocation as the replay measures it.
-pub(crate) struct Run {
-    /// The job (its index in the replay's jobs).
-    pub job: usize,
-    started_at: u64,
-    /// When its departure is scheduled.
-    pub planned_end: u64,
-    /// It is stopped at its time limit (before its work was done): a failure.
-    hits_limit: bool,
-    milli: u64,
 }
 
 /// What a job is, minus the compiled request (handed to the scheduler at arrival).
