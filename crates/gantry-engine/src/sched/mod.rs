@@ -12,6 +12,7 @@
 //! scheduler's side is `rights.rs`). Every job that does not start carries a typed
 //! [`PendingReason`] and, where one was reserved, an estimated start.
 
+mod admit;
 mod digest;
 mod moves;
 mod pass;

@@ -38,13 +38,14 @@
 //! jobs behind it. Looking at a job costs a lookup; at most [`BACKFILL_VISITS_MAX`] per queue
 //! and [`CYCLE_VISITS_MAX`] in all per pass.
 
+use super::admit::{Refusal, Reservations, running_list};
 use super::{
-    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, CYCLE_VISITS_MAX, Decision, JobId, Order, PREEMPTORS_MAX,
-    PromiseBreak, RESERVATION_CHECKS_MAX, RunningJob, Scheduler,
+    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, CYCLE_VISITS_MAX, Decision, JobId, PREEMPTORS_MAX, PromiseBreak,
+    Scheduler,
 };
+use crate::CompiledJob;
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
-use crate::{AllocId, CompiledJob, Engine};
 use gantry_types::{Flavor, PendingReason};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -52,42 +53,18 @@ use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::Arc;
 
-fn running_list(running: &BTreeMap<AllocId, RunningJob>) -> Vec<Running> {
-    running.iter().map(|(&alloc, r)| Running { alloc, end_s: r.limit_end }).collect()
-}
-
-/// The cycle's reservations: none, one on a shadow, or several planned in order.
-#[derive(Default)]
-struct Reservations {
-    one: Option<((JobId, u64), Shadow)>,
-    plans: Vec<(JobId, Reservation)>,
-    /// Candidates checked this cycle against plans on nodes they share (at most
-    /// [`RESERVATION_CHECKS_MAX`]).
-    checks: usize,
-}
-
-/// What a refused job's refusal means for the cycle.
-struct Refusal {
-    reason: PendingReason,
-    /// Its queue is blocked behind it (resources, quota, reservations); a user limit or an
-    /// array throttle concerns this job alone.
-    blocks_queue: bool,
-    /// Placement work done (0: none tried), counted against the backfill bound.
-    work: u64,
-}
-
-/// A job that may start: its allocation, milli-GPU, quota demand, and the promises its start
-/// pushes back by a higher right (reserved job, the right).
-struct Go {
-    alloc: AllocId,
-    milli: u64,
-    demand: Vec<(Flavor, u64)>,
-    displaced: Vec<(JobId, &'static str)>,
-    work: u64,
-}
-
 /// A waiting job's place in its queue: (priority, high first; eligible since; id).
 type Key = (Reverse<i32>, u64, JobId);
+
+/// One pass's moment, its progress and what it decided, handed to its steps together.
+struct Pass<'a> {
+    now: u64,
+    /// Reservations the backfill mode keeps (0: none).
+    depth: usize,
+    scan: &'a mut Scan,
+    reservations: &'a mut Reservations,
+    decisions: &'a mut Vec<Decision>,
+}
 
 /// Per-queue progress of one pass.
 struct Scan {
@@ -106,6 +83,21 @@ struct Scan {
     /// first of them (not to whichever job the scan refuses next, which would hand the promise
     /// to the same queue again and again while the job the order put first never gets one).
     unpromised: Vec<JobId>,
+}
+
+impl Scan {
+    fn new(queues: usize) -> Scan {
+        Scan {
+            blocked: vec![false; queues],
+            work: vec![0; queues],
+            visits: vec![0; queues],
+            cursor: vec![None; queues],
+            refused: BTreeMap::new(),
+            tried: BTreeSet::new(),
+            short: Vec::new(),
+            unpromised: Vec::new(),
+        }
+    }
 }
 
 /// A job's request shape: jobs with the same shape get the same placement answer on the same
@@ -173,7 +165,7 @@ impl Scheduler {
     }
 
     /// Do `plans`, in order, all still hold on the fleet `running` leaves?
-    fn plans_hold(&self, plans: &[(JobId, Reservation)], running: &[Running]) -> bool {
+    pub(super) fn plans_hold(&self, plans: &[(JobId, Reservation)], running: &[Running]) -> bool {
         let mut earlier: Vec<Reservation> = Vec::with_capacity(plans.len());
         for (_, r) in plans {
             if !self.engine.plan_holds(r, running, &earlier) {
@@ -288,7 +280,7 @@ impl Scheduler {
     /// the victims are gone: those GPUs are theirs, and no other job may take them. Each is
     /// protected on its own — one whose plan no longer holds does not unprotect the rest — and
     /// a preemptor whose victims are still stopping is bound by the others' like any job.
-    fn protected_preemptors(&self, job: JobId, now: u64) -> Vec<JobId> {
+    pub(super) fn protected_preemptors(&self, job: JobId, now: u64) -> Vec<JobId> {
         if self.awaiting.keys().all(|&k| k == job) {
             return Vec::new();
         }
@@ -298,7 +290,7 @@ impl Scheduler {
 
     /// Are the planned GPUs of every preemptor in `protected` still free (once the victims are
     /// gone)?
-    fn preemptors_keep(&self, protected: &[JobId], now: u64) -> bool {
+    pub(super) fn preemptors_keep(&self, protected: &[JobId], now: u64) -> bool {
         let mut shadow = self.without_stopping(now);
         protected.iter().all(|k| shadow.take_exact(&self.awaiting[k].tasks))
     }
@@ -307,93 +299,20 @@ impl Scheduler {
     /// off a preemptor's capacity), in the order it tried them: the candidates for preemption.
     fn pass(&mut self, now: u64, decisions: &mut Vec<Decision>) -> Vec<JobId> {
         let backfill = self.config.backfill;
-        let work_max = if backfill == Backfill::Off { 0 } else { BACKFILL_WORK_MAX };
         let depth = match backfill {
             Backfill::Reserve => self.config.reserve_depth.max(1),
             Backfill::Greedy if self.fair.is_some() => 1,
             _ => 0,
         };
-        let n = self.queue_count;
-        let mut scan = Scan {
-            blocked: vec![false; n],
-            work: vec![0; n],
-            visits: vec![0; n],
-            cursor: vec![None; n],
-            refused: BTreeMap::new(),
-            tried: BTreeSet::new(),
-            short: Vec::new(),
-            unpromised: Vec::new(),
-        };
+        let mut scan = Scan::new(self.queue_count);
         let mut reservations = if depth > 0 { self.reserve_promised(now, depth) } else { Reservations::default() };
         for (job, r) in &reservations.plans {
             self.charge_promise(*job, r, now);
         }
-        // First the jobs whose capacity is theirs now: preemptors whose victims are gone, and
-        // reserved jobs whose start has come. (Tried later, after the jobs the order puts first
-        // were refused for delaying them, the next promise would go to the next job of the
-        // same queue, again and again: a convoy.)
-        let mut ready: Vec<JobId> = self
-            .awaiting
-            .iter()
-            .filter(|(_, a)| a.victims.iter().all(|v| !self.terminating.contains_key(v)))
-            .map(|(&j, _)| j)
-            .collect();
-        let due = |start_s: u64| start_s <= now;
-        ready.extend(reservations.one.iter().filter(|((_, s), _)| due(*s)).map(|((j, _), _)| *j));
-        ready.extend(reservations.plans.iter().filter(|(_, r)| due(r.start_s)).map(|(j, _)| *j));
-        for job in ready {
-            if self.is_queued(job) && !scan.tried.contains(&job) {
-                let e = &self.jobs[&job];
-                let candidate = Candidate { queue: e.queue, priority: self.priority(job), submitted_s: e.eligible_at };
-                self.attempt(job, candidate, now, depth, &mut scan, &mut reservations, decisions);
-            }
-        }
-        // Each queue's next job past its cursor, kept between visits: a visit moves only its
-        // own queue's cursor, so only that head (or one tried since, out of order) is looked
-        // up again — not every queue's at every visit.
-        let mut heads: Vec<Option<Key>> = (0..n).map(|q| self.next_untried(q, &scan)).collect();
-        let mut candidates: Vec<(Candidate, JobId)> = Vec::with_capacity(n);
-        let mut looked = 0;
-        loop {
-            if looked == CYCLE_VISITS_MAX {
-                break;
-            }
-            looked += 1;
-            candidates.clear();
-            for (q, head) in heads.iter_mut().enumerate() {
-                if (scan.blocked[q] && scan.work[q] >= work_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {
-                    continue;
-                }
-                if head.is_some_and(|(_, _, j)| scan.tried.contains(&j)) {
-                    *head = self.next_untried(q, &scan);
-                }
-                if let Some((Reverse(p), since, job)) = *head {
-                    candidates.push((Candidate { queue: q, priority: p, submitted_s: since }, job));
-                }
-            }
-            let pick = match self.fair.as_mut() {
-                None => (!candidates.is_empty()).then_some(0),
-                Some(fs) => fs.pick(&candidates.iter().map(|(c, _)| *c).collect::<Vec<_>>(), now),
-            };
-            let Some(pick) = pick else { break };
-            let (candidate, job) = candidates[pick];
-            let q = candidate.queue;
-            scan.cursor[q] = Some((Reverse(candidate.priority), candidate.submitted_s, job));
-            scan.visits[q] += 1;
-            heads[q] = self.next_untried(q, &scan);
-            if let Some(reason) = scan.refused.get(&self.jobs[&job].shape) {
-                // The same request was refused for resources this pass: the same answer.
-                scan.tried.insert(job);
-                self.reason.insert(job, reason.clone());
-                scan.blocked[q] = true;
-                scan.short.push(job);
-                if depth > 0 {
-                    self.offer_promise(job, now, depth, &mut scan, &mut reservations);
-                }
-                continue;
-            }
-            self.attempt(job, candidate, now, depth, &mut scan, &mut reservations, decisions);
-        }
+        let mut pass = Pass { now, depth, scan: &mut scan, reservations: &mut reservations, decisions };
+        self.try_ready(&mut pass);
+        let work_max = if backfill == Backfill::Off { 0 } else { BACKFILL_WORK_MAX };
+        self.visit_queues(&mut pass, work_max);
         if backfill == Backfill::Off && self.config.preempt {
             self.behind_short_heads(&mut scan);
         }
@@ -408,6 +327,77 @@ impl Scheduler {
         self.plans = reservations.plans;
         self.release_promise_charges(now);
         scan.short
+    }
+
+    /// First the jobs whose capacity is theirs now: preemptors whose victims are gone, and
+    /// reserved jobs whose start has come. (Tried later, after the jobs the order puts first
+    /// were refused for delaying them, the next promise would go to the next job of the same
+    /// queue, again and again: a convoy.)
+    fn try_ready(&mut self, pass: &mut Pass<'_>) {
+        let now = pass.now;
+        let mut ready: Vec<JobId> = self
+            .awaiting
+            .iter()
+            .filter(|(_, a)| a.victims.iter().all(|v| !self.terminating.contains_key(v)))
+            .map(|(&j, _)| j)
+            .collect();
+        let due = |start_s: u64| start_s <= now;
+        ready.extend(pass.reservations.one.iter().filter(|((_, s), _)| due(*s)).map(|((j, _), _)| *j));
+        ready.extend(pass.reservations.plans.iter().filter(|(_, r)| due(r.start_s)).map(|(j, _)| *j));
+        for job in ready {
+            if self.is_queued(job) && !pass.scan.tried.contains(&job) {
+                let e = &self.jobs[&job];
+                let candidate = Candidate { queue: e.queue, priority: self.priority(job), submitted_s: e.eligible_at };
+                self.attempt(job, candidate, now, pass.depth, pass.scan, pass.reservations, pass.decisions);
+            }
+        }
+    }
+
+    /// Then the queues in the order's turn, each from its cursor, within the visit and work
+    /// bounds. Each queue's next job past its cursor is kept between visits: a visit moves only
+    /// its own queue's cursor, so only that head (or one tried since, out of order) is looked
+    /// up again — not every queue's at every visit.
+    fn visit_queues(&mut self, pass: &mut Pass<'_>, work_max: u64) {
+        let (now, depth) = (pass.now, pass.depth);
+        let mut heads: Vec<Option<Key>> = (0..self.queue_count).map(|q| self.next_untried(q, pass.scan)).collect();
+        let mut candidates: Vec<(Candidate, JobId)> = Vec::with_capacity(self.queue_count);
+        for _ in 0..CYCLE_VISITS_MAX {
+            candidates.clear();
+            for (q, head) in heads.iter_mut().enumerate() {
+                let scan = &pass.scan;
+                if (scan.blocked[q] && scan.work[q] >= work_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {
+                    continue;
+                }
+                if head.is_some_and(|(_, _, j)| scan.tried.contains(&j)) {
+                    *head = self.next_untried(q, scan);
+                }
+                if let Some((Reverse(p), since, job)) = *head {
+                    candidates.push((Candidate { queue: q, priority: p, submitted_s: since }, job));
+                }
+            }
+            let pick = match self.fair.as_mut() {
+                None => (!candidates.is_empty()).then_some(0),
+                Some(fs) => fs.pick(&candidates.iter().map(|(c, _)| *c).collect::<Vec<_>>(), now),
+            };
+            let Some(pick) = pick else { break };
+            let (candidate, job) = candidates[pick];
+            let q = candidate.queue;
+            pass.scan.cursor[q] = Some((Reverse(candidate.priority), candidate.submitted_s, job));
+            pass.scan.visits[q] += 1;
+            heads[q] = self.next_untried(q, pass.scan);
+            if let Some(reason) = pass.scan.refused.get(&self.jobs[&job].shape) {
+                // The same request was refused for resources this pass: the same answer.
+                pass.scan.tried.insert(job);
+                self.reason.insert(job, reason.clone());
+                pass.scan.blocked[q] = true;
+                pass.scan.short.push(job);
+                if depth > 0 {
+                    self.offer_promise(job, now, depth, pass.scan, pass.reservations);
+                }
+                continue;
+            }
+            self.attempt(job, candidate, now, depth, pass.scan, pass.reservations, pass.decisions);
+        }
     }
 
     /// Queue `q`'s first job past its cursor not yet tried this pass.
@@ -585,7 +575,7 @@ impl Scheduler {
     /// queue must not hold each other back), or its guarantee against another
     /// queue's reservation (a reservation holds capacity against borrowers, not against a
     /// guarantee; a reserved job within its own guarantee keeps its right to reclaim).
-    fn overrides(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
+    pub(super) fn overrides(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
         if let Some(a) = self.awaiting.get(&job) {
             return Some(a.right);
         }
@@ -606,7 +596,7 @@ impl Scheduler {
 
     /// Refuse `job` if it would borrow (run its queue above its guarantee) in a flavor another
     /// queue is reclaiming right now: what the reclaim frees must not be borrowed back at once.
-    fn owed_to_other(&self, job: JobId, demand: &[(Flavor, u64)]) -> Option<(JobId, PendingReason)> {
+    pub(super) fn owed_to_other(&self, job: JobId, demand: &[(Flavor, u64)]) -> Option<(JobId, PendingReason)> {
         let book = self.quotas.as_ref()?;
         if !self.config.preempt || self.awaiting.contains_key(&job) {
             return None;
@@ -623,200 +613,10 @@ impl Scheduler {
 
     /// `job`, refused because capacity is kept for preemptor `k`, loses its promised start (if
     /// it has one) to `k`'s right.
-    fn preemptor_takes_promise(&mut self, job: JobId, k: JobId, now: u64) {
+    pub(super) fn preemptor_takes_promise(&mut self, job: JobId, k: JobId, now: u64) {
         if self.promises.contains(&job) {
             let right = self.awaiting[&k].right;
             self.break_promise(job, k, right, now);
         }
-    }
-
-    /// Try to start `job` now. On success: what it holds and the promises it pushes back by
-    /// a higher right (not yet recorded). On refusal: why, and whether that blocks its queue.
-    fn try_start(&mut self, job: JobId, now: u64, reservations: &mut Reservations) -> Result<Go, Refusal> {
-        // A preemptor starts on what its victims free, once they are gone: starting elsewhere
-        // first would waste every stop it caused (the victims are already signalled).
-        if let Some(a) = self.awaiting.get(&job) {
-            let victims = a.victims.iter().filter(|v| self.terminating.contains_key(v)).count() as u32;
-            if victims > 0 {
-                let reason = PendingReason::Preempting { victims, until_s: a.until };
-                return Err(Refusal { reason, blocks_queue: false, work: 0 });
-            }
-        }
-        let entry = &self.jobs[&job];
-        let j = &entry.job;
-        if let Some(a) = &j.control.array
-            && let Some(max) = a.max_running
-            && self.array_running.get(&a.array).copied().unwrap_or(0) >= max
-        {
-            let reason = PendingReason::ArrayThrottle { array: a.array.clone(), max_running: max };
-            return Err(Refusal { reason, blocks_queue: false, work: 0 });
-        }
-        let user_limit = match (&j.control.user, &self.config.order) {
-            (Some(user), Order::FairShare(tree)) => Some((user.clone(), tree.user_limit(user))),
-            _ => None,
-        };
-        let (user_jobs, user_milli) =
-            user_limit.as_ref().map(|(u, _)| self.user_running.get(u).copied().unwrap_or_default()).unwrap_or_default();
-        if let Some((user, limit)) = &user_limit
-            && let Some(max) = limit.max_running_jobs
-            && user_jobs >= max
-        {
-            let reason = PendingReason::UserLimit {
-                user: user.clone(),
-                limit: "running-jobs".into(),
-                used: user_jobs as u64,
-                bound: max as u64,
-            };
-            self.stats.user_limit_waited.insert(job);
-            return Err(Refusal { reason, blocks_queue: false, work: 0 });
-        }
-        let protected = self.protected_preemptors(job, now);
-        let before = self.engine.state().used_milli();
-        let visited_before = self.engine.stats().nodes_visited;
-        // A preemptor goes on the GPUs its victims freed for it, and a reserved job whose start
-        // has come on the GPUs its plan gave it, when they are free: other plans were made
-        // around exactly those.
-        let planned =
-            self.awaiting.get(&job).map(|a| &a.tasks).or_else(|| {
-                reservations.plans.iter().find(|(k, r)| *k == job && r.start_s <= now).map(|(_, r)| &r.tasks)
-            });
-        let compiled = &self.jobs[&job].job.compiled;
-        let placed = match planned.and_then(|tasks| self.engine.place_exact(compiled, tasks)) {
-            Some(alloc) => Ok(alloc),
-            None => self.engine.place(compiled),
-        };
-        let work = 1 + self.engine.stats().nodes_visited - visited_before;
-        let alloc = placed.map_err(|reasons| Refusal {
-            reason: PendingReason::Resources { reasons, by_class: Vec::new() },
-            blocks_queue: true,
-            work,
-        })?;
-        let milli = self.engine.state().used_milli() - before;
-        let refuse = |engine: &mut Engine, reason: PendingReason, blocks_queue: bool| {
-            engine.release(alloc).expect("just placed");
-            Err(Refusal { reason, blocks_queue, work })
-        };
-        if let Some((user, limit)) = &user_limit
-            && let Some(max) = limit.max_gpus_milli
-            && user_milli + milli > max
-        {
-            self.stats.user_limit_waited.insert(job);
-            let reason =
-                PendingReason::UserLimit { user: user.clone(), limit: "gpus".into(), used: user_milli, bound: max };
-            return refuse(&mut self.engine, reason, false);
-        }
-        let mut demand = Vec::new();
-        if let Some(book) = &self.quotas {
-            demand = self.engine.quota_demand(alloc).expect("just placed");
-            if let Err(e) = book.check(self.jobs[&job].queue, &demand) {
-                self.stats.quota_waited.insert(job);
-                let reason = PendingReason::Quota {
-                    queue: e.queue,
-                    flavor: e.flavor,
-                    rule: e.rule.to_string(),
-                    used_milli: e.used,
-                    asked_milli: e.asked,
-                    bound_milli: e.bound,
-                };
-                return refuse(&mut self.engine, reason, true);
-            }
-            if let Some((k, reason)) = self.owed_to_other(job, &demand) {
-                self.preemptor_takes_promise(job, k, now);
-                return refuse(&mut self.engine, reason, false);
-            }
-        }
-        // Capacity being freed for a preemptor is its own: nothing else may take it.
-        if !protected.is_empty() && !self.preemptors_keep(&protected, now) {
-            let k = protected[0];
-            self.preemptor_takes_promise(job, k, now);
-            let reason =
-                PendingReason::Reservation { job: self.jobs[&k].job.name.clone(), start_s: self.awaiting[&k].until };
-            return refuse(&mut self.engine, reason, false);
-        }
-        // A job that would still run at a reserved start must leave room for it, unless it has
-        // a higher right. (Last: a candidate these checks keep is recorded in the shadow or the
-        // plans.)
-        let mut displaced = Vec::new();
-        let end = self.jobs[&job].job.planned_length_s.map(|d| now + d);
-        if let Some(((reserved, start_s), shadow)) = reservations.one.as_mut()
-            && *reserved != job
-            && end.is_none_or(|e| e > *start_s)
-            && shadow.delays(&self.engine, alloc, &self.jobs[reserved].job.compiled)
-        {
-            let (reserved, start_s) = (*reserved, *start_s);
-            match self.overrides(job, &demand, reserved) {
-                Some(right) => displaced.push((reserved, right)),
-                None => {
-                    let reason = PendingReason::Reservation { job: self.jobs[&reserved].job.name.clone(), start_s };
-                    return refuse(&mut self.engine, reason, true);
-                }
-            }
-        }
-        let others: Vec<usize> = (0..reservations.plans.len()).filter(|&i| reservations.plans[i].0 != job).collect();
-        if others.iter().any(|&i| end.is_none_or(|e| e > reservations.plans[i].1.start_s)) {
-            // The plans held before this start (each start is checked here); one on no node
-            // of this allocation still does. Only a shared node needs the planned fleet.
-            let shared = others.iter().copied().find(|&i| self.engine.shares_nodes(alloc, &reservations.plans[i].1));
-            let Some(shared) = shared else {
-                debug_assert!(
-                    {
-                        let mut running = running_list(&self.running);
-                        running.push(Running { alloc, end_s: end });
-                        let planned: Vec<(JobId, Reservation)> =
-                            others.iter().map(|&i| reservations.plans[i].clone()).collect();
-                        self.plans_hold(&planned, &running)
-                    },
-                    "plans on other nodes stopped holding"
-                );
-                reservations.plans.retain(|(k, _)| *k != job);
-                return Ok(Go { alloc, milli, demand, displaced, work });
-            };
-            // Checking plans the fleet at each reservation's start, and planning them again
-            // when one no longer holds: at most `RESERVATION_CHECKS_MAX` candidates a cycle,
-            // after which one on a reservation's nodes waits for the next cycle.
-            if reservations.checks == RESERVATION_CHECKS_MAX {
-                self.stats.reservation_checks_spent += 1;
-                let (k, r) = &reservations.plans[shared];
-                let reason = PendingReason::Reservation { job: self.jobs[k].job.name.clone(), start_s: r.start_s };
-                return refuse(&mut self.engine, reason, true);
-            }
-            reservations.checks += 1;
-            let mut running = running_list(&self.running);
-            running.push(Running { alloc, end_s: end });
-            let planned: Vec<(JobId, Reservation)> =
-                others.iter().map(|&i| (reservations.plans[i].0, reservations.plans[i].1.clone())).collect();
-            // Every plan still holding as it is (its GPUs free at its start, the ones before it
-            // applied) moves none later; only when one does not is the order planned again.
-            if self.plans_hold(&planned, &running) {
-                reservations.plans.retain(|(k, _)| *k != job);
-                return Ok(Go { alloc, milli, demand, displaced, work });
-            }
-            let jobs: Vec<(&CompiledJob, Option<u64>)> =
-                planned.iter().map(|(k, _)| (&self.jobs[k].job.compiled, self.jobs[k].job.planned_length_s)).collect();
-            let again = self.engine.replan(&jobs, &running, now);
-            for ((k, before), after) in planned.iter().zip(&again) {
-                if after.as_ref().is_none_or(|a| a.start_s > before.start_s) {
-                    match self.overrides(job, &demand, *k) {
-                        Some(right) => displaced.push((*k, right)),
-                        None => {
-                            let reason = PendingReason::Reservation {
-                                job: self.jobs[k].job.name.clone(),
-                                start_s: before.start_s,
-                            };
-                            return refuse(&mut self.engine, reason, true);
-                        }
-                    }
-                }
-            }
-            let mut kept: Vec<(JobId, Reservation)> = Vec::new();
-            for ((k, _), new) in planned.into_iter().zip(again) {
-                match new {
-                    Some(r) => kept.push((k, r)),
-                    None => self.promises.retain(|&p| p != k),
-                }
-            }
-            reservations.plans = kept;
-        }
-        Ok(Go { alloc, milli, demand, displaced, work })
     }
 }
