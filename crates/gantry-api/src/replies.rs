@@ -4,9 +4,16 @@
 use serde::{Deserialize, Serialize};
 
 /// Every error the API answers, whatever the status.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: String,
+    /// The field the request got wrong, where the refusal names one (a workload's
+    /// `job "train" / gpu.count`, a token's `queues`, a header's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// What to do about it, where the refusal knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     /// For 413 and 429: the admission limit the request went over, and its value.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<String>,

@@ -188,26 +188,26 @@ impl Tokens {
     pub fn add(&mut self, record: TokenRecord) -> Result<TokenRecord, ControlError> {
         check_name(&record.name)?;
         if record.role == Role::Member && record.queues.is_empty() {
-            return Err(ControlError::Invalid("a member token needs at least one queue".into()));
+            return Err(token_field("queues", "a member token needs at least one queue"));
         }
         if record.role != Role::Member && !record.queues.is_empty() {
-            return Err(ControlError::Invalid("queues apply to member tokens only".into()));
+            return Err(token_field("queues", "queues apply to member tokens only"));
         }
         match (record.role, &record.node) {
             (Role::Agent, None) => {
-                return Err(ControlError::Invalid(
-                    "an agent token is for one node: give its node (gantry token create NAME --role agent --node NODE)"
-                        .into(),
+                return Err(token_field(
+                    "node",
+                    "an agent token is for one node: give its node (gantry token create NAME --role agent --node NODE)",
                 ));
             }
             (Role::Agent, Some(_)) | (_, None) => {}
-            (_, Some(_)) => return Err(ControlError::Invalid("a node applies to agent tokens only".into())),
+            (_, Some(_)) => return Err(token_field("node", "a node applies to agent tokens only")),
         }
         if self.by_name.contains_key(&record.name) {
             return Err(ControlError::TokenExists(record.name));
         }
         if record.hash.len() != 64 || self.name_of_hash.contains_key(&record.hash) {
-            return Err(ControlError::Invalid("a token's hash must be a new SHA-256".into()));
+            return Err(token_field("hash", "a token's hash must be a new SHA-256"));
         }
         self.insert(record.clone());
         Ok(record)
@@ -236,10 +236,13 @@ pub const TOKEN_LIFETIME_MAX_S: u64 = 10 * 365 * 86_400;
 pub fn expiry(now_s: u64, lifetime_s: Option<u64>) -> Result<Option<u64>, ControlError> {
     let Some(lifetime) = lifetime_s else { return Ok(None) };
     if !(TOKEN_LIFETIME_MIN_S..=TOKEN_LIFETIME_MAX_S).contains(&lifetime) {
-        return Err(ControlError::Invalid(format!(
-            "a token's lifetime of {lifetime} s is outside {TOKEN_LIFETIME_MIN_S} s..={TOKEN_LIFETIME_MAX_S} s \
+        return Err(token_field(
+            "expires_in_s",
+            format!(
+                "a token's lifetime of {lifetime} s is outside {TOKEN_LIFETIME_MIN_S} s..={TOKEN_LIFETIME_MAX_S} s \
              (one minute to ten years); leave it out for a token that does not expire"
-        )));
+            ),
+        ));
     }
     Ok(Some(now_s.saturating_add(lifetime)))
 }
@@ -296,8 +299,13 @@ pub fn check_name(name: &str) -> Result<(), ControlError> {
     if ok {
         Ok(())
     } else {
-        Err(ControlError::Invalid(format!("{name:?} is not a token name (letters, digits, - _ . @; at most 64)")))
+        Err(token_field("name", format!("{name:?} is not a token name (letters, digits, - _ . @; at most 64)")))
     }
+}
+
+/// A token request's field that cannot be used.
+fn token_field(field: &'static str, message: impl Into<String>) -> ControlError {
+    ControlError::TokenField { field, message: message.into() }
 }
 
 #[cfg(test)]
@@ -372,7 +380,10 @@ mod tests {
         assert_eq!(tokens.authenticate("s0", 1).expect("known").role, Role::Admin);
         tokens.add(record("alice", "s1", Role::Member)).expect("adds");
         assert!(matches!(tokens.add(record("alice", "s2", Role::Admin)), Err(ControlError::TokenExists(_))));
-        assert!(matches!(tokens.add(record("bob", "s1", Role::Admin)), Err(ControlError::Invalid(_))), "same hash");
+        assert!(
+            matches!(tokens.add(record("bob", "s1", Role::Admin)), Err(ControlError::TokenField { .. })),
+            "same hash"
+        );
         assert!(tokens.add(record("bad name", "s3", Role::Admin)).is_err());
         assert!(tokens.add(TokenRecord { queues: Vec::new(), ..record("m", "s4", Role::Member) }).is_err());
         assert!(tokens.add(TokenRecord { hash: "short".into(), ..record("h", "s5", Role::Admin) }).is_err());

@@ -21,10 +21,30 @@ pub enum ServeError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
-    /// The request itself is wrong: a workload that does not parse, a job that can never fit,
-    /// an agent whose GPUs differ from the fleet file. Nothing changed.
-    #[error("{0}")]
-    Invalid(String),
+    /// A workload that does not parse or check: gantry-spec's refusal, with the job, the
+    /// field and a hint. Nothing changed.
+    #[error(transparent)]
+    Workload(gantry_spec::SpecError),
+    /// A job this controller cannot take as given: it can never fit the fleet, names a queue
+    /// or a dependency it does not know, or belongs to a user who cannot run here.
+    #[error("{message}")]
+    Job { job: String, field: &'static str, message: String },
+    /// The request's own form: its body, a header, a path or query parameter.
+    #[error("{message}")]
+    Request { field: &'static str, message: String },
+    /// A token's fields, on creation.
+    #[error("{message}")]
+    TokenField { field: &'static str, message: String },
+    /// What an agent says does not fit its node or what was asked of it: its protocol, its
+    /// GPUs or their layout, an output chunk.
+    #[error("{message}")]
+    Agent { node: String, field: &'static str, message: String },
+    /// An entry of the command log (or the checkpoint in it) that does not read.
+    #[error("{message}")]
+    Log { seq: Option<u64>, message: String },
+    /// The controller's own setup: a backfill name, a fleet the engine refuses.
+    #[error("{message}")]
+    Setup { field: &'static str, message: String },
     #[error("no job {0}")]
     UnknownJob(u64),
     /// A job's task by a name it does not have.
@@ -77,4 +97,33 @@ pub enum ControlError {
     /// A broken invariant: a bug, reported rather than hidden.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+impl ControlError {
+    /// The field a refusal is about, where it names one (the API answers it beside the
+    /// message).
+    pub fn field(&self) -> Option<String> {
+        match self {
+            ControlError::Workload(e) => (!e.field.is_empty()).then(|| e.field.clone()),
+            ControlError::Job { field, .. }
+            | ControlError::Request { field, .. }
+            | ControlError::TokenField { field, .. }
+            | ControlError::Agent { field, .. }
+            | ControlError::Setup { field, .. } => Some(field.to_string()),
+            _ => None,
+        }
+    }
+
+    /// What to do about it, where the refusal knows.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            ControlError::Workload(e) => e.hint.clone(),
+            _ => None,
+        }
+    }
+
+    /// A refusal of the request's own form.
+    pub fn request(field: &'static str, message: impl Into<String>) -> ControlError {
+        ControlError::Request { field, message: message.into() }
+    }
 }

@@ -94,17 +94,16 @@ impl OutputReads {
             )));
         }
         if chunk.error.is_none() {
-            let bytes =
-                chunk.bytes().ok_or_else(|| ControlError::Invalid("an output chunk's data is not base64".into()))?;
+            let bytes = chunk
+                .bytes()
+                .ok_or_else(|| chunk_refused(node, "data", "an output chunk's data is not base64".into()))?;
             let asked = waiting.read.max_bytes;
             if bytes.len() as u64 > asked {
-                return Err(ControlError::Invalid(format!(
-                    "an output chunk of {} bytes answers a read of at most {asked}",
-                    bytes.len()
-                )));
+                let message = format!("an output chunk of {} bytes answers a read of at most {asked}", bytes.len());
+                return Err(chunk_refused(node, "data", message));
             }
             if waiting.read.offset.is_some_and(|at| at != chunk.offset) {
-                return Err(ControlError::Invalid("an output chunk from another offset than asked".into()));
+                return Err(chunk_refused(node, "offset", "an output chunk from another offset than asked".into()));
             }
         }
         let waiting = inner.waiting.remove(&chunk.id).expect("looked up above");
@@ -115,6 +114,11 @@ impl OutputReads {
     pub fn waiting(&self) -> usize {
         self.lock().waiting.len()
     }
+}
+
+/// An output chunk `node`'s agent sent that does not answer what was asked.
+fn chunk_refused(node: &str, field: &'static str, message: String) -> ControlError {
+    ControlError::Agent { node: node.to_string(), field, message }
 }
 
 #[cfg(test)]
@@ -138,10 +142,10 @@ mod tests {
         assert!(matches!(reads.answer("n2", theirs), Err(ControlError::Forbidden(_))));
         // More than asked, another offset, not base64: refused.
         let big = LogChunk::new(id, 5, 1 << 30, &vec![b'x'; LOG_READ_BYTES_MAX as usize + 1]);
-        assert!(matches!(reads.answer("n1", big), Err(ControlError::Invalid(_))));
-        assert!(matches!(reads.answer("n1", LogChunk::new(id, 6, 9, b"abc")), Err(ControlError::Invalid(_))));
+        assert!(matches!(reads.answer("n1", big), Err(ControlError::Agent { .. })));
+        assert!(matches!(reads.answer("n1", LogChunk::new(id, 6, 9, b"abc")), Err(ControlError::Agent { .. })));
         let garbled = LogChunk { data: "%%%".into(), ..LogChunk::new(id, 5, 9, b"") };
-        assert!(matches!(reads.answer("n1", garbled), Err(ControlError::Invalid(_))));
+        assert!(matches!(reads.answer("n1", garbled), Err(ControlError::Agent { .. })));
         assert!(answer.try_recv().is_err(), "nothing delivered yet");
         assert_eq!(reads.answer("n1", LogChunk::new(id, 5, 9, b"abcd")).ok(), Some(Answered::Delivered));
         assert_eq!(answer.try_recv().expect("delivered").bytes(), Some(b"abcd".to_vec()));

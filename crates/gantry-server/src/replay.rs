@@ -119,8 +119,8 @@ fn first_kept_open(log: &dyn Store) -> Result<u64, ControlError> {
 
 /// The `command` tag of a log entry.
 fn kind_of(body: &str) -> Result<String, ControlError> {
-    let value: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| ControlError::Invalid(format!("a log entry does not read: {e}")))?;
+    let value: serde_json::Value = serde_json::from_str(body)
+        .map_err(|e| ControlError::Log { seq: None, message: format!("a log entry does not read: {e}") })?;
     Ok(value.get("command").and_then(|c| c.as_str()).unwrap_or("?").to_string())
 }
 
@@ -131,7 +131,8 @@ impl Replay {
             report.skipped += 1;
             return Ok(());
         }
-        let bad = |e: serde_json::Error| ControlError::Invalid(format!("log entry {}: {e}", record.seq));
+        let seq = record.seq;
+        let bad = |e: serde_json::Error| ControlError::Log { seq: Some(seq), message: format!("log entry {seq}: {e}") };
         if self.controller.is_none() && report.total() == 0 {
             (report.from_seq, report.from_s) = (record.seq, record.at_s);
             if kind == "open" {

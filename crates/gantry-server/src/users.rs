@@ -74,15 +74,21 @@ impl Accounts {
             && user != only
             && user != ADMIN
         {
-            return Err(ControlError::Invalid(format!(
-                "this controller is single-user (it does not run as root): every task runs as {only:?}, so it \
+            return Err(ControlError::request(
+                "user",
+                format!(
+                    "this controller is single-user (it does not run as root): every task runs as {only:?}, so it \
                  serves only user {only:?} (and admin), not {user:?}; run `gantry serve` as root for several users"
-            )));
+                ),
+            ));
         }
         if user != ADMIN && self.single_user.is_none() && self.account(user) == "root" {
-            return Err(ControlError::Invalid(format!(
-                "user {user:?} would run tasks as root: give it another name, or map it to another account in [users]"
-            )));
+            return Err(ControlError::request(
+                "user",
+                format!(
+                    "user {user:?} would run tasks as root: give it another name, or map it to another account in [users]"
+                ),
+            ));
         }
         Ok(())
     }

@@ -76,7 +76,8 @@ pub(super) async fn heartbeat(
 /// agents).
 pub async fn agent_register(shared: &Shared, who: Principal, body: &str) -> Result<Registered, ApiError> {
     who.agent_only("registering an agent")?;
-    let registration: Register = serde_json::from_str(body).map_err(|e| bad(format!("agent registration: {e}")))?;
+    let registration: Register =
+        serde_json::from_str(body).map_err(|e| bad("body", format!("agent registration: {e}")))?;
     match shared.execute(Command::Register { who, registration }).await? {
         Reply::Registered(registered) => Ok(registered),
         other => Err(unexpected(other)),
@@ -87,7 +88,7 @@ pub async fn agent_register(shared: &Shared, who: Principal, body: &str) -> Resu
 /// nothing to order (the HTTP handler's work, also called in-process).
 pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body: &str) -> Result<Orders, ApiError> {
     who.agent_only("heartbeats")?;
-    let beat: Heartbeat = serde_json::from_str(body).map_err(|e| bad(format!("heartbeat: {e}")))?;
+    let beat: Heartbeat = serde_json::from_str(body).map_err(|e| bad("body", format!("heartbeat: {e}")))?;
     let wait = shared.read(|c| c.hold_limit(beat.wait_ms));
     let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|t| t.stopping).map(|t| t.key.clone()).collect();
     let reported_exits = beat.tasks.iter().any(|t| t.state != TaskState::Running);
@@ -152,7 +153,7 @@ pub(super) async fn answer_log_read(
     refuse_remote_agents(&shared)?;
     check_client_cert(&shared, peer, &node)?;
     who.serves(&node)?;
-    let chunk: LogChunk = serde_json::from_str(&body).map_err(|e| bad(format!("output chunk: {e}")))?;
+    let chunk: LogChunk = serde_json::from_str(&body).map_err(|e| bad("body", format!("output chunk: {e}")))?;
     let answered = shared.output.answer(&node, chunk)?;
     Ok(Json(LogChunkTaken { delivered: answered == crate::output::Answered::Delivered }))
 }

@@ -36,14 +36,17 @@ impl FromRequest<Shared> for Text {
                     message: "the request body is too large".into(),
                 }
             } else {
-                ControlError::Invalid(format!("cannot read the request body: {}", e.body_text()))
+                ControlError::request("body", format!("cannot read the request body: {}", e.body_text()))
             })
         })?;
         String::from_utf8(bytes.into()).map(Text).map_err(|e| {
-            ApiError(ControlError::Invalid(format!(
-                "the request body is not UTF-8 text (an invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            )))
+            ApiError(ControlError::request(
+                "body",
+                format!(
+                    "the request body is not UTF-8 text (an invalid byte at offset {})",
+                    e.utf8_error().valid_up_to()
+                ),
+            ))
         })
     }
 }
@@ -51,11 +54,11 @@ impl FromRequest<Shared> for Text {
 /// No route here.
 pub async fn not_found(method: Method, uri: Uri) -> (StatusCode, Json<ErrorBody>) {
     let error = format!("no endpoint {method} {} (the API is described at /openapi.json)", uri.path());
-    (StatusCode::NOT_FOUND, Json(ErrorBody { error, limit: None, value: None }))
+    (StatusCode::NOT_FOUND, Json(ErrorBody { error, ..ErrorBody::default() }))
 }
 
 /// A route that does not take this method.
 pub async fn method_not_allowed(method: Method, uri: Uri) -> (StatusCode, Json<ErrorBody>) {
     let error = format!("{} does not take {method} (see /openapi.json)", uri.path());
-    (StatusCode::METHOD_NOT_ALLOWED, Json(ErrorBody { error, limit: None, value: None }))
+    (StatusCode::METHOD_NOT_ALLOWED, Json(ErrorBody { error, ..ErrorBody::default() }))
 }

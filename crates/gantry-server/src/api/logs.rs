@@ -46,14 +46,17 @@ pub(super) async fn logs(
     let who = who(&shared, &headers)?;
     let id = job_id(&id)?;
     let Query(q) = query.map_err(|e| {
-        bad(format!(
-            "logs: {e} (task: GROUP/REPLICA; stream: out or err; tail: lines; offset: bytes; format: text or json)"
-        ))
+        bad(
+            "query",
+            format!(
+                "logs: {e} (task: GROUP/REPLICA; stream: out or err; tail: lines; offset: bytes; format: text or json)"
+            ),
+        )
     })?;
     let json = match q.format.as_deref() {
         None | Some("text") => false,
         Some("json") => true,
-        Some(other) => return Err(bad(format!("logs: format {other:?}: use text or json"))),
+        Some(other) => return Err(bad("format", format!("logs: format {other:?}: use text or json"))),
     };
     let view = shared.read(|c| views::jobs::job(c, &who, id, crate::now_s()))?;
     who.reads_logs_of(view.row.job.control.user.as_deref().unwrap_or_default())?;
@@ -64,10 +67,10 @@ pub(super) async fn logs(
     };
     let streams = q.stream.map_or_else(|| vec![LogStream::Out, LogStream::Err], |s| vec![s]);
     if q.offset.is_some() && (ranks.len() != 1 || streams.len() != 1) {
-        return Err(bad("logs: offset reads one stream: name a task and a stream too".into()));
+        return Err(bad("offset", "logs: offset reads one stream: name a task and a stream too".into()));
     }
     if q.offset.is_some() && q.tail.is_some() {
-        return Err(bad("logs: offset and tail do not go together".into()));
+        return Err(bad("offset", "logs: offset and tail do not go together".into()));
     }
     let tasks_left_out = ranks.len().saturating_sub(LOG_TASKS_MAX);
     let want = Want { ranks: ranks.into_iter().take(LOG_TASKS_MAX).collect(), streams, offset: q.offset };

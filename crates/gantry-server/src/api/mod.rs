@@ -50,12 +50,13 @@ impl IntoResponse for ApiError {
             }
             _ => (None, None),
         };
-        (status_of(&self.0), Json(ErrorBody { error: self.0.to_string(), limit, value })).into_response()
+        let (field, hint) = (self.0.field(), self.0.hint());
+        (status_of(&self.0), Json(ErrorBody { error: self.0.to_string(), field, hint, limit, value })).into_response()
     }
 }
 
-fn bad(message: String) -> ApiError {
-    ApiError(ControlError::Invalid(message))
+fn bad(field: &'static str, message: String) -> ApiError {
+    ApiError(ControlError::request(field, message))
 }
 
 /// A reply of the wrong kind for its command: a bug.
@@ -184,7 +185,7 @@ async fn submit(
     let jobs = gantry_spec::parse_submission(&body, gantry_catalog::Catalog::embedded(), jobs_max).map_err(|e| {
         ApiError(match e.limit {
             Some((limit, value)) => ControlError::TooLarge { limit, value, message: e.message },
-            None => ControlError::Invalid(e.to_string()),
+            None => ControlError::Workload(e),
         })
     })?;
     let key = idempotency_key(&headers)?;
@@ -202,9 +203,10 @@ pub const IDEMPOTENCY_KEY_MAX: usize = 128;
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
     let bad = || {
-        ApiError(ControlError::Invalid(format!(
-            "Idempotency-Key: 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (a UUID, say)"
-        )))
+        ApiError(ControlError::request(
+            "Idempotency-Key",
+            format!("Idempotency-Key: 1 to {IDEMPOTENCY_KEY_MAX} visible ASCII characters (a UUID, say)"),
+        ))
     };
     let key = value.to_str().map_err(|_| bad())?;
     if key.is_empty() || key.len() > IDEMPOTENCY_KEY_MAX || !key.bytes().all(|b| b.is_ascii_graphic()) {
@@ -224,7 +226,7 @@ async fn list(
     let mut states = Vec::new();
     for name in q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
         let state: JobState = serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
-            bad(format!("unknown state {name:?}: use pending, running, completed, failed, cancelled or lost"))
+            bad("state", format!("unknown state {name:?}: use pending, running, completed, failed, cancelled or lost"))
         })?;
         states.push(state);
     }
@@ -232,7 +234,7 @@ async fn list(
 }
 
 fn job_id(text: &str) -> Result<u64, ApiError> {
-    text.parse().map_err(|_| bad(format!("{text:?} is not a job id")))
+    text.parse().map_err(|_| bad("id", format!("{text:?} is not a job id")))
 }
 
 #[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
@@ -320,7 +322,7 @@ async fn create_token(
 ) -> Result<(StatusCode, Json<TokenSecret>), ApiError> {
     let who = who(&shared, &headers)?;
     who.admin_only("creating tokens")?;
-    let new: NewToken = serde_json::from_str(&body).map_err(|e| bad(format!("token request: {e}")))?;
+    let new: NewToken = serde_json::from_str(&body).map_err(|e| bad("body", format!("token request: {e}")))?;
     let secret = crate::auth::new_secret().map_err(|e| ApiError(ControlError::Internal(e.to_string())))?;
     let hash = crate::auth::hash(&secret);
     shared
@@ -443,14 +445,14 @@ async fn usage(
     query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<crate::meter::UsageLine>>, ApiError> {
     let who = who(&shared, &headers)?;
-    let Query(q) =
-        query.map_err(|e| bad(format!("usage: {e} (from/to: Unix seconds; by: user, queue, model or job)")))?;
+    let Query(q) = query
+        .map_err(|e| bad("query", format!("usage: {e} (from/to: Unix seconds; by: user, queue, model or job)")))?;
     let now = now_s();
     let hour = gantry_store::USAGE_BUCKET_S;
     let from = q.from.unwrap_or(now.saturating_sub(30 * 24 * 3600));
     let to = q.to.unwrap_or(now);
     if from > to {
-        return Err(bad(format!("usage: from ({from}) is after to ({to})")));
+        return Err(bad("from", format!("usage: from ({from}) is after to ({to})")));
     }
     // The store keeps times as SQLite integers: anything past year 10^11 is "the end".
     let (from, to) = (from.min(1 << 60), to.min(1 << 60));
@@ -490,7 +492,7 @@ async fn series(
     let fine = match q.range.as_deref() {
         None | Some("hour") => true,
         Some("week") => false,
-        Some(other) => return Err(bad(format!("range {other:?}: use hour or week"))),
+        Some(other) => return Err(bad("range", format!("range {other:?}: use hour or week"))),
     };
     Ok(Json(shared.read(|c| views::series(c, &who, fine))))
 }

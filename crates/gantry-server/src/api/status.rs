@@ -7,7 +7,13 @@ use axum::http::StatusCode;
 /// The one place a domain error becomes an HTTP status.
 pub fn status_of(e: &ControlError) -> StatusCode {
     match e {
-        ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
+        ControlError::Workload(_)
+        | ControlError::Job { .. }
+        | ControlError::Request { .. }
+        | ControlError::TokenField { .. }
+        | ControlError::Agent { .. }
+        | ControlError::Log { .. }
+        | ControlError::Setup { .. } => StatusCode::BAD_REQUEST,
         ControlError::UnknownJob(_)
         | ControlError::UnknownTask(_)
         | ControlError::UnknownNode(_)

@@ -45,12 +45,16 @@ impl Controller {
             ));
         };
         if reg.protocol == 0 || reg.protocol > wire::PROTOCOL_VERSION {
-            return Err(ControlError::Invalid(format!(
-                "node {:?}: the agent speaks protocol {}, this controller {} (upgrade the controller before its agents)",
-                reg.node,
-                reg.protocol,
-                wire::PROTOCOL_VERSION
-            )));
+            return Err(agent_refused(
+                &reg.node,
+                "protocol",
+                format!(
+                    "node {:?}: the agent speaks protocol {}, this controller {} (upgrade the controller before its agents)",
+                    reg.node,
+                    reg.protocol,
+                    wire::PROTOCOL_VERSION
+                ),
+            ));
         }
         self.check_not_taken(who, reg, now, heartbeat_timeout_s)?;
         let (node_idx, found) = self.check_inventory(reg)?;
@@ -150,16 +154,24 @@ impl Controller {
         }
         let shape = |gpus: &[AgentGpu]| gpus.iter().map(|g| format!("{}:{}", g.index, g.model)).collect::<Vec<_>>();
         if shape(&expected) != shape(&found) {
-            return Err(ControlError::Invalid(format!(
-                "node {:?}: the agent found GPUs [{}] but the fleet file says [{}]; fix the fleet file (or the agent's inventory)",
-                reg.node,
-                shape(&found).join(", "),
-                shape(&expected).join(", ")
-            )));
+            return Err(agent_refused(
+                &reg.node,
+                "gpus",
+                format!(
+                    "node {:?}: the agent found GPUs [{}] but the fleet file says [{}]; fix the fleet file (or the agent's inventory)",
+                    reg.node,
+                    shape(&found).join(", "),
+                    shape(&expected).join(", ")
+                ),
+            ));
         }
         if let Some(g) = found.iter().find(|g| g.uuid.is_empty() || g.uuid.len() > 128 || g.uuid.contains([',', '\n']))
         {
-            return Err(ControlError::Invalid(format!("node {:?}: GPU {} has no usable UUID", reg.node, g.index)));
+            return Err(agent_refused(
+                &reg.node,
+                "gpus",
+                format!("node {:?}: GPU {} has no usable UUID", reg.node, g.index),
+            ));
         }
         Ok((node_idx, found))
     }
@@ -188,14 +200,18 @@ impl Controller {
             }
             let gpu = state.node_gpus(node).iter().find(|x| x.index == g.index).expect("checked above");
             if !gpu.idle() {
-                return Err(ControlError::Invalid(format!(
-                    "node {:?} GPU {}: the agent found it {} but the controller has it {} with work on it; \
+                return Err(agent_refused(
+                    &reg.node,
+                    "gpus.mode",
+                    format!(
+                        "node {:?} GPU {}: the agent found it {} but the controller has it {} with work on it; \
                      put the layout back (`gantry mig apply` on the node) or let the work end first",
-                    reg.node,
-                    g.index,
-                    hardware.text(),
-                    have.mode.text()
-                )));
+                        reg.node,
+                        g.index,
+                        hardware.text(),
+                        have.mode.text()
+                    ),
+                ));
             }
             if let GpuMode::Mig { instances } = &hardware {
                 let model = self.catalog.model(gpu.model);
@@ -204,12 +220,16 @@ impl Controller {
                     None => Err(format!("{} does not support MIG", model.id)),
                 };
                 if let Err(why) = legal {
-                    return Err(ControlError::Invalid(format!(
-                        "node {:?} GPU {}: the agent reports {} that the catalog does not allow: {why}",
-                        reg.node,
-                        g.index,
-                        hardware.text()
-                    )));
+                    return Err(agent_refused(
+                        &reg.node,
+                        "gpus.mode",
+                        format!(
+                            "node {:?} GPU {}: the agent reports {} that the catalog does not allow: {why}",
+                            reg.node,
+                            g.index,
+                            hardware.text()
+                        ),
+                    ));
                 }
             }
             adopt.push((g.index, hardware));
@@ -585,4 +605,9 @@ impl Controller {
         }
         marked
     }
+}
+
+/// What `node`'s agent said, refused by its field.
+fn agent_refused(node: &str, field: &'static str, message: String) -> ControlError {
+    ControlError::Agent { node: node.to_string(), field, message }
 }

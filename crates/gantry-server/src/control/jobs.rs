@@ -27,7 +27,7 @@ impl Controller {
     }
 
     pub(crate) fn compile(&self, job: &Job) -> Result<CompiledJob, ControlError> {
-        self.empty.compile(job).map_err(|e| ControlError::Invalid(format!("job {:?}: {e}", job.name)))
+        self.empty.compile(job).map_err(|e| refused(job, "job", format!("job {:?}: {e}", job.name)))
     }
 
     /// Hand a stored job to the scheduler (it waits from `at_s`).
@@ -81,10 +81,11 @@ impl Controller {
                         }) {
                             Some(row) => vec![row.id],
                             None => {
-                                return Err(ControlError::Invalid(format!(
+                                let message = format!(
                                     "job {:?} / after: unknown job {:?} (not in this file, not submitted before)",
                                     job.name, d.job
-                                )));
+                                );
+                                return Err(refused(job, "after", message));
                             }
                         }
                     }
@@ -117,11 +118,7 @@ impl Controller {
             }
             Err(reasons) => {
                 let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
-                Err(ControlError::Invalid(format!(
-                    "job {:?} can never run on this fleet: {}",
-                    job.name,
-                    why.join("; ")
-                )))
+                Err(refused(job, "job", format!("job {:?} can never run on this fleet: {}", job.name, why.join("; "))))
             }
         }
     }
@@ -136,7 +133,7 @@ impl Controller {
         now: u64,
     ) -> Result<Effects, ControlError> {
         if jobs.is_empty() {
-            return Err(ControlError::Invalid("the workload has no jobs".into()));
+            return Err(ControlError::request("body", "the workload has no jobs"));
         }
         if let Some(key) = key {
             // A retry of a submission that was made: its jobs, not new ones.
@@ -158,10 +155,9 @@ impl Controller {
             self.accounts.allows(job.control.user.as_deref().unwrap_or_default())?;
             who.acts_on(&job.queue)?;
             if !self.scheduler.knows_queue(&job.queue) {
-                return Err(ControlError::Invalid(format!(
-                    "job {:?}: unknown queue {:?} (not in the controller's queue file)",
-                    job.name, job.queue
-                )));
+                let message =
+                    format!("job {:?}: unknown queue {:?} (not in the controller's queue file)", job.name, job.queue);
+                return Err(refused(job, "queue", message));
             }
         }
         self.admissible(&jobs)?;
@@ -302,4 +298,9 @@ fn within(
         }
     }
     Ok(())
+}
+
+/// `job` refused as given, by its field.
+fn refused(job: &gantry_types::Job, field: &'static str, message: String) -> ControlError {
+    ControlError::Job { job: job.name.clone(), field, message }
 }

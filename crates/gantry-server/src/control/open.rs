@@ -73,7 +73,10 @@ impl Setup {
             "off" => Backfill::Off,
             "greedy" => Backfill::Greedy,
             "reserve" => Backfill::Reserve,
-            other => return Err(ControlError::Invalid(format!("backfill {other:?}: off, greedy or reserve"))),
+            other => {
+                let message = format!("backfill {other:?}: off, greedy or reserve");
+                return Err(ControlError::Setup { field: "backfill", message });
+            }
         };
         Ok(SchedulerConfig {
             order: self.fair_share.clone().map_or(Order::Fifo, Order::FairShare),
@@ -157,8 +160,8 @@ impl Controller {
     ) -> Result<(Controller, Batch), ControlError> {
         let kept = opened_image(&image, carried.clone());
         let fleet = fleet_as_recorded(&setup.fleet, &image.gpu_modes);
-        let engine =
-            Engine::new(&fleet, catalog, EngineConfig::default()).map_err(|e| ControlError::Invalid(e.to_string()))?;
+        let engine = Engine::new(&fleet, catalog, EngineConfig::default())
+            .map_err(|e| ControlError::Setup { field: "fleet", message: e.to_string() })?;
         let uuids = fleet
             .nodes
             .iter()
@@ -224,7 +227,8 @@ impl Controller {
         if let Some(memory) = memory
             && !c.scheduler.remember(&memory)
         {
-            return Err(ControlError::Invalid("a checkpoint's fair-share memory does not fit the queue tree".into()));
+            let message = "a checkpoint's fair-share memory does not fit the queue tree".to_string();
+            return Err(ControlError::Log { seq: None, message });
         }
         if let Some((outbox, partly_ended)) = in_flight {
             // Offered to the agents what was unacknowledged at the checkpoint, not every task.

@@ -183,7 +183,7 @@ impl Driver<'_> {
                 Ok(effects) => effects,
                 // A job this layout can never hold is refused, as the API refuses it: it is never
                 // served (the simulator counts it as never started).
-                Err(ControlError::Invalid(_)) => {
+                Err(ControlError::Job { .. } | ControlError::Workload(_) | ControlError::Request { .. }) => {
                     self.refused += 1;
                     return Ok(());
                 }

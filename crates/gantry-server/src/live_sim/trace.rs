@@ -114,8 +114,8 @@ impl Driver<'_> {
         let job = self.trace[i].job.clone();
         match self.apply(t, Command::Submit { who, jobs: vec![job], key: None }, Some(i)) {
             // A job this fleet can never hold is refused, as the API would refuse it.
-            Err(ControlError::Invalid(why)) => {
-                tracing::debug!(job = %self.trace[i].job.name, why, "refused");
+            Err(why @ (ControlError::Job { .. } | ControlError::Workload(_) | ControlError::Request { .. })) => {
+                tracing::debug!(job = %self.trace[i].job.name, %why, "refused");
                 Ok(())
             }
             other => other,

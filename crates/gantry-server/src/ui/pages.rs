@@ -158,7 +158,7 @@ pub(super) async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> R
 pub(super) async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
     let Ok(id) = id.parse::<u64>() else {
-        return failure(ControlError::Invalid(format!("{id:?} is not a job id")));
+        return failure(ControlError::request("id", format!("{id:?} is not a job id")));
     };
     let now = crate::now_s();
     let read = shared.read(|c| views::jobs::job(c, &who, id, now).map(|v| (v, views::nodes::nodes(c, now))));

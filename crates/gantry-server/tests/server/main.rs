@@ -223,6 +223,19 @@ fn bad_requests_are_4xx_with_a_reason_and_change_nothing() {
         let text = reply["error"].as_str().map_or_else(|| reply.to_string(), str::to_string);
         assert!(text.contains(expected), "{method} {path}: {reply}");
     }
+    // Each refusal names the field it is about, and a workload's says what to do.
+    let fields = [
+        ("GET", "/v1/jobs/abc", None, "id"),
+        ("GET", "/v1/jobs?state=sleeping", None, "state"),
+        ("POST", "/v1/jobs", Some("[[job]]\nname = \"huge\"\ngpu = { count = 8 }\n"), "job"),
+        ("POST", "/v1/jobs", Some("[[job]]\nname = \"x\"\ngpu = { count = \"two\" }\n"), "job \"x\""),
+    ];
+    for (method, path, body, field) in fields {
+        let (_, reply) = server.call(method, path, body);
+        assert_eq!(reply["field"].as_str(), Some(field), "{method} {path}: {reply}");
+    }
+    let (_, reply) = server.call("POST", "/v1/jobs", Some("[[job]]\nname = \"x\"\ngpu = { count = \"two\" }\n"));
+    assert!(reply["hint"].as_str().is_some_and(|h| h.contains("docs/formats.md")), "{reply}");
     // A body over the limit: a 413 saying so, or — when the server stops reading before the
     // client has sent it all and the answer is lost — the client's error saying why.
     let big = format!("# {}\n", "x".repeat(2 << 20));
