@@ -3,6 +3,21 @@
 
 use gantry_store::StoreError;
 
+/// A setting or a name that cannot be used: the field it is in (`reconfigure.period`,
+/// `users.alice`, `advertise`) and what is wrong, in words that name it too.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), message: message.into() }
+    }
+}
+
 /// Why the controller could not start: its configuration, its files, its store.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {

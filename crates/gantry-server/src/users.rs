@@ -5,6 +5,7 @@
 //! user (and admins) may have tokens or jobs — a second user would otherwise run as the first.
 
 use crate::error::ControlError;
+use crate::error::FieldError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -33,11 +34,14 @@ pub fn this_account() -> Option<String> {
 
 /// Is `name` usable as a Unix account name (what useradd accepts, and nothing a shell or a
 /// path would read differently)?
-pub fn check_account_name(name: &str) -> Result<(), String> {
+pub fn check_account_name(name: &str) -> Result<(), FieldError> {
     let ok_chars = name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
     if name.is_empty() || name.len() > ACCOUNT_CHARS_MAX || !ok_chars || name.starts_with('-') {
-        return Err(format!(
-            "{name:?} is not a Unix account name (1 to {ACCOUNT_CHARS_MAX} of letters, digits, '.', '_', '-', not starting with '-')"
+        return Err(FieldError::new(
+            "account",
+            format!(
+                "{name:?} is not a Unix account name (1 to {ACCOUNT_CHARS_MAX} of letters, digits, '.', '_', '-', not starting with '-')"
+            ),
         ));
     }
     Ok(())
@@ -46,11 +50,12 @@ pub fn check_account_name(name: &str) -> Result<(), String> {
 impl Accounts {
     /// For this process: root serves many users (`map`, with the admin's own jobs running as
     /// root's account unless mapped); anyone else is single-user.
-    pub fn for_this_process(map: BTreeMap<String, String>) -> Result<Accounts, String> {
+    pub fn for_this_process(map: BTreeMap<String, String>) -> Result<Accounts, FieldError> {
         for (user, account) in &map {
-            check_account_name(account).map_err(|e| format!("[users] {user} = {e}"))?;
+            check_account_name(account)
+                .map_err(|e| FieldError::new(format!("users.{user}"), format!("[users] {user} = {e}")))?;
         }
-        let me = this_account().ok_or("this process's user has no passwd entry")?;
+        let me = this_account().ok_or_else(|| FieldError::new("user", "this process's user has no passwd entry"))?;
         if !nix::unistd::geteuid().is_root() {
             return Ok(Accounts { map, single_user: Some(me) });
         }

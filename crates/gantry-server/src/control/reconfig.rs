@@ -16,6 +16,7 @@
 //! layout the hardware really has. The guards below are what keeps this safe on a real fleet.
 //! This module holds the settings and the records; `reconfig_run.rs` the controller's steps.
 
+use crate::error::FieldError;
 use gantry_types::GpuMode;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
@@ -107,37 +108,42 @@ pub mod bounds {
 
 impl ReconfigurePolicy {
     /// Refuse settings that could not work or would be unsafe, with the field and why.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), FieldError> {
         use bounds::*;
+        let refuse = |field: &str, message: String| Err(FieldError::new(format!("reconfigure.{field}"), message));
         if !(PERIOD_MIN_S..=PERIOD_MAX_S).contains(&self.period_s) {
-            return Err(format!(
-                "reconfigure.period: {} s is outside {PERIOD_MIN_S}..={PERIOD_MAX_S} s",
-                self.period_s
-            ));
+            let message =
+                format!("reconfigure.period: {} s is outside {PERIOD_MIN_S}..={PERIOD_MAX_S} s", self.period_s);
+            return refuse("period", message);
         }
         if self.max_per_gpu_per_hour == 0 {
-            return Err("reconfigure.max_per_gpu_per_hour: 0 would never change a GPU (say mode = \"advise\")".into());
+            let message = "reconfigure.max_per_gpu_per_hour: 0 would never change a GPU (say mode = \"advise\")";
+            return refuse("max_per_gpu_per_hour", message.into());
         }
         if self.replan_after_s != 0 && self.replan_after_s < PERIOD_MIN_S {
-            return Err(format!(
+            let message = format!(
                 "reconfigure.replan_after: {} s is under {PERIOD_MIN_S} s (0 turns it off)",
                 self.replan_after_s
-            ));
+            );
+            return refuse("replan_after", message);
         }
         if self.max_cordoned == 0 {
-            return Err("reconfigure.max_cordoned: 0 would never change a GPU (say mode = \"advise\")".into());
+            let message = "reconfigure.max_cordoned: 0 would never change a GPU (say mode = \"advise\")";
+            return refuse("max_cordoned", message.into());
         }
         if self.drain_deadline_s == 0 || self.drain_deadline_s > DRAIN_DEADLINE_MAX_S {
-            return Err(format!(
+            let message = format!(
                 "reconfigure.drain_deadline: {} s is outside 1..={DRAIN_DEADLINE_MAX_S} s",
                 self.drain_deadline_s
-            ));
+            );
+            return refuse("drain_deadline", message);
         }
         if self.drain_horizon_s > self.drain_deadline_s {
-            return Err(format!(
+            let message = format!(
                 "reconfigure.drain_horizon ({} s) is longer than drain_deadline ({} s): drains would be abandoned before the work they wait for ends",
                 self.drain_horizon_s, self.drain_deadline_s
-            ));
+            );
+            return refuse("drain_horizon", message);
         }
         Ok(())
     }
@@ -364,7 +370,7 @@ mod tests {
             ),
         ] {
             let err = policy.check().expect_err(says);
-            assert!(err.contains(says), "{err}");
+            assert!(err.field.ends_with(says) && err.message.contains(says), "{err:?}");
         }
         let unknown = serde_json::from_str::<ReconfigurePolicy>(r#"{"mode": "auto", "max_drains": 3}"#);
         assert!(unknown.is_err(), "an unknown key is an error, not ignored");

@@ -96,7 +96,7 @@ impl ConfigFile {
         self.billing.as_ref().map(Billing::check).transpose().map_err(named("billing"))?;
         self.idle.as_ref().map(IdlePolicy::check).transpose().map_err(named("idle"))?;
         self.admission.as_ref().map(AdmissionLimits::check).transpose().map_err(named("admission"))?;
-        self.reconfigure.as_ref().map(ReconfigurePolicy::check).transpose().map_err(|e| ("reconfigure", e))?;
+        self.reconfigure.as_ref().map(ReconfigurePolicy::check).transpose().map_err(|e| ("reconfigure", e.message))?;
         self.log.as_ref().map(LogRetention::check).transpose().map_err(named("log"))?;
         Ok(())
     }

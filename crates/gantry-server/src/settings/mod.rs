@@ -9,6 +9,7 @@ pub mod tls;
 
 use crate::StoreChoice;
 use crate::control::reconfig::{ReconfigureMode, ReconfigurePolicy};
+use crate::error::FieldError;
 use gantry_store::StoreError;
 
 /// A setting that cannot be used: nothing started.
@@ -38,12 +39,12 @@ pub const ADVERTISE_LEN_MAX: usize = 256;
 
 /// `--advertise`: written as clients write `--server` (so a client recognises it among its
 /// URLs), and short printable ASCII (a standby sends it in a header).
-pub fn advertise_url(text: &str) -> Result<String, String> {
-    let url = gantry_wire::client::base_url(text).map_err(|e| e.to_string())?;
+pub fn advertise_url(text: &str) -> Result<String, FieldError> {
+    let url = gantry_wire::client::base_url(text).map_err(|e| FieldError::new("advertise", e.to_string()))?;
     if url.len() > ADVERTISE_LEN_MAX || !url.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(format!(
-            "{text:?}: give http(s)://HOST:PORT in at most {ADVERTISE_LEN_MAX} printable ASCII characters"
-        ));
+        let message =
+            format!("{text:?}: give http(s)://HOST:PORT in at most {ADVERTISE_LEN_MAX} printable ASCII characters");
+        return Err(FieldError::new("advertise", message));
     }
     Ok(url)
 }
@@ -103,7 +104,7 @@ pub fn reconfigure_policy(
             }
         };
     }
-    policy.check().map_err(|message| SettingsError::Flag { flag: "[reconfigure]", message })?;
+    policy.check().map_err(|e| SettingsError::Flag { flag: "[reconfigure]", message: e.message })?;
     Ok(policy)
 }
 
@@ -158,7 +159,7 @@ mod tests {
 
     #[test]
     fn an_advertised_url_is_written_as_clients_write_theirs() {
-        assert_eq!(advertise_url("https://ctl-a.example:8177/"), Ok("https://ctl-a.example:8177".to_string()));
+        assert_eq!(advertise_url("https://ctl-a.example:8177/").ok().as_deref(), Some("https://ctl-a.example:8177"));
         for bad in ["ctl-a:8177", "https://ctl-a:8177/v1", "https://u@ctl-a:1", "https://contrôle:1", "https://a b:1"]
         {
             assert!(advertise_url(bad).is_err(), "{bad}");
