@@ -5,6 +5,7 @@
 //! not exist here is refused before anything starts. An agent that is not root can only run tasks as itself, and refuses
 //! other accounts' tasks rather than run them under the wrong user.
 
+use crate::error::TaskRefused;
 use std::path::{Path, PathBuf};
 
 /// The program that drops to the task's account: sets the real and effective uid and gid and
@@ -90,29 +91,31 @@ impl RunAs {
 }
 
 /// How a task for `account` runs on this node, or why it cannot.
-pub fn resolve(identity: &Identity, account: &str, node: &str) -> Result<RunAs, String> {
+pub fn resolve(identity: &Identity, account: &str, node: &str) -> Result<RunAs, TaskRefused> {
+    let refused = |message: String| TaskRefused::Account { account: account.to_string(), message };
     match identity {
         Identity::User(me) => {
             if account.is_empty() || me.as_deref() == Some(account) {
                 return Ok(RunAs::Same);
             }
             let me = me.as_deref().unwrap_or("a user without a passwd entry");
-            Err(format!(
+            Err(refused(format!(
                 "the agent on node {node} runs as {me:?}, not root: it runs only {me:?}'s tasks, not Unix account {account:?}'s \
                  (run the agent as root to serve several users)"
-            ))
+            )))
         }
         Identity::Root => {
             if account.is_empty() {
-                return Err("the controller named no Unix account for this task (is it older than this agent?)".into());
+                let message = "the controller named no Unix account for this task (is it older than this agent?)";
+                return Err(refused(message.into()));
             }
             let user = nix::unistd::User::from_name(account)
-                .map_err(|e| format!("looking up Unix account {account:?} on node {node}: {e}"))?
+                .map_err(|e| refused(format!("looking up Unix account {account:?} on node {node}: {e}")))?
                 .ok_or_else(|| {
-                    format!(
+                    refused(format!(
                         "no Unix account {account:?} on node {node}: create it there, or map the job's user to an \
                          existing account in the controller's [users]"
-                    )
+                    ))
                 })?;
             if user.uid.is_root() {
                 return Ok(RunAs::Same);
@@ -144,13 +147,13 @@ mod tests {
         assert_eq!(resolve(&me, "alice", "n1"), Ok(RunAs::Same));
         assert_eq!(resolve(&me, "", "n1"), Ok(RunAs::Same));
         let refused = resolve(&me, "bob", "n1").expect_err("another account");
-        assert!(refused.contains("runs only \"alice\"'s tasks"), "{refused}");
+        assert!(refused.to_string().contains("runs only \"alice\"'s tasks"), "{refused}");
     }
 
     #[test]
     fn a_root_agent_refuses_accounts_the_node_lacks_and_runs_root_as_itself() {
         let refused = resolve(&Identity::Root, "no-such-user-gantry", "n1").expect_err("absent");
-        assert!(refused.contains("no Unix account \"no-such-user-gantry\" on node n1"), "{refused}");
+        assert!(refused.to_string().contains("no Unix account \"no-such-user-gantry\" on node n1"), "{refused}");
         assert!(resolve(&Identity::Root, "", "n1").is_err());
         assert_eq!(resolve(&Identity::Root, "root", "n1"), Ok(RunAs::Same));
     }

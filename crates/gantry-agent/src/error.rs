@@ -17,3 +17,38 @@ pub enum AgentError {
     #[error("{0}")]
     Io(String),
 }
+
+/// Why a task was refused before it ran (it fails with 126, this in its error log): the
+/// account it must run as, its environment, its working directory, its confinement.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskRefused {
+    /// The Unix account it must run as is not this agent's user, does not exist here, or was
+    /// not named.
+    #[error("{message}")]
+    Account { account: String, message: String },
+    /// A job variable whose name is not a variable name.
+    #[error("the job's variable {name:?} is not a variable name")]
+    Env { name: String },
+    /// Its working directory does not exist on this node.
+    #[error("the working directory {dir} does not exist on node {node}")]
+    Workdir { dir: String, node: String },
+    /// Its cgroup could not be made, held to its run's limits, given its device rules, or
+    /// joined: which cgroup, and why.
+    #[error("cannot confine it on node {node}: {message}")]
+    Confine { node: String, cgroup: String, message: String },
+}
+
+/// A device rule that could not be set, or a fake device node that could not be made: where
+/// (a cgroup, a device path, a system call), and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct DeviceError {
+    pub at: String,
+    pub message: String,
+}
+
+impl DeviceError {
+    pub fn new(at: impl Into<String>, message: impl Into<String>) -> DeviceError {
+        DeviceError { at: at.into(), message: message.into() }
+    }
+}

@@ -191,14 +191,14 @@ impl Runner {
             }
         };
         let rank = l.rank;
-        let refuse = |why: String| {
+        let refuse = |why: &dyn std::fmt::Display| {
             tracing::warn!(job = l.job, rank, "task refused: {why}");
             let _ = dir.append(rank, Kind::Err, &format!("gantry: task refused: {why}\n"));
             failed(126)
         };
         let account = match crate::account::resolve(&self.identity, &l.account, &l.node) {
             Ok(account) => account,
-            Err(why) => return refuse(why),
+            Err(why) => return refuse(&why),
         };
         let owner = match &account {
             crate::account::RunAs::Drop(user) => Some((user.uid, user.gid)),
@@ -217,17 +217,17 @@ impl Runner {
         if let (crate::account::RunAs::Same, Some(workdir)) = (&account, &l.workdir)
             && !Path::new(workdir).is_dir()
         {
-            return refuse(format!("the working directory {workdir} does not exist on node {}", l.node));
+            return refuse(&crate::error::TaskRefused::Workdir { dir: workdir.clone(), node: l.node.clone() });
         }
         let carried = match crate::spawn::carried_env(&l.env) {
             Ok(vars) => vars,
-            Err(why) => return refuse(why),
+            Err(why) => return refuse(&why),
         };
         let join = match self.runs.confine(l) {
             Ok(join) => join,
             Err(why) => {
                 self.runs.abandon(l.job, l.attempt, rank);
-                return refuse(format!("cannot confine it on node {}: {why}", l.node));
+                return refuse(&why);
             }
         };
         let handle_kind = if self.cgroups().is_some() { Some(HandleKind::Cgroup(rank)) } else { None };
@@ -260,7 +260,7 @@ impl Runner {
                     self.mps.release(gpu, account).await;
                 }
                 self.runs.abandon(l.job, l.attempt, rank);
-                return refuse(format!("cannot start sh for {:?}: {e}", argv[0]));
+                return refuse(&format!("cannot start sh for {:?}: {e}", argv[0]));
             }
         };
         let pgid = child.id().map_or(0, |p| p as i32);

@@ -113,7 +113,7 @@ impl Runs {
 
     /// Make the task's cgroup in its run's, the run's limits raised to include this task:
     /// the descriptors the monitor joins it through (none where the node does not confine).
-    pub fn confine(&self, l: &Launch) -> Result<Vec<std::os::fd::OwnedFd>, String> {
+    pub fn confine(&self, l: &Launch) -> Result<Vec<std::os::fd::OwnedFd>, crate::error::TaskRefused> {
         let Some(cg) = self.cgroups() else { return Ok(Vec::new()) };
         {
             let mut runs = self.live.lock().expect("not poisoned");
@@ -121,10 +121,15 @@ impl Runs {
             run.grants.insert(l.rank, Grant::of(l));
             run.live.insert(l.rank);
             run.limits = self.defaults.limits(&run.grants);
-            cg.set_run(l.job, l.attempt, &run.limits)
-                .map_err(|e| format!("cannot hold run {}/{} to its limits: {e}", l.job, l.attempt))?;
+            cg.set_run(l.job, l.attempt, &run.limits).map_err(|e| crate::error::TaskRefused::Confine {
+                node: l.node.clone(),
+                cgroup: format!("run {}/{}", l.job, l.attempt),
+                message: format!("cannot hold run {}/{} to its limits: {e}", l.job, l.attempt),
+            })?;
         }
-        cg.add_task(l.job, l.attempt, l.rank, &l.devices).map(|t| t.join)
+        cg.add_task(l.job, l.attempt, l.rank, &l.devices)
+            .map(|t| t.join)
+            .map_err(|e| crate::error::TaskRefused::Confine { node: l.node.clone(), cgroup: e.at, message: e.message })
     }
 
     /// A task started before a restart, found in its cgroup: its run counts it again.

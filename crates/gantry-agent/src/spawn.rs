@@ -59,12 +59,12 @@ pub fn gantry_owned(name: &str) -> bool {
 /// The job's variables as the monitor carries them: `GANTRY_JOB_ENV` (the names) and one
 /// prefixed variable each. Gantry's own names are dropped (gantry's values win); a name that
 /// is not an identifier is an error (the spec refuses them; an agent checks what it runs).
-pub fn carried_env(job_env: &[(String, String)]) -> Result<Vec<(String, String)>, String> {
+pub fn carried_env(job_env: &[(String, String)]) -> Result<Vec<(String, String)>, crate::error::TaskRefused> {
     let mut names = Vec::new();
     let mut vars = Vec::new();
     for (name, value) in job_env.iter().filter(|(k, _)| !gantry_owned(k)) {
         if !valid_env_name(name) {
-            return Err(format!("the job's variable {name:?} is not a variable name"));
+            return Err(crate::error::TaskRefused::Env { name: name.clone() });
         }
         names.push(name.as_str());
         vars.push((format!("{JOB_ENV_PREFIX}{name}"), value.clone()));

@@ -51,7 +51,7 @@ const HOSTLIST_MAX: usize = 100_000;
 
 /// `gpu[01-04,08]-ib` → gpu01-ib … gpu04-ib, gpu08-ib (several bracket groups multiply; the
 /// zero padding of a range's first number is kept). Commas outside brackets separate names.
-pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+pub(crate) fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
     for part in split_outside(list, '[', ']') {
         let mut expanded = vec![String::new()];

@@ -24,6 +24,24 @@ pub struct TestPostgres {
     tls: bool,
 }
 
+/// Why the test PostgreSQL could not be set up, started or used.
+#[derive(Debug, thiserror::Error)]
+pub enum TestPostgresError {
+    /// No `initdb` here: `tools/install-test-deps.sh` installs PostgreSQL.
+    #[error("{0}")]
+    NotInstalled(String),
+    /// A step failed (making its directory, initdb, starting the server, waiting for it,
+    /// creating a database); the message says which.
+    #[error("{0}")]
+    Step(String),
+}
+
+impl From<String> for TestPostgresError {
+    fn from(message: String) -> Self {
+        TestPostgresError::Step(message)
+    }
+}
+
 /// Where `initdb`, `postgres` and `pg_isready` are.
 fn bin_dir() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("PATH") {
@@ -74,18 +92,18 @@ fn free_port() -> Result<u16, String> {
 
 impl TestPostgres {
     /// initdb and start a server under a new temporary directory named after `name`.
-    pub fn start(name: &str) -> Result<TestPostgres, String> {
+    pub fn start(name: &str) -> Result<TestPostgres, TestPostgresError> {
         Self::start_with(name, None)
     }
 
     /// [`TestPostgres::start`] serving TLS with `cert` and `key` (PEM), and refusing plain TCP
     /// connections (`hostnossl … reject`); the tests' own setup connects over its Unix socket.
-    pub fn start_tls(name: &str, cert: &str, key: &str) -> Result<TestPostgres, String> {
+    pub fn start_tls(name: &str, cert: &str, key: &str) -> Result<TestPostgres, TestPostgresError> {
         Self::start_with(name, Some((cert, key)))
     }
 
-    fn start_with(name: &str, tls: Option<(&str, &str)>) -> Result<TestPostgres, String> {
-        let bin = bin_dir()?;
+    fn start_with(name: &str, tls: Option<(&str, &str)>) -> Result<TestPostgres, TestPostgresError> {
+        let bin = bin_dir().map_err(TestPostgresError::NotInstalled)?;
         let dir = std::env::temp_dir().join(format!("gantry-pg-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let data = dir.join("data");
@@ -94,7 +112,7 @@ impl TestPostgres {
             let status =
                 Command::new("chown").args(["nobody:nogroup"]).arg(&dir).status().map_err(|e| format!("chown: {e}"))?;
             if !status.success() {
-                return Err(format!("cannot give {} to nobody", dir.display()));
+                return Err(format!("cannot give {} to nobody", dir.display()).into());
             }
         }
         let out = as_server_user(&bin.join("initdb"))
@@ -103,7 +121,7 @@ impl TestPostgres {
             .output()
             .map_err(|e| format!("initdb: {e}"))?;
         if !out.status.success() {
-            return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!("initdb failed: {}", String::from_utf8_lossy(&out.stderr)).into());
         }
         if let Some((cert, key)) = tls {
             serve_tls_only(&data, cert, key)?;
@@ -131,10 +149,10 @@ impl TestPostgres {
 
     /// Stop the server (fast shutdown: every connection ends) and start it again on the same
     /// data and port: what a database failover or restart looks like to its clients.
-    pub fn restart(&mut self) -> Result<(), String> {
+    pub fn restart(&mut self) -> Result<(), TestPostgresError> {
         self.stop();
         self.child = Self::spawn(&self.bin, &self.dir, self.port, self.tls)?;
-        self.wait_ready()
+        Ok(self.wait_ready()?)
     }
 
     fn stop(&mut self) {
@@ -180,7 +198,7 @@ impl TestPostgres {
     }
 
     /// Create an empty database `db` and return its URL.
-    pub fn create_database(&self, db: &str) -> Result<String, String> {
+    pub fn create_database(&self, db: &str) -> Result<String, TestPostgresError> {
         let mut client = postgres::Client::connect(&self.socket_url("postgres"), postgres::NoTls)
             .map_err(|e| format!("connect: {e}"))?;
         client.batch_execute(&format!("CREATE DATABASE \"{db}\"")).map_err(|e| format!("create {db}: {e}"))?;

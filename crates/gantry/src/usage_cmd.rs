@@ -35,7 +35,7 @@ pub struct UsageArgs {
 }
 
 /// A time as the flags take it, in Unix seconds.
-pub fn parse_time(text: &str, now: u64) -> Result<u64, String> {
+fn parse_time(text: &str, now: u64) -> Result<u64, String> {
     let bad = || {
         format!("time {text:?}: use YYYY-MM-DD, YYYY-MM-DDTHH:MM (UTC), Unix seconds, now, or -N followed by m, h or d")
     };

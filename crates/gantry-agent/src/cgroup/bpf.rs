@@ -14,6 +14,7 @@
 #![allow(unsafe_code)]
 
 use super::devices::{Allowed, NVIDIA_MAJOR, NVIDIACTL_MINOR};
+use crate::error::DeviceError;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// One BPF instruction (`struct bpf_insn`).
@@ -206,13 +207,14 @@ fn attach(cgroup: &OwnedFd, program: &OwnedFd) -> Result<(), String> {
 
 /// Confine the cgroup at `dir` (cgroup v2) to `allowed`: load the program and attach it. The
 /// attachment lasts as long as the cgroup (the program's descriptor is closed here).
-pub fn confine(dir: &std::path::Path, allowed: &Allowed, caps: Option<u32>) -> Result<(), String> {
+pub fn confine(dir: &std::path::Path, allowed: &Allowed, caps: Option<u32>) -> Result<(), DeviceError> {
+    let at = dir.display().to_string();
     if allowed.gpu_minors.len() + allowed.caps_minors.len() > ALLOWED_MINORS_MAX {
-        return Err(format!("more than {ALLOWED_MINORS_MAX} device minors for one task"));
+        return Err(DeviceError::new(at, format!("more than {ALLOWED_MINORS_MAX} device minors for one task")));
     }
-    let program = load(&program(allowed, caps))?;
-    let cgroup: OwnedFd = std::fs::File::open(dir).map_err(|e| format!("{}: {e}", dir.display()))?.into();
-    attach(&cgroup, &program)
+    let program = load(&program(allowed, caps)).map_err(|e| DeviceError::new("bpf(PROG_LOAD)", e))?;
+    let cgroup: OwnedFd = std::fs::File::open(dir).map_err(|e| DeviceError::new(&at, format!("{at}: {e}")))?.into();
+    attach(&cgroup, &program).map_err(|e| DeviceError::new("bpf(PROG_ATTACH)", e))
 }
 
 #[cfg(test)]

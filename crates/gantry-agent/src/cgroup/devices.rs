@@ -17,6 +17,7 @@
 //! allowed fake device opens to "no such device" (ENXIO, no driver), a denied one to
 //! "operation not permitted" (EPERM, the cgroup).
 
+use crate::error::DeviceError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -181,31 +182,37 @@ impl DeviceRules {
 /// `nvidiactl`, and one `nvidia-caps/nvidia-cap<N>` per possible MIG instance. Made only
 /// where the NVIDIA major is not taken by a driver (so no fake node can open a real GPU) and
 /// by root (mknod); a note says why not otherwise.
-pub fn make_fake_nodes(dir: &Path, rules: &DeviceRules) -> Result<PathBuf, String> {
+pub fn make_fake_nodes(dir: &Path, rules: &DeviceRules) -> Result<PathBuf, DeviceError> {
     use nix::sys::stat::{Mode, SFlag, makedev};
+    use std::os::unix::fs::PermissionsExt;
     if let Some(major) = registered_major("nvidia") {
-        return Err(format!("the NVIDIA driver holds major {major} here: no fake GPU devices are made"));
+        let message = format!("the NVIDIA driver holds major {major} here: no fake GPU devices are made");
+        return Err(DeviceError::new("/proc/devices", message));
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let failed = |path: &Path, what: &str, e: &dyn std::fmt::Display| {
+        DeviceError::new(path.display().to_string(), format!("{what}{}: {e}", path.display()))
+    };
     // Readable by anyone: the cgroup decides who may open them, as with the real ones.
     let perm = Mode::from_bits_truncate(0o666);
-    let node = |path: &Path, major: u32, minor: u32| -> Result<(), String> {
+    let node = |path: &Path, major: u32, minor: u32| -> Result<(), DeviceError> {
         let _ = std::fs::remove_file(path);
         nix::sys::stat::mknod(path, SFlag::S_IFCHR, perm, makedev(u64::from(major), u64::from(minor)))
-            .map_err(|e| format!("mknod {}: {e}", path.display()))?;
+            .map_err(|e| failed(path, "mknod ", &e))?;
         nix::sys::stat::fchmodat(nix::fcntl::AT_FDCWD, path, perm, nix::sys::stat::FchmodatFlags::NoFollowSymlink)
-            .map_err(|e| format!("chmod {}: {e}", path.display()))
+            .map_err(|e| failed(path, "chmod ", &e))
     };
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    let folder = |path: &Path| -> Result<(), DeviceError> {
+        std::fs::create_dir_all(path).map_err(|e| failed(path, "", &e))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(|e| failed(path, "chmod ", &e))
+    };
+    folder(dir)?;
     for &minor in rules.minors.values() {
         node(&dir.join(format!("nvidia{minor}")), NVIDIA_MAJOR, minor)?;
     }
     node(&dir.join("nvidiactl"), NVIDIA_MAJOR, NVIDIACTL_MINOR)?;
     if let Some(major) = rules.caps_major() {
         let caps = dir.join("nvidia-caps");
-        std::fs::create_dir_all(&caps).map_err(|e| e.to_string())?;
-        std::fs::set_permissions(&caps, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+        folder(&caps)?;
         for minor in rules.all_caps_minors() {
             node(&caps.join(format!("nvidia-cap{minor}")), major, minor)?;
         }

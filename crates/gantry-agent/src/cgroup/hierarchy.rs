@@ -53,7 +53,7 @@ pub trait Hierarchy: Send + Sync + std::fmt::Debug {
     /// Hold `rel` to `limits`.
     fn limit(&self, rel: &str, limits: &Limits) -> std::io::Result<()>;
     /// Let `rel` open only the GPU devices `allowed`.
-    fn devices(&self, rel: &str, rules: &DeviceRules, allowed: &Allowed) -> Result<(), String>;
+    fn devices(&self, rel: &str, rules: &DeviceRules, allowed: &Allowed) -> Result<(), crate::error::DeviceError>;
     /// The `cgroup.procs` files a process writes `0` to in order to join `rel`.
     fn join_fds(&self, rel: &str) -> std::io::Result<Vec<OwnedFd>>;
     /// The processes in `rel`.

@@ -24,6 +24,7 @@ pub mod hierarchy;
 pub mod v1;
 pub mod v2;
 
+use crate::error::DeviceError;
 use hierarchy::signal;
 pub use hierarchy::{CPU_PERIOD_US, Hierarchy, Limits, Mount, Usage, Version, cpu_quota_us, parse_mountinfo};
 
@@ -183,13 +184,16 @@ impl Cgroups {
 
     /// Make a task's cgroup in its run's, confined to the GPU devices `devices` (the
     /// launch's names) allow.
-    pub fn add_task(&self, job: u64, attempt: u32, rank: u32, devices: &[String]) -> Result<TaskCgroup, String> {
+    pub fn add_task(&self, job: u64, attempt: u32, rank: u32, devices: &[String]) -> Result<TaskCgroup, DeviceError> {
         let rel = self.task(job, attempt, rank);
-        let at = || self.hierarchy.root().join(&rel).display().to_string();
-        self.hierarchy.make(&rel).map_err(|e| format!("cannot make the cgroup {}: {e}", at()))?;
+        let at = self.hierarchy.root().join(&rel).display().to_string();
+        let failed = |message: String| DeviceError::new(at.clone(), message);
+        self.hierarchy.make(&rel).map_err(|e| failed(format!("cannot make the cgroup {at}: {e}")))?;
         let allowed = self.rules.allowed(devices, crate::mig_nvml::instance_ids);
-        self.hierarchy.devices(&rel, &self.rules, &allowed).map_err(|e| format!("device rules for {}: {e}", at()))?;
-        let join = self.hierarchy.join_fds(&rel).map_err(|e| format!("{}: {e}", at()))?;
+        self.hierarchy
+            .devices(&rel, &self.rules, &allowed)
+            .map_err(|e| failed(format!("device rules for {at}: {e}")))?;
+        let join = self.hierarchy.join_fds(&rel).map_err(|e| failed(format!("{at}: {e}")))?;
         Ok(TaskCgroup { join })
     }
 

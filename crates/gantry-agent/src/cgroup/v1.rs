@@ -125,11 +125,12 @@ impl Hierarchy for V1 {
         Ok(())
     }
 
-    fn devices(&self, rel: &str, rules: &DeviceRules, allowed: &Allowed) -> Result<(), String> {
+    fn devices(&self, rel: &str, rules: &DeviceRules, allowed: &Allowed) -> Result<(), crate::error::DeviceError> {
         let Some(dir) = self.at("devices", rel) else { return Ok(()) };
         let deny = dir.join("devices.deny");
         for line in rules.v1_denials(allowed) {
-            write(&deny, &line).map_err(|e| format!("{}: {line}: {e}", deny.display()))?;
+            let at = deny.display().to_string();
+            write(&deny, &line).map_err(|e| crate::error::DeviceError::new(&at, format!("{at}: {line}: {e}")))?;
         }
         Ok(())
     }

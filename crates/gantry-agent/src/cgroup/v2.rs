@@ -101,7 +101,7 @@ impl Hierarchy for V2 {
         Ok(())
     }
 
-    fn devices(&self, rel: &str, rules: &DeviceRules, allowed: &Allowed) -> Result<(), String> {
+    fn devices(&self, rel: &str, rules: &DeviceRules, allowed: &Allowed) -> Result<(), crate::error::DeviceError> {
         super::bpf::confine(&self.root.join(rel), allowed, rules.caps_major())
     }
 
