@@ -221,6 +221,25 @@ impl Controller {
         Ok(())
     }
 
+    /// `Command::Cancel`: cancel `id`; `force` (`cancel --force`) counts tasks on unreachable
+    /// nodes as ended now.
+    pub(super) fn cancel_command(
+        &mut self,
+        who: &Principal,
+        id: u64,
+        force: bool,
+        now: u64,
+    ) -> Result<Effects, ControlError> {
+        let mut effects = self.cancel(who, id, now)?;
+        if force {
+            self.force_end(id, now, &mut effects)?;
+            if !self.running.contains_key(&id) {
+                effects.reply = super::Reply::Cancelled { stopping: false };
+            }
+        }
+        Ok(effects)
+    }
+
     /// Cancel a job: a waiting one ends now; a running one is stopped (its tasks are
     /// signalled; it ends when they have exited).
     pub(crate) fn cancel(&mut self, who: &Principal, id: u64, now: u64) -> Result<Effects, ControlError> {

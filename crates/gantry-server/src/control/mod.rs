@@ -19,11 +19,8 @@ mod jobs;
 mod lost;
 pub mod open;
 pub mod reconfig;
-mod reconfig_benefit;
-mod reconfig_moves;
-mod reconfig_plan;
-mod reconfig_run;
 mod run;
+mod tokens;
 mod trim;
 mod usage;
 
@@ -31,8 +28,6 @@ mod usage;
 mod heartbeat_log_tests;
 #[cfg(test)]
 mod lost_tests;
-#[cfg(test)]
-mod reconfig_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -258,27 +253,11 @@ impl Controller {
     fn dispatch(&mut self, now: u64, command: &Command) -> Result<Effects, ControlError> {
         match command {
             Command::Submit { who, jobs, key } => self.submit(who, jobs.clone(), key.as_deref(), now),
-            Command::Cancel { who, job, force } => {
-                let mut effects = self.cancel(who, *job, now)?;
-                if *force {
-                    self.force_end(*job, now, &mut effects)?;
-                    if !self.running.contains_key(job) {
-                        effects.reply = Reply::Cancelled { stopping: false };
-                    }
-                }
-                Ok(effects)
-            }
+            Command::Cancel { who, job, force } => self.cancel_command(who, *job, *force, now),
             Command::NodeLost { who, node } => self.declare_lost(who, node, now),
             Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
             Command::CreateToken { who, name, role, queues, hash, node, lifetime_s } => {
-                who.admin_only("creating tokens")?;
-                if matches!(role, gantry_store::Role::Member | gantry_store::Role::ReadOnly) {
-                    self.accounts.allows(name)?;
-                }
-                if let Some(node) = node.as_deref().filter(|n| !self.knows_node(n)) {
-                    return Err(ControlError::UnknownNode(format!("node {node:?} is not in the controller's fleet")));
-                }
                 let record = gantry_store::TokenRecord {
                     name: name.clone(),
                     role: *role,
@@ -286,29 +265,18 @@ impl Controller {
                     hash: hash.clone(),
                     created_at_s: now,
                     node: node.clone(),
-                    expires_at_s: crate::auth::expiry(now, *lifetime_s)?,
+                    expires_at_s: None,
                 };
-                let record = self.tokens.add(record)?;
-                self.pending.tokens_added.push(record);
-                Ok(Effects::default())
+                self.create_token(who, record, *lifetime_s)
             }
-            Command::RevokeToken { who, name } => {
-                who.admin_only("revoking tokens")?;
-                self.tokens.revoke(name)?;
-                self.pending.tokens_revoked.push(name.clone());
-                Ok(Effects::default())
-            }
+            Command::RevokeToken { who, name } => self.revoke_token(who, name),
             Command::Register { who, registration } => self.register_agent(who, registration, now),
             Command::Heartbeat { who, node, beat } => self.agent_heartbeat(who, node, beat, now),
             Command::LayoutDone { node, report } => {
-                let mut effects = Effects::default();
-                self.layout_outcome(node, report, now, &mut effects)?;
-                Ok(effects)
+                with_effects(|effects| self.layout_outcome(node, report, now, effects))
             }
             Command::TaskExited { task, code, timed_out, lost } => {
-                let mut effects = Effects::default();
-                self.task_exited(task, *code, *timed_out, *lost, now, &mut effects)?;
-                Ok(effects)
+                with_effects(|effects| self.task_exited(task, *code, *timed_out, *lost, now, effects))
             }
             Command::Tick { silent } => self.tick(now, silent.as_ref().cloned().unwrap_or_default()),
             Command::Checkpoint { keep_log_s } => self.checkpoint(now, *keep_log_s),
@@ -492,4 +460,11 @@ pub(crate) fn batch_size(b: &Batch) -> usize {
         + b.reconfigurations.len()
         + b.usage.len()
         + b.series.len()
+}
+
+/// The effects a command handler that adds to them leaves.
+fn with_effects(handle: impl FnOnce(&mut Effects) -> Result<(), ControlError>) -> Result<Effects, ControlError> {
+    let mut effects = Effects::default();
+    handle(&mut effects)?;
+    Ok(effects)
 }

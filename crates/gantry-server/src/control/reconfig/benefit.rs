@@ -4,7 +4,7 @@
 //! waiting tasks. A change is made only when it serves enough and takes from no more waiting
 //! tasks than it serves.
 
-use super::reconfig_plan::{Kind, Need};
+use super::plan::{Kind, Need};
 use gantry_types::GpuMode;
 use std::collections::BTreeMap;
 

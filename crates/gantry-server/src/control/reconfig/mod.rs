@@ -14,7 +14,16 @@
 //! caused it, so a restarted controller (or a new leader) resumes from the record: a draining
 //! GPU is cordoned again, an ordered one waits for its agent, whose registration reports the
 //! layout the hardware really has. The guards below are what keeps this safe on a real fleet.
-//! This module holds the settings and the records; `reconfig_run.rs` the controller's steps.
+//! This module holds the settings and the records; its parts the controller's steps: what a
+//! change would serve (`plan.rs`) and gain (`benefit.rs`), carrying changes through their
+//! phases (`run.rs`), and moving restartable replicas off a draining GPU (`moves.rs`).
+
+mod benefit;
+#[cfg(test)]
+mod controller_tests;
+mod moves;
+mod plan;
+mod run;
 
 use crate::error::FieldError;
 use gantry_types::GpuMode;

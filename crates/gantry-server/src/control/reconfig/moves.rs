@@ -2,8 +2,8 @@
 //! whether restartable replicas would all find room elsewhere now (tried on a copy of the
 //! engine), and moving them — a stop, then a requeue recorded as a move, never a failure.
 
-use super::reconfig::Reconfiguration;
-use super::{Controller, Effects};
+use super::Reconfiguration;
+use crate::control::{Controller, Effects};
 use crate::error::ControlError;
 use gantry_types::Event;
 use std::collections::BTreeSet;

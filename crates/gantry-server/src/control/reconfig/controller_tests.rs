@@ -5,9 +5,9 @@
 //! result both end with the GPU as the hardware has it; restartable replicas are moved, and
 //! the move is history, not a failure.
 
-use super::reconfig::{Phase, ReconfigureMode, ReconfigurePolicy};
-use super::*;
+use super::{Phase, ReconfigureMode, ReconfigurePolicy};
 use crate::auth::Principal;
+use crate::control::*;
 use crate::wire::{AgentGpu, Heartbeat, Orders, Register, TaskReport, TaskState};
 use gantry_agent::layouts::{Layouts, MigHandle};
 use gantry_agent::mig::FileBackend;

@@ -3,10 +3,10 @@
 //! new ones; agents' outcomes (in heartbeats, or `Command::LayoutDone` from a caller running
 //! its own tasks) finish them.
 
-use super::reconfig::{Phase, Reconfiguration, ReconfigureMode};
-use super::reconfig_benefit::benefit;
-use super::reconfig_plan::Planned;
-use super::{Agents, Controller, Effects};
+use super::benefit::benefit;
+use super::plan::Planned;
+use super::{Phase, Reconfiguration, ReconfigureMode};
+use crate::control::{Agents, Controller, Effects};
 use crate::error::ControlError;
 use crate::wire::{LayoutOrder, LayoutReport, PROTOCOL_LAYOUTS};
 use gantry_engine::online::{OnlineConfig, choose_empty};

@@ -6,7 +6,7 @@
 //! limit, as the simulator's planner counts it); without a forecast window, what waits and
 //! what runs.
 
-use super::Controller;
+use crate::control::Controller;
 use crate::error::ControlError;
 use gantry_engine::online::{GpuNow, OnlineConfig, Step, job_of};
 use gantry_types::{Fleet, GpuRequest, Job};
