@@ -12,6 +12,7 @@
 //! under the same lock.
 
 pub mod admission;
+pub mod agent_service;
 pub mod api;
 pub mod auth;
 pub mod clock;

@@ -1,11 +1,10 @@
 //! `serve --local`: one node agent per fleet node, run in this process — the same agent as
-//! `gantry agent` (`gantry_agent::node`), speaking the same messages to the same handlers,
+//! `gantry agent` (`gantry_agent::node`), speaking the same messages to the same two functions (`agent_service.rs`) the HTTP handlers call,
 //! only without the network in between ([`InProcess`] is its link). The controller sees remote
 //! agents; the recovery after a restart is the agents' own (their claims on disk), so there is
 //! one way tasks run, whether the agents are on other machines or here.
 
 use crate::api::status::status_of;
-use crate::api::{ApiError, agent_heartbeat, agent_register};
 use crate::auth::Principal;
 use crate::{Shared, wire};
 use gantry_agent::node::{AgentConfig, Answer, Link};
@@ -27,10 +26,10 @@ pub struct InProcess {
     who: Principal,
 }
 
-fn answer<T: serde::Serialize>(result: Result<T, ApiError>) -> (u16, String) {
+fn answer<T: serde::Serialize>(result: Result<T, crate::error::ControlError>) -> (u16, String) {
     match result {
         Ok(value) => (200, serde_json::to_string(&value).unwrap_or_default()),
-        Err(ApiError(e)) => (status_of(&e).as_u16(), serde_json::json!({ "error": e.to_string() }).to_string()),
+        Err(e) => (status_of(&e).as_u16(), serde_json::json!({ "error": e.to_string() }).to_string()),
     }
 }
 
@@ -39,10 +38,10 @@ impl Link for InProcess {
         let (shared, who) = (self.shared.clone(), self.who.clone());
         Box::pin(async move {
             if path == "/v1/agents/register" {
-                return Ok(answer(agent_register(&shared, who, &body).await));
+                return Ok(answer(crate::agent_service::register(&shared, who, &body).await));
             }
             match path.strip_prefix("/v1/agents/").and_then(|p| p.strip_suffix("/heartbeat")) {
-                Some(node) => Ok(answer(agent_heartbeat(&shared, who, node.to_string(), &body).await)),
+                Some(node) => Ok(answer(crate::agent_service::heartbeat(&shared, who, node.to_string(), &body).await)),
                 None => Ok((404, format!("{{\"error\": \"no route {path}\"}}"))),
             }
         })

@@ -1,6 +1,6 @@
-//! The node agents' side of the API: registration and the heartbeat long poll. The HTTP
-//! handlers and `serve --local`'s in-process agents (`local_agents.rs`) go through the same
-//! two functions, [`agent_register`] and [`agent_heartbeat`].
+//! The node agents' side of the API over HTTP: registration and the heartbeat long poll (the
+//! protocol's work is in `agent_service.rs`, which `serve --local`'s in-process agents call
+//! too), the client certificate check, and the answers to output reads.
 
 use super::*;
 use crate::tls::{AgentCerts, PeerCert};
@@ -22,7 +22,7 @@ pub(super) async fn register_agent(
     let node =
         serde_json::from_str::<serde_json::Value>(&body).ok().and_then(|v| v["node"].as_str().map(str::to_string));
     check_client_cert(&shared, peer, node.as_deref().unwrap_or(""))?;
-    Ok(Json(agent_register(&shared, who, &body).await?))
+    Ok(Json(crate::agent_service::register(&shared, who, &body).await?))
 }
 
 /// A `--local` controller's nodes are served by its own in-process agents: an agent over the
@@ -69,66 +69,7 @@ pub(super) async fn heartbeat(
     let who = who(&shared, &headers)?;
     refuse_remote_agents(&shared)?;
     check_client_cert(&shared, peer, &node)?;
-    Ok(Json(agent_heartbeat(&shared, who, node, &body).await?))
-}
-
-/// An agent registers (the HTTP handler's work, also called in-process by `serve --local`'s
-/// agents).
-pub async fn agent_register(shared: &Shared, who: Principal, body: &str) -> Result<Registered, ApiError> {
-    who.agent_only("registering an agent")?;
-    let registration: Register =
-        serde_json::from_str(body).map_err(|e| bad("body", format!("agent registration: {e}")))?;
-    match shared.execute(Command::Register { who, registration }).await? {
-        Reply::Registered(registered) => Ok(registered),
-        other => Err(unexpected(other)),
-    }
-}
-
-/// An agent's heartbeat: its report in, its orders out, held up to `wait_ms` when there is
-/// nothing to order (the HTTP handler's work, also called in-process).
-pub async fn agent_heartbeat(shared: &Shared, who: Principal, node: String, body: &str) -> Result<Orders, ApiError> {
-    who.agent_only("heartbeats")?;
-    let beat: Heartbeat = serde_json::from_str(body).map_err(|e| bad("body", format!("heartbeat: {e}")))?;
-    let wait = shared.read(|c| c.hold_limit(beat.wait_ms));
-    let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|t| t.stopping).map(|t| t.key.clone()).collect();
-    let reported_exits = beat.tasks.iter().any(|t| t.state != TaskState::Running);
-    // Listen for new orders before looking, so none slips between the look and the wait.
-    // Only a fleet node gets a wake-up (a hostile path must not grow the table).
-    if !shared.read(|c| c.knows_node(&node)) {
-        return Err(ApiError(ControlError::Conflict(format!(
-            "no agent is registered for node {node:?} (since the controller started): register first"
-        ))));
-    }
-    if !shared.heartbeat_rates.allow(&node, std::time::Instant::now()) {
-        return Err(ApiError(ControlError::TooMany {
-            limit: "heartbeats_per_second",
-            value: u64::from(crate::rate::HEARTBEATS_PER_S),
-            message: format!(
-                "node {node:?} heartbeats faster than the controller takes them; try again in {} ms",
-                crate::rate::retry_after().as_millis()
-            ),
-        }));
-    }
-    let wake = shared.agents_wake.of(&node);
-    let notified = wake.notified();
-    tokio::pin!(notified);
-    notified.as_mut().enable();
-    let mut orders = match shared.execute(Command::Heartbeat { who, node: node.clone(), beat }).await? {
-        Reply::Orders(orders) => orders,
-        other => return Err(unexpected(other)),
-    };
-    orders.log_reads = shared.output.for_node(&node);
-    if reported_exits {
-        // Capacity came back: schedule now rather than at the next tick.
-        shared.wake.notify_one();
-    }
-    if !orders.is_empty() || wait.is_zero() {
-        return Ok(orders);
-    }
-    let _ = tokio::time::timeout(wait, notified).await;
-    let mut orders = shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?;
-    orders.log_reads = shared.output.for_node(&node);
-    Ok(orders)
+    Ok(Json(crate::agent_service::heartbeat(&shared, who, node, &body).await?))
 }
 
 /// The most an agent's answer to an output read may weigh: the bytes in base64 and the JSON

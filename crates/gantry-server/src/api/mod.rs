@@ -12,13 +12,11 @@ pub mod usage;
 pub use status::status_of;
 pub use usage::usage_lines;
 
-pub use agents::{agent_heartbeat, agent_register};
-
 use crate::auth::{Principal, bearer};
 use crate::control::{Command, Reply};
 use crate::error::ControlError;
 use crate::views::{self, JobView, NodeView};
-use crate::wire::{Heartbeat, LogChunk, Orders, Register, Registered, TaskKey, TaskState};
+use crate::wire::{Heartbeat, LogChunk, Orders, Register, Registered};
 use crate::{Shared, now_s};
 use axum::Json;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
