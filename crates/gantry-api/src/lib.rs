@@ -5,11 +5,13 @@
 //! the published schema cannot drift from what either does.
 
 pub mod jobs;
+pub mod logs;
 pub mod nodes;
 pub mod replies;
 pub mod usage;
 
 pub use jobs::{JobView, LayoutWait};
+pub use logs::{LogPiece, LogsView};
 pub use nodes::{GpuView, MigInstanceView, NodeView};
 pub use replies::{Cancelled, Drained, ErrorBody, Held, NodeLost, Submitted, TokenSecret};
 pub use usage::{UsageBy, UsageLine};

@@ -5,10 +5,10 @@
 //! stream per request. Who may read is decided before (`Principal::reads_logs_of`).
 
 use crate::Shared;
+pub use gantry_api::logs::LogPiece;
 use gantry_store::JobRow;
 use gantry_types::JobState;
 use gantry_wire::{LOG_READ_BYTES_MAX, LogRead, LogStream};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -31,28 +31,6 @@ pub fn shown_attempt(row: &JobRow) -> u32 {
 /// Where task `rank` of `row`'s shown run keeps `stream`, relative to its agent's data directory.
 pub fn relative(row: &JobRow, rank: u32, stream: LogStream) -> String {
     gantry_agent::files::relative_path(row.id, shown_attempt(row), rank, gantry_agent::output::kind(stream))
-}
-
-/// Part of one task's stream, as a reader gets it.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct LogPiece {
-    /// `GROUP/REPLICA`.
-    pub task: String,
-    pub node: String,
-    /// `out` or `err`.
-    pub stream: String,
-    /// Where `text` starts in the stream (bytes).
-    pub offset: u64,
-    /// Where the next read goes on from (bytes; `offset` when nothing was read).
-    pub end: u64,
-    /// The stream's size when read (bytes).
-    pub size: u64,
-    /// The bytes read, as UTF-8 (what is not UTF-8 replaced by U+FFFD).
-    pub text: String,
-    /// Why nothing could be read (the node is down, its agent did not answer), or what was
-    /// left out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
 }
 
 /// Which output to read.

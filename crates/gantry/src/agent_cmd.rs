@@ -161,35 +161,24 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let defaults = args.confine.defaults()?;
     let (node, gpus) = inventory(&args)?;
     gantry_agent::node::check_node_name(&node).map_err(|e| anyhow::anyhow!(e))?;
-    let token = agent_secret(&args)?;
     let server = args
         .server
         .clone()
         .or_else(|| std::env::var("GANTRY_SERVER").ok())
         .unwrap_or_else(|| format!("https://{}", crate::serve_cmd::DEFAULT_LISTEN));
-    let trust = gantry_wire::client::Tls {
-        ca: args.ca.clone().or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from)),
-        client_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
-        plain_http_off_loopback: args.insecure_http,
-    };
-    let client = gantry_wire::client::Client::new(&server, &trust).map_err(|e| anyhow::anyhow!(e))?;
     let data_dir = match &args.data {
         Some(dir) => dir.clone(),
         None => crate::serve_cmd::default_data_dir()?.join(format!("agent-{node}")),
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
     let mig = mig_backend(&args, &data_dir, &gpus)?;
-    // The controller holds a heartbeat up to `wait` when it has nothing to order: the client
-    // waits that long more for an answer to begin before it tries the next controller.
-    let wait = std::time::Duration::from_secs(5);
-    let client = client.holding(wait);
     let mut config = gantry_agent::node::AgentConfig {
         mig,
-        link: std::sync::Arc::new(gantry_agent::node::HttpLink { client, token }),
-        node: node.clone(),
+        link: std::sync::Arc::new(http_link(&args, &server)?),
+        node,
         gpus,
-        data_dir: data_dir.clone(),
-        wait,
+        data_dir,
+        wait: HELD_FOR,
         retry: std::time::Duration::from_secs(1),
         simulate: None,
         measure_gpus: true,
@@ -208,22 +197,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     config.confinement = Some(confinement);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {
-        eprintln!(
-            "gantry agent for node {node} ({} GPUs) → {server}, data in {}; stop: Ctrl-C (tasks keep running)",
-            config.gpus.len(),
-            data_dir.display()
-        );
-        match gantry_agent::account::Identity::of_this_process() {
-            gantry_agent::account::Identity::Root if !gantry_agent::account::setpriv_installed() => eprintln!(
-                "warning: setpriv (util-linux) is not installed: tasks of accounts other than root cannot start"
-            ),
-            gantry_agent::account::Identity::Root => eprintln!("  tasks run as their job's Unix account on this node"),
-            gantry_agent::account::Identity::User(me) => eprintln!(
-                "  not root: only tasks of Unix account {:?} run here (others are refused)",
-                me.unwrap_or_default()
-            ),
-        }
-        eprintln!("{confinement_line}");
+        print_banner(&config, &server, &confinement_line);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             if crate::serve_cmd::stop_signal().await.is_ok() {
@@ -234,4 +208,42 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         eprintln!("stopping (running tasks keep running; the next start re-adopts them)");
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// How long the controller holds a heartbeat when it has nothing to order: the client waits
+/// that long more for an answer to begin before it tries the next controller.
+const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The agent's link to its controllers: the HTTP client with the CA, the client certificate
+/// and the agent's token.
+fn http_link(args: &AgentArgs, server: &str) -> anyhow::Result<gantry_agent::node::HttpLink> {
+    let token = agent_secret(args)?;
+    let trust = gantry_wire::client::Tls {
+        ca: args.ca.clone().or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from)),
+        client_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
+        plain_http_off_loopback: args.insecure_http,
+    };
+    let client = gantry_wire::client::Client::new(server, &trust).map_err(|e| anyhow::anyhow!(e))?;
+    Ok(gantry_agent::node::HttpLink { client: client.holding(HELD_FOR), token })
+}
+
+/// Where the agent serves, as whom its tasks run, how it confines them.
+fn print_banner(config: &gantry_agent::node::AgentConfig, server: &str, confinement_line: &str) {
+    eprintln!(
+        "gantry agent for node {} ({} GPUs) → {server}, data in {}; stop: Ctrl-C (tasks keep running)",
+        config.node,
+        config.gpus.len(),
+        config.data_dir.display()
+    );
+    match gantry_agent::account::Identity::of_this_process() {
+        gantry_agent::account::Identity::Root if !gantry_agent::account::setpriv_installed() => {
+            eprintln!("warning: setpriv (util-linux) is not installed: tasks of accounts other than root cannot start")
+        }
+        gantry_agent::account::Identity::Root => eprintln!("  tasks run as their job's Unix account on this node"),
+        gantry_agent::account::Identity::User(me) => eprintln!(
+            "  not root: only tasks of Unix account {:?} run here (others are refused)",
+            me.unwrap_or_default()
+        ),
+    }
+    eprintln!("{confinement_line}");
 }

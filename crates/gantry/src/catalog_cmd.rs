@@ -2,7 +2,7 @@
 
 use anyhow::bail;
 use clap::Args;
-use gantry_catalog::Catalog;
+use gantry_catalog::{Catalog, GpuModel};
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -81,7 +81,7 @@ fn report(model: &gantry_catalog::GpuModel) -> ModelReport {
 
 pub fn run(args: CatalogArgs) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::embedded();
-    let models: Vec<&gantry_catalog::GpuModel> = match &args.model {
+    let models: Vec<&GpuModel> = match &args.model {
         None => catalog.models().iter().collect(),
         Some(name) => match catalog.lookup(name) {
             Some(id) => vec![catalog.model(id)],
@@ -91,80 +91,71 @@ pub fn run(args: CatalogArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         let reports: Vec<ModelReport> = models.iter().map(|m| report(m)).collect();
         println!("{}", serde_json::to_string_pretty(&reports)?);
-        return Ok(ExitCode::SUCCESS);
+    } else if args.model.is_none() {
+        print_list(&models);
+    } else {
+        models.into_iter().for_each(print_model);
     }
-    if args.model.is_none() {
-        println!("{:<20} {:<26} {:>6}  {:<5} MIG profiles", "MODEL", "ARCHITECTURE", "MEMORY", "CC");
-        for m in models {
-            let mig = m
-                .mig
-                .as_ref()
-                .map(|g| {
-                    g.profiles
-                        .iter()
-                        .filter(|p| !p.media_extensions)
-                        .map(|p| p.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_else(|| "-".into());
-            println!(
-                "{:<20} {:<26} {:>4}GiB  {:<5} {mig}",
-                m.id,
-                m.architecture,
-                m.memory.0 >> 30,
-                format!("{}.{}", m.compute_capability.0, m.compute_capability.1)
-            );
-        }
-        return Ok(ExitCode::SUCCESS);
-    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line per model: architecture, memory, compute capability, MIG profiles.
+fn print_list(models: &[&GpuModel]) {
+    println!("{:<20} {:<26} {:>6}  {:<5} MIG profiles", "MODEL", "ARCHITECTURE", "MEMORY", "CC");
     for m in models {
+        let mig = m.mig.as_ref().map(|g| {
+            g.profiles.iter().filter(|p| !p.media_extensions).map(|p| p.name.as_str()).collect::<Vec<_>>().join(" ")
+        });
         println!(
-            "{}  ({}, {} GiB, compute capability {}.{})",
+            "{:<20} {:<26} {:>4}GiB  {:<5} {}",
             m.id,
             m.architecture,
             m.memory.0 >> 30,
-            m.compute_capability.0,
-            m.compute_capability.1
+            format!("{}.{}", m.compute_capability.0, m.compute_capability.1),
+            mig.unwrap_or_else(|| "-".into())
         );
-        if !m.nvml_names.is_empty() {
-            println!("  NVML names: {}", m.nvml_names.join(", "));
-        }
-        if !m.aliases.is_empty() {
-            println!("  aliases: {}", m.aliases.join(", "));
-        }
-        match &m.mig {
-            None => println!("  MIG: not supported (share it with MPS or time-slicing)"),
-            Some(g) => {
-                println!(
-                    "  MIG: {} compute slices, {} memory slices, up to {} instances",
-                    g.compute_slices, g.memory_slices, g.max_gpu_instances
-                );
-                println!(
-                    "    {:<12} {:>3} {:>8} {:>8} {:>10} {:>4}  starts",
-                    "PROFILE", "ID", "COMPUTE", "MEMORY", "USABLE", "MAX"
-                );
-                for p in &g.profiles {
-                    let flag = if p.unverified { "  (unverified)" } else { "" };
-                    let usable = format!(
-                        "{}{:.2}GiB",
-                        if p.memory_estimated { "~" } else { "" },
-                        m.mig_memory(p).0 as f64 / f64::from(1u32 << 30)
-                    );
-                    println!(
-                        "    {:<12} {:>3} {:>8} {:>8} {:>10} {:>4}  {:?}{flag}",
-                        p.name, p.profile_id, p.compute_slices, p.memory_slices, usable, p.max_instances, p.starts
-                    );
-                }
-                if g.profiles.iter().any(|p| p.memory_estimated) {
-                    println!("    ~: estimated (no capture read it): the lowest usable share seen for as many slices");
-                }
-            }
-        }
-        if m.unverified {
-            println!("  unverified: {}", m.unverified_fields.join("; "));
-        }
-        println!("  sources: {}", m.sources.join(", "));
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+/// One model in full: names, aliases, its MIG geometry and profiles, what is unverified.
+fn print_model(m: &GpuModel) {
+    let (major, minor) = m.compute_capability;
+    println!("{}  ({}, {} GiB, compute capability {major}.{minor})", m.id, m.architecture, m.memory.0 >> 30);
+    if !m.nvml_names.is_empty() {
+        println!("  NVML names: {}", m.nvml_names.join(", "));
+    }
+    if !m.aliases.is_empty() {
+        println!("  aliases: {}", m.aliases.join(", "));
+    }
+    match &m.mig {
+        None => println!("  MIG: not supported (share it with MPS or time-slicing)"),
+        Some(g) => print_mig(m, g),
+    }
+    if m.unverified {
+        println!("  unverified: {}", m.unverified_fields.join("; "));
+    }
+    println!("  sources: {}", m.sources.join(", "));
+}
+
+fn print_mig(m: &GpuModel, g: &gantry_catalog::MigGeometry) {
+    println!(
+        "  MIG: {} compute slices, {} memory slices, up to {} instances",
+        g.compute_slices, g.memory_slices, g.max_gpu_instances
+    );
+    println!(
+        "    {:<12} {:>3} {:>8} {:>8} {:>10} {:>4}  starts",
+        "PROFILE", "ID", "COMPUTE", "MEMORY", "USABLE", "MAX"
+    );
+    for p in &g.profiles {
+        let flag = if p.unverified { "  (unverified)" } else { "" };
+        let approx = if p.memory_estimated { "~" } else { "" };
+        let usable = format!("{approx}{:.2}GiB", m.mig_memory(p).0 as f64 / f64::from(1u32 << 30));
+        println!(
+            "    {:<12} {:>3} {:>8} {:>8} {:>10} {:>4}  {:?}{flag}",
+            p.name, p.profile_id, p.compute_slices, p.memory_slices, usable, p.max_instances, p.starts
+        );
+    }
+    if g.profiles.iter().any(|p| p.memory_estimated) {
+        println!("    ~: estimated (no capture read it): the lowest usable share seen for as many slices");
+    }
 }

@@ -145,73 +145,88 @@ pub(crate) fn maps(maps: &[String], catalog: &gantry_catalog::Catalog) -> anyhow
 }
 
 pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
+    match args.from {
+        From::Kubernetes(k) => kubernetes(&k)?,
+        From::Slurm(a) => slurm(&a)?,
+        From::Sacct(a) => sacct(&a)?,
+        From::Kueue(q) => kueue(&q)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// slurm.conf (and gres.conf) as a fleet file on stdout, the partitions as a queue file.
+fn slurm(a: &SlurmArgs) -> anyhow::Result<()> {
     let catalog = gantry_catalog::Catalog::embedded();
-    let k = match args.from {
-        From::Kubernetes(k) => k,
-        From::Slurm(a) => {
-            let map = maps(&a.maps, catalog)?;
-            let source =
-                gantry_spec::SlurmSource { name: a.conf.display().to_string(), catalog, map: &map, lenient: a.lenient };
-            let gres = a.gres.as_ref().map(|p| read(p).map(|text| (p.display().to_string(), text))).transpose()?;
-            let imported = gantry_spec::import_slurm_conf(
-                &read(&a.conf)?,
-                gres.as_ref().map(|(n, t)| (n.as_str(), t.as_str())),
-                &source,
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-            // The queue file first: a failure to write it leaves stdout empty, not half a result.
-            if let Some(path) = &a.queues_out {
-                std::fs::write(path, &imported.queues).with_context(|| format!("cannot write {}", path.display()))?;
-                eprintln!("wrote the partitions as queues to {}", path.display());
-            }
-            print!("{}", imported.fleet);
-            eprintln!("imported {} node(s) from {}", imported.nodes, a.conf.display());
-            for note in &imported.notes {
-                eprintln!("note: {note}");
-            }
-            if !imported.skipped.is_empty() {
-                eprintln!("skipped {} line(s) (--lenient):", imported.skipped.len());
-                for line in &imported.skipped {
-                    eprintln!("  {line}");
-                }
-            }
-            return Ok(ExitCode::SUCCESS);
+    let map = maps(&a.maps, catalog)?;
+    let source =
+        gantry_spec::SlurmSource { name: a.conf.display().to_string(), catalog, map: &map, lenient: a.lenient };
+    let gres = a.gres.as_ref().map(|p| read(p).map(|text| (p.display().to_string(), text))).transpose()?;
+    let gres = gres.as_ref().map(|(n, t)| (n.as_str(), t.as_str()));
+    let imported =
+        gantry_spec::import_slurm_conf(&read(&a.conf)?, gres, &source).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The queue file first: a failure to write it leaves stdout empty, not half a result.
+    if let Some(path) = &a.queues_out {
+        std::fs::write(path, &imported.queues).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("wrote the partitions as queues to {}", path.display());
+    }
+    print!("{}", imported.fleet);
+    eprintln!("imported {} node(s) from {}", imported.nodes, a.conf.display());
+    for note in &imported.notes {
+        eprintln!("note: {note}");
+    }
+    if !imported.skipped.is_empty() {
+        eprintln!("skipped {} line(s) (--lenient):", imported.skipped.len());
+        for line in &imported.skipped {
+            eprintln!("  {line}");
         }
-        From::Sacct(a) => {
-            let from = if a.queue_from == "account" {
-                gantry_spec::QueueFrom::Account
-            } else {
-                gantry_spec::QueueFrom::Partition
-            };
-            let map = maps(&a.maps, catalog)?;
-            let source =
-                gantry_spec::SlurmSource { name: a.file.display().to_string(), catalog, map: &map, lenient: a.lenient };
-            let imported =
-                gantry_spec::import_sacct(&read(&a.file)?, &source, from).map_err(|e| anyhow::anyhow!("{e}"))?;
-            print!("{}", imported.jsonl);
-            let skipped: u64 = imported.skipped.values().sum();
-            eprintln!("imported {} job(s) from {}; left out {skipped} row(s)", imported.jobs, a.file.display());
-            for (why, n) in &imported.skipped {
-                eprintln!("  {n} × {why}");
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        From::Kueue(q) => {
-            let mut texts = Vec::new();
-            for path in &q.files {
-                texts.push((path.display().to_string(), read(path)?));
-            }
-            let files: Vec<(&str, &str)> = texts.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
-            let imported = gantry_spec::import_kueue(&files, catalog, &maps(&q.maps, catalog)?)
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            print!("{}", imported.toml);
-            eprintln!("imported {} queue(s)", imported.queues);
-            for line in &imported.unmapped {
-                eprintln!("not mapped: {line}");
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-    };
+    }
+    Ok(())
+}
+
+/// sacct's accounting as a native trace on stdout.
+fn sacct(a: &SacctArgs) -> anyhow::Result<()> {
+    let catalog = gantry_catalog::Catalog::embedded();
+    let from =
+        if a.queue_from == "account" { gantry_spec::QueueFrom::Account } else { gantry_spec::QueueFrom::Partition };
+    let map = maps(&a.maps, catalog)?;
+    let source =
+        gantry_spec::SlurmSource { name: a.file.display().to_string(), catalog, map: &map, lenient: a.lenient };
+    let imported = gantry_spec::import_sacct(&read(&a.file)?, &source, from).map_err(|e| anyhow::anyhow!("{e}"))?;
+    print!("{}", imported.jsonl);
+    print_skipped(&format!("imported {} job(s) from {}", imported.jobs, a.file.display()), "row(s)", &imported.skipped);
+    Ok(())
+}
+
+/// What was left out, by reason, after the `imported` line.
+fn print_skipped(imported: &str, what: &str, skipped: &BTreeMap<String, u64>) {
+    let n: u64 = skipped.values().sum();
+    eprintln!("{imported}; left out {n} {what}");
+    for (why, n) in skipped {
+        eprintln!("  {n} × {why}");
+    }
+}
+
+/// Kueue's objects as a queue file on stdout.
+fn kueue(q: &KueueArgs) -> anyhow::Result<()> {
+    let catalog = gantry_catalog::Catalog::embedded();
+    let mut texts = Vec::new();
+    for path in &q.files {
+        texts.push((path.display().to_string(), read(path)?));
+    }
+    let files: Vec<(&str, &str)> = texts.iter().map(|(n, t)| (n.as_str(), t.as_str())).collect();
+    let imported =
+        gantry_spec::import_kueue(&files, catalog, &maps(&q.maps, catalog)?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    print!("{}", imported.toml);
+    eprintln!("imported {} queue(s)", imported.queues);
+    for line in &imported.unmapped {
+        eprintln!("not mapped: {line}");
+    }
+    Ok(())
+}
+
+/// Kubernetes nodes as a fleet file, or pods as a native trace, on stdout.
+fn kubernetes(k: &KubernetesArgs) -> anyhow::Result<()> {
+    let catalog = gantry_catalog::Catalog::embedded();
     if let Some(path) = &k.nodes {
         let map = maps(&k.maps, catalog)?;
         let imported = gantry_spec::import_kubernetes_nodes(&read(path)?, catalog, &map)
@@ -227,11 +242,11 @@ pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {
         let imported = gantry_spec::import_kubernetes_pods(&read(path)?, catalog, &options)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         print!("{}", imported.jsonl);
-        let skipped: u64 = imported.skipped.values().sum();
-        eprintln!("imported {} job(s) from {}; left out {skipped} pod(s)", imported.jobs, path.display());
-        for (why, n) in &imported.skipped {
-            eprintln!("  {n} × {why}");
-        }
+        print_skipped(
+            &format!("imported {} job(s) from {}", imported.jobs, path.display()),
+            "pod(s)",
+            &imported.skipped,
+        );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -4,7 +4,7 @@
 
 use crate::jobs_cmd::{ServerArg, shown_log};
 use clap::Args;
-use serde_json::Value;
+use gantry_api::{JobView, LogPiece, LogsView};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
@@ -80,75 +80,82 @@ type Cursors = BTreeMap<(u64, String, String), u64>;
 /// Print new output as it comes until the job ends (then read once more: it has all).
 fn follow(args: &LogsArgs) -> anyhow::Result<ExitCode> {
     let mut cursors = Cursors::new();
-    let mut last_header = String::new();
-    let mut notes: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut shown = Shown::default();
     loop {
-        let job = args.server.call("GET", &format!("/v1/jobs/{}", args.id), None)?;
-        let ended = !matches!(job["state"].as_str(), Some("pending" | "running"));
-        let attempt = job["requeues"].as_u64().unwrap_or(0);
-        let name = job["name"].as_str().unwrap_or_default().to_string();
-        let tasks: Vec<String> = job["tasks"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|t| format!("{}/{}", t["group"].as_str().unwrap_or_default(), t["replica"]))
+        let (job, _): (JobView, _) = args.server.fetch("GET", &format!("/v1/jobs/{}", args.id))?;
+        let attempt = u64::from(job.row.requeues);
+        let tasks: Vec<String> = job
+            .row
+            .tasks
+            .iter()
+            .map(|t| format!("{}/{}", t.group, t.replica))
             .filter(|t| args.task.as_ref().is_none_or(|want| want == t))
             .collect();
         for task in &tasks {
-            let known: Vec<(String, u64)> = cursors
-                .iter()
-                .filter(|((a, t, _), _)| *a == attempt && t == task)
-                .map(|((_, _, s), at)| (s.clone(), *at))
-                .collect();
-            let pieces = if known.is_empty() {
-                // A task not read yet: its end (or its last lines), each stream.
-                read(args, &args.path("json", Some(task), None, args.tail))?
-            } else {
-                let mut pieces = Vec::new();
-                for (stream, at) in known {
-                    let path = format!(
-                        "/v1/jobs/{}/logs?format=json&task={}&stream={stream}&offset={at}",
-                        args.id,
-                        encoded(task)
-                    );
-                    pieces.extend(read(args, &path)?);
-                }
-                pieces
-            };
-            for piece in pieces {
-                let stream = piece["stream"].as_str().unwrap_or_default().to_string();
-                let text = piece["text"].as_str().unwrap_or_default();
-                if let Some(end) = piece["end"].as_u64() {
-                    cursors.insert((attempt, task.clone(), stream.clone()), end);
-                }
-                let header = format!("==> {name} {task} ({stream}) <==\n");
-                let note = piece["note"].as_str().unwrap_or_default().to_string();
-                let noted = notes.get(&(task.clone(), stream.clone())).cloned().unwrap_or_default();
-                if text.is_empty() && (note.is_empty() || note == noted) {
-                    continue;
-                }
-                if header != last_header {
-                    print!("{header}");
-                    last_header = header;
-                }
-                if !note.is_empty() && note != noted {
-                    println!("gantry: {}", shown_log(&note));
-                    notes.insert((task.clone(), stream), note);
-                }
-                print!("{}", shown_log(text));
+            for piece in next_pieces(args, &cursors, attempt, task)? {
+                cursors.insert((attempt, task.clone(), piece.stream.clone()), piece.end);
+                shown.print(&job.row.name, &piece);
             }
         }
         std::io::stdout().flush()?;
-        if ended {
+        if job.row.state.is_final() {
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(FOLLOW_EVERY);
     }
 }
 
-fn read(args: &LogsArgs, path: &str) -> anyhow::Result<Vec<Value>> {
-    let view = args.server.call("GET", path, None)?;
-    Ok(view["pieces"].as_array().cloned().unwrap_or_default())
+/// What `task` printed since the cursors of this attempt: a task not read yet, its end (or
+/// its last lines) of each stream.
+fn next_pieces(args: &LogsArgs, cursors: &Cursors, attempt: u64, task: &str) -> anyhow::Result<Vec<LogPiece>> {
+    let known: Vec<(String, u64)> = cursors
+        .iter()
+        .filter(|((a, t, _), _)| *a == attempt && t == task)
+        .map(|((_, _, s), at)| (s.clone(), *at))
+        .collect();
+    if known.is_empty() {
+        return read(args, &args.path("json", Some(task), None, args.tail));
+    }
+    let mut pieces = Vec::new();
+    for (stream, at) in known {
+        let path = format!("/v1/jobs/{}/logs?format=json&task={}&stream={stream}&offset={at}", args.id, encoded(task));
+        pieces.extend(read(args, &path)?);
+    }
+    Ok(pieces)
+}
+
+/// What `follow` has printed: the last header, and each stream's last note.
+#[derive(Default)]
+struct Shown {
+    header: String,
+    notes: BTreeMap<(String, String), String>,
+}
+
+impl Shown {
+    /// Print `piece` under its header (once per run of pieces of one stream), its note if new.
+    fn print(&mut self, name: &str, piece: &LogPiece) {
+        let key = (piece.task.clone(), piece.stream.clone());
+        let note = piece.note.clone().unwrap_or_default();
+        let noted = self.notes.get(&key).cloned().unwrap_or_default();
+        if piece.text.is_empty() && (note.is_empty() || note == noted) {
+            return;
+        }
+        let header = format!("==> {name} {} ({}) <==\n", piece.task, piece.stream);
+        if header != self.header {
+            print!("{header}");
+            self.header = header;
+        }
+        if !note.is_empty() && note != noted {
+            println!("gantry: {}", shown_log(&note));
+            self.notes.insert(key, note);
+        }
+        print!("{}", shown_log(&piece.text));
+    }
+}
+
+fn read(args: &LogsArgs, path: &str) -> anyhow::Result<Vec<LogPiece>> {
+    let (view, _): (LogsView, _) = args.server.fetch("GET", path)?;
+    Ok(view.pieces)
 }
 
 #[cfg(test)]

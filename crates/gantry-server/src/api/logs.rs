@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::task_logs::{LOG_TASKS_MAX, LogPiece, Want, last_lines};
+pub use gantry_api::logs::LogsView;
 use gantry_wire::LogStream;
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -21,14 +22,6 @@ pub(super) struct LogsQuery {
     offset: Option<u64>,
     /// `text` (default) or `json` ([`LogsView`]).
     format: Option<String>,
-}
-
-/// `?format=json`: each stream's piece, and how many tasks were left out.
-#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct LogsView {
-    pub pieces: Vec<LogPiece>,
-    /// Tasks not read (a job of more than 64 tasks, no `task` named).
-    pub tasks_left_out: usize,
 }
 
 /// `GET /v1/jobs/{id}/logs`: what the tasks printed, from whichever node runs them.
