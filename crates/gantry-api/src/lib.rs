@@ -10,8 +10,9 @@ pub mod nodes;
 pub mod replies;
 pub mod usage;
 
+pub use gantry_types::{Role, TokenRecord};
 pub use jobs::{JobView, LayoutWait};
 pub use logs::{LogPiece, LogsView};
 pub use nodes::{GpuView, MigInstanceView, NodeView};
-pub use replies::{Cancelled, Drained, ErrorBody, Held, NodeLost, Submitted, TokenSecret};
+pub use replies::{Cancelled, Drained, ErrorBody, Held, NewToken, NodeLost, Submitted, TokenSecret};
 pub use usage::{UsageBy, UsageLine};

@@ -63,3 +63,20 @@ pub struct NodeLost {
     /// False if it was lost already.
     pub changed: bool,
 }
+
+/// `POST /v1/tokens`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewToken {
+    pub name: String,
+    pub role: gantry_types::Role,
+    #[serde(default)]
+    pub queues: Vec<String>,
+    /// For an agent token: the one node it may act for.
+    #[serde(default)]
+    pub node: Option<String>,
+    /// Seconds until it stops working (60 to ten years); leave out for a token that works
+    /// until revoked.
+    #[serde(default)]
+    pub expires_in_s: Option<u64>,
+}

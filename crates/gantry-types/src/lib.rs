@@ -15,6 +15,7 @@ pub mod pending;
 pub mod quantity;
 pub mod queue;
 pub mod time;
+pub mod token;
 
 pub use event::{Ending, Event, JobState, NodeUse, OomKill, TaskStart, Use};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
@@ -30,3 +31,4 @@ pub use queue::{
     Flavor, GREEDY_RESERVE_AFTER_DEFAULT_S, PriorityRange, QueueSpec, QueueTree, Quota, RECLAIM_PROTECT_DEFAULT_S,
     UserLimit,
 };
+pub use token::{Role, TokenRecord};

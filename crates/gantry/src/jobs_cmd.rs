@@ -612,34 +612,23 @@ fn token_lifetime(text: &str) -> Result<u64, String> {
 pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     match args.action {
         TokenAction::Create { name, role, queue, node, expires } => {
-            let body =
-                serde_json::json!({ "name": name, "role": role, "queues": queue, "node": node, "expires_in_s": expires })
-                    .to_string();
-            let reply = args.server.call("POST", "/v1/tokens", Some(&body))?;
+            let role: gantry_api::Role = serde_json::from_value(Value::String(role.clone()))
+                .map_err(|_| anyhow::anyhow!("--role {role:?}: admin, member, read-only or agent"))?;
+            let new = gantry_api::NewToken { name: name.clone(), role, queues: queue, node, expires_in_s: expires };
+            let reply = args.server.call("POST", "/v1/tokens", Some(&serde_json::to_string(&new)?))?;
             if args.server.json {
                 println!("{reply}");
             } else {
-                println!("{}", cell(&reply["secret"]));
+                println!("{}", shown(&typed::<gantry_api::TokenSecret>(&reply, "/v1/tokens")?.secret));
                 eprintln!("token {name:?} created; this is the only time its secret is shown");
             }
         }
         TokenAction::List => {
-            let list = args.server.call("GET", "/v1/tokens", None)?;
+            let (list, sent): (Vec<gantry_api::TokenRecord>, Value) = args.server.fetch("GET", "/v1/tokens")?;
             if args.server.json {
-                println!("{}", serde_json::to_string_pretty(&list)?);
+                println!("{}", serde_json::to_string_pretty(&sent)?);
             } else {
-                println!("{:<24} {:<10} {:<27} QUEUES / NODE", "NAME", "ROLE", "EXPIRES");
-                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-                for t in list.as_array().into_iter().flatten() {
-                    let mut scope: Vec<String> = t["queues"].as_array().into_iter().flatten().map(cell).collect();
-                    scope.extend(t["node"].as_str().map(|n| format!("node {}", cell(&Value::from(n)))));
-                    let expires = match t["expires_at_s"].as_u64() {
-                        None => "never".to_string(),
-                        Some(at) if at <= now => format!("EXPIRED {}", utc(Some(at))),
-                        Some(at) => utc(Some(at)),
-                    };
-                    println!("{:<24} {:<10} {expires:<27} {}", cell(&t["name"]), cell(&t["role"]), scope.join(","));
-                }
+                print_tokens(&list);
             }
         }
         TokenAction::Revoke { name } => {
@@ -648,6 +637,23 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each token: name, role, expiry, and its queues or node (never a secret or a hash).
+fn print_tokens(list: &[gantry_api::TokenRecord]) {
+    println!("{:<24} {:<10} {:<27} QUEUES / NODE", "NAME", "ROLE", "EXPIRES");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    for t in list {
+        let mut scope: Vec<String> = t.queues.iter().map(|q| shown(q)).collect();
+        scope.extend(t.node.as_deref().map(|n| format!("node {}", shown(n))));
+        let expires = match t.expires_at_s {
+            None => "never".to_string(),
+            Some(at) if at <= now => format!("EXPIRED {}", utc(Some(at))),
+            Some(at) => utc(Some(at)),
+        };
+        let role = serde_json::to_value(t.role).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        println!("{:<24} {role:<10} {expires:<27} {}", shown(&t.name), scope.join(","));
+    }
 }
 
 #[derive(Args)]

@@ -25,8 +25,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use body::Text;
-pub use gantry_api::replies::{Cancelled, Drained, ErrorBody, Held, NodeLost, Submitted, TokenSecret};
-use gantry_store::{Role, TokenRecord};
+pub use gantry_api::replies::{Cancelled, Drained, ErrorBody, Held, NewToken, NodeLost, Submitted, TokenSecret};
+use gantry_store::TokenRecord;
 use gantry_types::JobState;
 use serde::{Deserialize, Serialize};
 
@@ -67,23 +67,6 @@ fn unexpected(reply: Reply) -> ApiError {
 struct ListQuery {
     /// Comma-separated states (`pending,running`); all when absent.
     state: Option<String>,
-}
-
-/// `POST /v1/tokens`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewToken {
-    pub name: String,
-    pub role: Role,
-    #[serde(default)]
-    pub queues: Vec<String>,
-    /// For an agent token: the one node it may act for.
-    #[serde(default)]
-    pub node: Option<String>,
-    /// Seconds until it stops working (60 to ten years); leave out for a token that works
-    /// until revoked.
-    #[serde(default)]
-    pub expires_in_s: Option<u64>,
 }
 
 fn who(shared: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
