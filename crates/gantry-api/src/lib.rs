@@ -7,6 +7,7 @@
 pub mod jobs;
 pub mod logs;
 pub mod nodes;
+pub mod reconfig;
 pub mod replies;
 pub mod usage;
 
@@ -14,5 +15,6 @@ pub use gantry_types::{Role, TokenRecord};
 pub use jobs::{JobView, LayoutWait};
 pub use logs::{LogPiece, LogsView};
 pub use nodes::{GpuView, MigInstanceView, NodeView};
+pub use reconfig::{Phase, PlanView, PlannedChange, Reconfiguration, ReconfigurationsView, ReconfigureMode};
 pub use replies::{Cancelled, Drained, ErrorBody, Held, NewToken, NodeLost, Submitted, TokenSecret};
 pub use usage::{UsageBy, UsageLine};

@@ -202,14 +202,6 @@ pub struct JobArgs {
     server: ServerArg,
 }
 
-fn cell(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(s) => shown(s),
-        other => other.to_string(),
-    }
-}
-
 /// A reply read as the API's type `T`; a reply that is not one says which call gave it.
 pub fn typed<T: serde::de::DeserializeOwned>(value: &Value, path: &str) -> anyhow::Result<T> {
     serde_json::from_value(value.clone()).map_err(|e| {
@@ -480,9 +472,9 @@ pub fn used_lines(job: &JobView) -> Vec<String> {
 }
 
 pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
-    let (job, sent): (JobView, Value) = args.server.fetch("GET", &format!("/v1/jobs/{}", args.id))?;
+    let (job, _): (JobView, Value) = args.server.fetch("GET", &format!("/v1/jobs/{}", args.id))?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&sent["pending"])?);
+        println!("{}", serde_json::to_string_pretty(&job.pending)?);
         return Ok(ExitCode::SUCCESS);
     }
     let state = job.row.state.name();
@@ -550,7 +542,7 @@ mod tests {
     fn stored_text_never_reaches_the_terminal_raw() {
         assert_eq!(shown("train-1 [ok]"), "train-1 [ok]");
         assert_eq!(shown("\u{1b}[2Jowned"), "\\u{1b}[2Jowned");
-        assert_eq!(cell(&Value::String("a\u{202e}b\u{7}".into())), "a\\u{202e}b\\u{7}");
+        assert_eq!(shown("a\u{202e}b\u{7}"), "a\\u{202e}b\\u{7}");
         assert_eq!(shown_log("a\tb\n\u{1b}[31mred\n\nend"), "a\tb\n\\u{1b}[31mred\n\nend");
     }
 
@@ -651,7 +643,7 @@ fn print_tokens(list: &[gantry_api::TokenRecord]) {
             Some(at) if at <= now => format!("EXPIRED {}", utc(Some(at))),
             Some(at) => utc(Some(at)),
         };
-        let role = serde_json::to_value(t.role).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let role = kebab(&t.role);
         println!("{:<24} {role:<10} {expires:<27} {}", shown(&t.name), scope.join(","));
     }
 }
@@ -792,87 +784,71 @@ pub fn node(args: NodeCommandArgs) -> anyhow::Result<ExitCode> {
 
 /// `gantry nodes --plan`: the online planner's advice, one line per GPU it would change.
 fn plan_advice(args: &NodesArgs) -> anyhow::Result<ExitCode> {
-    let plan = args.server.call("GET", "/v1/plan", None)?;
+    let (plan, sent): (gantry_api::PlanView, Value) = args.server.fetch("GET", "/v1/plan")?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+        println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let now = plan["reconfigure"].as_array().cloned().unwrap_or_default();
-    let drain = plan["drain"].as_array().cloned().unwrap_or_default();
-    println!("planned for {} task(s) of the waiting and running jobs", cell(&plan["demand_tasks"]));
-    if now.is_empty() && drain.is_empty() {
+    println!("planned for {} task(s) of the waiting and running jobs", plan.demand_tasks);
+    if plan.reconfigure.is_empty() && plan.drain.is_empty() {
         println!("no change to make now");
     }
-    for (what, list) in [("reconfigure now (idle)", &now), ("drain first (busy)", &drain)] {
+    for (what, list) in [("reconfigure now (idle)", &plan.reconfigure), ("drain first (busy)", &plan.drain)] {
         for c in list {
-            println!(
-                "  {what:<24} {} gpu{}: {} -> {}",
-                cell(&c["node"]),
-                cell(&c["gpu"]),
-                cell(&c["from"]),
-                cell(&c["to"])
-            );
+            let (node, from, to) = (shown(&c.node), shown(&c.from), shown(&c.to));
+            println!("  {what:<24} {node} gpu{}: {from} -> {to}", c.gpu);
         }
     }
-    if let Some(n) = plan["deferred"].as_u64().filter(|&n| n > 0) {
-        println!("  {n} more change(s) wait: their GPUs' work ends later, or they changed within the cooldown");
+    if plan.deferred > 0 {
+        println!(
+            "  {} more change(s) wait: their GPUs' work ends later, or they changed within the cooldown",
+            plan.deferred
+        );
     }
-    match plan["mode"].as_str() {
-        Some("auto") => println!(
+    match plan.mode {
+        gantry_api::ReconfigureMode::Auto => println!(
             "reconfigure = \"auto\": the controller carries these out itself, within its guards (`gantry nodes --reconfigurations`)"
         ),
-        _ => println!(
+        mode => println!(
             "advice only (reconfigure = \"{}\"): `gantry mig apply` on the node, then restart its agent (the controller takes the layout); or run the controller with --reconfigure auto",
-            plan["mode"].as_str().unwrap_or("advise")
+            kebab(&mode)
         ),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// An enum's name as the API writes it (`read-only`, `draining`, `auto`).
+fn kebab<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
 /// `gantry nodes --reconfigurations`: what the controller reconfigures, and why.
 fn reconfigurations(args: &NodesArgs) -> anyhow::Result<ExitCode> {
-    let view = args.server.call("GET", "/v1/reconfigurations", None)?;
+    let (view, sent): (gantry_api::ReconfigurationsView, Value) = args.server.fetch("GET", "/v1/reconfigurations")?;
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&view)?);
+        println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!(
         "reconfigure = \"{}\": {} applied, {} refused, {} abandoned, {} replica(s) moved, {:.2} GPU-hours unallocated on cordoned GPUs",
-        cell(&view["mode"]),
-        cell(&view["applied"]),
-        cell(&view["refused"]),
-        cell(&view["abandoned"]),
-        cell(&view["moves"]),
-        view["cordoned_idle_gpu_hours"].as_f64().unwrap_or(0.0)
+        kebab(&view.mode),
+        view.applied,
+        view.refused,
+        view.abandoned,
+        view.moves,
+        view.cordoned_idle_gpu_hours
     );
-    let line = |r: &serde_json::Value| {
-        let to = mode_text(&r["to"]);
-        let outcome = r["outcome"].as_str().map(|o| format!(": {}", shown(o))).unwrap_or_default();
-        println!(
-            "  #{:<5} {:<10} {} gpu{}  -> {}  {}{outcome}",
-            cell(&r["id"]),
-            cell(&r["phase"]),
-            cell(&r["node"]),
-            cell(&r["gpu"]),
-            to,
-            shown(r["reason"].as_str().unwrap_or_default())
-        );
+    let line = |r: &gantry_api::Reconfiguration| {
+        let outcome = r.outcome.as_ref().map(|o| format!(": {}", shown(o))).unwrap_or_default();
+        let (id, phase, node, to) = (r.id, kebab(&r.phase), shown(&r.node), r.to.text());
+        println!("  #{id:<5} {phase:<10} {node} gpu{}  -> {to}  {}{outcome}", r.gpu, shown(&r.reason));
     };
-    let under_way = view["under_way"].as_array().cloned().unwrap_or_default();
+    let under_way = &view.under_way;
     println!("under way: {}", if under_way.is_empty() { "none".to_string() } else { under_way.len().to_string() });
     under_way.iter().for_each(line);
-    let recent = view["recent"].as_array().cloned().unwrap_or_default();
-    if !recent.is_empty() {
+    if !view.recent.is_empty() {
         println!("latest finished (newest last):");
-        recent.iter().rev().take(20).rev().for_each(line);
+        view.recent.iter().rev().take(20).rev().for_each(line);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// A GPU mode as the API writes it (`{"mode": "mig", "instances": [...]}`), in a few words.
-fn mode_text(mode: &serde_json::Value) -> String {
-    match serde_json::from_value::<gantry_types::GpuMode>(mode.clone()) {
-        Ok(m) => m.text(),
-        Err(_) => cell(&mode["mode"]),
-    }
 }

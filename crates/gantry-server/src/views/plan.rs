@@ -4,32 +4,7 @@
 
 use crate::control::Controller;
 use crate::error::ControlError;
-
-/// What the online planner would change now (`GET /v1/plan`).
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct PlanView {
-    /// Idle GPUs it would reconfigure now.
-    pub reconfigure: Vec<PlannedChange>,
-    /// Busy GPUs it would drain first (their work ends within the drain horizon).
-    pub drain: Vec<PlannedChange>,
-    /// Changes it wants that wait: work on the GPU ends later, or it changed recently.
-    pub deferred: u32,
-    /// Tasks planned for: those of the waiting and the running jobs (and the forecast).
-    pub demand_tasks: u32,
-    /// What the controller does with these changes: off, advise (an admin applies them) or
-    /// auto (it carries them out itself, within its guards).
-    #[serde(default)]
-    pub mode: crate::control::reconfig::ReconfigureMode,
-}
-
-/// One GPU's mode now and the one the planner wants.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct PlannedChange {
-    pub node: String,
-    pub gpu: u32,
-    pub from: String,
-    pub to: String,
-}
+pub use gantry_api::reconfig::{PlanView, PlannedChange};
 
 /// The online planner's view of the fleet as it is now: demand = the waiting and the running
 /// jobs (and, with a forecast window, what the last window's arrivals will keep busy); a

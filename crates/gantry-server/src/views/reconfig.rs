@@ -4,25 +4,8 @@
 
 use crate::auth::Principal;
 use crate::control::Controller;
-use crate::control::reconfig::{Reconfiguration, ReconfigureMode};
-
-/// What the controller reconfigures.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
-pub struct ReconfigurationsView {
-    /// off, advise or auto.
-    pub mode: ReconfigureMode,
-    /// Under way: draining (cordoned, its work ending) or ordered (the agent applies it).
-    pub under_way: Vec<Reconfiguration>,
-    /// Finished (applied, refused, abandoned), newest last; at most 200.
-    pub recent: Vec<Reconfiguration>,
-    pub applied: u64,
-    pub refused: u64,
-    pub abandoned: u64,
-    /// Restartable jobs moved to empty GPUs.
-    pub moves: u64,
-    /// GPU-hours left unallocated on GPUs cordoned for reconfiguration.
-    pub cordoned_idle_gpu_hours: f64,
-}
+use crate::control::reconfig::Reconfiguration;
+pub use gantry_api::reconfig::ReconfigurationsView;
 
 /// A record as `who` may see it: the waiting jobs it serves only from queues the token sees.
 fn visible(c: &Controller, who: &Principal, r: &Reconfiguration) -> Reconfiguration {

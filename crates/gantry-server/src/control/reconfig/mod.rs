@@ -25,23 +25,12 @@ mod moves;
 mod plan;
 mod run;
 
+pub use gantry_api::reconfig::{Phase, Reconfiguration, ReconfigureMode};
+
 use crate::error::FieldError;
 use gantry_types::GpuMode;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
-
-/// What the controller does with the online planner's changes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum ReconfigureMode {
-    /// No planning at all.
-    Off,
-    /// Planned and shown (`gantry nodes --plan`, a waiting job's reason); an admin applies.
-    #[default]
-    Advise,
-    /// Carried out by the controller, within the guards.
-    Auto,
-}
 
 /// The guards (`[reconfigure]` in the controller's config). Defaults are meant to be safe on
 /// a real fleet: a GPU changes at most twice an hour, at most 8 GPUs are out at once, a
@@ -155,70 +144,6 @@ impl ReconfigurePolicy {
             return refuse("drain_horizon", message);
         }
         Ok(())
-    }
-}
-
-/// Where a reconfiguration is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Phase {
-    Draining,
-    Ordered,
-    Applied,
-    Refused,
-    Abandoned,
-}
-
-impl Phase {
-    pub fn is_final(self) -> bool {
-        matches!(self, Phase::Applied | Phase::Refused | Phase::Abandoned)
-    }
-}
-
-/// One GPU's reconfiguration, as stored and shown.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Reconfiguration {
-    pub id: u64,
-    pub node: String,
-    pub gpu: u32,
-    #[schema(value_type = Object)]
-    pub from: GpuMode,
-    #[schema(value_type = Object)]
-    pub to: GpuMode,
-    pub phase: Phase,
-    /// Why, in words: which waiting jobs (or expected demand) it serves.
-    pub reason: String,
-    /// The waiting jobs it serves.
-    pub serves: Vec<u64>,
-    pub started_s: u64,
-    /// When the agent was ordered to apply it.
-    #[serde(default)]
-    pub ordered_s: Option<u64>,
-    #[serde(default)]
-    pub ended_s: Option<u64>,
-    /// A drain not empty by then is abandoned.
-    pub deadline_s: u64,
-    /// When the work on the GPU is planned to end (by time limits), when it was busy.
-    #[serde(default)]
-    pub busy_until_s: Option<u64>,
-    /// Why it was refused or abandoned.
-    #[serde(default)]
-    pub outcome: Option<String>,
-    /// Restartable jobs moved off the GPU for it.
-    #[serde(default)]
-    pub moved: Vec<u64>,
-}
-
-impl Reconfiguration {
-    /// When it should be done, as far as anyone knows (a waiting job's estimate).
-    pub fn expected_done_s(&self, now: u64) -> u64 {
-        /// Seconds an agent takes to apply a layout (NVML creates instances in well under a
-        /// minute; the GPU is reported back with the next heartbeat).
-        const APPLY_S: u64 = 60;
-        match self.phase {
-            Phase::Draining => self.busy_until_s.unwrap_or(now).min(self.deadline_s).max(now) + APPLY_S,
-            _ => self.ordered_s.unwrap_or(now).max(now) + APPLY_S,
-        }
     }
 }
 
