@@ -16,5 +16,5 @@ pub use jobs::{JobView, LayoutWait};
 pub use logs::{LogPiece, LogsView};
 pub use nodes::{GpuView, MigInstanceView, NodeView};
 pub use reconfig::{Phase, PlanView, PlannedChange, Reconfiguration, ReconfigurationsView, ReconfigureMode};
-pub use replies::{Cancelled, Drained, ErrorBody, Held, NewToken, NodeLost, Submitted, TokenSecret};
+pub use replies::{Cancelled, Checkpointed, Drained, ErrorBody, Held, NewToken, NodeLost, Submitted, TokenSecret};
 pub use usage::{UsageBy, UsageLine};

@@ -80,3 +80,16 @@ pub struct NewToken {
     #[serde(default)]
     pub expires_in_s: Option<u64>,
 }
+
+/// `POST /v1/checkpoint`'s answer.
+/// What a checkpoint request did.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Checkpointed {
+    /// Whether it was taken (it is not while a run is being stopped or moved, a launch is
+    /// unacknowledged or a GPU is being reconfigured: try again shortly).
+    pub taken: bool,
+    /// Why not, when it was not.
+    pub why: Option<String>,
+    /// The command log kept before now, seconds (`[log] keep_days`; `None`: all of it).
+    pub keep_log_s: Option<u64>,
+}

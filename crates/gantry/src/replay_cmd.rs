@@ -96,22 +96,22 @@ pub struct CheckpointArgs {
 /// Ask the controller to checkpoint now: retention then deletes the command log before the
 /// newest checkpoint at or before its window's start.
 pub fn checkpoint(args: CheckpointArgs) -> anyhow::Result<ExitCode> {
-    let reply = args.server.call("POST", "/v1/checkpoint", None)?;
+    let (reply, sent): (gantry_api::Checkpointed, serde_json::Value) = args.server.fetch("POST", "/v1/checkpoint")?;
+    let code = if reply.taken { ExitCode::SUCCESS } else { ExitCode::from(1) };
     if args.server.json {
-        println!("{}", serde_json::to_string_pretty(&reply)?);
-        return Ok(if reply["taken"] == true { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        println!("{}", serde_json::to_string_pretty(&sent)?);
+        return Ok(code);
     }
-    let kept = match reply["keep_log_s"].as_u64() {
+    let kept = match reply.keep_log_s {
         Some(s) => format!("the command log before the newest checkpoint at least {} ago is deleted", span(s)),
         None => "retention keeps the whole log ([log] keep = \"all\")".into(),
     };
-    if reply["taken"] == true {
+    if reply.taken {
         println!("checkpoint taken: {kept}");
-        Ok(ExitCode::SUCCESS)
     } else {
-        println!("no checkpoint now: {} (try again shortly)", reply["why"].as_str().unwrap_or("not quiet"));
-        Ok(ExitCode::from(1))
+        println!("no checkpoint now: {} (try again shortly)", reply.why.as_deref().unwrap_or("not quiet"));
     }
+    Ok(code)
 }
 
 /// Seconds as the largest whole unit that fits: `7 days`, `12 h`, `90 s`.

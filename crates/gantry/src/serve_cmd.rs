@@ -565,8 +565,7 @@ fn submit_demo(
     if status != 201 {
         return Err(format!("HTTP {status}: {reply}"));
     }
-    let ids: serde_json::Value = serde_json::from_str(&reply).map_err(|e| e.to_string())?;
-    let ids: Vec<u64> = ids["ids"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(|v| v.as_u64()).collect());
+    let ids = serde_json::from_str::<gantry_api::Submitted>(&reply).map_err(|e| e.to_string())?.ids;
     let (first, last) = (ids.first().copied().unwrap_or(0), ids.last().copied().unwrap_or(0));
     Ok(format!(
         "  demo: submitted the {} jobs of examples/demo-workload.toml as jobs {first}-{last}; they run for minutes.\n  \
