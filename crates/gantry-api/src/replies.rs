@@ -81,7 +81,6 @@ pub struct NewToken {
     pub expires_in_s: Option<u64>,
 }
 
-/// `POST /v1/checkpoint`'s answer.
 /// What a checkpoint request did.
 #[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Checkpointed {
