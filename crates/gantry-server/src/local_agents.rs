@@ -88,7 +88,7 @@ pub fn start(
     confine: LocalConfinement,
 ) -> Agents {
     let mut agents = Agents::default();
-    let recorded = shared.controller.lock().expect("not poisoned").scheduler.engine().fleet_now();
+    let recorded = shared.controller.lock().expect("not poisoned").scheduler().engine().fleet_now();
     for node in &fleet.nodes {
         // Each in-process agent holds its node's credential, as a remote one does.
         let who = Principal {

@@ -18,6 +18,7 @@ pub mod image;
 mod jobs;
 mod lost;
 pub mod open;
+mod read;
 pub mod reconfig;
 mod run;
 mod tokens;
@@ -144,54 +145,54 @@ pub(crate) struct AgentLink {
 #[derive(Debug)]
 pub struct Controller {
     /// What the operator chose at the open (a checkpoint re-opens with it).
-    pub(crate) setup: Setup,
-    pub(crate) scheduler: Scheduler,
-    pub(crate) catalog: &'static Catalog,
-    pub(crate) agents: Agents,
+    setup: Setup,
+    scheduler: Scheduler,
+    catalog: &'static Catalog,
+    agents: Agents,
     /// The jobs table, as the store derives it from the same events.
-    pub(crate) jobs: BTreeMap<u64, JobRow>,
-    pub(crate) tokens: Tokens,
+    jobs: BTreeMap<u64, JobRow>,
+    tokens: Tokens,
     /// (node, GPU index) → UUID.
-    pub(crate) uuids: BTreeMap<(String, u32), String>,
+    uuids: BTreeMap<(String, u32), String>,
     /// (node, GPU index) → model.
-    pub(crate) models: BTreeMap<(String, u32), gantry_catalog::ModelId>,
-    pub(crate) meter: crate::meter::Meter,
-    pub(crate) billing: crate::meter::Billing,
-    pub(crate) stats: crate::metrics::ServiceStats,
-    pub(crate) series: crate::series::Series,
-    pub(crate) idle: crate::idle::IdleWatch,
+    models: BTreeMap<(String, u32), gantry_catalog::ModelId>,
+    meter: crate::meter::Meter,
+    billing: crate::meter::Billing,
+    stats: crate::metrics::ServiceStats,
+    series: crate::series::Series,
+    idle: crate::idle::IdleWatch,
     /// Running jobs by the nodes their tasks run on: a heartbeat reads only its node's jobs
     /// (a scan of every running job per heartbeat grows with the fleet twice over), and a
     /// node's new samples re-meter them.
-    pub(crate) on_node: BTreeMap<String, BTreeSet<u64>>,
-    pub(crate) running: BTreeMap<u64, Runs>,
+    on_node: BTreeMap<String, BTreeSet<u64>>,
+    running: BTreeMap<u64, Runs>,
     /// Remote agents that registered, by node.
-    pub(crate) links: BTreeMap<String, AgentLink>,
+    links: BTreeMap<String, AgentLink>,
     /// Reports each node made about tasks that are not its own, refused.
-    pub(crate) refused: BTreeMap<String, agents::Refused>,
+    refused: BTreeMap<String, agents::Refused>,
     /// Nodes lost (silent past `node_lost_after_s`, or declared): nothing runs there until
     /// their agent is heard from again.
-    pub(crate) lost_nodes: BTreeSet<String>,
+    lost_nodes: BTreeSet<String>,
     /// Launches a remote node's agent has not reported yet, by node: repeated in every answer
     /// to its heartbeats until it does.
-    pub(crate) outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
+    outbox: BTreeMap<String, BTreeMap<TaskKey, Launch>>,
     /// The fleet with nothing running: could a submitted job ever run here?
-    pub(crate) empty: Engine,
+    empty: Engine,
     /// Jobs waiting per user and queue, and the limits on them and on submissions.
-    pub(crate) backlog: backlog::Backlog,
-    pub(crate) admission: crate::admission::AdmissionLimits,
+    backlog: backlog::Backlog,
+    admission: crate::admission::AdmissionLimits,
     /// Which Unix account runs each user's tasks.
-    pub(crate) accounts: crate::users::Accounts,
+    accounts: crate::users::Accounts,
     /// (submitting token, idempotency key) → the jobs that submission made.
-    pub(crate) submissions: BTreeMap<(String, String), Vec<u64>>,
+    submissions: BTreeMap<(String, String), Vec<u64>>,
     /// GPU reconfigurations: the policy, what is under way, what the guards remember.
-    pub(crate) reconfigs: reconfig::Reconfigs,
+    reconfigs: reconfig::Reconfigs,
     /// When this controller opened from the store (a checkpoint keeps it): the silence of a
     /// node whose agent has not spoken since counts from here.
-    pub(crate) opened_s: u64,
+    opened_s: u64,
     /// When each task left out of its agent's heartbeats was last offered again
     /// ([`trim::REOFFER_EVERY_S`]).
-    pub(crate) reoffered: BTreeMap<TaskKey, u64>,
+    reoffered: BTreeMap<TaskKey, u64>,
     /// What the command being applied changes, for the caller to commit.
     pending: Batch,
 }

@@ -37,7 +37,7 @@ fn as_seen_by(row: &JobRow, who: &Principal) -> JobRow {
 
 /// What job `id`'s run in progress has used so far, per node.
 fn running_used(c: &Controller, id: u64) -> Vec<gantry_types::NodeUse> {
-    c.running.get(&id).map(|r| r.used.values().cloned().collect()).unwrap_or_default()
+    c.running().get(&id).map(|r| r.used.values().cloned().collect()).unwrap_or_default()
 }
 
 /// The reconfiguration under way that serves job `id` (or carves the profile it waits for).
@@ -47,11 +47,11 @@ fn under_way_for(c: &Controller, id: u64, profile: Option<&str>, now: u64) -> Op
         _ => false,
     };
     let r = c
-        .reconfigs
+        .reconfigs()
         .active
         .values()
         .find(|r| r.serves.contains(&id))
-        .or_else(|| c.reconfigs.active.values().find(|r| carves(r)))?;
+        .or_else(|| c.reconfigs().active.values().find(|r| carves(r)))?;
     let expected = r.expected_done_s(now);
     let busy = r.phase == crate::control::reconfig::Phase::Draining;
     let step = match (r.phase, r.moved.is_empty()) {
@@ -94,7 +94,7 @@ fn layout_wait(c: &Controller, id: u64, pending: &PendingJob, now: u64) -> Optio
         return Some(wait);
     }
     let profile = profile?;
-    if c.reconfigs.policy.mode == crate::control::reconfig::ReconfigureMode::Off {
+    if c.reconfigs().policy.mode == crate::control::reconfig::ReconfigureMode::Off {
         return None;
     }
     let advice = super::plan::plan_advice(c, now).ok()?;
@@ -115,7 +115,7 @@ fn layout_wait(c: &Controller, id: u64, pending: &PendingJob, now: u64) -> Optio
             change.gpu
         )
     };
-    let auto = c.reconfigs.policy.mode == crate::control::reconfig::ReconfigureMode::Auto;
+    let auto = c.reconfigs().policy.mode == crate::control::reconfig::ReconfigureMode::Auto;
     let message = if auto {
         format!(
             "waiting for GPU {} on node {} to be reconfigured{when} ({} → {}): the controller will carry it out \
@@ -143,14 +143,14 @@ fn layout_wait(c: &Controller, id: u64, pending: &PendingJob, now: u64) -> Optio
 
 /// One job, if the token may see it; `now` for the planner a MIG job's wait is explained with.
 pub fn job(c: &Controller, who: &Principal, id: u64, now: u64) -> Result<JobView, ControlError> {
-    let row = c.jobs.get(&id).ok_or(ControlError::UnknownJob(id))?;
+    let row = c.jobs().get(&id).ok_or(ControlError::UnknownJob(id))?;
     if !who.sees(&row.queue) {
         return Err(ControlError::Forbidden(format!(
             "job {id} is in queue {:?}, not one of token {:?}'s",
             row.queue, who.name
         )));
     }
-    let pending = c.scheduler.why(id);
+    let pending = c.scheduler().why(id);
     let layout = pending.as_ref().and_then(|p| layout_wait(c, id, p, now));
     let priority_capped = priority_capped(row);
     Ok(JobView { row: as_seen_by(row, who), pending, layout, running_used: running_used(c, id), priority_capped })
@@ -159,11 +159,11 @@ pub fn job(c: &Controller, who: &Principal, id: u64, now: u64) -> Result<JobView
 /// The jobs in any of `states` (all if empty) the token may see, by id.
 pub fn jobs(c: &Controller, who: &Principal, states: &[JobState], now: u64) -> Vec<JobView> {
     // Reasons only for the pending jobs listed (explaining one costs a pass over the GPUs).
-    c.jobs
+    c.jobs()
         .values()
         .filter(|row| (states.is_empty() || states.contains(&row.state)) && who.sees(&row.queue))
         .map(|row| {
-            let pending = if row.state == JobState::Pending { c.scheduler.why(row.id) } else { None };
+            let pending = if row.state == JobState::Pending { c.scheduler().why(row.id) } else { None };
             // A change under way is cheap to name (no planning step), so the list has it too.
             let layout = pending.as_ref().and_then(|_| under_way_for(c, row.id, None, now));
             JobView {

@@ -80,7 +80,8 @@ fn fleet(out: &mut Exposition, nodes: &[NodeView]) {
 
 /// Per queue: allocated and used.
 fn queues(out: &mut Exposition, c: &Controller) {
-    let by_queue: BTreeMap<&String, (f64, f64)> = c.meter.queues().iter().map(|(q, held)| (q, held.gpus())).collect();
+    let by_queue: BTreeMap<&String, (f64, f64)> =
+        c.usage_meter().queues().iter().map(|(q, held)| (q, held.gpus())).collect();
     out.family("gantry_queue_allocated_gpus", "gauge", "", "GPUs' worth of compute held by a queue's running jobs.");
     for (queue, (allocated, _)) in &by_queue {
         out.sample("gantry_queue_allocated_gpus", &[("queue", queue)], *allocated);
@@ -99,7 +100,7 @@ fn queues(out: &mut Exposition, c: &Controller) {
 /// Jobs by queue and state, endings, decisions, cycle and wait times, idle jobs.
 fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     let mut jobs: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
-    for row in c.jobs.values().filter(|r| !r.state.is_final()) {
+    for row in c.jobs().values().filter(|r| !r.state.is_final()) {
         *jobs.entry((row.queue.clone(), row.state.name())).or_default() += 1;
     }
     out.family("gantry_jobs", "gauge", "", "Jobs waiting or running, by queue and state.");
@@ -113,7 +114,7 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     for ending in
         [Ending::Completed, Ending::Failed, Ending::TimedOut, Ending::Cancelled, Ending::Lost, Ending::OutOfMemory]
     {
-        let count = c.stats.ended.get(ending.name()).copied().unwrap_or(0);
+        let count = c.stats().ended.get(ending.name()).copied().unwrap_or(0);
         out.sample("gantry_jobs_ended_total", &[("ending", ending.name())], count as f64);
     }
     out.family(
@@ -122,17 +123,17 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
         "",
         "Scheduling decisions since the controller started: starts, and stops for preemption.",
     );
-    out.sample("gantry_decisions_total", &[("kind", "start")], c.stats.starts as f64);
-    out.sample("gantry_decisions_total", &[("kind", "stop")], c.stats.stops as f64);
+    out.sample("gantry_decisions_total", &[("kind", "start")], c.stats().starts as f64);
+    out.sample("gantry_decisions_total", &[("kind", "stop")], c.stats().stops as f64);
     out.family(
         "gantry_heartbeats",
         "counter",
         "",
         "Agents' heartbeats applied since the controller started; logged=false: they changed nothing and were not put in the command log.",
     );
-    out.sample("gantry_heartbeats_total", &[("logged", "true")], c.stats.heartbeats.0 as f64);
-    out.sample("gantry_heartbeats_total", &[("logged", "false")], c.stats.heartbeats.1 as f64);
-    let r = &c.reconfigs;
+    out.sample("gantry_heartbeats_total", &[("logged", "true")], c.stats().heartbeats.0 as f64);
+    out.sample("gantry_heartbeats_total", &[("logged", "false")], c.stats().heartbeats.1 as f64);
+    let r = &c.reconfigs();
     out.family(
         "gantry_reconfigurations",
         "counter",
@@ -157,11 +158,11 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
         "Restartable jobs moved to empty GPUs being reconfigured.",
     );
     out.sample("gantry_reconfiguration_moves_total", &[], r.totals.moves as f64);
-    out.histogram("gantry_scheduling_cycle_seconds", "Time one scheduling cycle took.", &c.stats.cycle_seconds);
+    out.histogram("gantry_scheduling_cycle_seconds", "Time one scheduling cycle took.", &c.stats().cycle_seconds);
     out.histogram(
         "gantry_job_wait_seconds",
         "Time from a job's eligibility to its start, per start.",
-        &c.stats.wait_seconds,
+        &c.stats().wait_seconds,
     );
     out.family(
         "gantry_idle_jobs",
@@ -169,7 +170,7 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
         "",
         "Running jobs flagged idle now (under the idle threshold past the idle time).",
     );
-    out.sample("gantry_idle_jobs", &[], c.idle.flagged() as f64);
+    out.sample("gantry_idle_jobs", &[], c.idle().flagged() as f64);
     out.family(
         "gantry_idle_events",
         "counter",
@@ -177,7 +178,7 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
         "Idle jobs flagged since the controller started, by what was done.",
     );
     for action in ["notify", "reclaim"] {
-        let count = c.idle.counts.get(action).copied().unwrap_or(0);
+        let count = c.idle().counts.get(action).copied().unwrap_or(0);
         out.sample("gantry_idle_events_total", &[("action", action)], count as f64);
     }
 }
@@ -193,7 +194,7 @@ fn node_health(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     for n in nodes {
         out.sample("gantry_node_ready", &[("node", &n.name)], if n.ready && !n.drained { 1.0 } else { 0.0 });
     }
-    if matches!(c.agents, Agents::Remote { .. }) {
+    if matches!(c.agents(), Agents::Remote { .. }) {
         out.family(
             "gantry_agent_heartbeat_age_seconds",
             "gauge",
@@ -220,7 +221,7 @@ fn node_health(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
 /// How each node confines its tasks, and what jobs use as the nodes' cgroups measure it, by
 /// queue and node (never by job: labels stay bounded by the fleet and the queue file).
 fn confinement(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
-    if matches!(c.agents, Agents::Remote { .. }) {
+    if matches!(c.agents(), Agents::Remote { .. }) {
         out.family(
             "gantry_node_confined",
             "gauge",
@@ -236,10 +237,10 @@ fn confinement(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
             }
         }
     }
-    let mut cpu_ms: BTreeMap<String, u64> = c.stats.cpu_ms_by_queue.clone();
+    let mut cpu_ms: BTreeMap<String, u64> = c.stats().cpu_ms_by_queue.clone();
     let mut memory: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for (job, runs) in &c.running {
-        let Some(queue) = c.jobs.get(job).map(|r| r.queue.clone()) else { continue };
+    for (job, runs) in c.running() {
+        let Some(queue) = c.jobs().get(job).map(|r| r.queue.clone()) else { continue };
         for used in runs.used.values() {
             *cpu_ms.entry(queue.clone()).or_default() += used.used.cpu_ms.unwrap_or(0);
             let node = memory.entry(used.node.clone()).or_default();

@@ -20,7 +20,7 @@ use crate::control::Controller;
 /// Allocation and utilization over time: the last hour at 10 s (`fine`), or the last week at
 /// 5 minutes. A member sees only its queues in the per-queue breakdown.
 pub fn series(c: &Controller, who: &Principal, fine: bool) -> Vec<crate::series::Point> {
-    let mut points = if fine { c.series.fine() } else { c.series.coarse() };
+    let mut points = if fine { c.series().fine() } else { c.series().coarse() };
     for p in &mut points {
         p.queues.retain(|q, _| who.sees(q));
     }
@@ -29,12 +29,12 @@ pub fn series(c: &Controller, who: &Principal, fine: bool) -> Vec<crate::series:
 
 /// Idle events (newest last); a member sees only its queues'.
 pub fn idle_events(c: &Controller, who: &Principal) -> Vec<crate::idle::IdleEvent> {
-    c.idle.events().into_iter().filter(|e| who.sees(&e.queue)).collect()
+    c.idle().events().into_iter().filter(|e| who.sees(&e.queue)).collect()
 }
 
 /// Is this running job flagged idle now?
 pub fn is_idle(c: &Controller, job: u64) -> bool {
-    c.idle.is_flagged(job)
+    c.idle().is_flagged(job)
 }
 
 /// The chargeback report over ledger rows the caller read from the store (`rows`, the window
@@ -49,7 +49,7 @@ pub fn usage(
 ) -> Result<Vec<crate::meter::UsageLine>, crate::error::ControlError> {
     who.not_agent()?;
     let rows: Vec<gantry_store::UsageRow> = rows.into_iter().filter(|r| who.sees(&r.queue)).collect();
-    let mut lines = crate::meter::report(&rows, by, &c.billing);
+    let mut lines = crate::meter::report(&rows, by, c.billing());
     measured_use(c, who, &rows, by, window, &mut lines);
     Ok(lines)
 }
@@ -73,7 +73,7 @@ fn measured_use(
         jobs.entry(crate::meter::key_of(r, by)).or_default().insert(r.job);
     }
     let in_rows: BTreeSet<u64> = rows.iter().map(|r| r.job).collect();
-    for row in c.jobs.values().filter(|row| who.sees(&row.queue) && !in_rows.contains(&row.id)) {
+    for row in c.jobs().values().filter(|row| who.sees(&row.queue) && !in_rows.contains(&row.id)) {
         let ran = row.started_at_s.is_some_and(|start| start < to_s && row.ended_at_s.is_none_or(|end| end >= from_s));
         if !ran {
             continue;
@@ -89,8 +89,8 @@ fn measured_use(
     for (key, ids) in jobs {
         let (mut cpu_ms, mut peak) = (0u64, None::<u64>);
         for id in ids {
-            let ended = c.jobs.get(&id).map(|r| r.outcome.used.clone()).unwrap_or_default();
-            let live = c.running.get(&id).map(|r| r.used.values().cloned().collect::<Vec<_>>()).unwrap_or_default();
+            let ended = c.jobs().get(&id).map(|r| r.outcome.used.clone()).unwrap_or_default();
+            let live = c.running().get(&id).map(|r| r.used.values().cloned().collect::<Vec<_>>()).unwrap_or_default();
             for used in ended.iter().chain(live.iter()) {
                 cpu_ms = cpu_ms.saturating_add(used.used.cpu_ms.unwrap_or(0));
                 peak = peak.max(used.used.memory_peak_bytes);
@@ -114,5 +114,5 @@ fn measured_use(
 /// Every token, without its hash (admins only).
 pub fn tokens(c: &Controller, who: &Principal) -> Result<Vec<gantry_store::TokenRecord>, crate::error::ControlError> {
     who.admin_only("listing tokens")?;
-    Ok(c.tokens.list())
+    Ok(c.tokens().list())
 }

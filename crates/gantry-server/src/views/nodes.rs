@@ -13,7 +13,7 @@ pub fn seen_by(mut nodes: Vec<NodeView>, c: &Controller, who: &crate::auth::Prin
     if who.role != gantry_store::Role::Member {
         return nodes;
     }
-    let visible = |job: u64| c.jobs.get(&job).is_some_and(|row| who.sees(&row.queue));
+    let visible = |job: u64| c.jobs().get(&job).is_some_and(|row| who.sees(&row.queue));
     for gpu in nodes.iter_mut().flat_map(|n| n.gpus.iter_mut()) {
         gpu.jobs.retain(|&job| visible(job));
         for instance in &mut gpu.instances {
@@ -25,11 +25,11 @@ pub fn seen_by(mut nodes: Vec<NodeView>, c: &Controller, who: &crate::auth::Prin
 
 /// Every node with its GPUs and the running jobs on them.
 pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
-    let engine = c.scheduler.engine();
+    let engine = c.scheduler().engine();
     let state = engine.state();
     let mut on_gpu: BTreeMap<(String, u32), Vec<u64>> = BTreeMap::new();
     let mut on_instance: BTreeMap<(String, u32, u8), u64> = BTreeMap::new();
-    for row in c.jobs.values().filter(|r| r.state == JobState::Running) {
+    for row in c.jobs().values().filter(|r| r.state == JobState::Running) {
         for task in &row.tasks {
             for grant in task.placement.iter().flat_map(|p| p.gpus.iter()) {
                 on_gpu.entry((task.node.clone(), grant.gpu())).or_default().push(row.id);
@@ -46,11 +46,11 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
             name: n.name.clone(),
             drained: engine.is_drained(&n.name),
             ready: !engine.has_mark(&n.name, gantry_engine::NOT_READY_TAINT),
-            lost: c.lost_nodes.contains(&n.name),
-            heartbeat_age_s: c.links.get(&n.name).map(|l| now.saturating_sub(l.heard_s)),
-            agent_version: c.links.get(&n.name).map(|l| l.version.clone()),
-            confinement: c.links.get(&n.name).map(|l| l.confinement.clone()),
-            refused_reports: c.refused.get(&n.name).map_or(0, |r| r.count),
+            lost: c.lost_nodes().contains(&n.name),
+            heartbeat_age_s: c.links().get(&n.name).map(|l| now.saturating_sub(l.heard_s)),
+            agent_version: c.links().get(&n.name).map(|l| l.version.clone()),
+            confinement: c.links().get(&n.name).map(|l| l.confinement.clone()),
+            refused_reports: c.refused().get(&n.name).map_or(0, |r| r.count),
             gpus: Vec::new(),
         })
         .collect();
@@ -59,7 +59,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
         let mut jobs = on_gpu.get(&(node.name.clone(), gpu.index)).cloned().unwrap_or_default();
         jobs.dedup();
         let sample = c.shown_sample(&node.name, gpu.index, jobs.first().copied());
-        let gpu_model = c.catalog.model(gpu.model);
+        let gpu_model = c.catalog().model(gpu.model);
         let instances = match &gpu.units {
             gantry_engine::state::Units::Mig { slots } => slots
                 .iter()
@@ -78,7 +78,7 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
         node.gpus.push(GpuView {
             index: gpu.index,
             uuid: uuid.clone(),
-            model: c.catalog.model(gpu.model).id.clone(),
+            model: c.catalog().model(gpu.model).id.clone(),
             mode: format!("{:?}", gpu.units.kind()).to_ascii_lowercase().replace("timeslice", "time-slice"),
             allocated_milli: gpu.used_milli,
             utilization_pct: sample.as_ref().map(|s| s.utilization_pct),

@@ -34,6 +34,6 @@ pub fn plan_advice(c: &Controller, now: u64) -> Result<PlanView, ControlError> {
         drain: planned.step.drain.iter().map(|((node, gpu), to)| change(node, *gpu, to)).collect(),
         deferred: planned.step.deferred,
         demand_tasks: planned.demand_tasks,
-        mode: c.reconfigs.policy.mode,
+        mode: c.reconfigs().policy.mode,
     })
 }

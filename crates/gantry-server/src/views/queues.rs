@@ -40,7 +40,7 @@ impl QueueView {
 /// file; none under FIFO). Members see only their queues.
 pub fn queues(c: &Controller, who: &Principal) -> Vec<QueueView> {
     let mut views: BTreeMap<String, QueueView> = BTreeMap::new();
-    if let gantry_engine::sched::Order::FairShare(tree) = &c.scheduler.config().order {
+    if let gantry_engine::sched::Order::FairShare(tree) = &c.scheduler().config().order {
         for q in &tree.queues {
             let view = views.entry(q.name.clone()).or_insert_with(|| QueueView::named(&q.name));
             view.weight = Some(q.weight);
@@ -52,11 +52,11 @@ pub fn queues(c: &Controller, who: &Principal) -> Vec<QueueView> {
             }
         }
     }
-    for (queue, held) in c.meter.queues() {
+    for (queue, held) in c.usage_meter().queues() {
         let view = views.entry(queue.clone()).or_insert_with(|| QueueView::named(queue));
         (view.allocated_gpus, view.used_gpus) = held.gpus();
     }
-    for row in c.jobs.values().filter(|r| !r.state.is_final()) {
+    for row in c.jobs().values().filter(|r| !r.state.is_final()) {
         let view = views.entry(row.queue.clone()).or_insert_with(|| QueueView::named(&row.queue));
         if row.state == JobState::Pending {
             view.pending += 1;

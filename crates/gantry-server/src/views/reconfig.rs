@@ -10,7 +10,7 @@ pub use gantry_api::reconfig::ReconfigurationsView;
 /// A record as `who` may see it: the waiting jobs it serves only from queues the token sees.
 fn visible(c: &Controller, who: &Principal, r: &Reconfiguration) -> Reconfiguration {
     let mut r = r.clone();
-    let sees = |id: &u64| c.jobs.get(id).is_some_and(|row| who.sees(&row.queue));
+    let sees = |id: &u64| c.jobs().get(id).is_some_and(|row| who.sees(&row.queue));
     let hidden = r.serves.iter().any(|id| !sees(id)) || r.moved.iter().any(|id| !sees(id));
     if hidden {
         r.serves.retain(sees);
@@ -21,11 +21,11 @@ fn visible(c: &Controller, who: &Principal, r: &Reconfiguration) -> Reconfigurat
 }
 
 pub fn reconfigurations(c: &Controller, who: &Principal) -> ReconfigurationsView {
-    let t = &c.reconfigs.totals;
+    let t = &c.reconfigs().totals;
     ReconfigurationsView {
-        mode: c.reconfigs.policy.mode,
-        under_way: c.reconfigs.active.values().map(|r| visible(c, who, r)).collect(),
-        recent: c.reconfigs.recent.iter().map(|r| visible(c, who, r)).collect(),
+        mode: c.reconfigs().policy.mode,
+        under_way: c.reconfigs().active.values().map(|r| visible(c, who, r)).collect(),
+        recent: c.reconfigs().recent.iter().map(|r| visible(c, who, r)).collect(),
         applied: t.applied,
         refused: t.refused,
         abandoned: t.abandoned,
@@ -36,7 +36,7 @@ pub fn reconfigurations(c: &Controller, who: &Principal) -> ReconfigurationsView
 
 /// The reconfiguration under way on a GPU, in a few words (`gantry nodes`, the dashboard).
 pub fn under_way_on(c: &Controller, node: &str, gpu: u32) -> Option<String> {
-    let r = c.reconfigs.active.get(&(node.to_string(), gpu))?;
+    let r = c.reconfigs().active.get(&(node.to_string(), gpu))?;
     let phase = match r.phase {
         crate::control::reconfig::Phase::Draining if r.moved.is_empty() => "draining",
         crate::control::reconfig::Phase::Draining => "moving replicas off",
