@@ -172,20 +172,58 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
     if file.queue.len() > QUEUES_MAX {
         return Err(SpecError::new("queue", format!("{} queues, the limit is {QUEUES_MAX}", file.queue.len())));
     }
-    let fair = file.fair_share.unwrap_or(FairShareEntry {
+    let [half_life_s, starvation_s, reclaim_protect_s, greedy_reserve_after_s] = fair_share_settings(file.fair_share)?;
+    let billing_milli = billing_weights(file.billing.unwrap_or_default(), catalog)?;
+    let parent_of = parents(&file.queue, text)?;
+    let order = parents_first(&file.queue, &parent_of)?;
+    let mut new_index = vec![0usize; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let mut queues = Vec::with_capacity(order.len());
+    for &old in &order {
+        queues.push(queue_spec(&file.queue[old], parent_of[old].map(|p| new_index[p]), catalog)?);
+    }
+    check_children_fit(&queues)?;
+    let defaults = file.user_limits.unwrap_or_default();
+    let user_default = user_limit("user_limits", defaults.max_running_jobs, defaults.max_gpus)?;
+    Ok(QueueTree {
+        user_default,
+        users: users(&file.user)?,
+        queues,
+        half_life_s,
+        starvation_s,
+        reclaim_protect_s,
+        greedy_reserve_after_s,
+        billing_milli,
+    })
+}
+
+/// `[fair_share]`: half-life, starvation bound, reclaim protection and greedy reserve, in
+/// seconds; each its default where not given.
+fn fair_share_settings(fair: Option<FairShareEntry>) -> Result<[u64; 4], SpecError> {
+    let fair = fair.unwrap_or(FairShareEntry {
         half_life: None,
         starvation: None,
         reclaim_protect: None,
         greedy_reserve_after: None,
     });
-    let half_life_s = fair.half_life.as_ref().map(|d| seconds("fair_share.half_life", d, 1)).transpose()?;
-    let starvation_s = fair.starvation.as_ref().map(|d| seconds("fair_share.starvation", d, 1)).transpose()?;
-    let reclaim_protect_s =
-        fair.reclaim_protect.as_ref().map(|d| seconds("fair_share.reclaim_protect", d, 0)).transpose()?;
-    let greedy_reserve_after_s =
-        fair.greedy_reserve_after.as_ref().map(|d| seconds("fair_share.greedy_reserve_after", d, 0)).transpose()?;
+    let at = |field: &str, d: &Option<Duration>, min: u64| {
+        d.as_ref().map(|d| seconds(&format!("fair_share.{field}"), d, min)).transpose()
+    };
+    Ok([
+        at("half_life", &fair.half_life, 1)?.unwrap_or(HALF_LIFE_DEFAULT_S),
+        at("starvation", &fair.starvation, 1)?.unwrap_or(STARVATION_DEFAULT_S),
+        at("reclaim_protect", &fair.reclaim_protect, 0)?.unwrap_or(gantry_types::RECLAIM_PROTECT_DEFAULT_S),
+        at("greedy_reserve_after", &fair.greedy_reserve_after, 0)?
+            .unwrap_or(gantry_types::GREEDY_RESERVE_AFTER_DEFAULT_S),
+    ])
+}
+
+/// `[billing]`: each GPU model's weight in reference GPU-hours, as milli.
+fn billing_weights(billing: BTreeMap<String, f64>, catalog: &Catalog) -> Result<Vec<(String, u32)>, SpecError> {
     let mut billing_milli = Vec::new();
-    for (model, weight) in file.billing.unwrap_or_default() {
+    for (model, weight) in billing {
         let field = format!("billing.{model:?}");
         let Flavor::Model(id) = flavor(&field, &model, catalog)? else {
             return Err(SpecError::new(field, "billing weights are per GPU model, not the milli pool"));
@@ -196,10 +234,14 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
         }
         billing_milli.push((id, (weight * 1000.0).round().max(1.0) as u32));
     }
+    Ok(billing_milli)
+}
 
-    // Names first, so parents may be declared in any order.
+/// Each queue's parent (an index into `queues`), names checked first so parents may be
+/// declared in any order.
+fn parents(queues: &[QueueEntry], text: &str) -> Result<Vec<Option<usize>>, SpecError> {
     let mut index: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, q) in file.queue.iter().enumerate() {
+    for (i, q) in queues.iter().enumerate() {
         let name = q.name.trim();
         if name.is_empty() || name != q.name || name.chars().any(|c| c.is_control() || c == ',') {
             return Err(SpecError::new(
@@ -215,23 +257,26 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
             ));
         }
     }
-    let mut parent_of: Vec<Option<usize>> = Vec::with_capacity(file.queue.len());
-    for q in &file.queue {
-        parent_of.push(match &q.parent {
-            None => None,
-            Some(p) => Some(*index.get(p.as_str()).ok_or_else(|| {
-                SpecError::new(format!("queue {:?} / parent", q.name), format!("unknown queue {p:?}"))
-                    .hint("a parent must be another [[queue]] of this file")
-            })?),
-        });
-    }
-    // Depth of each queue; a walk longer than the queue count is a cycle.
-    let mut depth = vec![0usize; file.queue.len()];
-    for (i, q) in file.queue.iter().enumerate() {
+    let parent = |q: &QueueEntry| -> Result<Option<usize>, SpecError> {
+        let Some(p) = &q.parent else { return Ok(None) };
+        let found = index.get(p.as_str()).copied().ok_or_else(|| {
+            SpecError::new(format!("queue {:?} / parent", q.name), format!("unknown queue {p:?}"))
+                .hint("a parent must be another [[queue]] of this file")
+        })?;
+        Ok(Some(found))
+    };
+    queues.iter().map(parent).collect()
+}
+
+/// The queues' indices, parents before children (stable by depth); a walk longer than the
+/// queue count is a cycle, one deeper than [`QUEUE_DEPTH_MAX`] too deep.
+fn parents_first(queues: &[QueueEntry], parent_of: &[Option<usize>]) -> Result<Vec<usize>, SpecError> {
+    let mut depth = vec![0usize; queues.len()];
+    for (i, q) in queues.iter().enumerate() {
         let (mut at, mut path) = (i, vec![q.name.as_str()]);
         while let Some(p) = parent_of[at] {
-            path.push(file.queue[p].name.as_str());
-            if p == i || path.len() > file.queue.len() {
+            path.push(queues[p].name.as_str());
+            if p == i || path.len() > queues.len() {
                 return Err(SpecError::new(
                     format!("queue {:?} / parent", q.name),
                     format!("queue parents form a cycle: {}", path.join(" → ")),
@@ -244,64 +289,59 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
             return Err(SpecError::new(format!("queue {:?}", q.name), format!("deeper than {QUEUE_DEPTH_MAX} levels")));
         }
     }
-    // Parents before children (stable by depth), indices remapped.
-    let mut order: Vec<usize> = (0..file.queue.len()).collect();
+    let mut order: Vec<usize> = (0..queues.len()).collect();
     order.sort_by_key(|&i| depth[i]);
-    let mut new_index = vec![0usize; order.len()];
-    for (new, &old) in order.iter().enumerate() {
-        new_index[old] = new;
-    }
-    let mut queues = Vec::with_capacity(order.len());
-    for &old in &order {
-        let q = &file.queue[old];
-        let at = format!("queue {:?}", q.name);
-        let weight = crate::quantity::count(
-            &format!("{at} / weight"),
-            q.weight.unwrap_or(1),
-            1,
-            QUEUE_WEIGHT_MAX,
-            "a fair-share weight is a whole number ≥ 1 (default 1)",
-        )?;
-        let mut quotas: Vec<Quota> = Vec::new();
-        for entry in &q.quota {
-            let field = format!("{at} / quota {:?}", entry.flavor);
-            let flavor = flavor(&format!("{field} / flavor"), &entry.flavor, catalog)?;
-            if quotas.iter().any(|x| x.flavor == flavor) {
-                return Err(SpecError::new(field, "flavor given twice"));
-            }
-            let guaranteed = gpus_to_milli(&format!("{field} / guaranteed"), entry.guaranteed.unwrap_or(0.0))?;
-            let limit = match entry.limit {
-                Some(l) => gpus_to_milli(&format!("{field} / limit"), l)?,
-                None => u64::MAX,
-            };
-            if limit < guaranteed {
-                return Err(SpecError::new(
-                    format!("{field} / limit"),
-                    format!("limit {} is below guaranteed {}", limit as f64 / 1000.0, guaranteed as f64 / 1000.0),
-                ));
-            }
-            let borrow = match entry.borrow {
-                Some(b) => gpus_to_milli(&format!("{field} / borrow"), b)?,
-                None => limit.saturating_sub(guaranteed),
-            };
-            quotas.push(Quota {
-                flavor,
-                guaranteed_milli: guaranteed,
-                limit_milli: limit,
-                lend: entry.lend.unwrap_or(true),
-                borrow_milli: borrow,
-            });
+    Ok(order)
+}
+
+/// One `[[queue]]` checked: its weight, quotas and priority range.
+fn queue_spec(q: &QueueEntry, parent: Option<usize>, catalog: &Catalog) -> Result<QueueSpec, SpecError> {
+    let at = format!("queue {:?}", q.name);
+    let weight = crate::quantity::count(
+        &format!("{at} / weight"),
+        q.weight.unwrap_or(1),
+        1,
+        QUEUE_WEIGHT_MAX,
+        "a fair-share weight is a whole number ≥ 1 (default 1)",
+    )?;
+    let mut quotas: Vec<Quota> = Vec::new();
+    for entry in &q.quota {
+        let quota = quota(&at, entry, catalog)?;
+        if quotas.iter().any(|x| x.flavor == quota.flavor) {
+            return Err(SpecError::new(format!("{at} / quota {:?}", entry.flavor), "flavor given twice"));
         }
-        let priority = priority_range(&at, q.priority.as_ref())?;
-        queues.push(QueueSpec {
-            name: q.name.clone(),
-            parent: parent_of[old].map(|p| new_index[p]),
-            weight,
-            quotas,
-            priority,
-        });
+        quotas.push(quota);
     }
-    // Children's guarantees must fit in their parent's, flavor by flavor.
+    let priority = priority_range(&at, q.priority.as_ref())?;
+    Ok(QueueSpec { name: q.name.clone(), parent, weight, quotas, priority })
+}
+
+/// One `quota` entry of queue `at`: guaranteed ≤ limit, borrow by default what the limit
+/// leaves above the guarantee.
+fn quota(at: &str, entry: &QuotaEntry, catalog: &Catalog) -> Result<Quota, SpecError> {
+    let field = format!("{at} / quota {:?}", entry.flavor);
+    let flavor = flavor(&format!("{field} / flavor"), &entry.flavor, catalog)?;
+    let guaranteed = gpus_to_milli(&format!("{field} / guaranteed"), entry.guaranteed.unwrap_or(0.0))?;
+    let limit = match entry.limit {
+        Some(l) => gpus_to_milli(&format!("{field} / limit"), l)?,
+        None => u64::MAX,
+    };
+    if limit < guaranteed {
+        return Err(SpecError::new(
+            format!("{field} / limit"),
+            format!("limit {} is below guaranteed {}", limit as f64 / 1000.0, guaranteed as f64 / 1000.0),
+        ));
+    }
+    let borrow = match entry.borrow {
+        Some(b) => gpus_to_milli(&format!("{field} / borrow"), b)?,
+        None => limit.saturating_sub(guaranteed),
+    };
+    let lend = entry.lend.unwrap_or(true);
+    Ok(Quota { flavor, guaranteed_milli: guaranteed, limit_milli: limit, lend, borrow_milli: borrow })
+}
+
+/// Children's guarantees must fit in their parent's, flavor by flavor.
+fn check_children_fit(queues: &[QueueSpec]) -> Result<(), SpecError> {
     for (p, parent) in queues.iter().enumerate() {
         for quota in &parent.quotas {
             let children: Vec<&QueueSpec> = queues.iter().filter(|q| q.parent == Some(p)).collect();
@@ -324,13 +364,16 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
             }
         }
     }
-    let defaults = file.user_limits.unwrap_or_default();
-    let user_default = user_limit("user_limits", defaults.max_running_jobs, defaults.max_gpus)?;
-    if file.user.len() > USERS_MAX {
-        return Err(SpecError::new("user", format!("{} users, the limit is {USERS_MAX}", file.user.len())));
+    Ok(())
+}
+
+/// `[[user]]` limits, each user once.
+fn users(entries: &[UserEntry]) -> Result<Vec<(String, UserLimit)>, SpecError> {
+    if entries.len() > USERS_MAX {
+        return Err(SpecError::new("user", format!("{} users, the limit is {USERS_MAX}", entries.len())));
     }
     let mut users: Vec<(String, UserLimit)> = Vec::new();
-    for u in &file.user {
+    for u in entries {
         let at = format!("user {:?}", u.name);
         if u.name.trim().is_empty() || u.name.trim() != u.name || u.name.chars().any(char::is_control) {
             return Err(SpecError::new(format!("{at} / name"), "empty, padded or with a control character"));
@@ -340,16 +383,7 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
         }
         users.push((u.name.clone(), user_limit(&at, u.max_running_jobs, u.max_gpus)?));
     }
-    Ok(QueueTree {
-        user_default,
-        users,
-        queues,
-        half_life_s: half_life_s.unwrap_or(HALF_LIFE_DEFAULT_S),
-        starvation_s: starvation_s.unwrap_or(STARVATION_DEFAULT_S),
-        reclaim_protect_s: reclaim_protect_s.unwrap_or(gantry_types::RECLAIM_PROTECT_DEFAULT_S),
-        greedy_reserve_after_s: greedy_reserve_after_s.unwrap_or(gantry_types::GREEDY_RESERVE_AFTER_DEFAULT_S),
-        billing_milli,
-    })
+    Ok(users)
 }
 
 fn flavor_name(flavor: &Flavor) -> String {
