@@ -392,6 +392,29 @@ pub(crate) fn parse_job(
     budget: usize,
 ) -> Result<Vec<Job>, SpecError> {
     check_name(&format!("{at} / name"), &entry.name)?;
+    let tasks = task_entries(at, &mut entry)?;
+    let priority = entry.priority.unwrap_or(0);
+    if priority < PRIORITY_RANGE.0 || priority > PRIORITY_RANGE.1 {
+        return Err(SpecError::new(
+            format!("{at} / priority"),
+            format!("{priority} is out of range {}..={}", PRIORITY_RANGE.0, PRIORITY_RANGE.1),
+        ));
+    }
+    let groups = task_groups(at, tasks, catalog)?;
+    let queue = entry.queue.clone().unwrap_or_else(|| "default".into());
+    let lifecycle = lifecycle(at, &entry)?;
+    let after =
+        entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;
+    let control = job_control(at, &entry, &lifecycle)?;
+    let run = parse_run(at, entry.command.take(), entry.env.take(), entry.workdir.take())?;
+    let job =
+        Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after, control, run };
+    copies(at, &entry, job, budget)
+}
+
+/// The job's task groups as written: its `[[job.task]]` tables, or the job-level fields as
+/// one group named `main` (not both).
+fn task_entries(at: &str, entry: &mut JobEntry) -> Result<Vec<TaskEntry>, SpecError> {
     let shorthand = TaskEntry {
         name: None,
         replicas: entry.replicas.take(),
@@ -415,21 +438,16 @@ pub(crate) fn parse_job(
         || shorthand.topology.is_some()
         || shorthand.tolerations.is_some()
         || shorthand.resources.is_some();
-    let tasks = match (entry.task.is_empty(), has_shorthand) {
-        (false, true) => {
-            return Err(SpecError::new(at, "task fields both at job level and in [[job.task]]")
-                .hint("use job-level fields for a single-group job, or [[job.task]] tables, not both"));
-        }
-        (true, _) => vec![TaskEntry { name: Some("main".into()), ..shorthand }],
-        (false, false) => std::mem::take(&mut entry.task),
-    };
-    let priority = entry.priority.unwrap_or(0);
-    if priority < PRIORITY_RANGE.0 || priority > PRIORITY_RANGE.1 {
-        return Err(SpecError::new(
-            format!("{at} / priority"),
-            format!("{priority} is out of range {}..={}", PRIORITY_RANGE.0, PRIORITY_RANGE.1),
-        ));
+    match (entry.task.is_empty(), has_shorthand) {
+        (false, true) => Err(SpecError::new(at, "task fields both at job level and in [[job.task]]")
+            .hint("use job-level fields for a single-group job, or [[job.task]] tables, not both")),
+        (true, _) => Ok(vec![TaskEntry { name: Some("main".into()), ..shorthand }]),
+        (false, false) => Ok(std::mem::take(&mut entry.task)),
     }
+}
+
+/// Each group checked and named once; at most [`REPLICAS_MAX`] tasks in all.
+fn task_groups(at: &str, tasks: Vec<TaskEntry>, catalog: &Catalog) -> Result<Vec<TaskGroup>, SpecError> {
     let mut groups = Vec::new();
     let mut group_names = BTreeSet::new();
     for (i, task) in tasks.into_iter().enumerate() {
@@ -445,35 +463,35 @@ pub(crate) fn parse_job(
     if total > REPLICAS_MAX as u64 {
         return Err(SpecError::new(at, format!("{total} tasks, the limit is {REPLICAS_MAX} per job")));
     }
-    let queue = entry.queue.unwrap_or_else(|| "default".into());
+    Ok(groups)
+}
+
+/// Preemptible, minimum runtime, grace, interactive, requeue, restartable: each its default
+/// where not given.
+fn lifecycle(at: &str, entry: &JobEntry) -> Result<gantry_types::Lifecycle, SpecError> {
     let defaults = gantry_types::Lifecycle::default();
-    let lifecycle = gantry_types::Lifecycle {
+    let seconds =
+        |name: &str, d: &Option<_>| d.as_ref().map(|d| quantity::seconds(&format!("{at} / {name}"), d, 0)).transpose();
+    Ok(gantry_types::Lifecycle {
         preemptible: entry.preemptible.unwrap_or(defaults.preemptible),
-        min_runtime_s: entry
-            .min_runtime
-            .as_ref()
-            .map(|d| quantity::seconds(&format!("{at} / min_runtime"), d, 0))
-            .transpose()?
-            .unwrap_or(defaults.min_runtime_s),
-        grace_s: entry
-            .grace
-            .as_ref()
-            .map(|d| quantity::seconds(&format!("{at} / grace"), d, 0))
-            .transpose()?
-            .unwrap_or(defaults.grace_s),
+        min_runtime_s: seconds("min_runtime", &entry.min_runtime)?.unwrap_or(defaults.min_runtime_s),
+        grace_s: seconds("grace", &entry.grace)?.unwrap_or(defaults.grace_s),
         interactive: entry.interactive.unwrap_or(defaults.interactive),
         requeue: entry.requeue.unwrap_or(defaults.requeue),
         restartable: entry.restartable.unwrap_or(defaults.restartable),
-    };
-    let after =
-        entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;
-    let user = match entry.user {
+    })
+}
+
+/// Who runs it, its time limit (never shorter than its minimum runtime), held or not, and the
+/// priority it asked for.
+fn job_control(at: &str, entry: &JobEntry, lifecycle: &gantry_types::Lifecycle) -> Result<JobControl, SpecError> {
+    let user = match &entry.user {
         None => None,
         Some(u) if u.trim().is_empty() || u.trim() != u || u.chars().any(char::is_control) || u.len() > 64 => {
             return Err(SpecError::new(format!("{at} / user"), format!("{u:?} is not a user name"))
                 .hint("a plain name of at most 64 characters, like \"alice\""));
         }
-        Some(u) => Some(u),
+        Some(u) => Some(u.clone()),
     };
     let time_limit_s =
         entry.time_limit.as_ref().map(|d| quantity::seconds(&format!("{at} / time_limit"), d, 1)).transpose()?;
@@ -486,7 +504,7 @@ pub(crate) fn parse_job(
         )
         .hint("a job can never run past its time limit, so a longer minimum runtime means \"never preempt\": say preemptible = false instead"));
     }
-    let control = JobControl {
+    Ok(JobControl {
         user,
         time_limit_s,
         hold: entry.hold.unwrap_or(false),
@@ -494,10 +512,11 @@ pub(crate) fn parse_job(
         submitted_by: None,
         submission_key: None,
         priority_asked: entry.priority.map(|p| p as i32),
-    };
-    let run = parse_run(at, entry.command.take(), entry.env.take(), entry.workdir.take())?;
-    let job =
-        Job { name: entry.name.clone(), queue, priority: priority as i32, groups, lifecycle, after, control, run };
+    })
+}
+
+/// The job as many times as `count` or `array` say (at most `budget`), else once.
+fn copies(at: &str, entry: &JobEntry, job: Job, budget: usize) -> Result<Vec<Job>, SpecError> {
     Ok(match (entry.count, &entry.array) {
         (Some(_), Some(_)) => {
             return Err(SpecError::new(at, "both count and array").hint(
