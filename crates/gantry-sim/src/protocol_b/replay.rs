@@ -220,6 +220,91 @@ pub(crate) fn replay_with<'a>(
     Ok(sim.finish(stopped_at))
 }
 
+/// When each job arrives on the compressed clock, and the window the means are taken over.
+struct Timeline {
+    arrival: Vec<u64>,
+    start: u64,
+    /// The last arrival (or `until`): means are taken over the arrival window, since
+    /// long-running jobs are censored at the trace's end and averaging over their tail would
+    /// dilute the busy period to nothing.
+    last_arrival: u64,
+    /// When the last job would end, ran at once.
+    end: u64,
+}
+
+fn timeline(jobs: &[SimJob], options: &ReplayOptions) -> Timeline {
+    let compress = options.compress.max(1);
+    let origin = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
+    let arrival: Vec<u64> = jobs.iter().map(|j| origin + (j.arrival_s - origin) / compress).collect();
+    let start = origin;
+    let mut last_arrival = arrival.iter().copied().max().unwrap_or(start).max(start + 1);
+    if let Some(until) = options.until_s {
+        last_arrival = last_arrival.min(until.max(start + 1));
+    }
+    let end =
+        jobs.iter().zip(&arrival).map(|(j, &a)| a + j.duration_s.unwrap_or(0)).max().unwrap_or(start).max(start + 1);
+    Timeline { arrival, start, last_arrival, end }
+}
+
+/// The trace's tenants (its queues), sorted, and each job's.
+fn tenants(jobs: &[SimJob]) -> (Vec<String>, Vec<usize>) {
+    let mut tenants: Vec<String> = jobs.iter().map(|j| j.spec.queue.clone()).collect();
+    tenants.sort();
+    tenants.dedup();
+    let tenant_of =
+        jobs.iter().map(|j| tenants.binary_search(&j.spec.queue).expect("every tenant is listed")).collect();
+    (tenants, tenant_of)
+}
+
+/// Dependencies by index: a name stands for a job, or for every element of an array; a job
+/// naming one that is not in the replay can never start (`None`).
+fn dependencies(jobs: &[SimJob]) -> Vec<Option<Vec<(DependencyKind, JobId)>>> {
+    let mut index: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, j) in jobs.iter().enumerate() {
+        index.entry(j.spec.name.as_str()).or_default().push(i);
+        if let Some(a) = &j.spec.control.array {
+            index.entry(a.array.as_str()).or_default().push(i);
+        }
+    }
+    jobs.iter()
+        .map(|j| {
+            let mut list = Vec::new();
+            for d in &j.spec.after {
+                list.extend(index.get(d.job.as_str())?.iter().map(|&k| (d.kind, k as JobId)));
+            }
+            Some(list)
+        })
+        .collect()
+}
+
+/// What the replay keeps of each job, and what it submits to the scheduler at its arrival
+/// (`None`: a dependency can never be met).
+type Submission = Option<(SchedJob, gantry_types::Job)>;
+
+fn submissions(jobs: Vec<SimJob>, deps: Vec<Option<Vec<(DependencyKind, JobId)>>>) -> (Vec<Meta>, Vec<Submission>) {
+    let mut meta = Vec::with_capacity(jobs.len());
+    let mut submissions = Vec::with_capacity(jobs.len());
+    for (j, after) in jobs.into_iter().zip(deps) {
+        let SimJob { spec, duration_s, utilization, job, patience_s, .. } = j;
+        meta.push(Meta {
+            name: spec.name.clone(),
+            tenant: spec.queue.clone(),
+            duration_s,
+            utilization,
+            time_limit_s: spec.control.time_limit_s,
+            patience_s,
+        });
+        submissions.push(after.map(|after| {
+            let mut submission = SchedJob::of(&spec, job, after);
+            // The replay knows each job's duration: planning may count on it where the job
+            // has no time limit (the live controller cannot: see `gantry sim --live`).
+            submission.planned_length_s = spec.control.time_limit_s.or(duration_s);
+            (submission, spec)
+        }));
+    }
+    (meta, submissions)
+}
+
 impl<'a> Replay<'a> {
     fn new(
         engine: Engine,
@@ -228,71 +313,12 @@ impl<'a> Replay<'a> {
         options: &'a ReplayOptions,
         operator: Option<&'a mut dyn Operator>,
     ) -> Self {
-        let compress = options.compress.max(1);
         let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
-        let origin = jobs.iter().map(|j| j.arrival_s).min().unwrap_or(0);
-        let arrival: Vec<u64> = jobs.iter().map(|j| origin + (j.arrival_s - origin) / compress).collect();
-        let start = origin;
-        // Means are taken over the arrival window (or up to `until`): long-running jobs are
-        // censored at the trace's end, and averaging over their tail would dilute the busy
-        // period to nothing.
-        let mut last_arrival = arrival.iter().copied().max().unwrap_or(start).max(start + 1);
-        if let Some(until) = options.until_s {
-            last_arrival = last_arrival.min(until.max(start + 1));
-        }
-        let end = jobs
-            .iter()
-            .zip(&arrival)
-            .map(|(j, &a)| a + j.duration_s.unwrap_or(0))
-            .max()
-            .unwrap_or(start)
-            .max(start + 1);
+        let Timeline { arrival, start, last_arrival, end } = timeline(&jobs, options);
         let step = ((last_arrival - start) / SAMPLES as u64).max(1);
-        let mut tenants: Vec<String> = jobs.iter().map(|j| j.spec.queue.clone()).collect();
-        tenants.sort();
-        tenants.dedup();
-        let tenant_of: Vec<usize> =
-            jobs.iter().map(|j| tenants.binary_search(&j.spec.queue).expect("every tenant is listed")).collect();
-
-        // Dependencies by index: a name stands for a job, or for every element of an array;
-        // a job naming one that is not in the replay can never start (`None`).
-        let mut index: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        for (i, j) in jobs.iter().enumerate() {
-            index.entry(j.spec.name.as_str()).or_default().push(i);
-            if let Some(a) = &j.spec.control.array {
-                index.entry(a.array.as_str()).or_default().push(i);
-            }
-        }
-        let deps: Vec<Option<Vec<(DependencyKind, JobId)>>> = jobs
-            .iter()
-            .map(|j| {
-                let mut list = Vec::new();
-                for d in &j.spec.after {
-                    list.extend(index.get(d.job.as_str())?.iter().map(|&k| (d.kind, k as JobId)));
-                }
-                Some(list)
-            })
-            .collect();
-        let mut meta = Vec::with_capacity(jobs.len());
-        let mut submissions = Vec::with_capacity(jobs.len());
-        for (j, after) in jobs.into_iter().zip(deps) {
-            let SimJob { spec, duration_s, utilization, job, patience_s, .. } = j;
-            meta.push(Meta {
-                name: spec.name.clone(),
-                tenant: spec.queue.clone(),
-                duration_s,
-                utilization,
-                time_limit_s: spec.control.time_limit_s,
-                patience_s,
-            });
-            submissions.push(after.map(|after| {
-                let mut submission = SchedJob::of(&spec, job, after);
-                // The replay knows each job's duration: planning may count on it where the
-                // job has no time limit (the live controller cannot: see `gantry sim --live`).
-                submission.planned_length_s = spec.control.time_limit_s.or(duration_s);
-                (submission, spec)
-            }));
-        }
+        let (tenants, tenant_of) = tenants(&jobs);
+        let deps = dependencies(&jobs);
+        let (meta, submissions) = submissions(jobs, deps);
         let mut events = BinaryHeap::new();
         for (i, &a) in arrival.iter().enumerate() {
             events.push(Reverse((a, Event::Arrive { job: i })));
