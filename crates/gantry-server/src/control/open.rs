@@ -160,7 +160,34 @@ impl Controller {
     ) -> Result<(Controller, Batch), ControlError> {
         let kept = opened_image(&image, carried.clone());
         let fleet = fleet_as_recorded(&setup.fleet, &image.gpu_modes);
-        let engine = Engine::new(&fleet, catalog, EngineConfig::default())
+        let mut c = Controller::empty(&setup, &fleet, image.tokens, catalog, now)?;
+        c.restore_side_tables(&fleet, image.series, &image.drained)?;
+        c.restore_reconfigurations(&image.reconfigurations)?;
+        c.recover_carrying(carried, image.jobs, launched, now)?;
+        c.backlog = super::backlog::Backlog::of(c.jobs.values());
+        let events = serde_json::to_string(&c.pending.events).map_err(|e| ControlError::Internal(e.to_string()))?;
+        let opened = Opened {
+            setup,
+            launched: launched.iter().copied().collect(),
+            decisions: super::command::fingerprint(&events),
+            image: Some(kept),
+        };
+        let body = serde_json::to_string(&opened).map_err(|e| ControlError::Internal(e.to_string()))?;
+        c.pending.commands.insert(0, (now, body));
+        c.pending.opened = true;
+        let batch = std::mem::take(&mut c.pending);
+        Ok((c, batch))
+    }
+
+    /// A controller of `fleet` with `tokens` and nothing else yet.
+    fn empty(
+        setup: &Setup,
+        fleet: &Fleet,
+        tokens: Vec<gantry_store::TokenRecord>,
+        catalog: &'static Catalog,
+        now: u64,
+    ) -> Result<Controller, ControlError> {
+        let engine = Engine::new(fleet, catalog, EngineConfig::default())
             .map_err(|e| ControlError::Setup { field: "fleet", message: e.to_string() })?;
         let uuids = fleet
             .nodes
@@ -168,14 +195,14 @@ impl Controller {
             .flat_map(|n| n.gpus.iter().map(move |g| ((n.name.clone(), g.index), g.uuid.clone())))
             .collect();
         let agents = setup.agents;
-        let mut c = Controller {
+        Ok(Controller {
             setup: setup.clone(),
             empty: engine.clone(),
             scheduler: Scheduler::new(engine, setup.scheduling()?),
             catalog,
             agents,
             jobs: BTreeMap::new(),
-            tokens: Tokens::new(image.tokens),
+            tokens: Tokens::new(tokens),
             uuids,
             models: BTreeMap::new(),
             meter: crate::meter::Meter::new(setup.meter_flush_s),
@@ -197,8 +224,19 @@ impl Controller {
             reoffered: BTreeMap::new(),
             opened_s: now,
             pending: Batch::default(),
-        };
-        if agents != Agents::Local {
+        })
+    }
+
+    /// Readiness (no remote agent has connected yet), the GPU models, the series and the
+    /// drained nodes, as the store had them.
+    fn restore_side_tables(
+        &mut self,
+        fleet: &Fleet,
+        series: Vec<crate::series::Point>,
+        drained: &[String],
+    ) -> Result<(), ControlError> {
+        let c = self;
+        if c.agents != Agents::Local {
             // No agent has connected to this controller yet.
             for node in &fleet.nodes {
                 c.scheduler.set_ready(&node.name, false)?;
@@ -208,13 +246,24 @@ impl Controller {
             let state = c.scheduler.engine().state();
             state.gpus.iter().map(|g| ((state.info[g.node as usize].name.clone(), g.index), g.model)).collect()
         };
-        c.series.restore(image.series);
-        for node in &image.drained {
+        c.series.restore(series);
+        for node in drained {
             if let Err(e) = c.scheduler.set_drained(node, true) {
                 tracing::warn!(node, error = %e, "a drained node is no longer in the fleet");
             }
         }
-        c.restore_reconfigurations(&image.reconfigurations)?;
+        Ok(())
+    }
+
+    /// Recover the jobs, with what a checkpoint carried (`None` at a restart).
+    fn recover_carrying(
+        &mut self,
+        carried: Option<Carried>,
+        jobs: Vec<JobRow>,
+        launched: &BTreeSet<u64>,
+        now: u64,
+    ) -> Result<(), ControlError> {
+        let c = self;
         // A checkpoint's links and readiness before recovery (what it offers depends on
         // them); its fair-share memory after (re-adopted runs are charged from now).
         let memory = carried.as_ref().map(|c| gantry_engine::sched::SchedulerMemory::from(c.scheduler.clone()));
@@ -223,7 +272,7 @@ impl Controller {
         if let Some(carried) = carried {
             c.take_carried(carried)?;
         }
-        c.recover(image.jobs, launched, now)?;
+        c.recover(jobs, launched, now)?;
         if let Some(memory) = memory
             && !c.scheduler.remember(&memory)
         {
@@ -246,19 +295,7 @@ impl Controller {
                 runs.used = uses.into_iter().map(|u| (u.node.clone(), u)).collect();
             }
         }
-        c.backlog = super::backlog::Backlog::of(c.jobs.values());
-        let events = serde_json::to_string(&c.pending.events).map_err(|e| ControlError::Internal(e.to_string()))?;
-        let opened = Opened {
-            setup,
-            launched: launched.iter().copied().collect(),
-            decisions: super::command::fingerprint(&events),
-            image: Some(kept),
-        };
-        let body = serde_json::to_string(&opened).map_err(|e| ControlError::Internal(e.to_string()))?;
-        c.pending.commands.insert(0, (now, body));
-        c.pending.opened = true;
-        let batch = std::mem::take(&mut c.pending);
-        Ok((c, batch))
+        Ok(())
     }
 
     /// Take back the reconfigurations under way at the last stop: their GPUs are cordoned
