@@ -232,18 +232,7 @@ impl Runner {
         };
         let handle_kind = if self.cgroups().is_some() { Some(HandleKind::Cgroup(rank)) } else { None };
         let mut env = self.task_env(l, &account, &dir, carried);
-        let argv: Vec<String> =
-            if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
-        let (drop_to, workdir) = match &account {
-            crate::account::RunAs::Drop(user) => (
-                Some((user.uid.as_raw(), user.gid.as_raw())),
-                l.workdir.clone().unwrap_or_else(|| user.default_workdir()),
-            ),
-            crate::account::RunAs::Same => {
-                (None, l.workdir.clone().unwrap_or_else(|| dir.path().display().to_string()))
-            }
-        };
-        let entry = crate::spawn::entry_argv(drop_to, &workdir, &argv);
+        let (entry, program) = task_entry(l, &account, &dir);
         // An MPS client: its GPU's daemon runs before it starts (device 0 is the one GPU it sees).
         let mps_key = l.mps.and_then(|_| l.devices.first().cloned()).map(|gpu| (gpu, account.clone()));
         if let (Some((percentage, memory)), Some((gpu, account))) = (l.mps, &mps_key) {
@@ -260,7 +249,7 @@ impl Runner {
                     self.mps.release(gpu, account).await;
                 }
                 self.runs.abandon(l.job, l.attempt, rank);
-                return refuse(&format!("cannot start sh for {:?}: {e}", argv[0]));
+                return refuse(&format!("cannot start sh for {program:?}: {e}"));
             }
         };
         let pgid = child.id().map_or(0, |p| p as i32);
@@ -269,18 +258,23 @@ impl Runner {
         let (status, timed_out) = self.wait_within_limit(&mut child, l.job, handle, l).await;
         self.unregister(l.job, handle);
         let code = status.ok().and_then(|s| s.code());
-        let oom = match handle.kind {
-            // The task's own children go with it.
-            HandleKind::Group(pgid) => {
-                signal_group(pgid, Signal::SIGKILL);
-                false
-            }
-            HandleKind::Cgroup(_) => self.runs.drain(l.job, l.attempt, rank).await && code != Some(0),
-        };
+        let oom = self.clear_away(l, handle, code).await;
         if let Some((gpu, account)) = &mps_key {
             self.mps.release(gpu, account).await;
         }
         Exit { key: l.key(), code, timed_out, lost: false, oom }
+    }
+
+    /// After a task's exit, what it left: its process group killed (its own children go with
+    /// it), or its cgroup drained. Whether the OOM killer ended it.
+    async fn clear_away(&self, l: &Launch, handle: Handle, code: Option<i32>) -> bool {
+        match handle.kind {
+            HandleKind::Group(pgid) => {
+                signal_group(pgid, Signal::SIGKILL);
+                false
+            }
+            HandleKind::Cgroup(_) => self.runs.drain(l.job, l.attempt, l.rank).await && code != Some(0),
+        }
     }
 
     /// The monitor's environment: the account's basics, gantry's variables, the job's carried
@@ -456,4 +450,19 @@ impl Runner {
         };
         (status, true)
     }
+}
+
+/// How task `l` is entered: as its account (dropped to with setpriv when it is not the
+/// agent's), in its working directory (the account's home, or the run's directory), running
+/// its command (a placeholder when it has none); and the program named, for a refusal.
+fn task_entry(l: &Launch, account: &crate::account::RunAs, dir: &JobDir) -> (Vec<String>, String) {
+    let argv: Vec<String> =
+        if l.command.is_empty() { vec!["sh".into(), "-c".into(), PLACEHOLDER.into()] } else { l.command.clone() };
+    let (drop_to, workdir) = match account {
+        crate::account::RunAs::Drop(user) => {
+            (Some((user.uid.as_raw(), user.gid.as_raw())), l.workdir.clone().unwrap_or_else(|| user.default_workdir()))
+        }
+        crate::account::RunAs::Same => (None, l.workdir.clone().unwrap_or_else(|| dir.path().display().to_string())),
+    };
+    (crate::spawn::entry_argv(drop_to, &workdir, &argv), argv[0].clone())
 }
