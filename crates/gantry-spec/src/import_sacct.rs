@@ -188,6 +188,20 @@ fn sacct_row(
     }
     let state_text = get("State");
     let state = state_text.split_whitespace().next().unwrap_or_default();
+    let (submit, start, duration) = row_times(get, &id, state)?;
+    let group = task_group(get, &id, source)?;
+    let mut line = serde_json::json!({ "job": job(get, &id, queue_from, group) });
+    match duration {
+        Some(d) => line["duration_s"] = serde_json::json!(d),
+        None if state == "RUNNING" => {}
+        None => return Err(Left::Unreplayable(format!("no end time ({state})"))),
+    }
+    Ok((submit, start, line))
+}
+
+/// Submitted, started, and how long it ran (`None`: no end yet); a job that never started is
+/// left out, one whose times are out of order is malformed.
+fn row_times(get: &dyn Fn(&str) -> String, id: &str, state: &str) -> Result<(i64, i64, Option<i64>), Left> {
     let submit = time_cell("Submit", &get("Submit"))?
         .ok_or_else(|| malformed("a row without a submit time", "no Submit time"))?;
     let (start, end) = (time_cell("Start", &get("Start"))?, time_cell("End", &get("End"))?);
@@ -210,7 +224,12 @@ fn sacct_row(
             format!("job {id}: End {} is before Start {}", get("End"), get("Start")),
         ));
     }
-    let duration = end.map(|e| e - start);
+    Ok((submit, start, end.map(|e| e - start)))
+}
+
+/// The job's one task group from what it was allocated: a task per node, CPUs and memory
+/// shared out, its GPUs (a MIG instance, or whole GPUs of one model).
+fn task_group(get: &dyn Fn(&str) -> String, id: &str, source: &SlurmSource) -> Result<serde_json::Value, Left> {
     let alloc = tres(&get("AllocTRES"));
     let nodes = count("NNodes", Some(&get("NNodes")), 1)?;
     if nodes == 0 {
@@ -237,7 +256,21 @@ fn sacct_row(
     if mem > 0 {
         group["memory"] = serde_json::json!(format!("{}MiB", (mem / u64::from(nodes)).max(1)));
     }
-    match typed.as_slice() {
+    gpu_fields(&mut group, id, source, nodes, gpus, &typed)?;
+    Ok(group)
+}
+
+/// The group's GPUs: a MIG instance by its Slurm type, or whole GPUs spread evenly over its
+/// nodes, of the model its one GPU type names.
+fn gpu_fields(
+    group: &mut serde_json::Value,
+    id: &str,
+    source: &SlurmSource,
+    nodes: u32,
+    gpus: u32,
+    typed: &[(&str, u32)],
+) -> Result<(), Left> {
+    match typed {
         [] if gpus == 0 => {}
         [(ty, n)] if source.catalog.profile_for_slurm_type(ty).is_some() => {
             if *n != 1 || nodes != 1 {
@@ -254,18 +287,22 @@ fn sacct_row(
                 let catalog = source.catalog;
                 let model =
                     source.map.get(*ty).cloned().or_else(|| catalog.lookup(ty).map(|id| catalog.model(id).id.clone()));
-                match model {
-                    Some(m) => group["model"] = serde_json::json!(m),
-                    None => {
-                        return Err(malformed(
-                            "a GPU type without a catalog model",
-                            format!("job {id}: GPU type {ty:?} is not a catalog model (--map {ty}=MODEL names it)"),
-                        ));
-                    }
-                }
+                let Some(m) = model else {
+                    return Err(malformed(
+                        "a GPU type without a catalog model",
+                        format!("job {id}: GPU type {ty:?} is not a catalog model (--map {ty}=MODEL names it)"),
+                    ));
+                };
+                group["model"] = serde_json::json!(m);
             }
         }
     }
+    Ok(())
+}
+
+/// The job around its group: its name, queue (partition or account), user, time limit and
+/// priority.
+fn job(get: &dyn Fn(&str) -> String, id: &str, queue_from: QueueFrom, group: serde_json::Value) -> serde_json::Value {
     let queue = match queue_from {
         QueueFrom::Partition => get("Partition"),
         QueueFrom::Account => get("Account"),
@@ -286,13 +323,7 @@ fn sacct_row(
         let (lo, hi) = crate::PRIORITY_RANGE;
         job["priority"] = serde_json::json!(priority.clamp(lo, hi));
     }
-    let mut line = serde_json::json!({ "job": job });
-    match duration {
-        Some(d) => line["duration_s"] = serde_json::json!(d),
-        None if state == "RUNNING" => {}
-        None => return Err(Left::Unreplayable(format!("no end time ({state})"))),
-    }
-    Ok((submit, start, line))
+    job
 }
 
 #[cfg(test)]
