@@ -15,7 +15,7 @@ use crate::error::SpecError;
 use crate::import_k8s::quote;
 use gantry_catalog::Catalog;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 /// A queue file made from Kueue objects, and what did not map.
@@ -73,9 +73,125 @@ pub fn import_kueue(
     let objects = objects(files)?;
     let of_kind =
         |kind: &'static str| objects.iter().filter(move |o| o.get("kind").and_then(Value::as_str) == Some(kind));
-    let mut unmapped = Vec::new();
-    let mut flavors: BTreeMap<String, String> = BTreeMap::new();
-    for f in of_kind("ResourceFlavor") {
+    let mut out = QueueFileOut::default();
+    let flavors = gpu_flavors(of_kind("ResourceFlavor"), catalog, map, &mut out.unmapped);
+    for c in of_kind("Cohort") {
+        let Some(name) = name_of(c) else { continue };
+        out.queue(name, c.pointer("/spec/parentName").and_then(Value::as_str));
+    }
+    // Cohorts named by ClusterQueues but not declared: roots.
+    for cq in of_kind("ClusterQueue") {
+        if let Some(cohort) = cohort_of(cq)
+            && !out.names.contains(cohort)
+        {
+            out.queue(cohort, None);
+        }
+    }
+    for cq in of_kind("ClusterQueue") {
+        out.cluster_queue(cq, &flavors);
+    }
+    for lq in of_kind("LocalQueue") {
+        out.local_queue(lq);
+    }
+    if out.queues == 0 {
+        return Err(SpecError::new("", "no Cohort, ClusterQueue or LocalQueue in the input")
+            .hint("give Kueue objects: kubectl get clusterqueues,localqueues,resourceflavors,cohorts -A -o yaml"));
+    }
+    crate::parse_queues(&out.toml, catalog).map_err(|e| {
+        SpecError::new("", format!("the queue file made from the Kueue objects does not read back: {e}"))
+    })?;
+    Ok(ImportedQueues { toml: out.toml, queues: out.queues, unmapped: out.unmapped })
+}
+
+/// The queue file as it is written, the queue names in it, and what did not map.
+struct QueueFileOut {
+    toml: String,
+    queues: usize,
+    names: BTreeSet<String>,
+    unmapped: Vec<String>,
+}
+
+impl Default for QueueFileOut {
+    fn default() -> Self {
+        QueueFileOut {
+            toml: String::from("# Written by `gantry import kueue` from Kueue objects.\n"),
+            queues: 0,
+            names: BTreeSet::new(),
+            unmapped: Vec::new(),
+        }
+    }
+}
+
+impl QueueFileOut {
+    /// A `[[queue]]` named `name` under `parent`.
+    fn queue(&mut self, name: &str, parent: Option<&str>) {
+        let _ = write!(self.toml, "\n[[queue]]\nname = {}\n", quote(name));
+        if let Some(parent) = parent {
+            let _ = writeln!(self.toml, "parent = {}", quote(parent));
+        }
+        self.names.insert(name.to_string());
+        self.queues += 1;
+    }
+
+    /// A ClusterQueue: its cohort as parent, its fair-sharing weight, its GPU quotas; what
+    /// gantry has no equivalent for is listed.
+    fn cluster_queue(&mut self, cq: &Value, flavors: &BTreeMap<String, String>) {
+        let Some(name) = name_of(cq) else { return };
+        self.queue(name, cohort_of(cq));
+        if let Some(weight) = cq.pointer("/spec/fairSharing/weight").and_then(amount) {
+            let rounded = weight.round().max(1.0) as u64;
+            if (weight - rounded as f64).abs() > 1e-9 {
+                self.unmapped.push(format!("ClusterQueue {name}: fairSharing.weight {weight} rounded to {rounded} (gantry weights are whole numbers)"));
+            }
+            let _ = writeln!(self.toml, "weight = {rounded}");
+        }
+        let quotas = quotas(name, cq, flavors, &mut self.unmapped);
+        if !quotas.is_empty() {
+            let _ = writeln!(self.toml, "quota = [{}]", quotas.join(", "));
+        }
+        for key in ["preemption", "admissionChecks", "admissionChecksStrategy", "flavorFungibility", "stopPolicy"] {
+            if cq.pointer(&format!("/spec/{key}")).is_some() {
+                self.unmapped.push(format!("ClusterQueue {name}: spec.{key} (no gantry equivalent; gantry's preemption is `--preempt` with the queue tree's guarantees)"));
+            }
+        }
+    }
+
+    /// A LocalQueue: its namespace as a leaf under its ClusterQueue (unless that name is
+    /// taken already).
+    fn local_queue(&mut self, lq: &Value) {
+        let (Some(namespace), Some(cq)) = (
+            lq.pointer("/metadata/namespace").and_then(Value::as_str),
+            lq.pointer("/spec/clusterQueue").and_then(Value::as_str),
+        ) else {
+            return;
+        };
+        if self.names.contains(namespace) {
+            self.unmapped.push(format!(
+                "LocalQueue {}/{}: its namespace {namespace:?} is already a queue name; jobs of that namespace go to that queue",
+                namespace,
+                name_of(lq).unwrap_or_default()
+            ));
+            return;
+        }
+        self.queue(namespace, Some(cq));
+    }
+}
+
+/// A ClusterQueue's cohort (`cohortName`, or the older `cohort`).
+fn cohort_of(cq: &Value) -> Option<&str> {
+    cq.pointer("/spec/cohortName").or_else(|| cq.pointer("/spec/cohort")).and_then(Value::as_str)
+}
+
+/// ResourceFlavor name → catalog model, from `map` or the flavor's GPU product node label;
+/// flavors with neither are listed in `unmapped`.
+fn gpu_flavors<'a>(
+    flavors: impl Iterator<Item = &'a Value>,
+    catalog: &Catalog,
+    map: &BTreeMap<String, String>,
+    unmapped: &mut Vec<String>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for f in flavors {
         let Some(name) = name_of(f) else { continue };
         let product = f.pointer("/spec/nodeLabels/nvidia.com~1gpu.product").and_then(Value::as_str);
         let model = map
@@ -84,7 +200,7 @@ pub fn import_kueue(
             .or_else(|| product.and_then(|p| crate::import_k8s::model_of(p, catalog, &BTreeMap::new())));
         match model {
             Some(model) => {
-                flavors.insert(name.to_string(), model);
+                out.insert(name.to_string(), model);
             }
             None => unmapped.push(format!(
                 "ResourceFlavor {name}: its node labels name no GPU product gantry knows, so its GPU quotas are left out \
@@ -92,86 +208,7 @@ pub fn import_kueue(
             )),
         }
     }
-    let mut toml = String::from("# Written by `gantry import kueue` from Kueue objects.\n");
-    let mut queues = 0;
-    let mut names: BTreeMap<String, ()> = BTreeMap::new();
-    for c in of_kind("Cohort") {
-        let Some(name) = name_of(c) else { continue };
-        let _ = write!(toml, "\n[[queue]]\nname = {}\n", quote(name));
-        if let Some(parent) = c.pointer("/spec/parentName").and_then(Value::as_str) {
-            let _ = writeln!(toml, "parent = {}", quote(parent));
-        }
-        names.insert(name.to_string(), ());
-        queues += 1;
-    }
-    // Cohorts named by ClusterQueues but not declared: roots.
-    let cohort_of = |cq: &Value| {
-        cq.pointer("/spec/cohortName")
-            .or_else(|| cq.pointer("/spec/cohort"))
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    for cq in of_kind("ClusterQueue") {
-        if let Some(cohort) = cohort_of(cq)
-            && !names.contains_key(&cohort)
-        {
-            let _ = write!(toml, "\n[[queue]]\nname = {}\n", quote(&cohort));
-            names.insert(cohort, ());
-            queues += 1;
-        }
-    }
-    for cq in of_kind("ClusterQueue") {
-        let Some(name) = name_of(cq) else { continue };
-        let _ = write!(toml, "\n[[queue]]\nname = {}\n", quote(name));
-        if let Some(cohort) = cohort_of(cq) {
-            let _ = writeln!(toml, "parent = {}", quote(&cohort));
-        }
-        if let Some(weight) = cq.pointer("/spec/fairSharing/weight").and_then(amount) {
-            let rounded = weight.round().max(1.0) as u64;
-            if (weight - rounded as f64).abs() > 1e-9 {
-                unmapped.push(format!("ClusterQueue {name}: fairSharing.weight {weight} rounded to {rounded} (gantry weights are whole numbers)"));
-            }
-            let _ = writeln!(toml, "weight = {rounded}");
-        }
-        let quotas = quotas(name, cq, &flavors, &mut unmapped);
-        if !quotas.is_empty() {
-            let _ = writeln!(toml, "quota = [{}]", quotas.join(", "));
-        }
-        for key in ["preemption", "admissionChecks", "admissionChecksStrategy", "flavorFungibility", "stopPolicy"] {
-            if cq.pointer(&format!("/spec/{key}")).is_some() {
-                unmapped.push(format!("ClusterQueue {name}: spec.{key} (no gantry equivalent; gantry's preemption is `--preempt` with the queue tree's guarantees)"));
-            }
-        }
-        names.insert(name.to_string(), ());
-        queues += 1;
-    }
-    for lq in of_kind("LocalQueue") {
-        let (Some(namespace), Some(cq)) = (
-            lq.pointer("/metadata/namespace").and_then(Value::as_str),
-            lq.pointer("/spec/clusterQueue").and_then(Value::as_str),
-        ) else {
-            continue;
-        };
-        if names.contains_key(namespace) {
-            unmapped.push(format!(
-                "LocalQueue {}/{}: its namespace {namespace:?} is already a queue name; jobs of that namespace go to that queue",
-                namespace,
-                name_of(lq).unwrap_or_default()
-            ));
-            continue;
-        }
-        let _ = write!(toml, "\n[[queue]]\nname = {}\nparent = {}\n", quote(namespace), quote(cq));
-        names.insert(namespace.to_string(), ());
-        queues += 1;
-    }
-    if queues == 0 {
-        return Err(SpecError::new("", "no Cohort, ClusterQueue or LocalQueue in the input")
-            .hint("give Kueue objects: kubectl get clusterqueues,localqueues,resourceflavors,cohorts -A -o yaml"));
-    }
-    crate::parse_queues(&toml, catalog).map_err(|e| {
-        SpecError::new("", format!("the queue file made from the Kueue objects does not read back: {e}"))
-    })?;
-    Ok(ImportedQueues { toml, queues, unmapped })
+    out
 }
 
 /// A ClusterQueue's GPU quotas as queue-file entries; what does not map goes to `unmapped`.
