@@ -98,29 +98,46 @@ impl Chart<'_> {
     /// Draw `lines` (in order: later lines on top).
     pub fn svg(&self, lines: &[Line]) -> String {
         let (w, h) = (self.width, self.height);
-        let top = if self.title.is_empty() { 14.0 } else { 40.0 };
-        // Room on the right for the last x label when there is no legend.
-        let (left, right, bottom) =
-            (60.0, (self.legend_width + 20.0).max(40.0), if self.x_label.is_empty() { 30.0 } else { 50.0 });
-        let (pw, ph) = (w - left - right, h - top - bottom);
-        let span = if self.x_max > self.x_min { self.x_max - self.x_min } else { 1.0 };
-        let y_max = if self.y_max > 0.0 { self.y_max } else { 1.0 };
-        let x = |v: f64| left + (v - self.x_min) / span * pw;
-        let y = |v: f64| top + (1.0 - v.clamp(0.0, y_max) / y_max) * ph;
+        let f = self.frame();
         let mut svg = format!(
             r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" style="width:100%;max-width:{w}px;height:auto" font-family="system-ui,sans-serif" font-size="12" role="img"><rect width="100%" height="100%" fill="white"></rect>"#
         );
         if !self.title.is_empty() {
             let _ = write!(
                 svg,
-                r#"<text x="{left}" y="22" font-size="14" font-weight="bold">{}</text>"#,
+                r#"<text x="{}" y="22" font-size="14" font-weight="bold">{}</text>"#,
+                f.left,
                 escape(self.title)
             );
         }
-        let y_step = if self.y_step > 0.0 { self.y_step } else { y_max };
+        self.grid(&f, &mut svg);
+        self.axes(&f, &mut svg);
+        for (i, line) in lines.iter().enumerate() {
+            self.line(&f, i, line, &mut svg);
+        }
+        svg.push_str("</svg>");
+        svg
+    }
+
+    /// The plot area inside the margins, and the scales onto it.
+    fn frame(&self) -> Frame {
+        let top = if self.title.is_empty() { 14.0 } else { 40.0 };
+        // Room on the right for the last x label when there is no legend.
+        let (left, right, bottom) =
+            (60.0, (self.legend_width + 20.0).max(40.0), if self.x_label.is_empty() { 30.0 } else { 50.0 });
+        let (pw, ph) = (self.width - left - right, self.height - top - bottom);
+        let span = if self.x_max > self.x_min { self.x_max - self.x_min } else { 1.0 };
+        let y_max = if self.y_max > 0.0 { self.y_max } else { 1.0 };
+        Frame { left, top, pw, ph, x_min: self.x_min, span, y_max }
+    }
+
+    /// Horizontal grid lines with the y ticks, vertical ones with the x ticks.
+    fn grid(&self, f: &Frame, svg: &mut String) {
+        let (left, top, pw, ph) = (f.left, f.top, f.pw, f.ph);
+        let y_step = if self.y_step > 0.0 { self.y_step } else { f.y_max };
         let mut tick = 0.0;
-        while tick <= y_max + 1e-9 {
-            let ty = y(tick);
+        while tick <= f.y_max + 1e-9 {
+            let ty = f.y(tick);
             let _ = write!(
                 svg,
                 r##"<line x1="{left}" y1="{ty:.1}" x2="{}" y2="{ty:.1}" stroke="#e3e6eb"></line><text x="{}" y="{:.1}" text-anchor="end" fill="#555">{}</text>"##,
@@ -131,11 +148,11 @@ impl Chart<'_> {
             );
             tick += y_step;
         }
-        let x_step = if self.x_step > 0.0 { self.x_step } else { span };
+        let x_step = if self.x_step > 0.0 { self.x_step } else { f.span };
         let mut tick = self.x_min;
         while tick <= self.x_max + 1e-9 {
-            let tx = x(tick);
-            let text = self.x_tick.map_or_else(|| number(tick), |f| f(tick));
+            let tx = f.x(tick);
+            let text = self.x_tick.map_or_else(|| number(tick), |t| t(tick));
             let _ = write!(
                 svg,
                 r##"<line x1="{tx:.1}" y1="{top}" x2="{tx:.1}" y2="{}" stroke="#f0f1f4"></line><text x="{tx:.1}" y="{}" text-anchor="middle" fill="#555">{}</text>"##,
@@ -145,6 +162,11 @@ impl Chart<'_> {
             );
             tick += x_step;
         }
+    }
+
+    /// The two axes and their labels.
+    fn axes(&self, f: &Frame, svg: &mut String) {
+        let (left, top, pw, ph) = (f.left, f.top, f.pw, f.ph);
         let _ = write!(
             svg,
             r##"<line x1="{left}" y1="{}" x2="{}" y2="{}" stroke="#333"></line><line x1="{left}" y1="{top}" x2="{left}" y2="{}" stroke="#333"></line><text x="{}" y="{}" text-anchor="middle">{}</text><text transform="translate(16 {}) rotate(-90)" text-anchor="middle">{}</text>"##,
@@ -153,52 +175,74 @@ impl Chart<'_> {
             top + ph,
             top + ph,
             left + pw / 2.0,
-            h - 12.0,
+            self.height - 12.0,
             escape(self.x_label),
             top + ph / 2.0,
             escape(self.y_label)
         );
-        for (i, line) in lines.iter().enumerate() {
-            let dash = if line.dashed { r#" stroke-dasharray="5 3""# } else { "" };
-            let points: Vec<String> =
-                line.points.iter().map(|&(px, py)| format!("{:.1},{:.1}", x(px), y(py))).collect();
-            if line.filled && line.points.len() > 1 {
-                let (first, last) = (line.points[0].0, line.points[line.points.len() - 1].0);
-                let _ = write!(
-                    svg,
-                    r#"<polygon fill="{}" fill-opacity="0.2" stroke="none" points="{:.1},{:.1} {} {:.1},{:.1}"></polygon>"#,
-                    line.color,
-                    x(first),
-                    y(0.0),
-                    points.join(" "),
-                    x(last),
-                    y(0.0)
-                );
-            }
+    }
+
+    /// Line `i`: its area when filled, its polyline, its legend entry.
+    fn line(&self, f: &Frame, i: usize, line: &Line, svg: &mut String) {
+        let (left, top, pw) = (f.left, f.top, f.pw);
+        let dash = if line.dashed { r#" stroke-dasharray="5 3""# } else { "" };
+        let points: Vec<String> =
+            line.points.iter().map(|&(px, py)| format!("{:.1},{:.1}", f.x(px), f.y(py))).collect();
+        if line.filled && line.points.len() > 1 {
+            let (first, last) = (line.points[0].0, line.points[line.points.len() - 1].0);
             let _ = write!(
                 svg,
-                r#"<polyline fill="none" stroke="{}" stroke-width="1.8"{dash} points="{}"></polyline>"#,
+                r#"<polygon fill="{}" fill-opacity="0.2" stroke="none" points="{:.1},{:.1} {} {:.1},{:.1}"></polygon>"#,
                 line.color,
-                points.join(" ")
+                f.x(first),
+                f.y(0.0),
+                points.join(" "),
+                f.x(last),
+                f.y(0.0)
             );
-            if self.legend_width > 0.0 {
-                let ly = top + 14.0 + i as f64 * 18.0;
-                let _ = write!(
-                    svg,
-                    r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="3"{dash}></line><text x="{}" y="{}">{}</text>"#,
-                    left + pw + 12.0,
-                    ly - 4.0,
-                    left + pw + 30.0,
-                    ly - 4.0,
-                    line.color,
-                    left + pw + 36.0,
-                    ly,
-                    escape(&line.label)
-                );
-            }
         }
-        svg.push_str("</svg>");
-        svg
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke="{}" stroke-width="1.8"{dash} points="{}"></polyline>"#,
+            line.color,
+            points.join(" ")
+        );
+        if self.legend_width > 0.0 {
+            let ly = top + 14.0 + i as f64 * 18.0;
+            let _ = write!(
+                svg,
+                r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="3"{dash}></line><text x="{}" y="{}">{}</text>"#,
+                left + pw + 12.0,
+                ly - 4.0,
+                left + pw + 30.0,
+                ly - 4.0,
+                line.color,
+                left + pw + 36.0,
+                ly,
+                escape(&line.label)
+            );
+        }
+    }
+}
+
+/// A chart's plot area (pixels) and its data ranges.
+struct Frame {
+    left: f64,
+    top: f64,
+    pw: f64,
+    ph: f64,
+    x_min: f64,
+    span: f64,
+    y_max: f64,
+}
+
+impl Frame {
+    fn x(&self, v: f64) -> f64 {
+        self.left + (v - self.x_min) / self.span * self.pw
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        self.top + (1.0 - v.clamp(0.0, self.y_max) / self.y_max) * self.ph
     }
 }
 

@@ -732,29 +732,8 @@ fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, 
             "gpu = { count = 2 } | { mig = \"1g.10gb\" } | { share = 250, memory = \"8GiB\" } | { memory = \"20GiB\" }",
         ));
     }
-    let memory = match &g.memory {
-        Some(q) => Some(quantity::memory(&format!("{at}.memory"), q)?),
-        None => None,
-    };
-    if let Some(m) = memory
-        && m > catalog.max_memory()
-    {
-        return Err(SpecError::new(
-            format!("{at}.memory"),
-            format!("{m} is more than any GPU has ({} at most)", catalog.max_memory()),
-        )
-        .hint("use gpu = { count = N } for work larger than one GPU"));
-    }
-    let mode = match g.mode.as_deref() {
-        None => None,
-        Some("mps") => Some(ShareMode::Mps),
-        Some("time-slice") => Some(ShareMode::TimeSlice),
-        Some("any") => Some(ShareMode::Any),
-        Some(other) => {
-            return Err(SpecError::new(format!("{at}.mode"), format!("unknown share mode {other:?}"))
-                .hint("use mps, time-slice or any"));
-        }
-    };
+    let memory = gpu_memory(at, g, catalog)?;
+    let mode = share_mode(at, g)?;
     if let Some(count) = g.count {
         let count = quantity::count(
             &format!("{at}.count"),
@@ -771,35 +750,7 @@ fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, 
         return Ok(GpuRequest::Whole { count });
     }
     if let Some(profile) = &g.mig {
-        if let Some(mode) = mode {
-            let name = match mode {
-                ShareMode::Mps => "mps",
-                ShareMode::TimeSlice => "time-slice",
-                ShareMode::Any => "any",
-            };
-            return Err(SpecError::new(
-                format!("{at}.mode"),
-                format!("a MIG profile is a MIG instance; mode {name} contradicts it"),
-            )
-            .hint("drop mode, or ask for a share instead of a MIG profile"));
-        }
-        if memory.is_some() {
-            return Err(SpecError::new(format!("{at}.memory"), "a MIG profile fixes the memory")
-                .hint("drop memory; the profile name says it (1g.10gb = 10GB)"));
-        }
-        if !catalog.any_model_has_profile(profile) {
-            let mut all: Vec<&str> = catalog
-                .models()
-                .iter()
-                .filter_map(|m| m.mig.as_ref())
-                .flat_map(|g| g.profiles.iter().map(|p| p.name.as_str()))
-                .collect();
-            all.sort_unstable();
-            all.dedup();
-            return Err(SpecError::new(format!("{at}.mig"), format!("no GPU model has MIG profile {profile:?}"))
-                .hint(format!("known profiles: {}", all.join(", "))));
-        }
-        return Ok(GpuRequest::Mig { profile: profile.clone() });
+        return mig_request(at, profile, memory, mode, catalog);
     }
     if let Some(share) = g.share {
         let milli = quantity::count(
@@ -809,11 +760,8 @@ fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, 
             1000,
             "a share is 1..1000 milli-GPU of one GPU; ask for gpu = { count = N } for more",
         )?;
-        return Ok(GpuRequest::Share {
-            milli: MilliGpu(milli),
-            memory: memory.unwrap_or_default(),
-            mode: mode.unwrap_or(ShareMode::Any),
-        });
+        let (memory, mode) = (memory.unwrap_or_default(), mode.unwrap_or(ShareMode::Any));
+        return Ok(GpuRequest::Share { milli: MilliGpu(milli), memory, mode });
     }
     match (memory, mode) {
         (Some(m), None) if m.0 > 0 => Ok(GpuRequest::Memory { memory: m, hint: unit_hint(at, g)? }),
@@ -823,6 +771,73 @@ fn gpu_request(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<GpuRequest, 
             "gpu = { count = 2 } | { mig = \"1g.10gb\" } | { share = 250, memory = \"8GiB\" } | { memory = \"20GiB\" }",
         )),
     }
+}
+
+/// `memory`, at most what the largest GPU of the catalog has.
+fn gpu_memory(at: &str, g: &GpuEntry, catalog: &Catalog) -> Result<Option<Bytes>, SpecError> {
+    let Some(q) = &g.memory else { return Ok(None) };
+    let m = quantity::memory(&format!("{at}.memory"), q)?;
+    if m > catalog.max_memory() {
+        return Err(SpecError::new(
+            format!("{at}.memory"),
+            format!("{m} is more than any GPU has ({} at most)", catalog.max_memory()),
+        )
+        .hint("use gpu = { count = N } for work larger than one GPU"));
+    }
+    Ok(Some(m))
+}
+
+/// `mode`: mps, time-slice or any.
+fn share_mode(at: &str, g: &GpuEntry) -> Result<Option<ShareMode>, SpecError> {
+    Ok(match g.mode.as_deref() {
+        None => None,
+        Some("mps") => Some(ShareMode::Mps),
+        Some("time-slice") => Some(ShareMode::TimeSlice),
+        Some("any") => Some(ShareMode::Any),
+        Some(other) => {
+            return Err(SpecError::new(format!("{at}.mode"), format!("unknown share mode {other:?}"))
+                .hint("use mps, time-slice or any"));
+        }
+    })
+}
+
+/// A MIG instance of `profile`: no mode or memory beside it, and a profile some model has.
+fn mig_request(
+    at: &str,
+    profile: &str,
+    memory: Option<Bytes>,
+    mode: Option<ShareMode>,
+    catalog: &Catalog,
+) -> Result<GpuRequest, SpecError> {
+    if let Some(mode) = mode {
+        let name = match mode {
+            ShareMode::Mps => "mps",
+            ShareMode::TimeSlice => "time-slice",
+            ShareMode::Any => "any",
+        };
+        return Err(SpecError::new(
+            format!("{at}.mode"),
+            format!("a MIG profile is a MIG instance; mode {name} contradicts it"),
+        )
+        .hint("drop mode, or ask for a share instead of a MIG profile"));
+    }
+    if memory.is_some() {
+        return Err(SpecError::new(format!("{at}.memory"), "a MIG profile fixes the memory")
+            .hint("drop memory; the profile name says it (1g.10gb = 10GB)"));
+    }
+    if !catalog.any_model_has_profile(profile) {
+        let mut all: Vec<&str> = catalog
+            .models()
+            .iter()
+            .filter_map(|m| m.mig.as_ref())
+            .flat_map(|g| g.profiles.iter().map(|p| p.name.as_str()))
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        return Err(SpecError::new(format!("{at}.mig"), format!("no GPU model has MIG profile {profile:?}"))
+            .hint(format!("known profiles: {}", all.join(", "))));
+    }
+    Ok(GpuRequest::Mig { profile: profile.to_string() })
 }
 
 /// Isolation defaults and contradictions: hard allows only whole GPUs and MIG instances, soft
