@@ -383,9 +383,7 @@ impl ClusterState {
             node_tags: vec![[0; TASK_TAGS]; fleet.nodes.len()],
             ..ClusterState::empty()
         };
-        let mut signature_ids: BTreeMap<Signature, u16> = BTreeMap::new();
-        let mut rack_ids: BTreeMap<String, u32> = BTreeMap::new();
-        let mut class_ids: BTreeMap<(u16, ModeKind, bool), u16> = BTreeMap::new();
+        let mut ids = Ids::default();
         let mut names = std::collections::BTreeSet::new();
         for node in &fleet.nodes {
             if !names.insert(node.name.as_str()) {
@@ -398,96 +396,92 @@ impl ClusterState {
                     node.gpus.len()
                 )));
             }
-            let rack_name = node.rack.clone().unwrap_or_default();
-            let next = rack_ids.len() as u32;
-            let rack = *rack_ids.entry(rack_name.clone()).or_insert_with(|| {
-                Arc::make_mut(&mut state.racks).push(rack_name);
-                next
-            });
-            let node_idx = state.nodes.len() as NodeIdx;
-            let gpu_first = state.gpus.len() as GpuIdx;
-            for gpu in &node.gpus {
-                if gpu.numa >= 255 || gpu.nvlink_domain.is_some_and(|d| d >= HOT_NO_NVLINK as u32) {
-                    return Err(EngineError::Fleet(format!(
-                        "node {} gpu {}: NUMA node and NVLink domain ids must be below 255",
-                        node.name, gpu.index
-                    )));
-                }
-                let model = catalog.lookup(&gpu.model).ok_or_else(|| {
-                    EngineError::Fleet(format!("node {} gpu {}: unknown model {}", node.name, gpu.index, gpu.model))
-                })?;
-                let units = units_for(catalog, model, &gpu.mode)
-                    .map_err(|e| EngineError::Fleet(format!("node {} gpu {}: {e}", node.name, gpu.index)))?;
-                let key = (model.0, units.kind(), gpu.nvlink_domain.is_some());
-                let next_class = class_ids.len() as u16;
-                let class = *class_ids.entry(key).or_insert_with(|| {
-                    Arc::make_mut(&mut state.classes).push(device_class(
-                        catalog,
-                        model,
-                        units.kind(),
-                        gpu.nvlink_domain.is_some(),
-                    ));
-                    next_class
-                });
-                state.gpus.push(GpuState {
-                    node: node_idx,
-                    index: gpu.index,
-                    model,
-                    class,
-                    numa: gpu.numa,
-                    pcie_switch: gpu.pcie_switch,
-                    nvlink_domain: gpu.nvlink_domain,
-                    memory_total: catalog.model(model).memory.0,
-                    units,
-                    used_milli: 0,
-                    used_memory: 0,
-                    clients: 0,
-                    exclusive: false,
-                    cordoned: false,
-                });
-                Arc::make_mut(&mut state.uuids).push(gpu.uuid.clone());
-                state.total_milli += 1000;
-                let last = state.gpus.last().expect("just pushed");
-                state.hot.push(GpuHot::of(last));
-            }
-            let gpus = &state.gpus[gpu_first as usize..];
-            let mut signature = Signature { gpus: gpus.iter().map(|g| (g.class, mig_mask(g))).collect() };
-            signature.gpus.sort_unstable();
-            let next_signature = signature_ids.len() as u16;
-            let signature = *signature_ids.entry(signature.clone()).or_insert_with(|| {
-                Arc::make_mut(&mut state.signatures).push(signature);
-                Arc::make_mut(&mut state.signature_nodes).push(Vec::new());
-                next_signature
-            });
-            Arc::make_mut(&mut state.signature_nodes)[signature as usize].push(node_idx);
-            state.max_node_cpu = state.max_node_cpu.max(node.cpu.0);
-            state.max_node_gpu_milli = state.max_node_gpu_milli.max(node.gpus.len() as u32 * 1000);
-            Arc::make_mut(&mut state.names).insert(node.name.clone(), node_idx);
-            Arc::make_mut(&mut state.info).push(NodeInfo {
-                name: node.name.clone(),
-                labels: node.labels.clone(),
-                taints: node.taints.clone(),
-            });
-            state.nodes.push(NodeState {
-                cpu_total: node.cpu.0,
-                cpu_free: node.cpu.0,
-                memory_total: node.memory.0,
-                memory_free: node.memory.0,
-                has_taints: !node.taints.is_empty(),
-                rack,
-                gpu_first,
-                gpu_count: node.gpus.len() as u32,
-                whole_free: gpus.iter().filter(|g| g.wholly_free()).count() as u32,
-                used_milli: 0,
-                signature,
-                max_share_free: 0,
-                mig_free_mask: 0,
-                version: CacheVersion(0),
-            });
-            let node = state.nodes.len() as NodeIdx - 1;
-            state.refresh_summary(node);
+            state.add_node(node, catalog, &mut ids)?;
         }
         Ok(state)
+    }
+
+    /// Add `node` (checked by the caller for its name and GPU count) and its GPUs.
+    fn add_node(&mut self, node: &gantry_types::Node, catalog: &Catalog, ids: &mut Ids) -> Result<(), EngineError> {
+        let rack = ids.rack(self, node.rack.clone().unwrap_or_default());
+        let node_idx = self.nodes.len() as NodeIdx;
+        let gpu_first = self.gpus.len() as GpuIdx;
+        for gpu in &node.gpus {
+            self.add_gpu(node, node_idx, gpu, catalog, ids)?;
+        }
+        let gpus = &self.gpus[gpu_first as usize..];
+        let whole_free = gpus.iter().filter(|g| g.wholly_free()).count() as u32;
+        let signature = ids.signature(self, gpu_first, node_idx);
+        self.max_node_cpu = self.max_node_cpu.max(node.cpu.0);
+        self.max_node_gpu_milli = self.max_node_gpu_milli.max(node.gpus.len() as u32 * 1000);
+        Arc::make_mut(&mut self.names).insert(node.name.clone(), node_idx);
+        Arc::make_mut(&mut self.info).push(NodeInfo {
+            name: node.name.clone(),
+            labels: node.labels.clone(),
+            taints: node.taints.clone(),
+        });
+        self.nodes.push(NodeState {
+            cpu_total: node.cpu.0,
+            cpu_free: node.cpu.0,
+            memory_total: node.memory.0,
+            memory_free: node.memory.0,
+            has_taints: !node.taints.is_empty(),
+            rack,
+            gpu_first,
+            gpu_count: node.gpus.len() as u32,
+            whole_free,
+            used_milli: 0,
+            signature,
+            max_share_free: 0,
+            mig_free_mask: 0,
+            version: CacheVersion(0),
+        });
+        self.refresh_summary(node_idx);
+        Ok(())
+    }
+
+    /// Add one GPU of `node`: its model and mode checked against the catalog, its device class.
+    fn add_gpu(
+        &mut self,
+        node: &gantry_types::Node,
+        node_idx: NodeIdx,
+        gpu: &gantry_types::Gpu,
+        catalog: &Catalog,
+        ids: &mut Ids,
+    ) -> Result<(), EngineError> {
+        if gpu.numa >= 255 || gpu.nvlink_domain.is_some_and(|d| d >= HOT_NO_NVLINK as u32) {
+            return Err(EngineError::Fleet(format!(
+                "node {} gpu {}: NUMA node and NVLink domain ids must be below 255",
+                node.name, gpu.index
+            )));
+        }
+        let model = catalog.lookup(&gpu.model).ok_or_else(|| {
+            EngineError::Fleet(format!("node {} gpu {}: unknown model {}", node.name, gpu.index, gpu.model))
+        })?;
+        let units = units_for(catalog, model, &gpu.mode)
+            .map_err(|e| EngineError::Fleet(format!("node {} gpu {}: {e}", node.name, gpu.index)))?;
+        let class = ids.class(self, catalog, model, units.kind(), gpu.nvlink_domain.is_some());
+        self.gpus.push(GpuState {
+            node: node_idx,
+            index: gpu.index,
+            model,
+            class,
+            numa: gpu.numa,
+            pcie_switch: gpu.pcie_switch,
+            nvlink_domain: gpu.nvlink_domain,
+            memory_total: catalog.model(model).memory.0,
+            units,
+            used_milli: 0,
+            used_memory: 0,
+            clients: 0,
+            exclusive: false,
+            cordoned: false,
+        });
+        Arc::make_mut(&mut self.uuids).push(gpu.uuid.clone());
+        self.total_milli += 1000;
+        let last = self.gpus.last().expect("just pushed");
+        self.hot.push(GpuHot::of(last));
+        Ok(())
     }
 
     /// Recompute a node's free-capacity summaries from its GPUs (the ledger calls this after
@@ -684,5 +678,55 @@ fn device_class(catalog: &Catalog, model: ModelId, mode: ModeKind, nvlink: bool)
             nvlink,
             mode: mode.name().to_string(),
         },
+    }
+}
+
+/// The dense ids handed out while a state is built: each rack, device class and node
+/// signature once, numbered in the order first seen.
+#[derive(Default)]
+struct Ids {
+    rack: BTreeMap<String, u32>,
+    class: BTreeMap<(u16, ModeKind, bool), u16>,
+    signature: BTreeMap<Signature, u16>,
+}
+
+impl Ids {
+    fn rack(&mut self, state: &mut ClusterState, name: String) -> u32 {
+        let next = self.rack.len() as u32;
+        *self.rack.entry(name.clone()).or_insert_with(|| {
+            Arc::make_mut(&mut state.racks).push(name);
+            next
+        })
+    }
+
+    fn class(
+        &mut self,
+        state: &mut ClusterState,
+        catalog: &Catalog,
+        model: ModelId,
+        kind: ModeKind,
+        nvlink: bool,
+    ) -> u16 {
+        let next = self.class.len() as u16;
+        *self.class.entry((model.0, kind, nvlink)).or_insert_with(|| {
+            Arc::make_mut(&mut state.classes).push(device_class(catalog, model, kind, nvlink));
+            next
+        })
+    }
+
+    /// The signature of the node whose GPUs start at `gpu_first` (its GPUs' classes and MIG
+    /// layouts, sorted), and the node counted among that signature's nodes.
+    fn signature(&mut self, state: &mut ClusterState, gpu_first: GpuIdx, node: NodeIdx) -> u16 {
+        let gpus = &state.gpus[gpu_first as usize..];
+        let mut signature = Signature { gpus: gpus.iter().map(|g| (g.class, mig_mask(g))).collect() };
+        signature.gpus.sort_unstable();
+        let next = self.signature.len() as u16;
+        let id = *self.signature.entry(signature.clone()).or_insert_with(|| {
+            Arc::make_mut(&mut state.signatures).push(signature);
+            Arc::make_mut(&mut state.signature_nodes).push(Vec::new());
+            next
+        });
+        Arc::make_mut(&mut state.signature_nodes)[id as usize].push(node);
+        id
     }
 }
