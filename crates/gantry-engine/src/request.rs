@@ -114,114 +114,129 @@ pub fn compile(job: &Job, state: &ClusterState, catalog: &Catalog) -> Result<Com
             job.task_count()
         )));
     }
-    let mut groups = job
-        .groups
-        .iter()
-        .map(|group| {
-            let r = &group.resources;
-            let selector = r
-                .selector
-                .as_deref()
-                .map(Selector::compile)
-                .transpose()
-                .map_err(|e| EngineError::Job(format!("job {} group {}: {e}", job.name, group.name)))?;
-            let class_model_ok: Vec<bool> = state
-                .classes
-                .iter()
-                .map(|c| {
-                    r.models.is_empty() || r.models.iter().any(|p| catalog.model(c.model).names().any(|n| p.matches(n)))
-                })
-                .collect();
-            let class_ok = state
-                .classes
-                .iter()
-                .zip(&class_model_ok)
-                .map(|(c, &model_ok)| {
-                    model_ok && selector.as_ref().is_none_or(|s| s.matches(&c.attributes).unwrap_or(false))
-                })
-                .collect();
-            let gpu = match &r.gpu {
-                None => GpuNeed::None,
-                Some(GpuRequest::Whole { count }) => GpuNeed::Whole { count: *count },
-                Some(GpuRequest::Mig { profile }) => GpuNeed::Mig { profile: profile.clone() },
-                Some(GpuRequest::Share { milli, memory, mode }) => GpuNeed::Share {
-                    milli: milli.0,
-                    memory: memory.0,
-                    mps: matches!(mode, ShareMode::Mps | ShareMode::Any) && r.isolation != Isolation::Hard,
-                    time_slice: matches!(mode, ShareMode::TimeSlice | ShareMode::Any) && r.isolation == Isolation::None,
-                },
-                Some(GpuRequest::Memory { memory, .. }) => GpuNeed::Memory { memory: memory.0 },
-            };
-            let mig_profile = state
-                .classes
-                .iter()
-                .map(|c| match (&gpu, c.mode) {
-                    (GpuNeed::Mig { profile }, ModeKind::Mig) => {
-                        catalog.model(c.model).mig.as_ref().and_then(|g| g.profile_index(profile))
-                    }
-                    _ => None,
-                })
-                .collect();
-            let mut group = CompiledGroup {
-                name: group.name.clone(),
-                replicas: group.replicas,
-                cpu: r.cpu.0,
-                memory: r.memory.0,
-                gpu,
-                isolation: r.isolation,
-                topology: r.topology,
-                tolerations: r.tolerations.clone(),
-                class_ok,
-                class_model_ok,
-                mig_profile,
-                models_wanted: r.models.iter().map(|m| m.0.clone()).collect(),
-                selector: r.selector.clone(),
-                signature_ok: Vec::new(),
-                mig_any_mask: 0,
-                memory_unit: Vec::new(),
-                memory_no_mig: false,
-                fingerprint: 0,
-            };
-            group.mig_any_mask = group.mig_profile.iter().flatten().fold(0, |m, &p| m | 1 << p);
-            if let Some(GpuRequest::Memory { memory, hint: Some(hint) }) = &r.gpu {
-                group.memory_no_mig = hint.bursty;
-                group.memory_unit = state
-                    .classes
-                    .iter()
-                    .map(|c| {
-                        let model = catalog.model(c.model);
-                        let shape = crate::advise::Shape::of_memory_request(memory.0, hint, r.isolation, model);
-                        crate::advise::advise(&shape, model).ok().map(|a| a.unit.mode())
-                    })
-                    .collect();
-            }
-            group.signature_ok = state.signatures.iter().map(|sig| statically_feasible(state, &group, sig)).collect();
-            let requirements = format!(
-                "{:?}",
-                (
-                    group.cpu,
-                    group.memory,
-                    &group.gpu,
-                    group.isolation,
-                    group.topology,
-                    &group.tolerations,
-                    &group.class_ok,
-                    &group.class_model_ok,
-                    &group.mig_profile,
-                    &group.models_wanted,
-                    &group.selector,
-                    (&group.signature_ok, &group.memory_unit, group.memory_no_mig),
-                )
-            );
-            group.fingerprint = crate::rng::fingerprint(requirements.as_bytes());
-            Ok(group)
-        })
-        .collect::<Result<Vec<_>, EngineError>>()?;
+    let mut groups =
+        job.groups.iter().map(|group| compile_group(job, group, state, catalog)).collect::<Result<Vec<_>, _>>()?;
     // Collected through `Result`, the vector starts with room for four groups (272 bytes
     // each), and most jobs have one: 816 bytes a job, held while it waits and while it runs —
     // 40 % of a waiting job's memory (the scale bench, a million waiting).
     groups.shrink_to_fit();
     Ok(CompiledJob { name: job.name.clone(), groups, tables: (state.classes.len(), state.signatures.len()) })
+}
+
+/// One task group against the fleet's device classes and node signatures: which classes its
+/// models and selector allow, its GPU need, the MIG profile each class would carve, the unit
+/// the advisor would pick for a memory-only request, and its fingerprint.
+fn compile_group(
+    job: &Job,
+    group: &gantry_types::TaskGroup,
+    state: &ClusterState,
+    catalog: &Catalog,
+) -> Result<CompiledGroup, EngineError> {
+    let r = &group.resources;
+    let selector = r
+        .selector
+        .as_deref()
+        .map(Selector::compile)
+        .transpose()
+        .map_err(|e| EngineError::Job(format!("job {} group {}: {e}", job.name, group.name)))?;
+    let class_model_ok: Vec<bool> = state
+        .classes
+        .iter()
+        .map(|c| r.models.is_empty() || r.models.iter().any(|p| catalog.model(c.model).names().any(|n| p.matches(n))))
+        .collect();
+    let class_ok = state
+        .classes
+        .iter()
+        .zip(&class_model_ok)
+        .map(|(c, &model_ok)| model_ok && selector.as_ref().is_none_or(|s| s.matches(&c.attributes).unwrap_or(false)))
+        .collect();
+    let gpu = gpu_need(r);
+    let mig_profile = state
+        .classes
+        .iter()
+        .map(|c| match (&gpu, c.mode) {
+            (GpuNeed::Mig { profile }, ModeKind::Mig) => {
+                catalog.model(c.model).mig.as_ref().and_then(|g| g.profile_index(profile))
+            }
+            _ => None,
+        })
+        .collect();
+    let mut group = CompiledGroup {
+        name: group.name.clone(),
+        replicas: group.replicas,
+        cpu: r.cpu.0,
+        memory: r.memory.0,
+        gpu,
+        isolation: r.isolation,
+        topology: r.topology,
+        tolerations: r.tolerations.clone(),
+        class_ok,
+        class_model_ok,
+        mig_profile,
+        models_wanted: r.models.iter().map(|m| m.0.clone()).collect(),
+        selector: r.selector.clone(),
+        signature_ok: Vec::new(),
+        mig_any_mask: 0,
+        memory_unit: Vec::new(),
+        memory_no_mig: false,
+        fingerprint: 0,
+    };
+    group.mig_any_mask = group.mig_profile.iter().flatten().fold(0, |m, &p| m | 1 << p);
+    if let Some(GpuRequest::Memory { memory, hint: Some(hint) }) = &r.gpu {
+        group.memory_no_mig = hint.bursty;
+        group.memory_unit = state
+            .classes
+            .iter()
+            .map(|c| {
+                let model = catalog.model(c.model);
+                let shape = crate::advise::Shape::of_memory_request(memory.0, hint, r.isolation, model);
+                crate::advise::advise(&shape, model).ok().map(|a| a.unit.mode())
+            })
+            .collect();
+    }
+    group.signature_ok = state.signatures.iter().map(|sig| statically_feasible(state, &group, sig)).collect();
+    group.fingerprint = fingerprint_of(&group);
+    Ok(group)
+}
+
+/// A group's GPU request with its units resolved: a share's MPS and time-slicing allowed by
+/// its isolation.
+fn gpu_need(r: &gantry_types::TaskResources) -> GpuNeed {
+    match &r.gpu {
+        None => GpuNeed::None,
+        Some(GpuRequest::Whole { count }) => GpuNeed::Whole { count: *count },
+        Some(GpuRequest::Mig { profile }) => GpuNeed::Mig { profile: profile.clone() },
+        Some(GpuRequest::Share { milli, memory, mode }) => GpuNeed::Share {
+            milli: milli.0,
+            memory: memory.0,
+            mps: matches!(mode, ShareMode::Mps | ShareMode::Any) && r.isolation != Isolation::Hard,
+            time_slice: matches!(mode, ShareMode::TimeSlice | ShareMode::Any) && r.isolation == Isolation::None,
+        },
+        Some(GpuRequest::Memory { memory, .. }) => GpuNeed::Memory { memory: memory.0 },
+    }
+}
+
+/// Everything a group's placement depends on, hashed: groups with the same fingerprint get
+/// the same answer on the same node.
+fn fingerprint_of(group: &CompiledGroup) -> u64 {
+    let requirements = format!(
+        "{:?}",
+        (
+            group.cpu,
+            group.memory,
+            &group.gpu,
+            group.isolation,
+            group.topology,
+            &group.tolerations,
+            &group.class_ok,
+            &group.class_model_ok,
+            &group.mig_profile,
+            &group.models_wanted,
+            &group.selector,
+            (&group.signature_ok, &group.memory_unit, group.memory_no_mig),
+        )
+    );
+    crate::rng::fingerprint(requirements.as_bytes())
 }
 
 /// Could a node with this hardware ever host one task of `group`, all of it being free?
