@@ -171,61 +171,83 @@ pub fn advise(shape: &Shape, model: &GpuModel) -> Result<Advice, AdviceError> {
             has: card_memory >> 30,
         });
     }
-    let mut not = Vec::new();
-    let whole = |count: u32| Unit::Whole { count, nvlink: count > 1 };
     if shape.cards > 1.0 {
         let count = shape.cards.ceil() as u32;
-        return Ok(Advice {
-            unit: whole(count),
-            why: format!("it needs more than a card ({} cards): whole GPUs, on one NVLink domain", shape.cards),
-            not,
-        });
+        let why = format!("it needs more than a card ({} cards): whole GPUs, on one NVLink domain", shape.cards);
+        return Ok(Advice { unit: whole(count), why, not: Vec::new() });
     }
-    let share = share_milli(shape.cards);
-    let mig = smallest_profile(model, shape.cards, memory);
-    match shape.purpose {
+    let part = Part {
+        shape,
+        model,
+        memory,
+        share: share_milli(shape.cards),
+        mig: smallest_profile(model, shape.cards, memory),
+    };
+    Ok(match shape.purpose {
         Purpose::Training => {
-            not.push((
+            let not = vec![(
                 "mig / mps / time-slice".into(),
                 "training steps stall on shared SMs and memory bandwidth".into(),
-            ));
-            return Ok(Advice { unit: whole(1), why: "training gets whole GPUs".into(), not });
+            )];
+            Advice { unit: whole(1), why: "training gets whole GPUs".into(), not }
         }
-        Purpose::Development => {
-            not.push(("whole".into(), "a notebook leaves a card idle most of the time".into()));
-            if let Some(unit) = allowed_share(shape, share, memory) {
-                not.push(("mig".into(), "a hard slice idles between a notebook's bursts".into()));
-                return Ok(Advice {
-                    unit,
-                    why: "development and notebooks share a card (a time-slice where isolation allows): each gets it all when the others are idle".into(),
-                    not,
-                });
-            }
-            if let Some(profile) = mig.clone() {
-                return Ok(Advice {
-                    unit: Unit::Mig { profile },
-                    why: "development, but its isolation rules out a shared card: a MIG instance".into(),
-                    not,
-                });
-            }
-            return Ok(Advice {
-                unit: whole(1),
-                why: "development needing isolation, no fitting MIG profile: a whole GPU".into(),
+        Purpose::Development => part.for_development(),
+        Purpose::Inference | Purpose::Batch if shape.bursty => part.for_bursty(),
+        Purpose::Inference | Purpose::Batch => part.for_service_or_batch(),
+    })
+}
+
+/// `count` whole GPUs, NVLink-close when more than one.
+fn whole(count: u32) -> Unit {
+    Unit::Whole { count, nvlink: count > 1 }
+}
+
+/// A shape of at most one card, with what it could have: its memory, its MPS share, the
+/// smallest MIG profile that holds it.
+struct Part<'a> {
+    shape: &'a Shape,
+    model: &'a GpuModel,
+    memory: u64,
+    share: u32,
+    mig: Option<String>,
+}
+
+impl Part<'_> {
+    /// Development shares a card (a time-slice where isolation allows); else a MIG instance;
+    /// else a whole GPU.
+    fn for_development(&self) -> Advice {
+        let mut not = vec![("whole".into(), "a notebook leaves a card idle most of the time".into())];
+        if let Some(unit) = allowed_share(self.shape, self.share, self.memory) {
+            not.push(("mig".into(), "a hard slice idles between a notebook's bursts".into()));
+            return Advice {
+                unit,
+                why: "development and notebooks share a card (a time-slice where isolation allows): each gets it all when the others are idle".into(),
                 not,
-            });
+            };
         }
-        Purpose::Inference | Purpose::Batch => {}
+        if let Some(profile) = self.mig.clone() {
+            return Advice {
+                unit: Unit::Mig { profile },
+                why: "development, but its isolation rules out a shared card: a MIG instance".into(),
+                not,
+            };
+        }
+        Advice { unit: whole(1), why: "development needing isolation, no fitting MIG profile: a whole GPU".into(), not }
     }
-    if shape.bursty {
-        not.push(("mig".into(), "a bursty job is never given a hard MIG slice: the slice caps every burst".into()));
-        if shape.cards >= 0.5 {
-            return Ok(Advice {
+
+    /// Bursty work never gets a hard MIG slice: a whole GPU from half a card on, else a shared
+    /// card where isolation allows.
+    fn for_bursty(&self) -> Advice {
+        let not =
+            vec![("mig".into(), "a bursty job is never given a hard MIG slice: the slice caps every burst".into())];
+        if self.shape.cards >= 0.5 {
+            return Advice {
                 unit: whole(1),
                 why: "bursty and needing half a card or more: a whole GPU absorbs the bursts".into(),
                 not,
-            });
+            };
         }
-        return Ok(match allowed_share(shape, share, memory) {
+        match allowed_share(self.shape, self.share, self.memory) {
             Some(unit) => Advice {
                 unit,
                 why: "bursty: a shared card lets the bursts use all of it while the others are idle".into(),
@@ -236,52 +258,62 @@ pub fn advise(shape: &Shape, model: &GpuModel) -> Result<Advice, AdviceError> {
                 why: "bursty and needing hard isolation: a whole GPU (never a MIG slice)".into(),
                 not,
             },
-        });
-    }
-    let production = shape.latency_sensitive || shape.isolation == Isolation::Hard;
-    if shape.purpose == Purpose::Inference && production {
-        if let Some(profile) = mig.clone() {
-            not.push((
-                "mps".into(),
-                "no fault isolation and shared memory bandwidth: latency varies with neighbours".into(),
-            ));
-            return Ok(Advice {
-                unit: Unit::Mig { profile },
-                why: "production inference gets a MIG instance: its own SMs, memory and L2, steady latency".into(),
-                not,
-            });
-        }
-        not.push(("mig".into(), format!("{} has no MIG profile this size", model.id)));
-        if shape.isolation == Isolation::Hard {
-            return Ok(Advice {
-                unit: whole(1),
-                why: "hard isolation without a fitting MIG profile: a whole GPU".into(),
-                not,
-            });
         }
     }
-    if shape.trusted && shape.isolation != Isolation::Hard {
-        not.push(("mig".into(), "a fixed slice rounds the share up to the next profile".into()));
-        return Ok(Advice {
-            unit: Unit::Mps { share_milli: share, memory },
-            why: "trusted, steady work shares a card under MPS: an SM share and a memory limit, no slice rounding"
-                .into(),
-            not,
-        });
+
+    /// Steady inference or batch work: production inference on a MIG instance, trusted work
+    /// under MPS, batch of half a card or more on a whole GPU, the rest on a MIG instance or a
+    /// shared card.
+    fn for_service_or_batch(&self) -> Advice {
+        let (shape, model) = (self.shape, self.model);
+        let mut not = Vec::new();
+        let production = shape.latency_sensitive || shape.isolation == Isolation::Hard;
+        if shape.purpose == Purpose::Inference && production {
+            if let Some(profile) = self.mig.clone() {
+                not.push((
+                    "mps".into(),
+                    "no fault isolation and shared memory bandwidth: latency varies with neighbours".into(),
+                ));
+                return Advice {
+                    unit: Unit::Mig { profile },
+                    why: "production inference gets a MIG instance: its own SMs, memory and L2, steady latency".into(),
+                    not,
+                };
+            }
+            not.push(("mig".into(), format!("{} has no MIG profile this size", model.id)));
+            if shape.isolation == Isolation::Hard {
+                let why = "hard isolation without a fitting MIG profile: a whole GPU".into();
+                return Advice { unit: whole(1), why, not };
+            }
+        }
+        if shape.trusted && shape.isolation != Isolation::Hard {
+            not.push(("mig".into(), "a fixed slice rounds the share up to the next profile".into()));
+            return Advice {
+                unit: Unit::Mps { share_milli: self.share, memory: self.memory },
+                why: "trusted, steady work shares a card under MPS: an SM share and a memory limit, no slice rounding"
+                    .into(),
+                not,
+            };
+        }
+        if shape.cards >= 0.5 && shape.purpose == Purpose::Batch {
+            return Advice { unit: whole(1), why: "batch work of half a card or more: a whole GPU".into(), not };
+        }
+        self.mig_or_shared(not)
     }
-    if shape.cards >= 0.5 && shape.purpose == Purpose::Batch {
-        return Ok(Advice { unit: whole(1), why: "batch work of half a card or more: a whole GPU".into(), not });
-    }
-    match mig {
-        Some(profile) => {
+
+    /// Part of a card with no stronger reason: a MIG instance isolates it; without a fitting
+    /// profile, a shared card where isolation allows, else a whole GPU.
+    fn mig_or_shared(&self, mut not: Vec<(String, String)>) -> Advice {
+        let model = self.model;
+        if let Some(profile) = self.mig.clone() {
             not.push(("mps".into(), "untrusted code should not share an MPS server (no fault isolation)".into()));
-            Ok(Advice {
+            return Advice {
                 unit: Unit::Mig { profile },
                 why: "part of a card, not trusted to share MPS: a MIG instance isolates it".into(),
                 not,
-            })
+            };
         }
-        None => Ok(match allowed_share(shape, share, memory) {
+        match allowed_share(self.shape, self.share, self.memory) {
             Some(unit) => Advice {
                 unit,
                 why: format!("part of a card on a {} (no fitting MIG profile): a shared card", model.id),
@@ -295,7 +327,7 @@ pub fn advise(shape: &Shape, model: &GpuModel) -> Result<Advice, AdviceError> {
                 ),
                 not,
             },
-        }),
+        }
     }
 }
 
