@@ -331,6 +331,21 @@ fn step_whole(
     config: &OnlineConfig,
     catalog: &'static Catalog,
 ) -> Result<Step, PlanError> {
+    let configs = target_configs(fleet, demand, catalog)?;
+    let current: Vec<Vec<GpuMode>> =
+        fleet.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
+    let chosen = match_nodes(fleet, now, &current, &configs, now_s, config);
+    Ok(changes(fleet, now, &current, &chosen, now_s, config))
+}
+
+/// The plan's configuration for each node's GPUs: the mode wanted and the profiles packed
+/// for the demand, or `None` for a GPU the plan leaves unused (it may keep whatever mode it
+/// has: changing it buys nothing).
+fn target_configs(
+    fleet: &Fleet,
+    demand: &[Job],
+    catalog: &'static Catalog,
+) -> Result<Vec<Vec<Option<Want>>>, PlanError> {
     let planned = plan(fleet, demand, catalog)?;
     let needs: Vec<Vec<Vec<String>>> = planned
         .fleet
@@ -352,11 +367,8 @@ fn step_whole(
         .collect();
     let mut target = planned.fleet;
     complete_layouts(&mut target, &profiles_in_demand(demand), catalog);
-    // A GPU the plan leaves unused may keep whatever mode it has: changing it buys nothing.
     let mut unused = planned.gpus.iter().map(|g| g.unused);
-    let current: Vec<Vec<GpuMode>> =
-        fleet.nodes.iter().map(|n| n.gpus.iter().map(|g| normal(&g.mode)).collect()).collect();
-    let configs: Vec<Vec<Option<Want>>> = target
+    Ok(target
         .nodes
         .iter()
         .zip(needs)
@@ -367,11 +379,21 @@ fn step_whole(
                 .map(|(g, needs)| (!unused.next().unwrap_or(false)).then(|| Want { mode: normal(&g.mode), needs }))
                 .collect()
         })
-        .collect();
+        .collect())
+}
 
-    // Match nodes to target configurations within each hardware kind, cheapest pair first.
-    // Targets repeat (many nodes get the same configuration), so costs are computed per node
-    // and *distinct* configuration: nodes × distinct configurations, not nodes².
+/// Match nodes to target configurations within each hardware kind, cheapest pair first: each
+/// node's modes to be. Targets repeat (many nodes get the same configuration), so costs are
+/// computed per node and *distinct* configuration: nodes × distinct configurations, not
+/// nodes².
+fn match_nodes(
+    fleet: &Fleet,
+    now: &[Vec<GpuNow>],
+    current: &[Vec<GpuMode>],
+    configs: &[Vec<Option<Want>>],
+    now_s: u64,
+    config: &OnlineConfig,
+) -> Vec<Vec<GpuMode>> {
     let hardware = |n: &gantry_types::Node| n.gpus.iter().map(|g| g.model.clone()).collect::<Vec<_>>();
     let multiset = |modes: &[Option<Want>]| {
         let mut key: Vec<String> = modes.iter().map(|m| format!("{m:?}")).collect();
@@ -408,12 +430,25 @@ fn step_whole(
             }
         }
     }
+    chosen.into_iter().map(|c| c.expect("every node was matched")).collect()
+}
 
+/// The step from the current modes to the chosen ones: idle GPUs reconfigured now, busy ones
+/// drained when their work ends within the horizon, the rest deferred; and the GPUs whose
+/// restartable work could be moved to empty them, fewest tasks first.
+fn changes(
+    fleet: &Fleet,
+    now: &[Vec<GpuNow>],
+    current: &[Vec<GpuMode>],
+    chosen: &[Vec<GpuMode>],
+    now_s: u64,
+    config: &OnlineConfig,
+) -> Step {
     let mut out = Step::default();
     // Candidates for emptying: (tasks on the node's candidates, node, GPU index).
     let mut empty: Vec<(u32, usize, u32)> = Vec::new();
     for (i, node) in fleet.nodes.iter().enumerate() {
-        let want = chosen[i].as_ref().expect("every node was matched");
+        let want = &chosen[i];
         let mut node_tasks = 0;
         let first = empty.len();
         for (g, gpu) in node.gpus.iter().enumerate() {
@@ -451,7 +486,7 @@ fn step_whole(
     }
     empty.sort_by_key(|&(tasks, node, index)| (tasks, node, index));
     out.empty = empty.into_iter().map(|(_, node, index)| (fleet.nodes[node].name.clone(), index)).collect();
-    Ok(out)
+    out
 }
 
 #[cfg(test)]
