@@ -191,18 +191,52 @@ fn profile_for_memory(model: &GpuModel, memory: u64) -> Option<String> {
 
 /// Plan `fleet`'s GPU modes for `jobs`.
 pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Plan, PlanError> {
-    let model_of = |name: &str| catalog.lookup(name).map(|id| catalog.model(id));
+    let mut slots = slots_of(fleet, catalog)?;
+    let advice_model = slots.iter().find(|s| s.model.mig.is_some()).or(slots.first()).map(|s| s.model);
+    let mut all = demands(jobs, advice_model);
+    check_profiles(&all, &slots)?;
+    all.sort_by_key(|(_, d, _)| packing_order(d));
+    pack(fleet, &mut slots, &all);
+    let (planned, gpus) = planned_fleet(fleet, &slots);
+    // The check: the engine places the workload on the planned fleet.
+    let mut engine =
+        Engine::new(&planned, catalog, EngineConfig::default()).map_err(|e| PlanError::Fleet(e.to_string()))?;
+    let (placed, unplaced) = place_all(&mut engine, jobs);
+    let state = engine.state();
+    let total = state.gpus.len().max(1) as f64;
+    let used: f64 = state.gpus.iter().map(|g| f64::from(g.used_milli)).sum::<f64>() / 1000.0;
+    let stranded = stranded(&slots, state);
+    Ok(Plan {
+        fleet: planned,
+        idle_gpus: slots.iter().filter(|s| s.state == Use::Free).count() as u32,
+        reconfigured: gpus.iter().filter(|g| g.changed).count() as u32,
+        gpus,
+        placed,
+        unplaced,
+        allocation_pct: used / total * 100.0,
+        // `+ 0.0` turns a float sum's -0.0 into 0.0 ("-0.00 GPUs stranded" reads as a bug).
+        stranded_gpus: stranded.max(0.0) + 0.0,
+    })
+}
+
+/// One slot per GPU of the fleet, free, in node order.
+fn slots_of<'c>(fleet: &Fleet, catalog: &'c Catalog) -> Result<Vec<Slot<'c>>, PlanError> {
     let mut slots: Vec<Slot<'_>> = Vec::new();
     for (n, node) in fleet.nodes.iter().enumerate() {
         for (g, gpu) in node.gpus.iter().enumerate() {
-            let model = model_of(&gpu.model).ok_or_else(|| PlanError::Fleet(format!("unknown model {}", gpu.model)))?;
+            let model = catalog
+                .lookup(&gpu.model)
+                .map(|id| catalog.model(id))
+                .ok_or_else(|| PlanError::Fleet(format!("unknown model {}", gpu.model)))?;
             slots.push(Slot { node: n, gpu: g, model, state: Use::Free });
         }
     }
-    let advice_model = slots.iter().find(|s| s.model.mig.is_some()).or(slots.first()).map(|s| s.model);
-    let mut all = demands(jobs, advice_model);
-    // Bad input first: a MIG profile no model here has.
-    for (job, d, _) in &all {
+    Ok(slots)
+}
+
+/// Bad input first: a MIG profile no model here has.
+fn check_profiles(all: &[(String, Demand, Vec<ModelPattern>)], slots: &[Slot<'_>]) -> Result<(), PlanError> {
+    for (job, d, _) in all {
         if let Demand::Mig { profile } = d
             && !slots.iter().any(|s| s.model.mig.as_ref().is_some_and(|g| g.profile(profile).is_some()))
         {
@@ -216,55 +250,38 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
             });
         }
     }
-    // Biggest first within each kind.
-    all.sort_by_key(|(_, d, _)| match d {
+    Ok(())
+}
+
+/// Whole GPUs, then MIG, memory and shares; biggest first within each kind (small ones fill
+/// the gaps the big ones leave).
+fn packing_order(d: &Demand) -> (u8, u64) {
+    match d {
         Demand::Whole { count } => (0, u64::MAX - u64::from(*count)),
-        // Bigger slices first: small ones fill the gaps the big ones leave.
         Demand::Mig { profile } => (1, u64::MAX - profile.split('g').next().and_then(|n| n.parse().ok()).unwrap_or(0)),
         Demand::Memory { memory } => (2, u64::MAX - memory),
         Demand::Share { milli, .. } => (3, u64::MAX - u64::from(*milli)),
-    });
+    }
+}
+
+/// Pack every demand, in order, onto the slots.
+fn pack(fleet: &Fleet, slots: &mut [Slot<'_>], all: &[(String, Demand, Vec<ModelPattern>)]) {
     // Free GPUs per node, kept in step while whole-GPU demands (sorted first) are packed.
     let mut free_on: Vec<usize> = vec![0; fleet.nodes.len()];
-    for s in &slots {
+    for s in slots.iter() {
         free_on[s.node] += 1;
     }
     let first_slot: Vec<usize> = (0..fleet.nodes.len()).map(|n| slots.partition_point(|s| s.node < n)).collect();
     let mut mig = MigIndex::default();
-    for (_, demand, models) in &all {
+    for (_, demand, models) in all {
         // The job's model constraints: only GPUs of a model it accepts are packed for it.
         let accepts = |m: &GpuModel| models.is_empty() || models.iter().any(|p| m.names().any(|n| p.matches(n)));
         match demand {
             Demand::Whole { count } => {
-                // Best fit: the node with the fewest free GPUs (of an accepted model) that
-                // still has enough.
-                let free = |n: usize| {
-                    if models.is_empty() {
-                        free_on[n]
-                    } else {
-                        slots[first_slot[n]..]
-                            .iter()
-                            .take_while(|s| s.node == n)
-                            .filter(|s| s.state == Use::Free && accepts(s.model))
-                            .count()
-                    }
-                };
-                let best = (0..fleet.nodes.len()).map(|n| (free(n), n)).filter(|&(k, _)| k >= *count as usize).min();
-                if let Some((_, n)) = best {
-                    let node_slots = &mut slots[first_slot[n]..];
-                    for s in node_slots
-                        .iter_mut()
-                        .take_while(|s| s.node == n)
-                        .filter(|s| s.state == Use::Free && accepts(s.model))
-                        .take(*count as usize)
-                    {
-                        s.state = Use::Whole;
-                    }
-                    free_on[n] -= *count as usize;
-                }
+                place_whole(slots, &mut free_on, &first_slot, *count as usize, models.is_empty(), &accepts);
             }
             Demand::Mig { profile } => {
-                place_mig(&mut slots, &mut mig, profile, &accepts);
+                place_mig(slots, &mut mig, profile, &accepts);
             }
             Demand::Memory { memory } => {
                 let profile = slots
@@ -272,24 +289,62 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
                     .filter(|s| matches!(s.state, Use::Free | Use::Mig(_)) && accepts(s.model))
                     .find_map(|s| profile_for_memory(s.model, *memory));
                 match profile {
-                    Some(p) if place_mig(&mut slots, &mut mig, &p, &accepts) => {}
+                    Some(p) if place_mig(slots, &mut mig, &p, &accepts) => {}
                     _ => {
                         let milli = slots.iter().find(|s| accepts(s.model)).map_or(1000, |s| {
                             ((*memory as f64 / s.model.memory.0 as f64 * 1000.0).ceil() as u32).clamp(10, 1000)
                         });
-                        place_share(&mut slots, milli, *memory, ShareMode::Mps, &accepts);
+                        place_share(slots, milli, *memory, ShareMode::Mps, &accepts);
                     }
                 }
             }
             Demand::Share { milli, memory, mode } => {
-                place_share(&mut slots, *milli, *memory, *mode, &accepts);
+                place_share(slots, *milli, *memory, *mode, &accepts);
             }
         }
     }
-    // The planned fleet.
+}
+
+/// `count` whole GPUs, best fit: the node with the fewest free GPUs (of an accepted model)
+/// that still has enough.
+fn place_whole(
+    slots: &mut [Slot<'_>],
+    free_on: &mut [usize],
+    first_slot: &[usize],
+    count: usize,
+    any_model: bool,
+    accepts: &dyn Fn(&GpuModel) -> bool,
+) {
+    let free = |n: usize| {
+        if any_model {
+            free_on[n]
+        } else {
+            slots[first_slot[n]..]
+                .iter()
+                .take_while(|s| s.node == n)
+                .filter(|s| s.state == Use::Free && accepts(s.model))
+                .count()
+        }
+    };
+    let best = (0..free_on.len()).map(|n| (free(n), n)).filter(|&(k, _)| k >= count).min();
+    if let Some((_, n)) = best {
+        for s in slots[first_slot[n]..]
+            .iter_mut()
+            .take_while(|s| s.node == n)
+            .filter(|s| s.state == Use::Free && accepts(s.model))
+            .take(count)
+        {
+            s.state = Use::Whole;
+        }
+        free_on[n] -= count;
+    }
+}
+
+/// The fleet with the planned modes, and each GPU's plan.
+fn planned_fleet(fleet: &Fleet, slots: &[Slot<'_>]) -> (Fleet, Vec<GpuPlan>) {
     let mut planned = fleet.clone();
     let mut gpus = Vec::new();
-    for s in &slots {
+    for s in slots {
         let gpu = &mut planned.nodes[s.node].gpus[s.gpu];
         let mode = match &s.state {
             Use::Free | Use::Whole => GpuMode::Whole,
@@ -315,9 +370,11 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
             unused: s.state == Use::Free,
         });
     }
-    // The check: the engine places the workload on the planned fleet.
-    let mut engine =
-        Engine::new(&planned, catalog, EngineConfig::default()).map_err(|e| PlanError::Fleet(e.to_string()))?;
+    (planned, gpus)
+}
+
+/// Every job placed with the engine, in order: the names placed, and the others with why.
+fn place_all(engine: &mut Engine, jobs: &[Job]) -> (Vec<String>, Vec<(String, String)>) {
     let mut placed = Vec::new();
     let mut unplaced = Vec::new();
     for job in jobs {
@@ -335,15 +392,17 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
             }
         }
     }
-    let state = engine.state();
-    let total = state.gpus.len().max(1) as f64;
-    let used: f64 = state.gpus.iter().map(|g| f64::from(g.used_milli)).sum::<f64>() / 1000.0;
-    let stranded: f64 = slots
+    (placed, unplaced)
+}
+
+/// GPUs carved or shared but not held: what a MIG layout leaves uncarved, and what its
+/// instances or a shared GPU leave unused.
+fn stranded(slots: &[Slot<'_>], state: &crate::state::ClusterState) -> f64 {
+    slots
         .iter()
         .zip(&state.gpus)
         .filter(|(s, _)| matches!(s.state, Use::Mig(_) | Use::Mps { .. } | Use::TimeSlice { .. }))
         .map(|(s, g)| {
-            // Compute a MIG layout leaves uncarved is stranded too.
             let carved = match &s.state {
                 Use::Mig(layout) => layout
                     .iter()
@@ -353,18 +412,7 @@ pub fn plan(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> Result<Pl
             };
             f64::from(1000 - carved.min(1000)) / 1000.0 + f64::from(carved.saturating_sub(g.used_milli)) / 1000.0
         })
-        .sum();
-    Ok(Plan {
-        fleet: planned,
-        idle_gpus: slots.iter().filter(|s| s.state == Use::Free).count() as u32,
-        reconfigured: gpus.iter().filter(|g| g.changed).count() as u32,
-        gpus,
-        placed,
-        unplaced,
-        allocation_pct: used / total * 100.0,
-        // `+ 0.0` turns a float sum's -0.0 into 0.0 ("-0.00 GPUs stranded" reads as a bug).
-        stranded_gpus: stranded.max(0.0) + 0.0,
-    })
+        .sum()
 }
 
 /// Put a MIG instance of `profile` on an open MIG GPU, else carve a free one (first fit in
