@@ -204,7 +204,7 @@ pub struct JobArgs {
 
 /// A reply read as the API's type `T`; a reply that is not one says which call gave it.
 pub fn typed<T: serde::de::DeserializeOwned>(value: &Value, path: &str) -> anyhow::Result<T> {
-    serde_json::from_value(value.clone()).map_err(|e| {
+    T::deserialize(value).map_err(|e| {
         anyhow::anyhow!("the controller's reply to {path} is not what this gantry reads ({e}): is it another version?")
     })
 }

@@ -300,6 +300,7 @@ fn serve_config(
     args: &ServeArgs,
     fleet: gantry_types::Fleet,
     discovered: bool,
+    confinement: LocalConfinement,
 ) -> anyhow::Result<(ServeConfig, String)> {
     let order = queues(args, &fleet)?;
     let data_dir = match args.data.clone() {
@@ -345,7 +346,7 @@ fn serve_config(
         )?,
         log: args.log.clone().unwrap_or_default(),
         advertise: args.advertise.clone(),
-        confinement: LocalConfinement { choice: args.confine.choice(), defaults: args.confine.defaults()? },
+        confinement,
         group_commit: true,
         agents,
     };
@@ -355,12 +356,12 @@ fn serve_config(
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let args = merge(args)?;
     check_flags(&args)?;
-    args.confine.defaults()?;
+    let confinement = LocalConfinement { choice: args.confine.choice(), defaults: args.confine.defaults()? };
     init_logs(args.log_format.as_deref().unwrap_or("text"));
     let open_files = gantry_server::raise_open_files();
     let (fleet_name, fleet, discovered) = fleet(&args)?;
     settings::check_open_files(open_files, if args.local { 0 } else { fleet.nodes.len() });
-    let (config, tls_note) = serve_config(&args, fleet, discovered)?;
+    let (config, tls_note) = serve_config(&args, fleet, discovered, confinement)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(serve(config, Banner { fleet_name, tls_note, args }))
 }

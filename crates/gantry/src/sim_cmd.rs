@@ -409,19 +409,20 @@ fn native_replay(args: &SimArgs, path: &Path) -> anyhow::Result<ExitCode> {
     if let protocol_b::Order::FairShare(tree) = &order {
         check_queues(args, path, tree, &fleet, &jobs)?;
     }
+    let name = stem(path);
     if args.live {
-        return live_replay(args, &stem(path), fleet, &jobs, &order);
+        return live_replay(args, &name, fleet, &jobs, &order);
     }
     let mut runs = Vec::new();
     for &policy in &args.policy {
         for seed in args.seed..args.seed + u64::from(args.seeds) {
             let started = std::time::Instant::now();
             let r = protocol_b::run_trace(&fleet, catalog, &jobs, policy, seed, &replay_options(args, &order))?;
-            print_replay(args, &stem(path), &r, started.elapsed().as_secs_f64());
+            print_replay(args, &name, &r, started.elapsed().as_secs_f64());
             runs.push(r);
         }
     }
-    finish_replay(args, &[(stem(path), runs)])
+    finish_replay(args, &[(name, runs)])
 }
 
 /// Warn of guarantees the fleet cannot honour; refuse a job whose queue is not in the tree.
@@ -509,11 +510,7 @@ fn replay_options(args: &SimArgs, order: &protocol_b::Order) -> protocol_b::Repl
     protocol_b::ReplayOptions {
         compress: args.compress,
         order: order.clone(),
-        backfill: match args.backfill.as_str() {
-            "off" => protocol_b::Backfill::Off,
-            "reserve" => protocol_b::Backfill::Reserve,
-            _ => protocol_b::Backfill::Greedy,
-        },
+        backfill: protocol_b::Backfill::parse(&args.backfill).unwrap_or(protocol_b::Backfill::Greedy),
         preempt: args.preempt,
         reserve_depth: args.reserve_depth as usize,
         until_s: args.until,

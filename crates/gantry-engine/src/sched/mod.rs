@@ -74,6 +74,16 @@ pub enum Backfill {
 }
 
 impl Backfill {
+    /// The mode [`Backfill::name`] names: `off`, `greedy` or `reserve`.
+    pub fn parse(name: &str) -> Option<Backfill> {
+        match name {
+            "off" => Some(Backfill::Off),
+            "greedy" => Some(Backfill::Greedy),
+            "reserve" => Some(Backfill::Reserve),
+            _ => None,
+        }
+    }
+
     pub fn name(&self) -> String {
         match self {
             Backfill::Off => "off".into(),

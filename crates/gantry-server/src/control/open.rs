@@ -69,15 +69,10 @@ impl Setup {
     }
 
     pub fn scheduling(&self) -> Result<SchedulerConfig, ControlError> {
-        let backfill = match self.backfill.as_str() {
-            "off" => Backfill::Off,
-            "greedy" => Backfill::Greedy,
-            "reserve" => Backfill::Reserve,
-            other => {
-                let message = format!("backfill {other:?}: off, greedy or reserve");
-                return Err(ControlError::Setup { field: "backfill", message });
-            }
-        };
+        let backfill = Backfill::parse(&self.backfill).ok_or_else(|| ControlError::Setup {
+            field: "backfill",
+            message: format!("backfill {:?}: off, greedy or reserve", self.backfill),
+        })?;
         Ok(SchedulerConfig {
             order: self.fair_share.clone().map_or(Order::Fifo, Order::FairShare),
             backfill,

@@ -59,13 +59,13 @@ impl ConfigFile {
         let mut file: ConfigFile = toml::from_str(&text)
             .map_err(|e| SettingsError::Syntax { path: at(), message: e.message().to_string() })?;
         file.check().map_err(|(field, message)| SettingsError::Field { path: at(), field, message })?;
-        file.advertise = file.advertise.map(|url| advertise_url(&url).expect("checked"));
         file.resolve(path.parent().unwrap_or(Path::new("")));
         Ok(file)
     }
 
-    /// The first field that cannot be used, and why.
-    fn check(&self) -> Result<(), (&'static str, String)> {
+    /// The first field that cannot be used, and why; `advertise` comes back written as clients
+    /// write their URLs.
+    fn check(&mut self) -> Result<(), (&'static str, String)> {
         for (field, allowed) in CHOICES {
             let value = if field == "backfill" { &self.backfill } else { &self.log_format };
             if let Some(v) = value
@@ -75,7 +75,8 @@ impl ConfigFile {
             }
         }
         if let Some(url) = &self.advertise {
-            advertise_url(url).map_err(|e| ("advertise", format!("advertise = {e}")))?;
+            let url = advertise_url(url).map_err(|e| ("advertise", format!("advertise = {e}")))?;
+            self.advertise = Some(url);
         }
         if let Some(tls) = &self.tls {
             if tls.cert.is_some() != tls.key.is_some() {

@@ -128,11 +128,7 @@ pub fn scheduling(
     use gantry_engine::sched::{Backfill, Order, SchedulerConfig};
     SchedulerConfig {
         order: queues.map_or(Order::Fifo, Order::FairShare),
-        backfill: match backfill.unwrap_or("reserve") {
-            "off" => Backfill::Off,
-            "greedy" => Backfill::Greedy,
-            _ => Backfill::Reserve,
-        },
+        backfill: backfill.and_then(Backfill::parse).unwrap_or(Backfill::Reserve),
         reserve_depth: 1,
         preempt,
     }
