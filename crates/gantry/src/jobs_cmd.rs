@@ -547,6 +547,14 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_of_another_shape_is_refused_by_its_call() {
+        let err = typed::<JobView>(&serde_json::json!([1, 2]), "/v1/jobs/3").expect_err("not a job");
+        assert!(err.to_string().contains("reply to /v1/jobs/3 is not what this gantry reads"), "{err}");
+        let jobs: Vec<JobView> = typed(&serde_json::json!([]), "/v1/jobs").expect("an empty list");
+        assert!(jobs.is_empty());
+    }
+
+    #[test]
     fn consecutive_ids_read_as_ranges() {
         assert_eq!(id_ranges(&[]), "");
         assert_eq!(id_ranges(&[1, 2]), "1 2");

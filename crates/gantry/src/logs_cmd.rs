@@ -2,7 +2,7 @@
 //! from the node's agent), all tasks or one, one stream or both, the last lines, and `-f` to
 //! follow it until the job ends (each stream read on from where the last read stopped).
 
-use crate::jobs_cmd::{ServerArg, shown_log};
+use crate::jobs_cmd::{ServerArg, shown, shown_log};
 use clap::Args;
 use gantry_api::{JobView, LogPiece, LogsView};
 use std::collections::BTreeMap;
@@ -140,7 +140,7 @@ impl Shown {
         if piece.text.is_empty() && (note.is_empty() || note == noted) {
             return;
         }
-        let header = format!("==> {name} {} ({}) <==\n", piece.task, piece.stream);
+        let header = format!("==> {} {} ({}) <==\n", shown(name), shown(&piece.task), shown(&piece.stream));
         if header != self.header {
             print!("{header}");
             self.header = header;
