@@ -7,9 +7,10 @@
 //! its MIG instances (read through raw NVML, `crate::mig_nvml::layout_of`) when the catalog's
 //! layout rules accept them; otherwise it is left out with a note rather than guessed.
 
-use gantry_catalog::Catalog;
+use crate::topology::Links;
+use gantry_catalog::{Catalog, GpuModel};
 use gantry_types::{Gpu, GpuMode, Node};
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device, Nvml};
 
 /// What discovery found on this machine, and what it had to leave out.
 #[derive(Debug)]
@@ -54,77 +55,15 @@ pub fn discover(name: &str, catalog: &Catalog) -> Result<Discovery, Unavailable>
     let mut links = Vec::new();
     let mut notes = Vec::new();
     for i in 0..count {
-        let device = match nvml.device_by_index(i) {
-            Ok(d) => d,
-            Err(e) => {
-                notes.push(format!("GPU {i}: left out ({e})"));
-                continue;
-            }
-        };
-        let (Ok(product), Ok(uuid)) = (device.name(), device.uuid()) else {
-            notes.push(format!("GPU {i}: left out (no name or UUID)"));
-            continue;
-        };
-        let Some(model) = catalog.lookup(&product) else {
-            notes
-                .push(format!("GPU {i} {product:?}: left out (not in the catalog: `gantry catalog` lists the models)"));
-            continue;
-        };
-        let mut mode = GpuMode::Whole;
-        if device.mig_mode().is_ok_and(|m| m.current == 1) {
-            let geometry = catalog.model(model).mig.as_ref();
-            match crate::mig_nvml::layout_of(&nvml, &device) {
-                Ok(instances) => {
-                    match geometry.map(|g| g.validate_layout(&catalog.model(model).id, &instances)) {
-                        Some(Ok(_)) => mode = GpuMode::Mig { instances },
-                        Some(Err(e)) => {
-                            notes.push(format!(
-                                "GPU {i} {product:?}: left out (its MIG layout breaks the catalog's rules: {e})"
-                            ));
-                            continue;
-                        }
-                        None => {
-                            notes.push(format!("GPU {i} {product:?}: left out (MIG mode on, but the catalog has no MIG geometry for it)"));
-                            continue;
-                        }
-                    }
-                }
-                Err(e) => {
-                    notes.push(format!("GPU {i} {product:?}: left out (MIG mode on, instances unreadable: {e})"));
-                    continue;
-                }
-            }
+        if let Some((gpu, gpu_links)) = read_gpu(&nvml, i, catalog, &mut notes) {
+            links.push(gpu_links);
+            gpus.push(gpu);
         }
-        links.push(crate::topology::read(i, &device, &mut notes));
-        gpus.push(Gpu {
-            index: i,
-            model: catalog.model(model).id.clone(),
-            uuid,
-            numa: 0,
-            pcie_switch: 0,
-            nvlink_domain: None,
-            mode,
-        });
     }
     if gpus.is_empty() {
         return Err(Unavailable(format!("no usable GPU: {}", notes.join("; "))));
     }
-    let mut unknown_pcie = false;
-    let pcie = crate::topology::pcie_groups(gpus.len(), |a, b| {
-        crate::topology::same_switch(&nvml, gpus[a].index, gpus[b].index).unwrap_or_else(|| {
-            unknown_pcie = true;
-            false
-        })
-    });
-    if unknown_pcie {
-        notes.push("PCIe topology partly unknown: GPUs NVML could not compare are in PCIe groups of their own".into());
-    }
-    let domains = crate::topology::nvlink_domains(&links);
-    for (i, gpu) in gpus.iter_mut().enumerate() {
-        gpu.numa = links[i].numa.unwrap_or(0);
-        gpu.pcie_switch = pcie[i];
-        gpu.nvlink_domain = domains[i];
-    }
+    place_gpus(&nvml, &mut gpus, &links, &mut notes);
     let (cpus, memory) = host_resources();
     let node = Node {
         name: name.to_string(),
@@ -137,6 +76,93 @@ pub fn discover(name: &str, catalog: &Catalog) -> Result<Discovery, Unavailable>
         block: None,
     };
     Ok(Discovery { node, notes })
+}
+
+/// GPU `i` (its NUMA node, PCIe switch and NVLink domain still unset) and its links, or
+/// `None` with a note saying why it is left out.
+fn read_gpu(nvml: &Nvml, i: u32, catalog: &Catalog, notes: &mut Vec<String>) -> Option<(Gpu, Links)> {
+    let device = match nvml.device_by_index(i) {
+        Ok(d) => d,
+        Err(e) => {
+            notes.push(format!("GPU {i}: left out ({e})"));
+            return None;
+        }
+    };
+    let (Ok(product), Ok(uuid)) = (device.name(), device.uuid()) else {
+        notes.push(format!("GPU {i}: left out (no name or UUID)"));
+        return None;
+    };
+    let Some(model) = catalog.lookup(&product) else {
+        notes.push(format!("GPU {i} {product:?}: left out (not in the catalog: `gantry catalog` lists the models)"));
+        return None;
+    };
+    let mut mode = GpuMode::Whole;
+    if device.mig_mode().is_ok_and(|m| m.current == 1) {
+        mode = mig_mode(nvml, &device, catalog.model(model), i, &product, notes)?;
+    }
+    let links = crate::topology::read(i, &device, notes);
+    let gpu = Gpu {
+        index: i,
+        model: catalog.model(model).id.clone(),
+        uuid,
+        numa: 0,
+        pcie_switch: 0,
+        nvlink_domain: None,
+        mode,
+    };
+    Some((gpu, links))
+}
+
+/// A GPU in MIG mode: its instances, when the catalog's layout rules accept them; else `None`
+/// with a note.
+fn mig_mode(
+    nvml: &Nvml,
+    device: &Device<'_>,
+    model: &GpuModel,
+    i: u32,
+    product: &str,
+    notes: &mut Vec<String>,
+) -> Option<GpuMode> {
+    let geometry = model.mig.as_ref();
+    match crate::mig_nvml::layout_of(nvml, device) {
+        Ok(instances) => match geometry.map(|g| g.validate_layout(&model.id, &instances)) {
+            Some(Ok(_)) => Some(GpuMode::Mig { instances }),
+            Some(Err(e)) => {
+                notes.push(format!("GPU {i} {product:?}: left out (its MIG layout breaks the catalog's rules: {e})"));
+                None
+            }
+            None => {
+                notes.push(format!(
+                    "GPU {i} {product:?}: left out (MIG mode on, but the catalog has no MIG geometry for it)"
+                ));
+                None
+            }
+        },
+        Err(e) => {
+            notes.push(format!("GPU {i} {product:?}: left out (MIG mode on, instances unreadable: {e})"));
+            None
+        }
+    }
+}
+
+/// Sets each GPU's NUMA node, PCIe switch group and NVLink domain from NVML and `links`.
+fn place_gpus(nvml: &Nvml, gpus: &mut [Gpu], links: &[Links], notes: &mut Vec<String>) {
+    let mut unknown_pcie = false;
+    let pcie = crate::topology::pcie_groups(gpus.len(), |a, b| {
+        crate::topology::same_switch(nvml, gpus[a].index, gpus[b].index).unwrap_or_else(|| {
+            unknown_pcie = true;
+            false
+        })
+    });
+    if unknown_pcie {
+        notes.push("PCIe topology partly unknown: GPUs NVML could not compare are in PCIe groups of their own".into());
+    }
+    let domains = crate::topology::nvlink_domains(links);
+    for (i, gpu) in gpus.iter_mut().enumerate() {
+        gpu.numa = links[i].numa.unwrap_or(0);
+        gpu.pcie_switch = pcie[i];
+        gpu.nvlink_domain = domains[i];
+    }
 }
 
 #[cfg(test)]

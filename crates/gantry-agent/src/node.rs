@@ -457,6 +457,37 @@ pub fn confinement(config: &AgentConfig) -> Result<crate::cgroup::Confinement, A
     Ok(crate::cgroup::detect(config.confine, &parent, rules))
 }
 
+/// The agent, before it recovers its tasks: its runner real or simulated (tasks sent to
+/// `exits_tx` as they end), no task tracked yet.
+fn new_agent(
+    config: &AgentConfig,
+    instance: &str,
+    exits_tx: mpsc::Sender<Exit>,
+    confinement: &crate::cgroup::Confinement,
+) -> Agent {
+    Agent {
+        instance: instance.to_string(),
+        runner: match config.simulate {
+            Some(duration) => Runner::simulated(config.data_dir.clone(), exits_tx, duration),
+            None => Runner::new(config.data_dir.clone(), exits_tx, confinement.clone(), config.defaults),
+        },
+        config: config.clone(),
+        tasks: BTreeMap::new(),
+        stopped: BTreeSet::new(),
+        sampler: if config.measure_gpus { crate::sample::Sampler::open() } else { None },
+        layouts: crate::layouts::Layouts::new(config.mig.clone()),
+    }
+}
+
+/// The agent stops: its tasks keep running (the next start re-adopts them); an agent with
+/// none leaves no empty cgroup behind.
+fn shut_down(report: &crate::cgroup::Confinement) -> Result<(), AgentError> {
+    if let Some(cg) = report.cgroups() {
+        cg.remove_parent_if_empty();
+    }
+    Ok(())
+}
+
 /// Run the agent until `shutdown` fires (its tasks keep running: the next start re-adopts
 /// them) or the controller refuses it for good.
 pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Result<(), AgentError> {
@@ -469,18 +500,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
     tracing::info!(node = %config.node, confinement = %confinement.report(), "agent starting");
     let (exits_tx, mut exits) = mpsc::channel::<Exit>(1024);
     let instance = instance_id(&config.data_dir)?;
-    let mut agent = Agent {
-        instance: instance.clone(),
-        runner: match config.simulate {
-            Some(duration) => Runner::simulated(config.data_dir.clone(), exits_tx, duration),
-            None => Runner::new(config.data_dir.clone(), exits_tx, confinement.clone(), config.defaults),
-        },
-        config: config.clone(),
-        tasks: BTreeMap::new(),
-        stopped: BTreeSet::new(),
-        sampler: if config.measure_gpus { crate::sample::Sampler::open() } else { None },
-        layouts: crate::layouts::Layouts::new(config.mig.clone()),
-    };
+    let mut agent = new_agent(&config, &instance, exits_tx, &confinement);
     // Register with the GPUs as the hardware has them (a layout half-applied before a crash
     // included): the controller reconciles.
     agent.layouts.refresh(&mut agent.config.gpus);
@@ -489,14 +509,7 @@ pub async fn run(config: AgentConfig, mut shutdown: oneshot::Receiver<()>) -> Re
     let mut registered = false;
     let mut unreachable = false;
     let report = agent.runner.confinement().clone();
-    let stopped = || {
-        // Its tasks keep running (the next start re-adopts them); an agent with none leaves
-        // no empty cgroup behind.
-        if let Some(cg) = report.cgroups() {
-            cg.remove_parent_if_empty();
-        }
-        Ok(())
-    };
+    let stopped = || shut_down(&report);
     loop {
         if !registered {
             tokio::select! {

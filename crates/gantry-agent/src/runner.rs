@@ -200,20 +200,7 @@ impl Runner {
             Ok(account) => account,
             Err(why) => return refuse(&why),
         };
-        let owner = match &account {
-            crate::account::RunAs::Drop(user) => Some((user.uid, user.gid)),
-            crate::account::RunAs::Same => None,
-        };
-        let logs =
-            dir.create_log(rank, Kind::Out, owner).and_then(|out| Ok((out, dir.create_log(rank, Kind::Err, owner)?)));
-        let (out, err) = match logs {
-            Ok(files) => files,
-            Err(e) => {
-                // No log to say it in: the agent's own log does.
-                tracing::error!(job = l.job, rank, error = %e, "cannot create the task's logs");
-                return failed(126);
-            }
-        };
+        let Some((out, err)) = task_logs(l, &dir, &account) else { return failed(126) };
         if let (crate::account::RunAs::Same, Some(workdir)) = (&account, &l.workdir)
             && !Path::new(workdir).is_dir()
         {
@@ -233,7 +220,30 @@ impl Runner {
         let handle_kind = if self.cgroups().is_some() { Some(HandleKind::Cgroup(rank)) } else { None };
         let mut env = self.task_env(l, &account, &dir, carried);
         let (entry, program) = task_entry(l, &account, &dir);
-        // An MPS client: its GPU's daemon runs before it starts (device 0 is the one GPU it sees).
+        let mps_key = self.join_mps(l, &account, &mut env).await;
+        let spawned = crate::spawn::monitor_command(&entry, &env, out, err, join).spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                self.leave_mps(&mps_key).await;
+                self.runs.abandon(l.job, l.attempt, rank);
+                return refuse(&format!("cannot start sh for {program:?}: {e}"));
+            }
+        };
+        let (code, timed_out, oom) = self.supervise(l, &mut child, handle_kind).await;
+        self.leave_mps(&mps_key).await;
+        Exit { key: l.key(), code, timed_out, lost: false, oom }
+    }
+
+    /// An MPS client: its GPU's daemon runs before it starts (device 0 is the one GPU it sees),
+    /// and `env` gets the client's limits and pipe. The GPU and account to release it by, or
+    /// `None` for a task not under MPS.
+    async fn join_mps(
+        &self,
+        l: &Launch,
+        account: &crate::account::RunAs,
+        env: &mut Vec<(String, String)>,
+    ) -> Option<(String, crate::account::RunAs)> {
         let mps_key = l.mps.and_then(|_| l.devices.first().cloned()).map(|gpu| (gpu, account.clone()));
         if let (Some((percentage, memory)), Some((gpu, account))) = (l.mps, &mps_key) {
             let pipe = self.mps.acquire(gpu, account).await;
@@ -241,28 +251,33 @@ impl Runner {
             env.push(("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT".into(), format!("0={}M", memory >> 20)));
             env.push(("CUDA_MPS_PIPE_DIRECTORY".into(), pipe.display().to_string()));
         }
-        let spawned = crate::spawn::monitor_command(&entry, &env, out, err, join).spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                if let Some((gpu, account)) = &mps_key {
-                    self.mps.release(gpu, account).await;
-                }
-                self.runs.abandon(l.job, l.attempt, rank);
-                return refuse(&format!("cannot start sh for {program:?}: {e}"));
-            }
-        };
+        mps_key
+    }
+
+    /// Releases the MPS client `join_mps` counted, if any.
+    async fn leave_mps(&self, mps_key: &Option<(String, crate::account::RunAs)>) {
+        if let Some((gpu, account)) = mps_key {
+            self.mps.release(gpu, account).await;
+        }
+    }
+
+    /// A started task, registered for stops while it runs, waited for within its time limit and
+    /// then cleared away: its exit code, whether its time limit ended it, whether the OOM
+    /// killer did.
+    async fn supervise(
+        &self,
+        l: &Launch,
+        child: &mut tokio::process::Child,
+        handle_kind: Option<HandleKind>,
+    ) -> (Option<i32>, bool, bool) {
         let pgid = child.id().map_or(0, |p| p as i32);
         let handle = Handle { attempt: l.attempt, kind: handle_kind.unwrap_or(HandleKind::Group(pgid)) };
         self.register(l.job, handle);
-        let (status, timed_out) = self.wait_within_limit(&mut child, l.job, handle, l).await;
+        let (status, timed_out) = self.wait_within_limit(child, l.job, handle, l).await;
         self.unregister(l.job, handle);
         let code = status.ok().and_then(|s| s.code());
         let oom = self.clear_away(l, handle, code).await;
-        if let Some((gpu, account)) = &mps_key {
-            self.mps.release(gpu, account).await;
-        }
-        Exit { key: l.key(), code, timed_out, lost: false, oom }
+        (code, timed_out, oom)
     }
 
     /// After a task's exit, what it left: its process group killed (its own children go with
@@ -449,6 +464,25 @@ impl Runner {
             }
         };
         (status, true)
+    }
+}
+
+/// Task `l`'s stdout and stderr logs, owned by the account it runs as; `None` when they
+/// cannot be created (said in the agent's own log: there is no task log to say it in).
+fn task_logs(l: &Launch, dir: &JobDir, account: &crate::account::RunAs) -> Option<(std::fs::File, std::fs::File)> {
+    let rank = l.rank;
+    let owner = match account {
+        crate::account::RunAs::Drop(user) => Some((user.uid, user.gid)),
+        crate::account::RunAs::Same => None,
+    };
+    let logs =
+        dir.create_log(rank, Kind::Out, owner).and_then(|out| Ok((out, dir.create_log(rank, Kind::Err, owner)?)));
+    match logs {
+        Ok(files) => Some(files),
+        Err(e) => {
+            tracing::error!(job = l.job, rank, error = %e, "cannot create the task's logs");
+            None
+        }
     }
 }
 

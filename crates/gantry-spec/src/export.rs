@@ -135,6 +135,46 @@ pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
     let mut types: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
     let catalog = gantry_catalog::Catalog::embedded();
     for node in &fleet.nodes {
+        let node_gres = NodeGres::of(node, catalog);
+        let parts = node_gres.parts(&mut tres, &mut types);
+        let gres_field = if parts.is_empty() { String::new() } else { format!(" Gres={}", parts.join(",")) };
+        let _ = writeln!(
+            nodes,
+            "NodeName={} CPUs={} RealMemory={}{gres_field}",
+            node.name,
+            (node.cpu.0 / 1000).max(1),
+            node.memory.0 >> 20
+        );
+        if node.gpus.is_empty() {
+            continue;
+        }
+        node_gres.write_gres_conf(&node.name, &mut gres);
+    }
+    let mut conf = String::from("# slurm.conf lines written by gantry plan: merge them into your slurm.conf.\n");
+    if !types.is_empty() {
+        let _ = writeln!(conf, "GresTypes={}", types.into_iter().collect::<Vec<_>>().join(","));
+    }
+    if !tres.is_empty() {
+        let _ = writeln!(conf, "AccountingStorageTRES=gres/gpu,{}", tres.into_iter().collect::<Vec<_>>().join(","));
+    }
+    conf.push_str(&nodes);
+    (conf, gres)
+}
+
+/// One node's GPUs as Slurm generic resources.
+struct NodeGres {
+    /// The node's GPU model, lowercased (the type of its whole GPUs).
+    model: String,
+    /// MIG instances by Slurm type.
+    counts: BTreeMap<String, u32>,
+    shards: u32,
+    mps: u32,
+    /// Indices of the GPUs not in MIG mode (whole, time-sliced or MPS).
+    whole: Vec<u32>,
+}
+
+impl NodeGres {
+    fn of(node: &Node, catalog: &gantry_catalog::Catalog) -> NodeGres {
         let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         let (mut shards, mut mps) = (0u32, 0u32);
         let mut whole: Vec<u32> = Vec::new();
@@ -163,59 +203,55 @@ pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
                 }
             }
         }
+        NodeGres { model, counts, shards, mps, whole }
+    }
+
+    /// The node's `Gres=` parts, recording the TRES and GRES types they use.
+    fn parts(
+        &self,
+        tres: &mut std::collections::BTreeSet<String>,
+        types: &mut std::collections::BTreeSet<&str>,
+    ) -> Vec<String> {
+        let model = &self.model;
         let mut parts: Vec<String> = Vec::new();
-        if !whole.is_empty() {
-            parts.push(format!("gpu:{model}:{}", whole.len()));
+        if !self.whole.is_empty() {
+            parts.push(format!("gpu:{model}:{}", self.whole.len()));
             tres.insert(format!("gres/gpu:{model}"));
         }
-        for (ty, n) in &counts {
+        for (ty, n) in &self.counts {
             parts.push(format!("gpu:{ty}:{n}"));
             tres.insert(format!("gres/gpu:{ty}"));
         }
-        if shards > 0 {
-            parts.push(format!("shard:{shards}"));
+        if self.shards > 0 {
+            parts.push(format!("shard:{}", self.shards));
             types.insert("shard");
         }
-        if mps > 0 {
-            parts.push(format!("mps:{mps}"));
+        if self.mps > 0 {
+            parts.push(format!("mps:{}", self.mps));
             types.insert("mps");
         }
         if !parts.is_empty() {
             types.insert("gpu");
         }
-        let gres_field = if parts.is_empty() { String::new() } else { format!(" Gres={}", parts.join(",")) };
-        let _ = writeln!(
-            nodes,
-            "NodeName={} CPUs={} RealMemory={}{gres_field}",
-            node.name,
-            (node.cpu.0 / 1000).max(1),
-            node.memory.0 >> 20
-        );
-        if node.gpus.is_empty() {
-            continue;
-        }
-        if !counts.is_empty() {
-            let _ = writeln!(gres, "NodeName={} AutoDetect=nvml", node.name);
+        parts
+    }
+
+    /// The node's `gres.conf` lines (autodetected when it has MIG instances).
+    fn write_gres_conf(&self, name: &str, gres: &mut String) {
+        let model = &self.model;
+        if !self.counts.is_empty() {
+            let _ = writeln!(gres, "NodeName={name} AutoDetect=nvml");
         } else {
-            let files = whole.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-            let _ = writeln!(gres, "NodeName={} Name=gpu Type={model} File=/dev/nvidia[{files}]", node.name);
+            let files = self.whole.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            let _ = writeln!(gres, "NodeName={name} Name=gpu Type={model} File=/dev/nvidia[{files}]");
         }
-        if shards > 0 {
-            let _ = writeln!(gres, "NodeName={} Name=shard Count={shards}", node.name);
+        if self.shards > 0 {
+            let _ = writeln!(gres, "NodeName={name} Name=shard Count={}", self.shards);
         }
-        if mps > 0 {
-            let _ = writeln!(gres, "NodeName={} Name=mps Count={mps}", node.name);
+        if self.mps > 0 {
+            let _ = writeln!(gres, "NodeName={name} Name=mps Count={}", self.mps);
         }
     }
-    let mut conf = String::from("# slurm.conf lines written by gantry plan: merge them into your slurm.conf.\n");
-    if !types.is_empty() {
-        let _ = writeln!(conf, "GresTypes={}", types.into_iter().collect::<Vec<_>>().join(","));
-    }
-    if !tres.is_empty() {
-        let _ = writeln!(conf, "AccountingStorageTRES=gres/gpu,{}", tres.into_iter().collect::<Vec<_>>().join(","));
-    }
-    conf.push_str(&nodes);
-    (conf, gres)
 }
 
 /// `kubectl label` commands selecting each node's configs.

@@ -345,30 +345,7 @@ fn mode(
     }
     match name {
         "whole" => Ok(GpuMode::Whole),
-        "mig" => {
-            let Some(geometry) = &m.mig else {
-                let capable: Vec<&str> =
-                    catalog.models().iter().filter(|x| x.mig.is_some()).map(|x| x.id.as_str()).collect();
-                return Err(SpecError::new(format!("{field}.mode"), format!("{} does not support MIG", m.id))
-                    .hint(format!("MIG-capable models: {}", capable.join(", "))));
-            };
-            let layout = entry.mig.ok_or_else(|| {
-                SpecError::new(format!("{field}.mig"), "mode mig needs a layout")
-                    .hint("e.g. mig = [\"3g.40gb@0\", \"2g.20gb@4\", \"1g.10gb@6\"] or mig = { \"1g.10gb\" = 7 }")
-            })?;
-            let (fixed, counted) = mig_layout(field, layout)?;
-            let placed = geometry
-                .place_counts(&m.id, &fixed, &counted)
-                .map_err(|e| SpecError::new(format!("{field}.mig"), e.to_string()))?;
-            let instances = placed
-                .iter()
-                .map(|p| MigInstanceSpec {
-                    profile: geometry.profiles[p.profile as usize].name.clone(),
-                    start: p.start,
-                })
-                .collect();
-            Ok(GpuMode::Mig { instances })
-        }
+        "mig" => mig_mode(field, entry, m, catalog),
         "mps" => {
             let clients = quantity::count(
                 &format!("{field}.max_clients"),
@@ -379,33 +356,63 @@ fn mode(
             )?;
             Ok(GpuMode::Mps { max_clients: clients })
         }
-        "time-slice" => {
-            let replicas = entry.replicas.ok_or_else(|| {
-                SpecError::new(format!("{field}.replicas"), "mode time-slice needs replicas").hint("e.g. replicas = 4")
-            })?;
-            let replicas = quantity::count(
-                &format!("{field}.replicas"),
-                replicas,
-                2,
-                TIME_SLICE_REPLICAS_MAX,
-                "time-slicing needs at least 2 replicas (1 is a whole GPU)",
-            )?;
-            let per = match entry.memory_per_replica {
-                Some(q) => quantity::memory(&format!("{field}.memory_per_replica"), q)?,
-                None => Bytes(m.memory.0 / replicas as u64),
-            };
-            if per.0 == 0 || per.0 * replicas as u64 > m.memory.0 {
-                return Err(SpecError::new(
-                    format!("{field}.memory_per_replica"),
-                    format!("{replicas} × {per} does not fit in {}'s {}", m.id, m.memory),
-                )
-                .hint("time-sliced replicas share one GPU's memory; lower the budget or the replicas"));
-            }
-            Ok(GpuMode::TimeSlice { replicas, memory_per_replica: per })
-        }
+        "time-slice" => time_slice_mode(field, entry, m),
         other => Err(SpecError::new(format!("{field}.mode"), format!("unknown mode {other:?}"))
             .hint("use whole, mig, mps or time-slice")),
     }
+}
+
+/// Mode `mig`: the entry's layout placed on the model's MIG geometry.
+fn mig_mode(
+    field: &str,
+    entry: &ModeEntry<'_>,
+    m: &gantry_catalog::GpuModel,
+    catalog: &Catalog,
+) -> Result<GpuMode, SpecError> {
+    let Some(geometry) = &m.mig else {
+        let capable: Vec<&str> = catalog.models().iter().filter(|x| x.mig.is_some()).map(|x| x.id.as_str()).collect();
+        return Err(SpecError::new(format!("{field}.mode"), format!("{} does not support MIG", m.id))
+            .hint(format!("MIG-capable models: {}", capable.join(", "))));
+    };
+    let layout = entry.mig.ok_or_else(|| {
+        SpecError::new(format!("{field}.mig"), "mode mig needs a layout")
+            .hint("e.g. mig = [\"3g.40gb@0\", \"2g.20gb@4\", \"1g.10gb@6\"] or mig = { \"1g.10gb\" = 7 }")
+    })?;
+    let (fixed, counted) = mig_layout(field, layout)?;
+    let placed = geometry
+        .place_counts(&m.id, &fixed, &counted)
+        .map_err(|e| SpecError::new(format!("{field}.mig"), e.to_string()))?;
+    let instances = placed
+        .iter()
+        .map(|p| MigInstanceSpec { profile: geometry.profiles[p.profile as usize].name.clone(), start: p.start })
+        .collect();
+    Ok(GpuMode::Mig { instances })
+}
+
+/// Mode `time-slice`: the replicas and each one's memory budget, which together fit the GPU.
+fn time_slice_mode(field: &str, entry: &ModeEntry<'_>, m: &gantry_catalog::GpuModel) -> Result<GpuMode, SpecError> {
+    let replicas = entry.replicas.ok_or_else(|| {
+        SpecError::new(format!("{field}.replicas"), "mode time-slice needs replicas").hint("e.g. replicas = 4")
+    })?;
+    let replicas = quantity::count(
+        &format!("{field}.replicas"),
+        replicas,
+        2,
+        TIME_SLICE_REPLICAS_MAX,
+        "time-slicing needs at least 2 replicas (1 is a whole GPU)",
+    )?;
+    let per = match entry.memory_per_replica {
+        Some(q) => quantity::memory(&format!("{field}.memory_per_replica"), q)?,
+        None => Bytes(m.memory.0 / replicas as u64),
+    };
+    if per.0 == 0 || per.0 * replicas as u64 > m.memory.0 {
+        return Err(SpecError::new(
+            format!("{field}.memory_per_replica"),
+            format!("{replicas} × {per} does not fit in {}'s {}", m.id, m.memory),
+        )
+        .hint("time-sliced replicas share one GPU's memory; lower the budget or the replicas"));
+    }
+    Ok(GpuMode::TimeSlice { replicas, memory_per_replica: per })
 }
 
 /// Instances with starts, and profiles to place (with their counts).

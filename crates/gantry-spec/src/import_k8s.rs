@@ -241,6 +241,22 @@ fn gpu_modes(
         .map(|r| count(&format!("{at} / nvidia.com/gpu.replicas"), r))
         .transpose()?;
     let sharing = labels.get("nvidia.com/gpu.sharing-strategy").map(String::as_str);
+    let mig = mig_instances(allocatable, strategy, product, at)?;
+    if !mig.is_empty() {
+        return write_mig_gpus(catalog, model, &mig, allocatable, strategy, gpus, at, toml, notes);
+    }
+    shared_mode(sharing, replicas, product, at, toml, notes);
+    Ok(())
+}
+
+/// The MIG instances a node advertises, by profile (under the single strategy, its whole
+/// `nvidia.com/gpu` count of the product's profile).
+fn mig_instances(
+    allocatable: &Value,
+    strategy: &str,
+    product: &str,
+    at: &str,
+) -> Result<BTreeMap<String, u32>, SpecError> {
     let mut mig: BTreeMap<String, u32> = BTreeMap::new();
     for (key, value) in allocatable.as_object().into_iter().flatten() {
         if let (Some(profile), Some(n)) = (key.strip_prefix("nvidia.com/mig-"), value.as_str()) {
@@ -256,35 +272,59 @@ fn gpu_modes(
         let total = allocatable.get("nvidia.com/gpu").and_then(Value::as_str).unwrap_or("0");
         mig.insert(profile.to_string(), count(&format!("{at} / allocatable.nvidia.com/gpu"), total)?);
     }
-    if !mig.is_empty() {
-        // MIG GPUs: all of them under single, else those not advertised whole.
-        let whole = match strategy {
-            "single" => 0,
-            _ => count(
-                &format!("{at} / allocatable.nvidia.com/gpu"),
-                allocatable.get("nvidia.com/gpu").and_then(Value::as_str).unwrap_or("0"),
-            )?,
-        };
-        let mig_gpus = gpus.saturating_sub(whole).max(1);
-        let first = gpus - mig_gpus;
-        let (layouts, left) = distribute(catalog, model, &mig, mig_gpus as usize);
-        if !left.is_empty() {
-            notes.push(format!(
-                "{at}: {} MIG instance(s) fit on none of its {mig_gpus} MIG GPU(s) alongside the others and were left out ({})",
-                left.values().sum::<u32>(),
-                left.iter().map(|(p, n)| format!("{n} × {p}")).collect::<Vec<_>>().join(", ")
-            ));
-        }
-        for (offset, layout) in layouts.iter().enumerate() {
-            if layout.is_empty() {
-                continue;
-            }
-            let counts: Vec<String> = layout.iter().map(|(p, n)| format!("{} = {n}", quote(p))).collect();
-            let _ =
-                write!(toml, "[[node.gpu]]\nindex = {}\nmig = {{ {} }}\n", first + offset as u32, counts.join(", "));
-        }
-        return Ok(());
+    Ok(mig)
+}
+
+/// MIG GPUs: all of them under single, else those not advertised whole; writes their
+/// layouts and notes the instances that fit nowhere.
+#[allow(clippy::too_many_arguments)]
+fn write_mig_gpus(
+    catalog: &Catalog,
+    model: &str,
+    mig: &BTreeMap<String, u32>,
+    allocatable: &Value,
+    strategy: &str,
+    gpus: u32,
+    at: &str,
+    toml: &mut String,
+    notes: &mut Vec<String>,
+) -> Result<(), SpecError> {
+    let whole = match strategy {
+        "single" => 0,
+        _ => count(
+            &format!("{at} / allocatable.nvidia.com/gpu"),
+            allocatable.get("nvidia.com/gpu").and_then(Value::as_str).unwrap_or("0"),
+        )?,
+    };
+    let mig_gpus = gpus.saturating_sub(whole).max(1);
+    let first = gpus - mig_gpus;
+    let (layouts, left) = distribute(catalog, model, mig, mig_gpus as usize);
+    if !left.is_empty() {
+        notes.push(format!(
+            "{at}: {} MIG instance(s) fit on none of its {mig_gpus} MIG GPU(s) alongside the others and were left out ({})",
+            left.values().sum::<u32>(),
+            left.iter().map(|(p, n)| format!("{n} × {p}")).collect::<Vec<_>>().join(", ")
+        ));
     }
+    for (offset, layout) in layouts.iter().enumerate() {
+        if layout.is_empty() {
+            continue;
+        }
+        let counts: Vec<String> = layout.iter().map(|(p, n)| format!("{} = {n}", quote(p))).collect();
+        let _ = write!(toml, "[[node.gpu]]\nindex = {}\nmig = {{ {} }}\n", first + offset as u32, counts.join(", "));
+    }
+    Ok(())
+}
+
+/// Whole GPUs' sharing (MPS or time-slicing) from the replica count and sharing strategy.
+fn shared_mode(
+    sharing: Option<&str>,
+    replicas: Option<u32>,
+    product: &str,
+    at: &str,
+    toml: &mut String,
+    notes: &mut Vec<String>,
+) {
     match (sharing, replicas) {
         (Some("mps"), Some(r)) if r > 1 => {
             let _ = writeln!(toml, "mode = \"mps\"\nmax_clients = {}", r.min(crate::MPS_CLIENTS_MAX as u32));
@@ -298,7 +338,6 @@ fn gpu_modes(
         }
         _ => {}
     }
-    Ok(())
 }
 
 /// `kubectl get pods -A -o json` → a native trace (JSON lines), arrivals from the earliest
@@ -390,57 +429,15 @@ fn pod_line(
     if text(pod, &["status", "phase"]) == Some("Pending") && pod.pointer("/status/startTime").is_none() {
         return Err("never started (pending)".into());
     }
-    let mut cpu = 0u64;
-    let mut memory = 0u64;
-    let mut gpu: BTreeMap<String, u64> = BTreeMap::new();
-    for container in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
-        let resources = container.get("resources");
-        let requests = resources.and_then(|r| r.get("requests"));
-        let limits = resources.and_then(|r| r.get("limits"));
-        let pick = |key: &str| {
-            requests.and_then(|r| r.get(key)).or_else(|| limits.and_then(|l| l.get(key))).and_then(Value::as_str)
-        };
-        if let Some(q) = pick("cpu") {
-            cpu += cpu_milli("cpu", q).map_err(|_| "a malformed cpu quantity")?;
-        }
-        if let Some(q) = pick("memory") {
-            memory += bytes("memory", q).map_err(|_| "a malformed memory quantity")?;
-        }
-        // Extended resources are limits (requests, when given, must equal them).
-        for (key, value) in limits.and_then(Value::as_object).into_iter().flatten() {
-            if key.starts_with("nvidia.com/") {
-                let n: u64 = value.as_str().and_then(|v| v.parse().ok()).ok_or("a malformed GPU quantity")?;
-                *gpu.entry(key.clone()).or_default() += n;
-            }
-        }
-    }
-    let gpu_field = match gpu.iter().filter(|(_, n)| **n > 0).collect::<Vec<_>>().as_slice() {
-        [] if options.cpu_pods => None,
-        [] => return Err("asks for no GPU (--cpu-pods keeps these)".into()),
-        [(key, n)] if key.as_str() == "nvidia.com/gpu" => Some(serde_json::json!({ "count": n })),
-        [(key, 1)] if key.starts_with("nvidia.com/mig-") => {
-            let profile = key.trim_start_matches("nvidia.com/mig-");
-            if !catalog.any_model_has_profile(profile) {
-                return Err("asks for a MIG profile no catalog GPU offers".into());
-            }
-            Some(serde_json::json!({ "mig": profile }))
-        }
-        [(key, 1)] if key.as_str() == "nvidia.com/gpu.shared" => {
-            Some(serde_json::json!({ "share": options.shared_milli, "mode": "time-slice" }))
-        }
-        [(key, _)] if key.starts_with("nvidia.com/mig-") => return Err("asks for several MIG instances".into()),
-        [_] => return Err("asks for a GPU resource gantry does not map".into()),
-        _ => return Err("asks for several kinds of GPU resource".into()),
-    };
+    let (cpu, memory, gpu) = pod_requests(pod)?;
+    let gpu_field = job_gpu(&gpu, catalog, options)?;
     let (start, end) = run_times(pod);
     let duration = match (start, end) {
         (Some(s), Some(e)) if e >= s => Some(e - s),
         _ => None,
     };
     let queue = queue_name(namespace);
-    let n = names.entry(name.to_string()).or_default();
-    *n += 1;
-    let job_name = if *n == 1 { name.to_string() } else { format!("{name}-{n}") };
+    let job_name = unique_name(names, name);
     let mut job = serde_json::json!({ "name": job_name, "queue": queue, "cpu": format!("{}m", cpu.max(1)) });
     if memory > 0 {
         job["memory"] = serde_json::json!(format!("{memory}B"));
@@ -467,6 +464,66 @@ fn pod_line(
     let text = line.to_string();
     crate::parse_trace_line(1, &text, catalog).map_err(|e| format!("does not make a valid job ({})", e.message))?;
     Ok(text)
+}
+
+/// The pod's containers' requests summed: CPU (millicores), memory (bytes) and each
+/// `nvidia.com/` resource.
+fn pod_requests(pod: &Value) -> Result<(u64, u64, BTreeMap<String, u64>), String> {
+    let mut cpu = 0u64;
+    let mut memory = 0u64;
+    let mut gpu: BTreeMap<String, u64> = BTreeMap::new();
+    for container in pod.pointer("/spec/containers").and_then(Value::as_array).into_iter().flatten() {
+        let resources = container.get("resources");
+        let requests = resources.and_then(|r| r.get("requests"));
+        let limits = resources.and_then(|r| r.get("limits"));
+        let pick = |key: &str| {
+            requests.and_then(|r| r.get(key)).or_else(|| limits.and_then(|l| l.get(key))).and_then(Value::as_str)
+        };
+        if let Some(q) = pick("cpu") {
+            cpu += cpu_milli("cpu", q).map_err(|_| "a malformed cpu quantity")?;
+        }
+        if let Some(q) = pick("memory") {
+            memory += bytes("memory", q).map_err(|_| "a malformed memory quantity")?;
+        }
+        // Extended resources are limits (requests, when given, must equal them).
+        for (key, value) in limits.and_then(Value::as_object).into_iter().flatten() {
+            if key.starts_with("nvidia.com/") {
+                let n: u64 = value.as_str().and_then(|v| v.parse().ok()).ok_or("a malformed GPU quantity")?;
+                *gpu.entry(key.clone()).or_default() += n;
+            }
+        }
+    }
+    Ok((cpu, memory, gpu))
+}
+
+/// The job's `gpu` field for the pod's GPU resources (none for a kept CPU-only pod), or why
+/// the pod cannot be replayed.
+fn job_gpu(gpu: &BTreeMap<String, u64>, catalog: &Catalog, options: &PodOptions) -> Result<Option<Value>, String> {
+    Ok(match gpu.iter().filter(|(_, n)| **n > 0).collect::<Vec<_>>().as_slice() {
+        [] if options.cpu_pods => None,
+        [] => return Err("asks for no GPU (--cpu-pods keeps these)".into()),
+        [(key, n)] if key.as_str() == "nvidia.com/gpu" => Some(serde_json::json!({ "count": n })),
+        [(key, 1)] if key.starts_with("nvidia.com/mig-") => {
+            let profile = key.trim_start_matches("nvidia.com/mig-");
+            if !catalog.any_model_has_profile(profile) {
+                return Err("asks for a MIG profile no catalog GPU offers".into());
+            }
+            Some(serde_json::json!({ "mig": profile }))
+        }
+        [(key, 1)] if key.as_str() == "nvidia.com/gpu.shared" => {
+            Some(serde_json::json!({ "share": options.shared_milli, "mode": "time-slice" }))
+        }
+        [(key, _)] if key.starts_with("nvidia.com/mig-") => return Err("asks for several MIG instances".into()),
+        [_] => return Err("asks for a GPU resource gantry does not map".into()),
+        _ => return Err("asks for several kinds of GPU resource".into()),
+    })
+}
+
+/// The pod's name as a job name, suffixed `-2`, `-3`, … when seen before.
+fn unique_name(names: &mut BTreeMap<String, u32>, name: &str) -> String {
+    let n = names.entry(name.to_string()).or_default();
+    *n += 1;
+    if *n == 1 { name.to_string() } else { format!("{name}-{n}") }
 }
 
 /// The pod's tolerations as gantry writes them (`key` tolerates any value, `key=value` one);

@@ -106,36 +106,13 @@ pub fn import_sacct(
 ) -> Result<crate::ImportedTrace, SpecError> {
     let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
     let (_, header) = lines.next().ok_or_else(|| SpecError::new(&source.name, "empty: no header line"))?;
-    if header.len() > SACCT_LINE_BYTES_MAX {
-        return Err(SpecError::new(format!("{}:1", source.name), "the header line is not sacct's"));
-    }
-    let columns: BTreeMap<&str, usize> = header.split('|').enumerate().map(|(i, c)| (c.trim(), i)).collect();
-    for needed in ["JobID", "Submit", "Start", "End", "State", "AllocTRES"] {
-        if !columns.contains_key(needed) {
-            return Err(SpecError::new(&source.name, format!("no {needed} column (header: {header})"))
-                .hint(format!("run sacct --parsable2 --allocations --format={SACCT_FIELDS}")));
-        }
-    }
+    let columns = header_columns(header, source)?;
     let width = header.split('|').count();
     let mut rows = Vec::new();
     let mut skipped: BTreeMap<String, u64> = BTreeMap::new();
     for (i, line) in lines {
         let at = format!("{}:{}", source.name, i + 1);
-        let row = if line.len() > SACCT_LINE_BYTES_MAX {
-            Err(malformed("an over-long line", format!("{} bytes, more than {SACCT_LINE_BYTES_MAX}", line.len())))
-        } else {
-            let cells: Vec<&str> = line.split('|').collect();
-            if cells.len() == width {
-                let get = |name: &str| columns.get(name).map_or_else(String::new, |&c| cells[c].to_string());
-                sacct_row(&get, source, queue_from)
-            } else {
-                Err(malformed(
-                    "a row with the wrong number of fields",
-                    format!("{} fields, the header has {width}", cells.len()),
-                ))
-            }
-        };
-        match row {
+        match read_row(line, &columns, width, source, queue_from) {
             Ok(row) => rows.push(row),
             Err(Left::Unreplayable(why)) => *skipped.entry(why).or_default() += 1,
             Err(Left::Malformed { reason, .. }) if source.lenient => {
@@ -146,6 +123,56 @@ pub fn import_sacct(
             }
         }
     }
+    let (jsonl, jobs) = trace_lines(rows, source, &mut skipped);
+    Ok(crate::ImportedTrace { jsonl, jobs, skipped })
+}
+
+/// The header's columns by name, refusing a header without the columns gantry needs.
+fn header_columns<'h>(header: &'h str, source: &SlurmSource) -> Result<BTreeMap<&'h str, usize>, SpecError> {
+    if header.len() > SACCT_LINE_BYTES_MAX {
+        return Err(SpecError::new(format!("{}:1", source.name), "the header line is not sacct's"));
+    }
+    let columns: BTreeMap<&str, usize> = header.split('|').enumerate().map(|(i, c)| (c.trim(), i)).collect();
+    for needed in ["JobID", "Submit", "Start", "End", "State", "AllocTRES"] {
+        if !columns.contains_key(needed) {
+            return Err(SpecError::new(&source.name, format!("no {needed} column (header: {header})"))
+                .hint(format!("run sacct --parsable2 --allocations --format={SACCT_FIELDS}")));
+        }
+    }
+    Ok(columns)
+}
+
+/// One data line split into its `width` cells and read as [`sacct_row`] does.
+fn read_row(
+    line: &str,
+    columns: &BTreeMap<&str, usize>,
+    width: usize,
+    source: &SlurmSource,
+    queue_from: QueueFrom,
+) -> Result<(i64, i64, serde_json::Value), Left> {
+    if line.len() > SACCT_LINE_BYTES_MAX {
+        return Err(malformed("an over-long line", format!("{} bytes, more than {SACCT_LINE_BYTES_MAX}", line.len())));
+    }
+    let cells: Vec<&str> = line.split('|').collect();
+    if cells.len() == width {
+        let get = |name: &str| columns.get(name).map_or_else(String::new, |&c| cells[c].to_string());
+        sacct_row(&get, source, queue_from)
+    } else {
+        Err(malformed(
+            "a row with the wrong number of fields",
+            format!("{} fields, the header has {width}", cells.len()),
+        ))
+    }
+}
+
+/// The rows as trace lines (JSON lines) in submit order, arrivals from the earliest submit and
+/// repeated names suffixed; a row that does not make a valid job is counted in `skipped`.
+/// Returns the text and its number of jobs.
+fn trace_lines(
+    mut rows: Vec<(i64, i64, serde_json::Value)>,
+    source: &SlurmSource,
+    skipped: &mut BTreeMap<String, u64>,
+) -> (String, usize) {
     rows.sort_by_key(|(submit, _, _)| *submit);
     let origin = rows.first().map_or(0, |(submit, _, _)| *submit);
     let mut jsonl = String::new();
@@ -170,7 +197,7 @@ pub fn import_sacct(
             Err(e) => *skipped.entry(format!("does not make a valid job ({})", e.message)).or_default() += 1,
         }
     }
-    Ok(crate::ImportedTrace { jsonl, jobs, skipped })
+    (jsonl, jobs)
 }
 
 /// One allocation row as (submit time, start time, trace line without either), or why not.

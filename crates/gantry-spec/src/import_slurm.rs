@@ -316,24 +316,10 @@ pub fn import_slurm_conf(
                 "nodename" => {
                     let mut fields = defaults.clone();
                     fields.extend(lower(&pairs[1..]));
-                    let names = expand_hostlist(value).map_err(|e| SpecError::new(&at, e))?;
-                    // All of a line's nodes or none: a bad node leaves the fleet as it was.
-                    let (mut text, mut line_notes) = (String::new(), Vec::new());
-                    for name in &names {
-                        let gres = gres_conf.get(name).or_else(|| gres_conf.get("*"));
-                        node_toml(name, &fields, gres, &at, source, &mut text, &mut line_notes)?;
-                    }
-                    fleet.push_str(&text);
-                    notes.extend(line_notes);
-                    nodes += names.len();
+                    nodes += node_line(value, &fields, &gres_conf, &at, source, &mut fleet, &mut notes)?;
                 }
                 "partitionname" if !value.eq_ignore_ascii_case("DEFAULT") => {
-                    let _ = write!(queues, "\n[[queue]]\nname = {}\n", quote(value));
-                    for (k, v) in &pairs[1..] {
-                        if !matches!(k.to_ascii_lowercase().as_str(), "nodes" | "default" | "state") {
-                            notes.push(format!("{at}: partition {value}: {k}={v} (no gantry queue equivalent)"));
-                        }
-                    }
+                    partition_line(value, &pairs[1..], &at, &mut queues, &mut notes);
                     partitions += 1;
                 }
                 "include" => notes.push(format!(
@@ -346,14 +332,7 @@ pub fn import_slurm_conf(
         match result {
             Ok(()) => {}
             Err(e) if source.lenient => skipped.push(e.to_string()),
-            Err(e) => {
-                let lenient = "--lenient to skip and count lines like it";
-                let hint = match &e.hint {
-                    Some(hint) => format!("{hint}; or {lenient}"),
-                    None => format!("fix the line, or {lenient}"),
-                };
-                return Err(e.hint(hint));
-            }
+            Err(e) => return Err(with_lenient_hint(e)),
         }
     }
     if nodes == 0 {
@@ -366,6 +345,49 @@ pub fn import_slurm_conf(
             .map_err(|e| SpecError::new("", format!("the queues made from slurm.conf do not read back: {e}")))?;
     }
     Ok(ImportedSlurm { fleet, queues: if partitions > 0 { queues } else { String::new() }, nodes, notes, skipped })
+}
+
+/// A `NodeName=` line's nodes (its hostlist `value` expanded) into the fleet; all of the
+/// line's nodes or none. Returns how many.
+fn node_line(
+    value: &str,
+    fields: &BTreeMap<String, String>,
+    gres_conf: &GresConf,
+    at: &str,
+    source: &SlurmSource,
+    fleet: &mut String,
+    notes: &mut Vec<String>,
+) -> Result<usize, SpecError> {
+    let names = expand_hostlist(value).map_err(|e| SpecError::new(at, e))?;
+    // All of a line's nodes or none: a bad node leaves the fleet as it was.
+    let (mut text, mut line_notes) = (String::new(), Vec::new());
+    for name in &names {
+        let gres = gres_conf.get(name).or_else(|| gres_conf.get("*"));
+        node_toml(name, fields, gres, at, source, &mut text, &mut line_notes)?;
+    }
+    fleet.push_str(&text);
+    notes.extend(line_notes);
+    Ok(names.len())
+}
+
+/// A `PartitionName=` line as a queue, noting the fields gantry has no equivalent for.
+fn partition_line(value: &str, fields: &[(String, String)], at: &str, queues: &mut String, notes: &mut Vec<String>) {
+    let _ = write!(queues, "\n[[queue]]\nname = {}\n", quote(value));
+    for (k, v) in fields {
+        if !matches!(k.to_ascii_lowercase().as_str(), "nodes" | "default" | "state") {
+            notes.push(format!("{at}: partition {value}: {k}={v} (no gantry queue equivalent)"));
+        }
+    }
+}
+
+/// A line's error, its hint extended with `--lenient`.
+fn with_lenient_hint(e: SpecError) -> SpecError {
+    let lenient = "--lenient to skip and count lines like it";
+    let hint = match &e.hint {
+        Some(hint) => format!("{hint}; or {lenient}"),
+        None => format!("fix the line, or {lenient}"),
+    };
+    e.hint(hint)
 }
 
 /// A numeric node field (`CPUs`, `RealMemory`, `Weight`), absent as `default`.
@@ -448,13 +470,38 @@ fn node_toml(
     out: &mut String,
     notes: &mut Vec<String>,
 ) -> Result<(), SpecError> {
-    let (catalog, map) = (source.catalog, source.map);
+    let catalog = source.catalog;
     let cpus = node_number(fields, &["CPUs", "Procs"], 1, name, at)?;
     let memory_mib = node_number(fields, &["RealMemory"], 1, name, at)?;
     if cpus == 0 {
         return Err(SpecError::new(at, format!("node {name}: CPUs=0")));
     }
     let _ = write!(out, "\n[[node]]\nname = {}\ncpu = {cpus}\nmemory = \"{}MiB\"\n", quote(name), memory_mib.max(1));
+    let labels = node_labels(fields, name, at)?;
+    if !labels.is_empty() {
+        let _ = writeln!(out, "labels = {{ {} }}", labels.join(", "));
+    }
+    let gpus = node_gpus(name, fields, gres_conf, at, notes)?;
+    let (whole, mig) = whole_and_mig(gpus, source, name, at)?;
+    let Some(model) = gpu_model(&whole, mig.is_empty(), fields, source, name, at)? else { return Ok(()) };
+    let whole_count: u32 = whole.iter().map(|(_, n)| n).sum();
+    let mig = profiles_on(catalog, &model, mig, name, at)?;
+    let (layouts, left) = distribute_minimal(catalog, &model, &mig);
+    if !left.is_empty() {
+        notes.push(format!("{at}: node {name}: MIG instances that fit no GPU of {model}: {left:?}"));
+    }
+    let total = whole_count + layouts.len() as u32;
+    let _ = write!(out, "[node.gpus]\nmodel = {}\ncount = {total}\n", quote(&model));
+    for (offset, layout) in layouts.iter().enumerate() {
+        let counts: Vec<String> = layout.iter().map(|(p, n)| format!("{} = {n}", quote(p))).collect();
+        let _ =
+            write!(out, "[[node.gpu]]\nindex = {}\nmig = {{ {} }}\n", whole_count + offset as u32, counts.join(", "));
+    }
+    Ok(())
+}
+
+/// The node's labels: a `slurm.feature/<f>` per feature, and its `Weight`.
+fn node_labels(fields: &BTreeMap<String, String>, name: &str, at: &str) -> Result<Vec<String>, SpecError> {
     let mut labels: Vec<String> = Vec::new();
     for feature in fields.get("features").or_else(|| fields.get("feature")).into_iter().flat_map(|f| f.split(',')) {
         labels.push(format!("{} = \"true\"", quote(&format!("slurm.feature/{feature}"))));
@@ -463,11 +510,16 @@ fn node_toml(
         let w = node_number(fields, &["Weight"], 1, name, at)?;
         labels.push(format!("\"slurm.weight\" = \"{w}\""));
     }
-    if !labels.is_empty() {
-        let _ = writeln!(out, "labels = {{ {} }}", labels.join(", "));
-    }
-    let gpus = node_gpus(name, fields, gres_conf, at, notes)?;
-    let (mut whole, mut mig): (Vec<(String, u32)>, BTreeMap<String, u32>) = (Vec::new(), BTreeMap::new());
+    Ok(labels)
+}
+
+/// Whole GPUs (catalog model, count) and MIG instances (Slurm type → count).
+type WholeAndMig = (Vec<(String, u32)>, BTreeMap<String, u32>);
+
+/// The node's GPUs split into whole GPUs (by catalog model) and MIG instances (by Slurm type).
+fn whole_and_mig(gpus: GpuCounts, source: &SlurmSource, name: &str, at: &str) -> Result<WholeAndMig, SpecError> {
+    let (catalog, map) = (source.catalog, source.map);
+    let (mut whole, mut mig): WholeAndMig = (Vec::new(), BTreeMap::new());
     for (ty, n) in gpus {
         match ty {
             Some(t) if catalog.profile_for_slurm_type(&t).is_some() => {
@@ -483,6 +535,20 @@ fn node_toml(
             },
         }
     }
+    Ok((whole, mig))
+}
+
+/// The node's one GPU model: its whole GPUs', else (only MIG instances) a feature naming a
+/// catalog model or `--map NODE=MODEL`; none for a node without GPUs.
+fn gpu_model(
+    whole: &[(String, u32)],
+    no_mig: bool,
+    fields: &BTreeMap<String, String>,
+    source: &SlurmSource,
+    name: &str,
+    at: &str,
+) -> Result<Option<String>, SpecError> {
+    let (catalog, map) = (source.catalog, source.map);
     let models: std::collections::BTreeSet<&String> = whole.iter().map(|(m, _)| m).collect();
     if models.len() > 1 {
         return Err(SpecError::new(
@@ -493,9 +559,9 @@ fn node_toml(
             ),
         ));
     }
-    let model = match (models.into_iter().next(), mig.is_empty()) {
+    Ok(Some(match (models.into_iter().next(), no_mig) {
         (Some(m), _) => m.clone(),
-        (None, true) => return Ok(()),
+        (None, true) => return Ok(None),
         (None, false) => match fields
             .get("features")
             .and_then(|f| f.split(',').find_map(|f| catalog.lookup(f).map(|id| catalog.model(id).id.clone())))
@@ -510,21 +576,7 @@ fn node_toml(
                 .hint(format!("give one: a Features= entry naming the model, or --map {name}=MODEL")));
             }
         },
-    };
-    let whole_count: u32 = whole.iter().map(|(_, n)| n).sum();
-    let mig = profiles_on(catalog, &model, mig, name, at)?;
-    let (layouts, left) = distribute_minimal(catalog, &model, &mig);
-    if !left.is_empty() {
-        notes.push(format!("{at}: node {name}: MIG instances that fit no GPU of {model}: {left:?}"));
-    }
-    let total = whole_count + layouts.len() as u32;
-    let _ = write!(out, "[node.gpus]\nmodel = {}\ncount = {total}\n", quote(&model));
-    for (offset, layout) in layouts.iter().enumerate() {
-        let counts: Vec<String> = layout.iter().map(|(p, n)| format!("{} = {n}", quote(p))).collect();
-        let _ =
-            write!(out, "[[node.gpu]]\nindex = {}\nmig = {{ {} }}\n", whole_count + offset as u32, counts.join(", "));
-    }
-    Ok(())
+    }))
 }
 
 /// Slurm's MIG gres types (the catalog's names or `AutoDetect=nvml`'s, like `7g.79gb`) as the

@@ -168,31 +168,7 @@ impl Request {
     }
 
     fn job_table(&self, default_name: &str, command: Vec<String>) -> Result<Table, String> {
-        let nodes = self.nodes.unwrap_or(1);
-        let tasks = match (self.tasks, self.tasks_per_node) {
-            (Some(n), _) => n,
-            (None, Some(per)) => per * nodes,
-            (None, None) => nodes,
-        };
-        let per_node_tasks = tasks.div_ceil(nodes);
-        let gpus_per_task = match (self.gpus_per_node, self.gpus_total) {
-            (Some(_), Some(_)) => return Err("give --gres or --gpus, not both".into()),
-            (Some(g), None) => {
-                if g % per_node_tasks != 0 {
-                    return Err(format!(
-                        "--gres=gpu:{g} per node does not divide among {per_node_tasks} tasks per node"
-                    ));
-                }
-                g / per_node_tasks
-            }
-            (None, Some(g)) => {
-                if g % tasks != 0 {
-                    return Err(format!("--gpus={g} does not divide among {tasks} tasks"));
-                }
-                g / tasks
-            }
-            (None, None) => 0,
-        };
+        let (tasks, gpus_per_task) = self.tasks_and_gpus()?;
         let mut job = Table::new();
         job.insert("name".into(), Value::String(self.name.clone().unwrap_or_else(|| default_name.to_string())));
         if let Some(q) = &self.queue {
@@ -221,6 +197,42 @@ impl Request {
             (out, err) => redirected(out.as_deref(), err.as_deref(), command),
         };
         job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
+        job.insert("task".into(), Value::Array(vec![Value::Table(self.task_table(tasks, gpus_per_task))]));
+        Ok(job)
+    }
+
+    /// The job's task count (`--ntasks`, else per node × nodes) and GPUs per task.
+    fn tasks_and_gpus(&self) -> Result<(u32, u32), String> {
+        let nodes = self.nodes.unwrap_or(1);
+        let tasks = match (self.tasks, self.tasks_per_node) {
+            (Some(n), _) => n,
+            (None, Some(per)) => per * nodes,
+            (None, None) => nodes,
+        };
+        let per_node_tasks = tasks.div_ceil(nodes);
+        let gpus_per_task = match (self.gpus_per_node, self.gpus_total) {
+            (Some(_), Some(_)) => return Err("give --gres or --gpus, not both".into()),
+            (Some(g), None) => {
+                if g % per_node_tasks != 0 {
+                    return Err(format!(
+                        "--gres=gpu:{g} per node does not divide among {per_node_tasks} tasks per node"
+                    ));
+                }
+                g / per_node_tasks
+            }
+            (None, Some(g)) => {
+                if g % tasks != 0 {
+                    return Err(format!("--gpus={g} does not divide among {tasks} tasks"));
+                }
+                g / tasks
+            }
+            (None, None) => 0,
+        };
+        Ok((tasks, gpus_per_task))
+    }
+
+    /// The job's one `[[job.task]]` table.
+    fn task_table(&self, tasks: u32, gpus_per_task: u32) -> Table {
         let mut task = Table::new();
         task.insert("name".into(), Value::String("task".into()));
         task.insert("replicas".into(), Value::Integer(tasks as i64));
@@ -238,8 +250,7 @@ impl Request {
                 task.insert("model".into(), Value::String(format!("{t}*")));
             }
         }
-        job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
-        Ok(job)
+        task
     }
 }
 

@@ -624,62 +624,15 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
         Some(q) => quantity::memory(&format!("{at} / memory"), q)?,
         None => Bytes(0),
     };
-    let isolation = match task.isolation.as_deref() {
-        None => None,
-        Some("hard") => Some(Isolation::Hard),
-        Some("soft") => Some(Isolation::Soft),
-        Some("none") => Some(Isolation::None),
-        Some(other) => {
-            return Err(SpecError::new(format!("{at} / isolation"), format!("unknown isolation {other:?}"))
-                .hint("use hard (whole or MIG), soft (also MPS) or none (anything)"));
-        }
-    };
+    let isolation = parse_isolation(at, task.isolation.as_deref())?;
     let mut gpu = match &task.gpu {
         Some(g) => Some(gpu_request(&format!("{at} / gpu"), g, catalog)?),
         None => None,
     };
-    if let Some(resources) = &task.resources {
-        let translated = k8s_resources(&format!("{at} / resources"), resources, catalog)?;
-        if translated.gpu.is_some() && gpu.is_some() {
-            return Err(SpecError::new(format!("{at} / resources"), "GPU asked for both in gpu and in resources")
-                .hint("keep one of the two"));
-        }
-        if translated.cpu.is_some() && task.cpu.is_some() || translated.memory.is_some() && task.memory.is_some() {
-            return Err(SpecError::new(format!("{at} / resources"), "cpu or memory given twice (field and resources)"));
-        }
-        gpu = gpu.or(translated.gpu);
-        cpu = translated.cpu.unwrap_or(cpu);
-        memory = translated.memory.unwrap_or(memory);
-    }
-    let models: Vec<ModelPattern> = match task.model {
-        None => Vec::new(),
-        Some(OneOrMany::One(m)) => vec![ModelPattern(m)],
-        Some(OneOrMany::Many(list)) => list.into_iter().map(ModelPattern).collect(),
-    };
-    for pattern in &models {
-        if catalog.matching(pattern).is_empty() {
-            return Err(unknown_model(&format!("{at} / model"), &pattern.0, catalog));
-        }
-    }
-    if let Some(selector) = &task.selector {
-        gantry_selector::Selector::compile(selector).map_err(|e| SpecError::new(format!("{at} / selector"), e.to_string()).hint("attributes: device.model, architecture, memory_gib, compute_capability, sm_count, mig_capable, nvlink, mode"))?;
-    }
-    let topology = match &task.topology {
-        None => Topology::default(),
-        Some(t) => {
-            let within = match t.within.as_str() {
-                "nvlink" => TopologyLevel::Nvlink,
-                "numa" => TopologyLevel::Numa,
-                "node" => TopologyLevel::Node,
-                "rack" => TopologyLevel::Rack,
-                other => {
-                    return Err(SpecError::new(format!("{at} / topology.within"), format!("unknown level {other:?}"))
-                        .hint("use nvlink, numa, node or rack"));
-                }
-            };
-            Topology { within, required: t.required.unwrap_or(false) }
-        }
-    };
+    apply_k8s_resources(at, &task, &mut cpu, &mut memory, &mut gpu, catalog)?;
+    let models = parse_models(at, task.model, catalog)?;
+    check_selector(at, task.selector.as_deref())?;
+    let topology = parse_topology(at, task.topology.as_ref())?;
     let isolation = check_isolation(at, isolation, gpu.as_ref())?;
     check_models_offer(at, &models, gpu.as_ref(), catalog)?;
     if gpu.is_none() && task.topology.is_some() {
@@ -696,6 +649,82 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
         tolerations: task.tolerations.unwrap_or_default(),
     };
     Ok(TaskGroup { name, replicas, resources })
+}
+
+/// A task's `isolation` field (`hard`, `soft` or `none`), if given.
+fn parse_isolation(at: &str, isolation: Option<&str>) -> Result<Option<Isolation>, SpecError> {
+    match isolation {
+        None => Ok(None),
+        Some("hard") => Ok(Some(Isolation::Hard)),
+        Some("soft") => Ok(Some(Isolation::Soft)),
+        Some("none") => Ok(Some(Isolation::None)),
+        Some(other) => Err(SpecError::new(format!("{at} / isolation"), format!("unknown isolation {other:?}"))
+            .hint("use hard (whole or MIG), soft (also MPS) or none (anything)")),
+    }
+}
+
+/// Folds a task's Kubernetes-style `resources` into its GPU, CPU and memory, refusing what
+/// is also given in the task's own fields.
+fn apply_k8s_resources(
+    at: &str,
+    task: &TaskEntry,
+    cpu: &mut MilliCpu,
+    memory: &mut Bytes,
+    gpu: &mut Option<GpuRequest>,
+    catalog: &Catalog,
+) -> Result<(), SpecError> {
+    let Some(resources) = &task.resources else { return Ok(()) };
+    let translated = k8s_resources(&format!("{at} / resources"), resources, catalog)?;
+    if translated.gpu.is_some() && gpu.is_some() {
+        return Err(SpecError::new(format!("{at} / resources"), "GPU asked for both in gpu and in resources")
+            .hint("keep one of the two"));
+    }
+    if translated.cpu.is_some() && task.cpu.is_some() || translated.memory.is_some() && task.memory.is_some() {
+        return Err(SpecError::new(format!("{at} / resources"), "cpu or memory given twice (field and resources)"));
+    }
+    *gpu = gpu.take().or(translated.gpu);
+    *cpu = translated.cpu.unwrap_or(*cpu);
+    *memory = translated.memory.unwrap_or(*memory);
+    Ok(())
+}
+
+/// A task's `model` field as patterns, each matching some catalog model.
+fn parse_models(at: &str, model: Option<OneOrMany>, catalog: &Catalog) -> Result<Vec<ModelPattern>, SpecError> {
+    let models: Vec<ModelPattern> = match model {
+        None => Vec::new(),
+        Some(OneOrMany::One(m)) => vec![ModelPattern(m)],
+        Some(OneOrMany::Many(list)) => list.into_iter().map(ModelPattern).collect(),
+    };
+    for pattern in &models {
+        if catalog.matching(pattern).is_empty() {
+            return Err(unknown_model(&format!("{at} / model"), &pattern.0, catalog));
+        }
+    }
+    Ok(models)
+}
+
+/// Checks that a task's `selector`, if given, compiles.
+fn check_selector(at: &str, selector: Option<&str>) -> Result<(), SpecError> {
+    if let Some(selector) = selector {
+        gantry_selector::Selector::compile(selector).map_err(|e| SpecError::new(format!("{at} / selector"), e.to_string()).hint("attributes: device.model, architecture, memory_gib, compute_capability, sm_count, mig_capable, nvlink, mode"))?;
+    }
+    Ok(())
+}
+
+/// A task's `topology` table (the default when absent).
+fn parse_topology(at: &str, topology: Option<&TopologyEntry>) -> Result<Topology, SpecError> {
+    let Some(t) = topology else { return Ok(Topology::default()) };
+    let within = match t.within.as_str() {
+        "nvlink" => TopologyLevel::Nvlink,
+        "numa" => TopologyLevel::Numa,
+        "node" => TopologyLevel::Node,
+        "rack" => TopologyLevel::Rack,
+        other => {
+            return Err(SpecError::new(format!("{at} / topology.within"), format!("unknown level {other:?}"))
+                .hint("use nvlink, numa, node or rack"));
+        }
+    };
+    Ok(Topology { within, required: t.required.unwrap_or(false) })
 }
 
 /// The advisor's hint of a memory-only request (`purpose` and its companions), if given.

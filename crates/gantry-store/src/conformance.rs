@@ -167,7 +167,22 @@ pub fn state_is_derived_from_the_log<S: Store>(mut make: impl FnMut() -> S) {
 /// together; the command log keeps order and times.
 pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
     let mut store = make();
-    let token = TokenRecord {
+    let token = ops_token();
+    let usage = usage_row();
+    commit_a_full_batch(&mut store, &token, &usage);
+    bad_batches_write_nothing(&mut store, &token, &usage);
+    // Several commands' batches in one commit, in order: a token revoked and made again.
+    let revoke =
+        Batch { tokens_revoked: vec!["ops".into()], drained: vec![("n1".into(), false)], ..Default::default() };
+    let again = Batch { tokens_added: vec![TokenRecord { hash: "h3".into(), ..token }], ..Default::default() };
+    store.commit(&[revoke, again]).expect("commits");
+    assert_eq!(store.tokens().expect("reads").iter().map(|t| t.hash.as_str()).collect::<Vec<_>>(), ["h3"]);
+    assert_eq!(store.drained().expect("reads"), Vec::<String>::new());
+}
+
+/// The admin token `ops` (hash `h1`) the batch checks add and revoke.
+fn ops_token() -> TokenRecord {
+    TokenRecord {
         name: "ops".into(),
         role: Role::Admin,
         queues: Vec::new(),
@@ -175,8 +190,12 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
         created_at_s: 1,
         node: None,
         expires_at_s: Some(86_401),
-    };
-    let usage = UsageRow {
+    }
+}
+
+/// One hour's usage of job 1, the row the batch checks write.
+fn usage_row() -> UsageRow {
+    UsageRow {
         hour_s: 3600,
         job: 1,
         queue: "q".into(),
@@ -184,7 +203,11 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
         model: "L4".into(),
         allocated_milli_s: 10,
         used_milli_s: 5,
-    };
+    }
+}
+
+/// A batch with something in every part is committed, and each part reads back.
+fn commit_a_full_batch<S: Store>(store: &mut S, token: &TokenRecord, usage: &UsageRow) {
     let good = Batch {
         commands: vec![(10, "{\"a\":1}".into()), (11, "{\"b\":2}".into())],
         events: vec![submitted(1, "a"), started(1, 11)],
@@ -209,7 +232,10 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
     assert_eq!(store.job(1).expect("reads").expect("exists").state, JobState::Running);
     assert_eq!(store.token_by_hash("h1").expect("reads"), Some(token.clone()));
     assert_eq!(store.drained().expect("reads"), ["n1"]);
-    // A good batch committed together with a bad one is not written either.
+}
+
+/// A good batch committed together with a bad one is not written either.
+fn bad_batches_write_nothing<S: Store>(store: &mut S, token: &TokenRecord, usage: &UsageRow) {
     let good_again = || Batch { series: vec![(600, "{}".into(), 0)], ..Default::default() };
     let bad_cases: Vec<(&str, Batch)> = vec![
         ("a conflicting event", Batch { events: vec![submitted(2, "b"), started(9, 1)], ..Default::default() }),
@@ -235,13 +261,6 @@ pub fn batches_are_all_or_none<S: Store>(mut make: impl FnMut() -> S) {
         assert!(store.token_by_hash("h1").expect("reads").is_some(), "{name}: no revocation");
         assert_eq!(store.series_points(0).expect("reads").len(), 1, "{name}: the good batch beside it neither");
     }
-    // Several commands' batches in one commit, in order: a token revoked and made again.
-    let revoke =
-        Batch { tokens_revoked: vec!["ops".into()], drained: vec![("n1".into(), false)], ..Default::default() };
-    let again = Batch { tokens_added: vec![TokenRecord { hash: "h3".into(), ..token }], ..Default::default() };
-    store.commit(&[revoke, again]).expect("commits");
-    assert_eq!(store.tokens().expect("reads").iter().map(|t| t.hash.as_str()).collect::<Vec<_>>(), ["h3"]);
-    assert_eq!(store.drained().expect("reads"), Vec::<String>::new());
 }
 
 /// Points to replay from: each `open` entry is one, with the last event before it; retention
