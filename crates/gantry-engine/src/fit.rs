@@ -280,6 +280,31 @@ fn replicas_for(milli: u32, replicas: u32) -> u32 {
     (milli * replicas).div_ceil(1000).max(1)
 }
 
+/// What a shared (MPS or time-slice) request asks of one GPU.
+#[derive(Clone, Copy)]
+struct ShareAsk {
+    milli: u32,
+    memory: u64,
+    mps: bool,
+    time_slice: bool,
+}
+
+/// What a node's scan for a shared unit saw, for the reason when nothing fits.
+#[derive(Default)]
+struct ShareScan {
+    best_free_milli: u32,
+    best_free_memory: u64,
+    blocked: Option<Reason>,
+    any_class: bool,
+    any_shared: bool,
+    forbidden_mode: Option<ModeKind>,
+    /// A time-sliced GPU with the replicas but not their memory: the smallest share that buys
+    /// enough replicas there (and what it would buy now).
+    over_budget: Option<Reason>,
+}
+
+/// Options for an MPS share or time-slice replicas. One of placement's hot loops (every GPU of
+/// every node a shared task may use): the hot record skips most GPUs without reading them.
 #[allow(clippy::too_many_arguments)]
 fn share(
     gpus: &[GpuState],
@@ -293,15 +318,8 @@ fn share(
     scope: GpuScope,
     out: &mut Vec<TaskOption>,
 ) -> Result<(), Reason> {
-    let mut best_free_milli = 0;
-    let mut best_free_memory = 0;
-    let mut blocked = None;
-    let mut any_class = false;
-    let mut any_shared = false;
-    let mut forbidden_mode = None;
-    // A time-sliced GPU with the replicas but not their memory: the smallest share that buys
-    // enough replicas there (and what it would buy now), for the reason.
-    let mut over_budget: Option<Reason> = None;
+    let ask = ShareAsk { milli, memory, mps, time_slice };
+    let mut scan = ShareScan::default();
     let wanted_modes =
         if mps { crate::state::HOT_MPS } else { 0 } | if time_slice { crate::state::HOT_TIME_SLICE } else { 0 };
     for (offset, g) in gpus.iter().enumerate() {
@@ -309,111 +327,134 @@ fn share(
         if !group.class_ok[h.class as usize] {
             continue;
         }
-        any_class = true;
+        scan.any_class = true;
         // Cheap skips from the hot record: a GPU in a mode the task cannot use, or with less
         // compute left than asked, is not worth reading in full (reasons come from the slow
         // path below only when nothing fits).
         if h.flags & wanted_modes != 0 && h.frag_free < milli as u16 && h.frag_free != crate::state::HOT_NO_FRAG {
-            any_shared = true;
-            best_free_milli = best_free_milli.max(h.frag_free as u32);
+            scan.any_shared = true;
+            scan.best_free_milli = scan.best_free_milli.max(h.frag_free as u32);
             continue;
         }
         if !scope.admits(g) {
             continue;
         }
         let gpu = first + offset as GpuIdx;
-        any_shared |= matches!(g.units, Units::Mps { .. } | Units::TimeSlice { .. });
+        scan.any_shared |= matches!(g.units, Units::Mps { .. } | Units::TimeSlice { .. });
         match &g.units {
-            Units::Mps { max_clients } if mps => {
-                if g.exclusive {
-                    continue;
-                }
-                if g.clients >= *max_clients {
-                    blocked = Some(Reason::MpsClientsExhausted { max_clients: *max_clients });
-                    continue;
-                }
-                best_free_milli = best_free_milli.max(g.free_milli());
-                best_free_memory = best_free_memory.max(g.free_memory());
-                if g.free_milli() >= milli && g.free_memory() >= memory {
-                    out.push(TaskOption {
-                        grants: smallvec::smallvec![Grant::Mps { gpu, milli, memory }],
-                        level: TopologyLevel::Nvlink,
-                        unit_memory: memory,
-                    });
-                }
-            }
+            Units::Mps { max_clients } if mps => mps_option(g, gpu, *max_clients, ask, &mut scan, out),
             Units::TimeSlice { replicas, memory_per_replica } if time_slice => {
-                if g.exclusive {
-                    continue;
-                }
-                let k = replicas_for(milli, *replicas);
-                let free = replicas - g.clients;
-                best_free_milli = best_free_milli.max(free * 1000 / replicas);
-                best_free_memory = best_free_memory.max(free as u64 * memory_per_replica.0);
-                if k <= free && k as u64 * memory_per_replica.0 >= memory {
-                    out.push(TaskOption {
-                        grants: smallvec::smallvec![Grant::TimeSlice {
-                            gpu,
-                            replicas: k,
-                            milli: k * 1000 / replicas,
-                            memory: k as u64 * memory_per_replica.0
-                        }],
-                        level: TopologyLevel::Nvlink,
-                        unit_memory: k as u64 * memory_per_replica.0,
-                    });
-                } else if k <= free && memory_per_replica.0 > 0 {
-                    let for_memory = memory.div_ceil(memory_per_replica.0);
-                    if for_memory <= u64::from(free) {
-                        let share_for_memory = MilliGpu((for_memory as u32 * 1000).div_ceil(*replicas));
-                        let candidate = Reason::ShareMemoryOverBudget {
-                            need: Bytes(memory),
-                            share: MilliGpu(milli),
-                            replicas: k,
-                            per_replica: *memory_per_replica,
-                            share_for_memory,
-                        };
-                        if over_budget.as_ref().is_none_or(|o| o > &candidate) {
-                            over_budget = Some(candidate);
-                        }
-                    }
-                }
+                time_slice_option(g, gpu, *replicas, *memory_per_replica, ask, &mut scan, out)
             }
-            Units::Mps { .. } | Units::TimeSlice { .. } => forbidden_mode = Some(g.units.kind()),
+            Units::Mps { .. } | Units::TimeSlice { .. } => scan.forbidden_mode = Some(g.units.kind()),
             Units::Whole | Units::Mig { .. } => {}
         }
         if out.len() >= OPTIONS_PER_NODE_MAX {
             break;
         }
     }
-    if !out.is_empty() {
-        return Ok(());
+    if out.is_empty() { Err(scan.reason(gpus, group, ask)) } else { Ok(()) }
+}
+
+/// An MPS share on `g` when it has the compute, the memory and a client slot.
+fn mps_option(
+    g: &GpuState,
+    gpu: GpuIdx,
+    max_clients: u32,
+    ask: ShareAsk,
+    scan: &mut ShareScan,
+    out: &mut Vec<TaskOption>,
+) {
+    if g.exclusive {
+        return;
     }
-    if !any_class {
-        return Err(class_reason(gpus, group));
+    if g.clients >= max_clients {
+        scan.blocked = Some(Reason::MpsClientsExhausted { max_clients });
+        return;
     }
-    if !any_shared {
-        let modes = match (mps, time_slice) {
-            (true, true) => "MPS or time-slice",
-            (true, false) => "MPS",
-            _ => "time-slice",
-        };
-        return Err(Reason::NoSharedGpu { modes: modes.into() });
+    scan.best_free_milli = scan.best_free_milli.max(g.free_milli());
+    scan.best_free_memory = scan.best_free_memory.max(g.free_memory());
+    if g.free_milli() >= ask.milli && g.free_memory() >= ask.memory {
+        out.push(TaskOption {
+            grants: smallvec::smallvec![Grant::Mps { gpu, milli: ask.milli, memory: ask.memory }],
+            level: TopologyLevel::Nvlink,
+            unit_memory: ask.memory,
+        });
     }
-    if best_free_milli >= milli && best_free_memory < memory {
-        return Err(Reason::InsufficientGpuMemory { need: Bytes(memory), free: Bytes(best_free_memory) });
+}
+
+/// Time-slice replicas on `g`: enough for the compute asked, and holding its memory.
+fn time_slice_option(
+    g: &GpuState,
+    gpu: GpuIdx,
+    replicas: u32,
+    memory_per_replica: Bytes,
+    ask: ShareAsk,
+    scan: &mut ShareScan,
+    out: &mut Vec<TaskOption>,
+) {
+    if g.exclusive {
+        return;
     }
-    if let Some(reason) = over_budget {
-        return Err(reason);
-    }
-    if best_free_milli == 0 {
-        if let Some(reason) = blocked {
-            return Err(reason);
+    let k = replicas_for(ask.milli, replicas);
+    let free = replicas - g.clients;
+    scan.best_free_milli = scan.best_free_milli.max(free * 1000 / replicas);
+    scan.best_free_memory = scan.best_free_memory.max(free as u64 * memory_per_replica.0);
+    if k <= free && k as u64 * memory_per_replica.0 >= ask.memory {
+        let memory = k as u64 * memory_per_replica.0;
+        out.push(TaskOption {
+            grants: smallvec::smallvec![Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory }],
+            level: TopologyLevel::Nvlink,
+            unit_memory: memory,
+        });
+    } else if k <= free && memory_per_replica.0 > 0 {
+        let for_memory = ask.memory.div_ceil(memory_per_replica.0);
+        if for_memory <= u64::from(free) {
+            let share_for_memory = MilliGpu((for_memory as u32 * 1000).div_ceil(replicas));
+            let candidate = Reason::ShareMemoryOverBudget {
+                need: Bytes(ask.memory),
+                share: MilliGpu(ask.milli),
+                replicas: k,
+                per_replica: memory_per_replica,
+                share_for_memory,
+            };
+            if scan.over_budget.as_ref().is_none_or(|o| o > &candidate) {
+                scan.over_budget = Some(candidate);
+            }
         }
-        if let Some(mode) = forbidden_mode {
-            return Err(Reason::IsolationForbidsMode { isolation: group.isolation, mode: mode.name().into() });
-        }
     }
-    Err(Reason::InsufficientShare { need: MilliGpu(milli), free: MilliGpu(best_free_milli) })
+}
+
+impl ShareScan {
+    /// Why no GPU of the node could hold the share, most specific first.
+    fn reason(self, gpus: &[GpuState], group: &CompiledGroup, ask: ShareAsk) -> Reason {
+        if !self.any_class {
+            return class_reason(gpus, group);
+        }
+        if !self.any_shared {
+            let modes = match (ask.mps, ask.time_slice) {
+                (true, true) => "MPS or time-slice",
+                (true, false) => "MPS",
+                _ => "time-slice",
+            };
+            return Reason::NoSharedGpu { modes: modes.into() };
+        }
+        if self.best_free_milli >= ask.milli && self.best_free_memory < ask.memory {
+            return Reason::InsufficientGpuMemory { need: Bytes(ask.memory), free: Bytes(self.best_free_memory) };
+        }
+        if let Some(reason) = self.over_budget {
+            return reason;
+        }
+        if self.best_free_milli == 0 {
+            if let Some(reason) = self.blocked {
+                return reason;
+            }
+            if let Some(mode) = self.forbidden_mode {
+                return Reason::IsolationForbidsMode { isolation: group.isolation, mode: mode.name().into() };
+            }
+        }
+        Reason::InsufficientShare { need: MilliGpu(ask.milli), free: MilliGpu(self.best_free_milli) }
+    }
 }
 
 /// Smallest unit holding `memory`: a MIG instance, an MPS share, time-slice replicas or, last,
@@ -441,35 +482,7 @@ fn memory_only(
         }
         let gpu = first + offset as GpuIdx;
         let whole_first = advised(g.class) == Some(ModeKind::Whole) && g.wholly_free() && g.memory_total >= memory;
-        let option = if whole_first {
-            None
-        } else {
-            match &g.units {
-                Units::Mig { slots } => slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| !s.taken && s.memory >= memory)
-                    .min_by_key(|(i, s)| (s.memory, *i))
-                    .map(|(i, s)| (Grant::Mig { gpu, slot: i as u8 }, s.memory)),
-                Units::Mps { max_clients }
-                    if group.isolation != Isolation::Hard && !g.exclusive && g.clients < *max_clients =>
-                {
-                    let milli = (memory.saturating_mul(1000)).div_ceil(g.memory_total).max(1) as u32;
-                    (g.free_memory() >= memory && g.free_milli() >= milli)
-                        .then_some((Grant::Mps { gpu, milli, memory }, memory))
-                }
-                Units::TimeSlice { replicas, memory_per_replica }
-                    if group.isolation == Isolation::None && !g.exclusive =>
-                {
-                    let k = memory.div_ceil(memory_per_replica.0.max(1)).max(1) as u32;
-                    (g.clients + k <= *replicas).then(|| {
-                        let unit = k as u64 * memory_per_replica.0;
-                        (Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: unit }, unit)
-                    })
-                }
-                _ => None,
-            }
-        };
+        let option = if whole_first { None } else { smallest_unit(g, gpu, group, memory) };
         let option = option.or_else(|| {
             (g.wholly_free() && g.memory_total >= memory).then_some((Grant::Whole { gpu }, g.memory_total))
         });
@@ -494,23 +507,57 @@ fn memory_only(
         });
     }
     if !group.memory_unit.is_empty() {
-        let kind = |o: &TaskOption| {
-            let grant = &o.grants[0];
-            let g = &gpus[(grant.gpu() - first) as usize];
-            let kind = match grant {
-                Grant::Whole { .. } => ModeKind::Whole,
-                Grant::Mig { .. } => ModeKind::Mig,
-                Grant::Mps { .. } => ModeKind::Mps,
-                Grant::TimeSlice { .. } => ModeKind::TimeSlice,
-            };
-            advised(g.class) == Some(kind)
-        };
-        if out.iter().any(kind) {
-            out.retain(kind);
-        }
+        keep_advised_kind(gpus, first, group, out);
     }
     let smallest = out.iter().map(|o| o.unit_memory).min().expect("non-empty");
     out.retain(|o| o.unit_memory == smallest);
     out.truncate(OPTIONS_PER_NODE_MAX);
     Ok(())
+}
+
+/// The smallest shared unit of `g` holding `memory` (a MIG instance, an MPS share or
+/// time-slice replicas) that the group's isolation allows, if any.
+fn smallest_unit(g: &GpuState, gpu: GpuIdx, group: &CompiledGroup, memory: u64) -> Option<(Grant, u64)> {
+    match &g.units {
+        Units::Mig { slots } => slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.taken && s.memory >= memory)
+            .min_by_key(|(i, s)| (s.memory, *i))
+            .map(|(i, s)| (Grant::Mig { gpu, slot: i as u8 }, s.memory)),
+        Units::Mps { max_clients }
+            if group.isolation != Isolation::Hard && !g.exclusive && g.clients < *max_clients =>
+        {
+            let milli = (memory.saturating_mul(1000)).div_ceil(g.memory_total).max(1) as u32;
+            (g.free_memory() >= memory && g.free_milli() >= milli)
+                .then_some((Grant::Mps { gpu, milli, memory }, memory))
+        }
+        Units::TimeSlice { replicas, memory_per_replica } if group.isolation == Isolation::None && !g.exclusive => {
+            let k = memory.div_ceil(memory_per_replica.0.max(1)).max(1) as u32;
+            (g.clients + k <= *replicas).then(|| {
+                let unit = k as u64 * memory_per_replica.0;
+                (Grant::TimeSlice { gpu, replicas: k, milli: k * 1000 / replicas, memory: unit }, unit)
+            })
+        }
+        _ => None,
+    }
+}
+
+/// With an advisor hint, only options of the advised kind stay (when there is one).
+fn keep_advised_kind(gpus: &[GpuState], first: GpuIdx, group: &CompiledGroup, out: &mut Vec<TaskOption>) {
+    let advised = |class: u16| group.memory_unit.get(class as usize).copied().flatten();
+    let kind = |o: &TaskOption| {
+        let grant = &o.grants[0];
+        let g = &gpus[(grant.gpu() - first) as usize];
+        let kind = match grant {
+            Grant::Whole { .. } => ModeKind::Whole,
+            Grant::Mig { .. } => ModeKind::Mig,
+            Grant::Mps { .. } => ModeKind::Mps,
+            Grant::TimeSlice { .. } => ModeKind::TimeSlice,
+        };
+        advised(g.class) == Some(kind)
+    };
+    if out.iter().any(kind) {
+        out.retain(kind);
+    }
 }

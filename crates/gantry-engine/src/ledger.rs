@@ -240,6 +240,28 @@ pub fn check_invariants<'a>(
     state: &ClusterState,
     tasks: impl Iterator<Item = &'a TaskGrant>,
 ) -> Result<(), crate::EngineError> {
+    let mut fresh = emptied(state);
+    for task in tasks {
+        let node = &fresh.nodes[task.node as usize];
+        if node.cpu_free < task.cpu || node.memory_free < task.memory {
+            return Err(crate::EngineError::Invariant(format!(
+                "node {} over-allocated",
+                state.info[task.node as usize].name
+            )));
+        }
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(&mut fresh, task)));
+        if outcome.is_err() {
+            return Err(crate::EngineError::Invariant(format!(
+                "allocations over-allocate on node {}",
+                state.info[task.node as usize].name
+            )));
+        }
+    }
+    agree(&fresh, state)
+}
+
+/// `state` with nothing allocated: every counter at its total, every index rebuilt.
+fn emptied(state: &ClusterState) -> ClusterState {
     let mut fresh = state.clone();
     fresh.used_milli_total = 0;
     fresh.index = crate::index::FreeIndex::new(fresh.nodes.len());
@@ -265,22 +287,11 @@ pub fn check_invariants<'a>(
         fresh.nodes[i].whole_free = fresh.gpus[first..first + count].iter().filter(|g| g.wholly_free()).count() as u32;
         fresh.refresh_summary(i as NodeIdx);
     }
-    for task in tasks {
-        let node = &fresh.nodes[task.node as usize];
-        if node.cpu_free < task.cpu || node.memory_free < task.memory {
-            return Err(crate::EngineError::Invariant(format!(
-                "node {} over-allocated",
-                state.info[task.node as usize].name
-            )));
-        }
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(&mut fresh, task)));
-        if outcome.is_err() {
-            return Err(crate::EngineError::Invariant(format!(
-                "allocations over-allocate on node {}",
-                state.info[task.node as usize].name
-            )));
-        }
-    }
+    fresh
+}
+
+/// Whether the recomputed `fresh` state and the kept `state` agree on every counter.
+fn agree(fresh: &ClusterState, state: &ClusterState) -> Result<(), crate::EngineError> {
     let hot: Vec<crate::state::GpuHot> = state.gpus.iter().map(crate::state::GpuHot::of).collect();
     if hot != state.hot {
         return Err(crate::EngineError::Invariant("hot GPU records disagree with the GPUs".into()));

@@ -169,64 +169,16 @@ impl<'a> Placer<'a> {
     fn scopes(&self, group: &CompiledGroup, level: TopologyLevel) -> Vec<(NodeScope, GpuScope)> {
         let need = group.replicas * group.gpu.gpu_count();
         let max = self.limits.gang_scopes_max as usize;
-        let free_in = |node: NodeIdx, scope: GpuScope| -> u32 {
-            let n = &self.state.nodes[node as usize];
-            if matches!(group.gpu, GpuNeed::Whole { .. })
-                && n.whole_free < need.min(n.gpu_count)
-                && scope == GpuScope::Any
-            {
-                return n.whole_free;
-            }
-            self.state
-                .node_hot(node)
-                .iter()
-                .filter(|g| {
-                    group.class_ok[g.class as usize] && hot_scope_admits(scope, **g) && hot_usable(**g, &group.gpu)
-                })
-                .count() as u32
-        };
-        // Which nodes can count: for whole GPUs only those with a wholly free one (a node
-        // without counts 0 in `free_in`), walked through the room index — a gang's search on
-        // a full 100,000-node fleet otherwise visited every node at every level it tried.
-        let node_count = self.state.nodes.len();
-        let whole = matches!(group.gpu, GpuNeed::Whole { .. });
-        let walk = |at_least: u32| -> Box<dyn Iterator<Item = NodeIdx> + '_> {
-            if whole {
-                Box::new(index::rotated(self.state.index.whole(at_least), node_count, 0))
-            } else {
-                Box::new(0..node_count as NodeIdx)
-            }
-        };
         let mut found: Vec<(u32, NodeScope, GpuScope)> = Vec::new();
         match level {
             TopologyLevel::Nvlink | TopologyLevel::Numa => {
-                for node in walk(need) {
-                    if self.state.nodes[node as usize].whole_free < need && matches!(group.gpu, GpuNeed::Whole { .. }) {
-                        continue;
-                    }
-                    let mut domains: Vec<u32> = self
-                        .state
-                        .node_hot(node)
-                        .iter()
-                        .filter_map(|g| {
-                            if level == TopologyLevel::Nvlink { g.nvlink_domain() } else { Some(g.numa as u32) }
-                        })
-                        .collect();
-                    domains.sort_unstable();
-                    domains.dedup();
-                    for d in domains {
-                        let scope =
-                            if level == TopologyLevel::Nvlink { GpuScope::NvlinkDomain(d) } else { GpuScope::Numa(d) };
-                        let free = free_in(node, scope);
-                        if free >= need {
-                            found.push((free, NodeScope::Node(node), scope));
-                        }
-                    }
+                for node in self.walk(group, need) {
+                    self.domain_scopes(group, level, node, need, &mut found);
                 }
             }
             TopologyLevel::Node => {
-                for node in walk(need) {
-                    let free = free_in(node, GpuScope::Any);
+                for node in self.walk(group, need) {
+                    let free = self.free_in(group, need, node, GpuScope::Any);
                     if free >= need {
                         found.push((free, NodeScope::Node(node), GpuScope::Any));
                     }
@@ -234,8 +186,9 @@ impl<'a> Placer<'a> {
             }
             TopologyLevel::Rack => {
                 let mut rack_free = vec![0u32; self.rack_nodes.len()];
-                for node in walk(1) {
-                    rack_free[self.state.nodes[node as usize].rack as usize] += free_in(node, GpuScope::Any);
+                for node in self.walk(group, 1) {
+                    rack_free[self.state.nodes[node as usize].rack as usize] +=
+                        self.free_in(group, need, node, GpuScope::Any);
                 }
                 for (rack, &free) in rack_free.iter().enumerate() {
                     if free >= need {
@@ -248,6 +201,62 @@ impl<'a> Placer<'a> {
         // Best fit: the smallest scope that can hold the group, ties by a seeded hash.
         found.sort_by_key(|&(free, scope, _)| (free, mix(self.decision_seed ^ scope_key(scope))));
         found.into_iter().take(max).map(|(_, n, g)| (n, g)).collect()
+    }
+
+    /// GPUs of `node` within `scope` the group could use now.
+    fn free_in(&self, group: &CompiledGroup, need: u32, node: NodeIdx, scope: GpuScope) -> u32 {
+        let n = &self.state.nodes[node as usize];
+        if matches!(group.gpu, GpuNeed::Whole { .. }) && n.whole_free < need.min(n.gpu_count) && scope == GpuScope::Any
+        {
+            return n.whole_free;
+        }
+        self.state
+            .node_hot(node)
+            .iter()
+            .filter(|g| group.class_ok[g.class as usize] && hot_scope_admits(scope, **g) && hot_usable(**g, &group.gpu))
+            .count() as u32
+    }
+
+    /// Which nodes can count: for whole GPUs only those with `at_least` wholly free ones
+    /// (a node without counts 0 in `free_in`), walked through the room index — a gang's
+    /// search on a full 100,000-node fleet otherwise visited every node at every level it tried.
+    fn walk(&self, group: &CompiledGroup, at_least: u32) -> Box<dyn Iterator<Item = NodeIdx> + '_> {
+        let node_count = self.state.nodes.len();
+        if matches!(group.gpu, GpuNeed::Whole { .. }) {
+            Box::new(index::rotated(self.state.index.whole(at_least), node_count, 0))
+        } else {
+            Box::new(0..node_count as NodeIdx)
+        }
+    }
+
+    /// The NVLink domains or NUMA nodes of `node` that could hold the whole group.
+    fn domain_scopes(
+        &self,
+        group: &CompiledGroup,
+        level: TopologyLevel,
+        node: NodeIdx,
+        need: u32,
+        found: &mut Vec<(u32, NodeScope, GpuScope)>,
+    ) {
+        if self.state.nodes[node as usize].whole_free < need && matches!(group.gpu, GpuNeed::Whole { .. }) {
+            return;
+        }
+        let nvlink = level == TopologyLevel::Nvlink;
+        let mut domains: Vec<u32> = self
+            .state
+            .node_hot(node)
+            .iter()
+            .filter_map(|g| if nvlink { g.nvlink_domain() } else { Some(g.numa as u32) })
+            .collect();
+        domains.sort_unstable();
+        domains.dedup();
+        for d in domains {
+            let scope = if nvlink { GpuScope::NvlinkDomain(d) } else { GpuScope::Numa(d) };
+            let free = self.free_in(group, need, node, scope);
+            if free >= need {
+                found.push((free, NodeScope::Node(node), scope));
+            }
+        }
     }
 
     fn place_replicas(
@@ -266,7 +275,9 @@ impl<'a> Placer<'a> {
         Ok(())
     }
 
-    /// Filter → score → select for one task.
+    /// Filter → score → select for one task. The hot loop of placement: every node a task
+    /// may use passes through it, so the per-node work lives in small functions that borrow
+    /// only what they read (no per-node allocation beyond the verdict memo's).
     fn place_task(
         &mut self,
         group_index: u32,
@@ -292,101 +303,63 @@ impl<'a> Placer<'a> {
         // bounded search, and the nodes they revisit stay in cache).
         let start =
             if node_count > 0 && self.policy.spreads() { self.rng.below(node_count as u64) as usize } else { 0 };
-        let candidates: Box<dyn Iterator<Item = NodeIdx> + '_> = match scope {
-            NodeScope::All => match room_bits(state, group) {
-                Some(bits) => Box::new(index::rotated(bits, node_count, start)),
-                None => Box::new((start..node_count).chain(0..start).map(|n| n as NodeIdx)),
-            },
-            NodeScope::Rack(r) => Box::new(self.rack_nodes[r as usize].iter().copied()),
-            NodeScope::Node(n) => Box::new(std::iter::once(n)),
-        };
-        let mut best: Option<((Score, u64), NodeIdx)> = None;
-        let (mut visited, mut feasible, mut stopped_early) = (0u32, 0u32, false);
-        let mut reasons = Vec::new();
-        let mut skipped: Vec<(u16, u32)> = Vec::new();
+        let mut search = Search::default();
         // A node's verdict depends on nothing but the node and the task here (see `memo`).
         let memo_usable = matches!(scope, NodeScope::All) && gpus == GpuScope::Any && gang_racks.is_empty();
-        let random_gpu = self.policy.random_gpu();
-        let fingerprint = group.fingerprint;
-        for node in candidates {
-            if visited >= self.limits.nodes_visited_max || feasible >= self.limits.feasible_nodes_max {
-                stopped_early = true;
+        let (random_gpu, fingerprint, seed) = (self.policy.random_gpu(), group.fingerprint, self.decision_seed);
+        for node in candidates(state, self.rack_nodes, group, scope, start) {
+            if search.visited >= self.limits.nodes_visited_max || search.feasible >= self.limits.feasible_nodes_max {
+                search.stopped_early = true;
                 break;
             }
             let signature = state.nodes[node as usize].signature;
             if !group.signature_ok[signature as usize] {
                 if !matches!(scope, NodeScope::All) {
-                    count_signature(&mut skipped, signature);
+                    count_signature(&mut search.skipped, signature);
                 }
                 continue;
             }
-            visited += 1;
+            search.visited += 1;
             // Spreading policies break node ties by a seeded hash of the node alone, so every
             // node has one chance whatever its number of GPUs; packing policies by node order
             // (first visited wins: they walk from node 0).
-            let hash = if self.policy.spreads() { mix(self.decision_seed ^ ((node as u64) << 8)) } else { 0 };
+            let hash = if self.policy.spreads() { mix(seed ^ ((node as u64) << 8)) } else { 0 };
             let version = state.nodes[node as usize].version.0;
-            let remembered = if memo_usable {
-                self.verdicts.as_deref().and_then(|m| m.get(node, version, fingerprint))
-            } else {
-                None
-            };
-            let fresh = match remembered {
-                Some(Verdict::Unfit(reason)) => {
-                    add_reason_ref(&mut reasons, reason);
-                    continue;
-                }
-                Some(Verdict::Best(score, option)) => {
-                    feasible += 1;
-                    if beats(&best, score, hash) {
-                        best = Some(((*score, hash), node));
-                        self.best_option.clone_from(option);
-                    }
-                    continue;
-                }
-                Some(Verdict::Tied(node_keys, tied)) => {
-                    feasible += 1;
-                    let (score, option) = pick_at_random(node_keys, tied, node, self.decision_seed);
-                    if beats(&best, &score, hash) {
-                        best = Some(((score, hash), node));
-                        self.best_option.clone_from(option);
-                    }
-                    continue;
-                }
-                None => fit::options(state, node, group, gpus, &mut self.options),
-            };
-            if let Err(reason) = fresh {
-                if memo_usable && let Some(memo) = self.verdicts.as_deref_mut() {
-                    memo.put(node, version, fingerprint, Verdict::Unfit(reason.clone()));
-                }
-                add_reason(&mut reasons, reason);
+            let memo = if memo_usable { self.verdicts.as_deref_mut() } else { None };
+            if let Some(verdict) = memo.as_deref().and_then(|m| m.get(node, version, fingerprint)) {
+                search.weigh(verdict, node, hash, seed, &mut self.best_option);
                 continue;
             }
-            feasible += 1;
-            self.stats.options_scored += self.options.len() as u64;
-            let verdict = if random_gpu {
-                let (node_keys, tied) = tied_of_node(state, node, group, &ctx, &self.options);
-                Verdict::Tied(node_keys, tied)
-            } else {
-                let (score, index) =
-                    best_of_node(state, node, group, &ctx, &self.options, self.frag_cache.as_deref_mut());
-                Verdict::Best(score, self.options[index].clone())
+            let verdict = match fit::options(state, node, group, gpus, &mut self.options) {
+                Err(reason) => Verdict::Unfit(reason),
+                Ok(()) => {
+                    self.stats.options_scored += self.options.len() as u64;
+                    let frag_cache = self.frag_cache.as_deref_mut();
+                    judge_options(state, node, group, &ctx, &self.options, frag_cache, random_gpu)
+                }
             };
-            let (score, option) = match &verdict {
-                Verdict::Best(score, option) => (*score, option),
-                Verdict::Tied(node_keys, tied) => pick_at_random(node_keys, tied, node, self.decision_seed),
-                Verdict::Unfit(_) => unreachable!("the filter passed"),
-            };
-            if beats(&best, &score, hash) {
-                best = Some(((score, hash), node));
-                self.best_option.clone_from(option);
-            }
-            if memo_usable && let Some(memo) = self.verdicts.as_deref_mut() {
+            search.weigh(&verdict, node, hash, seed, &mut self.best_option);
+            if let Some(memo) = memo {
                 memo.put(node, version, fingerprint, verdict);
             }
         }
-        self.stats.nodes_visited += visited as u64;
-        match best {
+        self.stats.nodes_visited += search.visited as u64;
+        self.grant_or_reasons(search, group_index, replica, group, scope, gpus)
+    }
+
+    /// The search's end: the best node's grant, or (when asked to explain) every reason the
+    /// task found no node.
+    fn grant_or_reasons(
+        &mut self,
+        mut search: Search,
+        group_index: u32,
+        replica: u32,
+        group: &CompiledGroup,
+        scope: NodeScope,
+        gpus: GpuScope,
+    ) -> Result<TaskGrant, Vec<ReasonCount>> {
+        let reasons = &mut search.reasons;
+        match search.best {
             Some((_, node)) => Ok(TaskGrant {
                 group: group_index,
                 replica,
@@ -396,16 +369,16 @@ impl<'a> Placer<'a> {
                 memory: group.memory,
                 grants: self.best_option.grants.to_vec(),
             }),
-            None if !self.explain => Err(reasons),
+            None if !self.explain => Err(search.reasons),
             None => {
                 if matches!(scope, NodeScope::All) {
-                    self.explain_roomless(group, &mut reasons, &mut skipped);
+                    self.explain_roomless(group, reasons, &mut search.skipped);
                 }
-                self.static_reasons(group, gpus, &skipped, &mut reasons);
-                if stopped_early {
-                    add_reason(&mut reasons, Reason::SearchLimitReached { nodes_visited: visited });
+                self.static_reasons(group, gpus, &search.skipped, reasons);
+                if search.stopped_early {
+                    add_reason(reasons, Reason::SearchLimitReached { nodes_visited: search.visited });
                 }
-                Err(reasons)
+                Err(search.reasons)
             }
         }
     }
@@ -650,4 +623,76 @@ fn best_of_node(
         }
     }
     node_best.expect("a node that passed the filter has at least one option")
+}
+
+/// Where one task's search through the nodes stands.
+#[derive(Default)]
+struct Search {
+    best: Option<((Score, u64), NodeIdx)>,
+    visited: u32,
+    feasible: u32,
+    stopped_early: bool,
+    reasons: Vec<ReasonCount>,
+    /// Nodes skipped for their hardware, counted per signature.
+    skipped: Vec<(u16, u32)>,
+}
+
+impl Search {
+    /// Counts one node's verdict (remembered or fresh) and keeps its best option when it beats
+    /// the best so far.
+    fn weigh(&mut self, verdict: &Verdict, node: NodeIdx, hash: u64, seed: u64, best_option: &mut TaskOption) {
+        let (score, option) = match verdict {
+            Verdict::Unfit(reason) => {
+                add_reason_ref(&mut self.reasons, reason);
+                return;
+            }
+            Verdict::Best(score, option) => (*score, option),
+            Verdict::Tied(node_keys, tied) => pick_at_random(node_keys, tied, node, seed),
+        };
+        self.feasible += 1;
+        if beats(&self.best, &score, hash) {
+            self.best = Some(((score, hash), node));
+            best_option.clone_from(option);
+        }
+    }
+}
+
+/// The nodes one task's search walks, in order: through the room index where it can say which
+/// nodes have room, else every node from `start` round.
+fn candidates<'a>(
+    state: &'a ClusterState,
+    rack_nodes: &'a [Vec<NodeIdx>],
+    group: &CompiledGroup,
+    scope: NodeScope,
+    start: usize,
+) -> Box<dyn Iterator<Item = NodeIdx> + 'a> {
+    let node_count = state.nodes.len();
+    match scope {
+        NodeScope::All => match room_bits(state, group) {
+            Some(bits) => Box::new(index::rotated(bits, node_count, start)),
+            None => Box::new((start..node_count).chain(0..start).map(|n| n as NodeIdx)),
+        },
+        NodeScope::Rack(r) => Box::new(rack_nodes[r as usize].iter().copied()),
+        NodeScope::Node(n) => Box::new(std::iter::once(n)),
+    }
+}
+
+/// A feasible node's verdict from its options: the best one, or (for policies that pick a
+/// GPU at random) every option tied for best.
+fn judge_options(
+    state: &ClusterState,
+    node: NodeIdx,
+    group: &CompiledGroup,
+    ctx: &ScoreContext<'_>,
+    options: &[TaskOption],
+    frag_cache: Option<&mut Vec<(u32, u64)>>,
+    random_gpu: bool,
+) -> Verdict {
+    if random_gpu {
+        let (node_keys, tied) = tied_of_node(state, node, group, ctx, options);
+        Verdict::Tied(node_keys, tied)
+    } else {
+        let (score, index) = best_of_node(state, node, group, ctx, options, frag_cache);
+        Verdict::Best(score, options[index].clone())
+    }
 }

@@ -139,17 +139,7 @@ fn compile_group(
         .map(Selector::compile)
         .transpose()
         .map_err(|e| EngineError::Job(format!("job {} group {}: {e}", job.name, group.name)))?;
-    let class_model_ok: Vec<bool> = state
-        .classes
-        .iter()
-        .map(|c| r.models.is_empty() || r.models.iter().any(|p| catalog.model(c.model).names().any(|n| p.matches(n))))
-        .collect();
-    let class_ok = state
-        .classes
-        .iter()
-        .zip(&class_model_ok)
-        .map(|(c, &model_ok)| model_ok && selector.as_ref().is_none_or(|s| s.matches(&c.attributes).unwrap_or(false)))
-        .collect();
+    let (class_model_ok, class_ok) = classes_allowed(r, selector.as_ref(), state, catalog);
     let gpu = gpu_need(r);
     let mig_profile = state
         .classes
@@ -184,19 +174,52 @@ fn compile_group(
     group.mig_any_mask = group.mig_profile.iter().flatten().fold(0, |m, &p| m | 1 << p);
     if let Some(GpuRequest::Memory { memory, hint: Some(hint) }) = &r.gpu {
         group.memory_no_mig = hint.bursty;
-        group.memory_unit = state
-            .classes
-            .iter()
-            .map(|c| {
-                let model = catalog.model(c.model);
-                let shape = crate::advise::Shape::of_memory_request(memory.0, hint, r.isolation, model);
-                crate::advise::advise(&shape, model).ok().map(|a| a.unit.mode())
-            })
-            .collect();
+        group.memory_unit = advised_units(memory.0, hint, r.isolation, state, catalog);
     }
     group.signature_ok = state.signatures.iter().map(|sig| statically_feasible(state, &group, sig)).collect();
     group.fingerprint = fingerprint_of(&group);
     Ok(group)
+}
+
+/// Per device class: whether the group's models allow it, and whether its models and
+/// selector together do.
+fn classes_allowed(
+    r: &gantry_types::TaskResources,
+    selector: Option<&Selector>,
+    state: &ClusterState,
+    catalog: &Catalog,
+) -> (Vec<bool>, Vec<bool>) {
+    let class_model_ok: Vec<bool> = state
+        .classes
+        .iter()
+        .map(|c| r.models.is_empty() || r.models.iter().any(|p| catalog.model(c.model).names().any(|n| p.matches(n))))
+        .collect();
+    let class_ok = state
+        .classes
+        .iter()
+        .zip(&class_model_ok)
+        .map(|(c, &model_ok)| model_ok && selector.is_none_or(|s| s.matches(&c.attributes).unwrap_or(false)))
+        .collect();
+    (class_model_ok, class_ok)
+}
+
+/// Per device class: the unit the advisor picks for a memory-only request with a hint.
+fn advised_units(
+    memory: u64,
+    hint: &gantry_types::job::UnitHint,
+    isolation: gantry_types::Isolation,
+    state: &ClusterState,
+    catalog: &Catalog,
+) -> Vec<Option<ModeKind>> {
+    state
+        .classes
+        .iter()
+        .map(|c| {
+            let model = catalog.model(c.model);
+            let shape = crate::advise::Shape::of_memory_request(memory, hint, isolation, model);
+            crate::advise::advise(&shape, model).ok().map(|a| a.unit.mode())
+        })
+        .collect()
 }
 
 /// A group's GPU request with its units resolved: a share's MPS and time-slicing allowed by

@@ -38,8 +38,6 @@ type Room = BTreeMap<(usize, Flavor), u64>;
 struct Plan {
     victims: Vec<AllocId>,
     right: Right,
-    /// The planning copy with the victims gone and the preemptor placed.
-    after: Engine,
     /// Where the plan placed the preemptor, and what that counts against quotas.
     tasks: Vec<crate::ledger::TaskGrant>,
     demand: Vec<(Flavor, u64)>,
@@ -120,7 +118,8 @@ impl Scheduler {
 
     /// Plan victims for `job` on `base`; where the plan reclaims a guarantee, the job must be
     /// placed (with the victims gone) within its queue's room, else it is planned again with
-    /// priority and starvation alone.
+    /// priority and starvation alone. With the plan comes the planning copy as it leaves the
+    /// fleet: the victims gone and the preemptor placed.
     fn plan_checked(
         &self,
         base: &Engine,
@@ -129,7 +128,7 @@ impl Scheduler {
         victims: &[Victim],
         spare: &Spare,
         room: &Room,
-    ) -> Option<Plan> {
+    ) -> Option<(Plan, Engine)> {
         loop {
             let chosen = self.engine.plan_on(base, job, &right, victims, spare)?;
             let mut after = base.planning_copy();
@@ -144,7 +143,7 @@ impl Scheduler {
             });
             let within = demand.iter().all(|(f, d)| room.get(&(right.queue, f.clone())).is_some_and(|r| r >= d));
             if !reclaims || within {
-                return Some(Plan { victims: chosen, right, after, tasks, demand });
+                return Some((Plan { victims: chosen, right, tasks, demand }, after));
             }
             right.guarantee.clear();
         }
@@ -221,36 +220,51 @@ impl Scheduler {
             eligible.clear();
             requests += 1;
             let compiled = &self.jobs[&job].job.compiled;
-            let Some(plan) = self.plan_checked(&base, compiled, right, &victims, &spare, &room) else { continue };
+            let Some((plan, after)) = self.plan_checked(&base, compiled, right, &victims, &spare, &room) else {
+                continue;
+            };
             claim(&mut room, plan.right.queue, &plan.demand);
-            base = plan.after;
+            base = after;
             if plan.victims.is_empty() {
                 self.await_leftover(job, &plan.right, plan.tasks, plan.demand, now);
                 continue;
             }
-            let mut until = now;
-            let mut causes = Vec::new();
-            for &alloc in &plan.victims {
-                let v = victims.iter().find(|v| v.alloc == alloc).expect("chosen among the victims");
-                let cause = v.cause(&plan.right).expect("an eligible victim");
-                spare.take(v);
-                let victim = self.running[&alloc].job;
-                let kill_at = now + self.jobs[&victim].job.lifecycle.grace_s;
-                until = until.max(kill_at);
-                causes.push(cause);
-                self.terminating.insert(alloc, cause.name());
-                decisions.push(Decision::Stop { job: victim, alloc, kill_at, cause: cause.name(), for_job: job });
-            }
-            victims.retain(|v| !plan.victims.contains(&v.alloc));
-            let owed = if causes.contains(&Cause::Guarantee) {
-                plan.demand.iter().map(|(f, _)| f.clone()).filter(|f| plan.right.guarantee.contains(f)).collect()
-            } else {
-                Vec::new()
-            };
-            let right = causes.iter().min().copied().expect("some victim").name();
-            let (tasks, demand) = (plan.tasks, plan.demand);
-            self.awaiting.insert(job, Awaiting { victims: plan.victims, until, right, owed, tasks, demand });
+            self.stop_victims(job, plan, &mut victims, &mut spare, now, decisions);
         }
+    }
+
+    /// Decide the stops of `plan`'s victims for `job`, which then awaits them.
+    fn stop_victims(
+        &mut self,
+        job: JobId,
+        plan: Plan,
+        victims: &mut Vec<Victim>,
+        spare: &mut Spare,
+        now: u64,
+        decisions: &mut Vec<Decision>,
+    ) {
+        let mut until = now;
+        let mut causes = Vec::new();
+        for &alloc in &plan.victims {
+            let v = victims.iter().find(|v| v.alloc == alloc).expect("chosen among the victims");
+            let cause = v.cause(&plan.right).expect("an eligible victim");
+            spare.take(v);
+            let victim = self.running[&alloc].job;
+            let kill_at = now + self.jobs[&victim].job.lifecycle.grace_s;
+            until = until.max(kill_at);
+            causes.push(cause);
+            self.terminating.insert(alloc, cause.name());
+            decisions.push(Decision::Stop { job: victim, alloc, kill_at, cause: cause.name(), for_job: job });
+        }
+        victims.retain(|v| !plan.victims.contains(&v.alloc));
+        let owed = if causes.contains(&Cause::Guarantee) {
+            plan.demand.iter().map(|(f, _)| f.clone()).filter(|f| plan.right.guarantee.contains(f)).collect()
+        } else {
+            Vec::new()
+        };
+        let right = causes.iter().min().copied().expect("some victim").name();
+        let (tasks, demand) = (plan.tasks, plan.demand);
+        self.awaiting.insert(job, Awaiting { victims: plan.victims, until, right, owed, tasks, demand });
     }
 }
 
