@@ -11,7 +11,7 @@
 use crate::alibaba::{TraceNode, TracePod};
 use crate::trace::{SimFleet, compile_pods, typical_shapes};
 use gantry_engine::rng::SeededRng;
-use gantry_engine::{Engine, EngineConfig, EngineError, Policy, SearchLimits};
+use gantry_engine::{CompiledJob, Engine, EngineConfig, EngineError, Policy, SearchLimits};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -189,14 +189,9 @@ pub fn run(
     for arrival in arrivals {
         let pod = &pods[arrival.pod];
         arrived += pod.total_gpu_milli();
-        let decision = match engine.place(&jobs[arrival.pod]) {
-            Ok(id) => {
-                let task = &engine.allocations()[&id].tasks[0];
-                let state = engine.state();
-                let gpus = task.grants.iter().map(|g| state.gpus[g.gpu() as usize].index).collect();
-                Decision { name: arrival.name.clone(), node: Some(state.info[task.node as usize].name.clone()), gpus }
-            }
-            Err(_) => {
+        let decision = match place_pod(&mut engine, &jobs[arrival.pod], &arrival.name) {
+            Some(decision) => decision,
+            None => {
                 failed += 1;
                 Decision { name: arrival.name.clone(), node: None, gpus: Vec::new() }
             }
@@ -208,7 +203,31 @@ pub fn run(
             frag_at.insert(load as u32, engine.fragmentation_milli() / capacity as f64 * 100.0);
         }
     }
-    let curve = (0..=((protocol.tune * 100.0).round() as u32))
+    Ok(RunResult {
+        policy: policy.name().to_string(),
+        seed,
+        arrivals: arrivals.len(),
+        failed,
+        capacity_milli: capacity,
+        final_alloc_pct: engine.state().used_milli() as f64 / capacity as f64 * 100.0,
+        curve: curve(&rows, &frag_at, protocol.tune),
+        decisions,
+    })
+}
+
+/// Place one pod: where it went, or `None` if it did not fit.
+fn place_pod(engine: &mut Engine, job: &CompiledJob, name: &str) -> Option<Decision> {
+    let id = engine.place(job).ok()?;
+    let task = &engine.allocations()[&id].tasks[0];
+    let state = engine.state();
+    let gpus = task.grants.iter().map(|g| state.gpus[g.gpu() as usize].index).collect();
+    Some(Decision { name: name.to_string(), node: Some(state.info[task.node as usize].name.clone()), gpus })
+}
+
+/// The allocation curve at each whole load % up to `tune` × 100, from the rows
+/// `(load %, alloc %, failed)` of the arrivals and the fragmentation first seen at each load.
+fn curve(rows: &[(f64, f64, u64)], frag_at: &BTreeMap<u32, f64>, tune: f64) -> Vec<CurvePoint> {
+    (0..=((tune * 100.0).round() as u32))
         .filter_map(|r| {
             let exact: Vec<&(f64, f64, u64)> = rows.iter().filter(|row| row.0 == r as f64).collect();
             let near: Vec<&(f64, f64, u64)> = if exact.is_empty() {
@@ -225,17 +244,7 @@ pub fn run(
                 frag_pct: frag_at.get(&r).copied(),
             })
         })
-        .collect();
-    Ok(RunResult {
-        policy: policy.name().to_string(),
-        seed,
-        arrivals: arrivals.len(),
-        failed,
-        capacity_milli: capacity,
-        final_alloc_pct: engine.state().used_milli() as f64 / capacity as f64 * 100.0,
-        curve,
-        decisions,
-    })
+        .collect()
 }
 
 #[cfg(test)]

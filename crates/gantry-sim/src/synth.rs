@@ -178,6 +178,27 @@ pub fn generate_with_load(
     catalog: &'static Catalog,
     config: &SynthConfig,
 ) -> Result<(String, f64), crate::SimError> {
+    validate_config(config)?;
+    let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
+    let capacity = engine.state().gpus.len() as f64 * 1000.0;
+    if capacity == 0.0 {
+        return Err("the fleet has no GPUs".into());
+    }
+    let mut rng = SeededRng::new(config.seed);
+    let drawn = draw_jobs(&mut engine, catalog, config, &mut rng)?;
+    // Poisson arrivals at the rate that offers `load` × capacity on average, or that spreads
+    // the jobs over `days`.
+    let mean_offered = drawn.iter().map(|(_, o)| o).sum::<f64>() / drawn.len() as f64;
+    let rate = match config.days {
+        Some(days) => f64::from(config.jobs) / (days * 86_400.0),
+        None => config.load * capacity / mean_offered.max(1.0),
+    }; // jobs per second
+    let out = stamp_arrivals(drawn, rate, &mut rng);
+    Ok((out, rate * mean_offered / capacity))
+}
+
+/// Reject a configuration whose counts, mix, load or span are out of range.
+fn validate_config(config: &SynthConfig) -> Result<(), crate::SimError> {
     if config.jobs == 0 || config.tenants == 0 {
         return Err("--jobs and --tenants must be at least 1".into());
     }
@@ -199,12 +220,17 @@ pub fn generate_with_load(
     {
         return Err(format!("--days {days} must be in (0, 3650]").into());
     }
-    let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| e.to_string())?;
-    let capacity = engine.state().gpus.len() as f64 * 1000.0;
-    if capacity == 0.0 {
-        return Err("the fleet has no GPUs".into());
-    }
-    let mut rng = SeededRng::new(config.seed);
+    Ok(())
+}
+
+/// The `config.jobs` job lines (without arrival), each with the GPU milli × seconds it
+/// offers, skipping kinds the fleet cannot hold.
+fn draw_jobs(
+    engine: &mut Engine,
+    catalog: &'static Catalog,
+    config: &SynthConfig,
+    rng: &mut SeededRng,
+) -> Result<Vec<(Value, f64)>, crate::SimError> {
     let kinds = match config.mix {
         Mix::Default => KINDS,
         Mix::Batch => BATCH_KINDS,
@@ -215,39 +241,11 @@ pub fn generate_with_load(
     let mut unfit: Vec<&str> = Vec::new();
     while drawn.len() < config.jobs as usize {
         let i = drawn.len();
-        let mut pick = rng.below(total_weight);
-        let kind = kinds
-            .iter()
-            .find(|k| {
-                if pick < k.weight {
-                    return true;
-                }
-                pick -= k.weight;
-                false
-            })
-            .expect("weights cover the draw");
+        let kind = pick_kind(rng, kinds, total_weight);
         if unfit.contains(&kind.name) {
             continue;
         }
-        let mut d = Draw(&mut rng);
-        let tenant = format!("team-{}", pick_tenant(d.0, config));
-        let duration = (kind.median_s * (kind.sigma * d.normal()).exp()).round().clamp(60.0, 14.0 * 86_400.0) as u64;
-        let utilization = ((kind.util.0 + (kind.util.1 - kind.util.0) * d.unit()) * 100.0).round() / 100.0;
-        let mut placed = None;
-        for _ in 0..DRAWS_MAX {
-            let job = shape(kind.name, &format!("{}-{i:06}", kind.name), &tenant, &mut d);
-            let line = json!({"arrival_s": 0, "duration_s": duration, "utilization": utilization, "job": job});
-            let parsed = parse_trace_line(1, &line.to_string(), catalog).map_err(|e| format!("{}: {e}", kind.name))?;
-            let compiled = engine.compile(&parsed[0].job).map_err(|e| e.to_string())?;
-            let before = engine.state().used_milli();
-            if let Ok(id) = engine.place(&compiled) {
-                let milli = engine.state().used_milli() - before;
-                engine.release(id).map_err(|e| e.to_string())?;
-                placed = Some((line, milli as f64 * duration as f64));
-                break;
-            }
-        }
-        match placed {
+        match draw_job(engine, catalog, config, rng, kind, i)? {
             Some(p) => drawn.push(p),
             None => unfit.push(kind.name),
         }
@@ -255,13 +253,55 @@ pub fn generate_with_load(
             return Err("no job of the synthetic mix fits this fleet".into());
         }
     }
-    // Poisson arrivals at the rate that offers `load` × capacity on average, or that spreads
-    // the jobs over `days`.
-    let mean_offered = drawn.iter().map(|(_, o)| o).sum::<f64>() / drawn.len() as f64;
-    let rate = match config.days {
-        Some(days) => f64::from(config.jobs) / (days * 86_400.0),
-        None => config.load * capacity / mean_offered.max(1.0),
-    }; // jobs per second
+    Ok(drawn)
+}
+
+/// A kind drawn by weight.
+fn pick_kind<'k>(rng: &mut SeededRng, kinds: &'k [Kind], total_weight: u64) -> &'k Kind {
+    let mut pick = rng.below(total_weight);
+    kinds
+        .iter()
+        .find(|k| {
+            if pick < k.weight {
+                return true;
+            }
+            pick -= k.weight;
+            false
+        })
+        .expect("weights cover the draw")
+}
+
+/// Job `i` of `kind` (tenant, duration, utilization, then up to [`DRAWS_MAX`] shapes) with
+/// the GPU milli × seconds it offers, or `None` when no shape drawn fits the empty fleet.
+fn draw_job(
+    engine: &mut Engine,
+    catalog: &'static Catalog,
+    config: &SynthConfig,
+    rng: &mut SeededRng,
+    kind: &Kind,
+    i: usize,
+) -> Result<Option<(Value, f64)>, crate::SimError> {
+    let mut d = Draw(rng);
+    let tenant = format!("team-{}", pick_tenant(d.0, config));
+    let duration = (kind.median_s * (kind.sigma * d.normal()).exp()).round().clamp(60.0, 14.0 * 86_400.0) as u64;
+    let utilization = ((kind.util.0 + (kind.util.1 - kind.util.0) * d.unit()) * 100.0).round() / 100.0;
+    for _ in 0..DRAWS_MAX {
+        let job = shape(kind.name, &format!("{}-{i:06}", kind.name), &tenant, &mut d);
+        let line = json!({"arrival_s": 0, "duration_s": duration, "utilization": utilization, "job": job});
+        let parsed = parse_trace_line(1, &line.to_string(), catalog).map_err(|e| format!("{}: {e}", kind.name))?;
+        let compiled = engine.compile(&parsed[0].job).map_err(|e| e.to_string())?;
+        let before = engine.state().used_milli();
+        if let Ok(id) = engine.place(&compiled) {
+            let milli = engine.state().used_milli() - before;
+            engine.release(id).map_err(|e| e.to_string())?;
+            return Ok(Some((line, milli as f64 * duration as f64)));
+        }
+    }
+    Ok(None)
+}
+
+/// The drawn lines as JSON lines, stamped with Poisson arrivals at `rate` jobs per second.
+fn stamp_arrivals(drawn: Vec<(Value, f64)>, rate: f64, rng: &mut SeededRng) -> String {
     let mut t = 0.0f64;
     let mut out = String::new();
     for (mut line, _) in drawn {
@@ -271,5 +311,5 @@ pub fn generate_with_load(
         out.push_str(&line.to_string());
         out.push('\n');
     }
-    Ok((out, rate * mean_offered / capacity))
+    out
 }

@@ -38,59 +38,16 @@ impl Controller {
         now: u64,
     ) -> Result<Effects, ControlError> {
         who.serves(&reg.node)?;
-        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else {
-            return Err(ControlError::Conflict(
-                "this controller runs tasks itself (Agents::Local); agents need a controller that waits for them"
-                    .into(),
-            ));
-        };
-        if reg.protocol == 0 || reg.protocol > wire::PROTOCOL_VERSION {
-            return Err(agent_refused(
-                &reg.node,
-                "protocol",
-                format!(
-                    "node {:?}: the agent speaks protocol {}, this controller {} (upgrade the controller before its agents)",
-                    reg.node,
-                    reg.protocol,
-                    wire::PROTOCOL_VERSION
-                ),
-            ));
-        }
+        let heartbeat_timeout_s = self.remote_heartbeat_timeout()?;
+        check_protocol(reg)?;
         self.check_not_taken(who, reg, now, heartbeat_timeout_s)?;
         let (node_idx, found) = self.check_inventory(reg)?;
         let adopt = self.layouts_to_adopt(reg, node_idx, &found)?;
-        if !adopt.is_empty() {
-            // Recorded first: a restart then rebuilds the GPU as the hardware has it.
-            let specs: BTreeMap<u64, Job> =
-                self.jobs.values().filter(|row| !row.state.is_final()).map(|row| (row.id, row.job.clone())).collect();
-            for (index, mode) in &adopt {
-                let text = serde_json::to_string(mode).map_err(|e| ControlError::Internal(e.to_string()))?;
-                self.pending.gpu_modes.push((reg.node.clone(), *index, text));
-                self.scheduler.set_gpu_mode(&reg.node, *index, mode, |id| specs.get(&id).cloned())?;
-                self.empty.set_gpu_mode(&reg.node, *index, mode).map_err(|e| ControlError::Internal(e.to_string()))?;
-                tracing::info!(node = %reg.node, gpu = index, mode = %mode.text(), "took the GPU mode the agent found");
-            }
-        }
+        self.adopt_layouts(&reg.node, &adopt)?;
         for g in &found {
             self.uuids.insert((reg.node.clone(), g.index), g.uuid.clone());
         }
-        let version = reg.version.chars().take(64).collect();
-        let confinement = reg.confinement.as_ref().map_or_else(wire::Confinement::unknown, wire::Confinement::bounded);
-        if !confinement.is_confined() {
-            tracing::warn!(node = %reg.node, confinement = %confinement, "this node's tasks run unconfined");
-        }
-        let link = AgentLink {
-            heard_s: now,
-            absorbed_s: None,
-            absorbed_runs: Vec::new(),
-            recent_samples: Vec::new(),
-            instance: reg.instance.clone(),
-            version,
-            protocol: reg.protocol,
-            samples: Vec::new(),
-            confinement,
-        };
-        let back = self.links.insert(reg.node.clone(), link);
+        let back = self.links.insert(reg.node.clone(), new_link(reg, now));
         // Its samples start again from none.
         self.remeter_node(&reg.node, now);
         self.found(&reg.node);
@@ -102,6 +59,35 @@ impl Controller {
         effects.reply = Reply::Registered(registered);
         effects.schedule = true;
         Ok(effects)
+    }
+
+    /// The agents' heartbeat timeout; an error if this controller runs tasks itself.
+    fn remote_heartbeat_timeout(&self) -> Result<u64, ControlError> {
+        let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else {
+            return Err(ControlError::Conflict(
+                "this controller runs tasks itself (Agents::Local); agents need a controller that waits for them"
+                    .into(),
+            ));
+        };
+        Ok(heartbeat_timeout_s)
+    }
+
+    /// Take the GPU modes the agent found on `node` (see [`Self::layouts_to_adopt`]).
+    fn adopt_layouts(&mut self, node: &str, adopt: &[(u32, GpuMode)]) -> Result<(), ControlError> {
+        if adopt.is_empty() {
+            return Ok(());
+        }
+        // Recorded first: a restart then rebuilds the GPU as the hardware has it.
+        let specs: BTreeMap<u64, Job> =
+            self.jobs.values().filter(|row| !row.state.is_final()).map(|row| (row.id, row.job.clone())).collect();
+        for (index, mode) in adopt {
+            let text = serde_json::to_string(mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+            self.pending.gpu_modes.push((node.to_string(), *index, text));
+            self.scheduler.set_gpu_mode(node, *index, mode, |id| specs.get(&id).cloned())?;
+            self.empty.set_gpu_mode(node, *index, mode).map_err(|e| ControlError::Internal(e.to_string()))?;
+            tracing::info!(node = %node, gpu = index, mode = %mode.text(), "took the GPU mode the agent found");
+        }
+        Ok(())
     }
 
     /// A node whose agent is alive (heard from within the timeout) takes no second agent: a
@@ -248,28 +234,12 @@ impl Controller {
     ) -> Result<Effects, ControlError> {
         who.serves(node)?;
         super::trim::check_heartbeat_size(beat)?;
-        let Some(link) = self.links.get_mut(node).filter(|l| l.instance == beat.instance) else {
-            return Err(ControlError::Conflict(format!(
-                "this agent is not the one registered for node {node:?} (since the controller started): register first"
-            )));
-        };
-        link.heard_s = now;
-        if link.recent_samples != beat.samples {
-            link.recent_samples = beat.samples.clone();
-        }
+        self.hear_agent(node, beat, now)?;
         // Samples and usage are taken in when due: a minute after the last, with an exit, or
         // once a run started or ended there. What else the heartbeat changes is noted as it
         // happens: a heartbeat that changed nothing is not logged.
         let runs: Vec<(u64, u32)> = self.runs_on(node).map(|(job, r)| (job, r.attempt)).collect();
-        // An exit counts only for a task of this node not counted yet (junk about other
-        // tasks must not make every heartbeat's figures due).
-        let ends = beat.tasks.iter().any(|r| r.state != wire::TaskState::Running && self.ends_here(node, &r.key));
-        let Some(link) = self.links.get_mut(node) else { return Err(ControlError::Internal("the link went".into())) };
-        let due = link.absorbed_s.is_none_or(|at| now >= at + SAMPLES_EVERY_S) || ends || link.absorbed_runs != runs;
-        let resampled = due && link.samples != beat.samples;
-        if resampled {
-            link.samples = beat.samples.clone();
-        }
+        let (due, resampled) = self.take_samples_if_due(node, beat, now, &runs)?;
         let mut changed = self.found(node);
         let mut effects = Effects::default();
         if self.scheduler.set_ready(node, true)? {
@@ -278,17 +248,7 @@ impl Controller {
         }
         let stopping: Vec<TaskKey> = beat.tasks.iter().filter(|r| r.stopping).map(|r| r.key.clone()).collect();
         let reported: BTreeSet<TaskKey> = beat.tasks.iter().map(|r| r.key.clone()).collect();
-        if resampled {
-            self.remeter_node(node, now);
-        }
-        let used = due && self.absorb_usage(node, beat);
-        if (resampled || used)
-            && let Some(link) = self.links.get_mut(node)
-        {
-            link.absorbed_s = Some(now);
-            link.absorbed_runs = runs;
-        }
-        changed |= resampled || used;
+        changed |= self.absorb_figures(node, beat, now, (due, resampled), runs);
         let (forget, orphans, counted) = self.absorb_reports(node, beat, now, &mut effects)?;
         changed |= counted;
         changed |= self.reoffer_missing(node, &reported, now, &mut effects)?;
@@ -303,7 +263,80 @@ impl Controller {
         } else {
             self.stats.heartbeats.1 += 1;
         }
-        let mut orders = self.agent_orders(node, &stopping);
+        effects.reply = Reply::Orders(self.heartbeat_orders(node, beat, &stopping, forget, orphans));
+        Ok(effects)
+    }
+
+    /// Note that `node`'s registered agent was heard at `now`; an error if `beat` comes from
+    /// another agent process.
+    fn hear_agent(&mut self, node: &str, beat: &Heartbeat, now: u64) -> Result<(), ControlError> {
+        let Some(link) = self.links.get_mut(node).filter(|l| l.instance == beat.instance) else {
+            return Err(ControlError::Conflict(format!(
+                "this agent is not the one registered for node {node:?} (since the controller started): register first"
+            )));
+        };
+        link.heard_s = now;
+        if link.recent_samples != beat.samples {
+            link.recent_samples = beat.samples.clone();
+        }
+        Ok(())
+    }
+
+    /// Whether `node`'s figures are due (given its `runs` now), and whether its GPU samples
+    /// were taken in from `beat` (they are when due and changed).
+    fn take_samples_if_due(
+        &mut self,
+        node: &str,
+        beat: &Heartbeat,
+        now: u64,
+        runs: &[(u64, u32)],
+    ) -> Result<(bool, bool), ControlError> {
+        // An exit counts only for a task of this node not counted yet (junk about other
+        // tasks must not make every heartbeat's figures due).
+        let ends = beat.tasks.iter().any(|r| r.state != wire::TaskState::Running && self.ends_here(node, &r.key));
+        let Some(link) = self.links.get_mut(node) else { return Err(ControlError::Internal("the link went".into())) };
+        let due = link.absorbed_s.is_none_or(|at| now >= at + SAMPLES_EVERY_S) || ends || link.absorbed_runs != runs;
+        let resampled = due && link.samples != beat.samples;
+        if resampled {
+            link.samples = beat.samples.clone();
+        }
+        Ok((due, resampled))
+    }
+
+    /// Take in the new samples (`resampled`) and, when `due`, the runs' usage; note when
+    /// figures were last taken in. Returns whether anything changed.
+    fn absorb_figures(
+        &mut self,
+        node: &str,
+        beat: &Heartbeat,
+        now: u64,
+        (due, resampled): (bool, bool),
+        runs: Vec<(u64, u32)>,
+    ) -> bool {
+        if resampled {
+            self.remeter_node(node, now);
+        }
+        let used = due && self.absorb_usage(node, beat);
+        if (resampled || used)
+            && let Some(link) = self.links.get_mut(node)
+        {
+            link.absorbed_s = Some(now);
+            link.absorbed_runs = runs;
+        }
+        resampled || used
+    }
+
+    /// The orders answering `beat`: the node's outbox, tasks to forget, orphans to stop (and
+    /// no launches while a stale task is still alive there).
+    fn heartbeat_orders(
+        &self,
+        node: &str,
+        beat: &Heartbeat,
+        stopping: &[TaskKey],
+        forget: Vec<TaskKey>,
+        orphans: Vec<TaskKey>,
+    ) -> Orders {
+        let mut orders = self.agent_orders(node, stopping);
         orders.forget = forget;
         orders.forget_layouts = beat.layouts.iter().take(crate::wire::LAYOUT_REPORTS_MAX).map(|r| r.id).collect();
         for key in orphans {
@@ -319,8 +352,7 @@ impl Controller {
             tracing::info!(node, held = orders.launch.len(), "launches held until the node's stale tasks are gone");
             orders.launch.clear();
         }
-        effects.reply = Reply::Orders(orders);
-        Ok(effects)
+        orders
     }
 
     /// Does `beat` report as still running a task of a run this controller no longer has
@@ -604,6 +636,43 @@ impl Controller {
             }
         }
         marked
+    }
+}
+
+/// The agent must speak a protocol this controller knows.
+fn check_protocol(reg: &Register) -> Result<(), ControlError> {
+    if reg.protocol == 0 || reg.protocol > wire::PROTOCOL_VERSION {
+        return Err(agent_refused(
+            &reg.node,
+            "protocol",
+            format!(
+                "node {:?}: the agent speaks protocol {}, this controller {} (upgrade the controller before its agents)",
+                reg.node,
+                reg.protocol,
+                wire::PROTOCOL_VERSION
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The link to an agent registering at `now`: heard now, no samples yet.
+fn new_link(reg: &Register, now: u64) -> AgentLink {
+    let version = reg.version.chars().take(64).collect();
+    let confinement = reg.confinement.as_ref().map_or_else(wire::Confinement::unknown, wire::Confinement::bounded);
+    if !confinement.is_confined() {
+        tracing::warn!(node = %reg.node, confinement = %confinement, "this node's tasks run unconfined");
+    }
+    AgentLink {
+        heard_s: now,
+        absorbed_s: None,
+        absorbed_runs: Vec::new(),
+        recent_samples: Vec::new(),
+        instance: reg.instance.clone(),
+        version,
+        protocol: reg.protocol,
+        samples: Vec::new(),
+        confinement,
     }
 }
 

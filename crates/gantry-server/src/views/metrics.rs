@@ -99,6 +99,16 @@ fn queues(out: &mut Exposition, c: &Controller) {
 
 /// Jobs by queue and state, endings, decisions, cycle and wait times, idle jobs.
 fn jobs_and_service(out: &mut Exposition, c: &Controller) {
+    jobs_by_state(out, c);
+    jobs_ended(out, c);
+    decisions_and_heartbeats(out, c);
+    reconfigurations(out, c);
+    cycle_and_wait_times(out, c);
+    idle_jobs(out, c);
+}
+
+/// Jobs waiting or running, by queue and state.
+fn jobs_by_state(out: &mut Exposition, c: &Controller) {
     let mut jobs: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
     for row in c.jobs().values().filter(|r| !r.state.is_final()) {
         *jobs.entry((row.queue.clone(), row.state.name())).or_default() += 1;
@@ -107,6 +117,10 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     for ((queue, state), count) in &jobs {
         out.sample("gantry_jobs", &[("queue", queue), ("state", state)], *count as f64);
     }
+}
+
+/// Jobs ended, by ending.
+fn jobs_ended(out: &mut Exposition, c: &Controller) {
     out.family("gantry_jobs_ended", "counter", "", "Jobs ended since the controller started, by how.");
     // Every ending, at zero until it happens (a rate over a series that appears later misses
     // its first increase).
@@ -117,6 +131,10 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
         let count = c.stats().ended.get(ending.name()).copied().unwrap_or(0);
         out.sample("gantry_jobs_ended_total", &[("ending", ending.name())], count as f64);
     }
+}
+
+/// Scheduling decisions and agents' heartbeats.
+fn decisions_and_heartbeats(out: &mut Exposition, c: &Controller) {
     out.family(
         "gantry_decisions",
         "counter",
@@ -133,6 +151,10 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
     );
     out.sample("gantry_heartbeats_total", &[("logged", "true")], c.stats().heartbeats.0 as f64);
     out.sample("gantry_heartbeats_total", &[("logged", "false")], c.stats().heartbeats.1 as f64);
+}
+
+/// GPU reconfigurations: finished by outcome, under way by phase, and moves.
+fn reconfigurations(out: &mut Exposition, c: &Controller) {
     let r = &c.reconfigs();
     out.family(
         "gantry_reconfigurations",
@@ -158,12 +180,20 @@ fn jobs_and_service(out: &mut Exposition, c: &Controller) {
         "Restartable jobs moved to empty GPUs being reconfigured.",
     );
     out.sample("gantry_reconfiguration_moves_total", &[], r.totals.moves as f64);
+}
+
+/// Scheduling cycle and job wait times.
+fn cycle_and_wait_times(out: &mut Exposition, c: &Controller) {
     out.histogram("gantry_scheduling_cycle_seconds", "Time one scheduling cycle took.", &c.stats().cycle_seconds);
     out.histogram(
         "gantry_job_wait_seconds",
         "Time from a job's eligibility to its start, per start.",
         &c.stats().wait_seconds,
     );
+}
+
+/// Idle jobs flagged now, and idle events by action.
+fn idle_jobs(out: &mut Exposition, c: &Controller) {
     out.family(
         "gantry_idle_jobs",
         "gauge",

@@ -67,11 +67,35 @@ pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenari
     let id = catalog.lookup(&config.model).ok_or_else(|| format!("unknown GPU model {:?}", config.model))?;
     let model = catalog.model(id);
     let geometry = model.mig.as_ref().ok_or_else(|| format!("{} does not support MIG", model.id))?;
+    let fleet = day_fleet(config, model, catalog)?;
+    let (shapes, inference_milli) = day_shapes(config, model, geometry, catalog)?;
+    let training: Vec<(u32, u64)> = TRAINING_MIX.iter().copied().filter(|&(c, _)| c <= config.gpus_per_node).collect();
+    let end_s = u64::from(config.days) * 86_400;
+    let jobs = arrivals(config, &inference_milli, &training, end_s);
+    Ok(Scenario { fleet, shapes, jobs, end_s })
+}
+
+/// The fleet: `config.nodes` nodes of `config.gpus_per_node` GPUs of `model`.
+fn day_fleet(
+    config: &DayConfig,
+    model: &gantry_catalog::GpuModel,
+    catalog: &'static Catalog,
+) -> Result<Fleet, crate::SimError> {
     let fleet_toml = format!(
         "[[node]]\nname = \"node\"\ncount = {}\ncpu = 256\nmemory = \"2TiB\"\n[node.gpus]\nmodel = \"{}\"\ncount = {}\n",
         config.nodes, model.id, config.gpus_per_node
     );
-    let fleet = gantry_spec::parse_fleet(&fleet_toml, catalog).map_err(|e| e.to_string())?;
+    gantry_spec::parse_fleet(&fleet_toml, catalog).map_err(|e| e.to_string().into())
+}
+
+/// The job shapes (the inference profiles, then the training sizes a node can hold), and
+/// each inference profile's milli-GPU.
+fn day_shapes(
+    config: &DayConfig,
+    model: &gantry_catalog::GpuModel,
+    geometry: &gantry_catalog::MigGeometry,
+    catalog: &'static Catalog,
+) -> Result<(Vec<Job>, Vec<u64>), crate::SimError> {
     let mut shapes_toml = String::new();
     let mut inference_milli = Vec::new();
     for (profile, _) in INFERENCE_MIX {
@@ -92,20 +116,35 @@ pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenari
         ));
     }
     let shapes = gantry_spec::parse_workload(&shapes_toml, catalog).map_err(|e| e.to_string())?;
-    let training: Vec<(u32, u64)> = TRAINING_MIX.iter().copied().filter(|&(c, _)| c <= config.gpus_per_node).collect();
+    Ok((shapes, inference_milli))
+}
 
+/// A mix's weights by index.
+fn indexed_weights<T>(mix: &[(T, u64)]) -> Vec<(usize, u64)> {
+    mix.iter().enumerate().map(|(i, m)| (i, m.1)).collect()
+}
+
+/// Peak arrival rates per second (inference, training), so each phase's main kind asks for
+/// `load` of the fleet.
+fn peak_rates(config: &DayConfig, inference_milli: &[u64], training: &[(u32, u64)]) -> (f64, f64) {
     let gpus = f64::from(config.nodes * config.gpus_per_node);
     let total_w = |mix: &[(usize, u64)]| mix.iter().map(|m| m.1).sum::<u64>() as f64;
-    let inference_w: Vec<(usize, u64)> = INFERENCE_MIX.iter().enumerate().map(|(i, m)| (i, m.1)).collect();
+    let inference_w = indexed_weights(&INFERENCE_MIX);
     let mean_inference_gpu =
         inference_w.iter().map(|&(i, w)| inference_milli[i] as f64 / 1000.0 * w as f64).sum::<f64>()
             / total_w(&inference_w);
-    let training_w: Vec<(usize, u64)> = training.iter().enumerate().map(|(i, m)| (i, m.1)).collect();
+    let training_w = indexed_weights(training);
     let mean_training_gpu = training.iter().map(|&(c, w)| f64::from(c) * w as f64).sum::<f64>() / total_w(&training_w);
-    // Peak arrival rates per second, so each phase's main kind asks for `load` of the fleet.
     let inference_peak = config.load * gpus / (mean_inference_gpu * INFERENCE_MEAN_S);
     let training_peak = config.load * gpus / (mean_training_gpu * TRAINING_MEAN_S);
-    let end_s = u64::from(config.days) * 86_400;
+    (inference_peak, training_peak)
+}
+
+/// The seeded arrivals until `end_s`, sorted by arrival.
+fn arrivals(config: &DayConfig, inference_milli: &[u64], training: &[(u32, u64)], end_s: u64) -> Vec<DayJob> {
+    let (inference_peak, training_peak) = peak_rates(config, inference_milli, training);
+    let inference_w = indexed_weights(&INFERENCE_MIX);
+    let training_w = indexed_weights(training);
     let is_day = |t: f64| (8.0 * 3600.0..20.0 * 3600.0).contains(&(t % 86_400.0));
 
     let mut rng = SeededRng::new(config.seed);
@@ -124,29 +163,39 @@ pub fn scenario(config: &DayConfig, catalog: &'static Catalog) -> Result<Scenari
                 continue;
             }
             let job = if kind == 0 {
-                let shape = pick(&mut rng, &inference_w);
-                DayJob {
-                    arrival_s: t as u64,
-                    duration_s: exp_draw(&mut rng, INFERENCE_MEAN_S).clamp(600.0, 6.0 * 3600.0) as u64,
-                    patience_s: INFERENCE_PATIENCE_S,
-                    milli: inference_milli[shape],
-                    shape,
-                }
+                inference_job(&mut rng, t, &inference_w, inference_milli)
             } else {
-                let i = pick(&mut rng, &training_w);
-                DayJob {
-                    arrival_s: t as u64,
-                    duration_s: exp_draw(&mut rng, TRAINING_MEAN_S).clamp(1800.0, 8.0 * 3600.0) as u64,
-                    patience_s: TRAINING_PATIENCE_S,
-                    milli: u64::from(training[i].0) * 1000,
-                    shape: INFERENCE_MIX.len() + i,
-                }
+                training_job(&mut rng, t, &training_w, training)
             };
             jobs.push(job);
         }
     }
     jobs.sort_by_key(|j| (j.arrival_s, j.shape, j.duration_s));
-    Ok(Scenario { fleet, shapes, jobs, end_s })
+    jobs
+}
+
+/// An inference deployment arriving at `t`: its profile, then its duration.
+fn inference_job(rng: &mut SeededRng, t: f64, inference_w: &[(usize, u64)], inference_milli: &[u64]) -> DayJob {
+    let shape = pick(rng, inference_w);
+    DayJob {
+        arrival_s: t as u64,
+        duration_s: exp_draw(rng, INFERENCE_MEAN_S).clamp(600.0, 6.0 * 3600.0) as u64,
+        patience_s: INFERENCE_PATIENCE_S,
+        milli: inference_milli[shape],
+        shape,
+    }
+}
+
+/// A training job arriving at `t`: its size, then its duration.
+fn training_job(rng: &mut SeededRng, t: f64, training_w: &[(usize, u64)], training: &[(u32, u64)]) -> DayJob {
+    let i = pick(rng, training_w);
+    DayJob {
+        arrival_s: t as u64,
+        duration_s: exp_draw(rng, TRAINING_MEAN_S).clamp(1800.0, 8.0 * 3600.0) as u64,
+        patience_s: TRAINING_PATIENCE_S,
+        milli: u64::from(training[i].0) * 1000,
+        shape: INFERENCE_MIX.len() + i,
+    }
 }
 
 /// Standard layouts of a MIG model, by name, for the static candidates.

@@ -143,14 +143,7 @@ pub(crate) fn replay_with<'a>(
     options: &'a ReplayOptions,
     operator: Option<&'a mut dyn Operator>,
 ) -> Result<ReplayResult, crate::SimError> {
-    if options.preempt && options.order == super::Order::Fifo {
-        return Err("preemption needs fair-share order (FIFO ignores priority)".into());
-    }
-    if let super::Order::FairShare(tree) = &options.order
-        && let Some(j) = jobs.iter().find(|j| tree.find(&j.spec.queue).is_none())
-    {
-        return Err(format!("job {:?}: unknown queue {:?}", j.spec.name, j.spec.queue).into());
-    }
+    check_options(&jobs, options)?;
     let mut sim = Replay::new(engine, jobs, seed, options, operator);
     sim.schedule_operator(sim.start);
     let mut stopped_at = None;
@@ -163,61 +156,31 @@ pub(crate) fn replay_with<'a>(
         // Everything that happens at one instant is seen by one cycle (as the live
         // controller's tick sees it): two victims of one preemptor killed at the same second
         // must both be gone before anything else may restart on what they freed.
-        let mut event = event;
-        let mut operate = false;
+        let (happened, operate) = sim.handle_instant(t, event)?;
         // An instant with nothing but the patience of jobs that started long ago runs no cycle.
-        let mut happened = false;
-        loop {
-            happened |= match event {
-                Event::Arrive { job } => {
-                    sim.arrive(job, t)?;
-                    true
-                }
-                Event::GiveUp { job } => sim.give_up(job, t)?,
-                Event::Depart { alloc, .. } => {
-                    sim.depart(alloc, t);
-                    true
-                }
-                Event::Kill { alloc, .. } => {
-                    sim.kill(alloc, t);
-                    true
-                }
-                Event::Operate => {
-                    operate = true;
-                    true
-                }
-                Event::Starving { .. } | Event::Wake => true,
-            };
-            match sim.events.peek() {
-                Some(Reverse((next, _))) if *next == t => {
-                    event = sim.events.pop().expect("peeked").0.1;
-                }
-                _ => break,
-            }
-        }
         if !happened {
             continue;
         }
-        if operate {
-            // The operator plans for what this instant's events leave waiting.
-            let decisions = sim.scheduler.cycle(t);
-            sim.carry_out(decisions, t);
-            sim.operate(t)?;
-        }
-        let decisions = sim.scheduler.cycle(t);
-        sim.carry_out(decisions, t);
-        sim.record_waiting(t);
-        if let Some(at) = sim.scheduler.next_wake(t)
-            && sim.wakes.insert(at)
-        {
-            sim.events.push(Reverse((at, Event::Wake)));
-        }
-        sim.schedule_operator(t + 1);
+        sim.run_cycle(t, operate)?;
     }
     if let Some(until) = stopped_at {
         sim.integrate(until);
     }
     Ok(sim.finish(stopped_at))
+}
+
+/// Reject options the replay cannot honour: preemption under FIFO, or a job whose queue is
+/// not in the fair-share tree.
+fn check_options(jobs: &[SimJob], options: &ReplayOptions) -> Result<(), crate::SimError> {
+    if options.preempt && options.order == super::Order::Fifo {
+        return Err("preemption needs fair-share order (FIFO ignores priority)".into());
+    }
+    if let super::Order::FairShare(tree) = &options.order
+        && let Some(j) = jobs.iter().find(|j| tree.find(&j.spec.queue).is_none())
+    {
+        return Err(format!("job {:?}: unknown queue {:?}", j.spec.name, j.spec.queue).into());
+    }
+    Ok(())
 }
 
 /// When each job arrives on the compressed clock, and the window the means are taken over.
@@ -281,7 +244,8 @@ fn dependencies(jobs: &[SimJob]) -> Vec<Option<Vec<(DependencyKind, JobId)>>> {
 /// (`None`: a dependency can never be met).
 type Submission = Option<(SchedJob, gantry_types::Job)>;
 
-fn submissions(jobs: Vec<SimJob>, deps: Vec<Option<Vec<(DependencyKind, JobId)>>>) -> (Vec<Meta>, Vec<Submission>) {
+fn submissions(jobs: Vec<SimJob>) -> (Vec<Meta>, Vec<Submission>) {
+    let deps = dependencies(&jobs);
     let mut meta = Vec::with_capacity(jobs.len());
     let mut submissions = Vec::with_capacity(jobs.len());
     for (j, after) in jobs.into_iter().zip(deps) {
@@ -305,6 +269,25 @@ fn submissions(jobs: Vec<SimJob>, deps: Vec<Option<Vec<(DependencyKind, JobId)>>
     (meta, submissions)
 }
 
+/// The scheduler's configuration for these replay options.
+fn scheduler_config(options: &ReplayOptions) -> SchedulerConfig {
+    SchedulerConfig {
+        order: options.order.clone(),
+        backfill: options.backfill,
+        reserve_depth: options.reserve_depth,
+        preempt: options.preempt,
+    }
+}
+
+/// The event queue at the start: each job's arrival.
+fn arrival_events(arrival: &[u64]) -> BinaryHeap<Reverse<(u64, Event)>> {
+    let mut events = BinaryHeap::new();
+    for (i, &a) in arrival.iter().enumerate() {
+        events.push(Reverse((a, Event::Arrive { job: i })));
+    }
+    events
+}
+
 impl<'a> Replay<'a> {
     fn new(
         engine: Engine,
@@ -313,34 +296,20 @@ impl<'a> Replay<'a> {
         options: &'a ReplayOptions,
         operator: Option<&'a mut dyn Operator>,
     ) -> Self {
-        let capacity = (engine.state().gpus.len() as f64 * 1000.0).max(1.0);
         let Timeline { arrival, start, last_arrival, end } = timeline(&jobs, options);
-        let step = ((last_arrival - start) / SAMPLES as u64).max(1);
         let (tenants, tenant_of) = tenants(&jobs);
-        let deps = dependencies(&jobs);
-        let (meta, submissions) = submissions(jobs, deps);
-        let mut events = BinaryHeap::new();
-        for (i, &a) in arrival.iter().enumerate() {
-            events.push(Reverse((a, Event::Arrive { job: i })));
-        }
-        let window_s = ((last_arrival - start) as f64 / JAIN_WINDOWS as f64).max(1.0);
-        let config = SchedulerConfig {
-            order: options.order.clone(),
-            backfill: options.backfill,
-            reserve_depth: options.reserve_depth,
-            preempt: options.preempt,
-        };
+        let (meta, submissions) = submissions(jobs);
         Replay {
-            scheduler: Scheduler::new(engine, config),
+            capacity: (engine.state().gpus.len() as f64 * 1000.0).max(1.0),
+            scheduler: Scheduler::new(engine, scheduler_config(options)),
             options,
             seed,
             submissions,
             start,
             last_arrival,
             end,
-            step,
-            capacity,
-            events,
+            step: ((last_arrival - start) / SAMPLES as u64).max(1),
+            events: arrival_events(&arrival),
             running: BTreeMap::new(),
             ever_started: BTreeSet::new(),
             waiting: BTreeSet::new(),
@@ -368,7 +337,7 @@ impl<'a> Replay<'a> {
             tenant_of,
             meta,
             tenant_gpu_s: BTreeMap::new(),
-            window_s,
+            window_s: ((last_arrival - start) as f64 / JAIN_WINDOWS as f64).max(1.0),
             waiting_now: BTreeMap::new(),
             waiting_key: None,
             wait_job_s: BTreeMap::new(),
@@ -379,6 +348,64 @@ impl<'a> Replay<'a> {
             peak_alloc: 0.0,
             next_sample: start,
         }
+    }
+
+    /// Carry out `event` and every other event at `t`; returns whether anything happened that
+    /// needs a cycle, and whether the operator acts.
+    fn handle_instant(&mut self, t: u64, event: Event) -> Result<(bool, bool), crate::SimError> {
+        let mut event = event;
+        let mut operate = false;
+        let mut happened = false;
+        loop {
+            happened |= match event {
+                Event::Arrive { job } => {
+                    self.arrive(job, t)?;
+                    true
+                }
+                Event::GiveUp { job } => self.give_up(job, t)?,
+                Event::Depart { alloc, .. } => {
+                    self.depart(alloc, t);
+                    true
+                }
+                Event::Kill { alloc, .. } => {
+                    self.kill(alloc, t);
+                    true
+                }
+                Event::Operate => {
+                    operate = true;
+                    true
+                }
+                Event::Starving { .. } | Event::Wake => true,
+            };
+            match self.events.peek() {
+                Some(Reverse((next, _))) if *next == t => {
+                    event = self.events.pop().expect("peeked").0.1;
+                }
+                _ => break,
+            }
+        }
+        Ok((happened, operate))
+    }
+
+    /// The scheduling cycle at `t` (after the operator's turn, if it acts), and the wake-ups
+    /// it leads to.
+    fn run_cycle(&mut self, t: u64, operate: bool) -> Result<(), crate::SimError> {
+        if operate {
+            // The operator plans for what this instant's events leave waiting.
+            let decisions = self.scheduler.cycle(t);
+            self.carry_out(decisions, t);
+            self.operate(t)?;
+        }
+        let decisions = self.scheduler.cycle(t);
+        self.carry_out(decisions, t);
+        self.record_waiting(t);
+        if let Some(at) = self.scheduler.next_wake(t)
+            && self.wakes.insert(at)
+        {
+            self.events.push(Reverse((at, Event::Wake)));
+        }
+        self.schedule_operator(t + 1);
+        Ok(())
     }
 
     /// Schedule the operator's next instant, if it wants one at or after `earliest`.
@@ -616,26 +643,8 @@ impl<'a> Replay<'a> {
     fn finish(mut self, stopped_at: Option<u64>) -> ReplayResult {
         let span = (self.last_arrival - self.start) as f64;
         self.delays.sort_unstable();
-        let total_gpu_s: f64 = self.tenant_gpu_s.values().sum();
-        let jains: Vec<f64> = (0..JAIN_WINDOWS)
-            .filter_map(|w| {
-                let x: Vec<f64> = (0..self.tenants.len())
-                    .filter(|&k| self.window_active[w][k])
-                    .map(|k| self.window_gpu_s[w][k])
-                    .collect();
-                if x.len() < 2 { None } else { jain(&x) }
-            })
-            .collect();
-        let weighted: Vec<f64> = (0..JAIN_WINDOWS)
-            .filter_map(|w| {
-                let x: Vec<f64> = (0..self.tenants.len())
-                    .filter(|&k| self.window_active[w][k])
-                    .map(|k| self.window_gpu_s[w][k] / self.tenant_entitlement[k])
-                    .collect();
-                if x.len() < 2 { None } else { jain(&x) }
-            })
-            .collect();
-        let name = |job: u64| self.meta[job as usize].name.clone();
+        let jains = self.window_jains(|w, k| self.window_gpu_s[w][k]);
+        let weighted = self.window_jains(|w, k| self.window_gpu_s[w][k] / self.tenant_entitlement[k]);
         let s = &self.scheduler;
         let stats = s.stats();
         let delays = &self.delays;
@@ -647,17 +656,8 @@ impl<'a> Replay<'a> {
             stopped_at_s: stopped_at,
             reserved: stats.promised.len() as u64,
             reserved_late: stats.late.len() as u64,
-            promises_broken: stats
-                .broken
-                .iter()
-                .map(|(&job, b)| BrokenPromise {
-                    job: name(job),
-                    promised_s: stats.promised.get(&job).copied().unwrap_or(0),
-                    by: name(b.by),
-                    right: b.right,
-                })
-                .collect(),
-            reserved_late_without_cause: stats.broken_without_cause.iter().map(|&j| name(j)).collect(),
+            promises_broken: self.broken_promises(),
+            reserved_late_without_cause: stats.broken_without_cause.iter().map(|&j| self.job_name(j)).collect(),
             preemptions_per_job_max: self.preempted.values().copied().max().unwrap_or(0),
             quota_waited: stats.quota_waited.len() as u64,
             user_limit_waited: stats.user_limit_waited.len() as u64,
@@ -679,33 +679,75 @@ impl<'a> Replay<'a> {
             delay_p99_s: percentile(delays, 0.99),
             delay_max_s: delays.last().copied().unwrap_or(0),
             delay_max_by_queue_s: self.delay_max_by_queue,
-            waits_by_queue: self
-                .delays_by_queue
-                .into_iter()
-                .map(|(q, mut d)| {
-                    d.sort_unstable();
-                    (q, Waits::of(&d))
-                })
-                .collect(),
+            waits_by_queue: waits_by_queue(self.delays_by_queue),
             queues: self.tenants.clone(),
             fleet_gpus: (self.capacity / 1000.0).round() as u64,
             mean_alloc_pct: self.area_alloc / span / self.capacity * 100.0,
             mean_util_pct: self.area_util / span / self.capacity * 100.0,
             peak_alloc_pct: self.peak_alloc.max(s.engine().state().used_milli() as f64) / self.capacity * 100.0,
-            tenant_gpu_share_pct: self
-                .tenant_gpu_s
-                .into_iter()
-                .map(|(k, v)| (k, if total_gpu_s > 0.0 { v / total_gpu_s * 100.0 } else { 0.0 }))
-                .collect(),
-            jain_mean: (!jains.is_empty()).then(|| jains.iter().sum::<f64>() / jains.len() as f64),
+            tenant_gpu_share_pct: shares_pct(self.tenant_gpu_s),
+            jain_mean: mean(&jains),
             jain_min: jains.iter().copied().reduce(f64::min),
-            jain_weighted_mean: (!weighted.is_empty()).then(|| weighted.iter().sum::<f64>() / weighted.len() as f64),
+            jain_weighted_mean: mean(&weighted),
             jain_weighted_min: weighted.iter().copied().reduce(f64::min),
             events: self.job_events,
             pending: s.pending(),
             series: self.series,
         }
     }
+
+    /// Jain's index of each window over the tenants active in it, of `gpu_s(window, tenant)`;
+    /// windows with fewer than two active tenants are left out.
+    fn window_jains(&self, gpu_s: impl Fn(usize, usize) -> f64) -> Vec<f64> {
+        (0..JAIN_WINDOWS)
+            .filter_map(|w| {
+                let x: Vec<f64> =
+                    (0..self.tenants.len()).filter(|&k| self.window_active[w][k]).map(|k| gpu_s(w, k)).collect();
+                if x.len() < 2 { None } else { jain(&x) }
+            })
+            .collect()
+    }
+
+    fn job_name(&self, job: JobId) -> String {
+        self.meta[job as usize].name.clone()
+    }
+
+    /// The reservations the scheduler broke, with who broke them.
+    fn broken_promises(&self) -> Vec<BrokenPromise> {
+        let stats = self.scheduler.stats();
+        stats
+            .broken
+            .iter()
+            .map(|(&job, b)| BrokenPromise {
+                job: self.job_name(job),
+                promised_s: stats.promised.get(&job).copied().unwrap_or(0),
+                by: self.job_name(b.by),
+                right: b.right,
+            })
+            .collect()
+    }
+}
+
+/// Each queue's wait summary (its delays sorted).
+fn waits_by_queue(delays_by_queue: BTreeMap<String, Vec<u64>>) -> BTreeMap<String, Waits> {
+    delays_by_queue
+        .into_iter()
+        .map(|(q, mut d)| {
+            d.sort_unstable();
+            (q, Waits::of(&d))
+        })
+        .collect()
+}
+
+/// Each tenant's share (%) of all the GPU time (0 where there was none).
+fn shares_pct(tenant_gpu_s: BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    let total_gpu_s: f64 = tenant_gpu_s.values().sum();
+    tenant_gpu_s.into_iter().map(|(k, v)| (k, if total_gpu_s > 0.0 { v / total_gpu_s * 100.0 } else { 0.0 })).collect()
+}
+
+/// The mean, `None` for no values.
+fn mean(values: &[f64]) -> Option<f64> {
+    (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
 }
 
 /// Each tenant's entitlement as a fraction of the fleet: its queue's weight over the sum of

@@ -52,6 +52,17 @@ pub(crate) struct Planned {
     pub whole_waiting: Vec<u32>,
 }
 
+/// Whole GPUs `job` asks for, all its groups' replicas together.
+fn whole_gpus(job: &Job) -> u32 {
+    job.groups
+        .iter()
+        .map(|g| match g.resources.gpu {
+            Some(GpuRequest::Whole { count }) => count * g.replicas,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// What one job's tasks ask of a GPU, one entry per task.
 fn needs(job: &gantry_engine::CompiledJob, state: &gantry_engine::ClusterState) -> Vec<Need> {
     use gantry_engine::request::GpuNeed;
@@ -80,7 +91,25 @@ impl Controller {
         let engine = self.scheduler.engine();
         let state = engine.state();
         let fleet = engine.fleet_now();
-        let mut busy: Vec<Vec<GpuNow>> = fleet
+        let mut busy = self.gpus_now(&fleet);
+        let mut demand = Vec::new();
+        self.add_running(&mut busy, &mut demand);
+        let mut pool = Vec::new();
+        let mut whole_waiting = Vec::new();
+        self.add_pending(&mut pool, &mut whole_waiting, &mut demand);
+        for (compiled, job) in self.forecast(now) {
+            pool.extend(needs(&compiled, state).into_iter().map(|n| (n, None)));
+            demand.push(job);
+        }
+        let step = gantry_engine::online::step(&fleet, &busy, &demand, now, config, self.catalog)
+            .map_err(|e| ControlError::Internal(e.to_string()))?;
+        let demand_tasks = demand.iter().map(|j| j.task_count()).sum();
+        Ok(Planned { fleet, now: busy, step, pool, demand_tasks, whole_waiting })
+    }
+
+    /// Each GPU of `fleet` before its work is counted: idle, movable, with its last change.
+    fn gpus_now(&self, fleet: &Fleet) -> Vec<Vec<GpuNow>> {
+        fleet
             .nodes
             .iter()
             .map(|n| {
@@ -97,8 +126,14 @@ impl Controller {
                     })
                     .collect()
             })
-            .collect();
-        let mut demand = Vec::new();
+            .collect()
+    }
+
+    /// Count the running jobs on the GPUs they hold (until when, whether all movable), and
+    /// add to `demand` those the forecast does not stand for.
+    fn add_running(&self, busy: &mut [Vec<GpuNow>], demand: &mut Vec<Job>) {
+        let engine = self.scheduler.engine();
+        let state = engine.state();
         for (alloc, allocation) in engine.allocations() {
             let Some((job, started_at)) = self.scheduler.running(*alloc) else { continue };
             let spec = self.scheduler.job(job);
@@ -120,34 +155,23 @@ impl Controller {
                 demand.push(job_of(&spec.compiled));
             }
         }
-        let mut pool = Vec::new();
-        let mut whole_waiting = Vec::new();
+    }
+
+    /// Add the waiting jobs to the pool (with their id), to `whole_waiting` (those that need
+    /// whole GPUs) and to `demand`.
+    fn add_pending(&self, pool: &mut Vec<(Need, Option<u64>)>, whole_waiting: &mut Vec<u32>, demand: &mut Vec<Job>) {
+        let state = self.scheduler.engine().state();
         for (id, _) in self.scheduler.pending_by_id() {
             if let Some(spec) = self.scheduler.job(id) {
                 let job = job_of(&spec.compiled);
                 pool.extend(needs(&spec.compiled, state).into_iter().map(|n| (n, Some(id))));
-                let whole: u32 = job
-                    .groups
-                    .iter()
-                    .map(|g| match g.resources.gpu {
-                        Some(GpuRequest::Whole { count }) => count * g.replicas,
-                        _ => 0,
-                    })
-                    .sum();
+                let whole = whole_gpus(&job);
                 if whole > 0 {
                     whole_waiting.push(whole);
                 }
                 demand.push(job);
             }
         }
-        for (compiled, job) in self.forecast(now) {
-            pool.extend(needs(&compiled, state).into_iter().map(|n| (n, None)));
-            demand.push(job);
-        }
-        let step = gantry_engine::online::step(&fleet, &busy, &demand, now, config, self.catalog)
-            .map_err(|e| ControlError::Internal(e.to_string()))?;
-        let demand_tasks = demand.iter().map(|j| j.task_count()).sum();
-        Ok(Planned { fleet, now: busy, step, pool, demand_tasks, whole_waiting })
     }
 
     /// What the last window's arrivals will keep busy: per job shape, arrivals × their time
