@@ -522,73 +522,23 @@ pub fn hostname() -> String {
 
 /// Open the store, recover, bind and start serving.
 pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
-    gantry_agent::runner::private_dir(&config.data_dir)
-        .map_err(|e| ServeError::Io(format!("cannot create data directory {}: {e}", config.data_dir.display())))?;
-    // Absolute: tasks run in their own working directories and write their pid and exit
-    // files by these paths.
-    let mut config = config;
-    config.data_dir = std::fs::canonicalize(&config.data_dir)
-        .map_err(|e| ServeError::Io(format!("data directory {}: {e}", config.data_dir.display())))?;
-    config.billing.check()?;
-    config.idle.check()?;
-    config.admission.check()?;
-    config.log.check()?;
-    if config.tls.is_none() && !config.insecure_http && !config.listen.ip().is_loopback() {
-        return Err(ServeError::Config(format!(
-            "plain HTTP on {} would send tokens and jobs in the clear: serve HTTPS there, or pass --insecure-http on a network you trust",
-            config.listen
-        )));
-    }
+    let config = checked(config)?;
     let tls_config = config.tls.as_ref().map(tls::server_config).transpose()?;
     // Bound first: a standby answers there (503, "standby") while it waits to lead.
     let socket = std::net::TcpListener::bind(config.listen)
         .and_then(|l| l.set_nonblocking(true).map(|_| l))
         .map_err(|e| ServeError::Config(format!("cannot listen on {}: {e}", config.listen)))?;
     let addr = socket.local_addr().map_err(|e| ServeError::Io(e.to_string()))?;
-    let tokio_listener = |socket: &std::net::TcpListener| {
-        socket.try_clone().and_then(tokio::net::TcpListener::from_std).map_err(|e| ServeError::Io(e.to_string()))
-    };
-    let seen = gantry_store::LeaderHint::default();
-    let responder = match &config.store {
-        StoreChoice::Postgres { standby: true, .. } => {
-            Some(standby::Responder::start(tokio_listener(&socket)?, tls_config.clone(), seen.clone()))
-        }
-        _ => None,
-    };
-    let choice = config.store.clone();
-    let data_dir = config.data_dir.clone();
-    let advertised = config.advertise.clone().unwrap_or_else(|| advertised_url(config.tls.is_some(), addr));
-    let opened = tokio::task::spawn_blocking(move || open_store(&choice, &data_dir, &advertised, &seen)).await;
-    if let Some(responder) = responder {
-        responder.stop().await;
-    }
-    let (store, reader, term, lease) = opened.map_err(|e| ServeError::Io(format!("opening the store: {e}")))??;
+    let (store, reader, term, lease) = open_leading(&config, &socket, addr, &tls_config).await?;
     let (controller, store, admin_token_file) = open_controller(&config, store)?;
     private_store_files(&config.data_dir)?;
-    let committer = commit::Committer::start(store, config.group_commit);
-    let local = config.agents == control::Agents::Local;
-    let shared = Shared {
-        controller: Arc::new(Mutex::new(controller)),
-        committer,
-        reader: Arc::new(Mutex::new(reader)),
-        local,
-        wake: Arc::new(Notify::new()),
-        agents_wake: Arc::new(AgentWakes::default()),
-        output: Arc::new(output::OutputReads::default()),
-        heartbeat_rates: Arc::new(rate::NodeRates::default()),
-        data_dir: config.data_dir.clone(),
-        admission: config.admission.clone(),
-        log: config.log.clone(),
-        lease,
-        agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
-        fatal: Arc::new(tokio::sync::watch::channel(None).0),
-    };
+    let shared = shared_state(&config, controller, store, reader, lease);
     let fatal = shared.fatal.subscribe();
     let listener = tokio_listener(&socket)?;
     drop(socket);
 
     let scheduler = tokio::spawn(scheduling_loop(shared.clone(), config.tick, config.log.clone()));
-    let agents = if local {
+    let agents = if shared.local {
         local_agents::start(
             &shared,
             &config.fleet,
@@ -614,6 +564,80 @@ pub async fn start(config: ServeConfig) -> Result<Running, ServeError> {
         term,
         fatal,
     })
+}
+
+/// The configuration checked, its data directory made (private) and absolute: tasks run in
+/// their own working directories and write their pid and exit files by these paths.
+fn checked(mut config: ServeConfig) -> Result<ServeConfig, ServeError> {
+    gantry_agent::runner::private_dir(&config.data_dir)
+        .map_err(|e| ServeError::Io(format!("cannot create data directory {}: {e}", config.data_dir.display())))?;
+    config.data_dir = std::fs::canonicalize(&config.data_dir)
+        .map_err(|e| ServeError::Io(format!("data directory {}: {e}", config.data_dir.display())))?;
+    config.billing.check()?;
+    config.idle.check()?;
+    config.admission.check()?;
+    config.log.check()?;
+    if config.tls.is_none() && !config.insecure_http && !config.listen.ip().is_loopback() {
+        return Err(ServeError::Config(format!(
+            "plain HTTP on {} would send tokens and jobs in the clear: serve HTTPS there, or pass --insecure-http on a network you trust",
+            config.listen
+        )));
+    }
+    Ok(config)
+}
+
+fn tokio_listener(socket: &std::net::TcpListener) -> Result<tokio::net::TcpListener, ServeError> {
+    socket.try_clone().and_then(tokio::net::TcpListener::from_std).map_err(|e| ServeError::Io(e.to_string()))
+}
+
+/// The store opened, and led: a standby answers on `socket` (503, "standby") until it leads.
+async fn open_leading(
+    config: &ServeConfig,
+    socket: &std::net::TcpListener,
+    addr: SocketAddr,
+    tls_config: &Option<Arc<rustls::ServerConfig>>,
+) -> Result<OpenedStore, ServeError> {
+    let seen = gantry_store::LeaderHint::default();
+    let responder = match &config.store {
+        StoreChoice::Postgres { standby: true, .. } => {
+            Some(standby::Responder::start(tokio_listener(socket)?, tls_config.clone(), seen.clone()))
+        }
+        _ => None,
+    };
+    let choice = config.store.clone();
+    let data_dir = config.data_dir.clone();
+    let advertised = config.advertise.clone().unwrap_or_else(|| advertised_url(config.tls.is_some(), addr));
+    let opened = tokio::task::spawn_blocking(move || open_store(&choice, &data_dir, &advertised, &seen)).await;
+    if let Some(responder) = responder {
+        responder.stop().await;
+    }
+    opened.map_err(|e| ServeError::Io(format!("opening the store: {e}")))?
+}
+
+/// What the service's handlers and loops share.
+fn shared_state(
+    config: &ServeConfig,
+    controller: Controller,
+    store: AnyStore,
+    reader: AnyStore,
+    lease: Option<gantry_store::LeaseWatch>,
+) -> Shared {
+    Shared {
+        controller: Arc::new(Mutex::new(controller)),
+        committer: commit::Committer::start(store, config.group_commit),
+        reader: Arc::new(Mutex::new(reader)),
+        local: config.agents == control::Agents::Local,
+        wake: Arc::new(Notify::new()),
+        agents_wake: Arc::new(AgentWakes::default()),
+        output: Arc::new(output::OutputReads::default()),
+        heartbeat_rates: Arc::new(rate::NodeRates::default()),
+        data_dir: config.data_dir.clone(),
+        admission: config.admission.clone(),
+        log: config.log.clone(),
+        lease,
+        agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
+        fatal: Arc::new(tokio::sync::watch::channel(None).0),
+    }
 }
 
 /// Longest pause the loop takes between two cycles under load (see [`scheduling_loop`]): bounds
