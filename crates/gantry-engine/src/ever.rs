@@ -50,3 +50,37 @@ pub fn could_run(
         });
     if laid_out { Ok(Fits::OnceLaidOut) } else { Err(reasons) }
 }
+
+/// What [`could_run`] says of a whole workload on `empty`.
+#[derive(Debug, Default)]
+pub struct WorkloadVerdict {
+    /// Jobs that fit once GPUs are laid out for them.
+    pub once_laid_out: Vec<String>,
+    /// Jobs that can never run, each with why (its first three reasons).
+    pub never: Vec<(String, String)>,
+}
+
+/// Every job of a workload checked as the live controller checks a submission (what
+/// `gantry validate` says of a workload against a fleet).
+pub fn workload_verdict(empty: &mut Engine, jobs: &[Job], catalog: &'static Catalog) -> WorkloadVerdict {
+    let mut checks = LayoutChecks::default();
+    let mut verdict = WorkloadVerdict::default();
+    for job in jobs {
+        let compiled = match empty.compile(job) {
+            Ok(c) => c,
+            Err(e) => {
+                verdict.never.push((job.name.clone(), e.to_string()));
+                continue;
+            }
+        };
+        match could_run(empty, job, &compiled, catalog, &mut checks) {
+            Ok(Fits::Now) => {}
+            Ok(Fits::OnceLaidOut) => verdict.once_laid_out.push(job.name.clone()),
+            Err(reasons) => {
+                let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
+                verdict.never.push((job.name.clone(), why.join("; ")));
+            }
+        }
+    }
+    verdict
+}

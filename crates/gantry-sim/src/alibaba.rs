@@ -65,6 +65,53 @@ pub struct Skipped {
     pub by_reason: BTreeMap<String, u64>,
 }
 
+impl Skipped {
+    /// Lenient mode's tally in a line (`None` when nothing was skipped): malformed rows apart
+    /// from well-formed pods the node list cannot hold (too large, or a GPU model it lacks:
+    /// perhaps the node list is what is wrong).
+    pub fn summary(&self) -> Option<String> {
+        if self.total == 0 {
+            return None;
+        }
+        let unfit = [SKIPPED_TOO_LARGE, SKIPPED_NO_MODEL];
+        let (fit, malformed): (Vec<_>, Vec<_>) = self.by_reason.iter().partition(|(r, _)| unfit.contains(&r.as_str()));
+        let malformed_count: u64 = malformed.iter().map(|(_, n)| **n).sum();
+        let mut parts = Vec::new();
+        if malformed_count > 0 {
+            let by: Vec<String> = malformed.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            parts.push(format!("{malformed_count} malformed ({})", by.join(", ")));
+        }
+        for (reason, n) in fit {
+            parts.push(format!("{n} {reason}"));
+        }
+        Some(format!("skipped {} rows: {}", self.total, parts.join("; ")))
+    }
+}
+
+/// Pod lists, each named by its file's stem.
+pub type PodLists = Vec<(String, Vec<TracePod>)>;
+
+/// Every pod list of `pods`, each pod checked against `nodes`.
+pub fn read_pod_lists(
+    nodes: &[TraceNode],
+    pods: &[std::path::PathBuf],
+    mode: Mode,
+    skipped: &mut Skipped,
+) -> Result<PodLists, TraceError> {
+    let mut lists = Vec::with_capacity(pods.len());
+    for path in pods {
+        let read = read_pods(path, mode, skipped)?;
+        let read = check_pods_fit(nodes, read, path, mode, skipped)?;
+        lists.push((stem(path), read));
+    }
+    Ok(lists)
+}
+
+/// A file's stem (its name without extension), which names its runs in reports.
+pub fn stem(path: &Path) -> String {
+    path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
+}
+
 /// Strict: the first bad row is an error. Lenient: bad rows are skipped and counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

@@ -8,6 +8,9 @@ pub enum SimError {
     /// setting out of range.
     #[error("{0}")]
     Input(String),
+    /// A trace or reference file that cannot be read.
+    #[error(transparent)]
+    Trace(#[from] crate::TraceError),
     #[error(transparent)]
     Engine(#[from] gantry_engine::EngineError),
     #[error(transparent)]

@@ -11,6 +11,7 @@ pub mod error;
 pub mod experiment;
 pub mod mig_day;
 pub mod native;
+pub mod place;
 pub mod protocol_a;
 pub mod protocol_b;
 pub mod report;

@@ -4,8 +4,8 @@ use anyhow::{Context, bail};
 use clap::Args;
 use gantry_catalog::Catalog;
 use gantry_engine::{Engine, EngineConfig, Policy, SearchLimits};
-use gantry_types::{Fleet, GpuGrant, Job, JobOutcome, Reason, TaskPlacement};
-use serde::Serialize;
+use gantry_sim::place::{Placing, place, text};
+use gantry_types::{Fleet, Job};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -98,7 +98,12 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
         let tasks: u32 = jobs.iter().map(Job::task_count).sum();
         println!("{name}: ok, {} jobs, {tasks} tasks", jobs.len());
         if let Some(fleet) = &fleet {
-            let never = never_fit(fleet, &jobs, catalog)?;
+            let mut empty = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let verdict = gantry_engine::ever::workload_verdict(&mut empty, &jobs, catalog);
+            for job in &verdict.once_laid_out {
+                println!("  job {job:?} fits once GPUs are laid out for its MIG profile (see gantry plan)");
+            }
+            let never = verdict.never;
             for (job, why) in &never {
                 println!("  job {job:?} can never run on this fleet: {why}");
             }
@@ -112,83 +117,6 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The jobs no GPU of `fleet` could ever hold, with why — checked as the live controller
-/// checks a submission (`gantry_engine::ever`).
-fn never_fit(fleet: &Fleet, jobs: &[Job], catalog: &'static Catalog) -> anyhow::Result<Vec<(String, String)>> {
-    use gantry_engine::ever::{Fits, could_run};
-    let mut engine = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut checks = Default::default();
-    let mut never = Vec::new();
-    for job in jobs {
-        let compiled = match engine.compile(job) {
-            Ok(c) => c,
-            Err(e) => {
-                never.push((job.name.clone(), e.to_string()));
-                continue;
-            }
-        };
-        match could_run(&mut engine, job, &compiled, catalog, &mut checks) {
-            Ok(Fits::Now) => {}
-            Ok(Fits::OnceLaidOut) => {
-                println!("  job {:?} fits once GPUs are laid out for its MIG profile (see gantry plan)", job.name)
-            }
-            Err(reasons) => {
-                let why: Vec<String> = reasons.iter().take(3).map(|r| r.reason.to_string()).collect();
-                never.push((job.name.clone(), why.join("; ")));
-            }
-        }
-    }
-    Ok(never)
-}
-
-/// `gantry.place/v1`: documented in docs/formats.md; fields are only ever added.
-#[derive(Serialize)]
-struct Report<'a> {
-    schema: &'static str,
-    fleet: &'a str,
-    workload: &'a str,
-    policy: &'static str,
-    seed: u64,
-    jobs: Vec<JobReport>,
-    summary: Summary,
-}
-
-#[derive(Serialize)]
-struct JobReport {
-    name: String,
-    queue: String,
-    #[serde(flatten)]
-    outcome: OutcomeReport,
-}
-
-#[derive(Serialize)]
-#[serde(tag = "status", rename_all = "kebab-case")]
-enum OutcomeReport {
-    Placed { tasks: Vec<TaskPlacement> },
-    Unplaced { reasons: Vec<ReasonReport> },
-}
-
-#[derive(Serialize)]
-struct ReasonReport {
-    #[serde(flatten)]
-    reason: Reason,
-    /// On how many candidates (nodes or gang attempts) this was the reason.
-    count: u32,
-    message: String,
-}
-
-#[derive(Serialize)]
-struct Summary {
-    jobs: usize,
-    placed: usize,
-    unplaced: usize,
-    nodes: usize,
-    gpus: usize,
-    /// Compute handed out, in milli-GPU (1000 = one GPU).
-    allocated_milli: u64,
-    capacity_milli: u64,
-}
-
 pub fn run(args: PlaceArgs) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::embedded();
     if args.fleet.is_some() != args.workload.is_some() {
@@ -199,110 +127,18 @@ pub fn run(args: PlaceArgs) -> anyhow::Result<ExitCode> {
     let limits = if args.exhaustive { SearchLimits::exhaustive() } else { SearchLimits::default() };
     let config = EngineConfig { policy: args.policy, seed: args.seed, limits, shapes: None };
     let mut engine = Engine::new(&fleet, catalog, config).map_err(|e| anyhow::anyhow!("{fleet_name}: {e}"))?;
-    let mut reports = Vec::with_capacity(jobs.len());
-    for job in &jobs {
-        let compiled = engine.compile(job).map_err(|e| anyhow::anyhow!("{workload_name}: {e}"))?;
-        let outcome = match engine.place_outcome(&compiled).1 {
-            JobOutcome::Placed { tasks } => OutcomeReport::Placed { tasks },
-            JobOutcome::Unplaced { reasons } => OutcomeReport::Unplaced {
-                reasons: reasons
-                    .into_iter()
-                    .map(|r| ReasonReport { message: r.reason.to_string(), reason: r.reason, count: r.count })
-                    .collect(),
-            },
-        };
-        reports.push(JobReport { name: job.name.clone(), queue: job.queue.clone(), outcome });
-    }
-    let placed = reports.iter().filter(|r| matches!(r.outcome, OutcomeReport::Placed { .. })).count();
-    let summary = Summary {
-        jobs: reports.len(),
-        placed,
-        unplaced: reports.len() - placed,
-        nodes: fleet.nodes.len(),
-        gpus: engine.state().gpus.len(),
-        allocated_milli: engine.state().used_milli(),
-        capacity_milli: engine.state().total_milli,
-    };
-    let report = Report {
-        schema: "gantry.place/v1",
+    let placing = Placing {
         fleet: &fleet_name,
         workload: &workload_name,
-        policy: args.policy.name(),
+        nodes: fleet.nodes.len(),
+        policy: args.policy,
         seed: args.seed,
-        jobs: reports,
-        summary,
     };
+    let report = place(&mut engine, &jobs, &placing).map_err(|e| anyhow::anyhow!("{workload_name}: {e}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report).context("encoding JSON")?);
     } else {
-        print_table(&report);
+        print!("{}", text(&report));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn print_table(report: &Report<'_>) {
-    let s = &report.summary;
-    println!(
-        "placing {} ({} jobs) on {} ({} nodes, {} GPUs), policy {}, seed {}\n",
-        report.workload, s.jobs, report.fleet, s.nodes, s.gpus, report.policy, report.seed
-    );
-    let mut rows = vec![["JOB".to_string(), "TASK".into(), "NODE".into(), "GPUS".into()]];
-    for job in &report.jobs {
-        if let OutcomeReport::Placed { tasks } = &job.outcome {
-            for t in tasks {
-                rows.push([
-                    job.name.clone(),
-                    format!("{}/{}", t.group, t.replica),
-                    t.node.clone(),
-                    describe_gpus(&t.gpus),
-                ]);
-            }
-        }
-    }
-    let widths: Vec<usize> = (0..4).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
-    for row in &rows {
-        println!(
-            "{:w0$}  {:w1$}  {:w2$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2]
-        );
-    }
-    let unplaced: Vec<&JobReport> =
-        report.jobs.iter().filter(|j| matches!(j.outcome, OutcomeReport::Unplaced { .. })).collect();
-    if !unplaced.is_empty() {
-        println!("\nnot placed:");
-        for job in unplaced {
-            if let OutcomeReport::Unplaced { reasons } = &job.outcome {
-                println!("  {}", job.name);
-                for r in reasons {
-                    let on = if r.count == 1 { String::new() } else { format!(" ({} candidates)", r.count) };
-                    println!("    - {}{on}", r.message);
-                }
-            }
-        }
-    }
-    let pct = if s.capacity_milli == 0 { 0.0 } else { s.allocated_milli as f64 * 100.0 / s.capacity_milli as f64 };
-    println!(
-        "\n{} of {} jobs placed; GPU allocation {:.2} of {} GPUs ({pct:.1}%)",
-        s.placed,
-        s.jobs,
-        s.allocated_milli as f64 / 1000.0,
-        s.capacity_milli / 1000
-    );
-}
-
-fn describe_gpus(grants: &[GpuGrant]) -> String {
-    if grants.is_empty() {
-        return "-".into();
-    }
-    if grants.iter().all(|g| matches!(g, GpuGrant::Whole { .. })) {
-        let ids: Vec<String> = grants.iter().map(|g| g.gpu().to_string()).collect();
-        return format!("gpu {} (whole)", ids.join(","));
-    }
-    grants.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(", ")
 }

@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use gantry_sim::mig_day::DayConfig;
+use gantry_sim::mig_day::{DayConfig, report};
 use gantry_sim::native::DemandOf;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -219,120 +219,28 @@ fn print_plan(plan: &gantry_engine::plan::Plan, what: &str, jobs: usize, warning
     }
 }
 
-fn result_json(r: &gantry_sim::mig_day::DayResult) -> serde_json::Value {
-    serde_json::json!({
-        "layout": r.label,
-        "jobs": r.jobs,
-        "started": r.started,
-        "abandoned": r.abandoned,
-        "demanded_gpu_h": r.demanded_gpu_h,
-        "served_gpu_h": r.served_gpu_h,
-        "served_pct": r.served_pct,
-        "inference_served_pct": r.inference_served_pct,
-        "training_served_pct": r.training_served_pct,
-        "mean_wait_s": r.mean_wait_s,
-        "p95_wait_s": r.p95_wait_s,
-        "allocated_pct": r.allocated_pct,
-        "reconfigurations": r.reconfigurations,
-        "reconfigurations_per_gpu_day": r.reconfigurations_per_gpu_day,
-        "drain_unused_gpu_h": r.drain_idle_gpu_h,
-        "moves": r.moves,
-        "moves_per_gpu_day": r.moves_per_gpu_day,
-        "restart_gpu_h": r.restart_gpu_h,
-    })
-}
-
-/// The scenario's settings as JSON.
-fn config_json(config: &gantry_sim::mig_day::DayConfig) -> serde_json::Value {
-    serde_json::json!({
-        "nodes": config.nodes, "gpus_per_node": config.gpus_per_node, "model": config.model,
-        "days": config.days, "seed": config.seed, "load": config.load,
-        "period_s": config.period_s, "reconfigure_s": config.reconfigure_s, "window_s": config.window_s,
-        "cooldown_s": config.online.cooldown_s, "drain_horizon_s": config.online.drain_horizon_s,
-        "move_work": config.online.move_work, "restart_s": config.restart_s,
-    })
-}
-
 /// `--evaluate --seeds N`: N weeks (seeds `config.seed`, `config.seed + 1`, …) on as many
 /// threads as there are cores; each week's gain, then their mean, standard deviation and range.
 fn evaluate_seeds(
-    config: &gantry_sim::mig_day::DayConfig,
+    config: &DayConfig,
     seeds: u32,
     json: bool,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<ExitCode> {
-    use gantry_sim::mig_day::{Evaluation, evaluate};
-    let configs: Vec<DayConfig> =
-        (0..u64::from(seeds)).map(|i| DayConfig { seed: config.seed.wrapping_add(i), ..config.clone() }).collect();
-    // Each week replays the same number of layouts: the bar's length is known after the first.
-    let weeks = gantry_sim::experiment::parallel::map(&configs, |config| {
-        let mut last = 0;
-        evaluate(config, gantry_catalog::Catalog::embedded(), |done, total| {
-            if bar.length() == Some(0) {
-                bar.set_length((total * configs.len()) as u64);
-            }
-            bar.inc((done - last) as u64);
-            last = done;
-        })
-    });
+    let progress = |done: usize, total: usize| {
+        if bar.length() == Some(0) {
+            bar.set_length(total as u64);
+        }
+        bar.inc(done as u64);
+    };
+    let weeks = report::evaluate_weeks(config, seeds, &progress);
     bar.finish_and_clear();
-    let weeks: Vec<Evaluation> = weeks.into_iter().collect::<Result<_, _>>().map_err(|e| anyhow::anyhow!(e))?;
-    print_weeks(config, &configs, &weeks, json)
-}
-
-/// Weeks evaluated: each one's gain, then their mean, standard deviation and range.
-fn print_weeks(
-    config: &DayConfig,
-    configs: &[DayConfig],
-    weeks: &[gantry_sim::mig_day::Evaluation],
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let gains: Vec<f64> = weeks.iter().map(|w| w.gain_pct).collect();
-    let n = gains.len() as f64;
-    let mean = gains.iter().sum::<f64>() / n;
-    let sd = (gains.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt();
-    let min = gains.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = gains.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (configs, weeks) = weeks.map_err(|e| anyhow::anyhow!(e))?;
     if json {
-        let out = serde_json::json!({
-            "config": config_json(config),
-            "weeks": configs.iter().zip(weeks).map(|(c, w)| serde_json::json!({
-                "seed": c.seed,
-                "best_static": result_json(&w.statics[w.best_static]),
-                "dynamic": result_json(&w.dynamic),
-                "gain_pct": w.gain_pct,
-            })).collect::<Vec<_>>(),
-            "gain_pct": { "mean": mean, "sd": sd, "min": min, "max": max },
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(ExitCode::SUCCESS);
+        println!("{}", serde_json::to_string_pretty(&report::weeks_json(config, &configs, &weeks))?);
+    } else {
+        print!("{}", report::weeks_text(config, &configs, &weeks));
     }
-    println!(
-        "{} runs of {} days, {} × 8 {} ({} GPUs), load {}, seeds {}..={}: inference on MIG by day (08-20h), whole-GPU training by night\n",
-        configs.len(),
-        config.days,
-        config.nodes,
-        config.model,
-        config.nodes * config.gpus_per_node,
-        config.load,
-        configs[0].seed,
-        configs[configs.len() - 1].seed
-    );
-    println!(
-        "  {:>6} {:<32} {:>14} {:>15} {:>8}",
-        "SEED", "BEST STATIC LAYOUT", "SERVED STATIC", "SERVED DYNAMIC", "GAIN"
-    );
-    for (c, w) in configs.iter().zip(weeks) {
-        let best = &w.statics[w.best_static];
-        println!(
-            "  {:>6} {:<32} {:>13.1}% {:>14.1}% {:>+7.1}%",
-            c.seed, best.label, best.served_pct, w.dynamic.served_pct, w.gain_pct
-        );
-    }
-    println!(
-        "\ndynamic planning serves {mean:+.1}% demand over the best static layout on average \
-         (standard deviation {sd:.1} points, range {min:+.1}% to {max:+.1}%)"
-    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -380,65 +288,10 @@ fn print_evaluation(
     result: &gantry_sim::mig_day::Evaluation,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let best = &result.statics[result.best_static];
     if json {
-        let out = serde_json::json!({
-            "config": config_json(config),
-            "best_static": result_json(best),
-            "dynamic": result_json(&result.dynamic),
-            "gain_pct": result.gain_pct,
-            "statics": result.statics.iter().map(result_json).collect::<Vec<_>>(),
-        });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!(
-        "{} days, {} × 8 {} ({} GPUs), load {}, seed {}: inference on MIG by day (08-20h), whole-GPU training by night",
-        config.days,
-        config.nodes,
-        config.model,
-        config.nodes * config.gpus_per_node,
-        config.load,
-        config.seed
-    );
-    println!("{} static layouts replayed; the best and the online planner:\n", result.statics.len());
-    println!(
-        "  {:<32} {:>8} {:>10} {:>9} {:>10} {:>9} {:>9} {:>13} {:>11} {:>12}",
-        "LAYOUT",
-        "SERVED",
-        "INFERENCE",
-        "TRAINING",
-        "MEAN WAIT",
-        "P95 WAIT",
-        "ALLOC",
-        "RECONF/GPU/D",
-        "DRAIN GPU-H",
-        "MOVES/GPU/D"
-    );
-    for r in [best, &result.dynamic] {
-        println!(
-            "  {:<32} {:>7.1}% {:>9.1}% {:>8.1}% {:>9.0}s {:>8}s {:>8.1}% {:>13.2} {:>11.1} {:>12.2}",
-            r.label,
-            r.served_pct,
-            r.inference_served_pct,
-            r.training_served_pct,
-            r.mean_wait_s,
-            r.p95_wait_s,
-            r.allocated_pct,
-            r.reconfigurations_per_gpu_day,
-            r.drain_idle_gpu_h,
-            r.moves_per_gpu_day
-        );
-    }
-    println!(
-        "\ndynamic planning serves {:+.1}% demand over the best static layout ({:.0} vs {:.0} GPU-hours of {:.0} asked)",
-        result.gain_pct, result.dynamic.served_gpu_h, best.served_gpu_h, best.demanded_gpu_h
-    );
-    if result.dynamic.moves > 0 {
-        println!(
-            "{} inference instances moved to empty GPUs for waiting training; their restarts cost {:.1} GPU-hours (counted)",
-            result.dynamic.moves, result.dynamic.restart_gpu_h
-        );
+        println!("{}", serde_json::to_string_pretty(&report::evaluation_json(config, result))?);
+    } else {
+        print!("{}", report::evaluation_text(config, result));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -449,53 +302,8 @@ fn print_live_weeks(config: &DayConfig, seeds: u32, json: bool) -> anyhow::Resul
     if json {
         // Through a JSON value, whose keys are sorted: the order this output has always had.
         println!("{}", serde_json::to_string_pretty(&serde_json::to_value(&all)?)?);
-        return Ok(ExitCode::SUCCESS);
+    } else {
+        print!("{}", gantry_server::live_sim::mig_week_report::weeks_text(config, &all));
     }
-    println!(
-        "{} week(s) of {} days, {} × 8 {}, load {}: the simulator's replay and the live controller (reconfigure = \"auto\"), each against the best static layout\n",
-        all.weeks.len(),
-        config.days,
-        config.nodes,
-        config.model,
-        config.load
-    );
-    println!(
-        "  {:>5} {:<22} {:>12} {:>12} {:>9} {:>12} {:>12} {:>9} {:>11} {:>10} {:>10}",
-        "SEED",
-        "BEST STATIC",
-        "SIM STATIC",
-        "SIM DYNAMIC",
-        "SIM GAIN",
-        "LIVE STATIC",
-        "LIVE DYNAMIC",
-        "LIVE GAIN",
-        "RECONF/GPU/D",
-        "DRAIN GPU-H",
-        "MOVES"
-    );
-    for w in &all.weeks {
-        println!(
-            "  {:>5} {:<22} {:>11.1}% {:>11.1}% {:>+8.1}% {:>11.1}% {:>11.1}% {:>+8.1}% {:>5.2} ({:.2}) {:>4.0} ({:.0}) {:>4} ({})",
-            w.seed,
-            w.best_static,
-            w.sim_static_pct,
-            w.sim_dynamic_pct,
-            w.sim_gain_pct,
-            w.live_static.served_pct,
-            w.live_dynamic.served_pct,
-            w.live_gain_pct,
-            w.live_dynamic.reconfigurations_per_gpu_day,
-            w.sim_reconfigurations_per_gpu_day,
-            w.live_dynamic.drain_idle_gpu_h,
-            w.sim_drain_idle_gpu_h,
-            w.live_dynamic.moves,
-            w.sim_moves
-        );
-    }
-    let (sim_gain, live_gain) = (all.sim_gain_pct_mean, all.live_gain_pct_mean);
-    println!(
-        "\nmean gain over the best static layout: simulator {sim_gain:+.1}%, live controller {live_gain:+.1}% ({:+.1} points); live figures first, the simulator's in parentheses",
-        live_gain - sim_gain
-    );
     Ok(ExitCode::SUCCESS)
 }

@@ -4,14 +4,13 @@
 use anyhow::{Context, anyhow, bail};
 use clap::Args;
 use gantry_engine::Policy;
-use gantry_sim::alibaba::{self, Mode, Skipped};
-use gantry_sim::experiment::sweep::{self, Sweep, SweepResult};
+use gantry_sim::alibaba::{self, Mode, PodLists, Skipped};
+use gantry_sim::experiment::sweep::Sweep;
 use gantry_sim::experiment::{output, reference, summary};
-use gantry_sim::protocol_a::{self, Arrival};
+use gantry_sim::protocol_a;
 use gantry_sim::protocol_b;
 use gantry_sim::{TraceNode, TracePod};
 use indicatif::ProgressBar;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -166,7 +165,8 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
             );
         }
         only_protocol_a_flags(&args, false)?;
-        return native_replay(&args, trace);
+        let file = std::fs::File::open(trace).with_context(|| format!("cannot read trace {}", trace.display()))?;
+        return native_replay(&args, trace, std::io::BufReader::new(file));
     }
     let Some(nodes_path) = &args.nodes else {
         bail!("give --nodes and --pods (Alibaba trace) or --trace (native trace)")
@@ -180,9 +180,6 @@ pub fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     protocol_a_sweep(&args, &nodes, &lists)
 }
 
-/// Pod lists, each named by its file's stem.
-type PodLists = Vec<(String, Vec<TracePod>)>;
-
 /// The node list and every pod list (named by file stem), each pod checked against the nodes.
 fn read_pod_lists(args: &SimArgs, nodes_path: &Path) -> anyhow::Result<(Vec<TraceNode>, PodLists)> {
     let mode = if args.lenient { Mode::Lenient } else { Mode::Strict };
@@ -191,18 +188,11 @@ fn read_pod_lists(args: &SimArgs, nodes_path: &Path) -> anyhow::Result<(Vec<Trac
     if nodes.iter().all(|n| n.gpus == 0) {
         bail!("{}: no GPUs in the node list", nodes_path.display());
     }
-    let mut lists = Vec::with_capacity(args.pods.len());
-    for path in &args.pods {
-        let pods = alibaba::read_pods(path, mode, &mut skipped)?;
-        let pods = alibaba::check_pods_fit(&nodes, pods, path, mode, &mut skipped)?;
-        lists.push((stem(path), pods));
+    let lists = alibaba::read_pod_lists(&nodes, &args.pods, mode, &mut skipped)?;
+    if let Some(line) = skipped.summary() {
+        eprintln!("{line}");
     }
-    report_skipped(&skipped);
     Ok((nodes, lists))
-}
-
-fn stem(path: &Path) -> String {
-    path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
 }
 
 /// Protocol A: one run per (pod list, policy, seed), then the means, the report and files.
@@ -219,7 +209,7 @@ fn protocol_a_sweep(
     }
     let reference = args.compare.as_deref().map(reference::read_decisions).transpose()?;
     let authors = args.authors.as_deref().map(reference::read_authors).transpose()?;
-    let fixed = args.arrivals.as_deref().map(|path| fixed_order(path, nodes, &lists[0].1)).transpose()?;
+    let fixed = args.arrivals.as_deref().map(|path| reference::fixed_order(path, nodes, &lists[0].1)).transpose()?;
     let keep_decisions = args.decisions_out.is_some() || reference.is_some();
     let (policies, first_seed, seeds) = (&args.policy[..], args.seed, args.seeds);
     let sweep = Sweep { nodes, lists, policies, first_seed, seeds, fixed, keep_decisions };
@@ -227,7 +217,7 @@ fn protocol_a_sweep(
     let result = sweep.run(|| bar.iter().for_each(|b| b.inc(1)))?;
     bar.iter().for_each(ProgressBar::finish_and_clear);
     if !args.json && args.markdown.is_none() {
-        print_sweep(&sweep, &result, reference.as_deref(), authors.as_ref());
+        print!("{}", summary::sweep(&sweep, &result, reference.as_deref(), authors.as_ref()));
     }
     if let Some(path) = &args.markdown {
         output::write(path, result.markdown(&sweep, authors.as_ref()))?;
@@ -246,13 +236,6 @@ fn protocol_a_sweep(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--arrivals FILE`: the reference run's arrival order and node ranks.
-fn fixed_order(path: &Path, nodes: &[TraceNode], pods: &[TracePod]) -> anyhow::Result<(Vec<Arrival>, Vec<usize>)> {
-    let names: Vec<String> = reference::read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
-    let arrivals = protocol_a::arrivals_from_names(pods, &names).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    Ok((arrivals, protocol_a::ranked_node_order(nodes, &reference::read_node_ranks(path)?)))
-}
-
 /// A progress bar on stderr for more than one run.
 fn progress_bar(runs: usize) -> Option<ProgressBar> {
     (runs > 1).then(|| {
@@ -263,42 +246,6 @@ fn progress_bar(runs: usize) -> Option<ProgressBar> {
     })
 }
 
-/// One line per run, then (with several seeds) the mean per pod list and policy.
-fn print_sweep(
-    sweep: &Sweep<'_>,
-    result: &SweepResult,
-    reference: Option<&[(String, Option<String>)]>,
-    authors: Option<&BTreeMap<(String, String), f64>>,
-) {
-    let several = sweep.lists.len() > 1;
-    for run in &result.runs {
-        let r = &run.result;
-        let list = if several { format!("{:<26} ", sweep.lists[run.list].0) } else { String::new() };
-        let agreement = reference.map(|refs| format!("  agreement {:.1}%", sweep::agreement(&r.decisions, refs)));
-        println!(
-            "{list}{:<14} seed {:<4} arrivals {:>6}  failed {:>5}  alloc@130% {:>6.2}%  final {:>6.2}%{}  ({:.2}s)",
-            r.policy,
-            run.seed,
-            r.arrivals,
-            r.failed,
-            r.alloc_at(130).unwrap_or(f64::NAN),
-            r.final_alloc_pct,
-            agreement.unwrap_or_default(),
-            run.secs
-        );
-    }
-    if sweep.seeds <= 1 {
-        return;
-    }
-    for (l, (name, _)) in sweep.lists.iter().enumerate() {
-        println!("\n{name}: mean allocation at 130 % over {} seeds", sweep.seeds);
-        for &policy in sweep.policies {
-            let theirs = authors.and_then(|a| a.get(&(name.clone(), policy.name().to_string())));
-            let theirs = theirs.map(|t| format!("  (authors {t:.2}%)")).unwrap_or_default();
-            println!("  {:<14} {:.2}%{theirs}", policy.name(), result.mean_at_130(l, policy));
-        }
-    }
-}
 fn only_protocol_a_flags(args: &SimArgs, protocol_a: bool) -> anyhow::Result<()> {
     if protocol_a {
         if args.compress != 1 {
@@ -364,8 +311,8 @@ fn time_replay(
     finish_replay(args, &traces)
 }
 
-/// `--sacct FILE`: Slurm's history imported into a native trace (a temporary file, removed
-/// after) and replayed in time, as `--trace` replays one.
+/// `--sacct FILE`: Slurm's history imported into a native trace and replayed in time, as
+/// `--trace` replays one.
 fn sacct_replay(args: &SimArgs, path: &Path) -> anyhow::Result<ExitCode> {
     if args.protocol.as_deref() == Some("fgd") {
         bail!("--protocol fgd replays Alibaba pod lists; --sacct replays in time (--protocol time-replay)");
@@ -381,23 +328,14 @@ fn sacct_replay(args: &SimArgs, path: &Path) -> anyhow::Result<ExitCode> {
     for (why, n) in &imported.skipped {
         eprintln!("left out of {}: {n} × {why}", path.display());
     }
-    let stem = path.file_stem().map_or_else(|| "sacct".into(), |s| s.to_string_lossy().into_owned());
-    let dir = std::env::temp_dir().join(format!("gantry-sacct-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let trace = dir.join(format!("{stem}.jsonl"));
-    std::fs::write(&trace, &imported.jsonl).with_context(|| format!("cannot write {}", trace.display()))?;
-    let result = native_replay(args, &trace);
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    native_replay(args, path, imported.jsonl.as_bytes())
 }
 
-/// `--trace FILE [--fleet FILE]`: a native trace replayed in time.
-fn native_replay(args: &SimArgs, path: &Path) -> anyhow::Result<ExitCode> {
+/// `--trace FILE [--fleet FILE]`: a native trace replayed in time (`text`, read from `path`).
+fn native_replay(args: &SimArgs, path: &Path, text: impl std::io::BufRead) -> anyhow::Result<ExitCode> {
     let catalog = gantry_catalog::Catalog::embedded();
     let (fleet_name, fleet) = crate::place_cmd::load_fleet(args.fleet.as_deref(), catalog)?;
-    let file = std::fs::File::open(path).with_context(|| format!("cannot read trace {}", path.display()))?;
-    let trace = gantry_spec::read_trace(std::io::BufReader::new(file), catalog, args.lenient)
-        .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let trace = gantry_spec::read_trace(text, catalog, args.lenient).map_err(|e| anyhow!("{}: {e}", path.display()))?;
     let (jobs, unfit) = gantry_sim::native::check_fits(&fleet, catalog, trace.jobs, args.lenient)
         .map_err(|e| anyhow!("{} on {fleet_name}: {e}", path.display()))?;
     let skipped: u64 = trace.skipped.values().chain(unfit.values()).sum();
@@ -409,7 +347,7 @@ fn native_replay(args: &SimArgs, path: &Path) -> anyhow::Result<ExitCode> {
     if let protocol_b::Order::FairShare(tree) = &order {
         check_queues(args, path, tree, &fleet, &jobs)?;
     }
-    let name = stem(path);
+    let name = alibaba::stem(path);
     if args.live {
         return live_replay(args, &name, fleet, &jobs, &order);
     }
@@ -468,30 +406,10 @@ fn live_replay(
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        let pct =
-            |p: f64| r.waits_s.get(((r.waits_s.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(0);
-        println!(
-            "{name} (live controller, {} order, {} backfill): {} jobs, {} started, {} completed, {} hit their time limit, {} preemptions; wait p50 {} s, p90 {} s, max {} s; {} commands; ended at {} s; {wall:.2} s",
-            args.order,
-            args.backfill,
-            r.jobs,
-            r.started,
-            r.completed,
-            r.time_limit_ended,
-            r.preemptions,
-            pct(0.5),
-            pct(0.9),
-            r.waits_s.last().copied().unwrap_or(0),
-            r.commands,
-            r.end_s
-        );
+        println!("{}", r.summary_line(name, &args.order, &args.backfill, wall));
     }
     if let Some(path) = &args.decisions_out {
-        let mut out = String::from(output::EVENTS_HEADER);
-        for e in &r.events {
-            out.push_str(&format!("{name},live,0,{},{},{},{},,,,\n", e.time_s, e.event, e.job, e.queue));
-        }
-        output::write(path, out)?;
+        output::write(path, r.events_csv(name))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
@@ -537,23 +455,4 @@ fn finish_replay(args: &SimArgs, traces: &output::Traces) -> anyhow::Result<Exit
         println!("{}", serde_json::to_string_pretty(&output::named_replays(traces))?);
     }
     Ok(ExitCode::SUCCESS)
-}
-/// Lenient mode's tally on stderr: malformed rows apart from well-formed pods the node list
-/// cannot hold (too large, or a GPU model it lacks: perhaps the node list is what is wrong).
-fn report_skipped(skipped: &Skipped) {
-    if skipped.total == 0 {
-        return;
-    }
-    let unfit = [alibaba::SKIPPED_TOO_LARGE, alibaba::SKIPPED_NO_MODEL];
-    let (fit, malformed): (Vec<_>, Vec<_>) = skipped.by_reason.iter().partition(|(r, _)| unfit.contains(&r.as_str()));
-    let malformed_count: u64 = malformed.iter().map(|(_, n)| **n).sum();
-    let mut parts = Vec::new();
-    if malformed_count > 0 {
-        let by: Vec<String> = malformed.iter().map(|(r, n)| format!("{r} {n}")).collect();
-        parts.push(format!("{malformed_count} malformed ({})", by.join(", ")));
-    }
-    for (reason, n) in fit {
-        parts.push(format!("{n} {reason}"));
-    }
-    eprintln!("skipped {} rows: {}", skipped.total, parts.join("; "));
 }

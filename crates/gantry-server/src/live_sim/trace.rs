@@ -190,3 +190,35 @@ impl Driver<'_> {
         self.result.events.push(LiveEvent { time_s: t, event: kind, job, queue });
     }
 }
+
+impl LiveResult {
+    /// The run in a line: jobs, starts, ends, waits, commands; `order` and `backfill` as the
+    /// run was asked for, `wall_s` how long it took.
+    pub fn summary_line(&self, name: &str, order: &str, backfill: &str, wall_s: f64) -> String {
+        let waits = &self.waits_s;
+        let pct = |p: f64| waits.get(((waits.len().max(1) - 1) as f64 * p).round() as usize).copied().unwrap_or(0);
+        format!(
+            "{name} (live controller, {order} order, {backfill} backfill): {} jobs, {} started, {} completed, {} hit their time limit, {} preemptions; wait p50 {} s, p90 {} s, max {} s; {} commands; ended at {} s; {wall_s:.2} s",
+            self.jobs,
+            self.started,
+            self.completed,
+            self.time_limit_ended,
+            self.preemptions,
+            pct(0.5),
+            pct(0.9),
+            waits.last().copied().unwrap_or(0),
+            self.commands,
+            self.end_s
+        )
+    }
+
+    /// The run's events in the simulator's events CSV (`gantry sim --decisions-out`), the
+    /// trace named `name`.
+    pub fn events_csv(&self, name: &str) -> String {
+        let mut out = String::from(gantry_sim::experiment::output::EVENTS_HEADER);
+        for e in &self.events {
+            out.push_str(&format!("{name},live,0,{},{},{},{},,,,\n", e.time_s, e.event, e.job, e.queue));
+        }
+        out
+    }
+}

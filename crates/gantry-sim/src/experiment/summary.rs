@@ -1,8 +1,10 @@
 //! A time replay told in a few lines of text (what `gantry sim` prints without `--json`): the
 //! headline figures, then only the lines that have something to say — why jobs waited,
 //! dependencies, preemptions, reservations, waits by queue, limits — and, when asked, the
-//! jobs still waiting and why.
+//! jobs still waiting and why. A Protocol A sweep told the same way: a line per run, then the
+//! means over seeds.
 
+use super::sweep::{Sweep, SweepResult, agreement};
 use crate::protocol_b::ReplayResult;
 use std::collections::BTreeMap;
 
@@ -133,4 +135,44 @@ pub fn pending(r: &ReplayResult) -> String {
         lines.push(format!("    ... {} more (--json lists them all)", r.pending.len() - WHY_ROWS_MAX));
     }
     lines.join("\n")
+}
+
+/// A sweep's runs, a line each (with the agreement with a reference run's decisions when one
+/// is given), then with several seeds the mean allocation per pod list and policy (beside the
+/// FGD authors' figure when known).
+pub fn sweep(
+    sweep: &Sweep<'_>,
+    result: &SweepResult,
+    reference: Option<&[(String, Option<String>)]>,
+    authors: Option<&BTreeMap<(String, String), f64>>,
+) -> String {
+    let several = sweep.lists.len() > 1;
+    let mut lines = Vec::new();
+    for run in &result.runs {
+        let r = &run.result;
+        let list = if several { format!("{:<26} ", sweep.lists[run.list].0) } else { String::new() };
+        let agreement = reference.map(|refs| format!("  agreement {:.1}%", agreement(&r.decisions, refs)));
+        lines.push(format!(
+            "{list}{:<14} seed {:<4} arrivals {:>6}  failed {:>5}  alloc@130% {:>6.2}%  final {:>6.2}%{}  ({:.2}s)",
+            r.policy,
+            run.seed,
+            r.arrivals,
+            r.failed,
+            r.alloc_at(130).unwrap_or(f64::NAN),
+            r.final_alloc_pct,
+            agreement.unwrap_or_default(),
+            run.secs
+        ));
+    }
+    if sweep.seeds > 1 {
+        for (l, (name, _)) in sweep.lists.iter().enumerate() {
+            lines.push(format!("\n{name}: mean allocation at 130 % over {} seeds", sweep.seeds));
+            for &policy in sweep.policies {
+                let theirs = authors.and_then(|a| a.get(&(name.clone(), policy.name().to_string())));
+                let theirs = theirs.map(|t| format!("  (authors {t:.2}%)")).unwrap_or_default();
+                lines.push(format!("  {:<14} {:.2}%{theirs}", policy.name(), result.mean_at_130(l, policy)));
+            }
+        }
+    }
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }

@@ -25,6 +25,7 @@
 //! Same config and seed ⇒ same result.
 
 mod planner;
+pub mod report;
 mod scenario;
 
 pub use scenario::{DayJob, Scenario, scenario, static_candidates};
