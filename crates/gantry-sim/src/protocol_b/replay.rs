@@ -488,14 +488,16 @@ impl<'a> Replay<'a> {
         self.last_t = t;
     }
 
-    /// Account for what became of a job handed to the scheduler.
-    fn admitted(&mut self, job: usize, admission: Admission) {
+    /// Account for what became of a job handed to the scheduler at `now`.
+    fn admitted(&mut self, job: usize, admission: Admission, now: u64) {
         match admission {
             Admission::Queued { starving_at } => {
                 self.tenant_pending[self.tenant_of[job]] += 1;
                 self.waiting.insert(job);
+                // A job killed by preemption waits again from its first submission: it may
+                // be past the bound already, and then it starves now, not in the past.
                 if let Some(at) = starving_at {
-                    self.events.push(Reverse((at, Event::Starving { job })));
+                    self.events.push(Reverse((at.max(now), Event::Starving { job })));
                 }
             }
             Admission::Never => {
@@ -509,13 +511,13 @@ impl<'a> Replay<'a> {
     fn arrive(&mut self, job: usize, t: u64) -> Result<(), crate::SimError> {
         match self.submissions[job].take() {
             // A dependency on a job not in the replay can never be met.
-            None => self.admitted(job, Admission::Never),
+            None => self.admitted(job, Admission::Never, t),
             Some((mut submission, spec)) => {
                 if !self.scheduler.engine().is_current(&submission.compiled) {
                     submission.compiled = self.scheduler.engine().compile(&spec)?;
                 }
                 let admission = self.scheduler.submit(job as JobId, submission, t)?;
-                self.admitted(job, admission);
+                self.admitted(job, admission, t);
             }
         }
         if let Some(patience) = self.meta[job].patience_s {
@@ -540,7 +542,7 @@ impl<'a> Replay<'a> {
         self.gave_up += 1;
         self.event(t, "give-up", job, 0, None);
         for (w, admission) in woken {
-            self.admitted(w as usize, admission);
+            self.admitted(w as usize, admission, t);
         }
         Ok(true)
     }
@@ -564,7 +566,7 @@ impl<'a> Replay<'a> {
         self.event(t, event, run.job, run.milli, None);
         let woken = self.scheduler.ended(alloc, !run.hits_limit, t).expect("a running job's allocation");
         for (w, admission) in woken {
-            self.admitted(w as usize, admission);
+            self.admitted(w as usize, admission, t);
         }
     }
 
@@ -579,7 +581,7 @@ impl<'a> Replay<'a> {
         self.lost_gpu_s += run.milli as f64 / 1000.0 * (t - run.started_at) as f64;
         *self.tenant_gpu_s.entry(self.meta[run.job].tenant.clone()).or_default() -=
             run.milli as f64 / 1000.0 * run.planned_end.saturating_sub(t) as f64;
-        self.admitted(job as usize, admission);
+        self.admitted(job as usize, admission, t);
     }
 
     /// Carry out a cycle's decisions on the clock.

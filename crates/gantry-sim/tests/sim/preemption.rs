@@ -122,3 +122,22 @@ fn with_preemption_no_job_waits_beyond_the_starvation_bound_plus_grace() {
     let reserve = fixture_replay(trace, queues, Backfill::Reserve, true);
     assert!(reserve.delay_max_s <= bound, "{:?}", reserve.delay_max_by_queue_s);
 }
+
+/// Seed 21 of `gantry synth` (1,200 jobs, three teams) on the demo fleet, in fair-share
+/// order with preemption and no compression: a job killed for a starving one waits again
+/// from its first submission, already past the starvation bound. Its starvation instant was
+/// queued in the past, and the replay's clock ran backwards (an overflow panic) until it was
+/// taken as now.
+#[test]
+fn a_victim_past_the_starvation_bound_starves_now_not_in_the_past() {
+    let catalog = Catalog::embedded();
+    let fleet = parse_fleet(include_str!("../../../../examples/demo-fleet.toml"), catalog).expect("demo fleet");
+    let config = gantry_sim::synth::SynthConfig { jobs: 1200, seed: 21, tenants: 3, ..Default::default() };
+    let text = gantry_sim::synth::generate(&fleet, catalog, &config).expect("a synthetic trace");
+    let trace = read_trace(text.as_bytes(), catalog, false).expect("trace");
+    let tree = gantry_sim::experiment::queue_tree(None, trace.jobs.iter().map(|j| j.job.queue.as_str())).expect("tree");
+    let options = ReplayOptions { order: Order::FairShare(tree), preempt: true, ..Default::default() };
+    let r = run_trace(&fleet, catalog, &trace.jobs, Policy::Default, 0, &options).expect("replays to the end");
+    assert!(r.preemptions > 0, "the case needs a victim of starvation");
+    assert_eq!(r.started + r.never_started, 1200);
+}
