@@ -20,6 +20,28 @@ pub struct Discovery {
     pub notes: Vec<String>,
 }
 
+impl Discovery {
+    /// `gantry discover`'s table: the node, one line per GPU (its MIG layout if in MIG mode),
+    /// then the notes. Lines, without a final line break.
+    pub fn table(&self) -> String {
+        let mut lines = vec![format!("{}: {} GPU(s)", self.node.name, self.node.gpus.len())];
+        for g in &self.node.gpus {
+            let mode = match &g.mode {
+                GpuMode::Mig { .. } => format!("  {}", g.mode.text()),
+                _ => String::new(),
+            };
+            lines.push(format!("  gpu{} {} {}{mode}", g.index, g.model, g.uuid));
+        }
+        lines.extend(self.notes.iter().map(|note| format!("  note: {note}")));
+        lines.join("\n")
+    }
+
+    /// `gantry discover --json`: the node as a fleet file's node, pretty-printed.
+    pub fn json(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string_pretty(&self.node)
+    }
+}
+
 /// Why there is nothing to discover.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Unavailable(pub String);
@@ -179,6 +201,38 @@ mod tests {
             }
             Ok(found) => assert!(!found.node.gpus.is_empty()),
         }
+    }
+
+    #[test]
+    fn the_table_shows_each_gpu_its_mig_layout_and_the_notes() {
+        let gpu = |index: u32, mode: GpuMode| Gpu {
+            index,
+            model: "A100-80GB".into(),
+            uuid: format!("GPU-{index}"),
+            numa: 0,
+            pcie_switch: 0,
+            nvlink_domain: None,
+            mode,
+        };
+        let mig =
+            GpuMode::Mig { instances: vec![gantry_types::MigInstanceSpec { profile: "3g.40gb".into(), start: 0 }] };
+        let node = Node {
+            name: "here".into(),
+            cpu: gantry_types::MilliCpu(8000),
+            memory: gantry_types::Bytes(1 << 30),
+            gpus: vec![gpu(0, GpuMode::Whole), gpu(1, mig.clone())],
+            labels: Default::default(),
+            taints: Vec::new(),
+            rack: None,
+            block: None,
+        };
+        let found = Discovery { node, notes: vec!["GPU 2: left out (why)".into()] };
+        let expected = format!(
+            "here: 2 GPU(s)\n  gpu0 A100-80GB GPU-0\n  gpu1 A100-80GB GPU-1  {}\n  note: GPU 2: left out (why)",
+            mig.text()
+        );
+        assert_eq!(found.table(), expected);
+        assert_eq!(found.json().expect("serializes"), serde_json::to_string_pretty(&found.node).expect("serializes"));
     }
 
     #[test]

@@ -52,3 +52,40 @@ impl DeviceError {
         DeviceError { at: at.into(), message: message.into() }
     }
 }
+
+/// Why `gantry agent` cannot start: which node it serves and its GPUs, where its layout orders
+/// go, its token. Each says what to pass instead.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The inventory file has no node by the name asked for.
+    #[error("{}: no node {node:?} (it has: {})", file.display(), known.join(", "))]
+    NoSuchNode { file: std::path::PathBuf, node: String, known: Vec<String> },
+    /// The inventory file has several nodes and none was named.
+    #[error("{} has {} nodes: pick one with --node ({})", file.display(), known.len(), known.join(", "))]
+    WhichNode { file: std::path::PathBuf, known: Vec<String> },
+    /// No inventory file, and NVML found no GPU.
+    #[error("{0}: pass --inventory FILE (a fleet file; --node picks its node)")]
+    NoGpus(crate::discover::Unavailable),
+    /// The data directory that holds the simulated MIG hardware could not be made.
+    #[error("cannot create data directory {}", dir.display())]
+    DataDir { dir: std::path::PathBuf, source: std::io::Error },
+    /// The simulated MIG hardware could not be read or written.
+    #[error("--fake-mig: {0}")]
+    FakeMig(crate::mig::MigError),
+    /// A token on the command line, which every user of the machine can read.
+    #[error(
+        "the agent takes its token from --token-file FILE or $GANTRY_TOKEN, not from --token: \
+         a command line is readable by every user of the machine"
+    )]
+    TokenOnCommandLine,
+    /// The token file could not be read.
+    #[error("cannot read {}", file.display())]
+    TokenFile { file: std::path::PathBuf, source: std::io::Error },
+    /// Neither a token file nor `$GANTRY_TOKEN`.
+    #[error(
+        "no token: pass --token-file FILE or set $GANTRY_TOKEN (gantry token create NAME --role agent --node NODE)"
+    )]
+    NoToken(#[source] std::env::VarError),
+    #[error("the agent token is empty")]
+    EmptyToken,
+}

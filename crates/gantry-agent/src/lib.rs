@@ -4,8 +4,9 @@
 //! never by a member's names), confinement in cgroups ([`cgroup`]), [`mps`]
 //! control daemons, GPU discovery ([`discover`]) with how the GPUs connect ([`topology`]), MIG
 //! layouts ([`mig`], [`mig_nvml`]; the controller's layout orders in [`layouts`]) and utilization samples ([`sample`]) through NVML, loaded
-//! at run time. It speaks to the controller only through `gantry-wire`; `serve --local` runs
-//! the same runner in-process.
+//! at run time. What `gantry agent` settles before its loop (its node and GPUs, its token, its
+//! link, its banner) is in [`setup`]. It speaks to the controller only through `gantry-wire`;
+//! `serve --local` runs the same runner in-process.
 
 pub mod account;
 pub mod cgroup;
@@ -22,5 +23,6 @@ pub mod output;
 pub mod runner;
 pub mod runs;
 pub mod sample;
+pub mod setup;
 pub mod spawn;
 pub mod topology;

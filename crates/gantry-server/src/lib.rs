@@ -1,7 +1,8 @@
 //! The controller (`gantry serve`): the REST API, the scheduling loop over the engine's
 //! `Scheduler`, the store, and the node agents — remote (`gantry agent`) or, with `--local`,
 //! one per node in this process ([`local_agents`]) — that register their nodes and heartbeat
-//! ([`wire`]).
+//! ([`wire`]). What `gantry serve` tells the operator is built in [`banner`]; `--demo`'s
+//! workload and its submission are in [`demo`].
 //!
 //! The controller is a state machine ([`control::Controller::apply`]: time and a command in,
 //! effects out) behind one lock; this module is its edge. Every API call that changes
@@ -15,9 +16,11 @@ pub mod admission;
 pub mod agent_service;
 pub mod api;
 pub mod auth;
+pub mod banner;
 pub mod clock;
 pub mod commit;
 pub mod control;
+pub mod demo;
 pub mod error;
 pub mod idle;
 pub mod json_errors;

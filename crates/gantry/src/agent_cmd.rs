@@ -2,9 +2,10 @@
 //! come from NVML, or from an inventory file (a fleet file; `--node` picks the node when it
 //! has several) on machines without a driver.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
-use gantry_wire::AgentGpu;
+use gantry_agent::node::Devices;
+use gantry_agent::setup;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -70,96 +71,25 @@ pub struct AgentArgs {
     confine: crate::confine_args::ConfineArgs,
 }
 
-/// The node's name and GPUs: from the inventory file, else NVML.
-fn inventory(args: &AgentArgs) -> anyhow::Result<(String, Vec<AgentGpu>)> {
+/// The node's name and GPUs: from the inventory file, else NVML (whose notes are printed).
+fn inventory(args: &AgentArgs) -> anyhow::Result<setup::Inventory> {
     let catalog = gantry_catalog::Catalog::embedded();
-    let node = match &args.inventory {
+    let found = match &args.inventory {
         Some(path) => {
             let (_, fleet) = crate::place_cmd::load_fleet(Some(path), catalog)?;
-            let names: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
-            match &args.node {
-                Some(name) => {
-                    fleet.nodes.iter().find(|n| &n.name == name).cloned().with_context(|| {
-                        format!("{}: no node {name:?} (it has: {})", path.display(), names.join(", "))
-                    })?
-                }
-                None if fleet.nodes.len() == 1 => fleet.nodes[0].clone(),
-                None => {
-                    bail!("{} has {} nodes: pick one with --node ({})", path.display(), names.len(), names.join(", "))
-                }
-            }
+            setup::from_inventory(path, &fleet, args.node.as_deref())?
         }
-        None => {
-            let name = args.node.clone().unwrap_or_else(gantry_server::hostname);
-            match gantry_agent::discover::discover(&name, catalog) {
-                Ok(found) => {
-                    for note in &found.notes {
-                        eprintln!("note: {note}");
-                    }
-                    found.node
-                }
-                Err(why) => bail!("{why}: pass --inventory FILE (a fleet file; --node picks its node)"),
-            }
-        }
+        None => setup::from_nvml(&args.node.clone().unwrap_or_else(gantry_server::hostname), catalog)?,
     };
-    let gpus = node
-        .gpus
-        .iter()
-        .map(|g| {
-            AgentGpu { index: g.index, uuid: g.uuid.clone(), model: g.model.clone(), mig_mode: None, mig: Vec::new() }
-                .with_mode(&g.mode)
-        })
-        .collect();
-    Ok((node.name, gpus))
-}
-
-/// Where layout orders go: simulated hardware (`--fake-mig`), else NVML when there is a
-/// driver, else none.
-fn mig_backend(
-    args: &AgentArgs,
-    data_dir: &std::path::Path,
-    gpus: &[AgentGpu],
-) -> anyhow::Result<Option<gantry_agent::layouts::MigHandle>> {
-    use gantry_agent::layouts::MigHandle;
-    if args.fake_mig {
-        gantry_agent::runner::private_dir(data_dir)
-            .with_context(|| format!("cannot create data directory {}", data_dir.display()))?;
-        let modes: Vec<(u32, String, gantry_types::GpuMode)> =
-            gpus.iter().map(|g| (g.index, g.model.clone(), g.mode().unwrap_or(gantry_types::GpuMode::Whole))).collect();
-        let backend = gantry_agent::mig::FileBackend::open(&data_dir.join("fake-mig.json"), &modes)
-            .map_err(|e| anyhow::anyhow!("--fake-mig: {e}"))?;
-        return Ok(Some(MigHandle::new(backend)));
+    for note in &found.notes {
+        eprintln!("note: {note}");
     }
-    if args.inventory.is_some() {
-        return Ok(None);
-    }
-    Ok(gantry_agent::mig_nvml::NvmlMig::new().ok().map(MigHandle::new))
-}
-
-/// The agent's secret: from `--token-file`, else `$GANTRY_TOKEN`; never from argv.
-fn agent_secret(args: &AgentArgs) -> anyhow::Result<String> {
-    if args.token.is_some() {
-        bail!(
-            "the agent takes its token from --token-file FILE or $GANTRY_TOKEN, not from --token: \
-             a command line is readable by every user of the machine"
-        );
-    }
-    let secret = match &args.token_file {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?,
-        None => std::env::var("GANTRY_TOKEN").context(
-            "no token: pass --token-file FILE or set $GANTRY_TOKEN (gantry token create NAME --role agent --node NODE)",
-        )?,
-    };
-    let secret = secret.trim().to_string();
-    if secret.is_empty() {
-        bail!("the agent token is empty");
-    }
-    Ok(secret)
+    Ok(found)
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     let defaults = args.confine.defaults()?;
-    let (node, gpus) = inventory(&args)?;
+    let setup::Inventory { node, gpus, .. } = inventory(&args)?;
     gantry_agent::node::check_node_name(&node).map_err(|e| anyhow::anyhow!(e))?;
     let server = args
         .server
@@ -171,25 +101,22 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
         None => crate::serve_cmd::default_data_dir()?.join(format!("agent-{node}")),
     };
     crate::serve_cmd::init_logs(args.log_format.as_deref().unwrap_or("text"));
-    let mig = mig_backend(&args, &data_dir, &gpus)?;
+    let devices = if args.inventory.is_some() { Devices::Fake } else { Devices::Driver };
+    let mig = setup::mig_backend(args.fake_mig, devices, &data_dir, &gpus)?;
     let mut config = gantry_agent::node::AgentConfig {
         mig,
         link: std::sync::Arc::new(http_link(&args, &server)?),
         node,
         gpus,
         data_dir,
-        wait: HELD_FOR,
+        wait: setup::HELD_FOR,
         retry: std::time::Duration::from_secs(1),
         simulate: None,
         measure_gpus: true,
         confine: args.confine.choice(),
         confinement: None,
         defaults,
-        devices: if args.inventory.is_some() {
-            gantry_agent::node::Devices::Fake
-        } else {
-            gantry_agent::node::Devices::Driver
-        },
+        devices,
     };
     gantry_agent::node::prepare_data_dir(&mut config).map_err(|e| anyhow::anyhow!(e))?;
     let confinement = gantry_agent::node::confinement(&config).map_err(|e| anyhow::anyhow!(e))?;
@@ -197,7 +124,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     config.confinement = Some(confinement);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {
-        print_banner(&config, &server, &confinement_line);
+        eprintln!("{}", setup::banner(&config, &server, &confinement_line));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
             if crate::serve_cmd::stop_signal().await.is_ok() {
@@ -210,40 +137,14 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// How long the controller holds a heartbeat when it has nothing to order: the client waits
-/// that long more for an answer to begin before it tries the next controller.
-const HELD_FOR: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// The agent's link to its controllers: the HTTP client with the CA, the client certificate
 /// and the agent's token.
 fn http_link(args: &AgentArgs, server: &str) -> anyhow::Result<gantry_agent::node::HttpLink> {
-    let token = agent_secret(args)?;
+    let token = setup::agent_secret(args.token.is_some(), args.token_file.as_deref())?;
     let trust = gantry_wire::client::Tls {
         ca: args.ca.clone().or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from)),
         client_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
         plain_http_off_loopback: args.insecure_http,
     };
-    let client = gantry_wire::client::Client::new(server, &trust).map_err(|e| anyhow::anyhow!(e))?;
-    Ok(gantry_agent::node::HttpLink { client: client.holding(HELD_FOR), token })
-}
-
-/// Where the agent serves, as whom its tasks run, how it confines them.
-fn print_banner(config: &gantry_agent::node::AgentConfig, server: &str, confinement_line: &str) {
-    eprintln!(
-        "gantry agent for node {} ({} GPUs) → {server}, data in {}; stop: Ctrl-C (tasks keep running)",
-        config.node,
-        config.gpus.len(),
-        config.data_dir.display()
-    );
-    match gantry_agent::account::Identity::of_this_process() {
-        gantry_agent::account::Identity::Root if !gantry_agent::account::setpriv_installed() => {
-            eprintln!("warning: setpriv (util-linux) is not installed: tasks of accounts other than root cannot start")
-        }
-        gantry_agent::account::Identity::Root => eprintln!("  tasks run as their job's Unix account on this node"),
-        gantry_agent::account::Identity::User(me) => eprintln!(
-            "  not root: only tasks of Unix account {:?} run here (others are refused)",
-            me.unwrap_or_default()
-        ),
-    }
-    eprintln!("{confinement_line}");
+    Ok(setup::http_link(server, &trust, token)?)
 }

@@ -4,11 +4,12 @@
 
 use anyhow::{Context, bail};
 use clap::Args;
+use gantry_server::banner::{self, Banner};
 use gantry_server::control::{Agents, NODE_LOST_AFTER_DEFAULT_S};
 use gantry_server::error::ServeError;
 use gantry_server::local_agents::LocalConfinement;
 use gantry_server::settings::file::ConfigFile;
-use gantry_server::settings::tls::{TlsChosen, TlsFlags};
+use gantry_server::settings::tls::TlsFlags;
 use gantry_server::supervise::{self, Ended, Notice};
 use gantry_server::{ServeConfig, StoreChoice, settings};
 use std::path::PathBuf;
@@ -49,7 +50,7 @@ pub struct ServeArgs {
     /// With --demo: seconds each step of a demo job sleeps (default 10: the jobs run for one
     /// to five minutes, long enough to see queueing, reasons and the dashboard move; a small
     /// value runs the whole demo in seconds).
-    #[arg(long, value_name = "SECONDS", requires = "demo", value_parser = demo_step)]
+    #[arg(long, value_name = "SECONDS", requires = "demo", value_parser = gantry_server::demo::parse_step)]
     demo_step: Option<f64>,
     /// With remote agents: a node whose agent is silent this long gets no new work (what
     /// runs there keeps its place until the agent is back). Default 30.
@@ -278,23 +279,6 @@ fn tls_flags(args: &ServeArgs) -> TlsFlags {
     }
 }
 
-/// The banner's line about TLS.
-fn tls_note(chosen: &TlsChosen) -> String {
-    match chosen {
-        TlsChosen::Plain { loopback } => {
-            let place = if *loopback { "on loopback" } else { "ON THE NETWORK" };
-            format!("  plain HTTP {place} (--insecure-http): tokens and jobs travel unencrypted")
-        }
-        TlsChosen::Operator { cert } => format!("  HTTPS with {}", cert.display()),
-        TlsChosen::LocalCa { created, ca_file, fingerprint, names } => format!(
-            "  HTTPS: {} {} (SHA-256 {fingerprint}); clients verify with it (--ca FILE, $GANTRY_CA; the CLI on this machine finds it)\n  certificate names: {}",
-            if *created { "created the CA" } else { "CA" },
-            ca_file.display(),
-            names.join(", ")
-        ),
-    }
-}
-
 /// Everything the controller runs with, from the merged flags.
 fn serve_config(
     args: &ServeArgs,
@@ -350,7 +334,7 @@ fn serve_config(
         group_commit: true,
         agents,
     };
-    Ok((config, tls_note(&chosen)))
+    Ok((config, banner::tls_note(&chosen)))
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -363,22 +347,13 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     settings::check_open_files(open_files, if args.local { 0 } else { fleet.nodes.len() });
     let (config, tls_note) = serve_config(&args, fleet, discovered, confinement)?;
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
-    rt.block_on(serve(config, Banner { fleet_name, tls_note, args }))
+    let banner = Banner { fleet_name, tls_note, local: args.local };
+    rt.block_on(serve(config, banner, args))
 }
 
-/// What the start-up banner says beside what the running controller tells.
-struct Banner {
-    fleet_name: String,
-    tls_note: String,
-    args: ServeArgs,
-}
-
-async fn serve(config: ServeConfig, banner: Banner) -> anyhow::Result<ExitCode> {
+async fn serve(config: ServeConfig, banner: Banner, args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let StoreChoice::Postgres { url, standby: true } = &config.store {
-        eprintln!(
-            "standby: waiting to lead {} (takes over when the leader stops or its lease runs out)",
-            gantry_store::redact_url(url)
-        );
+        eprintln!("{}", banner::standby_waiting(url));
     }
     let running = gantry_server::start(config.clone()).await.map_err(|e| match e {
         ServeError::Store(gantry_store::StoreError::Led { .. }) => {
@@ -388,91 +363,25 @@ async fn serve(config: ServeConfig, banner: Banner) -> anyhow::Result<ExitCode> 
     })?;
     let scheme = if config.tls.is_some() { "https" } else { "http" };
     let url = format!("{scheme}://{}", running.addr);
-    print_banner(&config, &running, &banner, &url);
-    if banner.args.demo {
-        let ca_file = config.tls.as_ref().and_then(|t| t.client_ca.clone()).filter(|_| banner.args.tls_cert.is_none());
-        demo(&config.data_dir, url, ca_file, banner.args.demo_step).await;
+    let confinement_lines: Vec<String> = running
+        .confinement()
+        .iter()
+        .map(|(confinement, nodes)| crate::confine_args::banner_line(confinement, nodes))
+        .collect();
+    eprintln!("{}", banner.started(&config, &running, &url, &confinement_lines));
+    if args.demo {
+        let ca_file = config.tls.as_ref().and_then(|t| t.client_ca.clone()).filter(|_| args.tls_cert.is_none());
+        match gantry_server::demo::submit_bundled(&config.data_dir, url, ca_file, args.demo_step).await {
+            Ok(lines) => eprintln!("{lines}"),
+            Err(e) => eprintln!("demo workload not submitted: {e}"),
+        }
     }
-    let ended = supervise::serve_until(running, config, stop_signal(), |notice| say(scheme, notice)).await??;
+    let say = |notice: Notice| eprintln!("{}", banner::notice(scheme, &notice));
+    let ended = supervise::serve_until(running, config, stop_signal(), say).await??;
     Ok(match ended {
         Ended::Stopped => ExitCode::SUCCESS,
         Ended::StoreFailed(_) => ExitCode::from(1),
     })
-}
-
-/// What the operator reads when the controller steps down, leads again or stops.
-fn say(scheme: &str, notice: Notice) {
-    match notice {
-        Notice::Stopping => eprintln!("stopping (running tasks keep running; the next start re-adopts them)"),
-        Notice::StoreFailed { why } => eprintln!(
-            "error: the store failed: {why}\nstopping: nothing this controller did since is lost (it was never acknowledged); restart it to recover from what was committed"
-        ),
-        Notice::SteppedDown { why, store, addr } => eprintln!(
-            "stepping down: {why}\n  rejoining as a standby of {store} on {addr} (no supervisor needed; Ctrl-C stops)"
-        ),
-        Notice::Leading { addr, store, term } => {
-            eprintln!("gantry controller on {scheme}://{addr} — state in {store} (leading, term {term}) again")
-        }
-    }
-}
-
-/// The start-up banner: where, what, how to reach it, who runs tasks, how to log in.
-fn print_banner(config: &ServeConfig, running: &gantry_server::Running, banner: &Banner, url: &str) {
-    let data_dir = &config.data_dir;
-    let state = match &config.store {
-        StoreChoice::Sqlite => format!("data in {}", data_dir.display()),
-        StoreChoice::Postgres { url, .. } => format!(
-            "state in {} (leading, term {}), logs in {}",
-            gantry_store::redact_url(url),
-            running.term,
-            data_dir.display()
-        ),
-    };
-    eprintln!(
-        "gantry controller on {url} — {}, {state}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: {url}/ui   stop: Ctrl-C",
-        banner.fleet_name
-    );
-    eprintln!("{}", banner.tls_note);
-    match &config.accounts.single_user {
-        Some(me) => eprintln!(
-            "  single-user mode (not root): every task runs as {me:?}; tokens only for user {me:?} (and admin)"
-        ),
-        None => eprintln!(
-            "  tasks run as their user's Unix account on each node ([users] maps names; admin's own jobs: {:?})",
-            config.accounts.account(gantry_server::users::ADMIN)
-        ),
-    }
-    for (confinement, nodes) in running.confinement() {
-        eprintln!("{}", crate::confine_args::banner_line(&confinement, &nodes));
-    }
-    if !banner.args.local {
-        eprintln!(
-            "  remote agents: each node runs `gantry agent --server {url} --ca ca.pem --token-file FILE` (gantry token create NAME --role agent --node NODE)"
-        );
-    }
-    eprintln!(
-        "  dashboard login: paste the admin token from {} at {url}/ui/login",
-        data_dir.join("admin.token").display()
-    );
-    if let Some(path) = &running.admin_token_file {
-        eprintln!(
-            "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",
-            path.display()
-        );
-    }
-}
-
-/// `--demo`: the bundled workload submitted through the API, as a user would.
-async fn demo(data_dir: &std::path::Path, url: String, ca: Option<PathBuf>, step: Option<f64>) {
-    let token = std::fs::read_to_string(data_dir.join("admin.token")).ok().map(|t| t.trim().to_string());
-    let trust = gantry_wire::client::Tls { ca, ..Default::default() };
-    let workload = demo_workload(step);
-    let said = tokio::task::spawn_blocking(move || submit_demo(&url, &trust, token.as_deref(), &workload)).await;
-    match said {
-        Ok(Ok(line)) => eprintln!("{line}"),
-        Ok(Err(e)) => eprintln!("demo workload not submitted: {e}"),
-        Err(e) => eprintln!("demo workload not submitted: {e}"),
-    }
 }
 
 /// Structured logs on stderr, filtered by $RUST_LOG (default: info for gantry).
@@ -496,21 +405,7 @@ pub fn init_logs(format: &str) {
 pub fn discover(json: bool) -> anyhow::Result<ExitCode> {
     match gantry_agent::discover::discover(&gantry_server::hostname(), gantry_catalog::Catalog::embedded()) {
         Ok(found) => {
-            if json {
-                println!("{}", serde_json::to_string_pretty(&found.node)?);
-            } else {
-                println!("{}: {} GPU(s)", found.node.name, found.node.gpus.len());
-                for g in &found.node.gpus {
-                    let mode = match &g.mode {
-                        gantry_types::GpuMode::Mig { .. } => format!("  {}", g.mode.text()),
-                        _ => String::new(),
-                    };
-                    println!("  gpu{} {} {}{mode}", g.index, g.model, g.uuid);
-                }
-                for note in &found.notes {
-                    println!("  note: {note}");
-                }
-            }
+            println!("{}", if json { found.json()? } else { found.table() });
             Ok(ExitCode::SUCCESS)
         }
         Err(why) => {
@@ -531,81 +426,10 @@ pub async fn stop_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn demo_step(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if (0.0..=3600.0).contains(&s) => Ok(s),
-        _ => Err(format!("{text:?}: seconds from 0 to 3600 (0.05 runs the demo in seconds)")),
-    }
-}
-
-/// The demo workload with each step sleeping `step` seconds (its `STEP_S`).
-fn demo_workload(step: Option<f64>) -> String {
-    let workload = crate::place_cmd::DEMO_WORKLOAD;
-    match step {
-        Some(step) => workload.replace("STEP_S = \"10\"", &format!("STEP_S = \"{step}\"")),
-        None => workload.to_string(),
-    }
-}
-
-/// `--demo`: submit the bundled demo workload unless the store already has jobs.
-fn submit_demo(
-    url: &str,
-    trust: &gantry_wire::client::Tls,
-    token: Option<&str>,
-    workload: &str,
-) -> Result<String, String> {
-    let client = gantry_wire::client::Client::new(url, trust).map_err(|e| e.to_string())?;
-    let (status, listed) = client.request(token, "GET", "/v1/jobs", None).map_err(|e| e.to_string())?;
-    if status != 200 {
-        return Err(format!("listing jobs: HTTP {status}: {listed}"));
-    }
-    if listed.trim() != "[]" {
-        return Ok("  demo: the store has jobs already, none submitted (`gantry queue` lists them)".into());
-    }
-    let (status, reply) = client.request(token, "POST", "/v1/jobs", Some(workload)).map_err(|e| e.to_string())?;
-    if status != 201 {
-        return Err(format!("HTTP {status}: {reply}"));
-    }
-    let ids = serde_json::from_str::<gantry_api::Submitted>(&reply).map_err(|e| e.to_string())?.ids;
-    let (first, last) = (ids.first().copied().unwrap_or(0), ids.last().copied().unwrap_or(0));
-    Ok(format!(
-        "  demo: submitted the {} jobs of examples/demo-workload.toml as jobs {first}-{last}; they run for minutes.\n  \
-         try: gantry queue; gantry why {last} (it waits for H100s); gantry logs {first}; gantry nodes; the dashboard",
-        ids.len()
-    ))
-}
-
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("GANTRY_DATA") {
         return Ok(PathBuf::from(dir));
     }
     let home = std::env::var_os("HOME").context("neither --data, $GANTRY_DATA nor $HOME is set")?;
     Ok(PathBuf::from(home).join(".local/share/gantry"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every demo job runs at least a minute by default (long enough to see it queue, wait
-    /// with a reason and run), and `--demo-step` scales every one of them.
-    #[test]
-    fn the_demo_runs_for_minutes_unless_told_otherwise() {
-        let catalog = gantry_catalog::Catalog::embedded();
-        let seconds = |text: &str| -> Vec<f64> {
-            let jobs = gantry_spec::parse_workload(text, catalog).expect("the demo parses");
-            jobs.iter()
-                .map(|job| {
-                    let env: std::collections::BTreeMap<_, _> = job.run.env.iter().cloned().collect();
-                    let number = |k: &str| env.get(k).and_then(|v| v.parse::<f64>().ok()).expect("STEPS and STEP_S");
-                    number("STEPS") * number("STEP_S")
-                })
-                .collect()
-        };
-        let default = seconds(&demo_workload(None));
-        assert_eq!(default.len(), 25);
-        assert!(default.iter().all(|&s| s >= 60.0), "{default:?}");
-        assert!(seconds(&demo_workload(Some(0.05))).iter().all(|&s| s <= 2.0));
-        assert!(demo_step("-1").is_err() && demo_step("x").is_err() && demo_step("0.5").is_ok());
-    }
 }
