@@ -7,8 +7,10 @@
 pub mod jobs;
 pub mod logs;
 pub mod nodes;
+pub mod queries;
 pub mod reconfig;
 pub mod replies;
+pub mod text;
 pub mod usage;
 
 pub use gantry_types::{Role, TokenRecord};

@@ -11,6 +11,18 @@ pub enum UsageBy {
     Job,
 }
 
+impl UsageBy {
+    /// The name the API and the CLI's `--by` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            UsageBy::User => "user",
+            UsageBy::Queue => "queue",
+            UsageBy::Model => "model",
+            UsageBy::Job => "job",
+        }
+    }
+}
+
 /// One line of a chargeback report: allocation and measured use side by side, the waste in
 /// between, in GPU-hours and money.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]

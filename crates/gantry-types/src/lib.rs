@@ -14,6 +14,7 @@ pub mod outcome;
 pub mod pending;
 pub mod quantity;
 pub mod queue;
+pub mod text;
 pub mod time;
 pub mod token;
 

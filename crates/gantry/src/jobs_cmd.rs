@@ -4,6 +4,8 @@
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_api::JobView;
+use gantry_api::queries::{CancelQuery, ListQuery, Query};
+use gantry_api::text::{self, id_ranges, shown};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -209,41 +211,6 @@ pub fn typed<T: serde::de::DeserializeOwned>(value: &Value, path: &str) -> anyho
     })
 }
 
-/// Stored text as the terminal may show it: an unprintable character (an escape sequence, a
-/// bidirectional override — the controller refuses them in names, but a store may predate
-/// that) is written as `\u{…}`, never sent raw.
-pub fn shown(s: &str) -> String {
-    if s.chars().all(gantry_spec::printable) {
-        return s.to_string();
-    }
-    s.chars().map(|c| if gantry_spec::printable(c) { c.to_string() } else { c.escape_unicode().to_string() }).collect()
-}
-
-/// A task's output as the terminal may show it: lines and tabs as they are, any other
-/// unprintable character (an escape sequence a job printed) written as `\u{…}`.
-pub fn shown_log(s: &str) -> String {
-    s.split_inclusive('\n')
-        .map(|line| {
-            let (body, end) = line.strip_suffix('\n').map_or((line, ""), |b| (b, "\n"));
-            let body: String = body.split('\t').map(shown).collect::<Vec<_>>().join("\t");
-            body + end
-        })
-        .collect()
-}
-
-/// Seconds since the Unix epoch as `2026-11-21 19:41:26 UTC` (days to civil date: Howard
-/// Hinnant's algorithm), `-` when absent.
-fn utc(t: Option<u64>) -> String {
-    let Some(t) = t else { return "-".into() };
-    let (days, secs) = ((t / 86_400) as i64, t % 86_400);
-    let (year, month, day) = gantry_types::time::civil_from_days(days);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC", secs / 3600, secs / 60 % 60, secs % 60)
-}
-
-fn reason_text(pending: &gantry_types::PendingJob) -> String {
-    shown(&pending.reason.to_string())
-}
-
 pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let (what, text) = match &args.file {
         Some(file) => {
@@ -254,22 +221,15 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
             (file.display().to_string(), text)
         }
         None => {
-            let mut request = gantry_spec::sbatch::Request::default();
-            for (option, value) in [
-                ("--gpus", &args.gpus),
-                ("--account", &args.queue),
-                ("--job-name", &args.name),
-                ("--time", &args.time),
-                ("--ntasks", &args.ntasks),
-            ] {
-                if let Some(v) = value {
-                    request.apply(option, Some(v)).map_err(|e| anyhow::anyhow!(e))?;
-                }
-            }
-            let program = std::path::Path::new(&args.command[0])
-                .file_name()
-                .map_or_else(|| "job".to_string(), |n| n.to_string_lossy().into_owned());
-            let job = request.job(&program, args.command.clone()).map_err(|e| anyhow::anyhow!(e))?;
+            let options = [
+                ("--gpus", args.gpus.as_deref()),
+                ("--account", args.queue.as_deref()),
+                ("--job-name", args.name.as_deref()),
+                ("--time", args.time.as_deref()),
+                ("--ntasks", args.ntasks.as_deref()),
+            ];
+            let job =
+                gantry_spec::sbatch::command_job(&options, args.command.clone()).map_err(|e| anyhow::anyhow!(e))?;
             ("the command".to_string(), gantry_spec::sbatch::workload(job))
         }
     };
@@ -289,38 +249,10 @@ pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
         let here = std::env::current_dir().context("the current directory (the job's working directory)")?;
         request.chdir = Some(here.display().to_string());
     }
-    let interpreter = text
-        .lines()
-        .next()
-        .and_then(|l| l.strip_prefix("#!"))
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .unwrap_or_else(|| "sh".into());
-    let mut command: Vec<String> = interpreter.split_whitespace().map(str::to_string).collect();
-    command.extend(["-c".to_string(), text.clone()]);
+    let command = gantry_spec::sbatch::script_command(&text);
     let name = args.script.file_stem().map_or_else(|| "batch".to_string(), |n| n.to_string_lossy().into_owned());
     let job = request.job(&name, command).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
     send(&args.server, &args.script.display().to_string(), &gantry_spec::sbatch::workload(job), args.wait)
-}
-
-/// Ids as a short list: runs of three or more consecutive ids as `first-last` (an array of
-/// 4,096 jobs reads `1-4096`, not four thousand numbers).
-fn id_ranges(ids: &[u64]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < ids.len() {
-        let mut j = i;
-        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
-            j += 1;
-        }
-        if j - i >= 2 {
-            parts.push(format!("{}-{}", ids[i], ids[j]));
-        } else {
-            parts.extend(ids[i..=j].iter().map(u64::to_string));
-        }
-        i = j + 1;
-    }
-    parts.join(" ")
 }
 
 /// Submit a workload text, print the ids, optionally wait for the jobs to end.
@@ -369,31 +301,14 @@ fn submission_key() -> anyhow::Result<String> {
 
 pub fn queue(args: QueueArgs) -> anyhow::Result<ExitCode> {
     let filter = if args.all { String::new() } else { args.state.unwrap_or_else(|| "pending,running".into()) };
-    let path = if filter.is_empty() { "/v1/jobs".to_string() } else { format!("/v1/jobs?state={filter}") };
+    let query = ListQuery { state: (!filter.is_empty()).then(|| filter.clone()) };
+    let path = format!("/v1/jobs{}", query.to_query());
     let (jobs, sent): (Vec<JobView>, Value) = args.server.fetch("GET", &path)?;
     if args.server.json {
         println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if jobs.is_empty() {
-        println!("no jobs{}", if filter.is_empty() { String::new() } else { format!(" ({filter})") });
-        return Ok(ExitCode::SUCCESS);
-    }
-    println!("{:>6}  {:<24} {:<12} {:<10} {:<20}  REASON", "ID", "NAME", "QUEUE", "STATE", "NODES");
-    for job in jobs {
-        let row = &job.row;
-        let nodes: std::collections::BTreeSet<String> = row.tasks.iter().map(|t| shown(&t.node)).collect();
-        let nodes: Vec<String> = nodes.into_iter().collect();
-        println!(
-            "{:>6}  {:<24} {:<12} {:<10} {:<20}  {}",
-            row.id,
-            shown(&row.name),
-            shown(&row.queue),
-            row.state.name(),
-            if nodes.is_empty() { "-".into() } else { nodes.join(",") },
-            job.pending.as_ref().map(reason_text).unwrap_or_default()
-        );
-    }
+    print!("{}", text::jobs::queue_table(&jobs, &filter));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -403,72 +318,8 @@ pub fn show(args: JobArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let row = &job.row;
-    let ending = match row.outcome.ending {
-        Some(ending) if ending.name() != row.state.name() => format!(" ({})", ending.name()),
-        _ => String::new(),
-    };
-    println!("job {} {} (queue {}): {}{ending}", args.id, shown(&row.name), shown(&row.queue), row.state.name());
-    println!("  submitted {}", utc(Some(row.submitted_at_s)));
-    println!("  started   {}", utc(row.started_at_s));
-    let exit = row.exit_code.map_or_else(|| "-".to_string(), |c| c.to_string());
-    println!("  ended     {}  exit code {exit}", utc(row.ended_at_s));
-    if let Some(oom) = &row.outcome.oom {
-        println!("  why: {}", shown(&oom.reason()));
-    }
-    if let Some(capped) = &job.priority_capped {
-        println!("  {}", shown(capped));
-    }
-    for task in &row.tasks {
-        let devices: Vec<String> = task.devices.iter().map(|d| shown(d)).collect();
-        let confined = task.confinement.as_ref().map(|c| format!("  [{}]", shown(c))).unwrap_or_default();
-        println!(
-            "  task {}/{} on {}: {}{confined}",
-            shown(&task.group),
-            task.replica,
-            shown(&task.node),
-            devices.join(",")
-        );
-    }
-    for line in used_lines(&job) {
-        println!("  {line}");
-    }
-    if let Some(pending) = &job.pending {
-        println!("  waiting: {}", reason_text(pending));
-        if let Some(layout) = &job.layout {
-            println!("  {}", layout.message);
-        }
-        if pending.estimate_s.is_some() {
-            println!("  expected start: {}", utc(pending.estimate_s));
-        }
-    }
+    print!("{}", text::jobs::job_text(args.id, &job));
     Ok(ExitCode::SUCCESS)
-}
-
-/// What a job used on each node, as its cgroups measured it: its ended runs' (`used`) and the
-/// run in progress (`running_used`), each with the limits it was held to.
-pub fn used_lines(job: &JobView) -> Vec<String> {
-    let mut lines = Vec::new();
-    for (what, list) in [("used", &job.row.outcome.used), ("using", &job.running_used)] {
-        for gantry_types::NodeUse { node, used: u } in list {
-            let cpu = u
-                .cpu_ms
-                .map_or_else(|| "CPU not measured".to_string(), |ms| format!("CPU {:.1} s", ms as f64 / 1000.0));
-            let cpu_limit = u.cpu_limit_milli.map_or_else(
-                || " (not limited)".to_string(),
-                |m| format!(" (limit {} core{})", m as f64 / 1000.0, if m == 1000 { "" } else { "s" }),
-            );
-            let peak = u.memory_peak_bytes.map_or_else(
-                || "peak memory not measured".to_string(),
-                |b| format!("peak memory {}", gantry_types::Bytes(b)),
-            );
-            let limit = u
-                .memory_limit_bytes
-                .map_or_else(|| " (not limited)".to_string(), |b| format!(" of {}", gantry_types::Bytes(b)));
-            lines.push(format!("{what} on {}: {cpu}{cpu_limit}, {peak}{limit}", shown(node)));
-        }
-    }
-    lines
 }
 
 pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
@@ -477,22 +328,7 @@ pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&job.pending)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let state = job.row.state.name();
-    let Some(pending) = &job.pending else {
-        match &job.row.outcome.oom {
-            Some(oom) => println!("job {} is {state} (oom): {}", args.id, shown(&oom.reason())),
-            None => println!("job {} is {state}: not waiting", args.id),
-        }
-        return Ok(ExitCode::SUCCESS);
-    };
-    let estimate = pending.estimate_s.map(|t| format!(" (expected start {})", utc(Some(t)))).unwrap_or_default();
-    println!("job {} waits: {}{estimate}", args.id, reason_text(pending));
-    if let Some(layout) = &job.layout {
-        println!("  {}", layout.message);
-    }
-    if let Some(capped) = &job.priority_capped {
-        println!("  {}", shown(capped));
-    }
+    print!("{}", text::jobs::why_text(args.id, &job));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -509,9 +345,9 @@ pub struct CancelArgs {
 }
 
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
-    let force = if args.force { "?force=true" } else { "" };
+    let query = CancelQuery { force: args.force }.to_query();
     let (reply, sent): (gantry_api::Cancelled, Value) =
-        args.server.fetch("DELETE", &format!("/v1/jobs/{}{force}", args.id))?;
+        args.server.fetch("DELETE", &format!("/v1/jobs/{}{query}", args.id))?;
     if args.server.json {
         println!("{sent}");
     } else {
@@ -539,35 +375,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stored_text_never_reaches_the_terminal_raw() {
-        assert_eq!(shown("train-1 [ok]"), "train-1 [ok]");
-        assert_eq!(shown("\u{1b}[2Jowned"), "\\u{1b}[2Jowned");
-        assert_eq!(shown("a\u{202e}b\u{7}"), "a\\u{202e}b\\u{7}");
-        assert_eq!(shown_log("a\tb\n\u{1b}[31mred\n\nend"), "a\tb\n\\u{1b}[31mred\n\nend");
-    }
-
-    #[test]
     fn a_reply_of_another_shape_is_refused_by_its_call() {
         let err = typed::<JobView>(&serde_json::json!([1, 2]), "/v1/jobs/3").expect_err("not a job");
         assert!(err.to_string().contains("reply to /v1/jobs/3 is not what this gantry reads"), "{err}");
         let jobs: Vec<JobView> = typed(&serde_json::json!([]), "/v1/jobs").expect("an empty list");
         assert!(jobs.is_empty());
-    }
-
-    #[test]
-    fn consecutive_ids_read_as_ranges() {
-        assert_eq!(id_ranges(&[]), "");
-        assert_eq!(id_ranges(&[1, 2]), "1 2");
-        assert_eq!(id_ranges(&[1, 2, 3, 7, 9, 10, 11, 12]), "1-3 7 9-12");
-        assert_eq!(id_ranges(&(5..=4100).collect::<Vec<_>>()), "5-4100");
-    }
-
-    #[test]
-    fn epoch_seconds_read_as_utc_dates() {
-        assert_eq!(utc(Some(0u64)), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(Some(951_782_400u64)), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(Some(1_795_290_086u64)), "2026-11-21 19:41:26 UTC");
-        assert_eq!(utc(None), "-");
     }
 }
 
@@ -628,7 +440,8 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
             if args.server.json {
                 println!("{}", serde_json::to_string_pretty(&sent)?);
             } else {
-                print_tokens(&list);
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+                print!("{}", text::tokens::tokens_table(&list, now));
             }
         }
         TokenAction::Revoke { name } => {
@@ -637,23 +450,6 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Each token: name, role, expiry, and its queues or node (never a secret or a hash).
-fn print_tokens(list: &[gantry_api::TokenRecord]) {
-    println!("{:<24} {:<10} {:<27} QUEUES / NODE", "NAME", "ROLE", "EXPIRES");
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    for t in list {
-        let mut scope: Vec<String> = t.queues.iter().map(|q| shown(q)).collect();
-        scope.extend(t.node.as_deref().map(|n| format!("node {}", shown(n))));
-        let expires = match t.expires_at_s {
-            None => "never".to_string(),
-            Some(at) if at <= now => format!("EXPIRED {}", utc(Some(at))),
-            Some(at) => utc(Some(at)),
-        };
-        let role = kebab(&t.role);
-        println!("{:<24} {role:<10} {expires:<27} {}", shown(&t.name), scope.join(","));
-    }
 }
 
 #[derive(Args)]
@@ -690,61 +486,8 @@ pub fn nodes(args: NodesArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    for node in &nodes {
-        let allocated: u64 = node.gpus.iter().map(|g| u64::from(g.allocated_milli)).sum();
-        println!(
-            "{}{}  {} GPUs, {:.2} allocated",
-            shown(&node.name),
-            node_flags(node),
-            node.gpus.len(),
-            allocated as f64 / 1000.0
-        );
-        if let Some(confinement) = &node.confinement {
-            println!("  confinement: {}", shown(&confinement.to_string()));
-        }
-        for g in &node.gpus {
-            let jobs: Vec<String> = g.jobs.iter().map(u64::to_string).collect();
-            let used = match g.utilization_pct {
-                Some(pct) => format!("{pct:>3}% used{}", if g.measured { "" } else { " (sim)" }),
-                None => String::new(),
-            };
-            let reconfiguring = g.reconfiguring.as_ref().map(|r| format!("  [{}]", shown(r))).unwrap_or_default();
-            println!(
-                "  gpu{:<3} {:<16} {:<10} {:>5.2}  {:<14} {}{reconfiguring}",
-                g.index,
-                shown(&g.model),
-                shown(&g.mode),
-                f64::from(g.allocated_milli) / 1000.0,
-                used,
-                if jobs.is_empty() { String::new() } else { format!("jobs {}", jobs.join(",")) }
-            );
-        }
-    }
+    print!("{}", text::nodes::nodes_text(&nodes));
     Ok(ExitCode::SUCCESS)
-}
-
-/// What `gantry nodes` says beside a node's name: drained, lost, not ready, unconfined, lying.
-fn node_flags(node: &gantry_api::NodeView) -> String {
-    let mut flags = Vec::new();
-    if node.drained {
-        flags.push("drained".to_string());
-    }
-    if node.lost {
-        flags.push("LOST".to_string());
-    }
-    if !node.ready {
-        flags.push(match node.heartbeat_age_s {
-            Some(age) => format!("not ready: agent silent {age} s"),
-            None => "not ready: no agent yet".into(),
-        });
-    }
-    if node.confinement.as_ref().is_some_and(|c| c.kind == gantry_wire::ConfinementKind::Unconfined) {
-        flags.push("UNCONFINED".into());
-    }
-    if node.refused_reports > 0 {
-        flags.push(format!("WARNING: {} reports about other nodes' tasks refused", node.refused_reports));
-    }
-    if flags.is_empty() { String::new() } else { format!(" ({})", flags.join(", ")) }
 }
 
 /// `gantry drain NODE` / `gantry resume NODE` (admin).
@@ -797,37 +540,8 @@ fn plan_advice(args: &NodesArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("planned for {} task(s) of the waiting and running jobs", plan.demand_tasks);
-    if plan.reconfigure.is_empty() && plan.drain.is_empty() {
-        println!("no change to make now");
-    }
-    for (what, list) in [("reconfigure now (idle)", &plan.reconfigure), ("drain first (busy)", &plan.drain)] {
-        for c in list {
-            let (node, from, to) = (shown(&c.node), shown(&c.from), shown(&c.to));
-            println!("  {what:<24} {node} gpu{}: {from} -> {to}", c.gpu);
-        }
-    }
-    if plan.deferred > 0 {
-        println!(
-            "  {} more change(s) wait: their GPUs' work ends later, or they changed within the cooldown",
-            plan.deferred
-        );
-    }
-    match plan.mode {
-        gantry_api::ReconfigureMode::Auto => println!(
-            "reconfigure = \"auto\": the controller carries these out itself, within its guards (`gantry nodes --reconfigurations`)"
-        ),
-        mode => println!(
-            "advice only (reconfigure = \"{}\"): `gantry mig apply` on the node, then restart its agent (the controller takes the layout); or run the controller with --reconfigure auto",
-            kebab(&mode)
-        ),
-    }
+    print!("{}", text::nodes::plan_text(&plan));
     Ok(ExitCode::SUCCESS)
-}
-
-/// An enum's name as the API writes it (`read-only`, `draining`, `auto`).
-fn kebab<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
 /// `gantry nodes --reconfigurations`: what the controller reconfigures, and why.
@@ -837,26 +551,6 @@ fn reconfigurations(args: &NodesArgs) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&sent)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "reconfigure = \"{}\": {} applied, {} refused, {} abandoned, {} replica(s) moved, {:.2} GPU-hours unallocated on cordoned GPUs",
-        kebab(&view.mode),
-        view.applied,
-        view.refused,
-        view.abandoned,
-        view.moves,
-        view.cordoned_idle_gpu_hours
-    );
-    let line = |r: &gantry_api::Reconfiguration| {
-        let outcome = r.outcome.as_ref().map(|o| format!(": {}", shown(o))).unwrap_or_default();
-        let (id, phase, node, to) = (r.id, kebab(&r.phase), shown(&r.node), r.to.text());
-        println!("  #{id:<5} {phase:<10} {node} gpu{}  -> {to}  {}{outcome}", r.gpu, shown(&r.reason));
-    };
-    let under_way = &view.under_way;
-    println!("under way: {}", if under_way.is_empty() { "none".to_string() } else { under_way.len().to_string() });
-    under_way.iter().for_each(line);
-    if !view.recent.is_empty() {
-        println!("latest finished (newest last):");
-        view.recent.iter().rev().take(20).rev().for_each(line);
-    }
+    print!("{}", text::nodes::reconfigurations_text(&view));
     Ok(ExitCode::SUCCESS)
 }

@@ -2,9 +2,12 @@
 //! from the node's agent), all tasks or one, one stream or both, the last lines, and `-f` to
 //! follow it until the job ends (each stream read on from where the last read stopped).
 
-use crate::jobs_cmd::{ServerArg, shown, shown_log};
+use crate::jobs_cmd::ServerArg;
 use clap::Args;
+use gantry_api::queries::{LogsQuery, Query};
+use gantry_api::text::{shown, shown_log};
 use gantry_api::{JobView, LogPiece, LogsView};
+use gantry_wire::LogStream;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
@@ -39,24 +42,16 @@ pub struct LogsArgs {
 /// How often -f asks again.
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
-/// A query string value, percent-encoded (task names are printable, not URL-safe).
-fn encoded(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 impl LogsArgs {
     fn path(&self, format: &str, task: Option<&str>, offset: Option<u64>, tail: Option<usize>) -> String {
-        let mut query = vec![format!("format={format}")];
-        query.extend(task.or(self.task.as_deref()).map(|t| format!("task={}", encoded(t))));
-        query.extend(self.stream.as_ref().map(|s| format!("stream={s}")));
-        query.extend(tail.map(|n| format!("tail={n}")));
-        query.extend(offset.map(|o| format!("offset={o}")));
-        format!("/v1/jobs/{}/logs?{}", self.id, query.join("&"))
+        let query = LogsQuery {
+            format: Some(format.into()),
+            task: task.or(self.task.as_deref()).map(str::to_string),
+            stream: self.stream.as_deref().map(|s| if s == "out" { LogStream::Out } else { LogStream::Err }),
+            tail,
+            offset,
+        };
+        format!("/v1/jobs/{}/logs{}", self.id, query.to_query())
     }
 }
 
@@ -108,18 +103,24 @@ fn follow(args: &LogsArgs) -> anyhow::Result<ExitCode> {
 /// What `task` printed since the cursors of this attempt: a task not read yet, its end (or
 /// its last lines) of each stream.
 fn next_pieces(args: &LogsArgs, cursors: &Cursors, attempt: u64, task: &str) -> anyhow::Result<Vec<LogPiece>> {
-    let known: Vec<(String, u64)> = cursors
+    let known: Vec<(LogStream, u64)> = cursors
         .iter()
         .filter(|((a, t, _), _)| *a == attempt && t == task)
-        .map(|((_, _, s), at)| (s.clone(), *at))
+        .map(|((_, _, s), at)| (if s == "out" { LogStream::Out } else { LogStream::Err }, *at))
         .collect();
     if known.is_empty() {
         return read(args, &args.path("json", Some(task), None, args.tail));
     }
     let mut pieces = Vec::new();
     for (stream, at) in known {
-        let path = format!("/v1/jobs/{}/logs?format=json&task={}&stream={stream}&offset={at}", args.id, encoded(task));
-        pieces.extend(read(args, &path)?);
+        let query = LogsQuery {
+            format: Some("json".into()),
+            task: Some(task.to_string()),
+            stream: Some(stream),
+            offset: Some(at),
+            tail: None,
+        };
+        pieces.extend(read(args, &format!("/v1/jobs/{}/logs{}", args.id, query.to_query()))?);
     }
     Ok(pieces)
 }
@@ -156,16 +157,4 @@ impl Shown {
 fn read(args: &LogsArgs, path: &str) -> anyhow::Result<Vec<LogPiece>> {
     let (view, _): (LogsView, _) = args.server.fetch("GET", path)?;
     Ok(view.pieces)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn task_names_travel_percent_encoded() {
-        assert_eq!(encoded("main/0"), "main/0");
-        assert_eq!(encoded("a b&c=d/1"), "a%20b%26c%3Dd/1");
-        assert_eq!(encoded("é/2"), "%C3%A9/2");
-    }
 }

@@ -6,23 +6,8 @@
 use super::*;
 use crate::task_logs::{LOG_TASKS_MAX, LogPiece, Want, last_lines};
 pub use gantry_api::logs::LogsView;
+use gantry_api::queries::LogsQuery;
 use gantry_wire::LogStream;
-
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub(super) struct LogsQuery {
-    /// One task, `GROUP/REPLICA` (default: every task, the first 64 of a larger job).
-    task: Option<String>,
-    /// `out` or `err` (default: both).
-    stream: Option<LogStream>,
-    /// Only the last this many lines of each stream.
-    tail: Option<usize>,
-    /// Read from this byte: one task and one stream only (a follower's next read).
-    offset: Option<u64>,
-    /// `text` (default) or `json` ([`LogsView`]).
-    format: Option<String>,
-}
 
 /// `GET /v1/jobs/{id}/logs`: what the tasks printed, from whichever node runs them.
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs", params(("id" = u64, Path, description = "Job id"), LogsQuery),

@@ -25,6 +25,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use body::Text;
+use gantry_api::queries::{CancelQuery, ListQuery, UsageQuery};
 pub use gantry_api::replies::{Cancelled, Drained, ErrorBody, Held, NewToken, NodeLost, Submitted, TokenSecret};
 use gantry_store::TokenRecord;
 use gantry_types::JobState;
@@ -60,13 +61,6 @@ fn bad(field: &'static str, message: String) -> ApiError {
 /// A reply of the wrong kind for its command: a bug.
 fn unexpected(reply: Reply) -> ApiError {
     ApiError(ControlError::Internal(format!("unexpected reply {reply:?}")))
-}
-
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-struct ListQuery {
-    /// Comma-separated states (`pending,running`); all when absent.
-    state: Option<String>,
 }
 
 fn who(shared: &Shared, headers: &HeaderMap) -> Result<Principal, ApiError> {
@@ -231,15 +225,6 @@ async fn show(
     Ok(Json(shared.read(|c| views::jobs::job(c, &who, id, crate::now_s()))?))
 }
 
-/// `?force=true`: tasks on nodes whose agent is unreachable (silent or lost) count as ended
-/// now, instead of waiting for an agent that may never report them.
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-struct CancelQuery {
-    #[serde(default)]
-    force: bool,
-}
-
 #[utoipa::path(delete, path = "/v1/jobs/{id}", tag = "jobs", params(("id" = u64, Path, description = "Job id"), CancelQuery),
     responses((status = 200, description = "Cancelled, or being stopped", body = Cancelled), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 403, description = "Not allowed for this token", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody), (status = 409, description = "Already ended", body = ErrorBody)))]
@@ -401,17 +386,6 @@ async fn set_drained(
         Reply::Drained { changed } => Ok(Json(Drained { node, drained, changed })),
         other => Err(unexpected(other)),
     }
-}
-
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-struct UsageQuery {
-    /// Start, Unix seconds (rounded down to the hour). Default: 30 days ago.
-    from: Option<u64>,
-    /// End, Unix seconds (rounded up to the hour). Default: now.
-    to: Option<u64>,
-    /// Group by `user`, `queue`, `model` or `job`. Default: queue.
-    by: Option<crate::meter::UsageBy>,
 }
 
 /// `GET /v1/usage`: chargeback from the accounting ledger — allocation and measured use side
