@@ -11,6 +11,7 @@
 
 mod load;
 pub mod mig;
+pub mod report;
 
 use gantry_types::{Bytes, MilliGpu};
 use std::collections::BTreeMap;
