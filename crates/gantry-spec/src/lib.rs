@@ -9,12 +9,14 @@
 
 mod error;
 mod export;
+mod files;
 mod fleet;
 mod fleet_out;
 mod import_k8s;
 mod import_kueue;
 mod import_sacct;
 mod import_slurm;
+mod model_map;
 mod quantity;
 mod queues;
 /// Slurm habits (`#SBATCH` options, `submit --gpus N -- command`) as gantry job tables.
@@ -24,6 +26,7 @@ mod workload;
 
 pub use error::SpecError;
 pub use export::{config_name, device_plugin_yaml, mig_parted_yaml, node_labels, slurm_conf};
+pub use files::{DEMO_FLEET, DEMO_WORKLOAD, FileError, load_fleet, load_workload, read_spec};
 pub use fleet::{
     FLEET_NODES_MAX, MPS_CLIENTS_MAX, NODE_GPUS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for,
 };
@@ -35,6 +38,7 @@ pub use import_k8s::{
 pub use import_kueue::{ImportedQueues, import_kueue};
 pub use import_sacct::{QueueFrom, SACCT_FIELDS, SACCT_LINE_BYTES_MAX, import_sacct};
 pub use import_slurm::{ImportedSlurm, SLURM_CONF_LINE_BYTES_MAX, SlurmSource, import_slurm_conf};
+pub use model_map::model_map;
 pub use quantity::{MEMORY_MAX, Quantity, cpu as parse_cpu, duration_seconds, memory as parse_memory};
 pub use queues::{
     HALF_LIFE_DEFAULT_S, QUEUE_DEPTH_MAX, QUEUE_WEIGHT_MAX, QUEUES_MAX, STARVATION_DEFAULT_S, parse_queues,

@@ -356,6 +356,37 @@ pub fn parse_script(text: &str) -> Result<Request, SpecError> {
     Ok(request)
 }
 
+/// `gantry submit [--gpus …] -- COMMAND`: the job a command runs as, its sbatch-style
+/// options (`("--gpus", value)`, …) applied in order and its name the program's.
+pub fn command_job(options: &[(&str, Option<&str>)], command: Vec<String>) -> Result<Table, SpecError> {
+    let mut request = Request::default();
+    for &(option, value) in options {
+        if value.is_some() {
+            request.apply(option, value)?;
+        }
+    }
+    let program = command
+        .first()
+        .and_then(|c| std::path::Path::new(c).file_name())
+        .map_or_else(|| "job".to_string(), |n| n.to_string_lossy().into_owned());
+    request.job(&program, command)
+}
+
+/// What runs a batch script, as Slurm runs it: the interpreter its `#!` line names (else
+/// `sh`) given the script's text.
+pub fn script_command(text: &str) -> Vec<String> {
+    let interpreter = text
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("#!"))
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| "sh".into());
+    let mut command: Vec<String> = interpreter.split_whitespace().map(str::to_string).collect();
+    command.extend(["-c".to_string(), text.to_string()]);
+    command
+}
+
 /// The workload file (TOML text) for one job table.
 pub fn workload(job: Table) -> String {
     let mut file = Table::new();

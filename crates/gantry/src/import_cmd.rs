@@ -133,15 +133,7 @@ pub(crate) fn read(path: &std::path::Path) -> anyhow::Result<String> {
 
 /// `--map NAME=MODEL` pairs, each model checked against the catalog.
 pub(crate) fn maps(maps: &[String], catalog: &gantry_catalog::Catalog) -> anyhow::Result<BTreeMap<String, String>> {
-    let mut map = BTreeMap::new();
-    for m in maps {
-        let (name, model) = m.split_once('=').with_context(|| format!("--map {m:?}: write NAME=MODEL"))?;
-        if catalog.lookup(model).is_none() {
-            bail!("--map {m:?}: {model:?} is not a catalog model (`gantry catalog` lists them)");
-        }
-        map.insert(name.to_string(), model.to_string());
-    }
-    Ok(map)
+    gantry_spec::model_map(maps, catalog).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 pub fn run(args: ImportArgs) -> anyhow::Result<ExitCode> {

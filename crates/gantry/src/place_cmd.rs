@@ -16,9 +16,6 @@ pub const EXAMPLES: &str = "Examples:
 
 Policies: random, best-fit, dot-product, gpu-packing, gpu-clustering, fgd, spread, topology, default";
 
-const DEMO_FLEET: &str = include_str!("../../../examples/demo-fleet.toml");
-pub(crate) const DEMO_WORKLOAD: &str = include_str!("../../../examples/demo-workload.toml");
-
 #[derive(Args)]
 pub struct PlaceArgs {
     /// Fleet file (TOML). Default: the bundled demo fleet.
@@ -55,30 +52,12 @@ fn parse_policy(s: &str) -> Result<Policy, String> {
     s.parse()
 }
 
-fn read(path: &Path, what: &str) -> anyhow::Result<String> {
-    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {what} file {}", path.display()))?;
-    if meta.len() > gantry_spec::SPEC_BYTES_MAX as u64 {
-        bail!("{what} file {} is {} bytes, the limit is {}", path.display(), meta.len(), gantry_spec::SPEC_BYTES_MAX);
-    }
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {what} file {} as UTF-8 text", path.display()))
-}
-
 pub(crate) fn load_fleet(path: Option<&Path>, catalog: &Catalog) -> anyhow::Result<(String, Fleet)> {
-    let (name, text) = match path {
-        Some(p) => (p.display().to_string(), read(p, "fleet")?),
-        None => ("demo fleet".to_string(), DEMO_FLEET.to_string()),
-    };
-    let fleet = gantry_spec::parse_fleet(&text, catalog).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    Ok((name, fleet))
+    Ok(gantry_spec::load_fleet(path, catalog)?)
 }
 
 pub(crate) fn load_workload(path: Option<&Path>, catalog: &Catalog) -> anyhow::Result<(String, Vec<Job>)> {
-    let (name, text) = match path {
-        Some(p) => (p.display().to_string(), read(p, "workload")?),
-        None => ("demo workload".to_string(), DEMO_WORKLOAD.to_string()),
-    };
-    let jobs = gantry_spec::parse_workload(&text, catalog).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    Ok((name, jobs))
+    Ok(gantry_spec::load_workload(path, catalog)?)
 }
 
 pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
