@@ -7,6 +7,11 @@
 //! at run time. What `gantry agent` settles before its loop (its node and GPUs, its token, its
 //! link, its banner) is in [`setup`]. It speaks to the controller only through `gantry-wire`;
 //! `serve --local` runs the same runner in-process.
+//!
+//! The key decision: the agent is the only code that touches a node (processes, cgroups,
+//! NVML), and it decides nothing. It carries out the controller's orders, each idempotent,
+//! and reports what is; a task is claimed on disk before it starts, so a restarted agent
+//! re-adopts its tasks and a repeated order starts nothing twice.
 
 pub mod account;
 pub mod cgroup;

@@ -4,7 +4,7 @@
 //! ([`wire`]). What `gantry serve` tells the operator is built in [`banner`]; `--demo`'s
 //! workload and its submission are in [`demo`].
 //!
-//! The controller is a state machine ([`control::Controller::apply`]: time and a command in,
+//! The key decision: the controller is a state machine ([`control::Controller::apply`]: time and a command in,
 //! effects out) behind one lock; this module is its edge. Every API call that changes
 //! something and every tick of the loop becomes a [`control::Command`] applied under the lock
 //! with the wall clock's time; its effects' batch goes to the group committer ([`commit`]),

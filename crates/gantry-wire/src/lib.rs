@@ -1,7 +1,8 @@
 //! What the controller and a node agent say to each other over HTTP (JSON): the agent
 //! registers its node, then heartbeats; each heartbeat reports every task the agent knows
 //! and a utilization sample, and its answer carries the agent's orders (launch, stop,
-//! forget). Everything is idempotent, so a lost or repeated message is harmless:
+//! forget). The key decision: everything is idempotent, so a lost or repeated message is
+//! harmless:
 //!
 //! - a launch is repeated in every answer until the agent reports the task; the agent claims
 //!   a task on disk before starting it, so a repeat never starts it twice;

@@ -115,6 +115,20 @@ fn unranked(node: &str) -> String {
     }
 }
 
+/// `--arrivals FILE`: a reference run's arrival order of `pods` and its node ranks, to replay
+/// instead of a drawn order.
+pub fn fixed_order(
+    path: &Path,
+    nodes: &[crate::TraceNode],
+    pods: &[crate::TracePod],
+) -> Result<(Vec<crate::Arrival>, Vec<usize>), crate::SimError> {
+    use crate::protocol_a;
+    let names: Vec<String> = read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
+    let arrivals = protocol_a::arrivals_from_names(pods, &names)
+        .map_err(|e| crate::SimError::Input(format!("{}: {e}", path.display())))?;
+    Ok((arrivals, protocol_a::ranked_node_order(nodes, &read_node_ranks(path)?)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,18 +166,4 @@ mod tests {
         assert!((means[&("w".to_string(), "fgd".to_string())] - 91.0).abs() < 1e-9);
         std::fs::remove_file(path).ok();
     }
-}
-
-/// `--arrivals FILE`: a reference run's arrival order of `pods` and its node ranks, to replay
-/// instead of a drawn order.
-pub fn fixed_order(
-    path: &Path,
-    nodes: &[crate::TraceNode],
-    pods: &[crate::TracePod],
-) -> Result<(Vec<crate::Arrival>, Vec<usize>), crate::SimError> {
-    use crate::protocol_a;
-    let names: Vec<String> = read_decisions(path)?.into_iter().map(|(p, _)| p).collect();
-    let arrivals = protocol_a::arrivals_from_names(pods, &names)
-        .map_err(|e| crate::SimError::Input(format!("{}: {e}", path.display())))?;
-    Ok((arrivals, protocol_a::ranked_node_order(nodes, &read_node_ranks(path)?)))
 }
