@@ -263,7 +263,7 @@ fn queue_tables(page: &mut String, traces: &[(String, ReplayRuns<'_>)]) {
     page.push_str(
         "<h2>Preemption and promises</h2><table><tr><th>trace</th><th>policy</th><th>seed</th><th>preemptions</th>\
          <th>by right</th><th>GPU-hours lost</th><th>most per job</th><th>promised</th><th>late</th>\
-         <th>pushed back (by right)</th><th>late with no right on record</th><th>weighted Jain</th></tr>",
+         <th>pushed back (by right)</th><th>late with no right on record</th><th>weighted Jain</th><th>Jain against entitlement</th></tr>",
     );
     for (trace, runs) in traces {
         for r in runs {
@@ -276,7 +276,7 @@ fn queue_tables(page: &mut String, traces: &[(String, ReplayRuns<'_>)]) {
             let _ = write!(
                 page,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td>\
-                 <td>{}</td><td>{}</td><td>{}</td></tr>",
+                 <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(trace),
                 escape(&r.policy),
                 r.seed,
@@ -288,7 +288,8 @@ fn queue_tables(page: &mut String, traces: &[(String, ReplayRuns<'_>)]) {
                 r.reserved_late,
                 broken.join(", "),
                 r.reserved_late_without_cause.len(),
-                r.jain_weighted_mean.map(|j| format!("{j:.3}")).unwrap_or_default()
+                r.jain_weighted_mean.map(|j| format!("{j:.3}")).unwrap_or_default(),
+                r.jain_entitled_mean.map(|j| format!("{j:.3}")).unwrap_or_default()
             );
         }
     }

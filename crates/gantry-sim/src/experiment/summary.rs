@@ -56,7 +56,8 @@ fn headline(name: &str, r: &ReplayResult, secs: f64) -> String {
     let tenants: Vec<String> = r.tenant_gpu_share_pct.iter().map(|(t, s)| format!("{t} {s:.1}%")).collect();
     let jain = r.jain_mean.map(|j| {
         let (min, weighted) = (r.jain_min.unwrap_or(j), r.jain_weighted_mean.unwrap_or(j));
-        format!(", Jain {j:.3} (min {min:.3}), weighted {weighted:.3}")
+        let entitled = r.jain_entitled_mean.unwrap_or(j);
+        format!(", Jain {j:.3} (min {min:.3}), weighted {weighted:.3}, against entitlement {entitled:.3}")
     });
     format!(
         "{name} {:<14} {} backfill {} seed {}: started {}/{} (never {}), queueing p50 {}s p90 {}s p99 {}s max {}s, mean alloc {:.1}% (peak {:.1}%) util {:.1}%, GPU time by tenant: {}{}  ({secs:.2}s)",

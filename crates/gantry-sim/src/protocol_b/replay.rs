@@ -63,6 +63,8 @@ struct Meta {
     utilization: Option<f64>,
     time_limit_s: Option<u64>,
     patience_s: Option<u64>,
+    /// Milli-GPU the job asks for (a MIG instance or a memory size counts as a whole GPU).
+    demand_milli: u64,
 }
 
 /// The clock, the scheduler and the measurements.
@@ -109,6 +111,12 @@ struct Replay<'a> {
     tenant_gpu_s: BTreeMap<String, f64>,
     tenant_running: Vec<u64>,
     tenant_pending: Vec<usize>,
+    /// Milli-GPU the waiting jobs of each tenant ask for.
+    tenant_pending_milli: Vec<u64>,
+    /// Per Jain window and tenant: the GPU-seconds it asked for (running and waiting).
+    window_demand_gpu_s: Vec<Vec<f64>>,
+    /// How much of each Jain window the replay has covered, seconds.
+    window_len_s: Vec<f64>,
     window_s: f64,
     window_gpu_s: Vec<Vec<f64>>,
     window_active: Vec<Vec<bool>>,
@@ -257,6 +265,7 @@ fn submissions(jobs: Vec<SimJob>) -> (Vec<Meta>, Vec<Submission>) {
             utilization,
             time_limit_s: spec.control.time_limit_s,
             patience_s,
+            demand_milli: job.milli_at_most(),
         });
         submissions.push(after.map(|after| {
             let mut submission = SchedJob::of(&spec, job, after);
@@ -331,6 +340,9 @@ impl<'a> Replay<'a> {
             running_util: 0.0,
             tenant_running: vec![0; tenants.len()],
             tenant_pending: vec![0; tenants.len()],
+            tenant_pending_milli: vec![0; tenants.len()],
+            window_demand_gpu_s: vec![vec![0.0; tenants.len()]; JAIN_WINDOWS],
+            window_len_s: vec![0.0; JAIN_WINDOWS],
             window_gpu_s: vec![vec![0.0; tenants.len()]; JAIN_WINDOWS],
             window_active: vec![vec![false; tenants.len()]; JAIN_WINDOWS],
             tenants,
@@ -465,7 +477,10 @@ impl<'a> Replay<'a> {
             let until = (((w + 1) as f64) * self.window_s).min(to);
             for (k, &milli) in self.tenant_running.iter().enumerate() {
                 self.window_gpu_s[w][k] += milli as f64 / 1000.0 * (until - from);
+                let wanted = milli + self.tenant_pending_milli[k];
+                self.window_demand_gpu_s[w][k] += wanted as f64 / 1000.0 * (until - from);
             }
+            self.window_len_s[w] += until - from;
             from = if until > from { until } else { to };
         }
         while self.next_sample <= t && self.series.len() <= SAMPLES {
@@ -493,6 +508,7 @@ impl<'a> Replay<'a> {
         match admission {
             Admission::Queued { starving_at } => {
                 self.tenant_pending[self.tenant_of[job]] += 1;
+                self.tenant_pending_milli[self.tenant_of[job]] += self.meta[job].demand_milli;
                 self.waiting.insert(job);
                 // A job killed by preemption waits again from its first submission: it may
                 // be past the bound already, and then it starves now, not in the past.
@@ -537,6 +553,7 @@ impl<'a> Replay<'a> {
         let woken = self.scheduler.cancel_waiting(job as JobId, t)?;
         if self.waiting.remove(&job) {
             self.tenant_pending[self.tenant_of[job]] -= 1;
+            self.tenant_pending_milli[self.tenant_of[job]] -= self.meta[job].demand_milli;
         }
         self.dropped.insert(job);
         self.gave_up += 1;
@@ -604,6 +621,7 @@ impl<'a> Replay<'a> {
     fn start(&mut self, job: usize, alloc: AllocId, milli: u64, eligible_since: u64, t: u64) {
         let m = &self.meta[job];
         self.tenant_pending[self.tenant_of[job]] -= 1;
+        self.tenant_pending_milli[self.tenant_of[job]] -= m.demand_milli;
         self.waiting.remove(&job);
         let waited = t - eligible_since;
         // A preempted job that starts again keeps its first wait.
@@ -647,6 +665,7 @@ impl<'a> Replay<'a> {
         self.delays.sort_unstable();
         let jains = self.window_jains(|w, k| self.window_gpu_s[w][k]);
         let weighted = self.window_jains(|w, k| self.window_gpu_s[w][k] / self.tenant_entitlement[k]);
+        let entitled = self.entitled_jains();
         let s = &self.scheduler;
         let stats = s.stats();
         let delays = &self.delays;
@@ -692,6 +711,8 @@ impl<'a> Replay<'a> {
             jain_min: jains.iter().copied().reduce(f64::min),
             jain_weighted_mean: mean(&weighted),
             jain_weighted_min: weighted.iter().copied().reduce(f64::min),
+            jain_entitled_mean: mean(&entitled),
+            jain_entitled_min: entitled.iter().copied().reduce(f64::min),
             events: self.job_events,
             pending: s.pending(),
             series: self.series,
@@ -705,6 +726,30 @@ impl<'a> Replay<'a> {
             .filter_map(|w| {
                 let x: Vec<f64> =
                     (0..self.tenants.len()).filter(|&k| self.window_active[w][k]).map(|k| gpu_s(w, k)).collect();
+                if x.len() < 2 { None } else { jain(&x) }
+            })
+            .collect()
+    }
+
+    /// Jain's index of each window over the tenants that wanted GPUs in it, of the GPU time
+    /// each got over its max-min entitlement: the fleet's GPU time in the window shared by
+    /// weight (the queue tree's shares) among the tenants, none given more than it asked for,
+    /// what it leaves going to the others. A split that gives each tenant its entitlement
+    /// reads 1, whatever the weights and however little some tenants wanted.
+    fn entitled_jains(&self) -> Vec<f64> {
+        (0..JAIN_WINDOWS)
+            .filter_map(|w| {
+                let active: Vec<usize> = (0..self.tenants.len()).filter(|&k| self.window_active[w][k]).collect();
+                let capacity = self.capacity / 1000.0 * self.window_len_s[w];
+                let demands: Vec<f64> = active.iter().map(|&k| self.window_demand_gpu_s[w][k]).collect();
+                let weights: Vec<f64> = active.iter().map(|&k| self.tenant_entitlement[k]).collect();
+                let entitled = max_min_shares(capacity, &demands, &weights);
+                let x: Vec<f64> = active
+                    .iter()
+                    .zip(&entitled)
+                    .filter(|(_, e)| **e > 0.0)
+                    .map(|(&k, e)| self.window_gpu_s[w][k] / e)
+                    .collect();
                 if x.len() < 2 { None } else { jain(&x) }
             })
             .collect()
@@ -754,6 +799,31 @@ fn mean(values: &[f64]) -> Option<f64> {
 
 /// Each tenant's entitlement as a fraction of the fleet: its queue's weight over the sum of
 /// its siblings' weights, times its parent's entitlement (1 per tenant under FIFO).
+/// Weighted max-min fair shares of `capacity` (water-filling): each claimant gets capacity in
+/// proportion to its weight, none more than its demand, and what a capped one leaves is shared
+/// again among the rest.
+pub(super) fn max_min_shares(capacity: f64, demands: &[f64], weights: &[f64]) -> Vec<f64> {
+    let mut share = vec![0.0; demands.len()];
+    let mut open: Vec<usize> = (0..demands.len()).filter(|&i| demands[i] > 0.0 && weights[i] > 0.0).collect();
+    let mut left = capacity;
+    while !open.is_empty() && left > 1e-9 {
+        let weight: f64 = open.iter().map(|&i| weights[i]).sum();
+        let per_weight = left / weight;
+        let capped: Vec<usize> =
+            open.iter().copied().filter(|&i| demands[i] - share[i] <= per_weight * weights[i]).collect();
+        if capped.is_empty() {
+            open.iter().for_each(|&i| share[i] += per_weight * weights[i]);
+            break;
+        }
+        for &i in &capped {
+            left -= demands[i] - share[i];
+            share[i] = demands[i];
+        }
+        open.retain(|i| !capped.contains(i));
+    }
+    share
+}
+
 fn entitlements(order: &super::Order, tenants: &[String]) -> Vec<f64> {
     let super::Order::FairShare(tree) = order else { return vec![1.0; tenants.len()] };
     let share = |q: usize| -> f64 {
@@ -768,4 +838,18 @@ fn entitlements(order: &super::Order, tenants: &[String]) -> Vec<f64> {
         e
     };
     tenants.iter().map(|t| tree.find(t).map_or(1.0, share)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::max_min_shares;
+
+    #[test]
+    fn max_min_shares_fill_by_weight_up_to_demand() {
+        assert_eq!(max_min_shares(64.0, &[100.0, 8.0], &[1.0, 1.0]), vec![56.0, 8.0]);
+        assert_eq!(max_min_shares(64.0, &[100.0, 100.0], &[3.0, 1.0]), vec![48.0, 16.0]);
+        assert_eq!(max_min_shares(64.0, &[10.0, 10.0], &[1.0, 1.0]), vec![10.0, 10.0]);
+        assert_eq!(max_min_shares(60.0, &[100.0, 100.0, 5.0], &[1.0, 1.0, 1.0]), vec![27.5, 27.5, 5.0]);
+        assert_eq!(max_min_shares(64.0, &[0.0, 100.0], &[1.0, 1.0]), vec![0.0, 64.0]);
+    }
 }

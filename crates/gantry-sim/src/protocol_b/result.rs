@@ -160,6 +160,13 @@ pub struct ReplayResult {
     /// got GPU time in proportion to its weight. FIFO order weighs tenants equally.
     pub jain_weighted_mean: Option<f64>,
     pub jain_weighted_min: Option<f64>,
+    /// Jain's index per window of each tenant's GPU time over its max-min entitlement: the
+    /// window's GPU time shared by weight, none given more than it asked for (running and
+    /// waiting), the rest shared again. 1 when every tenant got what a weighted max-min fair
+    /// split would give it; unlike `jain_weighted_*`, a tenant that wanted little is not
+    /// counted as short-changed.
+    pub jain_entitled_mean: Option<f64>,
+    pub jain_entitled_min: Option<f64>,
     /// Every job waiting when the replay ended or was stopped, with its reason and, where a
     /// reservation was made, its estimated start (what `why` shows).
     pub pending: Vec<gantry_types::PendingJob>,

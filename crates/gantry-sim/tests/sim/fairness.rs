@@ -96,3 +96,35 @@ fn a_quota_limit_holds_back_the_heavy_tenant() {
     // Capacity team-0 may not use stays idle while the others have nothing queued.
     assert!(limited.mean_alloc_pct < free.mean_alloc_pct, "{} vs {}", limited.mean_alloc_pct, free.mean_alloc_pct);
 }
+
+/// Two equal-weight teams on 64 GPUs: `big` always wants more than the fleet, `small` never
+/// more than 8 GPUs. Fair share gives `small` all it asks and `big` the rest — the max-min
+/// fair split. Jain over raw weights calls that unfair (56 against 8 GPUs); over each team's
+/// entitlement (capped by what it asked for) it is fair.
+#[test]
+fn fairness_is_judged_against_what_each_team_could_use() {
+    let mut trace = String::new();
+    for i in 0..400 {
+        let line = format!(
+            "{{\"arrival_s\": {}, \"duration_s\": 600, \"job\": {{\"name\": \"b{i}\", \"queue\": \"big\", \"gpu\": {{\"count\": 1}}}}}}\n",
+            i * 10
+        );
+        trace.push_str(&line);
+    }
+    for i in 0..60 {
+        let line = format!(
+            "{{\"arrival_s\": {}, \"duration_s\": 600, \"job\": {{\"name\": \"s{i}\", \"queue\": \"small\", \"gpu\": {{\"count\": 1}}}}}}\n",
+            i * 75
+        );
+        trace.push_str(&line);
+    }
+    let catalog = Catalog::embedded();
+    let fleet = parse_fleet(FLEET, catalog).expect("fixture fleet");
+    let jobs = read_trace(trace.as_bytes(), catalog, false).expect("trace").jobs;
+    let order = Order::FairShare(QueueTree::flat(["big", "small"], 3600, 86_400));
+    let options = ReplayOptions { order, ..Default::default() };
+    let r = run_trace(&fleet, catalog, &jobs, Policy::Default, 1, &options).expect("replays");
+    let (weighted, entitled) = (r.jain_weighted_mean.expect("windows"), r.jain_entitled_mean.expect("windows"));
+    assert!(entitled > 0.97, "each team got its entitlement: {entitled:.3}");
+    assert!(weighted < 0.8, "raw weights call the same split unfair: {weighted:.3}");
+}
