@@ -49,6 +49,8 @@ fn launch(job: u64) -> Launch {
         account: "root".into(),
         cpu_milli: Some(1000),
         memory_bytes: Some(1 << 30),
+        layout: None,
+        array_index: None,
     }
 }
 

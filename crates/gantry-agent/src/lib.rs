@@ -30,4 +30,5 @@ pub mod runs;
 pub mod sample;
 pub mod setup;
 pub mod spawn;
+pub mod task_env;
 pub mod topology;

@@ -321,8 +321,16 @@ impl Runner {
             ("GANTRY_WORLD_SIZE".to_string(), l.world_size.to_string()),
             ("GANTRY_NODE".to_string(), l.node.clone()),
             ("GANTRY_MASTER_ADDR".to_string(), master_addr(l).to_string()),
-            ("GANTRY_MASTER_PORT".to_string(), (29_500 + l.job % 10_000).to_string()),
+            ("GANTRY_MASTER_PORT".to_string(), crate::task_env::master_port(l.job).to_string()),
         ]);
+        env.extend(crate::task_env::run_env(l, master_addr(l)));
+        // An agent started without a login (a service manager's) has no USER to pass on:
+        // the task's account is who it is.
+        for key in ["USER", "LOGNAME"] {
+            if !l.account.is_empty() && !env.iter().any(|(k, _)| k == key) {
+                env.push((key.to_string(), l.account.clone()));
+            }
+        }
         env
     }
 

@@ -95,6 +95,28 @@ pub struct Launch {
     /// The memory this task was granted, bytes (protocol 3; 0: it asked for none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
+    /// Where the whole run is: its nodes in rank order, each once, this task's place among
+    /// them, among the tasks on its node, and the GPUs the run holds on its node — what a
+    /// Slurm or `torch.distributed` program reads from its environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<RunLayout>,
+    /// Its index in its job array (`SLURM_ARRAY_TASK_ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u32>,
+}
+
+/// Where a task sits in its run (see [`Launch::layout`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RunLayout {
+    /// The run's nodes in rank order, each once.
+    pub nodes: Vec<String>,
+    /// This task's node's place in `nodes`.
+    pub node_index: u32,
+    /// This task's place among the run's tasks on its node, and how many those are.
+    pub local_rank: u32,
+    pub local_tasks: u32,
+    /// GPUs (or GPU units) the run holds on this task's node.
+    pub gpus_on_node: u32,
 }
 
 impl Launch {

@@ -50,6 +50,8 @@ impl Controller {
                 account: self.accounts.account(row.job.control.user.as_deref().unwrap_or_default()),
                 cpu_milli: Some(u64::from(task.cpu.0)),
                 memory_bytes: Some(task.memory.0),
+                layout: Some(run_layout(placement, rank)),
+                array_index: row.job.control.array.as_ref().map(|a| a.index),
             });
         }
         (starts, launches)
@@ -227,5 +229,52 @@ impl Controller {
         tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
         self.settle(woken, now)
+    }
+}
+
+/// Where the task of `rank` sits in the run `placement` makes: the nodes in rank order, its
+/// node's place, its place among that node's tasks, and the GPUs the run holds there.
+fn run_layout(placement: &[TaskPlacement], rank: usize) -> crate::wire::RunLayout {
+    let mut nodes: Vec<String> = Vec::new();
+    for task in placement {
+        if !nodes.contains(&task.node) {
+            nodes.push(task.node.clone());
+        }
+    }
+    let node = &placement[rank].node;
+    let here: Vec<&TaskPlacement> = placement.iter().filter(|t| &t.node == node).collect();
+    crate::wire::RunLayout {
+        node_index: nodes.iter().position(|n| n == node).unwrap_or(0) as u32,
+        nodes,
+        local_rank: placement[..rank].iter().filter(|t| &t.node == node).count() as u32,
+        local_tasks: here.len() as u32,
+        gpus_on_node: here.iter().map(|t| t.gpus.len() as u32).sum(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_layout;
+    use gantry_types::{Bytes, GpuGrant, MilliCpu, TaskPlacement};
+
+    fn task(replica: u32, node: &str, gpus: u32) -> TaskPlacement {
+        TaskPlacement {
+            group: "worker".into(),
+            replica,
+            node: node.into(),
+            cpu: MilliCpu(0),
+            memory: Bytes(0),
+            gpus: (0..gpus).map(|gpu| GpuGrant::Whole { gpu }).collect(),
+        }
+    }
+
+    #[test]
+    fn each_task_learns_the_run_s_nodes_and_its_place_on_its_own() {
+        let placement = [task(0, "b", 2), task(1, "a", 4), task(2, "b", 2)];
+        let third = run_layout(&placement, 2);
+        assert_eq!(third.nodes, ["b", "a"], "in rank order, each once");
+        assert_eq!((third.node_index, third.local_rank, third.local_tasks, third.gpus_on_node), (0, 1, 2, 4));
+        let second = run_layout(&placement, 1);
+        assert_eq!((second.node_index, second.local_rank, second.local_tasks, second.gpus_on_node), (1, 0, 1, 4));
     }
 }

@@ -1,0 +1,164 @@
+//! The environment Slurm and PyTorch programs read to find their place in a run: `SLURM_*`
+//! (job, task, node and array ids, the node list in Slurm's hostlist form) and
+//! `torch.distributed`'s `env://` variables (`MASTER_ADDR`, `MASTER_PORT`, `RANK`,
+//! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), so a script written for Slurm or for
+//! `torchrun` runs unchanged. Built from the launch alone; docs/formats.md has the table.
+
+use gantry_wire::{Launch, RunLayout};
+
+/// The port of a run's rendezvous: one per job, so two jobs whose first tasks share a node
+/// do not collide (what `GANTRY_MASTER_PORT` has always been).
+pub fn master_port(job: u64) -> u16 {
+    (29_500 + job % 10_000) as u16
+}
+
+/// The variables for task `l`; `master_addr` is its rendezvous host as this node reaches it.
+pub fn run_env(l: &Launch, master_addr: &str) -> Vec<(String, String)> {
+    let single = RunLayout {
+        nodes: vec![l.node.clone()],
+        node_index: 0,
+        local_rank: 0,
+        local_tasks: 1,
+        gpus_on_node: l.devices.len() as u32,
+    };
+    let layout = l.layout.as_ref().unwrap_or(&single);
+    let cpus = l.cpu_milli.filter(|&m| m > 0).map(|m| m.div_ceil(1000));
+    let mut env: Vec<(&str, String)> = vec![
+        ("RANK", l.rank.to_string()),
+        ("WORLD_SIZE", l.world_size.to_string()),
+        ("LOCAL_RANK", layout.local_rank.to_string()),
+        ("LOCAL_WORLD_SIZE", layout.local_tasks.to_string()),
+        ("MASTER_ADDR", master_addr.to_string()),
+        ("MASTER_PORT", master_port(l.job).to_string()),
+        ("SLURM_CLUSTER_NAME", "gantry".to_string()),
+        ("SLURM_JOB_ID", l.job.to_string()),
+        ("SLURM_JOBID", l.job.to_string()),
+        ("SLURM_JOB_NAME", l.job_name.clone()),
+        ("SLURM_NTASKS", l.world_size.to_string()),
+        ("SLURM_NPROCS", l.world_size.to_string()),
+        ("SLURM_PROCID", l.rank.to_string()),
+        ("SLURM_LOCALID", layout.local_rank.to_string()),
+        ("SLURM_NODEID", layout.node_index.to_string()),
+        ("SLURM_NNODES", layout.nodes.len().to_string()),
+        ("SLURM_JOB_NUM_NODES", layout.nodes.len().to_string()),
+        ("SLURM_JOB_NODELIST", hostlist(&layout.nodes)),
+        ("SLURMD_NODENAME", l.node.clone()),
+        ("SLURM_GPUS_ON_NODE", layout.gpus_on_node.to_string()),
+    ];
+    env.extend(cpus.map(|c| ("SLURM_CPUS_PER_TASK", c.to_string())));
+    env.extend(l.workdir.clone().map(|w| ("SLURM_SUBMIT_DIR", w)));
+    env.extend(l.array_index.map(|i| ("SLURM_ARRAY_TASK_ID", i.to_string())));
+    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// Node names in Slurm's hostlist form: names that differ only in a trailing number of the
+/// same width, consecutive, as `prefix[first-last]` (`n[1-3],gpu-a`); order kept.
+pub fn hostlist(nodes: &[String]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < nodes.len() {
+        let Some((prefix, digits)) = numbered(&nodes[i]) else {
+            parts.push(nodes[i].clone());
+            i += 1;
+            continue;
+        };
+        let first: u64 = digits.parse().unwrap_or(0);
+        let mut j = i + 1;
+        while j < nodes.len()
+            && numbered(&nodes[j]).is_some_and(|(p, d)| {
+                p == prefix && d.len() == digits.len() && d.parse::<u64>().ok() == Some(first + (j - i) as u64)
+            })
+        {
+            j += 1;
+        }
+        if j - i == 1 {
+            parts.push(nodes[i].clone());
+        } else {
+            let last = &numbered(&nodes[j - 1]).expect("numbered").1;
+            parts.push(format!("{prefix}[{digits}-{last}]"));
+        }
+        i = j;
+    }
+    parts.join(",")
+}
+
+/// A name's prefix and trailing digits, if it ends in some (and is not only digits).
+fn numbered(name: &str) -> Option<(&str, &str)> {
+    let cut = name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    (cut > 0 && cut < name.len() && name.len() - cut <= 18).then(|| name.split_at(cut))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn node_lists_read_as_slurm_writes_them() {
+        assert_eq!(hostlist(&names(&["n1", "n2", "n3"])), "n[1-3]");
+        assert_eq!(hostlist(&names(&["n1", "n3"])), "n1,n3");
+        assert_eq!(hostlist(&names(&["gpu-07", "gpu-08", "gpu-10", "login"])), "gpu-[07-08],gpu-10,login");
+        assert_eq!(hostlist(&names(&["a9", "a10"])), "a9,a10");
+        assert_eq!(hostlist(&names(&["vm"])), "vm");
+        assert_eq!(hostlist(&[]), "");
+    }
+
+    fn launch(rank: u32, node: &str, layout: Option<RunLayout>) -> Launch {
+        Launch {
+            job: 42,
+            job_name: "train".into(),
+            group: "worker".into(),
+            replica: rank,
+            rank,
+            world_size: 4,
+            node: node.into(),
+            master_node: "n1".into(),
+            devices: vec!["GPU-a".into()],
+            mps: None,
+            command: Vec::new(),
+            env: Vec::new(),
+            workdir: Some("/home/alice/run".into()),
+            time_limit_s: None,
+            grace_s: 0,
+            attempt: 0,
+            account: "alice".into(),
+            cpu_milli: Some(2500),
+            memory_bytes: None,
+            layout,
+            array_index: Some(3),
+        }
+    }
+
+    #[test]
+    fn a_task_learns_its_place_in_the_run() {
+        let layout =
+            RunLayout { nodes: names(&["n1", "n2"]), node_index: 1, local_rank: 1, local_tasks: 2, gpus_on_node: 2 };
+        let env: std::collections::BTreeMap<String, String> =
+            run_env(&launch(3, "n2", Some(layout)), "n1").into_iter().collect();
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(
+            (get("RANK"), get("WORLD_SIZE"), get("LOCAL_RANK"), get("LOCAL_WORLD_SIZE")),
+            (Some("3"), Some("4"), Some("1"), Some("2"))
+        );
+        assert_eq!((get("MASTER_ADDR"), get("MASTER_PORT")), (Some("n1"), Some("29542")));
+        assert_eq!(
+            (get("SLURM_JOB_ID"), get("SLURM_PROCID"), get("SLURM_NODEID"), get("SLURM_NNODES")),
+            (Some("42"), Some("3"), Some("1"), Some("2"))
+        );
+        assert_eq!(
+            (get("SLURM_JOB_NODELIST"), get("SLURM_GPUS_ON_NODE"), get("SLURM_CPUS_PER_TASK")),
+            (Some("n[1-2]"), Some("2"), Some("3"))
+        );
+        assert_eq!((get("SLURM_ARRAY_TASK_ID"), get("SLURM_SUBMIT_DIR")), (Some("3"), Some("/home/alice/run")));
+        // A launch from a controller that sends no layout: a run of its own on this node.
+        let env: std::collections::BTreeMap<String, String> =
+            run_env(&launch(0, "n1", None), "127.0.0.1").into_iter().collect();
+        assert_eq!(
+            (env["SLURM_NNODES"].as_str(), env["SLURM_JOB_NODELIST"].as_str(), env["LOCAL_RANK"].as_str()),
+            ("1", "n1", "0")
+        );
+    }
+}
