@@ -92,3 +92,51 @@ pub struct Checkpointed {
     /// The command log kept before now, seconds (`[log] keep_days`; `None`: all of it).
     pub keep_log_s: Option<u64>,
 }
+
+/// A reply that is not the type its call returns: from a controller of another version.
+#[derive(Debug)]
+pub struct UnexpectedReply {
+    pub path: String,
+    pub error: serde_json::Error,
+}
+
+impl std::fmt::Display for UnexpectedReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the controller's reply to {} is not what this gantry reads ({}): is it another version?",
+            self.path, self.error
+        )
+    }
+}
+
+impl std::error::Error for UnexpectedReply {}
+
+/// The reply to `path` read as the API's type `T`; one that is not says which call gave it.
+pub fn read_reply<T: serde::de::DeserializeOwned>(value: &serde_json::Value, path: &str) -> Result<T, UnexpectedReply> {
+    T::deserialize(value).map_err(|error| UnexpectedReply { path: path.to_string(), error })
+}
+
+/// A fresh idempotency key for a submission (`Idempotency-Key`): 128 random bits, hex. If
+/// the controller that took the submission dies before answering, the same key sent to the
+/// next one (a standby that took over) does not submit it twice.
+pub fn idempotency_key() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod reply_tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_of_another_shape_is_refused_by_its_call() {
+        let err = read_reply::<crate::JobView>(&serde_json::json!([1, 2]), "/v1/jobs/3").expect_err("not a job");
+        assert!(err.to_string().contains("reply to /v1/jobs/3 is not what this gantry reads"), "{err}");
+        let jobs: Vec<crate::JobView> = read_reply(&serde_json::json!([]), "/v1/jobs").expect("an empty list");
+        assert!(jobs.is_empty());
+        assert_eq!(idempotency_key().expect("urandom").len(), 32);
+    }
+}

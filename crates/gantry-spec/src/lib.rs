@@ -21,6 +21,7 @@ mod quantity;
 mod queues;
 /// Slurm habits (`#SBATCH` options, `submit --gpus N -- command`) as gantry job tables.
 pub mod sbatch;
+pub mod sbatch_cli;
 mod trace;
 mod workload;
 

@@ -168,17 +168,22 @@ pub struct SubmitArgs {
 
 #[derive(Args)]
 pub struct SbatchArgs {
-    /// A batch script with `#SBATCH` lines (--job-name, --gres=gpu[:type]:N, --gpus,
-    /// --gpus-per-node, --nodes, --ntasks-per-node, --ntasks, --cpus-per-task, --mem, --time,
-    /// --partition, --account, --qos, --nice, --array, --dependency=afterok:ID, --chdir,
-    /// --requeue/--no-requeue,
-    /// --output/--error with %j %x %a %u); it runs with its `#!` interpreter (default sh), in
-    /// the directory sbatch was run from unless --chdir says otherwise. Other options are named
-    /// in a warning and left out.
-    script: PathBuf,
-    /// Wait until the job has ended; exit 1 if it did not complete.
-    #[arg(long)]
-    wait: bool,
+    /// As Slurm's sbatch: options (they override the script's `#SBATCH` lines: --job-name,
+    /// --gres=gpu[:type]:N, --gpus, --gpus-per-node, --nodes, --ntasks-per-node, --ntasks,
+    /// --cpus-per-task, --mem, --time, --partition, --account, --qos, --nice, --array,
+    /// --dependency=afterok:ID, --chdir, --requeue/--no-requeue, --output/--error with %j %x %a
+    /// %u; --wrap=COMMAND instead of a script; --parsable for the bare id; --wait to wait for
+    /// the end, exit 1 if it did not complete), then the script and its arguments. It runs with
+    /// its `#!` interpreter (default sh), where sbatch was run unless --chdir says otherwise.
+    /// An option on the command line gantry does not carry out is refused; in the script, it
+    /// is named in a warning and left out.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "[OPTIONS] SCRIPT [ARGS]"
+    )]
+    args: Vec<String>,
     #[command(flatten)]
     server: ServerArg,
 }
@@ -204,11 +209,9 @@ pub struct JobArgs {
     server: ServerArg,
 }
 
-/// A reply read as the API's type `T`; a reply that is not one says which call gave it.
+/// A reply read as the API's type `T`.
 pub fn typed<T: serde::de::DeserializeOwned>(value: &Value, path: &str) -> anyhow::Result<T> {
-    T::deserialize(value).map_err(|e| {
-        anyhow::anyhow!("the controller's reply to {path} is not what this gantry reads ({e}): is it another version?")
-    })
+    Ok(gantry_api::replies::read_reply(value, path)?)
 }
 
 pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
@@ -233,41 +236,55 @@ pub fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
             ("the command".to_string(), gantry_spec::sbatch::workload(job))
         }
     };
-    send(&args.server, &what, &text, args.wait)
+    send(&args.server, &what, &text, args.wait, Submitted::Gantry)
 }
 
 pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
+    let line = gantry_spec::sbatch_cli::parse_command_line(&args.args).map_err(|e| anyhow::anyhow!("sbatch: {e}"))?;
+    let script = line.script.as_ref().map(PathBuf::from);
     let text =
-        std::fs::read_to_string(&args.script).with_context(|| format!("cannot read {}", args.script.display()))?;
-    let mut request =
-        gantry_spec::sbatch::parse_script(&text).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
-    for option in &request.ignored {
-        eprintln!("warning: {}: {option} is not supported by gantry sbatch; left out", args.script.display());
+        script.as_ref().map(|s| std::fs::read_to_string(s).with_context(|| format!("cannot read {}", s.display())));
+    let text = text.transpose()?;
+    let what = script.as_ref().map_or_else(|| "--wrap".to_string(), |s| s.display().to_string());
+    let stem = script
+        .as_ref()
+        .and_then(|s| s.file_stem())
+        .map_or_else(|| "batch".into(), |n| n.to_string_lossy().into_owned());
+    let here = std::env::current_dir().context("the current directory (the job's working directory)")?;
+    let source = text.as_deref().map(|t| (t, stem.as_str()));
+    let (job, ignored) = gantry_spec::sbatch_cli::batch_job(&line, source, &here.display().to_string())
+        .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    for option in &ignored {
+        eprintln!("warning: {what}: {option} is not supported by gantry sbatch; left out");
     }
-    if request.chdir.is_none() {
-        // Slurm's default: the script runs where it was submitted from.
-        let here = std::env::current_dir().context("the current directory (the job's working directory)")?;
-        request.chdir = Some(here.display().to_string());
-    }
-    let command = gantry_spec::sbatch::script_command(&text);
-    let name = args.script.file_stem().map_or_else(|| "batch".to_string(), |n| n.to_string_lossy().into_owned());
-    let job = request.job(&name, command).map_err(|e| anyhow::anyhow!("{}: {e}", args.script.display()))?;
-    send(&args.server, &args.script.display().to_string(), &gantry_spec::sbatch::workload(job), args.wait)
+    let form = if line.parsable { Submitted::Parsable } else { Submitted::Slurm };
+    send(&args.server, &what, &gantry_spec::sbatch::workload(job), line.wait, form)
+}
+
+/// How `send` says what was submitted: gantry's line, Slurm's, or the bare id.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Submitted {
+    Gantry,
+    Slurm,
+    Parsable,
 }
 
 /// Submit a workload text, print the ids, optionally wait for the jobs to end.
-fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Result<ExitCode> {
+fn send(server: &ServerArg, what: &str, text: &str, wait: bool, form: Submitted) -> anyhow::Result<ExitCode> {
     // One key per submission: if a controller takes it and dies before answering, the same
     // request sent to the next one (a standby that took over) is not doubled.
-    let key = submission_key()?;
+    let key = gantry_api::replies::idempotency_key()
+        .context("cannot read /dev/urandom for the submission's idempotency key")?;
     let reply = server
         .call_with("POST", "/v1/jobs", Some(text), &[("Idempotency-Key", &key)])
         .with_context(|| what.to_string())?;
     let ids = typed::<gantry_api::Submitted>(&reply, "/v1/jobs")?.ids;
-    if server.json {
-        println!("{reply}");
-    } else {
-        println!("submitted {} job(s): {}", ids.len(), id_ranges(&ids));
+    match form {
+        _ if server.json => println!("{reply}"),
+        Submitted::Gantry => println!("submitted {} job(s): {}", ids.len(), id_ranges(&ids)),
+        // An array's first element stands for the array, as Slurm's array job id does.
+        Submitted::Slurm => println!("Submitted batch job {}", ids.first().copied().unwrap_or_default()),
+        Submitted::Parsable => println!("{}", ids.first().copied().unwrap_or_default()),
     }
     if !wait {
         return Ok(ExitCode::SUCCESS);
@@ -287,16 +304,6 @@ fn send(server: &ServerArg, what: &str, text: &str, wait: bool) -> anyhow::Resul
         }
     }
     Ok(if all_completed { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-/// A fresh idempotency key: 128 random bits, hex.
-fn submission_key() -> anyhow::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("cannot read /dev/urandom for the submission's idempotency key")?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 pub fn queue(args: QueueArgs) -> anyhow::Result<ExitCode> {
@@ -368,19 +375,6 @@ pub fn hold(args: JobArgs, held: bool) -> anyhow::Result<ExitCode> {
         println!("job {}: {state}{already}", args.id);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_reply_of_another_shape_is_refused_by_its_call() {
-        let err = typed::<JobView>(&serde_json::json!([1, 2]), "/v1/jobs/3").expect_err("not a job");
-        assert!(err.to_string().contains("reply to /v1/jobs/3 is not what this gantry reads"), "{err}");
-        let jobs: Vec<JobView> = typed(&serde_json::json!([]), "/v1/jobs").expect("an empty list");
-        assert!(jobs.is_empty());
-    }
 }
 
 #[derive(Args)]

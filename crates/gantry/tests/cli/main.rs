@@ -640,7 +640,8 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
         all.extend(args);
         Command::new(env!("CARGO_BIN_EXE_gantry")).args(&all).current_dir(&dir).output().expect("gantry runs")
     };
-    let batch = sbatch(&["batchy.sh", "--wait"]);
+    let batch = sbatch(&["--wait", "batchy.sh"]);
+    assert!(stdout(&batch).starts_with("Submitted batch job "), "Slurm's line: {}", stdout(&batch));
     assert_eq!(batch.status.code(), Some(0), "{}", stderr(&batch));
     assert!(stderr(&batch).contains("--exclusive is not supported by gantry sbatch"), "{}", stderr(&batch));
     let id = stdout(&batch).split_whitespace().last().expect("id").to_string();
@@ -652,9 +653,14 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     );
     std::fs::write(dir.join("after.sh"), format!("#!/bin/sh\n#SBATCH --dependency=afterok:{id}\necho after\n"))
         .expect("script");
-    assert_eq!(sbatch(&["after.sh", "--wait"]).status.code(), Some(0), "runs after job {id}");
+    assert_eq!(sbatch(&["--wait", "after.sh"]).status.code(), Some(0), "runs after job {id}");
+    let parsable = sbatch(&["--parsable", "--job-name=bare", "after.sh"]);
+    assert!(stdout(&parsable).trim().parse::<u64>().is_ok(), "the bare id: {}", stdout(&parsable));
+    let refused = sbatch(&["--exclusive", "after.sh"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--exclusive: not supported"), "{}", stderr(&refused));
     std::fs::write(dir.join("lost.sh"), "#!/bin/sh\n#SBATCH --chdir=/nonexistent/run\necho never\n").expect("script");
-    let lost = sbatch(&["lost.sh", "--wait"]);
+    let lost = sbatch(&["--wait", "lost.sh"]);
     assert_eq!(lost.status.code(), Some(1), "{}", stderr(&lost));
     let id = stdout(&lost).split_whitespace().last().expect("id").to_string();
     let logs = stdout(&cli(&["logs", &id]));

@@ -1,0 +1,200 @@
+//! `sbatch`'s own command line as Slurm reads it: options first (`--opt=value`, `--opt value`,
+//! `-X value`, `-Xvalue`), then the script and its arguments. Options given here override the
+//! script's `#SBATCH` lines; `--wrap` stands for a script; `--parsable` asks for the bare id.
+//! An option gantry does not carry out is refused by name, never dropped.
+
+use crate::SpecError;
+use crate::sbatch::{Request, parse_script, script_command};
+use toml::Table;
+
+/// Long options that take a value, and their one-letter forms.
+const WITH_VALUE: [(&str, Option<char>); 20] = [
+    ("--job-name", Some('J')),
+    ("--partition", Some('p')),
+    ("--account", Some('A')),
+    ("--qos", Some('q')),
+    ("--gres", None),
+    ("--gpus", Some('G')),
+    ("--gpus-per-node", None),
+    ("--nodes", Some('N')),
+    ("--ntasks", Some('n')),
+    ("--ntasks-per-node", None),
+    ("--cpus-per-task", Some('c')),
+    ("--mem", None),
+    ("--time", Some('t')),
+    ("--nice", None),
+    ("--array", Some('a')),
+    ("--dependency", Some('d')),
+    ("--chdir", Some('D')),
+    ("--output", Some('o')),
+    ("--error", Some('e')),
+    ("--wrap", None),
+];
+
+/// Options without a value.
+const FLAGS: [&str; 4] = ["--requeue", "--no-requeue", "--parsable", "--wait"];
+
+/// What `sbatch`'s command line says.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct CommandLine {
+    /// The options to apply over the script's, in order (`--wrap`, `--parsable` and `--wait`
+    /// taken out).
+    pub options: Vec<(String, Option<String>)>,
+    pub parsable: bool,
+    pub wait: bool,
+    /// `--wrap=COMMAND`: the script is `COMMAND` run by `sh`.
+    pub wrap: Option<String>,
+    pub script: Option<String>,
+    pub script_args: Vec<String>,
+}
+
+fn refused(option: &str) -> SpecError {
+    SpecError::new(option, "not supported by gantry's sbatch").hint(
+        "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --nodes, \
+         --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --time, --nice, --array, --dependency, --chdir, \
+         --output, --error, --wrap, --requeue, --no-requeue, --parsable, --wait",
+    )
+}
+
+/// The long name of an option as written (`-J`, `--job-name`), and whether it takes a value.
+fn known(option: &str) -> Option<(&'static str, bool)> {
+    if let Some(&flag) = FLAGS.iter().find(|f| **f == option) {
+        return Some((flag, false));
+    }
+    let short = option.strip_prefix('-').filter(|s| s.len() == 1).and_then(|s| s.chars().next());
+    WITH_VALUE
+        .iter()
+        .find(|(long, letter)| *long == option || (short.is_some() && *letter == short))
+        .map(|(long, _)| (*long, true))
+}
+
+/// Read `args` (what follows `sbatch`).
+pub fn parse_command_line(args: &[String]) -> Result<CommandLine, SpecError> {
+    let mut line = CommandLine::default();
+    let mut i = 0;
+    while i < args.len() && args[i].starts_with('-') && args[i] != "-" {
+        let arg = &args[i];
+        let (name, inline) = split_option(arg);
+        let (long, takes_value) = known(name).ok_or_else(|| refused(name))?;
+        let value = match (takes_value, inline) {
+            (false, None) => None,
+            (false, Some(_)) => return Err(SpecError::new(long, "takes no value")),
+            (true, Some(v)) => Some(v),
+            (true, None) => {
+                i += 1;
+                Some(args.get(i).cloned().ok_or_else(|| SpecError::new(long, "needs a value"))?)
+            }
+        };
+        match long {
+            "--parsable" => line.parsable = true,
+            "--wait" => line.wait = true,
+            "--wrap" => line.wrap = value,
+            _ => line.options.push((long.to_string(), value)),
+        }
+        i += 1;
+    }
+    line.script = args.get(i).cloned();
+    line.script_args = args.get(i + 1..).unwrap_or_default().to_vec();
+    match (&line.script, &line.wrap) {
+        (Some(_), Some(_)) => Err(SpecError::new("--wrap", "give a script or --wrap, not both")),
+        (None, None) => {
+            Err(SpecError::new("", "no batch script").hint("sbatch [OPTIONS] SCRIPT [ARGS…], or --wrap=COMMAND"))
+        }
+        _ => Ok(line),
+    }
+}
+
+/// `--opt=value` → (`--opt`, value); `-Xvalue` → (`-X`, value); else the option alone.
+fn split_option(arg: &str) -> (&str, Option<String>) {
+    if let Some((name, value)) = arg.split_once('=').filter(|_| arg.starts_with("--")) {
+        return (name, Some(value.to_string()));
+    }
+    if !arg.starts_with("--") && arg.len() > 2 {
+        return (&arg[..2], Some(arg[2..].to_string()));
+    }
+    (arg, None)
+}
+
+/// The job a batch submission makes: the script's `#SBATCH` lines (`script` is its text and
+/// `name` its file's stem; `None` with `--wrap`), the command line's options over them, run
+/// where it was submitted from (`cwd`) unless `--chdir` says otherwise. With the options the
+/// script's lines name that gantry does not carry out (each worth a warning).
+pub fn batch_job(
+    line: &CommandLine,
+    script: Option<(&str, &str)>,
+    cwd: &str,
+) -> Result<(Table, Vec<String>), SpecError> {
+    let wrapped;
+    let (text, name) = match (script, &line.wrap) {
+        (Some((text, name)), _) => (text, name),
+        (None, Some(command)) => {
+            wrapped = format!("#!/bin/sh\n{command}\n");
+            (wrapped.as_str(), "wrap")
+        }
+        (None, None) => return Err(SpecError::new("", "no batch script")),
+    };
+    let mut request: Request = parse_script(text)?;
+    for (option, value) in &line.options {
+        request.apply(option, value.as_deref()).map_err(|e| SpecError { field: option.clone(), ..e })?;
+    }
+    if request.chdir.is_none() {
+        request.chdir = Some(cwd.to_string());
+    }
+    let mut command = script_command(text);
+    if !line.script_args.is_empty() {
+        command.push(name.to_string());
+        command.extend(line.script_args.iter().cloned());
+    }
+    let job = request.job(name, command)?;
+    Ok((job, std::mem::take(&mut request.ignored)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_come_before_the_script_in_every_spelling() {
+        let line = parse_command_line(&args(&["--gres=gpu:2", "-J", "x", "-t10", "--parsable", "run.sh", "--lr", "3"]))
+            .expect("valid");
+        assert_eq!(
+            line.options,
+            vec![
+                ("--gres".into(), Some("gpu:2".into())),
+                ("--job-name".into(), Some("x".into())),
+                ("--time".into(), Some("10".into()))
+            ]
+        );
+        assert!(line.parsable && !line.wait);
+        assert_eq!((line.script.as_deref(), line.script_args.clone()), (Some("run.sh"), args(&["--lr", "3"])));
+    }
+
+    #[test]
+    fn what_gantry_does_not_do_is_refused_by_name() {
+        let err = parse_command_line(&args(&["--exclusive", "run.sh"])).expect_err("refused");
+        assert_eq!(err.field, "--exclusive");
+        assert!(err.to_string().contains("not supported"), "{err}");
+        assert!(parse_command_line(&args(&["-J"])).is_err(), "a value is missing");
+        assert!(parse_command_line(&args(&["--parsable"])).is_err(), "no script");
+        assert!(parse_command_line(&args(&["--wrap=x", "run.sh"])).is_err(), "both");
+    }
+
+    #[test]
+    fn the_command_line_overrides_the_script() {
+        let script = "#!/bin/bash\n#SBATCH --job-name=from-script\n#SBATCH --time=5\necho hi\n";
+        let line = parse_command_line(&args(&["--job-name=from-cli", "train.sh", "a b"])).expect("valid");
+        let (job, ignored) = batch_job(&line, Some((script, "train")), "/work").expect("a job");
+        assert_eq!(job["name"].as_str(), Some("from-cli"));
+        assert_eq!(job["time_limit"].as_integer(), Some(300));
+        assert!(ignored.is_empty());
+        let command: Vec<&str> = job["command"].as_array().expect("argv").iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(command, ["/bin/bash", "-c", script, "train", "a b"]);
+        let wrapped = parse_command_line(&args(&["--wrap", "nvidia-smi -L"])).expect("valid");
+        let (job, _) = batch_job(&wrapped, None, "/work").expect("a job");
+        assert_eq!(job["name"].as_str(), Some("wrap"));
+    }
+}
