@@ -148,6 +148,25 @@ pub fn parse_layout(text: &str) -> Result<Vec<MigInstanceSpec>, MigError> {
         .collect()
 }
 
+/// What applying `target` to GPU `gpu` would do, the GPU left as it is: the checks a real
+/// apply makes first (MIG mode on, no process), then the change on an in-memory copy.
+pub fn dry_run(
+    backend: &dyn MigBackend,
+    gpu: u32,
+    model: &GpuModel,
+    target: &[MigInstanceSpec],
+) -> Result<Applied, MigError> {
+    if !backend.mig_enabled(gpu)? {
+        return Err(MigError::MigModeOff { gpu });
+    }
+    let processes = backend.processes(gpu)?;
+    if processes > 0 {
+        return Err(MigError::Busy { gpu, processes });
+    }
+    let mut copy = FakeBackend::new(model.clone(), backend.instances(gpu)?);
+    apply_layout(&mut copy, gpu, model, target)
+}
+
 /// Apply `target` to GPU `gpu` of `model` (see the module doc).
 pub fn apply_layout(
     backend: &mut dyn MigBackend,

@@ -138,6 +138,28 @@ pub fn banner(config: &AgentConfig, server: &str, confinement_line: &str) -> Str
     )
 }
 
+/// The start-up banner's line for how a node (or `nodes`, several in one process) confines
+/// its tasks.
+pub fn confinement_line(confinement: &gantry_wire::Confinement, nodes: &[String]) -> String {
+    let on = if nodes.len() > 1 { format!(" ({} nodes)", nodes.len()) } else { String::new() };
+    match confinement.kind {
+        gantry_wire::ConfinementKind::Unconfined => {
+            format!(
+                "  confinement: UNCONFINED{on} — {}; tasks are not held to their memory, CPU or GPUs",
+                confinement.note
+            )
+        }
+        _ => {
+            // Several nodes: each has its own parent cgroup, `<node>-<instance>`.
+            let under = match confinement.note.rsplit_once('/') {
+                Some((parent, _)) if nodes.len() > 1 => format!("{parent}/<node>-<instance>"),
+                _ => confinement.note.clone(),
+            };
+            format!("  confinement: {confinement}{on}, cgroups under {under}")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

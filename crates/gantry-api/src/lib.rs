@@ -4,12 +4,14 @@
 //! derived from them — so a field renamed on one side is a compile error on the other, and
 //! the published schema cannot drift from what either does.
 
+pub mod connection;
 pub mod jobs;
 pub mod logs;
 pub mod nodes;
 pub mod queries;
 pub mod reconfig;
 pub mod replies;
+pub mod slurm;
 pub mod text;
 pub mod usage;
 

@@ -15,9 +15,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// How long a reader waits for a node's agent: a live agent answers within one heartbeat
-/// round trip (milliseconds); one that has not answered in this long is stuck or gone.
-pub const OUTPUT_WAIT: Duration = Duration::from_secs(10);
+/// How long a reader waits for a node's agent (the API's figure, which clients wait for).
+pub const OUTPUT_WAIT: Duration = gantry_api::connection::OUTPUT_WAIT;
 
 /// One read waiting for its node's answer.
 #[derive(Debug)]

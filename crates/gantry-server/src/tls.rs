@@ -54,7 +54,7 @@ impl PeerCert {
 }
 
 /// The data directory's CA: certificate, key.
-pub const CA_CERT: &str = "ca.pem";
+pub const CA_CERT: &str = gantry_api::connection::CA_FILE;
 const CA_KEY: &str = "ca.key";
 const SERVER_CERT: &str = "server.pem";
 const SERVER_KEY: &str = "server.key";

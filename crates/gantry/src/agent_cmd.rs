@@ -120,7 +120,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     gantry_agent::node::prepare_data_dir(&mut config).map_err(|e| anyhow::anyhow!(e))?;
     let confinement = gantry_agent::node::confinement(&config).map_err(|e| anyhow::anyhow!(e))?;
-    let confinement_line = crate::confine_args::banner_line(&confinement.report(), &[]);
+    let confinement_line = gantry_agent::setup::confinement_line(&confinement.report(), &[]);
     config.confinement = Some(confinement);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the runtime")?;
     rt.block_on(async move {

@@ -66,24 +66,3 @@ impl ConfineArgs {
         Ok(defaults)
     }
 }
-
-/// The banner's line for a node's confinement.
-pub fn banner_line(confinement: &gantry_wire::Confinement, nodes: &[String]) -> String {
-    let on = if nodes.len() > 1 { format!(" ({} nodes)", nodes.len()) } else { String::new() };
-    match confinement.kind {
-        gantry_wire::ConfinementKind::Unconfined => {
-            format!(
-                "  confinement: UNCONFINED{on} — {}; tasks are not held to their memory, CPU or GPUs",
-                confinement.note
-            )
-        }
-        _ => {
-            // Several nodes: each has its own parent cgroup, `<node>-<instance>`.
-            let under = match confinement.note.rsplit_once('/') {
-                Some((parent, _)) if nodes.len() > 1 => format!("{parent}/<node>-<instance>"),
-                _ => confinement.note.clone(),
-            };
-            format!("  confinement: {confinement}{on}, cgroups under {under}")
-        }
-    }
-}

@@ -4,6 +4,7 @@
 use anyhow::{Context, bail};
 use clap::Args;
 use gantry_api::JobView;
+use gantry_api::connection::Connection;
 use gantry_api::queries::{CancelQuery, ListQuery, Query};
 use gantry_api::text::{self, id_ranges, shown};
 use serde_json::Value;
@@ -20,7 +21,7 @@ pub const EXAMPLES: &str = "Examples:
   gantry logs 12
   gantry cancel 12";
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Default)]
 pub struct ServerArg {
     /// The controller (default: $GANTRY_SERVER, else https://127.0.0.1:8177); several,
     /// comma-separated, for a leader and its standbys (the first that answers is used).
@@ -48,43 +49,14 @@ pub struct ServerArg {
 }
 
 impl ServerArg {
-    fn url(&self) -> String {
-        self.server
-            .clone()
-            .or_else(|| std::env::var("GANTRY_SERVER").ok())
-            .unwrap_or_else(|| format!("https://{}", crate::serve_cmd::DEFAULT_LISTEN))
-    }
-
-    /// The data directory: --data, $GANTRY_DATA, the default.
-    fn data_dir(&self) -> Option<PathBuf> {
-        self.data.clone().or_else(|| crate::serve_cmd::default_data_dir().ok())
-    }
-
-    /// What the controller's certificate is checked against.
-    fn trust(&self) -> gantry_wire::client::Tls {
-        let ca = self
-            .ca
-            .clone()
-            .or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from))
-            .or_else(|| self.data_dir().map(|d| d.join(gantry_server::tls::CA_CERT)).filter(|p| p.exists()));
-        gantry_wire::client::Tls { ca, client_cert: None, plain_http_off_loopback: self.insecure_http }
-    }
-
-    /// The token to send, and where it came from (for the hint when it is refused).
-    fn token(&self) -> (Option<String>, String) {
-        if let Some(t) = self.token.clone() {
-            return (Some(t), "the token sent came from --token".into());
-        }
-        if let Ok(t) = std::env::var("GANTRY_TOKEN") {
-            return (Some(t), "the token sent came from $GANTRY_TOKEN".into());
-        }
-        let Some(data) = self.data_dir() else {
-            return (None, "no token was sent (no --token, no $GANTRY_TOKEN, no data directory)".into());
-        };
-        let path = data.join("admin.token");
-        match std::fs::read_to_string(&path) {
-            Ok(t) => (Some(t.trim().to_string()), format!("the token sent came from {}", path.display())),
-            Err(_) => (None, format!("no token was sent (no --token, no $GANTRY_TOKEN, no {})", path.display())),
+    /// The controller these flags name.
+    fn connection(&self) -> Connection {
+        Connection {
+            server: self.server.clone(),
+            ca: self.ca.clone(),
+            token: self.token.clone(),
+            data: self.data.clone(),
+            insecure_http: self.insecure_http,
         }
     }
 
@@ -109,29 +81,7 @@ impl ServerArg {
         body: Option<&str>,
         headers: &[(&str, &str)],
     ) -> anyhow::Result<Value> {
-        let (token, source) = self.token();
-        let mut client =
-            gantry_wire::client::Client::new(&self.url(), &self.trust()).map_err(|e| anyhow::anyhow!(e))?;
-        if path.contains("/logs") {
-            // The controller waits up to this long for the nodes' agents to send the output.
-            client = client.holding(gantry_server::output::OUTPUT_WAIT);
-        }
-        let (status, text) =
-            client.request_with(token.as_deref(), method, path, body, headers).map_err(|e| anyhow::anyhow!(e))?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        if status >= 400 {
-            let error = serde_json::from_value::<gantry_api::ErrorBody>(value.clone());
-            let message = error.map_or_else(|_| value.to_string(), |e| e.error);
-            if status == 401 {
-                bail!(
-                    "{message} (HTTP 401)\n  hint: {source}; point the CLI at the controller's \
-                     data directory (--data DIR or $GANTRY_DATA, as given to `gantry serve --data`) or give a \
-                     token with --token or $GANTRY_TOKEN"
-                );
-            }
-            bail!("{message} (HTTP {status})");
-        }
-        Ok(value)
+        Ok(self.connection().call(method, path, body, headers)?)
     }
 }
 
@@ -183,9 +133,9 @@ pub struct SbatchArgs {
         required = true,
         value_name = "[OPTIONS] SCRIPT [ARGS]"
     )]
-    args: Vec<String>,
+    pub args: Vec<String>,
     #[command(flatten)]
-    server: ServerArg,
+    pub server: ServerArg,
 }
 
 #[derive(Args)]

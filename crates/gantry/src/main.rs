@@ -4,7 +4,8 @@
 //! (Kubernetes and Slurm history), `whatif`. The live system: `serve` (the controller),
 //! `agent` (a node), `discover`, `cert`, `replay`, `checkpoint`; and against a controller:
 //! `submit`, `sbatch`, `queue`, `show`, `why`, `cancel`, `hold`, `release`, `logs`, `nodes`,
-//! `drain`, `resume`, `node`, `mig`, `usage`, `token`.
+//! `drain`, `resume`, `node`, `mig`, `usage`, `token`; `slurm-install`, and started as `sbatch`,
+//! `squeue` or `scancel`, Slurm's commands.
 
 mod advise_cmd;
 mod agent_cmd;
@@ -21,6 +22,7 @@ mod replay_cmd;
 
 mod serve_cmd;
 mod sim_cmd;
+mod slurm_cmd;
 mod synth_cmd;
 mod usage_cmd;
 mod whatif_cmd;
@@ -115,6 +117,10 @@ enum Command {
     Usage(usage_cmd::UsageArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
+    /// Link sbatch, squeue and scancel to gantry in a directory: started by those names,
+    /// gantry answers as Slurm's commands do (`gantry slurm install --prefix ~/.local/bin`).
+    #[command(name = "slurm-install")]
+    SlurmInstall(slurm_cmd::SlurmArgs),
     /// The controller's CA: its fingerprint, and client certificates for agents (mutual TLS).
     #[command(after_help = cert_cmd::EXAMPLES)]
     Cert(cert_cmd::CertArgs),
@@ -160,6 +166,9 @@ fn exit_quietly_on_broken_pipe() {
 
 fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
+    if let Some(code) = slurm_cmd::as_slurm_command() {
+        return code;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Place(args) => place_cmd::run(args),
@@ -181,6 +190,7 @@ fn main() -> ExitCode {
         Command::Hold(args) => jobs_cmd::hold(args, true),
         Command::Release(args) => jobs_cmd::hold(args, false),
         Command::Token(args) => jobs_cmd::token(args),
+        Command::SlurmInstall(args) => slurm_cmd::install(args),
         Command::Cert(args) => cert_cmd::run(args),
         Command::Usage(args) => usage_cmd::run(args),
         Command::Nodes(args) => jobs_cmd::nodes(args),

@@ -3,9 +3,9 @@
 //! backend): checked against the catalog, refused on a busy GPU or one not in MIG mode, all
 //! or nothing. gantry never switches MIG mode itself (that needs a GPU reset).
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
-use gantry_agent::mig::{FakeBackend, MigBackend, apply_layout, parse_layout};
+use gantry_agent::mig::{MigBackend, apply_layout, parse_layout};
 use gantry_agent::mig_nvml::NvmlMig;
 use std::process::ExitCode;
 
@@ -80,16 +80,7 @@ pub fn run(args: MigArgs) -> anyhow::Result<ExitCode> {
                 format!("GPU {gpu} {product:?} is not in the catalog (`gantry catalog` lists the models)")
             })?;
             let applied = if dry_run {
-                // The real GPU's state, then the change on an in-memory copy of it.
-                if !nvml.mig_enabled(gpu)? {
-                    bail!(gantry_agent::mig::MigError::MigModeOff { gpu });
-                }
-                let processes = nvml.processes(gpu)?;
-                if processes > 0 {
-                    bail!(gantry_agent::mig::MigError::Busy { gpu, processes });
-                }
-                let mut copy = FakeBackend::new(model.clone(), nvml.instances(gpu)?);
-                apply_layout(&mut copy, gpu, model, &target)?
+                gantry_agent::mig::dry_run(&nvml, gpu, model, &target)?
             } else {
                 apply_layout(&mut nvml, gpu, model, &target)?
             };

@@ -366,7 +366,7 @@ async fn serve(config: ServeConfig, banner: Banner, args: ServeArgs) -> anyhow::
     let confinement_lines: Vec<String> = running
         .confinement()
         .iter()
-        .map(|(confinement, nodes)| crate::confine_args::banner_line(confinement, nodes))
+        .map(|(confinement, nodes)| gantry_agent::setup::confinement_line(confinement, nodes))
         .collect();
     eprintln!("{}", banner.started(&config, &running, &url, &confinement_lines));
     if args.demo {

@@ -189,3 +189,56 @@ fn bad_slurm_input_is_named_by_file_and_line_and_nothing_is_half_written() {
     assert!(stdout(&out).contains("name = \"ok\"") && !stdout(&out).contains("\"bad\""), "{}", stdout(&out));
     assert!(stderr(&out).contains("skipped 1 line(s) (--lenient):"), "{}", stderr(&out));
 }
+
+/// Slurm's commands by their own names: `gantry slurm-install` links them, and started as
+/// `sbatch`, `squeue`, `scancel` gantry answers as they do — `Submitted batch job N`,
+/// `squeue`'s default columns, `scancel` quiet on success — and refuses what it does not do.
+#[test]
+fn sbatch_squeue_and_scancel_answer_by_their_names() {
+    let dir = temp_dir("slurm-names");
+    let bin = dir.join("bin");
+    let out = gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let data = dir.join("data");
+    let (_serve, url) = super::serve(&data);
+    let slurm = |name: &str, args: &[&str]| {
+        Command::new(bin.join(name))
+            .args(args)
+            .env("GANTRY_SERVER", &url)
+            .env("GANTRY_DATA", &data)
+            .env("USER", "root")
+            .current_dir(&dir)
+            .output()
+            .expect("runs")
+    };
+    let out = slurm("sbatch", &["--wrap", "sleep 60", "-J", "sleeper", "--parsable"]);
+    let id = stdout(&out).trim().to_string();
+    assert!(id.parse::<u64>().is_ok(), "{}{}", stdout(&out), stderr(&out));
+    let out = slurm("squeue", &["-j", &id]);
+    let table = stdout(&out);
+    assert!(table.starts_with("             JOBID PARTITION     NAME     USER ST"), "{table}");
+    assert!(table.lines().nth(1).is_some_and(|l| l.contains(&id) && l.contains("sleeper")), "{table}");
+    let out = slurm("scancel", &[&id]);
+    assert!(out.status.success() && stdout(&out).is_empty(), "{}", stderr(&out));
+    // A running job stops within its grace period; then it reads cancelled.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let cancelled = loop {
+        let line = stdout(&slurm("squeue", &["-j", &id, "-t", "all", "-h"]));
+        if line.contains(" CA ") || std::time::Instant::now() > deadline {
+            break line;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(cancelled.contains(" CA "), "cancelled: {cancelled}");
+    let out = slurm("squeue", &["-o", "%i"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("squeue: error: -o: not supported by gantry's squeue"), "{}", stderr(&out));
+    let out = slurm("scancel", &["999999"]);
+    assert!(!out.status.success() && stderr(&out).contains("Kill job error on job id 999999"), "{}", stderr(&out));
+    let out = gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "installing again replaces gantry's own links: {}", stderr(&out));
+    std::fs::remove_file(bin.join("squeue")).expect("link");
+    std::fs::write(bin.join("squeue"), "#!/bin/sh\n").expect("someone else's squeue");
+    let out = gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]);
+    assert!(stderr(&out).contains("is not gantry's: left alone"), "{}", stderr(&out));
+}

@@ -1,0 +1,127 @@
+//! How a client finds and reaches a controller: its address, the CA its certificate is checked
+//! against, the token sent — each from a flag, else the environment, else the controller's
+//! data directory on this machine (what `gantry serve --local` leaves there) — and the call
+//! itself, a refusal read from the API's error body. The CLI and the Slurm commands use it.
+
+use crate::ErrorBody;
+use gantry_wire::client::{Client, Tls};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where `gantry serve` listens unless told otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8177";
+/// The data directory's CA certificate (`gantry serve` writes it there).
+pub const CA_FILE: &str = "ca.pem";
+/// The data directory's first admin token (mode 0600, written at the first start).
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+/// How long the controller waits for a node's agent to send a task's output: a live agent
+/// answers within one heartbeat round trip; one that has not answered in this long is stuck
+/// or gone. A reader waits this long for the reply.
+pub const OUTPUT_WAIT: Duration = Duration::from_secs(10);
+
+/// The data directory: $GANTRY_DATA, else ~/.local/share/gantry (`None` without $HOME).
+pub fn default_data_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("GANTRY_DATA") {
+        return Some(PathBuf::from(dir));
+    }
+    std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share/gantry"))
+}
+
+/// A controller to call, as the flags gave it (each `None` falls back as its field says).
+#[derive(Clone, Debug, Default)]
+pub struct Connection {
+    /// URL(s), comma-separated; else $GANTRY_SERVER, else `https://` [`DEFAULT_LISTEN`].
+    pub server: Option<String>,
+    /// CA file; else $GANTRY_CA, else the data directory's [`CA_FILE`] when there is one.
+    pub ca: Option<PathBuf>,
+    /// Token; else $GANTRY_TOKEN, else the data directory's [`ADMIN_TOKEN_FILE`].
+    pub token: Option<String>,
+    /// The controller's data directory; else [`default_data_dir`].
+    pub data: Option<PathBuf>,
+    /// Allow plain `http://` off this machine.
+    pub insecure_http: bool,
+}
+
+/// A call that failed: unreachable, or refused by the controller.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("{0}")]
+    Client(#[from] gantry_wire::client::ClientError),
+    #[error(
+        "{message} (HTTP 401)\n  hint: {token_from}; point the CLI at the controller's data directory (--data DIR or $GANTRY_DATA, as given to `gantry serve --data`) or give a token with --token or $GANTRY_TOKEN"
+    )]
+    Unauthorized { message: String, token_from: String },
+    #[error("{message} (HTTP {status})")]
+    Refused { status: u16, message: String },
+}
+
+impl Connection {
+    pub fn url(&self) -> String {
+        self.server
+            .clone()
+            .or_else(|| std::env::var("GANTRY_SERVER").ok())
+            .unwrap_or_else(|| format!("https://{DEFAULT_LISTEN}"))
+    }
+
+    fn data_dir(&self) -> Option<PathBuf> {
+        self.data.clone().or_else(default_data_dir)
+    }
+
+    /// What the controller's certificate is checked against.
+    fn trust(&self) -> Tls {
+        let ca = self
+            .ca
+            .clone()
+            .or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from))
+            .or_else(|| self.data_dir().map(|d| d.join(CA_FILE)).filter(|p| p.exists()));
+        Tls { ca, client_cert: None, plain_http_off_loopback: self.insecure_http }
+    }
+
+    /// The token to send, and where it came from (for the hint when it is refused).
+    fn token(&self) -> (Option<String>, String) {
+        if let Some(t) = self.token.clone() {
+            return (Some(t), "the token sent came from --token".into());
+        }
+        if let Ok(t) = std::env::var("GANTRY_TOKEN") {
+            return (Some(t), "the token sent came from $GANTRY_TOKEN".into());
+        }
+        let Some(data) = self.data_dir() else {
+            return (None, "no token was sent (no --token, no $GANTRY_TOKEN, no data directory)".into());
+        };
+        let path = data.join(ADMIN_TOKEN_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(t) => (Some(t.trim().to_string()), format!("the token sent came from {}", path.display())),
+            Err(_) => (None, format!("no token was sent (no --token, no $GANTRY_TOKEN, no {})", path.display())),
+        }
+    }
+
+    /// Call the API: the reply as JSON (a reply that is not JSON as a string); a 4xx or 5xx
+    /// is an error with the controller's message (and, for a refused token, where this one
+    /// came from and how to give another).
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, CallError> {
+        let (token, token_from) = self.token();
+        let mut client = Client::new(&self.url(), &self.trust())?;
+        if path.contains("/logs") {
+            client = client.holding(OUTPUT_WAIT);
+        }
+        let (status, text) = client.request_with(token.as_deref(), method, path, body, headers)?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status < 400 {
+            return Ok(value);
+        }
+        let error = serde_json::from_value::<ErrorBody>(value.clone());
+        let message = error.map_or_else(|_| value.to_string(), |e| e.error);
+        Err(if status == 401 {
+            CallError::Unauthorized { message, token_from }
+        } else {
+            CallError::Refused { status, message }
+        })
+    }
+}
