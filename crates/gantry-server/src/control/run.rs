@@ -226,7 +226,7 @@ impl Controller {
         let exit_code = if ending == Ending::Completed { Some(0) } else { runs.failed };
         let used = runs.used.values().cloned().collect();
         self.record(Event::Ended { id: job, at_s: now, ending, exit_code, used, oom: runs.oom.clone() })?;
-        tracing::info!(job, ending = ?ending, exit_code = ?runs.failed, "ended");
+        tracing::info!(job, ending = ?ending, exit_code = ?exit_code, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
         self.settle(woken, now)
     }
