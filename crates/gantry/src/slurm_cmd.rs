@@ -1,5 +1,5 @@
 //! Slurm's commands under their own names: `gantry` started as `sbatch`, `squeue` or `scancel`
-//! (the links `gantry slurm install` makes) answers as that command, against the controller
+//! (the links `gantry slurm-install` makes) answers as that command, against the controller
 //! $GANTRY_SERVER names (token and CA as for every command: $GANTRY_TOKEN, $GANTRY_DATA).
 
 use crate::jobs_cmd::{self, ServerArg};
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 /// The names gantry answers to as Slurm.
 pub const NAMES: [&str; 3] = ["sbatch", "squeue", "scancel"];
 
-/// `gantry slurm install --prefix DIR`.
+/// `gantry slurm-install --prefix DIR`.
 #[derive(Args)]
 pub struct SlurmArgs {
     /// Where the links go (a directory on users' PATH: `~/.local/bin`, `/usr/local/bin`).
