@@ -47,13 +47,14 @@ pub fn valid_env_name(name: &str) -> bool {
         && !name.starts_with("GANTRY_")
 }
 
-/// Whether a job's variable would override one gantry sets (its devices, ranks, MPS): gantry's
-/// win.
+/// Whether a job's variable would override one gantry sets (its devices, ranks, MPS, its
+/// place in the run): gantry's win.
 pub fn gantry_owned(name: &str) -> bool {
     name.starts_with("GANTRY_")
         || name.starts_with("CUDA_MPS_")
         || name == "CUDA_VISIBLE_DEVICES"
         || name == "NVIDIA_VISIBLE_DEVICES"
+        || gantry_types::job::is_run_variable(name)
 }
 
 /// The job's variables as the monitor carries them: `GANTRY_JOB_ENV` (the names) and one

@@ -565,6 +565,8 @@ fn run_fields_parse_and_bad_ones_name_the_field() {
         ("env = { \"1X\" = \"v\" }", "job \"a\" / env: \"1X\" is not a variable name"),
         ("env = { CUDA_VISIBLE_DEVICES = \"0\" }", "CUDA_VISIBLE_DEVICES is set by gantry"),
         ("env = { GANTRY_RANK = \"0\" }", "GANTRY_RANK is set by gantry"),
+        ("env = { SLURM_JOB_ID = \"7\" }", "SLURM_JOB_ID is set by gantry"),
+        ("env = { WORLD_SIZE = \"64\" }", "WORLD_SIZE is set by gantry"),
         ("workdir = \"\"", "job \"a\" / workdir: empty working directory"),
         ("command = 3", "did not match any variant"),
     ] {

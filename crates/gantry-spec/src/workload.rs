@@ -555,6 +555,10 @@ fn parse_run(
             return Err(SpecError::new(format!("{at} / env"), format!("{key} is set by gantry"))
                 .hint("gantry sets the device list and GANTRY_* for each task"));
         }
+        if gantry_types::job::is_run_variable(key) {
+            return Err(SpecError::new(format!("{at} / env"), format!("{key} is set by gantry"))
+                .hint("gantry sets SLURM_* and RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT from where each task runs (docs/formats.md)"));
+        }
     }
     let size: usize = command.iter().map(String::len).sum::<usize>()
         + env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()

@@ -85,7 +85,10 @@ fn tasks_run_as_their_user_and_cannot_read_secrets_or_each_others_files() {
         let allowed = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "_"].contains(&key)
             || key.starts_with("GANTRY_")
             || key.starts_with("CUDA_")
-            || key.starts_with("NVIDIA_");
+            || key.starts_with("NVIDIA_")
+            // A task's place in its run, for Slurm and torch.distributed (docs/formats.md).
+            || key.starts_with("SLURM")
+            || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"].contains(&key);
         assert!(allowed, "{key} leaked into the task's environment: {alice_log}");
     }
     // Bob tries everything he should not read.
