@@ -332,6 +332,15 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
+/// The variables gantry sets for every task from its place in the run (`SLURM_*`, and
+/// `torch.distributed`'s `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
+/// `MASTER_ADDR`, `MASTER_PORT`): a job may not set them itself, since a rank or a job id
+/// that lies would send a program's processes to the wrong peers or files.
+pub fn is_run_variable(name: &str) -> bool {
+    name.starts_with("SLURM")
+        || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"].contains(&name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -351,13 +360,4 @@ mod tests {
             assert_eq!(ModelPattern(pattern.into()).matches(name), want, "{pattern} vs {name}");
         }
     }
-}
-
-/// The variables gantry sets for every task from its place in the run (`SLURM_*`, and
-/// `torch.distributed`'s `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`,
-/// `MASTER_ADDR`, `MASTER_PORT`): a job may not set them itself, since a rank or a job id
-/// that lies would send a program's processes to the wrong peers or files.
-pub fn is_run_variable(name: &str) -> bool {
-    name.starts_with("SLURM")
-        || ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"].contains(&name)
 }
