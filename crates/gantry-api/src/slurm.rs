@@ -41,6 +41,8 @@ pub struct Squeue {
     pub states: Vec<String>,
     /// `-h/--noheader`.
     pub no_header: bool,
+    /// `--start`: the pending jobs with their expected start.
+    pub start: bool,
 }
 
 /// What `scancel` was asked to cancel.
@@ -91,9 +93,9 @@ fn options(args: &[String], flags: &[&str]) -> Result<Vec<(String, String)>, Slu
 
 /// Read `squeue`'s arguments; `me` is the user `--me` stands for.
 pub fn parse_squeue(args: &[String], me: &str) -> Result<Squeue, SlurmArgError> {
-    const SUPPORTED: &str = "-u/--user, --me, -j/--jobs, -p/--partition, -t/--states, -h/--noheader";
+    const SUPPORTED: &str = "-u/--user, --me, -j/--jobs, -p/--partition, -t/--states, -h/--noheader, --start";
     let mut q = Squeue::default();
-    for (option, value) in options(args, &["--me", "-h", "--noheader"])? {
+    for (option, value) in options(args, &["--me", "-h", "--noheader", "--start"])? {
         match option.as_str() {
             "-u" | "--user" => q.users.extend(list(&value)),
             "--me" => q.users.push(me.to_string()),
@@ -101,6 +103,7 @@ pub fn parse_squeue(args: &[String], me: &str) -> Result<Squeue, SlurmArgError> 
             "-p" | "--partition" => q.partitions.extend(list(&value)),
             "-t" | "--states" => q.states.extend(list(&value).iter().map(|s| s.to_lowercase())),
             "-h" | "--noheader" => q.no_header = true,
+            "--start" => q.start = true,
             "" => return Err(SlurmArgError::new(value, "squeue takes options only").hint(SUPPORTED)),
             other => return Err(refused("squeue", other, SUPPORTED)),
         }
@@ -142,7 +145,9 @@ impl Squeue {
     /// Whether `job` is one this `squeue` lists.
     pub fn wants(&self, job: &JobView) -> bool {
         let (code, name) = state(job);
-        let states_ok = if self.states.is_empty() {
+        let states_ok = if self.start {
+            code == "PD"
+        } else if self.states.is_empty() {
             matches!(code, "PD" | "R")
         } else {
             self.states.iter().any(|s| s == "all" || s == name || s.eq_ignore_ascii_case(code))
@@ -188,6 +193,9 @@ fn column(text: &str, width: usize) -> String {
 /// `squeue`'s table in Slurm's default format (`%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R`);
 /// `now` in Unix seconds, for the running jobs' elapsed time.
 pub fn squeue_table(jobs: &[JobView], q: &Squeue, now: u64) -> String {
+    if q.start {
+        return start_table(jobs, q);
+    }
     let mut out = String::new();
     if !q.no_header {
         let _ = writeln!(out, "             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)");
@@ -226,6 +234,43 @@ pub fn squeue_table(jobs: &[JobView], q: &Squeue, now: u64) -> String {
     out
 }
 
+/// `squeue --start`: each pending job with its expected start (`N/A` without a reservation),
+/// in Slurm's `--start` columns (`%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R`).
+fn start_table(jobs: &[JobView], q: &Squeue) -> String {
+    let mut out = String::new();
+    if !q.no_header {
+        let _ = writeln!(
+            out,
+            "             JOBID PARTITION     NAME     USER ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)"
+        );
+    }
+    for job in jobs.iter().filter(|j| q.wants(j)) {
+        let row = &job.row;
+        let start = job.pending.as_ref().and_then(|p| p.estimate_s).map_or_else(|| "N/A".to_string(), iso_time);
+        let _ = writeln!(
+            out,
+            "{} {} {} {} {} {} {} {:<20} ({})",
+            column(&row.id.to_string(), 18),
+            column(&shown(&row.queue), 9),
+            column(&shown(&row.name), 8),
+            column(&shown(row.job.control.user.as_deref().unwrap_or("-")), 8),
+            column("PD", 2),
+            column(&start, 19),
+            column("1", 6),
+            "(null)",
+            reason(job)
+        );
+    }
+    out
+}
+
+/// Unix seconds as Slurm writes a time (`2026-11-26T13:05:00`, UTC here).
+fn iso_time(t: u64) -> String {
+    let (days, secs) = ((t / 86_400) as i64, t % 86_400);
+    let (y, m, d) = gantry_types::time::civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +303,7 @@ mod tests {
         );
         assert_eq!(column("research-long", 9), "research-");
         assert_eq!(column("R", 2), " R");
+        assert_eq!(iso_time(1_795_290_086), "2026-11-21T19:41:26");
     }
 
     #[test]

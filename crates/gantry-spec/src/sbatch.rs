@@ -4,7 +4,7 @@
 //! `--job-name/-J`, `--gres=gpu[:type]:N`, `--gpus/-G`, `--gpus-per-node`, `--nodes/-N`,
 //! `--ntasks-per-node`, `--ntasks/-n`, `--cpus-per-task/-c`, `--mem`, `--time/-t`,
 //! `--partition/-p`, `--account/-A`, `--qos`, `--nice`, `--array/-a`, `--dependency/-d`,
-//! `--chdir/-D`, `--requeue`/`--no-requeue`, `--output/-o` and `--error/-e` (with `%j`, `%x`, `%a`, `%u`, `%%`). Any other
+//! `--chdir/-D`, `--requeue`/`--no-requeue`, `--hold/-H`, `--output/-o` and `--error/-e` (with `%j`, `%x`, `%a`, `%u`, `%%`). Any other
 //! option is named in a warning and left out; a malformed value of a supported one is an error
 //! naming the line.
 
@@ -36,6 +36,8 @@ pub struct Request {
     pub after: Vec<String>,
     /// `--requeue` / `--no-requeue`: wait again when a node it runs on is lost.
     pub requeue: Option<bool>,
+    /// `--hold`: submitted held, started only once released (`gantry release`).
+    pub hold: bool,
     /// `--chdir`: where the script runs (default: the directory sbatch was run from).
     pub chdir: Option<String>,
     /// `--output` and `--error` patterns.
@@ -143,6 +145,7 @@ impl Request {
             "--dependency" | "-d" => self.after.extend(dependencies(need(option, value)?)?),
             "--chdir" | "-D" => self.chdir = Some(need(option, value)?.to_string()),
             "--requeue" => self.requeue = Some(true),
+            "--hold" | "-H" => self.hold = true,
             "--no-requeue" => self.requeue = Some(false),
             "--output" | "-o" => self.output = Some(need(option, value)?.to_string()),
             "--error" | "-e" => self.error = Some(need(option, value)?.to_string()),
@@ -188,6 +191,9 @@ impl Request {
         }
         if let Some(dir) = &self.chdir {
             job.insert("workdir".into(), Value::String(dir.clone()));
+        }
+        if self.hold {
+            job.insert("hold".into(), Value::Boolean(true));
         }
         if let Some(requeue) = self.requeue {
             job.insert("requeue".into(), Value::Boolean(requeue));

@@ -32,7 +32,7 @@ const WITH_VALUE: [(&str, Option<char>); 20] = [
 ];
 
 /// Options without a value.
-const FLAGS: [&str; 4] = ["--requeue", "--no-requeue", "--parsable", "--wait"];
+const FLAGS: [&str; 5] = ["--requeue", "--no-requeue", "--hold", "--parsable", "--wait"];
 
 /// What `sbatch`'s command line says.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -52,12 +52,15 @@ fn refused(option: &str) -> SpecError {
     SpecError::new(option, "not supported by gantry's sbatch").hint(
         "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --nodes, \
          --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --time, --nice, --array, --dependency, --chdir, \
-         --output, --error, --wrap, --requeue, --no-requeue, --parsable, --wait",
+         --output, --error, --wrap, --requeue, --no-requeue, --hold, --parsable, --wait",
     )
 }
 
 /// The long name of an option as written (`-J`, `--job-name`), and whether it takes a value.
 fn known(option: &str) -> Option<(&'static str, bool)> {
+    if option == "-H" {
+        return Some(("--hold", false));
+    }
     if let Some(&flag) = FLAGS.iter().find(|f| **f == option) {
         return Some((flag, false));
     }
@@ -193,8 +196,8 @@ mod tests {
         assert!(ignored.is_empty());
         let command: Vec<&str> = job["command"].as_array().expect("argv").iter().filter_map(|v| v.as_str()).collect();
         assert_eq!(command, ["/bin/bash", "-c", script, "train", "a b"]);
-        let wrapped = parse_command_line(&args(&["--wrap", "nvidia-smi -L"])).expect("valid");
+        let wrapped = parse_command_line(&args(&["-H", "--wrap", "nvidia-smi -L"])).expect("valid");
         let (job, _) = batch_job(&wrapped, None, "/work").expect("a job");
-        assert_eq!(job["name"].as_str(), Some("wrap"));
+        assert_eq!((job["name"].as_str(), job["hold"].as_bool()), (Some("wrap"), Some(true)));
     }
 }

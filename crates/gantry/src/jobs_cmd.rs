@@ -121,7 +121,7 @@ pub struct SbatchArgs {
     /// As Slurm's sbatch: options (they override the script's `#SBATCH` lines: --job-name,
     /// --gres=gpu[:type]:N, --gpus, --gpus-per-node, --nodes, --ntasks-per-node, --ntasks,
     /// --cpus-per-task, --mem, --time, --partition, --account, --qos, --nice, --array,
-    /// --dependency=afterok:ID, --chdir, --requeue/--no-requeue, --output/--error with %j %x %a
+    /// --dependency=afterok:ID, --chdir, --requeue/--no-requeue, --hold, --output/--error with %j %x %a
     /// %u; --wrap=COMMAND instead of a script; --parsable for the bare id; --wait to wait for
     /// the end, exit 1 if it did not complete), then the script and its arguments. It runs with
     /// its `#!` interpreter (default sh), where sbatch was run unless --chdir says otherwise.

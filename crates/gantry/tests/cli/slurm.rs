@@ -230,6 +230,10 @@ fn sbatch_squeue_and_scancel_answer_by_their_names() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
     assert!(cancelled.contains(" CA "), "cancelled: {cancelled}");
+    // Held at submission (`-H`), it waits with Slurm's reason and no expected start.
+    let held = stdout(&slurm("sbatch", &["-H", "--parsable", "--wrap", "true"])).trim().to_string();
+    let start = stdout(&slurm("squeue", &["--start", "-j", &held]));
+    assert!(start.contains("START_TIME") && start.contains("N/A") && start.contains("(JobHeldUser)"), "{start}");
     let out = slurm("squeue", &["-o", "%i"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("squeue: error: -o: not supported by gantry's squeue"), "{}", stderr(&out));
