@@ -28,20 +28,7 @@ pub struct Inventory {
 
 impl Inventory {
     fn of(node: Node, notes: Vec<String>) -> Inventory {
-        let gpus = node
-            .gpus
-            .iter()
-            .map(|g| {
-                AgentGpu {
-                    index: g.index,
-                    uuid: g.uuid.clone(),
-                    model: g.model.clone(),
-                    mig_mode: None,
-                    mig: Vec::new(),
-                }
-                .with_mode(&g.mode)
-            })
-            .collect();
+        let gpus = node.gpus.iter().map(AgentGpu::of_fleet).collect();
         Inventory { node: node.name, gpus, notes }
     }
 }

@@ -15,14 +15,21 @@ pub fn master_port(job: u64) -> u16 {
 
 /// The variables for task `l`; `master_addr` is its rendezvous host as this node reaches it.
 pub fn run_env(l: &Launch, master_addr: &str) -> Vec<(String, String)> {
-    let single = RunLayout {
-        nodes: vec![l.node.clone()],
-        node_index: 0,
-        local_rank: 0,
-        local_tasks: 1,
-        gpus_on_node: l.devices.len() as u32,
+    // A launch from a controller that sends no layout: a run of its own on this node.
+    let single;
+    let layout = match &l.layout {
+        Some(layout) => layout,
+        None => {
+            single = RunLayout {
+                nodes: vec![l.node.clone()],
+                node_index: 0,
+                local_rank: 0,
+                local_tasks: 1,
+                gpus_on_node: l.devices.len() as u32,
+            };
+            &single
+        }
     };
-    let layout = l.layout.as_ref().unwrap_or(&single);
     let cpus = l.cpu_milli.filter(|&m| m > 0).map(|m| m.div_ceil(1000));
     let mut env: Vec<(&str, String)> = vec![
         ("RANK", l.rank.to_string()),

@@ -248,6 +248,12 @@ pub struct AgentMigInstance {
 }
 
 impl AgentGpu {
+    /// A fleet file's GPU as an agent reports it: its index, UUID, model and mode.
+    pub fn of_fleet(g: &gantry_types::Gpu) -> AgentGpu {
+        AgentGpu { index: g.index, uuid: g.uuid.clone(), model: g.model.clone(), mig_mode: None, mig: Vec::new() }
+            .with_mode(&g.mode)
+    }
+
     /// The mode the hardware has, as the controller would record it (MIG with the reported
     /// instances, else whole); `None` when the agent does not say.
     pub fn mode(&self) -> Option<gantry_types::GpuMode> {

@@ -374,20 +374,7 @@ fn identities(
                             let reply: serde_json::Value = serde_json::from_str(&text).expect("json");
                             let (cert_pem, key_pem) =
                                 gantry_server::tls::issue_agent_cert(data, &node.name).expect("a certificate");
-                            let gpus = node
-                                .gpus
-                                .iter()
-                                .map(|g| {
-                                    AgentGpu {
-                                        index: g.index,
-                                        uuid: g.uuid.clone(),
-                                        model: g.model.clone(),
-                                        mig_mode: None,
-                                        mig: Vec::new(),
-                                    }
-                                    .with_mode(&g.mode)
-                                })
-                                .collect();
+                            let gpus = node.gpus.iter().map(AgentGpu::of_fleet).collect();
                             Identity {
                                 node: node.name.clone(),
                                 gpus,

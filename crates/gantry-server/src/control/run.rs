@@ -18,6 +18,7 @@ impl Controller {
     ) -> (Vec<TaskStart>, Vec<Launch>) {
         let world = placement.len() as u32;
         let master_node = placement.first().map(|t| t.node.clone()).unwrap_or_default();
+        let mut layouts = run_layouts(placement).into_iter();
         let mut starts = Vec::new();
         let mut launches = Vec::new();
         for (rank, task) in placement.iter().enumerate() {
@@ -50,7 +51,7 @@ impl Controller {
                 account: self.accounts.account(row.job.control.user.as_deref().unwrap_or_default()),
                 cpu_milli: Some(u64::from(task.cpu.0)),
                 memory_bytes: Some(task.memory.0),
-                layout: Some(run_layout(placement, rank)),
+                layout: layouts.next(),
                 array_index: row.job.control.array.as_ref().map(|a| a.index),
             });
         }
@@ -232,29 +233,39 @@ impl Controller {
     }
 }
 
-/// Where the task of `rank` sits in the run `placement` makes: the nodes in rank order, its
-/// node's place, its place among that node's tasks, and the GPUs the run holds there.
-fn run_layout(placement: &[TaskPlacement], rank: usize) -> crate::wire::RunLayout {
+/// Where each task (in rank order) sits in the run `placement` makes: the nodes in rank
+/// order, its node's place, its place among that node's tasks, and the GPUs the run holds
+/// there. One pass over the placement, however many tasks a gang has.
+fn run_layouts(placement: &[TaskPlacement]) -> Vec<crate::wire::RunLayout> {
     let mut nodes: Vec<String> = Vec::new();
+    // Per node, in `nodes` order: its tasks and GPUs so far.
+    let mut counts: Vec<(u32, u32)> = Vec::new();
+    let mut places = Vec::with_capacity(placement.len());
     for task in placement {
-        if !nodes.contains(&task.node) {
+        let index = nodes.iter().position(|n| *n == task.node).unwrap_or_else(|| {
             nodes.push(task.node.clone());
-        }
+            counts.push((0, 0));
+            nodes.len() - 1
+        });
+        places.push((index, counts[index].0));
+        counts[index].0 += 1;
+        counts[index].1 += task.gpus.len() as u32;
     }
-    let node = &placement[rank].node;
-    let here: Vec<&TaskPlacement> = placement.iter().filter(|t| &t.node == node).collect();
-    crate::wire::RunLayout {
-        node_index: nodes.iter().position(|n| n == node).unwrap_or(0) as u32,
-        nodes,
-        local_rank: placement[..rank].iter().filter(|t| &t.node == node).count() as u32,
-        local_tasks: here.len() as u32,
-        gpus_on_node: here.iter().map(|t| t.gpus.len() as u32).sum(),
-    }
+    places
+        .into_iter()
+        .map(|(index, local_rank)| crate::wire::RunLayout {
+            nodes: nodes.clone(),
+            node_index: index as u32,
+            local_rank,
+            local_tasks: counts[index].0,
+            gpus_on_node: counts[index].1,
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::run_layout;
+    use super::run_layouts;
     use gantry_types::{Bytes, GpuGrant, MilliCpu, TaskPlacement};
 
     fn task(replica: u32, node: &str, gpus: u32) -> TaskPlacement {
@@ -271,10 +282,11 @@ mod tests {
     #[test]
     fn each_task_learns_the_run_s_nodes_and_its_place_on_its_own() {
         let placement = [task(0, "b", 2), task(1, "a", 4), task(2, "b", 2)];
-        let third = run_layout(&placement, 2);
+        let layouts = run_layouts(&placement);
+        let third = &layouts[2];
         assert_eq!(third.nodes, ["b", "a"], "in rank order, each once");
         assert_eq!((third.node_index, third.local_rank, third.local_tasks, third.gpus_on_node), (0, 1, 2, 4));
-        let second = run_layout(&placement, 1);
+        let second = &layouts[1];
         assert_eq!((second.node_index, second.local_rank, second.local_tasks, second.gpus_on_node), (1, 0, 1, 4));
     }
 }
