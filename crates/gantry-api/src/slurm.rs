@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 /// A Slurm command's argument it does not take, or takes otherwise.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{option}: {message}\n  hint: {hint}")]
+#[error("{option}: {message}{}", if hint.is_empty() { String::new() } else { format!("\n  hint: {hint}") })]
 pub struct SlurmArgError {
     pub option: String,
     pub message: String,
@@ -311,5 +311,7 @@ mod tests {
         assert_eq!(parse_scancel(&args(&["3", "5,7"])).expect("ids").jobs, [3, 5, 7]);
         assert!(parse_scancel(&args(&["--signal=USR1", "3"])).is_err());
         assert!(parse_scancel(&args(&[])).is_err());
+        let err = parse_scancel(&args(&["x"])).expect_err("not an id");
+        assert_eq!(err.to_string(), "job id: \"x\" is not a job id", "no empty hint line");
     }
 }
