@@ -51,6 +51,7 @@ fn launch(job: u64) -> Launch {
         memory_bytes: Some(1 << 30),
         layout: None,
         array_index: None,
+        step_key: None,
     }
 }
 

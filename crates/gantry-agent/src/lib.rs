@@ -30,5 +30,6 @@ pub mod runs;
 pub mod sample;
 pub mod setup;
 pub mod spawn;
+pub mod steps;
 pub mod task_env;
 pub mod topology;

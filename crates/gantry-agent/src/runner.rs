@@ -324,6 +324,7 @@ impl Runner {
             ("GANTRY_MASTER_PORT".to_string(), crate::task_env::master_port(l.job).to_string()),
         ]);
         env.extend(crate::task_env::run_env(l, master_addr(l)));
+        env.extend(crate::task_env::step_env(l));
         // An agent started without a login (a service manager's) has no USER to pass on:
         // the task's account is who it is.
         for key in ["USER", "LOGNAME"] {

@@ -59,6 +59,16 @@ pub fn run_env(l: &Launch, master_addr: &str) -> Vec<(String, String)> {
     env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
+/// What a batch job's steps need ([`crate::steps`]): the run's step key (when the controller
+/// gave one), the run's nodes in order, and this agent's binary (which is also `srun`).
+pub fn step_env(l: &Launch) -> Vec<(String, String)> {
+    let nodes = l.layout.as_ref().map_or_else(|| l.node.clone(), |layout| layout.nodes.join(","));
+    let mut env = vec![("GANTRY_RUN_NODES".to_string(), nodes)];
+    env.extend(l.step_key.clone().map(|k| (crate::steps::STEP_KEY_VAR.to_string(), k)));
+    env.extend(std::env::current_exe().ok().map(|bin| ("GANTRY_BIN".to_string(), bin.display().to_string())));
+    env
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,6 +100,7 @@ mod tests {
             memory_bytes: None,
             layout,
             array_index: Some(3),
+            step_key: None,
         }
     }
 

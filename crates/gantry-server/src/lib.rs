@@ -394,6 +394,7 @@ fn open_controller(
     setup.admission = config.admission.clone();
     setup.accounts = config.accounts.clone();
     setup.reconfigure = config.reconfigure.clone();
+    setup.step_secret = Some(auth::new_secret()?);
     let (mut controller, recovered) = Controller::open(setup, image, Catalog::embedded(), &Default::default(), now)?;
     controller.set_billing(config.billing.clone());
     let mut batches = vec![recovered];

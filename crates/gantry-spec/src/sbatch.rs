@@ -28,6 +28,8 @@ pub struct Request {
     pub tasks_per_node: Option<u32>,
     pub tasks: Option<u32>,
     pub cpus_per_task: Option<u32>,
+    /// `--gpus-per-task`: GPUs each task of the allocation gets (and `srun` binds).
+    pub gpus_per_task: Option<u32>,
     pub memory: Option<String>,
     pub time: Option<String>,
     /// `--array`: gantry's array syntax is Slurm's (`0-15%4`, `1,3,5`).
@@ -115,6 +117,7 @@ impl Request {
             "--ntasks-per-node" => self.tasks_per_node = Some(number(option, need(option, value)?)?),
             "--ntasks" | "-n" => self.tasks = Some(number(option, need(option, value)?)?),
             "--cpus-per-task" | "-c" => self.cpus_per_task = Some(number(option, need(option, value)?)?),
+            "--gpus-per-task" => self.gpus_per_task = Some(self.typed_count(option, need(option, value)?)?),
             "--mem" => {
                 let v = need(option, value)?;
                 // Slurm's default unit is MiB; K/M/G/T suffixes.
@@ -165,13 +168,70 @@ impl Request {
         }
     }
 
-    /// The `[[job]]` table for `command`.
+    /// The `[[job]]` table for `command` (`gantry submit`): each task runs the command.
     pub fn job(&self, default_name: &str, command: Vec<String>) -> Result<Table, SpecError> {
-        self.job_table(default_name, command).map_err(|m| SpecError::new("", m))
+        let shaped = self.tasks_and_gpus().and_then(|(tasks, gpus_per_task)| {
+            let command = match (&self.output, &self.error) {
+                (None, None) => command,
+                (out, err) => redirected(out.as_deref(), err.as_deref(), command),
+            };
+            let mut job = self.job_table(default_name)?;
+            job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
+            let task = self.task_table("task", tasks, gpus_per_task, self.cpus_per_task, self.memory.clone());
+            job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
+            Ok(job)
+        });
+        shaped.map_err(|m| SpecError::new("", m))
     }
 
-    fn job_table(&self, default_name: &str, command: Vec<String>) -> Result<Table, String> {
-        let (tasks, gpus_per_task) = self.tasks_and_gpus()?;
+    /// The `[[job]]` table for a batch script as Slurm runs it (`sbatch`): an allocation of
+    /// one task per node slot, each holding that node's share (GPUs, CPUs, `--mem` per node);
+    /// the first runs `script` once (through `gantry slurm-batch`), the others are step hosts
+    /// its `srun` starts tasks through.
+    pub fn batch_job(&self, default_name: &str, script: Vec<String>) -> Result<Table, SpecError> {
+        self.batch_table(default_name, script).map_err(|m| SpecError::new("", m))
+    }
+
+    fn batch_table(&self, default_name: &str, script: Vec<String>) -> Result<Table, String> {
+        let shape = self.allocation()?;
+        let mut job = self.job_table(default_name)?;
+        let mut command = vec!["sh".to_string(), "-c".to_string(), batch_wrapper(&shape, self)];
+        command.push("gantry-sbatch".into());
+        command.extend(script);
+        job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
+        let cpus = self.cpus_per_task.map(|c| c * shape.tasks_per_node);
+        let task = self.task_table("batch", shape.nodes, shape.gpus_per_node, cpus, self.memory.clone());
+        job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
+        Ok(job)
+    }
+
+    /// The allocation's shape: nodes, tasks (per node) and GPUs per node.
+    fn allocation(&self) -> Result<Shape, String> {
+        let nodes = self.nodes.unwrap_or(1);
+        let tasks = match (self.tasks, self.tasks_per_node) {
+            (Some(n), _) => n,
+            (None, Some(per)) => per * nodes,
+            (None, None) => nodes,
+        };
+        if tasks < nodes {
+            return Err(format!("--ntasks={tasks} is fewer than --nodes={nodes}"));
+        }
+        let tasks_per_node = self.tasks_per_node.unwrap_or_else(|| tasks.div_ceil(nodes));
+        let given = [self.gpus_per_node.is_some(), self.gpus_total.is_some(), self.gpus_per_task.is_some()];
+        if given.iter().filter(|&&g| g).count() > 1 {
+            return Err("give one of --gres, --gpus, --gpus-per-node, --gpus-per-task".into());
+        }
+        let gpus_per_node = match (self.gpus_per_node, self.gpus_total, self.gpus_per_task) {
+            (Some(g), _, _) => g,
+            (_, Some(g), _) if g % nodes != 0 => return Err(format!("--gpus={g} does not divide among {nodes} nodes")),
+            (_, Some(g), _) => g / nodes,
+            (_, _, Some(g)) => g * tasks_per_node,
+            _ => 0,
+        };
+        Ok(Shape { nodes, tasks, tasks_per_node, gpus_per_node })
+    }
+
+    fn job_table(&self, default_name: &str) -> Result<Table, String> {
         let mut job = Table::new();
         job.insert("name".into(), Value::String(self.name.clone().unwrap_or_else(|| default_name.to_string())));
         if let Some(q) = &self.queue {
@@ -198,12 +258,6 @@ impl Request {
         if let Some(requeue) = self.requeue {
             job.insert("requeue".into(), Value::Boolean(requeue));
         }
-        let command = match (&self.output, &self.error) {
-            (None, None) => command,
-            (out, err) => redirected(out.as_deref(), err.as_deref(), command),
-        };
-        job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
-        job.insert("task".into(), Value::Array(vec![Value::Table(self.task_table(tasks, gpus_per_task))]));
         Ok(job)
     }
 
@@ -238,15 +292,22 @@ impl Request {
     }
 
     /// The job's one `[[job.task]]` table.
-    fn task_table(&self, tasks: u32, gpus_per_task: u32) -> Table {
+    fn task_table(
+        &self,
+        name: &str,
+        tasks: u32,
+        gpus_per_task: u32,
+        cpus: Option<u32>,
+        memory: Option<String>,
+    ) -> Table {
         let mut task = Table::new();
-        task.insert("name".into(), Value::String("task".into()));
+        task.insert("name".into(), Value::String(name.into()));
         task.insert("replicas".into(), Value::Integer(tasks as i64));
-        if let Some(c) = self.cpus_per_task {
+        if let Some(c) = cpus {
             task.insert("cpu".into(), Value::Integer(c as i64));
         }
-        if let Some(m) = &self.memory {
-            task.insert("memory".into(), Value::String(m.clone()));
+        if let Some(m) = memory {
+            task.insert("memory".into(), Value::String(m));
         }
         if gpus_per_task > 0 {
             let mut gpu = Table::new();
@@ -312,6 +373,17 @@ fn pattern_word(pattern: &str) -> String {
 /// `command` with its stdout and stderr sent to `--output` and `--error` files (Slurm: stderr
 /// goes with stdout when only `--output` is given).
 fn redirected(output: Option<&str>, error: Option<&str>, command: Vec<String>) -> Vec<String> {
+    let script = redirections(output, error) + "exec \"$@\"";
+    let mut full = vec!["sh".to_string(), "-c".to_string(), script, "gantry-sbatch".to_string()];
+    full.extend(command);
+    full
+}
+
+/// Shell lines sending what follows to `--output` and `--error` (none without either).
+fn redirections(output: Option<&str>, error: Option<&str>) -> String {
+    if output.is_none() && error.is_none() {
+        return String::new();
+    }
     let out = output.map(pattern_word);
     let err = error.map(pattern_word).or_else(|| out.clone());
     // An array element is named `name[3]`: its index; other jobs have none.
@@ -324,10 +396,33 @@ fn redirected(output: Option<&str>, error: Option<&str>, command: Vec<String>) -
     if let Some(err) = &err {
         script += &format!("exec 2>{err}; ");
     }
-    script += "exec \"$@\"";
-    let mut full = vec!["sh".to_string(), "-c".to_string(), script, "gantry-sbatch".to_string()];
-    full.extend(command);
-    full
+    script
+}
+
+/// What an allocation asks for, in Slurm's terms.
+struct Shape {
+    nodes: u32,
+    tasks: u32,
+    tasks_per_node: u32,
+    gpus_per_node: u32,
+}
+
+/// The shell every task of a batch job runs (`$@`: the script's command): the first slot runs
+/// the script through `gantry slurm-batch` with its output files open; the others serve steps.
+fn batch_wrapper(shape: &Shape, request: &Request) -> String {
+    let mut host = format!("--nodes {} --tasks {} --tasks-per-node {}", shape.nodes, shape.tasks, shape.tasks_per_node);
+    if let Some(c) = request.cpus_per_task {
+        host += &format!(" --cpus-per-task {c}");
+    }
+    if let Some(g) = request.gpus_per_task {
+        host += &format!(" --gpus-per-task {g}");
+    }
+    format!(
+        ": \"${{GANTRY_BIN:?this node's gantry agent predates batch jobs (it sets no GANTRY_BIN)}}\"; \
+         if [ \"${{GANTRY_RANK:-0}}\" != 0 ]; then exec \"$GANTRY_BIN\" slurm-batch {host} -- true; fi; \
+         {}exec \"$GANTRY_BIN\" slurm-batch {host} -- \"$@\"",
+        redirections(request.output.as_deref(), request.error.as_deref())
+    )
 }
 
 /// Read a batch script's `#SBATCH` lines (those before the first command); an error names

@@ -8,7 +8,7 @@ use crate::sbatch::{Request, parse_script, script_command};
 use toml::Table;
 
 /// Long options that take a value, and their one-letter forms.
-const WITH_VALUE: [(&str, Option<char>); 20] = [
+const WITH_VALUE: [(&str, Option<char>); 21] = [
     ("--job-name", Some('J')),
     ("--partition", Some('p')),
     ("--account", Some('A')),
@@ -16,6 +16,7 @@ const WITH_VALUE: [(&str, Option<char>); 20] = [
     ("--gres", None),
     ("--gpus", Some('G')),
     ("--gpus-per-node", None),
+    ("--gpus-per-task", None),
     ("--nodes", Some('N')),
     ("--ntasks", Some('n')),
     ("--ntasks-per-node", None),
@@ -50,7 +51,7 @@ pub struct CommandLine {
 
 fn refused(option: &str) -> SpecError {
     SpecError::new(option, "not supported by gantry's sbatch").hint(
-        "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --nodes, \
+        "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --gpus-per-task, --nodes, \
          --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --time, --nice, --array, --dependency, --chdir, \
          --output, --error, --wrap, --requeue, --no-requeue, --hold, --parsable, --wait",
     )
@@ -148,7 +149,7 @@ pub fn batch_job(
         command.push(name.to_string());
         command.extend(line.script_args.iter().cloned());
     }
-    let job = request.job(name, command)?;
+    let job = request.batch_job(name, command)?;
     Ok((job, std::mem::take(&mut request.ignored)))
 }
 
@@ -195,9 +196,39 @@ mod tests {
         assert_eq!(job["time_limit"].as_integer(), Some(300));
         assert!(ignored.is_empty());
         let command: Vec<&str> = job["command"].as_array().expect("argv").iter().filter_map(|v| v.as_str()).collect();
-        assert_eq!(command, ["/bin/bash", "-c", script, "train", "a b"]);
+        // Every slot runs gantry's batch wrapper; the script is its `$@`.
+        assert_eq!((command[0], command[1], command[3]), ("sh", "-c", "gantry-sbatch"));
+        assert!(command[2].contains("slurm-batch --nodes 1 --tasks 1 --tasks-per-node 1"), "{}", command[2]);
+        assert_eq!(command[4..], ["/bin/bash", "-c", script, "train", "a b"]);
+        let task = &job["task"].as_array().expect("tasks")[0];
+        assert_eq!((task["name"].as_str(), task["replicas"].as_integer()), (Some("batch"), Some(1)));
         let wrapped = parse_command_line(&args(&["-H", "--wrap", "nvidia-smi -L"])).expect("valid");
         let (job, _) = batch_job(&wrapped, None, "/work").expect("a job");
         assert_eq!((job["name"].as_str(), job["hold"].as_bool()), (Some("wrap"), Some(true)));
+    }
+
+    #[test]
+    fn a_batch_job_is_one_slot_per_node_holding_that_nodes_share() {
+        let script =
+            "#!/bin/sh\n#SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-task=2 -c 3 --mem=10G\nsrun hostname\n";
+        let line = parse_command_line(&args(&["x.sh"])).expect("valid");
+        let (job, _) = batch_job(&line, Some((script, "x")), "/w").expect("a job");
+        let task = &job["task"].as_array().expect("tasks")[0];
+        assert_eq!(task["replicas"].as_integer(), Some(2), "one slot per node");
+        assert_eq!(task["gpu"]["count"].as_integer(), Some(8), "2 GPUs for each of 4 tasks");
+        assert_eq!((task["cpu"].as_integer(), task["memory"].as_str()), (Some(12), Some("10GiB")), "--mem is per node");
+        let command = job["command"].as_array().expect("argv")[2].as_str().expect("wrapper");
+        assert!(
+            command.contains("--nodes 2 --tasks 8 --tasks-per-node 4 --cpus-per-task 3 --gpus-per-task 2"),
+            "{command}"
+        );
+        for (bad, says) in [
+            ("#SBATCH --nodes=3 --ntasks=2\n", "fewer than --nodes"),
+            ("#SBATCH --gres=gpu:1 --gpus-per-task=1\n", "give one of"),
+            ("#SBATCH --nodes=2 --gpus=3\n", "does not divide among 2 nodes"),
+        ] {
+            let e = batch_job(&line, Some((bad, "x")), "/w").expect_err(bad).to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 }

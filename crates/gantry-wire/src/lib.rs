@@ -28,8 +28,9 @@ use serde::{Deserialize, Serialize};
 /// by the OOM killer; the controller sends a launch's limits only to an agent of 3 or later.
 /// 4 added output reads: the controller asks the agent for part of a task's output
 /// ([`Orders::log_reads`]) and the agent answers with a [`LogChunk`] each; only an agent of 4
-/// or later is asked.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// or later is asked. 5 added job steps: a launch carries its run's step key
+/// ([`Launch::step_key`]), sent only to an agent of 5 or later.
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The first protocol with layout orders.
 pub const PROTOCOL_LAYOUTS: u32 = 2;
@@ -39,6 +40,9 @@ pub const PROTOCOL_CONFINEMENT: u32 = 3;
 
 /// The first protocol whose agents serve their tasks' output on request.
 pub const PROTOCOL_LOGS: u32 = 4;
+
+/// The first protocol whose launches carry a step key.
+pub const PROTOCOL_STEPS: u32 = 5;
 
 fn protocol_one() -> u32 {
     1
@@ -103,6 +107,11 @@ pub struct Launch {
     /// Its index in its job array (`SLURM_ARRAY_TASK_ID`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_index: Option<u32>,
+    /// The secret every task of this run shares and no other process has (protocol 5): a
+    /// batch job's `srun` and the step hosts on its other nodes prove with it that they
+    /// belong to the run (`GANTRY_STEP_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_key: Option<String>,
 }
 
 /// Where a task sits in its run (see [`Launch::layout`]).

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The names gantry answers to as Slurm.
-pub const NAMES: [&str; 3] = ["sbatch", "squeue", "scancel"];
+pub const NAMES: [&str; 4] = ["sbatch", "squeue", "scancel", "srun"];
 
 /// `gantry slurm-install --prefix DIR`.
 #[derive(Args)]
@@ -41,10 +41,11 @@ pub fn as_slurm_command() -> Option<ExitCode> {
     let mut argv = std::env::args();
     let started_as = argv.next()?;
     let name = Path::new(&started_as).file_name()?.to_str()?.to_string();
-    if !NAMES.contains(&name.as_str()) {
-        return None;
-    }
     let args: Vec<String> = argv.collect();
+    if let Some(code) = gantry_agent::steps::run_as(&name, &args) {
+        return Some(ExitCode::from(code.clamp(0, 255) as u8));
+    }
+    NAMES.contains(&name.as_str()).then_some(())?;
     let server = ServerArg::default();
     let result = match name.as_str() {
         "sbatch" => jobs_cmd::sbatch(jobs_cmd::SbatchArgs { args, server }),

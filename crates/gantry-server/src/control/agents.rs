@@ -573,6 +573,7 @@ impl Controller {
     pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
         // An agent older than confinement would refuse a launch with limits it does not know.
         let limits = self.links.get(node).is_none_or(|l| l.protocol >= wire::PROTOCOL_CONFINEMENT);
+        let steps = self.links.get(node).is_none_or(|l| l.protocol >= wire::PROTOCOL_STEPS);
         let launch = self
             .outbox
             .get(node)
@@ -580,6 +581,7 @@ impl Controller {
                 o.values()
                     .cloned()
                     .map(|l| if limits { l } else { Launch { cpu_milli: None, memory_bytes: None, ..l } })
+                    .map(|l| if steps { l } else { Launch { step_key: None, ..l } })
                     .collect()
             })
             .unwrap_or_default();

@@ -42,6 +42,11 @@ pub struct Setup {
     /// nothing crashes and a flush costs one pass over the running jobs.
     #[serde(default = "default_meter_flush_s")]
     pub meter_flush_s: u64,
+    /// The secret each run's step key is derived from (`None`: runs get no step key, as in
+    /// simulated time). Made at each start, never recorded: a run dispatched across a failover
+    /// may hold two keys, and its steps to the other half are refused by name.
+    #[serde(skip)]
+    pub step_secret: Option<String>,
 }
 
 fn default_meter_flush_s() -> u64 {
@@ -49,6 +54,14 @@ fn default_meter_flush_s() -> u64 {
 }
 
 impl Setup {
+    /// Run `attempt` of `job`'s step key: SHA-256 of the secret, the job and the attempt.
+    pub fn step_key(&self, job: u64, attempt: u32) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let secret = self.step_secret.as_ref()?;
+        let digest = Sha256::digest(format!("gantry-step-key\n{secret}\n{job}\n{attempt}").as_bytes());
+        Some(digest.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
     pub fn new(fleet: Fleet, scheduling: &SchedulerConfig, agents: Agents, idle: crate::idle::IdlePolicy) -> Setup {
         Setup {
             fleet,
@@ -65,6 +78,7 @@ impl Setup {
             accounts: Default::default(),
             reconfigure: Default::default(),
             meter_flush_s: crate::meter::FLUSH_EVERY_S,
+            step_secret: None,
         }
     }
 

@@ -21,6 +21,7 @@ impl Controller {
         let mut layouts = run_layouts(placement).into_iter();
         let mut starts = Vec::new();
         let mut launches = Vec::new();
+        let step_key = self.setup.step_key(job, row.requeues);
         for (rank, task) in placement.iter().enumerate() {
             let (devices, mps) = self.devices(task);
             starts.push(TaskStart {
@@ -53,6 +54,7 @@ impl Controller {
                 memory_bytes: Some(task.memory.0),
                 layout: layouts.next(),
                 array_index: row.job.control.array.as_ref().map(|a| a.index),
+                step_key: step_key.clone(),
             });
         }
         (starts, launches)

@@ -246,3 +246,94 @@ fn sbatch_squeue_and_scancel_answer_by_their_names() {
     let out = gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]);
     assert!(stderr(&out).contains("is not gantry's: left alone"), "{}", stderr(&out));
 }
+
+/// Two local "nodes" that resolve as host names on any machine, two L4s each.
+const TWO_NODES: &str = "[[node]]\nname = \"localhost\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n\n\
+    [[node]]\nname = \"127.0.0.1\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n";
+
+/// Slurm's batch semantics: a batch job is an allocation whose script runs once, on its first
+/// node, with all of that node's GPUs; `srun` in it starts the step's tasks across the
+/// allocation (the second node's through its step host), each with its place (`SLURM_PROCID`,
+/// `RANK`, `WORLD_SIZE`, ...) and, with `--gpus-per-task`, its own GPU; `srun` exits with the
+/// highest exit code of its tasks. The two-node job is a `torchrun`-style Python program
+/// printing its rank and world size.
+#[test]
+fn a_batch_script_runs_once_and_srun_steps_span_the_allocation() {
+    let dir = temp_dir("slurm-steps");
+    let bin = dir.join("bin");
+    assert!(gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]).status.success());
+    let fleet = write_fixture(&dir, "fleet.toml", TWO_NODES);
+    let data = dir.join("data");
+    let (_serve, url) = super::spawn(&[
+        "serve",
+        "--local",
+        "--fleet",
+        &fleet,
+        "--listen",
+        "127.0.0.1:0",
+        "--data",
+        data.to_str().expect("utf-8"),
+    ]);
+    let sbatch = |script: &str| {
+        let out = Command::new(bin.join("sbatch"))
+            .args(["--wait", script])
+            .env("GANTRY_SERVER", &url)
+            .env("GANTRY_DATA", &data)
+            .env("USER", "root")
+            .current_dir(&dir)
+            .output()
+            .expect("runs");
+        assert!(out.status.success(), "{script}: {}{}", stdout(&out), stderr(&out));
+    };
+    write_fixture(
+        &dir,
+        "one.sh",
+        "#!/bin/bash\n#SBATCH --ntasks=2 --gres=gpu:2 --output=one.out\n\
+         echo \"batch ntasks=$SLURM_NTASKS gpus=$CUDA_VISIBLE_DEVICES\"\n\
+         srun -l bash -c 'echo \"task $SLURM_PROCID of $WORLD_SIZE sees $CUDA_VISIBLE_DEVICES\"' | sort\n\
+         srun --gpus-per-task=1 bash -c 'echo \"bound $SLURM_LOCALID $CUDA_VISIBLE_DEVICES\"' | sort\n\
+         srun -n 2 bash -c 'exit $((SLURM_PROCID + 2))'; echo \"srun exit $?\"\n",
+    );
+    sbatch("one.sh");
+    let one = std::fs::read_to_string(dir.join("one.out")).expect("output");
+    let lines: Vec<&str> = one.lines().collect();
+    assert_eq!(lines.iter().filter(|l| l.starts_with("batch ")).count(), 1, "the script runs once: {one}");
+    let both = lines[0].trim_start_matches("batch ntasks=2 gpus=");
+    assert_eq!(both.split(',').count(), 2, "the script sees both GPUs: {one}");
+    assert_eq!(lines[1], format!("0: task 0 of 2 sees {both}"), "{one}");
+    assert_eq!(lines[2], format!("1: task 1 of 2 sees {both}"), "{one}");
+    let gpus: Vec<&str> = both.split(',').collect();
+    assert_eq!(lines[3], format!("bound 0 {}", gpus[0]), "one GPU each: {one}");
+    assert_eq!(lines[4], format!("bound 1 {}", gpus[1]), "{one}");
+    assert_eq!(lines[5], "srun exit 3", "the highest exit code: {one}");
+    write_fixture(
+        &dir,
+        "rank.py",
+        "import os\ne = os.environ\nprint(f\"rank {e['RANK']} of {e['WORLD_SIZE']} local {e['LOCAL_RANK']}/{e['LOCAL_WORLD_SIZE']} \
+         node {e['SLURM_NODEID']} gpu {e['CUDA_VISIBLE_DEVICES']} port {e['MASTER_PORT']}\")\n",
+    );
+    write_fixture(
+        &dir,
+        "two.sh",
+        "#!/bin/bash\n#SBATCH --nodes=2 --ntasks-per-node=2 --gpus-per-task=1 --output=two.out\n\
+         echo \"nodes $SLURM_NNODES ntasks $SLURM_NTASKS per node $SLURM_TASKS_PER_NODE\"\nsrun python3 rank.py | sort\n",
+    );
+    sbatch("two.sh");
+    let two = std::fs::read_to_string(dir.join("two.out")).expect("output");
+    let lines: Vec<&str> = two.lines().collect();
+    assert_eq!(lines[0], "nodes 2 ntasks 4 per node 2(x2)", "{two}");
+    let ranks: Vec<String> =
+        lines[1..].iter().map(|l| l.split(" gpu ").next().unwrap_or_default().to_string()).collect();
+    assert_eq!(
+        ranks,
+        [
+            "rank 0 of 4 local 0/2 node 0",
+            "rank 1 of 4 local 1/2 node 0",
+            "rank 2 of 4 local 0/2 node 1",
+            "rank 3 of 4 local 1/2 node 1"
+        ],
+        "{two}"
+    );
+    let gpus: std::collections::BTreeSet<&str> = lines[1..].iter().filter_map(|l| l.split(" gpu ").nth(1)).collect();
+    assert_eq!(gpus.len(), 4, "every rank its own GPU: {two}");
+}
