@@ -256,6 +256,7 @@ pub fn job_of(job: &crate::CompiledJob) -> Job {
         .map(|g| TaskGroup {
             name: g.name.clone(),
             replicas: g.replicas,
+            distinct_nodes: g.distinct_nodes,
             resources: TaskResources {
                 cpu: MilliCpu(g.cpu),
                 memory: Bytes(g.memory),

@@ -312,6 +312,9 @@ impl<'a> Placer<'a> {
                 search.stopped_early = true;
                 break;
             }
+            if group.distinct_nodes && self.applied.iter().any(|t| t.group == group_index && t.node == node) {
+                continue;
+            }
             let signature = state.nodes[node as usize].signature;
             if !group.signature_ok[signature as usize] {
                 if !matches!(scope, NodeScope::All) {

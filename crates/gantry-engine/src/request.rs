@@ -44,6 +44,8 @@ impl GpuNeed {
 pub struct CompiledGroup {
     pub name: String,
     pub replicas: u32,
+    /// Each task on a node of its own (`TaskGroup::distinct_nodes`).
+    pub distinct_nodes: bool,
     pub cpu: u32,
     pub memory: u64,
     pub gpu: GpuNeed,
@@ -154,6 +156,7 @@ fn compile_group(
     let mut group = CompiledGroup {
         name: group.name.clone(),
         replicas: group.replicas,
+        distinct_nodes: group.distinct_nodes,
         cpu: r.cpu.0,
         memory: r.memory.0,
         gpu,

@@ -20,3 +20,34 @@ pub(crate) fn whole_gpu_job(engine: &Engine, gpus: u32, replicas: u32) -> Compil
     let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
     engine.compile(&spec).expect("compiles")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tasks of a group with `distinct_nodes` each take a node of their own, even where one
+    /// node could hold them all (where packing would put them); a group that cannot spread
+    /// that wide does not start.
+    #[test]
+    fn distinct_nodes_spread_a_groups_tasks_one_per_node() {
+        let nodes_of = |engine: &mut Engine, distinct: bool, replicas: u32| {
+            let text = format!(
+                "[[job]]\nname = \"j\"\n[[job.task]]\nname = \"slot\"\nreplicas = {replicas}\ndistinct_nodes = {distinct}\ngpu = {{ count = 1 }}\n"
+            );
+            let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
+            let job = engine.compile(&spec).expect("compiles");
+            let id = engine.place(&job).ok()?;
+            let mut nodes: Vec<String> =
+                engine.placement(id, &job).expect("placed").iter().map(|t| t.node.clone()).collect();
+            engine.release(id).expect("released");
+            nodes.sort();
+            nodes.dedup();
+            Some(nodes.len())
+        };
+        let mut engine = a100_engine(3);
+        assert_eq!(nodes_of(&mut engine, false, 2), Some(1), "packed");
+        assert_eq!(nodes_of(&mut engine, true, 2), Some(2), "spread");
+        assert_eq!(nodes_of(&mut engine, true, 3), Some(3));
+        assert_eq!(nodes_of(&mut engine, true, 4), None, "three nodes hold at most three");
+    }
+}

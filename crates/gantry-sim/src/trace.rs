@@ -103,7 +103,7 @@ pub fn job_for(pod: &TracePod, name: String) -> Job {
         name,
         queue: if pod.qos.is_empty() { "default".into() } else { pod.qos.clone() },
         priority: 0,
-        groups: vec![TaskGroup { name: "main".into(), replicas: 1, resources }],
+        groups: vec![TaskGroup { name: "main".into(), replicas: 1, resources, distinct_nodes: false }],
         lifecycle: Default::default(),
         after: Vec::new(),
         control: Default::default(),

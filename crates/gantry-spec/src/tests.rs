@@ -504,7 +504,18 @@ fn job_controls_parse_arrays_expand_and_bad_values_name_the_field() {
     assert_eq!(names, ["sweep[0]", "sweep[1]", "sweep[2]", "sweep[7]", "report"]);
     let c = &jobs[3].control;
     assert_eq!((c.user.as_deref(), c.time_limit_s, c.hold), (Some("alice"), Some(7200), true));
-    assert_eq!(c.array, Some(gantry_types::ArrayElement { array: "sweep".into(), index: 7, max_running: Some(2) }));
+    assert_eq!(
+        c.array,
+        Some(gantry_types::ArrayElement {
+            array: "sweep".into(),
+            index: 7,
+            max_running: Some(2),
+            job: None,
+            min: 0,
+            max: 7,
+            count: 4
+        })
+    );
     assert_eq!(jobs[4].control, gantry_types::JobControl::default());
     let eight = crate::parse_workload("[[job]]\nname = \"a\"\narray = 8\n", catalog()).expect("array = N");
     assert_eq!(eight.len(), 8);

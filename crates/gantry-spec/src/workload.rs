@@ -78,6 +78,8 @@ pub(crate) struct JobEntry {
 struct TaskEntry {
     name: Option<String>,
     replicas: Option<i64>,
+    /// Each task on a node of its own.
+    distinct_nodes: Option<bool>,
     cpu: Option<Quantity>,
     memory: Option<Quantity>,
     gpu: Option<GpuEntry>,
@@ -384,6 +386,7 @@ pub(crate) fn parse_job(
 fn task_entries(at: &str, entry: &mut JobEntry) -> Result<Vec<TaskEntry>, SpecError> {
     let shorthand = TaskEntry {
         name: None,
+        distinct_nodes: None,
         replicas: entry.replicas.take(),
         cpu: entry.cpu.take(),
         memory: entry.memory.take(),
@@ -505,11 +508,15 @@ fn copies(at: &str, entry: &JobEntry, job: Job, budget: usize) -> Result<Vec<Job
             if indices.len() > budget {
                 return Err(too_many_jobs(budget));
             }
+            let (min, max) = (indices.iter().min().copied(), indices.iter().max().copied());
+            let (min, max, count) = (min.unwrap_or_default(), max.unwrap_or_default(), indices.len() as u32);
             indices
                 .into_iter()
                 .map(|index| {
                     let mut element = Job { name: format!("{}[{index}]", entry.name), ..job.clone() };
-                    element.control.array = Some(ArrayElement { array: entry.name.clone(), index, max_running });
+                    let array = entry.name.clone();
+                    element.control.array =
+                        Some(ArrayElement { array, index, max_running, job: None, min, max, count });
                     element
                 })
                 .collect()
@@ -619,7 +626,7 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
         topology,
         tolerations: task.tolerations.unwrap_or_default(),
     };
-    Ok(TaskGroup { name, replicas, resources })
+    Ok(TaskGroup { name, replicas, resources, distinct_nodes: task.distinct_nodes.unwrap_or(false) })
 }
 
 /// A task's `isolation` field (`hard`, `soft` or `none`), if given.

@@ -71,6 +71,23 @@ pub struct ArrayElement {
     pub index: u32,
     /// At most this many elements of the array run at once (`%N`).
     pub max_running: Option<u32>,
+    /// The array's job id, as Slurm numbers an array (`SLURM_ARRAY_JOB_ID`, `%A`): its first
+    /// element's id, set by the controller at submission (`None` before, and in logs from
+    /// before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
+    /// The array's lowest and highest index and its number of elements
+    /// (`SLURM_ARRAY_TASK_MIN`, `_MAX`, `_COUNT`; zero in logs from before they were kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub max: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub count: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Slurm's dependency kinds: start after the named job ended successfully, in any way, or
@@ -152,6 +169,9 @@ pub struct TaskGroup {
     pub name: String,
     pub replicas: u32,
     pub resources: TaskResources,
+    /// Each task of the group on a node of its own (a Slurm allocation's `--nodes`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub distinct_nodes: bool,
 }
 
 /// What one task needs.

@@ -76,7 +76,7 @@ pub fn job(name: &str, replicas: u32, gpu: GpuRequest, isolation: Isolation, top
         name: name.into(),
         queue: "bench".into(),
         priority: 0,
-        groups: vec![TaskGroup { name: "t".into(), replicas, resources }],
+        groups: vec![TaskGroup { name: "t".into(), replicas, resources, distinct_nodes: false }],
         lifecycle: Default::default(),
         after: Vec::new(),
         control: Default::default(),

@@ -103,6 +103,7 @@ fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
         .prop_map(|((gpu, isolation), replicas, cpu, within, required)| TaskGroup {
             name: "g".into(),
             replicas,
+            distinct_nodes: false,
             resources: TaskResources {
                 cpu: MilliCpu(cpu),
                 memory: Bytes::gib(4),

@@ -171,6 +171,7 @@ impl Controller {
             compiled.push(c);
         }
         let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
+        let jobs = number_arrays(jobs, first);
         for (id, job) in ids.iter().zip(&jobs) {
             self.record(Event::Submitted { id: *id, at_s: now, job: Box::new(job.clone()) })?;
             self.note_arrival(*id, now);
@@ -322,4 +323,16 @@ fn within(
 /// `job` refused as given, by its field.
 fn refused(job: &gantry_types::Job, field: &'static str, message: String) -> ControlError {
     ControlError::Job { job: job.name.clone(), field, message }
+}
+
+/// Each array element learns its array's job id, as Slurm numbers an array: the id of its
+/// first element in this submission (jobs get ids in order from `first`).
+fn number_arrays(mut jobs: Vec<Job>, first: u64) -> Vec<Job> {
+    let mut firsts: std::collections::BTreeMap<String, u64> = Default::default();
+    for (k, job) in jobs.iter_mut().enumerate() {
+        if let Some(a) = job.control.array.as_mut() {
+            a.job = Some(*firsts.entry(a.array.clone()).or_insert(first + k as u64));
+        }
+    }
+    jobs
 }
