@@ -52,6 +52,9 @@ fn launch(job: u64) -> Launch {
         layout: None,
         array_index: None,
         step_key: None,
+        array_job: None,
+        array_span: None,
+        queue: String::new(),
     }
 }
 

@@ -41,7 +41,7 @@ pub fn run_env(l: &Launch, master_addr: &str) -> Vec<(String, String)> {
         ("SLURM_CLUSTER_NAME", "gantry".to_string()),
         ("SLURM_JOB_ID", l.job.to_string()),
         ("SLURM_JOBID", l.job.to_string()),
-        ("SLURM_JOB_NAME", l.job_name.clone()),
+        ("SLURM_JOB_NAME", slurm_job_name(l)),
         ("SLURM_NTASKS", l.world_size.to_string()),
         ("SLURM_NPROCS", l.world_size.to_string()),
         ("SLURM_PROCID", l.rank.to_string()),
@@ -50,13 +50,38 @@ pub fn run_env(l: &Launch, master_addr: &str) -> Vec<(String, String)> {
         ("SLURM_NNODES", layout.nodes.len().to_string()),
         ("SLURM_JOB_NUM_NODES", layout.nodes.len().to_string()),
         ("SLURM_JOB_NODELIST", hostlist(&layout.nodes)),
+        ("SLURM_NODELIST", hostlist(&layout.nodes)),
         ("SLURMD_NODENAME", l.node.clone()),
+        ("SLURM_TOPOLOGY_ADDR", l.node.clone()),
+        ("SLURM_TOPOLOGY_ADDR_PATTERN", "node".to_string()),
+        ("SLURM_NODE_ALIASES", "(null)".to_string()),
+        ("SLURM_GTIDS", l.rank.to_string()),
         ("SLURM_GPUS_ON_NODE", layout.gpus_on_node.to_string()),
     ];
     env.extend(cpus.map(|c| ("SLURM_CPUS_PER_TASK", c.to_string())));
+    env.extend(cpus.map(|c| ("SLURM_CPUS_ON_NODE", c.to_string())));
+    env.extend((!l.queue.is_empty()).then(|| ("SLURM_JOB_PARTITION", l.queue.clone())));
+    env.extend((!l.account.is_empty()).then(|| ("SLURM_JOB_USER", l.account.clone())));
     env.extend(l.workdir.clone().map(|w| ("SLURM_SUBMIT_DIR", w)));
     env.extend(l.array_index.map(|i| ("SLURM_ARRAY_TASK_ID", i.to_string())));
+    env.extend(l.array_job.map(|j| ("SLURM_ARRAY_JOB_ID", j.to_string())));
+    if let Some([min, max, count]) = l.array_span {
+        env.extend([
+            ("SLURM_ARRAY_TASK_MIN", min.to_string()),
+            ("SLURM_ARRAY_TASK_MAX", max.to_string()),
+            ("SLURM_ARRAY_TASK_COUNT", count.to_string()),
+        ]);
+    }
     env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// The job's name as Slurm gives it: an array element's is its array's (`sweep`, where gantry
+/// names the element `sweep[3]`).
+fn slurm_job_name(l: &Launch) -> String {
+    match l.array_index {
+        Some(i) => l.job_name.strip_suffix(&format!("[{i}]")).unwrap_or(&l.job_name).to_string(),
+        None => l.job_name.clone(),
+    }
 }
 
 /// What a batch job's steps need ([`crate::steps`]): the run's step key (when the controller
@@ -80,7 +105,7 @@ mod tests {
     fn launch(rank: u32, node: &str, layout: Option<RunLayout>) -> Launch {
         Launch {
             job: 42,
-            job_name: "train".into(),
+            job_name: "train[3]".into(),
             group: "worker".into(),
             replica: rank,
             rank,
@@ -101,6 +126,9 @@ mod tests {
             layout,
             array_index: Some(3),
             step_key: None,
+            array_job: Some(40),
+            array_span: Some([0, 7, 8]),
+            queue: "research".into(),
         }
     }
 
@@ -125,6 +153,15 @@ mod tests {
             (Some("n[1-2]"), Some("2"), Some("3"))
         );
         assert_eq!((get("SLURM_ARRAY_TASK_ID"), get("SLURM_SUBMIT_DIR")), (Some("3"), Some("/home/alice/run")));
+        assert_eq!(
+            (get("SLURM_ARRAY_JOB_ID"), get("SLURM_JOB_NAME")),
+            (Some("40"), Some("train")),
+            "as Slurm names an array"
+        );
+        assert_eq!(
+            (get("SLURM_ARRAY_TASK_MIN"), get("SLURM_ARRAY_TASK_MAX"), get("SLURM_ARRAY_TASK_COUNT")),
+            (Some("0"), Some("7"), Some("8"))
+        );
         // A launch from a controller that sends no layout: a run of its own on this node.
         let env: std::collections::BTreeMap<String, String> =
             run_env(&launch(0, "n1", None), "127.0.0.1").into_iter().collect();

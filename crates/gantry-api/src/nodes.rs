@@ -9,6 +9,18 @@ fn is_zero(n: &u64) -> bool {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct NodeView {
     pub name: String,
+    /// Its CPU and memory, and what running jobs leave of them (millicores, bytes).
+    #[serde(default)]
+    pub cpu_milli: u64,
+    #[serde(default)]
+    pub cpu_free_milli: u64,
+    #[serde(default)]
+    pub memory_bytes: u64,
+    #[serde(default)]
+    pub memory_free_bytes: u64,
+    /// Its labels as `key=value` (Slurm's node features).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
     pub drained: bool,
     /// With remote agents: whether this node's agent is connected (it gets work only then).
     pub ready: bool,

@@ -180,6 +180,7 @@ impl Bench {
             backfill: Backfill::Reserve,
             reserve_depth: 8,
             preempt,
+            keep_unsatisfiable: false,
         };
         Bench {
             scheduler: Scheduler::new(engine(nodes), config),

@@ -22,6 +22,7 @@ mod queues;
 /// Slurm habits (`#SBATCH` options, `submit --gpus N -- command`) as gantry job tables.
 pub mod sbatch;
 pub mod sbatch_cli;
+pub mod sbatch_export;
 mod trace;
 mod workload;
 

@@ -4,7 +4,7 @@
 //! `--job-name/-J`, `--gres=gpu[:type]:N`, `--gpus/-G`, `--gpus-per-node`, `--nodes/-N`,
 //! `--ntasks-per-node`, `--ntasks/-n`, `--cpus-per-task/-c`, `--mem`, `--time/-t`,
 //! `--partition/-p`, `--account/-A`, `--qos`, `--nice`, `--array/-a`, `--dependency/-d`,
-//! `--chdir/-D`, `--requeue`/`--no-requeue`, `--hold/-H`, `--output/-o` and `--error/-e` (with `%j`, `%x`, `%a`, `%u`, `%%`). Any other
+//! `--chdir/-D`, `--requeue`/`--no-requeue`, `--hold/-H`, `--export`, `--output/-o` and `--error/-e` (with `%j`, `%x`, `%A`, `%a`, `%u`, `%N`, `%%`), `--gpus-per-task`. Any other
 //! option is named in a warning and left out; a malformed value of a supported one is an error
 //! naming the line.
 
@@ -40,6 +40,13 @@ pub struct Request {
     pub requeue: Option<bool>,
     /// `--hold`: submitted held, started only once released (`gantry release`).
     pub hold: bool,
+    /// `--export`: which of the submitter's variables the job gets (`None`: all, as Slurm).
+    pub export: Option<String>,
+    /// Where `sbatch` ran, on which host (`SLURM_SUBMIT_DIR`, `SLURM_SUBMIT_HOST`).
+    pub submit_dir: Option<String>,
+    pub submit_host: Option<String>,
+    /// `--dependency` as written (`SLURM_JOB_DEPENDENCY`).
+    pub dependency: Option<String>,
     /// `--chdir`: where the script runs (default: the directory sbatch was run from).
     pub chdir: Option<String>,
     /// `--output` and `--error` patterns.
@@ -145,9 +152,14 @@ impl Request {
                 self.priority = Some(self.priority.unwrap_or(0) - nice);
             }
             "--array" | "-a" => self.array = Some(need(option, value)?.to_string()),
-            "--dependency" | "-d" => self.after.extend(dependencies(need(option, value)?)?),
+            "--dependency" | "-d" => {
+                let v = need(option, value)?;
+                self.after.extend(dependencies(v)?);
+                self.dependency = Some(v.to_string());
+            }
             "--chdir" | "-D" => self.chdir = Some(need(option, value)?.to_string()),
             "--requeue" => self.requeue = Some(true),
+            "--export" => self.export = Some(need(option, value)?.to_string()),
             "--hold" | "-H" => self.hold = true,
             "--no-requeue" => self.requeue = Some(false),
             "--output" | "-o" => self.output = Some(need(option, value)?.to_string()),
@@ -199,8 +211,12 @@ impl Request {
         command.push("gantry-sbatch".into());
         command.extend(script);
         job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
-        let cpus = self.cpus_per_task.map(|c| c * shape.tasks_per_node);
-        let task = self.task_table("batch", shape.nodes, shape.gpus_per_node, cpus, self.memory.clone());
+        // Slurm gives each task one CPU unless --cpus-per-task says more.
+        let cpus = Some(self.cpus_per_task.unwrap_or(1) * shape.tasks_per_node);
+        let mut task = self.task_table("batch", shape.nodes, shape.gpus_per_node, cpus, self.memory.clone());
+        if shape.nodes > 1 {
+            task.insert("distinct_nodes".into(), Value::Boolean(true));
+        }
         job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
         Ok(job)
     }
@@ -342,24 +358,28 @@ fn dependencies(value: &str) -> Result<Vec<String>, String> {
     Ok(after)
 }
 
-/// A Slurm file name pattern as a shell word: `%j` the job id, `%x` its name, `%a` the array
-/// index (from the element's name `name[3]`), `%u` the user, `%%` a percent sign; `%A`
-/// (Slurm's array master id) is the job's own id, each array element having its own; the rest
-/// single-quoted. Relative names are from the working directory.
+/// A Slurm file name pattern as a shell word, expanded as Slurm expands it: `%j` the job id,
+/// `%x` its name (an array element's is its array's), `%A` the array's job id (the job's own
+/// outside an array), `%a` the array index, `%u` the user, `%N` the node, `%%` a percent sign;
+/// the rest single-quoted. Relative names are from the working directory. (Slurm's `%J`,
+/// `%s`, `%t` are step and task numbers: a batch script has neither, so they stay as written.)
 fn pattern_word(pattern: &str) -> String {
     let mut word = String::from("'");
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
         let piece = match (c, chars.clone().next()) {
-            ('%', Some(k)) if "jxauA%".contains(k) => {
+            ('%', Some(k)) if "jxaAuN%".contains(k) => {
                 chars.next();
                 match k {
-                    'j' | 'A' => "'\"$GANTRY_JOB_ID\"'".to_string(),
-                    'x' => "'\"$GANTRY_JOB_NAME\"'".to_string(),
-                    'a' => "'\"$gantry_index\"'".to_string(),
-                    'u' => "'\"$USER\"'".to_string(),
-                    _ => "%".to_string(),
+                    'j' => "'\"$SLURM_JOB_ID\"'",
+                    'x' => "'\"$SLURM_JOB_NAME\"'",
+                    'A' => "'\"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}\"'",
+                    'a' => "'\"$SLURM_ARRAY_TASK_ID\"'",
+                    'u' => "'\"$USER\"'",
+                    'N' => "'\"$SLURMD_NODENAME\"'",
+                    _ => "%",
                 }
+                .to_string()
             }
             ('\'', _) => "'\\''".to_string(),
             (c, _) => c.to_string(),
@@ -386,10 +406,7 @@ fn redirections(output: Option<&str>, error: Option<&str>) -> String {
     }
     let out = output.map(pattern_word);
     let err = error.map(pattern_word).or_else(|| out.clone());
-    // An array element is named `name[3]`: its index; other jobs have none.
-    let mut script = String::from(
-        "case $GANTRY_JOB_NAME in *]) gantry_index=${GANTRY_JOB_NAME##*[}; gantry_index=${gantry_index%]};; *) gantry_index=;; esac; ",
-    );
+    let mut script = String::new();
     if let Some(out) = &out {
         script += &format!("exec >{out}; ");
     }
@@ -397,6 +414,43 @@ fn redirections(output: Option<&str>, error: Option<&str>) -> String {
         script += &format!("exec 2>{err}; ");
     }
     script
+}
+
+/// The `SLURM_*` variables decided at submission that the batch script sees, as Slurm sets
+/// them: where it was submitted from, `--export`'s value, `--mem` per node in MiB,
+/// `--ntasks-per-node`, `--dependency` as written, an array's step.
+fn submitted_vars(r: &Request) -> Vec<(&'static str, String)> {
+    let mut vars = Vec::new();
+    vars.extend(r.submit_dir.clone().map(|d| ("SLURM_SUBMIT_DIR", d)));
+    vars.extend(r.submit_host.clone().map(|h| ("SLURM_SUBMIT_HOST", h)));
+    if let Some(e) = &r.export {
+        vars.extend([("SLURM_EXPORT_ENV", e.clone()), ("SLURM_GET_USER_ENV", "1".to_string())]);
+    }
+    vars.extend(r.memory.as_deref().and_then(mebibytes).map(|m| ("SLURM_MEM_PER_NODE", m.to_string())));
+    vars.extend(r.tasks_per_node.map(|n| ("SLURM_NTASKS_PER_NODE", n.to_string())));
+    vars.extend(r.dependency.clone().map(|d| ("SLURM_JOB_DEPENDENCY", d)));
+    if let Some(a) = &r.array {
+        let step = a.split('%').next().and_then(|s| s.split_once(':')).map_or("1", |(_, step)| step);
+        vars.push(("SLURM_ARRAY_TASK_STEP", step.to_string()));
+    }
+    vars
+}
+
+/// A `--mem` value as `apply` stored it (`100MiB`, `4GiB`) in MiB.
+fn mebibytes(memory: &str) -> Option<u64> {
+    let digits = memory.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let n: u64 = digits.parse().ok()?;
+    Some(match &memory[digits.len()..] {
+        "KiB" => n.div_ceil(1024),
+        "GiB" => n * 1024,
+        "TiB" => n * 1024 * 1024,
+        _ => n,
+    })
+}
+
+/// One shell word, single-quoted.
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// What an allocation asks for, in Slurm's terms.
@@ -411,11 +465,17 @@ struct Shape {
 /// the script through `gantry slurm-batch` with its output files open; the others serve steps.
 fn batch_wrapper(shape: &Shape, request: &Request) -> String {
     let mut host = format!("--nodes {} --tasks {} --tasks-per-node {}", shape.nodes, shape.tasks, shape.tasks_per_node);
+    if request.tasks.is_some() || request.tasks_per_node.is_some() {
+        host += " --tasks-asked";
+    }
     if let Some(c) = request.cpus_per_task {
         host += &format!(" --cpus-per-task {c}");
     }
     if let Some(g) = request.gpus_per_task {
         host += &format!(" --gpus-per-task {g}");
+    }
+    for (name, value) in submitted_vars(request) {
+        host += &format!(" --set {}", quoted(&format!("{name}={value}")));
     }
     format!(
         ": \"${{GANTRY_BIN:?this node's gantry agent predates batch jobs (it sets no GANTRY_BIN)}}\"; \
@@ -553,7 +613,7 @@ mod tests {
         assert_eq!(job["workdir"].as_str(), Some("/data/run"));
         let command: Vec<&str> = job["command"].as_array().expect("argv").iter().filter_map(|v| v.as_str()).collect();
         assert_eq!(&command[..2], ["sh", "-c"]);
-        assert!(command[2].contains("exec >'logs/'\"$GANTRY_JOB_NAME\"'-'\"$GANTRY_JOB_ID\"'.out'"), "{}", command[2]);
+        assert!(command[2].contains("exec >'logs/'\"$SLURM_JOB_NAME\"'-'\"$SLURM_JOB_ID\"'.out'"), "{}", command[2]);
         assert_eq!(&command[3..], ["gantry-sbatch", "sh", "-c", "echo hi"]);
     }
 
@@ -561,16 +621,23 @@ mod tests {
     /// quote in the name stays a quote.
     #[test]
     fn output_patterns_expand_in_the_shell() {
-        let argv = redirected(Some("/tmp/%x_%j_%a_100%%_it's.log"), None, vec!["true".into()]);
+        let argv = redirected(Some("/tmp/%x-%A_%a_%j_%N_100%%_it's.log"), None, vec!["true".into()]);
         let script = argv[2].trim_end_matches("exec \"$@\"").replace("exec >", "echo ").replace("exec 2>", "echo ");
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .env("GANTRY_JOB_ID", "41")
-            .env("GANTRY_JOB_NAME", "train[3]")
-            .output()
-            .expect("sh runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(text.starts_with("/tmp/train[3]_41_3_100%_it's.log\n"), "{text}");
+        let run = |vars: &[(&str, &str)]| {
+            let out = std::process::Command::new("sh").args(["-c", &script]).envs(vars.iter().copied()).output();
+            String::from_utf8_lossy(&out.expect("sh runs").stdout).lines().next().unwrap_or_default().to_string()
+        };
+        // An array element: Slurm's `sweep-45_3.out`, not the element's own name and id.
+        let element = [
+            ("SLURM_JOB_ID", "48"),
+            ("SLURM_JOB_NAME", "train"),
+            ("SLURM_ARRAY_JOB_ID", "45"),
+            ("SLURM_ARRAY_TASK_ID", "3"),
+            ("SLURMD_NODENAME", "gpu-01"),
+        ];
+        assert_eq!(run(&element), "/tmp/train-45_3_48_gpu-01_100%_it's.log");
+        let plain = [("SLURM_JOB_ID", "41"), ("SLURM_JOB_NAME", "train"), ("SLURMD_NODENAME", "gpu-01")];
+        assert_eq!(run(&plain), "/tmp/train-41__41_gpu-01_100%_it's.log");
     }
 
     #[test]

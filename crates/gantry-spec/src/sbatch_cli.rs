@@ -8,7 +8,7 @@ use crate::sbatch::{Request, parse_script, script_command};
 use toml::Table;
 
 /// Long options that take a value, and their one-letter forms.
-const WITH_VALUE: [(&str, Option<char>); 21] = [
+const WITH_VALUE: [(&str, Option<char>); 22] = [
     ("--job-name", Some('J')),
     ("--partition", Some('p')),
     ("--account", Some('A')),
@@ -30,6 +30,7 @@ const WITH_VALUE: [(&str, Option<char>); 21] = [
     ("--output", Some('o')),
     ("--error", Some('e')),
     ("--wrap", None),
+    ("--export", None),
 ];
 
 /// Options without a value.
@@ -53,7 +54,7 @@ fn refused(option: &str) -> SpecError {
     SpecError::new(option, "not supported by gantry's sbatch").hint(
         "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --gpus-per-task, --nodes, \
          --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --time, --nice, --array, --dependency, --chdir, \
-         --output, --error, --wrap, --requeue, --no-requeue, --hold, --parsable, --wait",
+         --output, --error, --wrap, --export, --requeue, --no-requeue, --hold, --parsable, --wait",
     )
 }
 
@@ -119,6 +120,16 @@ fn split_option(arg: &str) -> (&str, Option<String>) {
     (arg, None)
 }
 
+/// Where and with what a batch job was submitted: the directory (its default working
+/// directory) and the shell's variables (what `--export` chooses from).
+#[derive(Debug, Default)]
+pub struct Submitter {
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    /// The host's name (`SLURM_SUBMIT_HOST`), when known.
+    pub host: Option<String>,
+}
+
 /// The job a batch submission makes: the script's `#SBATCH` lines (`script` is its text and
 /// `name` its file's stem; `None` with `--wrap`), the command line's options over them, run
 /// where it was submitted from (`cwd`) unless `--chdir` says otherwise. With the options the
@@ -126,8 +137,9 @@ fn split_option(arg: &str) -> (&str, Option<String>) {
 pub fn batch_job(
     line: &CommandLine,
     script: Option<(&str, &str)>,
-    cwd: &str,
+    submitter: &Submitter,
 ) -> Result<(Table, Vec<String>), SpecError> {
+    let cwd = submitter.cwd.as_str();
     let wrapped;
     let (text, name) = match (script, &line.wrap) {
         (Some((text, name)), _) => (text, name),
@@ -141,15 +153,31 @@ pub fn batch_job(
     for (option, value) in &line.options {
         request.apply(option, value.as_deref()).map_err(|e| SpecError { field: option.clone(), ..e })?;
     }
-    if request.chdir.is_none() {
-        request.chdir = Some(cwd.to_string());
+    // A relative --chdir is from where sbatch ran, as in Slurm.
+    request.chdir = match request.chdir.take() {
+        None => Some(cwd.to_string()),
+        Some(dir) if dir.starts_with('/') => Some(dir),
+        Some(dir) => Some(format!("{}/{dir}", cwd.trim_end_matches('/'))),
+    };
+    request.submit_dir = Some(cwd.to_string());
+    request.submit_host = submitter.host.clone();
+    // Slurm's default output file, in the working directory: slurm-ID.out (an array's
+    // elements slurm-ARRAY_INDEX.out), stderr with it.
+    if request.output.is_none() && request.error.is_none() {
+        let pattern = if request.array.is_some() { "slurm-%A_%a.out" } else { "slurm-%j.out" };
+        request.output = Some(pattern.to_string());
     }
+    // The script sees itself as `slurm_script` ($0), its arguments after.
     let mut command = script_command(text);
-    if !line.script_args.is_empty() {
-        command.push(name.to_string());
-        command.extend(line.script_args.iter().cloned());
+    command.push("slurm_script".to_string());
+    command.extend(line.script_args.iter().cloned());
+    let mut job = request.batch_job(name, command)?;
+    let env = crate::sbatch_export::exported(request.export.as_deref(), &submitter.env)
+        .map_err(|m| SpecError::new("--export", m))?;
+    if !env.is_empty() {
+        let table: Table = env.into_iter().map(|(k, v)| (k, toml::Value::String(v))).collect();
+        job.insert("env".into(), toml::Value::Table(table));
     }
-    let job = request.batch_job(name, command)?;
     Ok((job, std::mem::take(&mut request.ignored)))
 }
 
@@ -159,6 +187,14 @@ mod tests {
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn at(cwd: &str) -> Submitter {
+        Submitter {
+            cwd: cwd.into(),
+            env: vec![("CONDA_PREFIX".into(), "/opt/conda".into())],
+            host: Some("login-1".into()),
+        }
     }
 
     #[test]
@@ -191,7 +227,7 @@ mod tests {
     fn the_command_line_overrides_the_script() {
         let script = "#!/bin/bash\n#SBATCH --job-name=from-script\n#SBATCH --time=5\necho hi\n";
         let line = parse_command_line(&args(&["--job-name=from-cli", "train.sh", "a b"])).expect("valid");
-        let (job, ignored) = batch_job(&line, Some((script, "train")), "/work").expect("a job");
+        let (job, ignored) = batch_job(&line, Some((script, "train")), &at("/work")).expect("a job");
         assert_eq!(job["name"].as_str(), Some("from-cli"));
         assert_eq!(job["time_limit"].as_integer(), Some(300));
         assert!(ignored.is_empty());
@@ -199,11 +235,17 @@ mod tests {
         // Every slot runs gantry's batch wrapper; the script is its `$@`.
         assert_eq!((command[0], command[1], command[3]), ("sh", "-c", "gantry-sbatch"));
         assert!(command[2].contains("slurm-batch --nodes 1 --tasks 1 --tasks-per-node 1"), "{}", command[2]);
-        assert_eq!(command[4..], ["/bin/bash", "-c", script, "train", "a b"]);
+        assert_eq!(command[4..], ["/bin/bash", "-c", script, "slurm_script", "a b"]);
+        assert!(command[2].contains("exec >'slurm-'\"$SLURM_JOB_ID\"'.out'"), "Slurm's default output: {}", command[2]);
         let task = &job["task"].as_array().expect("tasks")[0];
         assert_eq!((task["name"].as_str(), task["replicas"].as_integer()), (Some("batch"), Some(1)));
+        assert_eq!(
+            job["env"]["CONDA_PREFIX"].as_str(),
+            Some("/opt/conda"),
+            "the submitter's variables, as --export=ALL"
+        );
         let wrapped = parse_command_line(&args(&["-H", "--wrap", "nvidia-smi -L"])).expect("valid");
-        let (job, _) = batch_job(&wrapped, None, "/work").expect("a job");
+        let (job, _) = batch_job(&wrapped, None, &at("/work")).expect("a job");
         assert_eq!((job["name"].as_str(), job["hold"].as_bool()), (Some("wrap"), Some(true)));
     }
 
@@ -212,14 +254,16 @@ mod tests {
         let script =
             "#!/bin/sh\n#SBATCH --nodes=2 --ntasks-per-node=4 --gpus-per-task=2 -c 3 --mem=10G\nsrun hostname\n";
         let line = parse_command_line(&args(&["x.sh"])).expect("valid");
-        let (job, _) = batch_job(&line, Some((script, "x")), "/w").expect("a job");
+        let (job, _) = batch_job(&line, Some((script, "x")), &at("/w")).expect("a job");
         let task = &job["task"].as_array().expect("tasks")[0];
         assert_eq!(task["replicas"].as_integer(), Some(2), "one slot per node");
+        assert_eq!(task["distinct_nodes"].as_bool(), Some(true), "each on a node of its own");
         assert_eq!(task["gpu"]["count"].as_integer(), Some(8), "2 GPUs for each of 4 tasks");
         assert_eq!((task["cpu"].as_integer(), task["memory"].as_str()), (Some(12), Some("10GiB")), "--mem is per node");
         let command = job["command"].as_array().expect("argv")[2].as_str().expect("wrapper");
         assert!(
-            command.contains("--nodes 2 --tasks 8 --tasks-per-node 4 --cpus-per-task 3 --gpus-per-task 2"),
+            command
+                .contains("--nodes 2 --tasks 8 --tasks-per-node 4 --tasks-asked --cpus-per-task 3 --gpus-per-task 2"),
             "{command}"
         );
         for (bad, says) in [
@@ -227,7 +271,7 @@ mod tests {
             ("#SBATCH --gres=gpu:1 --gpus-per-task=1\n", "give one of"),
             ("#SBATCH --nodes=2 --gpus=3\n", "does not divide among 2 nodes"),
         ] {
-            let e = batch_job(&line, Some((bad, "x")), "/w").expect_err(bad).to_string();
+            let e = batch_job(&line, Some((bad, "x")), &at("/w")).expect_err(bad).to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
     }

@@ -17,6 +17,9 @@ pub enum PendingReason {
     Held,
     /// Dependencies not yet met (names of the jobs still to end).
     Dependency { waiting_on: Vec<String> },
+    /// A dependency ended the way that rules this job out (an `afterok` job failed): it never
+    /// starts, and waits to be cancelled (Slurm's `DependencyNeverSatisfied`).
+    DependencyNeverSatisfied { failed: Vec<String> },
     /// Jobs ahead of it in priority and fair-share order took the pass (it was not tried).
     QueueOrder,
     /// Its queue, or an ancestor, would go over a quota.
@@ -44,6 +47,7 @@ impl PendingReason {
         match self {
             PendingReason::Held => "held".into(),
             PendingReason::Dependency { .. } => "dependency".into(),
+            PendingReason::DependencyNeverSatisfied { .. } => "dependency-never-satisfied".into(),
             PendingReason::QueueOrder => "queue-order".into(),
             PendingReason::Quota { .. } => "quota".into(),
             PendingReason::UserLimit { .. } => "user-limit".into(),
@@ -68,6 +72,9 @@ impl fmt::Display for PendingReason {
         match self {
             PendingReason::Held => write!(f, "held (release it to let it start)"),
             PendingReason::Dependency { waiting_on } => write!(f, "waiting for {} to end", waiting_on.join(", ")),
+            PendingReason::DependencyNeverSatisfied { failed } => {
+                write!(f, "can never start: {} ended the way its dependency rules out (cancel it)", failed.join(", "))
+            }
             PendingReason::QueueOrder => write!(f, "jobs ahead in priority and fair-share order go first"),
             PendingReason::Quota { queue, flavor, rule, used_milli, asked_milli, bound_milli } => {
                 let flavor = match flavor {

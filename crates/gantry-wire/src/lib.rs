@@ -28,8 +28,8 @@ use serde::{Deserialize, Serialize};
 /// by the OOM killer; the controller sends a launch's limits only to an agent of 3 or later.
 /// 4 added output reads: the controller asks the agent for part of a task's output
 /// ([`Orders::log_reads`]) and the agent answers with a [`LogChunk`] each; only an agent of 4
-/// or later is asked. 5 added job steps: a launch carries its run's step key
-/// ([`Launch::step_key`]), sent only to an agent of 5 or later.
+/// or later is asked. 5 added job steps and arrays' numbers: a launch carries its run's step
+/// key ([`Launch::step_key`]) and its array's id and span, sent only to an agent of 5 or later.
 pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The first protocol with layout orders.
@@ -112,6 +112,15 @@ pub struct Launch {
     /// belong to the run (`GANTRY_STEP_KEY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_key: Option<String>,
+    /// Its array's job id and the array's lowest index, highest index and element count
+    /// (protocol 5: `SLURM_ARRAY_JOB_ID`, `SLURM_ARRAY_TASK_MIN`, `_MAX`, `_COUNT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_job: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_span: Option<[u32; 3]>,
+    /// The job's queue (protocol 5: `SLURM_JOB_PARTITION`; empty from an older controller).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub queue: String,
 }
 
 /// Where a task sits in its run (see [`Launch::layout`]).

@@ -126,6 +126,10 @@ pub struct ServeArgs {
     /// own priority); victims are signalled, killed after their grace period, and wait again.
     #[arg(long)]
     preempt: bool,
+    /// Cancel a job whose dependency can never be met (Slurm's `kill_invalid_depend`);
+    /// by default it stays pending, saying so, until cancelled.
+    #[arg(long)]
+    kill_invalid_depend: bool,
     /// Log format on stderr: text, or json (one object per line). Level from $RUST_LOG
     /// (default info).
     #[arg(long, value_parser = ["text", "json"])]
@@ -185,6 +189,7 @@ fn merge(mut args: ServeArgs) -> anyhow::Result<ServeArgs> {
     args.queues = args.queues.or(file.queues);
     args.backfill = args.backfill.or(file.backfill);
     args.preempt |= file.preempt.unwrap_or(false);
+    args.kill_invalid_depend |= file.kill_invalid_depend.unwrap_or(false);
     args.log_format = args.log_format.or(file.log_format);
     args.billing = file.billing;
     args.idle = file.idle;
@@ -317,7 +322,7 @@ fn serve_config(
         store,
         fleet,
         tick: std::time::Duration::from_secs(1),
-        scheduling: settings::scheduling(order, args.backfill.as_deref(), args.preempt),
+        scheduling: settings::scheduling(order, args.backfill.as_deref(), args.preempt, !args.kill_invalid_depend),
         simulate_tasks: None,
         measure_local_gpus: discovered,
         billing,

@@ -399,6 +399,7 @@ fn live_replay(
         backfill: options.backfill,
         reserve_depth: options.reserve_depth,
         preempt: options.preempt,
+        keep_unsatisfiable: false,
     };
     let started = std::time::Instant::now();
     let r = gantry_server::live_sim::run(fleet, jobs, &scheduling, gantry_catalog::Catalog::embedded())?;

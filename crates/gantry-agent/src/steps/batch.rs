@@ -30,6 +30,16 @@ fn parse(args: &[String]) -> Result<(Allocation, Vec<String>), StepError> {
     let mut alloc = Allocation { nodes: 1, tasks: 1, tasks_per_node: 1, ..Default::default() };
     let mut words = args[..split].iter();
     while let Some(option) = words.next() {
+        if option == "--tasks-asked" {
+            alloc.tasks_asked = true;
+            continue;
+        }
+        if option == "--set" {
+            let pair = words.next().and_then(|p| p.split_once('=')).filter(|(k, _)| k.starts_with("SLURM_"));
+            let (k, v) = pair.ok_or_else(|| StepError::Usage("--set needs SLURM_NAME=VALUE".into()))?;
+            alloc.submitted.push((k.to_string(), v.to_string()));
+            continue;
+        }
         let value = words.next().and_then(|v| v.parse::<u32>().ok()).filter(|&v| v > 0);
         let value = value.ok_or_else(|| StepError::Usage(format!("{option} needs a positive number")))?;
         match option.as_str() {
@@ -154,6 +164,13 @@ fn run_script(alloc: &Allocation, argv: &[String], dir: &Path) -> Result<i32, St
         .env("GANTRY_STEP_DEVICES", devices)
         .envs(alloc.to_env())
         .envs(batch_env(alloc));
+    // What the node set for a task of its own (Slurm sets these only when asked for).
+    if alloc.cpus_per_task.is_none() {
+        cmd.env_remove("SLURM_CPUS_PER_TASK");
+    }
+    if !alloc.tasks_asked {
+        cmd.env_remove("SLURM_NTASKS").env_remove("SLURM_NPROCS");
+    }
     let status = cmd.status().map_err(StepError::io(format!("cannot run {}", argv[0])))?;
     Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
@@ -162,10 +179,15 @@ fn run_script(alloc: &Allocation, argv: &[String], dir: &Path) -> Result<i32, St
 /// process's place for `torch.distributed` (the script is one process; `srun` gives ranks).
 fn batch_env(alloc: &Allocation) -> Vec<(String, String)> {
     let per_node = tasks_per_node(alloc.tasks, alloc.nodes, Some(alloc.tasks_per_node));
+    let cpus_on_node = std::env::var("SLURM_CPUS_ON_NODE").unwrap_or_else(|_| "1".into());
+    let cpus_per_node = if alloc.nodes > 1 { format!("{cpus_on_node}(x{})", alloc.nodes) } else { cpus_on_node };
     let mut env = vec![
-        ("SLURM_NTASKS", alloc.tasks.to_string()),
-        ("SLURM_NPROCS", alloc.tasks.to_string()),
         ("SLURM_TASKS_PER_NODE", tasks_per_node_text(&per_node)),
+        ("SLURM_JOB_CPUS_PER_NODE", cpus_per_node),
+        ("SLURM_GTIDS", "0".into()),
+        ("SLURM_TASK_PID", std::process::id().to_string()),
+        ("SLURM_JOB_UID", nix::unistd::getuid().to_string()),
+        ("SLURM_JOB_GID", nix::unistd::getgid().to_string()),
         ("SLURM_NODEID", "0".into()),
         ("SLURM_PROCID", "0".into()),
         ("SLURM_LOCALID", "0".into()),
@@ -175,6 +197,11 @@ fn batch_env(alloc: &Allocation) -> Vec<(String, String)> {
         ("LOCAL_WORLD_SIZE", "1".into()),
     ];
     env.extend(alloc.gpus_per_task.map(|g| ("SLURM_GPUS_PER_TASK", g.to_string())));
+    env.extend(alloc.submitted.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    // Slurm says how many tasks only when they were asked for.
+    if alloc.tasks_asked {
+        env.extend([("SLURM_NTASKS", alloc.tasks.to_string()), ("SLURM_NPROCS", alloc.tasks.to_string())]);
+    }
     env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
@@ -230,6 +257,7 @@ mod tests {
         assert_eq!(argv, args("sh run.sh"));
         for (bad, says) in [
             ("--nodes 2 sh", "no `--`"),
+            ("--set PATH=/x -- sh", "SLURM_NAME=VALUE"),
             ("--nodes 0 -- sh", "positive"),
             ("--color 2 -- sh", "unknown option --color"),
             ("--nodes 2 --", "no script"),

@@ -9,10 +9,14 @@ use std::sync::mpsc::Sender;
 
 /// Variables that say where a task runs: the node that runs it sets them, whatever `srun`'s
 /// environment held.
-pub const NODE_LOCAL: [&str; 8] = [
+pub const NODE_LOCAL: [&str; 12] = [
     "CUDA_VISIBLE_DEVICES",
     "NVIDIA_VISIBLE_DEVICES",
     "SLURMD_NODENAME",
+    "SLURM_TOPOLOGY_ADDR",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_TASK_PID",
     "GANTRY_NODE",
     "GANTRY_MASTER_ADDR",
     "GANTRY_STEP_DEVICES",

@@ -52,6 +52,10 @@ pub struct Allocation {
     pub tasks_per_node: u32,
     pub cpus_per_task: Option<u32>,
     pub gpus_per_task: Option<u32>,
+    /// `--ntasks` or `--ntasks-per-node` was given (Slurm sets `SLURM_NTASKS` only then).
+    pub tasks_asked: bool,
+    /// `SLURM_*` variables decided at submission (`SLURM_SUBMIT_DIR`, `SLURM_MEM_PER_NODE`, ...).
+    pub submitted: Vec<(String, String)>,
 }
 
 impl Allocation {
@@ -76,6 +80,8 @@ impl Allocation {
             tasks_per_node: num("GANTRY_ALLOC_TASKS_PER_NODE")?,
             cpus_per_task: num("GANTRY_ALLOC_CPUS_PER_TASK"),
             gpus_per_task: num("GANTRY_ALLOC_GPUS_PER_TASK"),
+            tasks_asked: false,
+            submitted: Vec::new(),
         })
     }
 }
@@ -125,7 +131,14 @@ mod tests {
 
     #[test]
     fn an_allocation_reads_back_from_its_variables() {
-        let a = Allocation { nodes: 2, tasks: 8, tasks_per_node: 4, cpus_per_task: Some(3), gpus_per_task: None };
+        let a = Allocation {
+            nodes: 2,
+            tasks: 8,
+            tasks_per_node: 4,
+            cpus_per_task: Some(3),
+            gpus_per_task: None,
+            ..Default::default()
+        };
         let env: std::collections::BTreeMap<String, String> = a.to_env().into_iter().collect();
         assert_eq!(Allocation::from_env(|k| env.get(k).cloned()), Some(a));
         assert_eq!(Allocation::from_env(|_| None), None);

@@ -204,11 +204,17 @@ pub fn orders(a: &SrunArgs, counts: &[u32], step: u32, env: &[(String, String)])
                 ("WORLD_SIZE", tasks.to_string()),
                 ("LOCAL_RANK", local.to_string()),
                 ("LOCAL_WORLD_SIZE", count.to_string()),
+                ("SLURM_DISTRIBUTION", "block".to_string()),
+                (
+                    "SLURM_GTIDS",
+                    (rank - local..rank - local + count).map(|r| r.to_string()).collect::<Vec<_>>().join(","),
+                ),
             ];
             vars.retain(|(k, _)| !place.iter().any(|(p, _)| p == k));
             vars.extend(place.into_iter().map(|(k, v)| (k.to_string(), v)));
             vars.extend(a.cpus_per_task.map(|c| ("SLURM_CPUS_PER_TASK".to_string(), c.to_string())));
             vars.extend(a.gpus_per_task.map(|g| ("SLURM_GPUS_PER_TASK".to_string(), g.to_string())));
+            vars.extend(a.label.then(|| ("SLURM_LABELIO".to_string(), "1".to_string())));
             let order = TaskOrder {
                 argv: a.command.clone(),
                 env: vars,

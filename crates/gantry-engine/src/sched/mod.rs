@@ -127,11 +127,20 @@ pub struct SchedulerConfig {
     pub reserve_depth: usize,
     /// Let jobs a cycle cannot start stop work they have a right to (needs fair share).
     pub preempt: bool,
+    /// A job whose dependency can never be met stays pending with that reason (Slurm's
+    /// default) instead of being dropped (Slurm's `kill_invalid_depend`).
+    pub keep_unsatisfiable: bool,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { order: Order::Fifo, backfill: Backfill::Greedy, reserve_depth: 1, preempt: false }
+        SchedulerConfig {
+            order: Order::Fifo,
+            backfill: Backfill::Greedy,
+            reserve_depth: 1,
+            preempt: false,
+            keep_unsatisfiable: false,
+        }
     }
 }
 
@@ -656,8 +665,11 @@ impl Scheduler {
     /// A job free to go (not held) at `now`: dropped if a dependency can never be met,
     /// queued if all are met, else waiting for them.
     fn admit(&mut self, id: JobId, now: u64) -> Admission {
-        if self.never_satisfiable(id) {
+        if self.never_satisfiable(id) && !self.config.keep_unsatisfiable {
             Admission::Never
+        } else if self.never_satisfiable(id) {
+            self.waiting_on_deps.insert(id);
+            Admission::Dependencies
         } else if self.dependencies_met(id) {
             self.enqueue(id, now)
         } else {
@@ -773,7 +785,9 @@ impl Scheduler {
             .collect();
         let mut out = Vec::new();
         for w in woken {
-            if self.never_satisfiable(w) {
+            if self.never_satisfiable(w) && self.config.keep_unsatisfiable {
+                // It stays waiting, saying why it never can start, until cancelled.
+            } else if self.never_satisfiable(w) {
                 self.waiting_on_deps.remove(&w);
                 out.push((w, Admission::Never));
             } else if self.dependencies_met(w) {
@@ -948,6 +962,21 @@ impl Scheduler {
         };
         if self.held.contains(&id) {
             return Some(entry(PendingReason::Held, None));
+        }
+        if self.waiting_on_deps.contains(&id) && self.never_satisfiable(id) {
+            let failed: Vec<String> = e
+                .job
+                .after
+                .iter()
+                .filter(|&&(kind, k)| {
+                    matches!(
+                        (kind, self.ended.get(&k)),
+                        (DependencyKind::AfterOk, Some(false)) | (DependencyKind::AfterNotOk, Some(true))
+                    )
+                })
+                .map(|(_, k)| self.jobs.get(k).map_or_else(|| format!("#{k}"), |d| d.job.name.clone()))
+                .collect();
+            return Some(entry(PendingReason::DependencyNeverSatisfied { failed }, None));
         }
         if self.waiting_on_deps.contains(&id) {
             let waiting_on: Vec<String> = e

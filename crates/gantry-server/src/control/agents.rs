@@ -581,7 +581,13 @@ impl Controller {
                 o.values()
                     .cloned()
                     .map(|l| if limits { l } else { Launch { cpu_milli: None, memory_bytes: None, ..l } })
-                    .map(|l| if steps { l } else { Launch { step_key: None, ..l } })
+                    .map(|l| {
+                        if steps {
+                            l
+                        } else {
+                            Launch { step_key: None, array_job: None, array_span: None, queue: String::new(), ..l }
+                        }
+                    })
                     .collect()
             })
             .unwrap_or_default();

@@ -47,6 +47,10 @@ pub struct Setup {
     /// may hold two keys, and its steps to the other half are refused by name.
     #[serde(skip)]
     pub step_secret: Option<String>,
+    /// A job whose dependency can never be met stays pending saying so, as in Slurm (logs
+    /// from before this was kept replay with what they did: cancelled at once).
+    #[serde(default)]
+    pub keep_unsatisfiable: bool,
 }
 
 fn default_meter_flush_s() -> u64 {
@@ -79,6 +83,7 @@ impl Setup {
             reconfigure: Default::default(),
             meter_flush_s: crate::meter::FLUSH_EVERY_S,
             step_secret: None,
+            keep_unsatisfiable: scheduling.keep_unsatisfiable,
         }
     }
 
@@ -92,6 +97,7 @@ impl Setup {
             backfill,
             reserve_depth: self.reserve_depth,
             preempt: self.preempt,
+            keep_unsatisfiable: self.keep_unsatisfiable,
         })
     }
 }

@@ -55,6 +55,9 @@ impl Controller {
                 layout: layouts.next(),
                 array_index: row.job.control.array.as_ref().map(|a| a.index),
                 step_key: step_key.clone(),
+                array_job: row.job.control.array.as_ref().and_then(|a| a.job),
+                array_span: row.job.control.array.as_ref().filter(|a| a.count > 0).map(|a| [a.min, a.max, a.count]),
+                queue: row.queue.clone(),
             });
         }
         (starts, launches)

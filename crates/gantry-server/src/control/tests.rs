@@ -123,7 +123,7 @@ fn run_with(seed: u64, steps: u64, scheduling: &SchedulerConfig, reconfigure: re
 
 fn fair(backfill: Backfill, preempt: bool) -> SchedulerConfig {
     let tree = gantry_types::QueueTree::flat(["q1", "q2"], 3600, 7200);
-    SchedulerConfig { order: Order::FairShare(tree), backfill, reserve_depth: 2, preempt }
+    SchedulerConfig { order: Order::FairShare(tree), backfill, reserve_depth: 2, preempt, keep_unsatisfiable: false }
 }
 
 #[test]

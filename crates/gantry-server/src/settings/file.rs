@@ -27,6 +27,7 @@ pub struct ConfigFile {
     pub queues: Option<PathBuf>,
     pub backfill: Option<String>,
     pub preempt: Option<bool>,
+    pub kill_invalid_depend: Option<bool>,
     pub log_format: Option<String>,
     pub billing: Option<Billing>,
     pub idle: Option<IdlePolicy>,

@@ -119,11 +119,13 @@ pub fn demo_billing() -> crate::meter::Billing {
 }
 
 /// The scheduler's settings from the queue tree (`None`: one FIFO queue), `--backfill` (off,
-/// greedy or reserve, the default) and `--preempt`.
+/// greedy or reserve, the default), `--preempt` and whether a job whose dependency can never
+/// be met stays pending (not with `--kill-invalid-depend`).
 pub fn scheduling(
     queues: Option<gantry_types::QueueTree>,
     backfill: Option<&str>,
     preempt: bool,
+    keep_unsatisfiable: bool,
 ) -> gantry_engine::sched::SchedulerConfig {
     use gantry_engine::sched::{Backfill, Order, SchedulerConfig};
     SchedulerConfig {
@@ -131,6 +133,7 @@ pub fn scheduling(
         backfill: backfill.and_then(Backfill::parse).unwrap_or(Backfill::Reserve),
         reserve_depth: 1,
         preempt,
+        keep_unsatisfiable,
     }
 }
 

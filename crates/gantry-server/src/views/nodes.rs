@@ -42,8 +42,14 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
     let mut nodes: Vec<NodeView> = state
         .info
         .iter()
-        .map(|n| NodeView {
+        .zip(state.nodes.iter())
+        .map(|(n, capacity)| NodeView {
             name: n.name.clone(),
+            cpu_milli: u64::from(capacity.cpu_total),
+            cpu_free_milli: u64::from(capacity.cpu_free),
+            memory_bytes: capacity.memory_total,
+            memory_free_bytes: capacity.memory_free,
+            features: n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
             drained: engine.is_drained(&n.name),
             ready: !engine.has_mark(&n.name, gantry_engine::NOT_READY_TAINT),
             lost: c.lost_nodes().contains(&n.name),

@@ -285,6 +285,7 @@ fn scheduler_config(options: &ReplayOptions) -> SchedulerConfig {
         backfill: options.backfill,
         reserve_depth: options.reserve_depth,
         preempt: options.preempt,
+        keep_unsatisfiable: false,
     }
 }
 

@@ -234,9 +234,9 @@ fn sbatch_squeue_and_scancel_answer_by_their_names() {
     let held = stdout(&slurm("sbatch", &["-H", "--parsable", "--wrap", "true"])).trim().to_string();
     let start = stdout(&slurm("squeue", &["--start", "-j", &held]));
     assert!(start.contains("START_TIME") && start.contains("N/A") && start.contains("(JobHeldUser)"), "{start}");
-    let out = slurm("squeue", &["-o", "%i"]);
+    let out = slurm("squeue", &["-O", "jobid"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("squeue: error: -o: not supported by gantry's squeue"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("squeue: error: -O: not supported by gantry's squeue"), "{}", stderr(&out));
     let out = slurm("scancel", &["999999"]);
     assert!(!out.status.success() && stderr(&out).contains("Kill job error on job id 999999"), "{}", stderr(&out));
     let out = gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]);
@@ -336,4 +336,93 @@ fn a_batch_script_runs_once_and_srun_steps_span_the_allocation() {
     );
     let gpus: std::collections::BTreeSet<&str> = lines[1..].iter().filter_map(|l| l.split(" gpu ").nth(1)).collect();
     assert_eq!(gpus.len(), 4, "every rank its own GPU: {two}");
+}
+
+/// `sacct`, `sinfo`, `scontrol` and `scancel`'s ranges and arrays, as Slurm's answer: an
+/// array's elements named `ID_INDEX` (one cancelled alone, the rest released together), a
+/// failed job's exit code and a timed-out job's TIMEOUT in `sacct --parsable2`, the nodes with
+/// their GRES, one job's and one node's record.
+#[test]
+fn sacct_sinfo_scontrol_and_scancel_answer_as_slurms_do() {
+    let dir = temp_dir("slurm-commands");
+    let bin = dir.join("bin");
+    assert!(gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]).status.success());
+    let fleet = write_fixture(&dir, "fleet.toml", TWO_NODES);
+    let data = dir.join("data");
+    let (_serve, url) = super::spawn(&[
+        "serve",
+        "--local",
+        "--fleet",
+        &fleet,
+        "--listen",
+        "127.0.0.1:0",
+        "--data",
+        data.to_str().expect("utf-8"),
+    ]);
+    let slurm = |name: &str, args: &[&str]| {
+        let out = Command::new(bin.join(name))
+            .args(args)
+            .env("GANTRY_SERVER", &url)
+            .env("GANTRY_DATA", &data)
+            .env("USER", "root")
+            .current_dir(&dir)
+            .output()
+            .expect("runs");
+        (out.status.code(), stdout(&out), stderr(&out))
+    };
+    let (_, array, _) = slurm("sbatch", &["--parsable", "--array=0-2", "-H", "-J", "arr", "--wrap", "true"]);
+    let array = array.trim().to_string();
+    let (code, _, err) = slurm("scancel", &[&format!("{array}_1")]);
+    assert_eq!(code, Some(0), "{err}");
+    let (_, listed, _) = slurm("squeue", &["-h", "-t", "all", "-j", &array]);
+    let states: Vec<String> =
+        listed.lines().map(|l| l.split_whitespace().take(5).collect::<Vec<_>>().join(" ")).collect();
+    assert_eq!(
+        states,
+        [
+            format!("{array}_0 all arr admin PD"),
+            format!("{array}_1 all arr admin CA"),
+            format!("{array}_2 all arr admin PD")
+        ]
+        .map(|s| s.replace(" all ", " default ")),
+        "{listed}"
+    );
+    let (code, _, err) = slurm("scontrol", &["release", &array]);
+    assert_eq!(code, Some(0), "{err}");
+    let (_, failed, _) = slurm("sbatch", &["--parsable", "--wait", "-J", "three", "--wrap", "exit 3"]);
+    let failed = failed.lines().next().unwrap_or_default().trim().to_string();
+    // A dependency that can never be met: pending, saying so, until cancelled (Slurm's default).
+    let (_, never, _) = slurm("sbatch", &["--parsable", &format!("--dependency=afterok:{failed}"), "--wrap", "true"]);
+    let never = never.trim().to_string();
+    let (_, why, _) = slurm("squeue", &["-h", "-j", &never, "-o", "%i %T %r"]);
+    assert_eq!(why, format!("{never} PENDING DependencyNeverSatisfied\n"));
+    assert_eq!(slurm("scancel", &[&never]).0, Some(0));
+    let (_, slow, _) = slurm("sbatch", &["--parsable", "--wait", "-J", "slow", "--time=0:02", "--wrap", "sleep 30"]);
+    let slow = slow.lines().next().unwrap_or_default().trim().to_string();
+    let (code, rows, err) =
+        slurm("sacct", &["-P", "-X", "--format=JobID,JobName,State,ExitCode", "-j", &format!("{failed},{slow}")]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(rows, format!("JobID|JobName|State|ExitCode\n{failed}|three|FAILED|3:0\n{slow}|slow|TIMEOUT|0:15\n"));
+    let (_, rows, _) = slurm("sacct", &["-n", "-P", "--format=JobID,State", "-j", &failed]);
+    assert_eq!(rows, format!("{failed}|FAILED\n{failed}.batch|FAILED\n"), "the batch script's own row");
+    let (_, nodes, _) = slurm("sinfo", &["-h", "-o", "%N %.6D %t %G"]);
+    assert_eq!(nodes, "localhost,127.0.0.1      2 idle gpu:l4-24gb:2\n", "{nodes}");
+    let (_, node, _) = slurm("scontrol", &["show", "node", "localhost"]);
+    assert!(
+        node.starts_with("NodeName=localhost\n") && node.contains("Gres=gpu:l4-24gb:2") && node.contains("State=IDLE"),
+        "{node}"
+    );
+    let (_, job, _) = slurm("scontrol", &["show", "job", &slow]);
+    assert!(job.contains(&format!("JobId={slow} JobName=slow")) && job.contains("JobState=TIMEOUT"), "{job}");
+    let (_, names, _) = slurm("scontrol", &["show", "hostnames", "gpu-[01-02],login"]);
+    assert_eq!(names, "gpu-01\ngpu-02\nlogin\n");
+    let (code, _, err) = slurm("scancel", &["999990-999991"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("scancel: error: Kill job error on job id 99999")).count(),
+        2,
+        "{err}"
+    );
+    let (code, _, err) = slurm("sacct", &["--format=JobID,Comment"]);
+    assert!(code == Some(1) && err.contains("Invalid field requested: \"Comment\""), "{err}");
 }
