@@ -31,6 +31,8 @@ pub struct Request {
     /// `--gpus-per-task`: GPUs each task of the allocation gets (and `srun` binds).
     pub gpus_per_task: Option<u32>,
     pub memory: Option<String>,
+    /// `--mem-per-gpu` or `--mem-per-cpu`: memory per GPU or CPU of the node's share.
+    pub memory_per: Option<(MemoryPer, String)>,
     pub time: Option<String>,
     /// `--array`: gantry's array syntax is Slurm's (`0-15%4`, `1,3,5`).
     pub array: Option<String>,
@@ -54,6 +56,27 @@ pub struct Request {
     pub error: Option<String>,
     /// Options left out (unsupported, or supported without effect), for a warning each.
     pub ignored: Vec<String>,
+}
+
+/// A Slurm size (`--mem`): digits and K, M (the default), G or T, as gantry writes it (`100MiB`).
+fn slurm_size(option: &str, v: &str) -> Result<String, String> {
+    let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
+    let unit = match unit.to_ascii_uppercase().as_str() {
+        "" | "M" => "MiB",
+        "K" => "KiB",
+        "G" => "GiB",
+        "T" => "TiB",
+        _ => return Err(format!("{option}={v}: use a size with K, M, G or T")),
+    };
+    number(option, digits)?;
+    Ok(format!("{digits}{unit}"))
+}
+
+/// What `--mem-per-gpu` and `--mem-per-cpu` count by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryPer {
+    Gpu,
+    Cpu,
 }
 
 fn number(option: &str, value: &str) -> Result<u32, String> {
@@ -125,20 +148,9 @@ impl Request {
             "--ntasks" | "-n" => self.tasks = Some(number(option, need(option, value)?)?),
             "--cpus-per-task" | "-c" => self.cpus_per_task = Some(number(option, need(option, value)?)?),
             "--gpus-per-task" => self.gpus_per_task = Some(self.typed_count(option, need(option, value)?)?),
-            "--mem" => {
-                let v = need(option, value)?;
-                // Slurm's default unit is MiB; K/M/G/T suffixes.
-                let (digits, unit) = v.split_at(v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len()));
-                let unit = match unit.to_ascii_uppercase().as_str() {
-                    "" | "M" => "MiB",
-                    "K" => "KiB",
-                    "G" => "GiB",
-                    "T" => "TiB",
-                    _ => return Err(format!("--mem={v}: use a size with K, M, G or T")),
-                };
-                number(option, digits)?;
-                self.memory = Some(format!("{digits}{unit}"));
-            }
+            "--mem" => self.memory = Some(slurm_size(option, need(option, value)?)?),
+            "--mem-per-gpu" => self.memory_per = Some((MemoryPer::Gpu, slurm_size(option, need(option, value)?)?)),
+            "--mem-per-cpu" => self.memory_per = Some((MemoryPer::Cpu, slurm_size(option, need(option, value)?)?)),
             "--time" | "-t" => {
                 let v = need(option, value)?;
                 time_s(v)?;
@@ -212,13 +224,28 @@ impl Request {
         command.extend(script);
         job.insert("command".into(), Value::Array(command.into_iter().map(Value::String).collect()));
         // Slurm gives each task one CPU unless --cpus-per-task says more.
-        let cpus = Some(self.cpus_per_task.unwrap_or(1) * shape.tasks_per_node);
-        let mut task = self.task_table("batch", shape.nodes, shape.gpus_per_node, cpus, self.memory.clone());
+        let cpus = self.cpus_per_task.unwrap_or(1) * shape.tasks_per_node;
+        let memory = self.node_memory(shape.gpus_per_node, cpus)?;
+        let mut task = self.task_table("batch", shape.nodes, shape.gpus_per_node, Some(cpus), memory);
         if shape.nodes > 1 {
             task.insert("distinct_nodes".into(), Value::Boolean(true));
         }
         job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
         Ok(job)
+    }
+
+    /// A node's memory: `--mem`, or `--mem-per-gpu` × its GPUs, or `--mem-per-cpu` × its CPUs.
+    fn node_memory(&self, gpus: u32, cpus: u32) -> Result<Option<String>, String> {
+        match (&self.memory, &self.memory_per) {
+            (Some(_), Some(_)) => Err("give --mem or --mem-per-gpu/--mem-per-cpu, not both".into()),
+            (Some(m), None) => Ok(Some(m.clone())),
+            (None, Some((MemoryPer::Gpu, _))) if gpus == 0 => Err("--mem-per-gpu needs GPUs".into()),
+            (None, Some((per, m))) => {
+                let count = if *per == MemoryPer::Gpu { gpus } else { cpus };
+                Ok(mebibytes(m).map(|mib| format!("{}MiB", mib * u64::from(count))))
+            }
+            (None, None) => Ok(None),
+        }
     }
 
     /// The allocation's shape: nodes, tasks (per node) and GPUs per node.

@@ -8,7 +8,7 @@ use crate::sbatch::{Request, parse_script, script_command};
 use toml::Table;
 
 /// Long options that take a value, and their one-letter forms.
-const WITH_VALUE: [(&str, Option<char>); 22] = [
+const WITH_VALUE: [(&str, Option<char>); 24] = [
     ("--job-name", Some('J')),
     ("--partition", Some('p')),
     ("--account", Some('A')),
@@ -22,6 +22,8 @@ const WITH_VALUE: [(&str, Option<char>); 22] = [
     ("--ntasks-per-node", None),
     ("--cpus-per-task", Some('c')),
     ("--mem", None),
+    ("--mem-per-gpu", None),
+    ("--mem-per-cpu", None),
     ("--time", Some('t')),
     ("--nice", None),
     ("--array", Some('a')),
@@ -53,7 +55,7 @@ pub struct CommandLine {
 fn refused(option: &str) -> SpecError {
     SpecError::new(option, "not supported by gantry's sbatch").hint(
         "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --gpus-per-task, --nodes, \
-         --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --time, --nice, --array, --dependency, --chdir, \
+         --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --mem-per-gpu, --mem-per-cpu, --time, --nice, --array, --dependency, --chdir, \
          --output, --error, --wrap, --export, --requeue, --no-requeue, --hold, --parsable, --wait",
     )
 }
@@ -270,6 +272,8 @@ mod tests {
             ("#SBATCH --nodes=3 --ntasks=2\n", "fewer than --nodes"),
             ("#SBATCH --gres=gpu:1 --gpus-per-task=1\n", "give one of"),
             ("#SBATCH --nodes=2 --gpus=3\n", "does not divide among 2 nodes"),
+            ("#SBATCH --mem=1G --mem-per-cpu=1G\n", "not both"),
+            ("#SBATCH --mem-per-gpu=1G\n", "needs GPUs"),
         ] {
             let e = batch_job(&line, Some((bad, "x")), &at("/w")).expect_err(bad).to_string();
             assert!(e.contains(says), "{bad}: {e}");

@@ -226,6 +226,21 @@ pub struct Logged {
 
 /// FNV-1a, 64 bits, as 16 hex digits: stable across versions and platforms (unlike std's
 /// hasher), which a fingerprint kept in a log must be.
+/// Decisions as JSON without the launches' step keys: exactly what they serialize to with
+/// none (the key is never a launch's first field, and is hex).
+pub fn forget_step_keys(json: &str) -> String {
+    const KEY: &str = ",\"step_key\":\"";
+    let mut out = String::with_capacity(json.len());
+    let mut rest = json;
+    while let Some(at) = rest.find(KEY) {
+        out.push_str(&rest[..at]);
+        let value = &rest[at + KEY.len()..];
+        rest = value.find('"').map_or("", |end| &value[end + 1..]);
+    }
+    out.push_str(rest);
+    out
+}
+
 pub fn fingerprint(text: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
@@ -233,4 +248,17 @@ pub fn fingerprint(text: &str) -> String {
         hash = hash.wrapping_mul(0x0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod step_key_tests {
+    /// A launch's step key never reaches the decisions' fingerprint: a replay (which has no
+    /// controller secret) fingerprints the same launches the same way.
+    #[test]
+    fn step_keys_leave_the_fingerprinted_text_as_if_there_were_none() {
+        let with = r#"{"launch":[{"job":1,"array_index":2,"step_key":"ab12","queue":"q"},{"job":2,"step_key":"ff"}]}"#;
+        let without = r#"{"launch":[{"job":1,"array_index":2,"queue":"q"},{"job":2}]}"#;
+        assert_eq!(super::forget_step_keys(with), without);
+        assert_eq!(super::forget_step_keys(without), without);
+    }
 }

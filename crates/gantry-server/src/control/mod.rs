@@ -246,7 +246,10 @@ impl Controller {
             reply: &effects.reply,
             reasons,
         };
-        let decisions = command::fingerprint(&serde_json::to_string(&decisions).unwrap_or_default());
+        // A run's step key is made from this controller's secret, which a replay has not: it
+        // is no decision, and stays out of the fingerprint.
+        let decisions = serde_json::to_string(&decisions).unwrap_or_default();
+        let decisions = command::fingerprint(&command::forget_step_keys(&decisions));
         let body = serde_json::to_string(&command::Logged { command, decisions }).unwrap_or_default();
         self.pending.commands.push((now, body));
     }
