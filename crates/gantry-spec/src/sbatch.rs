@@ -431,14 +431,16 @@ fn redirections(output: Option<&str>, error: Option<&str>) -> String {
     if output.is_none() && error.is_none() {
         return String::new();
     }
-    let out = output.map(pattern_word);
-    let err = error.map(pattern_word).or_else(|| out.clone());
     let mut script = String::new();
-    if let Some(out) = &out {
-        script += &format!("exec >{out}; ");
+    if let Some(out) = output {
+        script += &format!("exec >{}; ", pattern_word(out));
     }
-    if let Some(err) = &err {
-        script += &format!("exec 2>{err}; ");
+    // Stderr with stdout (no --error, or the same pattern) shares its open file: opened
+    // twice, each would write over the other from the start.
+    match error {
+        Some(err) if Some(err) != output => script += &format!("exec 2>{}; ", pattern_word(err)),
+        _ if output.is_some() => script += "exec 2>&1; ",
+        _ => {}
     }
     script
 }
@@ -486,6 +488,16 @@ struct Shape {
     tasks: u32,
     tasks_per_node: u32,
     gpus_per_node: u32,
+}
+
+/// The task count of the allocation a batch job's command asks for (what `batch_wrapper`
+/// wrote after `--tasks`); `None` for a job `sbatch` did not make.
+pub fn allocation_tasks(command: &[String]) -> Option<u32> {
+    let wrapper = command.get(2).filter(|_| command.get(3).map(String::as_str) == Some("gantry-sbatch"))?;
+    let after = wrapper.split(" slurm-batch ").nth(1)?;
+    let mut words = after.split_whitespace();
+    words.find(|w| *w == "--tasks")?;
+    words.next()?.parse().ok()
 }
 
 /// The shell every task of a batch job runs (`$@`: the script's command): the first slot runs

@@ -268,6 +268,10 @@ mod tests {
                 .contains("--nodes 2 --tasks 8 --tasks-per-node 4 --tasks-asked --cpus-per-task 3 --gpus-per-task 2"),
             "{command}"
         );
+        let argv: Vec<String> =
+            job["command"].as_array().expect("argv").iter().filter_map(|v| v.as_str()).map(str::to_string).collect();
+        assert_eq!(crate::sbatch::allocation_tasks(&argv), Some(8), "read back for scontrol's NumTasks");
+        assert_eq!(crate::sbatch::allocation_tasks(&["sh".into(), "-c".into(), "x --tasks 3".into()]), None);
         for (bad, says) in [
             ("#SBATCH --nodes=3 --ntasks=2\n", "fewer than --nodes"),
             ("#SBATCH --gres=gpu:1 --gpus-per-task=1\n", "give one of"),

@@ -24,6 +24,18 @@ pub const NODE_LOCAL: [&str; 12] = [
     "HOSTNAME",
 ];
 
+/// `gantry slurm-task PROGRAM ARGS...`: become the task, with `SLURM_TASK_PID` this process's
+/// id; only returns (an exit code) when the program cannot be started.
+pub fn become_task(argv: &[String]) -> i32 {
+    let Some((program, args)) = argv.split_first() else {
+        eprintln!("gantry slurm-task: no program");
+        return 2;
+    };
+    let e = Command::new(program).args(args).env("SLURM_TASK_PID", std::process::id().to_string()).exec();
+    eprintln!("srun: error: cannot run {program}: {e}");
+    if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 }
+}
+
 /// The GPUs task `local_id` gets of the node's `all`: every one, or its own `per_task`.
 pub fn task_devices(all: &[String], local_id: u32, per_task: Option<u32>) -> Result<Vec<String>, String> {
     let Some(per) = per_task else { return Ok(all.to_vec()) };
@@ -46,15 +58,50 @@ pub fn node_devices() -> Vec<String> {
 }
 
 /// Run `order` here; its output and end go to `news`. Returns its process group (for a
-/// stop) through `started` before waiting.
+/// stop) through `started` before waiting. Started through `gantry slurm-task` (this node's
+/// gantry: `$GANTRY_BIN`, else this binary), which gives it `SLURM_TASK_PID`.
 pub fn run(order: &TaskOrder, all_devices: &[String], news: &Sender<News>, started: impl FnOnce(i32)) {
+    match launcher() {
+        Some(gantry) => run_with(Some(&gantry), order, all_devices, news, started),
+        None => refuse(news, "cannot find the gantry binary".into()),
+    }
+}
+
+/// This node's gantry, which starts tasks (`gantry slurm-task`).
+pub fn launcher() -> Option<std::path::PathBuf> {
+    std::env::var_os("GANTRY_BIN").map(std::path::PathBuf::from).or_else(|| std::env::current_exe().ok())
+}
+
+/// [`run`], through `launcher slurm-task` or (`None`) straight.
+pub(crate) fn run_with(
+    launcher: Option<&std::path::Path>,
+    order: &TaskOrder,
+    all_devices: &[String],
+    news: &Sender<News>,
+    started: impl FnOnce(i32),
+) {
     let devices = match task_devices(all_devices, order.local_id, order.gpus_per_task) {
         Ok(d) => d.join(","),
         Err(m) => return refuse(news, m),
     };
-    let Some((program, args)) = order.argv.split_first() else { return refuse(news, "an empty command".into()) };
-    let mut cmd = Command::new(program);
-    cmd.args(args)
+    let Some(program) = order.argv.first() else { return refuse(news, "an empty command".into()) };
+    // As Slurm's tasks: srun's environment, with this node's own values for where it runs,
+    // and its own pid as SLURM_TASK_PID (`gantry slurm-task` sets it and execs the task: the
+    // same process; a shell would drop variables such as bash's exported functions).
+    let mut cmd = match launcher {
+        Some(gantry) => {
+            let mut cmd = Command::new(gantry);
+            cmd.arg("slurm-task").args(&order.argv);
+            cmd
+        }
+        None => {
+            let mut cmd = Command::new(program);
+            cmd.args(&order.argv[1..]);
+            cmd
+        }
+    };
+    cmd.env_clear()
+        .envs(std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| NODE_LOCAL.contains(&k))))
         .envs(order.env.iter().filter(|(k, _)| !NODE_LOCAL.contains(&k.as_str())).map(|(k, v)| (k, v)))
         .env("CUDA_VISIBLE_DEVICES", &devices)
         .env("NVIDIA_VISIBLE_DEVICES", if devices.is_empty() { "void" } else { &devices })
@@ -67,7 +114,7 @@ pub fn run(order: &TaskOrder, all_devices: &[String], news: &Sender<News>, start
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => return refuse(news, format!("cannot run {program}: {e}")),
+        Err(e) => return refuse(news, format!("cannot start {program}: {e}")),
     };
     started(child.id() as i32);
     let out = child.stdout.take().map(|s| forward(s, news.clone(), News::Out));
@@ -126,14 +173,19 @@ mod tests {
     fn a_task_runs_with_its_variables_and_reports_lines_and_its_code() {
         let (tx, rx) = std::sync::mpsc::channel();
         let order = TaskOrder {
-            argv: vec!["sh".into(), "-c".into(), "echo $X $CUDA_VISIBLE_DEVICES; echo oops >&2; exit 3".into()],
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo $X $CUDA_VISIBLE_DEVICES; echo oops >&2; [ \"$SLURM_TASK_PID\" = $$ ] || echo wrong pid; exit 3"
+                    .into(),
+            ],
             env: vec![("X".into(), "hello".into()), ("CUDA_VISIBLE_DEVICES".into(), "ignored".into())],
             cwd: None,
             local_id: 1,
             gpus_per_task: Some(1),
         };
         let mut pgid = 0;
-        run(&order, &gpus(2), &tx, |p| pgid = p);
+        run_with(None, &order, &gpus(2), &tx, |p| pgid = p);
         drop(tx);
         let news: Vec<News> = rx.iter().collect();
         assert!(pgid > 0);
@@ -141,8 +193,8 @@ mod tests {
         assert!(news.contains(&News::Err("oops".into())), "{news:?}");
         assert_eq!(news.last(), Some(&News::Exit(3)));
         let (tx, rx) = std::sync::mpsc::channel();
-        run(&TaskOrder { argv: vec!["/no/such/program".into()], ..Default::default() }, &[], &tx, |_| {});
+        run_with(None, &TaskOrder { argv: vec!["/no/such/program".into()], ..Default::default() }, &[], &tx, |_| {});
         drop(tx);
-        assert!(matches!(rx.recv(), Ok(News::Refused(m)) if m.contains("cannot run /no/such/program")));
+        assert!(matches!(rx.recv(), Ok(News::Refused(m)) if m.contains("cannot start /no/such/program")));
     }
 }

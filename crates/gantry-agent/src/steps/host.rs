@@ -31,10 +31,11 @@ pub fn serve(key: &str, job: u64, node_index: u32, hub: &str) -> Result<(), Step
         std::process::exit(0);
     });
     let devices = exec::node_devices();
+    let launcher = exec::launcher().ok_or_else(|| StepError::Refused("cannot find the gantry binary".into()))?;
     for conn in listener.incoming().flatten() {
-        let (key, devices, running) = (key.to_string(), devices.clone(), running.clone());
+        let (key, devices, running, launcher) = (key.to_string(), devices.clone(), running.clone(), launcher.clone());
         std::thread::spawn(move || {
-            if let Err(e) = run_order(conn, &key, &devices, &running) {
+            if let Err(e) = run_order(conn, &key, &devices, &running, Some(&launcher)) {
                 eprintln!("gantry step host: {e}");
             }
         });
@@ -86,8 +87,15 @@ fn try_report(key: &str, node_index: u32, port: u16, hub: (&str, u16)) -> Option
     }
 }
 
-/// One connection from `srun`: check its order, run the task, stream its news back.
-fn run_order(conn: TcpStream, key: &str, devices: &[String], running: &Running) -> Result<(), StepError> {
+/// One connection from `srun`: check its order, run the task (through `launcher`), stream its
+/// news back.
+fn run_order(
+    conn: TcpStream,
+    key: &str,
+    devices: &[String],
+    running: &Running,
+    launcher: Option<&std::path::Path>,
+) -> Result<(), StepError> {
     let mine = challenge().map_err(StepError::io("cannot make a challenge"))?;
     send(&mut &conn, &Challenge { challenge: mine.clone() })?;
     conn.set_read_timeout(Some(Duration::from_secs(10))).map_err(StepError::io("step connection"))?;
@@ -101,10 +109,10 @@ fn run_order(conn: TcpStream, key: &str, devices: &[String], running: &Running) 
     let (tx, rx) = std::sync::mpsc::channel();
     let started = running.clone();
     let task = std::thread::spawn({
-        let devices = devices.to_vec();
+        let (devices, launcher) = (devices.to_vec(), launcher.map(std::path::Path::to_path_buf));
         move || {
             let mut pgid = 0;
-            exec::run(&order, &devices, &tx, |p| {
+            exec::run_with(launcher.as_deref(), &order, &devices, &tx, |p| {
                 pgid = p;
                 started.lock().expect("not poisoned").insert(p);
             });
@@ -145,7 +153,7 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let host = std::thread::spawn(move || {
             let (conn, _) = listener.accept().expect("accept");
-            run_order(conn, "right", &[], &Running::default())
+            run_order(conn, "right", &[], &Running::default(), None)
         });
         let conn = TcpStream::connect(addr).expect("connect");
         let mut reader = BufReader::new(conn.try_clone().expect("clone"));

@@ -110,6 +110,7 @@ pub fn run_as(name: &str, args: &[String]) -> Option<i32> {
     match (name, args.first().map(String::as_str)) {
         ("srun", _) => Some(srun::main(args)),
         (_, Some("slurm-batch")) => Some(batch::main(&args[1..])),
+        (_, Some("slurm-task")) => Some(exec::become_task(&args[1..])),
         _ => None,
     }
 }

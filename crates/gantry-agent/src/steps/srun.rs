@@ -60,7 +60,8 @@ fn run(args: &[String]) -> Result<i32, StepError> {
     // MASTER_ADDR as gantry set it is node 0's view of itself (loopback): each node gives
     // its own; one the script exported travels as it is.
     let ours = std::env::var("GANTRY_MASTER_ADDR").ok();
-    let env: Vec<(String, String)> = std::env::vars()
+    let env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, v)| !(NODE_LOCAL.contains(&k.as_str()) || k == "MASTER_ADDR" && Some(v) == ours.as_ref()))
         .collect();
     let orders = orders(&args, &counts, step, &env);

@@ -175,7 +175,7 @@ fn short(state: &str) -> &'static str {
 
 /// `code:signal` as sacct writes it: a time limit or an OOM kill is Slurm's signal, a cancel
 /// SIGTERM's.
-fn exit_code(job: &JobView) -> String {
+pub(crate) fn exit_code(job: &JobView) -> String {
     match (job.row.outcome.ending, job.row.exit_code) {
         // Slurm ends a job at its time limit, or a running one cancelled, with SIGTERM.
         (Some(Ending::Cancelled | Ending::TimedOut), _) if job.row.started_at_s.is_some() => "0:15".into(),

@@ -104,8 +104,13 @@ pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
             nodes.push(t.node.clone());
         }
     }
-    let cpus: u64 =
+    let held: u64 =
         row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| u64::from(p.cpu.0).div_ceil(1000)).sum();
+    let asked: u64 =
+        row.job.groups.iter().map(|g| u64::from(g.resources.cpu.0).div_ceil(1000) * u64::from(g.replicas)).sum();
+    let cpus = if row.tasks.is_empty() { asked.max(1) } else { held };
+    let tasks = gantry_spec::sbatch::allocation_tasks(&row.job.run.command)
+        .unwrap_or_else(|| row.job.groups.iter().map(|g| g.replicas).sum());
     let gpus: usize = row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| p.gpus.len()).sum();
     let time = |t: Option<u64>| t.map_or_else(|| "Unknown".to_string(), iso_time);
     let ran = row.started_at_s.map_or(0, |s| row.ended_at_s.unwrap_or(now).saturating_sub(s));
@@ -122,13 +127,14 @@ pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
         vec![("Priority", row.job.priority.to_string()), ("QOS", "normal".into())],
         vec![
             ("JobState", state_name(job).into()),
-            ("Reason", if pending { reason(job).into() } else { "None".into() }),
-            ("Dependency", dependency(&row.job.after)),
+            ("Reason", ended_reason(job).unwrap_or_else(|| if pending { reason(job) } else { "None" }).into()),
+            // Slurm clears a job's dependencies once they are met and it starts.
+            ("Dependency", if row.started_at_s.is_some() { "(null)".into() } else { dependency(&row.job.after) }),
         ],
         vec![
             ("Requeue", u8::from(row.job.lifecycle.requeue).to_string()),
             ("Restarts", row.requeues.to_string()),
-            ("ExitCode", exit(job)),
+            ("ExitCode", super::sacct::exit_code(job)),
         ],
         vec![
             ("RunTime", duration(ran)),
@@ -144,7 +150,7 @@ pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
         vec![
             ("NumNodes", nodes.len().max(1).to_string()),
             ("NumCPUs", cpus.to_string()),
-            ("NumTasks", row.job.groups.iter().map(|g| g.replicas).sum::<u32>().to_string()),
+            ("NumTasks", tasks.to_string()),
         ],
         vec![(
             "TRES",
@@ -159,6 +165,18 @@ pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
     record(&lines, one_line)
 }
 
+/// Why an ended job ended, as Slurm's `Reason` says it (`None` for the rest).
+fn ended_reason(job: &JobView) -> Option<&'static str> {
+    use gantry_types::Ending;
+    match job.row.outcome.ending? {
+        Ending::Failed => Some("NonZeroExitCode"),
+        Ending::TimedOut => Some("TimeLimit"),
+        Ending::OutOfMemory => Some("OutOfMemory"),
+        Ending::Lost => Some("NodeDown"),
+        Ending::Completed | Ending::Cancelled => None,
+    }
+}
+
 /// Dependencies as Slurm writes them: `afterok:12,afterany:13`.
 fn dependency(after: &[gantry_types::Dependency]) -> String {
     if after.is_empty() {
@@ -170,14 +188,6 @@ fn dependency(after: &[gantry_types::Dependency]) -> String {
         .map(|d| format!("{}:{}", kind(d.kind), d.id.map_or_else(|| d.job.clone(), |i| i.to_string())))
         .collect::<Vec<_>>()
         .join(",")
-}
-
-fn exit(job: &JobView) -> String {
-    match job.row.exit_code {
-        Some(c) if c >= 0 => format!("{c}:0"),
-        Some(c) => format!("0:{}", c.unsigned_abs()),
-        None => "0:0".into(),
-    }
 }
 
 /// `scontrol show node`: one record per node.

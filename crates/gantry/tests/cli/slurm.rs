@@ -426,3 +426,80 @@ fn sacct_sinfo_scontrol_and_scancel_answer_as_slurms_do() {
     let (code, _, err) = slurm("sacct", &["--format=JobID,Comment"]);
     assert!(code == Some(1) && err.contains("Invalid field requested: \"Comment\""), "{err}");
 }
+
+/// The batch scripts of `tools/slurm-compare/` under gantry's commands give what a real Slurm
+/// gave (`tools/slurm-compare/expected/`, recorded from Debian's Slurm 22.05 on a private
+/// two-node cluster), apart from the differences `differences.txt` lists with their reasons:
+/// the variables each task saw, the output files' names and contents, the final states and
+/// exit codes. (`10-timelimit` waits out a one-minute limit; the `sacct` test covers TIMEOUT.)
+#[test]
+fn the_slurm_comparison_scripts_behave_as_under_slurm() {
+    let dir = temp_dir("slurm-compare");
+    let bin = dir.join("bin");
+    assert!(gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]).status.success());
+    // The reference cluster: nodes of 8 CPUs, 4000 MB and four GPUs; partitions debug and long.
+    let fleet = write_fixture(
+        &dir,
+        "fleet.toml",
+        &TWO_NODES.replace("cpu = 16", "cpu = 8").replace("64GiB", "4000MiB").replace("count = 2", "count = 4"),
+    );
+    let queues = write_fixture(
+        &dir,
+        "queues.toml",
+        "[[queue]]\nname = \"default\"\n[[queue]]\nname = \"debug\"\n[[queue]]\nname = \"long\"\n",
+    );
+    let data = dir.join("data");
+    let (_serve, url) = super::spawn(&[
+        "serve",
+        "--local",
+        "--fleet",
+        &fleet,
+        "--queues",
+        &queues,
+        "--listen",
+        "127.0.0.1:0",
+        "--data",
+        data.to_str().expect("utf-8"),
+    ]);
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let with_env = |cmd: &mut Command| {
+        cmd.env("PATH", &path).env("GANTRY_SERVER", &url).env("GANTRY_DATA", &data).env_remove("SLURM_CONF");
+    };
+    // Job ids past the small numbers the harness would mistake for counts (`SLURM_NNODES=1`).
+    let mut burn = Command::new(bin.join("sbatch"));
+    with_env(&mut burn);
+    let burn = burn.args(["--parsable", "-H", "--array=0-199", "--wrap", "true"]).output().expect("sbatch");
+    let mut cancel = Command::new(bin.join("scancel"));
+    with_env(&mut cancel);
+    assert!(cancel.arg(stdout(&burn).trim()).status().expect("scancel").success());
+    let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/slurm-compare");
+    let scripts: Vec<String> = std::fs::read_dir(format!("{tools}/scripts"))
+        .expect("scripts")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".sh").map(str::to_string))
+        .filter(|name| name != "10-timelimit")
+        .collect();
+    let out = dir.join("out");
+    let mut run = Command::new("bash");
+    with_env(&mut run);
+    let run = run
+        .arg(format!("{tools}/run.sh"))
+        .arg(&out)
+        .args(&scripts)
+        .env("COMPARE_NODES", "localhost 127.0.0.1")
+        .output()
+        .expect("run.sh runs");
+    assert!(run.status.success(), "{}{}", stdout(&run), stderr(&run));
+    let compared = Command::new("bash")
+        .arg(format!("{tools}/compare.sh"))
+        .arg(format!("{tools}/expected"))
+        .arg(&out)
+        .output()
+        .expect("compare.sh runs");
+    assert!(
+        compared.status.success(),
+        "gantry differs from Slurm beyond differences.txt:\n{}{}",
+        stdout(&compared),
+        stderr(&compared)
+    );
+    assert_eq!(std::fs::read_dir(&out).expect("results").count(), scripts.len(), "a result for every script");
+}
