@@ -138,9 +138,11 @@ pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
         let node_gres = NodeGres::of(node, catalog);
         let parts = node_gres.parts(&mut tres, &mut types);
         let gres_field = if parts.is_empty() { String::new() } else { format!(" Gres={}", parts.join(",")) };
+        let features: Vec<&str> = node.labels.keys().filter_map(|k| k.strip_prefix("slurm.feature/")).collect();
+        let features = if features.is_empty() { String::new() } else { format!(" Features={}", features.join(",")) };
         let _ = writeln!(
             nodes,
-            "NodeName={} CPUs={} RealMemory={}{gres_field}",
+            "NodeName={} CPUs={} RealMemory={}{gres_field}{features}",
             node.name,
             (node.cpu.0 / 1000).max(1),
             node.memory.0 >> 20
@@ -155,7 +157,12 @@ pub fn slurm_conf(fleet: &Fleet) -> (String, String) {
         let _ = writeln!(conf, "GresTypes={}", types.into_iter().collect::<Vec<_>>().join(","));
     }
     if !tres.is_empty() {
-        let _ = writeln!(conf, "AccountingStorageTRES=gres/gpu,{}", tres.into_iter().collect::<Vec<_>>().join(","));
+        // Advice only: a slurmctld without slurmdbd refuses to start with this line.
+        let _ = writeln!(
+            conf,
+            "# With slurmdbd, to account GPUs by type, add:\n# AccountingStorageTRES=gres/gpu,{}",
+            tres.into_iter().collect::<Vec<_>>().join(",")
+        );
     }
     conf.push_str(&nodes);
     (conf, gres)
@@ -171,6 +178,9 @@ struct NodeGres {
     mps: u32,
     /// Indices of the GPUs not in MIG mode (whole, time-sliced or MPS).
     whole: Vec<u32>,
+    /// Each time-sliced GPU's index and replicas, each MPS GPU's index: their `File=` lines.
+    shard_gpus: Vec<(u32, u32)>,
+    mps_gpus: Vec<u32>,
 }
 
 impl NodeGres {
@@ -178,7 +188,12 @@ impl NodeGres {
         let mut counts: BTreeMap<String, u32> = BTreeMap::new();
         let (mut shards, mut mps) = (0u32, 0u32);
         let mut whole: Vec<u32> = Vec::new();
-        let model = node.gpus.first().map(|g| g.model.to_ascii_lowercase()).unwrap_or_default();
+        // The cluster's own type name when it came from its slurm.conf, else the model's.
+        let model = match node.labels.get("slurm.gres-type") {
+            Some(ty) => ty.clone(),
+            None => node.gpus.first().map(|g| g.model.to_ascii_lowercase()).unwrap_or_default(),
+        };
+        let (mut shard_gpus, mut mps_gpus) = (Vec::new(), Vec::new());
         let model_entry = node.gpus.first().and_then(|g| catalog.lookup(&g.model)).map(|id| catalog.model(id));
         let slurm_type = |profile: &str| {
             model_entry
@@ -196,14 +211,16 @@ impl NodeGres {
                 GpuMode::TimeSlice { replicas, .. } => {
                     whole.push(g.index);
                     shards += replicas;
+                    shard_gpus.push((g.index, *replicas));
                 }
                 GpuMode::Mps { .. } => {
                     whole.push(g.index);
                     mps += 100;
+                    mps_gpus.push(g.index);
                 }
             }
         }
-        NodeGres { model, counts, shards, mps, whole }
+        NodeGres { model, counts, shards, mps, whole, shard_gpus, mps_gpus }
     }
 
     /// The node's `Gres=` parts, recording the TRES and GRES types they use.
@@ -245,11 +262,12 @@ impl NodeGres {
             let files = self.whole.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
             let _ = writeln!(gres, "NodeName={name} Name=gpu Type={model} File=/dev/nvidia[{files}]");
         }
-        if self.shards > 0 {
-            let _ = writeln!(gres, "NodeName={name} Name=shard Count={}", self.shards);
+        // Shares on exactly the planned GPUs: without File=, Slurm spreads them over every GPU.
+        for (index, replicas) in &self.shard_gpus {
+            let _ = writeln!(gres, "NodeName={name} Name=shard Count={replicas} File=/dev/nvidia{index}");
         }
-        if self.mps > 0 {
-            let _ = writeln!(gres, "NodeName={name} Name=mps Count={}", self.mps);
+        for index in &self.mps_gpus {
+            let _ = writeln!(gres, "NodeName={name} Name=mps Count=100 File=/dev/nvidia{index}");
         }
     }
 }

@@ -477,11 +477,18 @@ fn node_toml(
         return Err(SpecError::new(at, format!("node {name}: CPUs=0")));
     }
     let _ = write!(out, "\n[[node]]\nname = {}\ncpu = {cpus}\nmemory = \"{}MiB\"\n", quote(name), memory_mib.max(1));
-    let labels = node_labels(fields, name, at)?;
+    let gpus = node_gpus(name, fields, gres_conf, at, notes)?;
+    let mut labels = node_labels(fields, name, at)?;
+    // The cluster's own name for its whole GPUs (`a100`), so an export keeps it and the
+    // cluster's `--gres=gpu:a100:1` scripts go on working.
+    let whole_types: std::collections::BTreeSet<&String> =
+        gpus.iter().filter_map(|(t, _)| t.as_ref()).filter(|t| catalog.profile_for_slurm_type(t).is_none()).collect();
+    if let [ty] = whole_types.into_iter().collect::<Vec<_>>()[..] {
+        labels.push(format!("\"slurm.gres-type\" = {}", quote(ty)));
+    }
     if !labels.is_empty() {
         let _ = writeln!(out, "labels = {{ {} }}", labels.join(", "));
     }
-    let gpus = node_gpus(name, fields, gres_conf, at, notes)?;
     let (whole, mig) = whole_and_mig(gpus, source, name, at)?;
     let Some(model) = gpu_model(&whole, mig.is_empty(), fields, source, name, at)? else { return Ok(()) };
     let whole_count: u32 = whole.iter().map(|(_, n)| n).sum();
@@ -643,6 +650,13 @@ mod tests {
         assert_eq!(node("gpu01").cpu.0, 128_000);
         assert_eq!(node("gpu01").memory.0, 1_024_000 << 20);
         assert!(node("gpu01").labels.contains_key("slurm.feature/ib"));
+        assert_eq!(node("gpu01").labels.get("slurm.gres-type").map(String::as_str), Some("a100"));
+        // Exported back, the cluster's type name and features stay: its scripts keep working.
+        let (conf, gres) = crate::export::slurm_conf(&fleet);
+        let line = conf.lines().find(|l| l.starts_with("NodeName=gpu01 ")).expect("gpu01's line");
+        assert!(line.contains("Gres=gpu:a100:8") && line.contains("Features=") && line.contains("ib"), "{line}");
+        assert!(gres.contains("NodeName=gpu01 Name=gpu Type=a100 File=/dev/nvidia[0,1,2,3,4,5,6,7]"), "{gres}");
+        assert!(!conf.lines().any(|l| l.starts_with("AccountingStorageTRES")), "advice only: {conf}");
         assert_eq!(node("h100-1").gpus[0].model, "H100-SXM5-80GB");
         // 4 whole + the 7 × 1g.10gb and 2 × 3g.40gb on as few GPUs as hold them.
         let mig = node("mig01");

@@ -133,8 +133,8 @@ fn slurmd_reads_the_gres_conf_gantry_plan_writes() {
     assert!(by_file >= 2 && autodetect >= 1, "the plan covers both kinds of node: {nodes}");
 }
 
-/// `Gres=gpu:TYPE:N,shard:M,…` of a NodeName line as `gpu:TYPE` → N, `shard` → M (MPS left
-/// out: slurmd gives it per GPU only with a device file, which the plan leaves to NVML).
+/// `Gres=gpu:TYPE:N,shard:M,mps:K…` of a NodeName line as `gpu:TYPE` → N, `shard` → M,
+/// `mps` → K (the plan's gres.conf puts shards and MPS on their GPUs' device files).
 fn gres_counts(line: &str) -> BTreeMap<String, u64> {
     let gres = line.split_whitespace().find_map(|w| w.strip_prefix("Gres=")).unwrap_or_default();
     let mut counts = BTreeMap::new();
@@ -142,7 +142,9 @@ fn gres_counts(line: &str) -> BTreeMap<String, u64> {
         let parts: Vec<&str> = entry.split(':').collect();
         match parts.as_slice() {
             ["gpu", ty, n] => *counts.entry(format!("gpu:{ty}")).or_default() += n.parse::<u64>().expect("count"),
-            ["shard", n] => *counts.entry("shard".to_string()).or_default() += n.parse::<u64>().expect("count"),
+            ["shard" | "mps", n] => {
+                *counts.entry(parts[0].to_string()).or_default() += n.parse::<u64>().expect("count")
+            }
             _ => {}
         }
     }
