@@ -6,7 +6,9 @@
 #   which start a private server of their own in a temporary directory (no system service is
 #   used or needed; gantry_store::test_postgres);
 # - Debian's slurmd, for the test that Slurm reads the gres.conf `gantry plan --out` writes
-#   (crates/gantry/tests/cli/slurm.rs runs `slurmd -G`; no daemon is started);
+#   (crates/gantry/tests/cli/slurm.rs runs `slurmd -G`), and slurmctld, slurm-client and munge
+#   for the test that re-checks tools/slurm-compare's reference against a private real Slurm
+#   (tools/slurm-private.sh starts it in a temporary directory; nothing system-wide);
 # - Debian's libfaketime, to step a controller's wall clock under it
 #   (crates/gantry/tests/cli/clock.rs).
 # Installs only what is missing; does nothing when all are there.
@@ -21,8 +23,16 @@ fi
 if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
   missing+=(libfaketime)
 fi
-if ! command -v slurmd >/dev/null 2>&1 && [ ! -x /usr/sbin/slurmd ]; then
-  missing+=(slurmd)
+# Each daemon and the Debian package it comes in.
+for pair in slurmd:slurmd slurmctld:slurmctld munged:munge; do
+  daemon=${pair%%:*}
+  if ! command -v "$daemon" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$daemon" ]; then
+    missing+=("${pair#*:}")
+  fi
+done
+# Slurm's client commands (sbatch, squeue, scontrol, ...) come from slurm-client.
+if [ ! -x /usr/bin/scontrol ]; then
+  missing+=(slurm-client)
 fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -19,7 +19,7 @@
 # (MinJobAge=3600) and are written to DIR/jobcomp.txt (JobCompType=jobcomp/filetxt): there is no
 # slurmdbd, so `sacct` has nothing to read (it says "Slurm accounting storage is disabled").
 #
-# Needs root and Debian's slurmctld, slurmd, slurm-client and munge: tools/install-slurm.sh.
+# Needs root and Debian's slurmctld, slurmd, slurm-client and munge: tools/install-test-deps.sh.
 # SLURM_PRIVATE_NODES=1 starts one node (n1) instead of two.
 set -euo pipefail
 
@@ -182,7 +182,7 @@ start() {
     [ "$(id -u)" = 0 ] || die "run as root (the daemons run as root)"
     local tool
     for tool in munged mungekey slurmctld slurmd sinfo scontrol python3; do
-        command -v "$tool" > /dev/null || die "$tool is missing; run tools/install-slurm.sh"
+        command -v "$tool" > /dev/null || die "$tool is missing; run tools/install-test-deps.sh"
     done
     if alive "$DIR/run/slurmctld.pid"; then
         echo "slurm-private: already running in $DIR" >&2

@@ -249,6 +249,53 @@ fn sbatch_squeue_and_scancel_answer_by_their_names() {
     assert!(stderr(&out).contains("is not gantry's: left alone"), "{}", stderr(&out));
 }
 
+/// A controller with local agents on `fleet` (and `queues`), and Slurm's command names linked
+/// to gantry in `bin`: what the Slurm tests run their commands against.
+struct SlurmOnGantry {
+    _serve: super::ServeGuard,
+    url: String,
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    data: std::path::PathBuf,
+}
+
+impl SlurmOnGantry {
+    fn start(name: &str, fleet: &str, queues: Option<&str>) -> SlurmOnGantry {
+        let dir = temp_dir(name);
+        let bin = dir.join("bin");
+        assert!(gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]).status.success());
+        let fleet = write_fixture(&dir, "fleet.toml", fleet);
+        let data = dir.join("data");
+        let mut args = vec!["serve", "--local", "--fleet", &fleet, "--listen", "127.0.0.1:0", "--data"];
+        args.push(data.to_str().expect("utf-8"));
+        let queues = queues.map(|q| write_fixture(&dir, "queues.toml", q));
+        if let Some(q) = &queues {
+            args.extend(["--queues", q.as_str()]);
+        }
+        let (_serve, url) = super::spawn(&args);
+        SlurmOnGantry { _serve, url, dir, bin, data }
+    }
+
+    /// `cmd` set to reach this controller (gantry's Slurm commands first on its PATH), run
+    /// from its directory.
+    fn with_env(&self, mut cmd: Command) -> Command {
+        let path = format!("{}:{}", self.bin.display(), std::env::var("PATH").unwrap_or_default());
+        cmd.env("PATH", path)
+            .env("GANTRY_SERVER", &self.url)
+            .env("GANTRY_DATA", &self.data)
+            .env("USER", "root")
+            .env_remove("SLURM_CONF")
+            .current_dir(&self.dir);
+        cmd
+    }
+
+    /// Run Slurm command `name`: its exit code, stdout and stderr.
+    fn run(&self, name: &str, args: &[&str]) -> (Option<i32>, String, String) {
+        let out = self.with_env(Command::new(self.bin.join(name))).args(args).output().expect("runs");
+        (out.status.code(), stdout(&out), stderr(&out))
+    }
+}
+
 /// Two local "nodes" that resolve as host names on any machine, two L4s each.
 const TWO_NODES: &str = "[[node]]\nname = \"localhost\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n\n\
     [[node]]\nname = \"127.0.0.1\"\ncpu = 16\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 2\n";
@@ -261,31 +308,11 @@ const TWO_NODES: &str = "[[node]]\nname = \"localhost\"\ncpu = 16\nmemory = \"64
 /// printing its rank and world size.
 #[test]
 fn a_batch_script_runs_once_and_srun_steps_span_the_allocation() {
-    let dir = temp_dir("slurm-steps");
-    let bin = dir.join("bin");
-    assert!(gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]).status.success());
-    let fleet = write_fixture(&dir, "fleet.toml", TWO_NODES);
-    let data = dir.join("data");
-    let (_serve, url) = super::spawn(&[
-        "serve",
-        "--local",
-        "--fleet",
-        &fleet,
-        "--listen",
-        "127.0.0.1:0",
-        "--data",
-        data.to_str().expect("utf-8"),
-    ]);
+    let slurm = SlurmOnGantry::start("slurm-steps", TWO_NODES, None);
+    let dir = slurm.dir.clone();
     let sbatch = |script: &str| {
-        let out = Command::new(bin.join("sbatch"))
-            .args(["--wait", script])
-            .env("GANTRY_SERVER", &url)
-            .env("GANTRY_DATA", &data)
-            .env("USER", "root")
-            .current_dir(&dir)
-            .output()
-            .expect("runs");
-        assert!(out.status.success(), "{script}: {}{}", stdout(&out), stderr(&out));
+        let (code, out, err) = slurm.run("sbatch", &["--wait", script]);
+        assert_eq!(code, Some(0), "{script}: {out}{err}");
     };
     write_fixture(
         &dir,
@@ -346,32 +373,8 @@ fn a_batch_script_runs_once_and_srun_steps_span_the_allocation() {
 /// their GRES, one job's and one node's record.
 #[test]
 fn sacct_sinfo_scontrol_and_scancel_answer_as_slurms_do() {
-    let dir = temp_dir("slurm-commands");
-    let bin = dir.join("bin");
-    assert!(gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]).status.success());
-    let fleet = write_fixture(&dir, "fleet.toml", TWO_NODES);
-    let data = dir.join("data");
-    let (_serve, url) = super::spawn(&[
-        "serve",
-        "--local",
-        "--fleet",
-        &fleet,
-        "--listen",
-        "127.0.0.1:0",
-        "--data",
-        data.to_str().expect("utf-8"),
-    ]);
-    let slurm = |name: &str, args: &[&str]| {
-        let out = Command::new(bin.join(name))
-            .args(args)
-            .env("GANTRY_SERVER", &url)
-            .env("GANTRY_DATA", &data)
-            .env("USER", "root")
-            .current_dir(&dir)
-            .output()
-            .expect("runs");
-        (out.status.code(), stdout(&out), stderr(&out))
-    };
+    let cluster = SlurmOnGantry::start("slurm-commands", TWO_NODES, None);
+    let slurm = |name: &str, args: &[&str]| cluster.run(name, args);
     let (_, array, _) = slurm("sbatch", &["--parsable", "--array=0-2", "-H", "-J", "arr", "--wrap", "true"]);
     let array = array.trim().to_string();
     let (code, _, err) = slurm("scancel", &[&format!("{array}_1")]);
@@ -436,54 +439,23 @@ fn sacct_sinfo_scontrol_and_scancel_answer_as_slurms_do() {
 /// exit codes. (`10-timelimit` waits out a one-minute limit; the `sacct` test covers TIMEOUT.)
 #[test]
 fn the_slurm_comparison_scripts_behave_as_under_slurm() {
-    let dir = temp_dir("slurm-compare");
-    let bin = dir.join("bin");
-    assert!(gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]).status.success());
     // The reference cluster: nodes of 8 CPUs, 4000 MB and four GPUs; partitions debug and long.
-    let fleet = write_fixture(
-        &dir,
-        "fleet.toml",
-        &TWO_NODES.replace("cpu = 16", "cpu = 8").replace("64GiB", "4000MiB").replace("count = 2", "count = 4"),
-    );
-    let queues = write_fixture(
-        &dir,
-        "queues.toml",
-        "[[queue]]\nname = \"default\"\n[[queue]]\nname = \"debug\"\n[[queue]]\nname = \"long\"\n",
-    );
-    let data = dir.join("data");
-    let (_serve, url) = super::spawn(&[
-        "serve",
-        "--local",
-        "--fleet",
-        &fleet,
-        "--queues",
-        &queues,
-        "--listen",
-        "127.0.0.1:0",
-        "--data",
-        data.to_str().expect("utf-8"),
-    ]);
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let with_env = |cmd: &mut Command| {
-        cmd.env("PATH", &path).env("GANTRY_SERVER", &url).env("GANTRY_DATA", &data).env_remove("SLURM_CONF");
-    };
+    let fleet = TWO_NODES.replace("cpu = 16", "cpu = 8").replace("64GiB", "4000MiB").replace("count = 2", "count = 4");
+    let queues = "[[queue]]\nname = \"default\"\n[[queue]]\nname = \"debug\"\n[[queue]]\nname = \"long\"\n";
+    let slurm = SlurmOnGantry::start("slurm-compare", &fleet, Some(queues));
     // Job ids past the small numbers the harness would mistake for counts (`SLURM_NNODES=1`).
-    let mut burn = Command::new(bin.join("sbatch"));
-    with_env(&mut burn);
-    let burn = burn.args(["--parsable", "-H", "--array=0-199", "--wrap", "true"]).output().expect("sbatch");
-    let mut cancel = Command::new(bin.join("scancel"));
-    with_env(&mut cancel);
-    assert!(cancel.arg(stdout(&burn).trim()).status().expect("scancel").success());
+    let (_, burnt, _) = slurm.run("sbatch", &["--parsable", "-H", "--array=0-199", "--wrap", "true"]);
+    assert_eq!(slurm.run("scancel", &[burnt.trim()]).0, Some(0));
     let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/slurm-compare");
     let scripts: Vec<String> = std::fs::read_dir(format!("{tools}/scripts"))
         .expect("scripts")
         .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".sh").map(str::to_string))
         .filter(|name| name != "10-timelimit")
         .collect();
-    let out = dir.join("out");
-    let mut run = Command::new("bash");
-    with_env(&mut run);
-    let run = run
+    let out = slurm.dir.join("out");
+    let run = slurm
+        .with_env(Command::new("bash"))
+        .env_remove("USER")
         .arg(format!("{tools}/run.sh"))
         .arg(&out)
         .args(&scripts)
@@ -504,4 +476,63 @@ fn the_slurm_comparison_scripts_behave_as_under_slurm() {
         stderr(&compared)
     );
     assert_eq!(std::fs::read_dir(&out).expect("results").count(), scripts.len(), "a result for every script");
+}
+
+/// A private real Slurm, stopped (every daemon it started) when dropped.
+struct PrivateSlurm {
+    dir: std::path::PathBuf,
+    conf: String,
+}
+
+impl PrivateSlurm {
+    fn start(dir: std::path::PathBuf) -> PrivateSlurm {
+        let tool = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/slurm-private.sh");
+        let out = Command::new("bash").arg(tool).arg("start").arg(&dir).output().expect("slurm-private.sh runs");
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        let conf = said.lines().find_map(|l| l.strip_prefix("export SLURM_CONF=")).map(str::to_string);
+        let slurm = PrivateSlurm { dir, conf: conf.unwrap_or_default() };
+        assert!(out.status.success() && !slurm.conf.is_empty(), "a private Slurm starts: {said}");
+        slurm
+    }
+}
+
+impl Drop for PrivateSlurm {
+    fn drop(&mut self) {
+        let tool = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/slurm-private.sh");
+        let _ = Command::new("bash").arg(tool).arg("stop").arg(&self.dir).status();
+    }
+}
+
+/// The reference gantry is compared with is still what a real Slurm does: Debian's slurmctld
+/// and two slurmds (`tools/slurm-private.sh`, munge and all in a temporary directory) run
+/// the quick comparison scripts, and their results equal `tools/slurm-compare/expected/`
+/// exactly. Needs root (slurmd runs jobs as their users); CI runs as root.
+#[test]
+fn the_comparison_reference_is_what_a_real_slurm_does() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a private Slurm's daemons need root (CI runs as root)");
+        return;
+    }
+    let dir = temp_dir("slurm-real");
+    let slurm = PrivateSlurm::start(dir.join("cluster"));
+    let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/slurm-compare");
+    let scripts =
+        ["01-env", "03-array", "06-srun-gres", "09-exit3", "13-error-output", "16-hold-release", "18-two-nodes"];
+    let out = dir.join("out");
+    let run = Command::new("bash")
+        .arg(format!("{tools}/run.sh"))
+        .arg(&out)
+        .args(scripts)
+        .env("SLURM_CONF", &slurm.conf)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+        .env_remove("COMPARE_NODES")
+        .output()
+        .expect("run.sh runs");
+    assert!(run.status.success(), "{}{}", stdout(&run), stderr(&run));
+    for script in scripts {
+        let name = format!("{script}.txt");
+        let expected = std::fs::read_to_string(format!("{tools}/expected/{name}")).expect("reference");
+        let got = std::fs::read_to_string(out.join(&name)).expect("result");
+        assert_eq!(got, expected, "{name}: the real Slurm no longer gives the recorded reference");
+    }
 }
