@@ -297,6 +297,15 @@ pub fn import_slurm_conf(
     let mut fleet = String::from("# Written by `gantry import slurm` from slurm.conf.\n");
     let mut queues = String::from("# Written by `gantry import slurm` from slurm.conf's partitions.\n");
     let (mut notes, mut skipped) = (Vec::new(), Vec::new());
+    // `scontrol show node` or `sinfo` output instead of slurm.conf: read as its NodeName lines.
+    let listing = crate::import_slurm_nodes::as_slurm_conf(text);
+    let text = match &listing {
+        Some((conf, said)) => {
+            notes.extend(said.iter().cloned());
+            conf.as_str()
+        }
+        None => text,
+    };
     let gres_conf = match gres {
         Some((name, text)) => read_gres_conf(name, text, source.lenient, &mut skipped, &mut notes)?,
         None => GresConf::new(),

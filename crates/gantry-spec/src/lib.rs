@@ -16,6 +16,7 @@ mod import_k8s;
 mod import_kueue;
 mod import_sacct;
 mod import_slurm;
+mod import_slurm_nodes;
 mod model_map;
 mod quantity;
 mod queues;

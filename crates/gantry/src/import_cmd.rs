@@ -49,7 +49,7 @@ enum From {
 
 #[derive(Args)]
 struct SlurmArgs {
-    /// The cluster's slurm.conf.
+    /// The cluster's slurm.conf (or `scontrol show node` or `sinfo -N -o "%N %c %m %G %f"` output).
     #[arg(long, value_name = "FILE")]
     conf: PathBuf,
     /// The cluster's gres.conf: types the GPUs slurm.conf's Gres= leaves untyped.

@@ -535,4 +535,19 @@ fn the_comparison_reference_is_what_a_real_slurm_does() {
         let got = std::fs::read_to_string(out.join(&name)).expect("result");
         assert_eq!(got, expected, "{name}: the real Slurm no longer gives the recorded reference");
     }
+    // What the running cluster's own commands list imports as a fleet: two nodes, four GPUs each.
+    for (tool, args) in [("scontrol", vec!["show", "node"]), ("sinfo", vec!["-N", "-o", "%N %c %m %G %f"])] {
+        let listed = Command::new(tool).args(&args).env("SLURM_CONF", &slurm.conf).output().expect("runs");
+        assert!(listed.status.success(), "{tool}: {}", stderr(&listed));
+        let file = write_fixture(&dir, &format!("{tool}.txt"), &stdout(&listed));
+        let out = gantry(&["import", "slurm", "--conf", &file, "--map", "fake=L4-24GB"]);
+        assert!(out.status.success(), "{tool}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("imported 2 node(s)") && stderr(&out).contains("no partitions"),
+            "{}",
+            stderr(&out)
+        );
+        let fleet = stdout(&out);
+        assert_eq!(fleet.matches("count = 4").count(), 2, "{tool}: {fleet}");
+    }
 }
