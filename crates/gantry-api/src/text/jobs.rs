@@ -25,7 +25,8 @@ pub fn queue_table(jobs: &[JobView], filter: &str) -> String {
             row.id,
             shown(&row.name),
             shown(&row.queue),
-            row.state.name(),
+            // How it ended where that says more than its state (`timed-out`, `oom`).
+            row.outcome.ending.map_or(row.state.name(), |e| e.name()),
             if nodes.is_empty() { "-".into() } else { nodes.join(",") },
             job.pending.as_ref().map(reason_text).unwrap_or_default()
         );
