@@ -159,6 +159,10 @@ mod tests {
             "as Slurm names an array"
         );
         assert_eq!(
+            (get("SLURM_JOB_PARTITION"), get("SLURM_JOB_USER"), get("SLURM_NODELIST"), get("SLURM_GTIDS")),
+            (Some("research"), Some("alice"), Some("n[1-2]"), Some("3"))
+        );
+        assert_eq!(
             (get("SLURM_ARRAY_TASK_MIN"), get("SLURM_ARRAY_TASK_MAX"), get("SLURM_ARRAY_TASK_COUNT")),
             (Some("0"), Some("7"), Some("8"))
         );

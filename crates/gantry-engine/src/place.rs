@@ -315,6 +315,9 @@ impl<'a> Placer<'a> {
             if group.distinct_nodes && self.applied.iter().any(|t| t.group == group_index && t.node == node) {
                 continue;
             }
+            if !group.node_selector.is_empty() && !selects(&state.info[node as usize].labels, &group.node_selector) {
+                continue;
+            }
             let signature = state.nodes[node as usize].signature;
             if !group.signature_ok[signature as usize] {
                 if !matches!(scope, NodeScope::All) {
@@ -453,6 +456,11 @@ impl<'a> Placer<'a> {
             add_reasons(reasons, reason, nodes);
         }
     }
+}
+
+/// Whether a node's labels carry every one a group's selector names.
+fn selects(labels: &std::collections::BTreeMap<String, String>, selector: &[(String, String)]) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 fn count_signature(skipped: &mut Vec<(u16, u32)>, signature: u16) {

@@ -50,4 +50,29 @@ mod tests {
         assert_eq!(nodes_of(&mut engine, true, 3), Some(3));
         assert_eq!(nodes_of(&mut engine, true, 4), None, "three nodes hold at most three");
     }
+
+    /// A group with a node selector lands only on nodes with those labels, and a selector no
+    /// node matches never starts.
+    #[test]
+    fn a_node_selector_keeps_tasks_on_labelled_nodes() {
+        let fleet = "[[node]]\nname = \"plain\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n\
+                     [[node]]\nname = \"ib\"\ncpu = 64\nmemory = \"512GiB\"\nlabels = { \"slurm.feature/ib\" = \"true\" }\n\
+                     [node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
+        let fleet = gantry_spec::parse_fleet(fleet, Catalog::embedded()).expect("fleet");
+        let mut engine = Engine::new(&fleet, Catalog::embedded(), Default::default()).expect("engine");
+        let mut place = |selector: &str| {
+            let text = format!(
+                "[[job]]\nname = \"j\"\n[[job.task]]\nname = \"t\"\nnode_selector = {{ {selector} }}\ngpu = {{ count = 1 }}\n"
+            );
+            let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
+            let job = engine.compile(&spec).expect("compiles");
+            let id = engine.place(&job).ok()?;
+            let node = engine.placement(id, &job).expect("placed")[0].node.clone();
+            engine.release(id).expect("released");
+            Some(node)
+        };
+        assert_eq!(place("").as_deref(), Some("plain"), "packing starts at the first node");
+        assert_eq!(place("\"slurm.feature/ib\" = \"true\"").as_deref(), Some("ib"));
+        assert_eq!(place("\"slurm.feature/nvl\" = \"true\""), None);
+    }
 }

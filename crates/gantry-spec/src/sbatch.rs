@@ -42,6 +42,8 @@ pub struct Request {
     pub requeue: Option<bool>,
     /// `--hold`: submitted held, started only once released (`gantry release`).
     pub hold: bool,
+    /// `--constraint`: node features the job's nodes must all have.
+    pub features: Vec<String>,
     /// `--export`: which of the submitter's variables the job gets (`None`: all, as Slurm).
     pub export: Option<String>,
     /// Where `sbatch` ran, on which host (`SLURM_SUBMIT_DIR`, `SLURM_SUBMIT_HOST`).
@@ -172,6 +174,7 @@ impl Request {
             "--chdir" | "-D" => self.chdir = Some(need(option, value)?.to_string()),
             "--requeue" => self.requeue = Some(true),
             "--export" => self.export = Some(need(option, value)?.to_string()),
+            "--constraint" | "-C" => self.features = features(need(option, value)?)?,
             "--hold" | "-H" => self.hold = true,
             "--no-requeue" => self.requeue = Some(false),
             "--output" | "-o" => self.output = Some(need(option, value)?.to_string()),
@@ -352,6 +355,11 @@ impl Request {
         if let Some(m) = memory {
             task.insert("memory".into(), Value::String(m));
         }
+        if !self.features.is_empty() {
+            let selector: Table =
+                self.features.iter().map(|f| (format!("slurm.feature/{f}"), Value::String("true".into()))).collect();
+            task.insert("node_selector".into(), Value::Table(selector));
+        }
         if gpus_per_task > 0 {
             let mut gpu = Table::new();
             gpu.insert("count".into(), Value::Integer(gpus_per_task as i64));
@@ -362,6 +370,19 @@ impl Request {
         }
         task
     }
+}
+
+/// `--constraint=a100&ib`: node features, all required (Slurm's `&`). Slurm's other forms
+/// (`|`, brackets, counts) are refused by name.
+fn features(value: &str) -> Result<Vec<String>, String> {
+    let names: Vec<String> = value.split('&').map(|f| f.trim().to_string()).collect();
+    let plain = |f: &String| !f.is_empty() && f.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c));
+    if let Some(bad) = names.iter().find(|f| !plain(f)) {
+        return Err(format!(
+            "--constraint={value}: {bad:?}: gantry takes feature names joined by & (all required); |, brackets and counts are not supported"
+        ));
+    }
+    Ok(names)
 }
 
 /// `--dependency=afterok:12:13,afterany:14` → `["afterok:12", "afterok:13", "afterany:14"]`

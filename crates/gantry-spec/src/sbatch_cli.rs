@@ -8,7 +8,7 @@ use crate::sbatch::{Request, parse_script, script_command};
 use toml::Table;
 
 /// Long options that take a value, and their one-letter forms.
-const WITH_VALUE: [(&str, Option<char>); 24] = [
+const WITH_VALUE: [(&str, Option<char>); 25] = [
     ("--job-name", Some('J')),
     ("--partition", Some('p')),
     ("--account", Some('A')),
@@ -33,6 +33,7 @@ const WITH_VALUE: [(&str, Option<char>); 24] = [
     ("--error", Some('e')),
     ("--wrap", None),
     ("--export", None),
+    ("--constraint", Some('C')),
 ];
 
 /// Options without a value.
@@ -56,7 +57,7 @@ fn refused(option: &str) -> SpecError {
     SpecError::new(option, "not supported by gantry's sbatch").hint(
         "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --gpus-per-task, --nodes, \
          --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --mem-per-gpu, --mem-per-cpu, --time, --nice, --array, --dependency, --chdir, \
-         --output, --error, --wrap, --export, --requeue, --no-requeue, --hold, --parsable, --wait",
+         --output, --error, --wrap, --export, --constraint, --requeue, --no-requeue, --hold, --parsable, --wait",
     )
 }
 
@@ -281,6 +282,39 @@ mod tests {
         ] {
             let e = batch_job(&line, Some((bad, "x")), &at("/w")).expect_err(bad).to_string();
             assert!(e.contains(says), "{bad}: {e}");
+        }
+        for set in [
+            "'SLURM_SUBMIT_DIR=/w'",
+            "'SLURM_SUBMIT_HOST=login-1'",
+            "'SLURM_MEM_PER_NODE=10240'",
+            "'SLURM_NTASKS_PER_NODE=4'",
+        ] {
+            assert!(command.contains(&format!("--set {set}")), "{set}: {command}");
+        }
+    }
+
+    #[test]
+    fn memory_constraints_and_the_directory_read_as_slurm_means_them() {
+        let one = |options: &[&str]| {
+            let line = parse_command_line(&args(&[options, &["x.sh"]].concat())).expect("valid");
+            batch_job(&line, Some(("#!/bin/sh\n", "x")), &at("/w")).map(|(job, _)| job)
+        };
+        let job = one(&["--mem-per-gpu=20G", "--gres=gpu:4"]).expect("a job");
+        assert_eq!(job["task"][0]["memory"].as_str(), Some("81920MiB"), "20 GiB for each of 4 GPUs");
+        let job = one(&["--mem-per-cpu=2G", "-n", "3"]).expect("a job");
+        assert_eq!(job["task"][0]["memory"].as_str(), Some("6144MiB"), "2 GiB for each of 3 CPUs");
+        let job = one(&["--chdir=sub dir", "--export=NONE"]).expect("a job");
+        assert_eq!(job["workdir"].as_str(), Some("/w/sub dir"), "a relative --chdir is from where sbatch ran");
+        assert!(job.get("env").is_none(), "--export=NONE");
+        let job = one(&["-C", "a100&ib"]).expect("a job");
+        let selector = &job["task"][0]["node_selector"];
+        assert_eq!(
+            (selector["slurm.feature/a100"].as_str(), selector["slurm.feature/ib"].as_str()),
+            (Some("true"), Some("true"))
+        );
+        for bad in ["a100|h100", "[rack1*2]", "a&", "x y"] {
+            let e = one(&["-C", bad]).expect_err(bad).to_string();
+            assert!(e.contains("joined by &"), "{bad}: {e}");
         }
     }
 }

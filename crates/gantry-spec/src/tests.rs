@@ -769,3 +769,20 @@ fn names_used_twice_say_where() {
     let err = parse_workload(workload, catalog()).expect_err("twice").to_string();
     assert!(err.contains("job name used twice (lines 2 and 6)"), "{err}");
 }
+
+#[test]
+fn node_selectors_are_bounded_and_name_no_empty_label() {
+    let job = |selector: &str| {
+        let text = format!(
+            "[[job]]\nname = \"j\"\n[[job.task]]\nname = \"t\"\nnode_selector = {{ {selector} }}\ngpu = {{ count = 1 }}\n"
+        );
+        parse_workload(&text, catalog())
+    };
+    let ok = job("pool = \"training\"").expect("valid");
+    assert_eq!(ok[0].groups[0].node_selector.get("pool").map(String::as_str), Some("training"));
+    let e = job("pool = \"\"").expect_err("empty value");
+    assert!(e.to_string().contains("node_selector") && e.to_string().contains("1 to 253 bytes"), "{e}");
+    let many: Vec<String> = (0..33).map(|i| format!("k{i} = \"v\"")).collect();
+    let e = job(&many.join(", ")).expect_err("too many");
+    assert!(e.to_string().contains("33 labels, at most 32"), "{e}");
+}

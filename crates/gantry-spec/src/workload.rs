@@ -80,6 +80,8 @@ struct TaskEntry {
     replicas: Option<i64>,
     /// Each task on a node of its own.
     distinct_nodes: Option<bool>,
+    /// Labels a node must carry.
+    node_selector: Option<BTreeMap<String, String>>,
     cpu: Option<Quantity>,
     memory: Option<Quantity>,
     gpu: Option<GpuEntry>,
@@ -387,6 +389,7 @@ fn task_entries(at: &str, entry: &mut JobEntry) -> Result<Vec<TaskEntry>, SpecEr
     let shorthand = TaskEntry {
         name: None,
         distinct_nodes: None,
+        node_selector: None,
         replicas: entry.replicas.take(),
         cpu: entry.cpu.take(),
         memory: entry.memory.take(),
@@ -626,7 +629,34 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
         topology,
         tolerations: task.tolerations.unwrap_or_default(),
     };
-    Ok(TaskGroup { name, replicas, resources, distinct_nodes: task.distinct_nodes.unwrap_or(false) })
+    let node_selector = check_node_selector(at, task.node_selector)?;
+    Ok(TaskGroup { name, replicas, resources, distinct_nodes: task.distinct_nodes.unwrap_or(false), node_selector })
+}
+
+/// The most labels a task's `node_selector` may name.
+pub const NODE_SELECTOR_MAX: usize = 32;
+
+/// A task's `node_selector`: at most [`NODE_SELECTOR_MAX`] labels, none empty.
+fn check_node_selector(
+    at: &str,
+    selector: Option<BTreeMap<String, String>>,
+) -> Result<BTreeMap<String, String>, SpecError> {
+    let selector = selector.unwrap_or_default();
+    if selector.len() > NODE_SELECTOR_MAX {
+        return Err(SpecError::new(
+            format!("{at} / node_selector"),
+            format!("{} labels, at most {NODE_SELECTOR_MAX}", selector.len()),
+        ));
+    }
+    if let Some((k, _)) = selector.iter().find(|(k, v)| k.is_empty() || v.is_empty() || k.len() > 253 || v.len() > 253)
+    {
+        return Err(SpecError::new(
+            format!("{at} / node_selector"),
+            format!("label {k:?}: a key and a value of 1 to 253 bytes"),
+        )
+        .hint("node_selector = { pool = \"training\" }"));
+    }
+    Ok(selector)
 }
 
 /// A task's `isolation` field (`hard`, `soft` or `none`), if given.

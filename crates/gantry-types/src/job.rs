@@ -172,6 +172,10 @@ pub struct TaskGroup {
     /// Each task of the group on a node of its own (a Slurm allocation's `--nodes`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub distinct_nodes: bool,
+    /// Only nodes with each of these labels (Kubernetes' `nodeSelector`; Slurm's
+    /// `--constraint` as `slurm.feature/NAME = "true"`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub node_selector: std::collections::BTreeMap<String, String>,
 }
 
 /// What one task needs.

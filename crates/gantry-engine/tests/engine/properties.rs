@@ -104,6 +104,7 @@ fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
             name: "g".into(),
             replicas,
             distinct_nodes: false,
+            node_selector: Default::default(),
             resources: TaskResources {
                 cpu: MilliCpu(cpu),
                 memory: Bytes::gib(4),

@@ -428,6 +428,9 @@ fn sacct_sinfo_scontrol_and_scancel_answer_as_slurms_do() {
         2,
         "{err}"
     );
+    // A feature no node has: refused at submission, saying the job can never run here.
+    let (code, _, err) = slurm("sbatch", &["-C", "nvl72", "--wrap", "true"]);
+    assert!(code == Some(1) && err.contains("can never run"), "{err}");
     let (code, _, err) = slurm("sacct", &["--format=JobID,Comment"]);
     assert!(code == Some(1) && err.contains("Invalid field requested: \"Comment\""), "{err}");
 }
