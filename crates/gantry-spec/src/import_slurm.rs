@@ -47,17 +47,18 @@ pub struct SlurmSource<'a> {
 pub const SLURM_CONF_LINE_BYTES_MAX: usize = 64 << 10;
 
 /// Most nodes one hostlist may expand to.
-const HOSTLIST_MAX: usize = 100_000;
+pub const HOSTLIST_MAX: usize = 100_000;
 
 /// `gpu[01-04,08]-ib` → gpu01-ib … gpu04-ib, gpu08-ib (several bracket groups multiply; the
 /// zero padding of a range's first number is kept). Commas outside brackets separate names.
-pub(crate) fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
     let mut names = Vec::new();
     for part in split_outside(list, '[', ']') {
         let mut expanded = vec![String::new()];
         let mut rest = part.as_str();
         while !rest.is_empty() {
             match rest.find('[') {
+                None if rest.contains(']') => return Err(format!("{part:?}: a ']' without '['")),
                 None => {
                     expanded.iter_mut().for_each(|n| n.push_str(rest));
                     rest = "";
@@ -81,6 +82,9 @@ pub(crate) fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
             }
         }
         names.extend(expanded);
+        if names.len() > HOSTLIST_MAX {
+            return Err(format!("the list expands to more than {HOSTLIST_MAX} names"));
+        }
     }
     Ok(names)
 }
@@ -643,6 +647,18 @@ mod tests {
         assert!(expand_hostlist("gpu[01-03").expect_err("open").contains("without ']'"));
         assert!(expand_hostlist("gpu[9-1]").expect_err("backwards").contains("backwards"));
         assert!(expand_hostlist("n[1-99999999]").is_err());
+        // Back from what `hostlist` writes, and the lists Slurm's commands take.
+        let names = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let list = names(&["gpu-01", "gpu-02", "gpu-03", "gpu-07", "login", "n9", "n10"]);
+        assert_eq!(expand_hostlist(&gantry_types::text::hostlist(&list)).expect("ok"), list);
+        assert_eq!(expand_hostlist("gpu-[01-03,07],login,n[9-10]").expect("ok"), list);
+        assert_eq!(expand_hostlist("rack[1-2]-a").expect("ok"), ["rack1-a", "rack2-a"]);
+        for bad in ["n[3-1]", "n[1-x]", "n[1-2", "n]", "n[1-99999999]"] {
+            assert!(expand_hostlist(bad).is_err(), "{bad}");
+        }
+        assert_eq!(expand_hostlist("").expect("empty"), Vec::<String>::new());
+        let many: Vec<String> = (0..3).map(|i| format!("r{i}n[1-40000]")).collect();
+        assert!(expand_hostlist(&many.join(",")).is_err(), "bounded over the whole list");
     }
 
     const CONF: &str = include_str!("../fixtures/slurm/slurm.conf");

@@ -40,7 +40,9 @@ pub use import_k8s::{
 };
 pub use import_kueue::{ImportedQueues, import_kueue};
 pub use import_sacct::{QueueFrom, SACCT_FIELDS, SACCT_LINE_BYTES_MAX, import_sacct};
-pub use import_slurm::{ImportedSlurm, SLURM_CONF_LINE_BYTES_MAX, SlurmSource, import_slurm_conf};
+pub use import_slurm::{
+    HOSTLIST_MAX, ImportedSlurm, SLURM_CONF_LINE_BYTES_MAX, SlurmSource, expand_hostlist, import_slurm_conf,
+};
 pub use model_map::model_map;
 pub use quantity::{MEMORY_MAX, Quantity, cpu as parse_cpu, duration_seconds, memory as parse_memory};
 pub use queues::{

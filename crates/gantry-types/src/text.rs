@@ -68,56 +68,6 @@ pub fn hostlist(nodes: &[String]) -> String {
     parts.join(",")
 }
 
-/// The most names [`expand_hostlist`] makes (`n[1-99999999]` is a typo, not a cluster).
-pub const HOSTLIST_MAX: usize = 100_000;
-
-/// Slurm's hostlist form back to names, in order: `gpu-[01-03,07],login` → `gpu-01`,
-/// `gpu-02`, `gpu-03`, `gpu-07`, `login` (widths kept). `None` for a malformed list or one
-/// over [`HOSTLIST_MAX`] names.
-pub fn expand_hostlist(list: &str) -> Option<Vec<String>> {
-    let mut names = Vec::new();
-    let mut rest = list.trim();
-    while !rest.is_empty() {
-        // One entry: up to a comma outside brackets.
-        let end = rest
-            .char_indices()
-            .scan(0i32, |depth, (i, c)| {
-                *depth += match c {
-                    '[' => 1,
-                    ']' => -1,
-                    _ => 0,
-                };
-                Some((i, c, *depth))
-            })
-            .find(|&(_, c, depth)| c == ',' && depth == 0)
-            .map_or(rest.len(), |(i, _, _)| i);
-        let entry = &rest[..end];
-        rest = rest.get(end + 1..).unwrap_or("");
-        match entry.split_once('[') {
-            None if entry.contains(']') => return None,
-            None => names.push(entry.to_string()),
-            Some((prefix, ranges)) => {
-                let (ranges, suffix) = ranges.split_once(']')?;
-                if suffix.contains(['[', ']']) {
-                    return None;
-                }
-                for range in ranges.split(',') {
-                    let (a, b) = range.split_once('-').unwrap_or((range, range));
-                    let (low, high): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
-                    if high < low || (high - low) as usize >= HOSTLIST_MAX - names.len().min(HOSTLIST_MAX) {
-                        return None;
-                    }
-                    names.extend((low..=high).map(|n| format!("{prefix}{n:0width$}{suffix}", width = a.len())));
-                }
-            }
-        }
-        if names.len() > HOSTLIST_MAX {
-            return None;
-        }
-    }
-    Some(names)
-}
-
 /// A name's prefix and trailing digits, if it ends in some (and is not only digits).
 fn numbered(name: &str) -> Option<(&str, &str)> {
     let cut = name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
@@ -130,18 +80,6 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
-    }
-
-    #[test]
-    fn hostlists_expand_back_to_their_names() {
-        let list = names(&["gpu-01", "gpu-02", "gpu-03", "gpu-07", "login", "n9", "n10"]);
-        assert_eq!(expand_hostlist(&hostlist(&list)), Some(list.clone()));
-        assert_eq!(expand_hostlist("gpu-[01-03,07],login,n[9-10]"), Some(list));
-        assert_eq!(expand_hostlist("rack[1-2]-a"), Some(names(&["rack1-a", "rack2-a"])));
-        for bad in ["n[3-1]", "n[1-x]", "n[1-2", "n]", "n[1-99999999]", "n[1-2][3-4]"] {
-            assert_eq!(expand_hostlist(bad), None, "{bad}");
-        }
-        assert_eq!(expand_hostlist(""), Some(Vec::new()));
     }
 
     #[test]

@@ -112,6 +112,32 @@ pub(crate) fn reason(job: &JobView) -> &'static str {
     }
 }
 
+/// The job's nodes, each once, in the order its tasks name them.
+pub(crate) fn job_nodes(job: &JobView) -> Vec<String> {
+    let mut nodes: Vec<String> = Vec::new();
+    for t in &job.row.tasks {
+        if !nodes.contains(&t.node) {
+            nodes.push(t.node.clone());
+        }
+    }
+    nodes
+}
+
+/// The CPUs (whole, rounded up per task) and GPUs the job's placement holds.
+pub(crate) fn held_cpus(job: &JobView) -> u64 {
+    job.row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| u64::from(p.cpu.0).div_ceil(1000)).sum()
+}
+
+pub(crate) fn held_gpus(job: &JobView) -> usize {
+    job.row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| p.gpus.len()).sum()
+}
+
+/// `[D-]HH:MM:SS`, as sacct and scontrol write a duration.
+pub(crate) fn duration(seconds: u64) -> String {
+    let (d, h, m, s) = (seconds / 86_400, seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
+    if d > 0 { format!("{d}-{h:02}:{m:02}:{s:02}") } else { format!("{h:02}:{m:02}:{s:02}") }
+}
+
 /// A right-aligned column cut to `width`, as Slurm's `%.Nx` writes it.
 pub(crate) fn column(text: &str, width: usize) -> String {
     let cut: String = text.chars().take(width).collect();

@@ -187,12 +187,6 @@ pub(crate) fn exit_code(job: &JobView) -> String {
     }
 }
 
-/// `[D-]HH:MM:SS`, as sacct writes a duration.
-fn duration(seconds: u64) -> String {
-    let (d, h, m, s) = (seconds / 86_400, seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
-    if d > 0 { format!("{d}-{h:02}:{m:02}:{s:02}") } else { format!("{h:02}:{m:02}:{s:02}") }
-}
-
 impl Sacct {
     /// Whether `job` is one this `sacct` lists (`me`: the invoking user, whose jobs are the
     /// default unless it is root or `-a`).
@@ -222,15 +216,9 @@ impl Sacct {
 /// One field of a job's row (`batch`: its batch script's own row).
 fn value(job: &JobView, field: &str, batch: bool, now: u64) -> String {
     let row = &job.row;
-    let mut nodes: Vec<String> = Vec::new();
-    for t in &row.tasks {
-        if !nodes.contains(&t.node) {
-            nodes.push(t.node.clone());
-        }
-    }
-    let cpus: u64 =
-        row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| u64::from(p.cpu.0).div_ceil(1000)).sum();
-    let gpus: usize = row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| p.gpus.len()).sum();
+    let nodes = super::job_nodes(job);
+    let cpus: u64 = super::held_cpus(job);
+    let gpus: usize = super::held_gpus(job);
     let ran = row.started_at_s.map(|s| row.ended_at_s.unwrap_or(now).saturating_sub(s)).unwrap_or(0);
     let time = |t: Option<u64>| t.map_or_else(|| "Unknown".to_string(), iso_time);
     let used = &row.outcome.used;
@@ -256,9 +244,9 @@ fn value(job: &JobView, field: &str, batch: bool, now: u64) -> String {
         "Submit" => iso_time(row.submitted_at_s),
         "Start" => time(row.started_at_s),
         "End" => time(row.ended_at_s),
-        "Elapsed" => duration(ran),
+        "Elapsed" => super::duration(ran),
         "ElapsedRaw" => ran.to_string(),
-        "Timelimit" => row.job.control.time_limit_s.map_or_else(|| "UNLIMITED".into(), duration),
+        "Timelimit" => row.job.control.time_limit_s.map_or_else(|| "UNLIMITED".into(), super::duration),
         "MaxRSS" => used
             .iter()
             .filter_map(|u| u.used.memory_peak_bytes)
@@ -351,7 +339,7 @@ mod tests {
         assert!(parse_sacct(&args(&["--cluster=x"]), now).expect_err("refused").to_string().contains("not supported"));
         assert!(parse_sacct(&args(&["-S", "yesterday-ish"]), now).is_err());
         assert_eq!(
-            (duration(59), duration(3_725), duration(90_061)),
+            (crate::slurm::duration(59), crate::slurm::duration(3_725), crate::slurm::duration(90_061)),
             ("00:00:59".into(), "01:02:05".into(), "1-01:01:01".into())
         );
     }

@@ -2,7 +2,7 @@
 //! partition`, `show hostnames` (a hostlist one name per line: the usual way a batch script
 //! finds its first node) — and `hold`/`release`. Anything else is refused by name.
 
-use super::ids::{JobRef, job_refs, slurm_id};
+use super::ids::{JobRef, job_refs};
 use super::sacct::state_name;
 use super::sinfo::{PARTITION, node_state};
 use super::{SlurmArgError, iso_time, reason};
@@ -71,18 +71,12 @@ pub fn parse_scontrol(args: &[String]) -> Result<Scontrol, SlurmArgError> {
 
 /// A hostlist's names, or why not.
 pub fn expand(list: &str) -> Result<Vec<String>, SlurmArgError> {
-    gantry_types::text::expand_hostlist(list).ok_or_else(|| {
-        SlurmArgError::new(list, "not a host list gantry can read").hint(format!(
+    gantry_spec::expand_hostlist(list).map_err(|why| {
+        SlurmArgError::new(list, format!("not a host list gantry can read: {why}")).hint(format!(
             "names and bracketed ranges, e.g. gpu-[01-04],login (at most {} names)",
-            gantry_types::text::HOSTLIST_MAX
+            gantry_spec::HOSTLIST_MAX
         ))
     })
-}
-
-/// `[D-]HH:MM:SS`.
-fn duration(seconds: u64) -> String {
-    let (d, h, m, s) = (seconds / 86_400, seconds / 3600 % 24, seconds / 60 % 60, seconds % 60);
-    if d > 0 { format!("{d}-{h:02}:{m:02}:{s:02}") } else { format!("{h:02}:{m:02}:{s:02}") }
 }
 
 /// `key=value` lines, as scontrol writes a record: the first flush left, the rest indented
@@ -98,20 +92,14 @@ fn record(lines: &[Vec<(&str, String)>], one_line: bool) -> String {
 /// `scontrol show job`: one record per job.
 pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
     let row = &job.row;
-    let mut nodes: Vec<String> = Vec::new();
-    for t in &row.tasks {
-        if !nodes.contains(&t.node) {
-            nodes.push(t.node.clone());
-        }
-    }
-    let held: u64 =
-        row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| u64::from(p.cpu.0).div_ceil(1000)).sum();
+    let nodes = super::job_nodes(job);
+    let held: u64 = super::held_cpus(job);
     let asked: u64 =
         row.job.groups.iter().map(|g| u64::from(g.resources.cpu.0).div_ceil(1000) * u64::from(g.replicas)).sum();
     let cpus = if row.tasks.is_empty() { asked.max(1) } else { held };
     let tasks = gantry_spec::sbatch::allocation_tasks(&row.job.run.command)
         .unwrap_or_else(|| row.job.groups.iter().map(|g| g.replicas).sum());
-    let gpus: usize = row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| p.gpus.len()).sum();
+    let gpus: usize = super::held_gpus(job);
     let time = |t: Option<u64>| t.map_or_else(|| "Unknown".to_string(), iso_time);
     let ran = row.started_at_s.map_or(0, |s| row.ended_at_s.unwrap_or(now).saturating_sub(s));
     let pending = row.state == gantry_types::JobState::Pending;
@@ -137,8 +125,8 @@ pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
             ("ExitCode", super::sacct::exit_code(job)),
         ],
         vec![
-            ("RunTime", duration(ran)),
-            ("TimeLimit", row.job.control.time_limit_s.map_or_else(|| "UNLIMITED".into(), duration)),
+            ("RunTime", super::duration(ran)),
+            ("TimeLimit", row.job.control.time_limit_s.map_or_else(|| "UNLIMITED".into(), super::duration)),
         ],
         vec![("SubmitTime", iso_time(row.submitted_at_s))],
         vec![("StartTime", time(row.started_at_s)), ("EndTime", time(row.ended_at_s))],
@@ -193,17 +181,6 @@ fn dependency(after: &[gantry_types::Dependency]) -> String {
 /// `scontrol show node`: one record per node.
 pub fn show_node(n: &NodeView, one_line: bool) -> String {
     let features = if n.features.is_empty() { "(null)".to_string() } else { n.features.join(",") };
-    let gres: Vec<String> = {
-        let mut models: Vec<(String, usize)> = Vec::new();
-        for g in &n.gpus {
-            let m = g.model.to_lowercase();
-            match models.iter_mut().find(|(x, _)| *x == m) {
-                Some((_, c)) => *c += 1,
-                None => models.push((m, 1)),
-            }
-        }
-        models.into_iter().map(|(m, c)| format!("gpu:{m}:{c}")).collect()
-    };
     let lines = vec![
         vec![("NodeName", n.name.clone())],
         vec![
@@ -212,7 +189,7 @@ pub fn show_node(n: &NodeView, one_line: bool) -> String {
         ],
         vec![("AvailableFeatures", features.clone())],
         vec![("ActiveFeatures", features)],
-        vec![("Gres", if gres.is_empty() { "(null)".into() } else { gres.join(",") })],
+        vec![("Gres", super::sinfo::gres(n))],
         vec![
             ("RealMemory", (n.memory_bytes >> 20).to_string()),
             ("AllocMem", (n.memory_bytes.saturating_sub(n.memory_free_bytes) >> 20).to_string()),
@@ -250,11 +227,6 @@ pub fn resolve(refs: &[JobRef], jobs: &[JobView]) -> Vec<Result<u64, String>> {
             }
         })
         .collect()
-}
-
-/// How a job is named back to the user (`45_3`).
-pub fn shown_id(job: &JobView) -> String {
-    slurm_id(job)
 }
 
 #[cfg(test)]

@@ -65,7 +65,7 @@ pub fn node_state(n: &NodeView) -> (&'static str, &'static str) {
 }
 
 /// A node's GPUs as Slurm's GRES: `gpu:h100-sxm5-80gb:8` per model.
-fn gres(n: &NodeView) -> String {
+pub(crate) fn gres(n: &NodeView) -> String {
     let mut models: Vec<(String, usize)> = Vec::new();
     for g in &n.gpus {
         let model = g.model.to_lowercase();

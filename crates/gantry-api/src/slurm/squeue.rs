@@ -100,12 +100,7 @@ pub fn squeue_table(jobs: &[JobView], q: &Squeue, now: u64) -> String {
             (Some(start), None) => now.saturating_sub(start),
             _ => 0,
         };
-        let mut nodes: Vec<String> = Vec::new();
-        for t in &row.tasks {
-            if !nodes.contains(&t.node) {
-                nodes.push(t.node.clone());
-            }
-        }
+        let nodes = super::job_nodes(job);
         let place = if row.state == gantry_types::JobState::Pending {
             format!("({})", reason(job))
         } else {
@@ -202,18 +197,12 @@ fn header(key: char) -> &'static str {
 /// One `-o` field of a job.
 fn field(job: &JobView, key: char, now: u64) -> String {
     let row = &job.row;
-    let mut nodes: Vec<String> = Vec::new();
-    for t in &row.tasks {
-        if !nodes.contains(&t.node) {
-            nodes.push(t.node.clone());
-        }
-    }
+    let nodes = super::job_nodes(job);
     let pending = row.state == gantry_types::JobState::Pending;
     let ran = row.started_at_s.map_or(0, |s| row.ended_at_s.unwrap_or(now).saturating_sub(s));
     let time = |t: Option<u64>| t.map_or_else(|| "N/A".to_string(), iso_time);
     let array = row.job.control.array.as_ref();
-    let cpus: u64 =
-        row.tasks.iter().filter_map(|t| t.placement.as_ref()).map(|p| u64::from(p.cpu.0).div_ceil(1000)).sum();
+    let cpus: u64 = super::held_cpus(job);
     match key {
         'a' | 'P' => row.queue.clone(),
         'A' => row.id.to_string(),
