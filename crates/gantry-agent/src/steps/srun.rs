@@ -158,6 +158,14 @@ pub fn layout(alloc: &Allocation, a: &SrunArgs) -> Result<Vec<u32>, StepError> {
             per_node_cap.unwrap_or_default()
         )));
     }
+    // As Slurm: a step's tasks use the CPUs the allocation holds on each node, no more.
+    let room = alloc.cpus_per_task.unwrap_or(1) * alloc.tasks_per_node;
+    let each = a.cpus_per_task.unwrap_or(1);
+    if let Some(&most) = counts.iter().max().filter(|&&most| most.saturating_mul(each) > room) {
+        return Err(StepError::Usage(format!(
+            "{most} task(s) of {each} CPU(s) on one node, but the job holds {room} CPU(s) there (more processors than permitted)"
+        )));
+    }
     Ok(counts)
 }
 
@@ -364,6 +372,15 @@ mod tests {
         assert!(with("-N 3").expect_err("too many").to_string().contains("allocation has 2"));
         assert!(with("-n 1 -N 2").expect_err("too few").to_string().contains("cannot cover 2 nodes"));
         assert!(with("-n 5 -N 2 --ntasks-per-node 2").expect_err("over").to_string().contains("do not fit"));
+        // No more tasks on a node than the CPUs the job holds there: not 100,000 processes.
+        let e = with("-n 100000").expect_err("flood").to_string();
+        assert!(e.contains("holds 4 CPU(s)") && e.contains("more processors than permitted"), "{e}");
+        assert!(with("-n 9").is_err(), "5 on a node of 4");
+        let wide = Allocation { nodes: 1, tasks: 1, tasks_per_node: 1, cpus_per_task: Some(4), ..Default::default() };
+        let four = parse(&words("-n 4 -c 1 true")).expect("parses");
+        assert_eq!(layout(&wide, &four).expect("4 tasks of 1 CPU in 4 CPUs"), vec![4]);
+        let eight = parse(&words("-n 8 -c 1 true")).expect("parses");
+        assert!(layout(&wide, &eight).is_err());
     }
 
     #[test]
