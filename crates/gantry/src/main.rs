@@ -117,8 +117,9 @@ enum Command {
     Usage(usage_cmd::UsageArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
-    /// Link sbatch, squeue and scancel to gantry in a directory: started by those names,
-    /// gantry answers as Slurm's commands do (`gantry slurm-install --prefix ~/.local/bin`).
+    /// Link sbatch, srun, squeue, scancel, sacct, sinfo and scontrol to gantry in a directory:
+    /// started by those names, gantry answers as Slurm's commands do (`gantry slurm-install
+    /// --prefix ~/.local/bin`).
     #[command(name = "slurm-install")]
     SlurmInstall(slurm_cmd::SlurmArgs),
     /// The controller's CA: its fingerprint, and client certificates for agents (mutual TLS).
