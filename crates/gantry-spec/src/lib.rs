@@ -24,6 +24,7 @@ mod queues;
 pub mod sbatch;
 pub mod sbatch_cli;
 pub mod sbatch_export;
+pub mod srun_cli;
 mod trace;
 mod workload;
 

@@ -499,7 +499,7 @@ fn mebibytes(memory: &str) -> Option<u64> {
 }
 
 /// One shell word, single-quoted.
-fn quoted(text: &str) -> String {
+pub(crate) fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 

@@ -51,6 +51,9 @@ pub struct CommandLine {
     pub wrap: Option<String>,
     pub script: Option<String>,
     pub script_args: Vec<String>,
+    /// Run by `srun` or `salloc` outside a job: the output stays in the job's log (streamed
+    /// back to them), no `slurm-%j.out` is written.
+    pub attached: bool,
 }
 
 fn refused(option: &str) -> SpecError {
@@ -62,7 +65,7 @@ fn refused(option: &str) -> SpecError {
 }
 
 /// The long name of an option as written (`-J`, `--job-name`), and whether it takes a value.
-fn known(option: &str) -> Option<(&'static str, bool)> {
+pub(crate) fn known(option: &str) -> Option<(&'static str, bool)> {
     if option == "-H" {
         return Some(("--hold", false));
     }
@@ -148,7 +151,7 @@ pub fn batch_job(
         (Some((text, name)), _) => (text, name),
         (None, Some(command)) => {
             wrapped = format!("#!/bin/sh\n{command}\n");
-            (wrapped.as_str(), "wrap")
+            (wrapped.as_str(), if line.attached { "interactive" } else { "wrap" })
         }
         (None, None) => return Err(SpecError::new("", "no batch script")),
     };
@@ -166,7 +169,7 @@ pub fn batch_job(
     request.submit_host = submitter.host.clone();
     // Slurm's default output file, in the working directory: slurm-ID.out (an array's
     // elements slurm-ARRAY_INDEX.out), stderr with it.
-    if request.output.is_none() && request.error.is_none() {
+    if !line.attached && request.output.is_none() && request.error.is_none() {
         let pattern = if request.array.is_some() { "slurm-%A_%a.out" } else { "slurm-%j.out" };
         request.output = Some(pattern.to_string());
     }

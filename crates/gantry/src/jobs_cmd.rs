@@ -201,10 +201,8 @@ pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
         .as_ref()
         .and_then(|s| s.file_name())
         .map_or_else(|| "batch".into(), |n| n.to_string_lossy().into_owned());
-    let here = std::env::current_dir().context("the current directory (the job's working directory)")?;
     let source = text.as_deref().map(|t| (t, stem.as_str()));
-    let submitter =
-        gantry_spec::sbatch_cli::Submitter { cwd: here.display().to_string(), env: utf8_vars(), host: host_name() };
+    let submitter = gantry_api::slurm::attached::submitter().map_err(|e| anyhow::anyhow!(e))?;
     let (job, ignored) =
         gantry_spec::sbatch_cli::batch_job(&line, source, &submitter).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     for option in &ignored {
@@ -212,16 +210,6 @@ pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
     }
     let form = if line.parsable { Submitted::Parsable } else { Submitted::Slurm };
     send(&args.server, &what, &gantry_spec::sbatch::workload(job), line.wait, form)
-}
-
-/// This machine's name, as the kernel has it.
-fn host_name() -> Option<String> {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|h| h.trim().to_string())
-}
-
-/// This shell's variables that are UTF-8 (others cannot travel in a workload file).
-fn utf8_vars() -> Vec<(String, String)> {
-    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect()
 }
 
 /// How `send` says what was submitted: gantry's line, Slurm's, or the bare id.

@@ -4,9 +4,10 @@
 
 use crate::jobs_cmd::ServerArg;
 use clap::Args;
+use gantry_api::LogPiece;
+use gantry_api::follow::Follower;
 use gantry_api::queries::{LogsQuery, Query};
 use gantry_api::text::{shown, shown_log};
-use gantry_api::{JobView, LogPiece, LogsView};
 use gantry_wire::LogStream;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -69,28 +70,16 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     follow(&args)
 }
 
-/// Where each stream of each run was read up to: (attempt, task, stream) → byte.
-type Cursors = BTreeMap<(u64, String, String), u64>;
-
 /// Print new output as it comes until the job ends (then read once more: it has all).
 fn follow(args: &LogsArgs) -> anyhow::Result<ExitCode> {
-    let mut cursors = Cursors::new();
+    let stream = args.stream.as_deref().map(|s| if s == "out" { LogStream::Out } else { LogStream::Err });
+    let mut follower = Follower::new(args.id, args.task.clone(), stream, args.tail);
+    let conn = args.server.connection();
     let mut shown = Shown::default();
     loop {
-        let (job, _): (JobView, _) = args.server.fetch("GET", &format!("/v1/jobs/{}", args.id))?;
-        let attempt = u64::from(job.row.requeues);
-        let tasks: Vec<String> = job
-            .row
-            .tasks
-            .iter()
-            .map(|t| format!("{}/{}", t.group, t.replica))
-            .filter(|t| args.task.as_ref().is_none_or(|want| want == t))
-            .collect();
-        for task in &tasks {
-            for piece in next_pieces(args, &cursors, attempt, task)? {
-                cursors.insert((attempt, task.clone(), piece.stream.clone()), piece.end);
-                shown.print(&job.row.name, &piece);
-            }
+        let (job, pieces) = follower.look(&conn)?;
+        for piece in &pieces {
+            shown.print(&job.row.name, piece);
         }
         std::io::stdout().flush()?;
         if job.row.state.is_final() {
@@ -98,31 +87,6 @@ fn follow(args: &LogsArgs) -> anyhow::Result<ExitCode> {
         }
         std::thread::sleep(FOLLOW_EVERY);
     }
-}
-
-/// What `task` printed since the cursors of this attempt: a task not read yet, its end (or
-/// its last lines) of each stream.
-fn next_pieces(args: &LogsArgs, cursors: &Cursors, attempt: u64, task: &str) -> anyhow::Result<Vec<LogPiece>> {
-    let known: Vec<(LogStream, u64)> = cursors
-        .iter()
-        .filter(|((a, t, _), _)| *a == attempt && t == task)
-        .map(|((_, _, s), at)| (if s == "out" { LogStream::Out } else { LogStream::Err }, *at))
-        .collect();
-    if known.is_empty() {
-        return read(args, &args.path("json", Some(task), None, args.tail));
-    }
-    let mut pieces = Vec::new();
-    for (stream, at) in known {
-        let query = LogsQuery {
-            format: Some("json".into()),
-            task: Some(task.to_string()),
-            stream: Some(stream),
-            offset: Some(at),
-            tail: None,
-        };
-        pieces.extend(read(args, &format!("/v1/jobs/{}/logs{}", args.id, query.to_query()))?);
-    }
-    Ok(pieces)
 }
 
 /// What `follow` has printed: the last header, and each stream's last note.
@@ -152,9 +116,4 @@ impl Shown {
         }
         print!("{}", shown_log(&piece.text));
     }
-}
-
-fn read(args: &LogsArgs, path: &str) -> anyhow::Result<Vec<LogPiece>> {
-    let (view, _): (LogsView, _) = args.server.fetch("GET", path)?;
-    Ok(view.pieces)
 }

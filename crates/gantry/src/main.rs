@@ -5,7 +5,7 @@
 //! `agent` (a node), `discover`, `cert`, `replay`, `checkpoint`; and against a controller:
 //! `submit`, `sbatch`, `queue`, `show`, `why`, `cancel`, `hold`, `release`, `logs`, `nodes`,
 //! `drain`, `resume`, `node`, `mig`, `usage`, `token`; `slurm-install`, and started as `sbatch`,
-//! `squeue` or `scancel`, Slurm's commands.
+//! `srun`, `salloc`, `squeue`, `scancel`, `sacct`, `sinfo` or `scontrol`, Slurm's commands.
 
 mod advise_cmd;
 mod agent_cmd;
@@ -117,7 +117,7 @@ enum Command {
     Usage(usage_cmd::UsageArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
-    /// Link sbatch, srun, squeue, scancel, sacct, sinfo and scontrol to gantry in a directory:
+    /// Link sbatch, srun, salloc, squeue, scancel, sacct, sinfo and scontrol to gantry in a directory:
     /// started by those names, gantry answers as Slurm's commands do (`gantry slurm-install
     /// --prefix ~/.local/bin`).
     #[command(name = "slurm-install")]

@@ -1,8 +1,8 @@
-//! Slurm's commands under their own names: `gantry` started as `sbatch`, `srun`, `squeue`,
-//! `scancel`, `sacct`, `sinfo` or `scontrol` (the links `gantry slurm-install` makes) answers
+//! Slurm's commands under their own names: `gantry` started as `sbatch`, `srun`, `salloc`,
+//! `squeue`, `scancel`, `sacct`, `sinfo` or `scontrol` (the links `gantry slurm-install` makes) answers
 //! as that command, against the controller $GANTRY_SERVER names (token and CA as for every
 //! command: $GANTRY_TOKEN, $GANTRY_DATA). The commands themselves live in gantry-api's
-//! `slurm` (and `srun` in gantry-agent's `steps`).
+//! `slurm` (`srun` in a job in gantry-agent's `steps`; `srun` outside one and `salloc` in `slurm::attached`).
 
 use crate::jobs_cmd::{self, ServerArg};
 use clap::Args;
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The names gantry answers to as Slurm.
-pub const NAMES: [&str; 7] = ["sbatch", "srun", "squeue", "scancel", "sacct", "sinfo", "scontrol"];
+pub const NAMES: [&str; 8] = ["sbatch", "srun", "salloc", "squeue", "scancel", "sacct", "sinfo", "scontrol"];
 
 /// `gantry slurm-install --prefix DIR`.
 #[derive(Args)]
@@ -42,11 +42,12 @@ pub fn as_slurm_command() -> Option<ExitCode> {
     let started_as = argv.next()?;
     let name = Path::new(&started_as).file_name()?.to_str()?.to_string();
     let args: Vec<String> = argv.collect();
-    if let Some(code) = gantry_agent::steps::run_as(&name, &args) {
+    let conn = ServerArg::default().connection();
+    let code = gantry_api::slurm::attached::run_if_attached(&name, &args, &conn);
+    if let Some(code) = code.or_else(|| gantry_agent::steps::run_as(&name, &args)) {
         return Some(ExitCode::from(code.clamp(0, 255) as u8));
     }
     let me = std::env::var("USER").unwrap_or_default();
-    let conn = ServerArg::default().connection();
     if let Some(reply) = gantry_api::slurm::run(&name, &args, &conn, &me, gantry_server::now_s()) {
         print!("{}", reply.out);
         eprint!("{}", reply.err);

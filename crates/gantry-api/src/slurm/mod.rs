@@ -4,6 +4,7 @@
 //! formats. [`run`] answers one command line. (`sbatch`'s command line is gantry-spec's
 //! `sbatch_cli`: it makes a job; `srun` is a batch job's, in gantry-agent's `steps`.)
 
+pub mod attached;
 mod format;
 pub mod ids;
 mod run;

@@ -33,7 +33,7 @@ pub const FORMAT_LETTERS: &str = "aAbCDeEFijKlMNPqQrRStTuVZ";
 
 /// Read `squeue`'s arguments; `me` is the user `--me` stands for.
 pub fn parse_squeue(args: &[String], me: &str) -> Result<Squeue, SlurmArgError> {
-    const SUPPORTED: &str = "-u/--user, --me, -j/--jobs, -p/--partition, -t/--states, -h/--noheader, --start, -o/--format (%a %A %b %C %D %e %E %F %i %j %K %l %M %N %P %q %Q %r %R %S %t %T %u %V %Z)";
+    const SUPPORTED: &str = "-u/--user, --me, -j/--jobs, -p/--partition, -t/--states, -h/--noheader, --start, -o/--format (%a %A %b %C %D %e %E %F %i %j %K %l %M %N %P %q %Q %r %R %S %t %T %u %V %Z), -O/--Format (field[:[.]size], fields as -o's letters name them)";
     let mut q = Squeue::default();
     for (option, value) in options(args, &["--me", "-h", "--noheader", "--start"])? {
         match option.as_str() {
@@ -54,11 +54,70 @@ pub fn parse_squeue(args: &[String], me: &str) -> Result<Squeue, SlurmArgError> 
                 }
                 q.format = Some(value);
             }
+            "-O" | "--Format" => {
+                q.format = Some(long_format(&value).map_err(|e| SlurmArgError::new(option, e).hint(SUPPORTED))?)
+            }
             "" => return Err(SlurmArgError::new(value, "squeue takes options only").hint(SUPPORTED)),
             other => return Err(refused("squeue", other, SUPPORTED)),
         }
     }
     Ok(q)
+}
+
+/// `-O/--Format`'s field names and the `-o` letters that print the same thing.
+const FORMAT_NAMES: &[(&str, char)] = &[
+    ("account", 'a'),
+    ("arrayjobid", 'F'),
+    ("arraytaskid", 'K'),
+    ("dependency", 'E'),
+    ("endtime", 'e'),
+    ("jobarrayid", 'i'),
+    ("jobid", 'A'),
+    ("name", 'j'),
+    ("nodelist", 'N'),
+    ("numcpus", 'C'),
+    ("numnodes", 'D'),
+    ("partition", 'P'),
+    ("priority", 'Q'),
+    ("qos", 'q'),
+    ("reason", 'r'),
+    ("reasonlist", 'R'),
+    ("starttime", 'S'),
+    ("state", 'T'),
+    ("statecompact", 't'),
+    ("submittime", 'V'),
+    ("timelimit", 'l'),
+    ("timeused", 'M'),
+    ("tres-per-node", 'b'),
+    ("username", 'u'),
+    ("workdir", 'Z'),
+];
+
+/// `-O name[:[.]size][suffix],...` as the `-o` format that prints the same: Slurm's fields are
+/// 20 wide and left-aligned unless sized (`:.N` right-aligned, `:` alone unpadded), and abut.
+fn long_format(value: &str) -> Result<String, String> {
+    let mut format = String::new();
+    for spec in value.split(',').filter(|s| !s.is_empty()) {
+        let (name, size) = spec.split_once(':').unwrap_or((spec, "20"));
+        let letter = FORMAT_NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, l)| *l)
+            .ok_or_else(|| format!("{name}: not a field gantry's squeue knows"))?;
+        let right = size.starts_with('.');
+        let size = size.trim_start_matches('.');
+        let digits: String = size.chars().take_while(char::is_ascii_digit).collect();
+        let suffix = &size[digits.len()..];
+        if suffix.contains('%') {
+            return Err(format!("{spec}: a field's suffix cannot hold '%'"));
+        }
+        let dot = if right { "." } else { "" };
+        format += &format!("%{dot}{digits}{letter}{suffix}");
+    }
+    if format.is_empty() {
+        return Err("no fields given".into());
+    }
+    Ok(format)
 }
 
 impl Squeue {
@@ -271,8 +330,25 @@ mod tests {
         assert_eq!(q.partitions, ["research"]);
         let err = parse_squeue(&args(&["-o", "%i %Y"]), "x").expect_err("an unknown letter");
         assert!(err.to_string().contains("%Y: not a field gantry's squeue knows"), "{err}");
-        assert!(parse_squeue(&args(&["-O", "jobid"]), "x").expect_err("refused").to_string().contains("not supported"));
+        assert!(
+            parse_squeue(&args(&["-O", "bogus"]), "x").expect_err("refused").to_string().contains("bogus: not a field")
+        );
+        assert!(
+            parse_squeue(&args(&["--array", "1"]), "x").expect_err("refused").to_string().contains("not supported")
+        );
         assert!(parse_squeue(&args(&["-j", "x"]), "x").is_err());
+    }
+
+    #[test]
+    fn long_format_fields_are_the_letters_slurm_prints_them_with() {
+        // What a real squeue 22.05 printed for these: 20 wide and abutting by default,
+        // `:.5` right-aligned and cut, `:` unpadded, text after the size kept.
+        let format = |v: &str| parse_squeue(&args(&["-O", v]), "x").expect("valid").format.expect("set");
+        assert_eq!(format("JobID,name,state"), "%20A%20j%20T");
+        assert_eq!(format("jobid:.5,name:.10|"), "%.5A%.10j|");
+        assert_eq!(format("jobid:,statecompact:3"), "%A%3t");
+        assert!(parse_squeue(&args(&["-O", "jobid:3%x"]), "x").is_err());
+        assert!(parse_squeue(&args(&["-O", ","]), "x").is_err());
     }
 
     #[test]

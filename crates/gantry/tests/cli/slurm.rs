@@ -236,9 +236,9 @@ fn sbatch_squeue_and_scancel_answer_by_their_names() {
     let held = stdout(&slurm("sbatch", &["-H", "--parsable", "--wrap", "true"])).trim().to_string();
     let start = stdout(&slurm("squeue", &["--start", "-j", &held]));
     assert!(start.contains("START_TIME") && start.contains("N/A") && start.contains("(JobHeldUser)"), "{start}");
-    let out = slurm("squeue", &["-O", "jobid"]);
+    let out = slurm("squeue", &["--sort", "i"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("squeue: error: -O: not supported by gantry's squeue"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("squeue: error: --sort: not supported by gantry's squeue"), "{}", stderr(&out));
     let out = slurm("scancel", &["999999"]);
     assert!(!out.status.success() && stderr(&out).contains("Kill job error on job id 999999"), "{}", stderr(&out));
     let out = gantry(&["slurm-install", "--prefix", bin.to_str().expect("utf-8")]);
@@ -365,6 +365,52 @@ fn a_batch_script_runs_once_and_srun_steps_span_the_allocation() {
     );
     let gpus: std::collections::BTreeSet<&str> = lines[1..].iter().filter_map(|l| l.split(" gpu ").nth(1)).collect();
     assert_eq!(gpus.len(), 4, "every rank its own GPU: {two}");
+}
+
+/// `srun` outside a batch job makes the allocation its options ask for and runs one step over
+/// it, the output coming back here as it is written (stdout to stdout, stderr to stderr), and
+/// ends with the step's exit code; `salloc COMMAND` runs the command once in the allocation,
+/// its own `srun` starting steps; what needs a terminal is refused by name.
+#[test]
+fn srun_outside_a_job_and_salloc_run_in_an_allocation_of_their_own() {
+    let slurm = SlurmOnGantry::start("slurm-attached", TWO_NODES, None);
+    let (code, out, err) = slurm.run(
+        "srun",
+        &[
+            "-N2",
+            "--ntasks-per-node=2",
+            "-l",
+            "bash",
+            "-c",
+            "echo \"rank $SLURM_PROCID of $SLURM_NTASKS on node $SLURM_NODEID\"; echo oops >&2",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(
+        lines,
+        [
+            "0: rank 0 of 4 on node 0",
+            "1: rank 1 of 4 on node 0",
+            "2: rank 2 of 4 on node 1",
+            "3: rank 3 of 4 on node 1"
+        ],
+        "{out}{err}"
+    );
+    assert_eq!(err.matches("oops").count(), 4, "each task's stderr comes back on stderr: {err}");
+    let (code, _, err) = slurm.run("srun", &["-n", "2", "bash", "-c", "exit $((SLURM_PROCID + 3))"]);
+    assert_eq!(code, Some(4), "the step's highest exit code: {err}");
+    let (code, out, err) = slurm
+        .run("salloc", &["-N2", "--gres=gpu:1", "bash", "-c", "echo \"once $SLURM_NNODES\"; srun hostname | wc -l"]);
+    assert_eq!((code, out.as_str()), (Some(0), "once 2\n2\n"), "{err}");
+    assert!(err.contains("salloc: Granted job allocation") && err.contains("salloc: Relinquishing"), "{err}");
+    let (code, _, err) = slurm.run("srun", &["--pty", "bash"]);
+    assert!(code == Some(1) && err.contains("--pty: gantry's srun forwards no terminal"), "{err}");
+    let (code, _, err) = slurm.run("salloc", &["-N1"]);
+    assert!(code == Some(1) && err.contains("no command to run"), "{err}");
+    let (_, jobs, _) = slurm.run("squeue", &["-t", "all", "-h", "-O", "name:10,state:.12"]);
+    assert!(jobs.contains("bash         COMPLETED") && jobs.contains("bash            FAILED"), "{jobs}");
 }
 
 /// `sacct`, `sinfo`, `scontrol` and `scancel`'s ranges and arrays, as Slurm's answer: an
