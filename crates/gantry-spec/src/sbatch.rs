@@ -563,6 +563,11 @@ pub fn parse_script(text: &str) -> Result<Request, SpecError> {
                 break;
             }
             let (option, value) = match word.split_once('=') {
+                Some((o, v)) if o.starts_with("--") => (o, Some(v)),
+                // `-N2`, `-n4`, `-Jname`: a letter and its value in one word, as Slurm reads them.
+                _ if word.starts_with('-') && !word.starts_with("--") && word.len() > 2 => {
+                    (&word[..2], Some(&word[2..]))
+                }
                 Some((o, v)) => (o, Some(v)),
                 None if word.starts_with('-') && k + 1 < words.len() && !words[k + 1].starts_with('-') => {
                     k += 1;
@@ -663,6 +668,9 @@ mod tests {
 
     #[test]
     fn common_options_map_and_unsupported_ones_are_named() {
+        let r = parse_script("#!/bin/sh\n#SBATCH -N2 -n4 -Jname -c2\n#SBATCH -t10 -o=x.out\n").expect("valid");
+        assert_eq!((r.nodes, r.tasks, r.name.as_deref(), r.cpus_per_task), (Some(2), Some(4), Some("name"), Some(2)));
+        assert_eq!((r.time.as_deref(), r.output.as_deref(), r.ignored.len()), (Some("10"), Some("=x.out"), 0));
         let script = "#!/bin/sh\n#SBATCH --gpus-per-node=a100:2 --array=0-3%2 --nice=50\n#SBATCH --dependency=afterok:12:13,afterany:14\n#SBATCH --chdir=/data/run --exclusive --no-requeue\n#SBATCH -o logs/%x-%j.out -e 'it''s-%a.err'\necho hi\n";
         let r = parse_script(script).expect("valid");
         assert_eq!((r.gpus_per_node, r.gpu_type.as_deref(), r.priority), (Some(2), Some("a100"), Some(-50)));
