@@ -29,6 +29,7 @@ pub mod runner;
 pub mod runs;
 pub mod sample;
 pub mod setup;
+pub mod signals;
 pub mod spawn;
 pub mod steps;
 pub mod task_env;

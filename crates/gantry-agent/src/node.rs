@@ -264,6 +264,13 @@ impl Agent {
         for launch in orders.launch {
             self.launch(launch);
         }
+        for order in &orders.signals {
+            let Ok(signal) = nix::sys::signal::Signal::try_from(order.signal) else { continue };
+            if gantry_wire::USER_SIGNALS.iter().any(|(_, n)| *n == order.signal) {
+                let sent = self.runner.user_signal(order.job, order.attempt, signal, order.all);
+                tracing::info!(job = order.job, attempt = order.attempt, %signal, sent, "a user's signal");
+            }
+        }
         self.layouts.forget(&orders.forget_layouts);
         for order in &orders.layouts {
             let Some(position) = self.config.gpus.iter().position(|g| g.index == order.gpu) else {

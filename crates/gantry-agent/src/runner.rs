@@ -426,6 +426,23 @@ impl Runner {
         self.stop_handles(job, mine, grace);
     }
 
+    /// A user's signal to run `attempt` of `job` here (`crate::signals`): how many
+    /// processes got it.
+    pub fn user_signal(&self, job: u64, attempt: u32, signal: Signal, all: bool) -> usize {
+        let handles = self.handles.lock().expect("not poisoned").get(&job).cloned().unwrap_or_default();
+        let me = std::env::current_exe().ok();
+        let mut sent = 0;
+        for handle in handles.iter().filter(|h| h.attempt == attempt) {
+            let pids = match (handle.kind, self.cgroups()) {
+                (HandleKind::Group(pgid), _) => crate::signals::group_members(pgid),
+                (HandleKind::Cgroup(rank), Some(cg)) => cg.task_procs(job, attempt, rank),
+                (HandleKind::Cgroup(_), None) => Vec::new(),
+            };
+            sent += crate::signals::deliver(&pids, signal, all, me.as_deref());
+        }
+        sent
+    }
+
     /// SIGTERM to each task now, killed after `grace`.
     fn stop_handles(&self, job: u64, handles: Vec<Handle>, grace: Duration) {
         for handle in &handles {

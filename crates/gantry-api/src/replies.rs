@@ -40,6 +40,28 @@ pub struct TokenSecret {
     pub secret: String,
 }
 
+/// `POST /v1/jobs/{id}/signal`'s body: a signal for a running job's processes.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SignalRequest {
+    /// `USR1`, `SIGUSR1` or `10`: one of HUP INT QUIT KILL USR1 USR2 ALRM TERM CONT STOP TSTP WINCH.
+    pub signal: String,
+    /// Every process of the job, its batch script's too; by default only its steps' (those
+    /// `srun` started), as Slurm's `scancel --signal` without `--full`. A job with no steps
+    /// (not a batch job) gets it in every process either way.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// A signal on its way: to the nodes that run the job, each with its next heartbeat.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Signalled {
+    pub id: u64,
+    /// The signal's number.
+    pub signal: i32,
+    pub nodes: Vec<String>,
+}
+
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Held {
     pub id: u64,

@@ -61,6 +61,7 @@ pub async fn heartbeat(shared: &Shared, who: Principal, node: String, body: &str
         other => return Err(unexpected(other)),
     };
     orders.log_reads = shared.output.for_node(&node);
+    orders.signals = shared.signals.take(&node);
     if reported_exits {
         // Capacity came back: schedule now rather than at the next tick.
         shared.wake.notify_one();
@@ -71,5 +72,6 @@ pub async fn heartbeat(shared: &Shared, who: Principal, node: String, body: &str
     let _ = tokio::time::timeout(wait, notified).await;
     let mut orders = shared.read_durable(|c| c.agent_orders(&node, &stopping)).await?;
     orders.log_reads = shared.output.for_node(&node);
+    orders.signals = shared.signals.take(&node);
     Ok(orders)
 }

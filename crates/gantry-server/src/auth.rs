@@ -50,6 +50,19 @@ impl Principal {
         )))
     }
 
+    /// May it signal the processes of a job of `user` in `queue`? Admins, and that user as a
+    /// member of the queue: a signal reaches into the job's processes, which are its user's.
+    pub fn signals_job_of(&self, user: &str, queue: &str) -> Result<(), ControlError> {
+        self.acts_on(queue)?;
+        if self.role == Role::Admin || self.name == user {
+            return Ok(());
+        }
+        Err(ControlError::Forbidden(format!(
+            "token {:?} may not signal user {user:?}'s job: only its user and admins may",
+            self.name
+        )))
+    }
+
     /// May it submit to or cancel in `queue`?
     pub fn acts_on(&self, queue: &str) -> Result<(), ControlError> {
         match self.role {

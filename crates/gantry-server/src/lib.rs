@@ -34,6 +34,7 @@ pub mod replay;
 pub mod retention;
 pub mod series;
 pub mod settings;
+pub mod signals;
 pub mod standby;
 pub mod supervise;
 pub mod task_logs;
@@ -183,6 +184,8 @@ pub struct Shared {
     pub agents_wake: Arc<AgentWakes>,
     /// Reads of task output waiting for remote agents.
     pub output: Arc<output::OutputReads>,
+    /// Users' signals waiting for remote agents.
+    pub signals: Arc<signals::SignalQueue>,
     /// How fast each node's agent may heartbeat.
     pub heartbeat_rates: Arc<rate::NodeRates>,
     pub data_dir: PathBuf,
@@ -634,6 +637,7 @@ fn shared_state(
         wake: Arc::new(Notify::new()),
         agents_wake: Arc::new(AgentWakes::default()),
         output: Arc::new(output::OutputReads::default()),
+        signals: Arc::new(signals::SignalQueue::default()),
         heartbeat_rates: Arc::new(rate::NodeRates::default()),
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),

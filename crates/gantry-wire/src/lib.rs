@@ -30,7 +30,9 @@ use serde::{Deserialize, Serialize};
 /// ([`Orders::log_reads`]) and the agent answers with a [`LogChunk`] each; only an agent of 4
 /// or later is asked. 5 added job steps and arrays' numbers: a launch carries its run's step
 /// key ([`Launch::step_key`]) and its array's id and span, sent only to an agent of 5 or later.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// 6 added users' signals ([`Orders::signals`], `scancel --signal`), sent only to an agent of 6
+/// or later.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The first protocol with layout orders.
 pub const PROTOCOL_LAYOUTS: u32 = 2;
@@ -43,6 +45,9 @@ pub const PROTOCOL_LOGS: u32 = 4;
 
 /// The first protocol whose launches carry a step key.
 pub const PROTOCOL_STEPS: u32 = 5;
+
+/// The first protocol whose agents deliver users' signals.
+pub const PROTOCOL_SIGNALS: u32 = 6;
 
 fn protocol_one() -> u32 {
     1
@@ -476,6 +481,44 @@ pub struct StopOrder {
     pub grace_s: u64,
 }
 
+/// A user's signal to a job's processes of run `attempt` on this node (`scancel --signal`):
+/// never to gantry's own processes; only the job steps' unless `all`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SignalOrder {
+    pub job: u64,
+    pub attempt: u32,
+    /// The signal's number (one of [`USER_SIGNALS`]).
+    pub signal: i32,
+    /// Every process of the job (the batch script's too), not only its steps'.
+    pub all: bool,
+}
+
+/// The signals a user may send a job, by name and number (Linux's numbering).
+pub const USER_SIGNALS: [(&str, i32); 12] = [
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("KILL", 9),
+    ("USR1", 10),
+    ("USR2", 12),
+    ("ALRM", 14),
+    ("TERM", 15),
+    ("CONT", 18),
+    ("STOP", 19),
+    ("TSTP", 20),
+    ("WINCH", 28),
+];
+
+/// A signal as a user names it (`USR1`, `SIGUSR1`, `10`), if it is one of [`USER_SIGNALS`].
+pub fn user_signal(name: &str) -> Option<i32> {
+    let name = name.trim();
+    let bare = name.strip_prefix("SIG").unwrap_or(name);
+    USER_SIGNALS
+        .iter()
+        .find(|(n, number)| n.eq_ignore_ascii_case(bare) || name.parse::<i32>().ok() == Some(*number))
+        .map(|(_, number)| *number)
+}
+
 /// The answer to a heartbeat: what the agent must do.
 #[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Orders {
@@ -493,6 +536,9 @@ pub struct Orders {
     /// with a [`LogChunk`] (`POST /v1/agents/{node}/logs`). Repeated until answered or given up.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log_reads: Vec<LogRead>,
+    /// Users' signals to deliver (protocol 6), each sent once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub signals: Vec<SignalOrder>,
 }
 
 impl Orders {
@@ -503,6 +549,7 @@ impl Orders {
             && self.layouts.is_empty()
             && self.forget_layouts.is_empty()
             && self.log_reads.is_empty()
+            && self.signals.is_empty()
     }
 }
 
@@ -586,3 +633,19 @@ pub const LAYOUT_REPORTS_MAX: usize = 64;
 
 /// The longest a heartbeat may ask the controller to hold its answer.
 pub const WAIT_MS_MAX: u64 = 10_000;
+
+#[cfg(test)]
+mod signal_tests {
+    use super::*;
+
+    #[test]
+    fn a_users_signal_is_named_as_users_name_it_and_nothing_else_passes() {
+        for name in ["USR1", "usr1", "SIGUSR1", "10", " USR1 "] {
+            assert_eq!(user_signal(name), Some(10), "{name}");
+        }
+        assert_eq!(user_signal("TERM"), Some(15));
+        for name in ["SEGV", "11", "0", "-9", "SIG", "", "USR1;", "99999999999"] {
+            assert_eq!(user_signal(name), None, "{name}");
+        }
+    }
+}

@@ -86,7 +86,14 @@ fn scancel(args: &[String], conn: &Connection, me: &str) -> Result<Reply, Failed
     }
     let mut reply = Reply::default();
     for (id, shown) in targets {
-        if let Err(e) = conn.call("DELETE", &format!("/v1/jobs/{id}"), None, &[]) {
+        let result = match c.signal {
+            None => conn.call("DELETE", &format!("/v1/jobs/{id}"), None, &[]),
+            Some(number) => {
+                let body = serde_json::json!({ "signal": number.to_string(), "all": c.full }).to_string();
+                conn.call("POST", &format!("/v1/jobs/{id}/signal"), Some(&body), &[])
+            }
+        };
+        if let Err(e) = result {
             if !c.quiet {
                 reply.err += &format!("scancel: error: Kill job error on job id {shown}: {e}\n");
             }

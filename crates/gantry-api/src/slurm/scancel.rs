@@ -6,8 +6,8 @@ use super::ids::{JobRef, job_refs};
 use super::{SlurmArgError, list, options, refused};
 use crate::JobView;
 
-const SUPPORTED: &str =
-    "job ids, ranges and array elements; -u/--user, --me, -p/--partition, -t/--state, -n/--name, -Q/--quiet";
+const SUPPORTED: &str = "job ids, ranges and array elements; -u/--user, --me, -p/--partition, -t/--state, -n/--name, \
+     -Q/--quiet, -s/--signal (to the job's steps), -f/--full (with the batch script)";
 
 /// What `scancel` was asked to cancel.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -18,12 +18,16 @@ pub struct Scancel {
     pub states: Vec<String>,
     pub names: Vec<String>,
     pub quiet: bool,
+    /// `-s/--signal`: send this signal (its number) instead of cancelling.
+    pub signal: Option<i32>,
+    /// `-f/--full`: the signal goes to the batch script too, not only the steps.
+    pub full: bool,
 }
 
 /// Read `scancel`'s arguments; `me` is the user `--me` stands for.
 pub fn parse_scancel(args: &[String], me: &str) -> Result<Scancel, SlurmArgError> {
     let mut c = Scancel::default();
-    for (option, value) in options(args, &["-Q", "--quiet", "--me"])? {
+    for (option, value) in options(args, &["-Q", "--quiet", "--me", "-f", "--full", "-b", "--batch"])? {
         match option.as_str() {
             "" => c.jobs.extend(job_refs("job id", &value)?),
             "-u" | "--user" => c.users.extend(list(&value)),
@@ -33,11 +37,16 @@ pub fn parse_scancel(args: &[String], me: &str) -> Result<Scancel, SlurmArgError
             "-n" | "--name" | "--jobname" => c.names.extend(list(&value)),
             "-Q" | "--quiet" => c.quiet = true,
             "-s" | "--signal" => {
-                return Err(SlurmArgError::new(
-                    option,
-                    "gantry cannot send a job's tasks a signal of your choosing yet",
-                )
-                .hint("scancel without --signal stops the job: SIGTERM, then SIGKILL after its grace period"));
+                let names: Vec<&str> = gantry_wire::USER_SIGNALS.iter().map(|(n, _)| *n).collect();
+                c.signal = Some(gantry_wire::user_signal(&value).ok_or_else(|| {
+                    SlurmArgError::new(option, format!("{value}: Invalid job signal"))
+                        .hint(format!("one of {}", names.join(" ")))
+                })?);
+            }
+            "-f" | "--full" => c.full = true,
+            "-b" | "--batch" => {
+                return Err(SlurmArgError::new(option, "a signal to the batch script alone is not supported")
+                    .hint("--full signals the batch script and the steps; without it, only the steps"));
             }
             other => return Err(refused("scancel", other, SUPPORTED)),
         }
@@ -86,8 +95,14 @@ mod tests {
             (c.users.clone(), c.states.clone()),
             (vec!["alice".to_string(), "bob".into()], vec!["pending".to_string()])
         );
-        let e = parse_scancel(&args(&["--signal=USR1", "3"]), "me").expect_err("no signals");
-        assert!(e.to_string().contains("cannot send") && e.to_string().contains("hint:"), "{e}");
+        let c = parse_scancel(&args(&["--signal=USR1", "3"]), "me").expect("a signal");
+        assert_eq!((c.signal, c.full), (Some(10), false));
+        let c = parse_scancel(&args(&["-s", "SIGTERM", "-f", "3"]), "me").expect("a signal");
+        assert_eq!((c.signal, c.full), (Some(15), true));
+        assert_eq!(parse_scancel(&args(&["-s", "2", "3"]), "me").expect("by number").signal, Some(2));
+        let e = parse_scancel(&args(&["-s", "SEGV", "3"]), "me").expect_err("not a user's signal");
+        assert!(e.to_string().contains("SEGV: Invalid job signal") && e.to_string().contains("USR1"), "{e}");
+        assert!(parse_scancel(&args(&["-b", "-s", "USR1", "3"]), "me").is_err());
         assert!(parse_scancel(&args(&[]), "me").is_err());
         assert!(
             parse_scancel(&args(&["--interactive", "3"]), "me")

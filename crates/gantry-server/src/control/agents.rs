@@ -568,6 +568,26 @@ impl Controller {
         None
     }
 
+    /// Why node `node`'s agent cannot take a user's signal now (down, or older than signals);
+    /// `None`: it can.
+    pub fn signal_unavailable(&self, node: &str, now: u64) -> Option<String> {
+        if self.agents == Agents::Local {
+            return Some(
+                "this controller runs its tasks itself (a simulation): there are no processes to signal".into(),
+            );
+        }
+        if let Some(why) = self.output_unavailable(node, now) {
+            return Some(why.replace("its output can be read", "it can be signalled"));
+        }
+        let protocol = self.links.get(node).map_or(wire::PROTOCOL_VERSION, |l| l.protocol);
+        (protocol < wire::PROTOCOL_SIGNALS).then(|| {
+            format!(
+                "node {node}'s agent speaks protocol {protocol}, older than users' signals ({}): upgrade it",
+                wire::PROTOCOL_SIGNALS
+            )
+        })
+    }
+
     /// What node `node`'s agent must do now: launch what it has not reported, stop the
     /// stopping jobs' tasks there (`stopping`: those it already stops).
     pub fn agent_orders(&self, node: &str, stopping: &[TaskKey]) -> Orders {
@@ -604,6 +624,7 @@ impl Controller {
             layouts: self.layout_orders(node),
             forget_layouts: Vec::new(),
             log_reads: Vec::new(),
+            signals: Vec::new(),
         }
     }
 

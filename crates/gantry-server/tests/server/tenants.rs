@@ -52,6 +52,30 @@ fn raw(url: &str, token: &str, body: &[u8]) -> (u16, Value) {
     (status, serde_json::from_str(json).unwrap_or(Value::String(json.to_string())))
 }
 
+/// A signal reaches into a job's processes: only its user and admins may send one, only a
+/// signal a user may send, only to a running job, and only in a body the API reads.
+#[test]
+fn only_a_jobs_user_may_signal_it_and_only_with_a_users_signal() {
+    let server = limited("signals");
+    let (alice, bob) = (member(&server, "alice"), member(&server, "bob"));
+    let (status, reply) = server.call_as(Some(&alice), "POST", "/v1/jobs", Some(&held("mine", None)));
+    assert_eq!(status, 201, "{reply}");
+    let path = format!("/v1/jobs/{}/signal", reply["ids"][0]);
+    let usr1 = Some(r#"{"signal": "USR1"}"#);
+    let (status, reply) = server.call_as(Some(&bob), "POST", &path, usr1);
+    assert_eq!(status, 403, "a queue-mate may not signal another's job: {reply}");
+    assert!(reply["error"].as_str().is_some_and(|e| e.contains("only its user and admins")), "{reply}");
+    let (status, reply) = server.call_as(Some(&alice), "POST", &path, usr1);
+    assert_eq!(status, 409, "a waiting job has no processes: {reply}");
+    for body in [r#"{"signal": "SEGV"}"#, r#"{"signal": "USR1", "pid": 1}"#, "USR1", r#"{"signal": 10}"#] {
+        let (status, reply) = server.call_as(Some(&alice), "POST", &path, Some(body));
+        assert_eq!(status, 400, "{body}: {reply}");
+        assert!(reply["error"].is_string(), "{reply}");
+    }
+    let (status, _) = server.call_as(Some(&alice), "POST", "/v1/jobs/999/signal", usr1);
+    assert_eq!(status, 404);
+}
+
 #[test]
 fn identity_comes_from_the_token_and_only_an_admin_submits_for_another_user() {
     let server = limited("identity");

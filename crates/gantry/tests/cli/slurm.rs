@@ -413,6 +413,56 @@ fn srun_outside_a_job_and_salloc_run_in_an_allocation_of_their_own() {
     assert!(jobs.contains("bash         COMPLETED") && jobs.contains("bash            FAILED"), "{jobs}");
 }
 
+/// `scancel --signal` leaves the job running: the signal reaches the job's steps (a
+/// checkpoint request, say) and not its batch script — nor gantry's own processes, which it
+/// would end — unless `--full`; the job then ends as it would have.
+#[test]
+fn scancel_signal_reaches_the_steps_and_with_full_the_batch_script() {
+    let slurm = SlurmOnGantry::start("slurm-signal", TWO_NODES, None);
+    let script = |name: &str| {
+        format!(
+            "#!/bin/bash\n#SBATCH -N2 --ntasks-per-node=1 -o {name}.out\n\
+             trap 'echo batch got USR1' USR1\n\
+             srun -l bash -c 'trap \"echo step got USR1; exit 0\" USR1; echo ready; for i in $(seq 1 400); do sleep 0.05; done; echo missed'\n\
+             echo batch done\n"
+        )
+    };
+    for (name, full) in [("steps", false), ("full", true)] {
+        write_fixture(&slurm.dir, &format!("{name}.sh"), &script(name));
+        let (code, id, err) = slurm.run("sbatch", &["--parsable", &format!("{name}.sh")]);
+        assert_eq!(code, Some(0), "{err}");
+        let id = id.trim().to_string();
+        let out = slurm.dir.join(format!("{name}.out"));
+        let waited = std::time::Instant::now();
+        while std::fs::read_to_string(&out).unwrap_or_default().matches("ready").count() < 2 {
+            assert!(waited.elapsed().as_secs() < 20, "the steps never started: {:?}", std::fs::read_to_string(&out));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let mut args = vec!["--signal=USR1", id.as_str()];
+        if full {
+            args.insert(0, "--full");
+        }
+        let (code, _, err) = slurm.run("scancel", &args);
+        assert_eq!(code, Some(0), "{err}");
+        while !std::fs::read_to_string(&out).unwrap_or_default().contains("batch done") {
+            assert!(waited.elapsed().as_secs() < 30, "the job never ended: {:?}", std::fs::read_to_string(&out));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let text = std::fs::read_to_string(&out).expect("output");
+        assert!(text.contains("0: step got USR1") && text.contains("1: step got USR1"), "both steps' tasks: {text}");
+        assert!(!text.contains("missed"), "{text}");
+        assert_eq!(text.contains("batch got USR1"), full, "the batch script only with --full: {text}");
+        let (_, state, _) = slurm.run("sacct", &["-j", &id, "-X", "-n", "-P", "-o", "State,ExitCode"]);
+        assert_eq!(state.trim(), "COMPLETED|0:0", "gantry's own processes survived it: {text}");
+    }
+    let (code, held, _) = slurm.run("sbatch", &["--parsable", "-H", "--wrap", "true"]);
+    assert_eq!(code, Some(0));
+    let (code, _, err) = slurm.run("scancel", &["-s", "USR1", held.trim()]);
+    assert!(code == Some(1) && err.contains("only a running job can be signalled"), "{err}");
+    let (code, _, err) = slurm.run("scancel", &["-s", "SEGV", held.trim()]);
+    assert!(code == Some(1) && err.contains("Invalid job signal"), "{err}");
+}
+
 /// `sacct`, `sinfo`, `scontrol` and `scancel`'s ranges and arrays, as Slurm's answer: an
 /// array's elements named `ID_INDEX` (one cancelled alone, the rest released together), a
 /// failed job's exit code and a timed-out job's TIMEOUT in `sacct --parsable2`, the nodes with
