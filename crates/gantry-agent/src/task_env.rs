@@ -60,6 +60,8 @@ pub fn run_env(l: &Launch, master_addr: &str) -> Vec<(String, String)> {
     ];
     env.extend(cpus.map(|c| ("SLURM_CPUS_PER_TASK", c.to_string())));
     env.extend(cpus.map(|c| ("SLURM_CPUS_ON_NODE", c.to_string())));
+    // Slurm sets it once a job has been requeued: how many times.
+    env.extend((l.attempt > 0).then(|| ("SLURM_RESTART_COUNT", l.attempt.to_string())));
     env.extend((!l.queue.is_empty()).then(|| ("SLURM_JOB_PARTITION", l.queue.clone())));
     env.extend((!l.account.is_empty()).then(|| ("SLURM_JOB_USER", l.account.clone())));
     env.extend(l.workdir.clone().map(|w| ("SLURM_SUBMIT_DIR", w)));

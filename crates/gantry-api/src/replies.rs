@@ -62,6 +62,12 @@ pub struct Signalled {
     pub nodes: Vec<String>,
 }
 
+/// A running job being stopped to wait again: it is pending once its tasks have exited.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Requeued {
+    pub id: u64,
+}
+
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Held {
     pub id: u64,

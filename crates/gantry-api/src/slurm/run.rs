@@ -133,13 +133,16 @@ fn scontrol(args: &[String], conn: &Connection, now: u64) -> Result<Reply, Faile
             reply.out = shown.iter().map(|n| scontrol::show_node(n, one_line)).collect();
         }
         Scontrol::ShowPartition => reply.out = scontrol::show_partition(&nodes(conn)?),
-        Scontrol::Hold(refs) => hold_or_release(conn, &refs, "hold", &mut reply)?,
-        Scontrol::Release(refs) => hold_or_release(conn, &refs, "release", &mut reply)?,
+        Scontrol::Hold(refs) => act_on_jobs(conn, &refs, "hold", &mut reply)?,
+        Scontrol::Release(refs) => act_on_jobs(conn, &refs, "release", &mut reply)?,
+        Scontrol::Requeue(refs) => act_on_jobs(conn, &refs, "requeue", &mut reply)?,
     }
     Ok(reply)
 }
 
-fn hold_or_release(conn: &Connection, refs: &[JobRef], what: &str, reply: &mut Reply) -> Result<(), Failed> {
+/// `POST /v1/jobs/{id}/WHAT` (hold, release, requeue) for each job named: an error line for each
+/// that fails.
+fn act_on_jobs(conn: &Connection, refs: &[JobRef], what: &str, reply: &mut Reply) -> Result<(), Failed> {
     for target in scontrol::resolve(refs, &jobs(conn)?) {
         let result = match &target {
             Ok(id) => {

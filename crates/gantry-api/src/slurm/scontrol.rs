@@ -10,7 +10,7 @@ use crate::text::shown;
 use crate::{JobView, NodeView};
 
 const SUPPORTED: &str = "show job [ID], show node [NAME], show partition, show hostnames [LIST], show hostlist NAMES, hold ID..., \
-    release ID... (and -o/--oneliner)";
+    release ID..., requeue ID... (and -o/--oneliner)";
 
 /// What `scontrol` was asked to do.
 #[derive(Debug, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub enum Scontrol {
     Hostlist(String),
     Hold(Vec<JobRef>),
     Release(Vec<JobRef>),
+    /// Stop running jobs; each waits again once its tasks have exited.
+    Requeue(Vec<JobRef>),
 }
 
 /// Read `scontrol`'s arguments.
@@ -64,6 +66,7 @@ pub fn parse_scontrol(args: &[String]) -> Result<Scontrol, SlurmArgError> {
         (Some("show"), Some("hostlist" | "hostlistsorted"), [list]) => Ok(Scontrol::Hostlist(list.to_string())),
         (Some("hold" | "uhold"), _, _) if words.len() > 1 => Ok(Scontrol::Hold(refs(&words[1..])?)),
         (Some("release"), _, _) if words.len() > 1 => Ok(Scontrol::Release(refs(&words[1..])?)),
+        (Some("requeue"), _, _) if words.len() > 1 => Ok(Scontrol::Requeue(refs(&words[1..])?)),
         _ => Err(SlurmArgError::new(words.join(" "), "not supported by gantry's scontrol")
             .hint(format!("supported: {SUPPORTED}"))),
     }
@@ -255,8 +258,19 @@ mod tests {
             parse_scontrol(&args("hold 3 4")).expect("ok"),
             Scontrol::Hold(vec![JobRef::Job(3), JobRef::Job(4)])
         );
-        for bad in ["update JobId=3 TimeLimit=5", "requeue 3", "show reservation", "show job x", "--json show job", ""]
-        {
+        assert_eq!(
+            parse_scontrol(&args("requeue 3_1")).expect("ok"),
+            Scontrol::Requeue(vec![JobRef::Element { array: 3, index: 1 }])
+        );
+        for bad in [
+            "update JobId=3 TimeLimit=5",
+            "requeue",
+            "requeuehold 3",
+            "show reservation",
+            "show job x",
+            "--json show job",
+            "",
+        ] {
             assert!(parse_scontrol(&args(bad)).is_err(), "{bad}");
         }
     }

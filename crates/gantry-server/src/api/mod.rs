@@ -27,7 +27,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use body::Text;
 use gantry_api::queries::{CancelQuery, ListQuery, UsageQuery};
-pub use gantry_api::replies::{Cancelled, Drained, ErrorBody, Held, NewToken, NodeLost, Submitted, TokenSecret};
+pub use gantry_api::replies::{
+    Cancelled, Drained, ErrorBody, Held, NewToken, NodeLost, Requeued, Submitted, TokenSecret,
+};
 use gantry_store::TokenRecord;
 use gantry_types::JobState;
 use serde::{Deserialize, Serialize};
@@ -82,7 +84,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, signal::signal, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read, checkpoint::checkpoint),
+    paths(healthz, submit, list, show, cancel, hold, release, requeue, signal::signal, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read, checkpoint::checkpoint),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -117,6 +119,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/jobs/{id}", get(show).delete(cancel))
         .route("/v1/jobs/{id}/logs", get(logs::logs))
         .route("/v1/jobs/{id}/signal", post(signal::signal))
+        .route("/v1/jobs/{id}/requeue", post(requeue))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/nodes", get(nodes))
@@ -242,6 +245,24 @@ async fn cancel(
         Reply::Cancelled { stopping } => {
             Ok(Json(Cancelled { id, status: if stopping { "stopping" } else { "cancelled" }.into() }))
         }
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `POST /v1/jobs/{id}/requeue`: a running job is stopped and waits again (`scontrol requeue`).
+#[utoipa::path(post, path = "/v1/jobs/{id}/requeue", tag = "jobs", params(("id" = u64, Path, description = "Job id")),
+    responses((status = 202, description = "Being stopped; it waits again once its tasks have exited", body = Requeued), (status = 400, description = "Malformed request", body = ErrorBody),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody), (status = 403, description = "Not allowed for this token", body = ErrorBody),
+        (status = 404, description = "Not found", body = ErrorBody), (status = 409, description = "Not running, or being stopped already", body = ErrorBody)))]
+async fn requeue(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Requeued>), ApiError> {
+    let who = who(&shared, &headers)?;
+    let id = job_id(&id)?;
+    match shared.execute(Command::Requeue { who, job: id }).await? {
+        Reply::Requeued => Ok((StatusCode::ACCEPTED, Json(Requeued { id }))),
         other => Err(unexpected(other)),
     }
 }

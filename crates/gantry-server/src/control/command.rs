@@ -35,6 +35,11 @@ pub enum Command {
         who: Principal,
         node: String,
     },
+    /// Stop a running job and have it wait again (`scontrol requeue`).
+    Requeue {
+        who: Principal,
+        job: u64,
+    },
     /// Hold a waiting job (`held`: it never starts until released) or release it.
     Hold {
         who: Principal,
@@ -120,6 +125,7 @@ impl Command {
         match self {
             Command::Submit { .. } => "submit",
             Command::Cancel { .. } => "cancel",
+            Command::Requeue { .. } => "requeue",
             Command::Hold { held: true, .. } => "hold",
             Command::Hold { held: false, .. } => "release",
             Command::Drain { .. } => "drain",
@@ -157,6 +163,8 @@ pub enum Reply {
     Lost {
         changed: bool,
     },
+    /// A running job is being stopped to wait again.
+    Requeued,
     /// Whether the hold or release changed anything.
     Held {
         changed: bool,

@@ -272,6 +272,30 @@ impl Controller {
         }
     }
 
+    /// Requeue a running job (`scontrol requeue`): its tasks are stopped as for a cancel and,
+    /// once they have exited, it waits again in its queue with its original place, what the
+    /// run used kept (as a preempted job does). An ended job is final: it is submitted again.
+    pub(crate) fn requeue(&mut self, who: &Principal, id: u64) -> Result<Effects, ControlError> {
+        let row = self.jobs.get(&id).ok_or(ControlError::UnknownJob(id))?;
+        who.acts_on(&row.queue)?;
+        if row.state != JobState::Running {
+            let hint = if row.state.is_final() { " (an ended job is final: submit it again)" } else { "" };
+            return Err(ControlError::Conflict(format!(
+                "job {id} is {}: only a running job can be requeued{hint}",
+                row.state.name()
+            )));
+        }
+        let grace_s = row.job.lifecycle.grace_s;
+        let runs = self.running.get_mut(&id).ok_or_else(|| ControlError::Internal(format!("job {id} runs nowhere")))?;
+        if runs.stopping.is_some() {
+            return Err(ControlError::Conflict(format!("job {id} is being stopped already")));
+        }
+        runs.moved = Some(format!("requeued by {}", who.name));
+        let mut effects = Effects { reply: Reply::Requeued, ..Default::default() };
+        self.send_stop(id, grace_s, &mut effects);
+        Ok(effects)
+    }
+
     /// Hold a waiting job (it leaves its queue and never starts until released) or release
     /// it (it waits again from now). Holding a held job, or releasing one that is not, changes
     /// nothing.

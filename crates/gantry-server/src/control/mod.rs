@@ -96,8 +96,9 @@ pub(crate) struct Runs {
     pub preempted: Option<&'static str>,
     /// A node it ran on was lost: it waits again (requeue) or ends lost.
     pub node_lost: Option<String>,
-    /// Being moved off a GPU the controller reconfigures (a restartable job): it waits again
-    /// when its tasks have exited, recorded with this reason.
+    /// Being stopped to wait again — moved off a GPU the controller reconfigures (a
+    /// restartable job), or requeued by a user: it waits again when its tasks have exited,
+    /// recorded with this reason.
     pub moved: Option<String>,
     /// What it holds on each GPU, for the meter.
     pub grants: Vec<Held>,
@@ -260,6 +261,7 @@ impl Controller {
             Command::Cancel { who, job, force } => self.cancel_command(who, *job, *force, now),
             Command::NodeLost { who, node } => self.declare_lost(who, node, now),
             Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
+            Command::Requeue { who, job } => self.requeue(who, *job),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
             Command::CreateToken { who, name, role, queues, hash, node, lifetime_s } => {
                 let record = gantry_store::TokenRecord {

@@ -47,6 +47,7 @@ fn command(rng: &mut SeededRng, n: u64, running: &mut Vec<TaskKey>, stopping: &m
             Command::Submit { who, jobs, key: (rng.below(3) == 0).then(|| format!("k{}", rng.below(4))) }
         }
         3 => Command::Cancel { who, job: 1 + rng.below(n.max(1)), force: false },
+        4 if rng.below(3) == 0 => Command::Requeue { who, job: 1 + rng.below(n.max(1)) },
         4 => Command::Hold { who, job: 1 + rng.below(n.max(1)), held: rng.below(2) == 0 },
         5 | 6 if !stopping.is_empty() => {
             let task = stopping.remove(0);

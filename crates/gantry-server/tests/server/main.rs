@@ -691,6 +691,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/jobs/{id}/hold",
             "/v1/jobs/{id}/logs",
             "/v1/jobs/{id}/release",
+            "/v1/jobs/{id}/requeue",
             "/v1/jobs/{id}/signal",
             "/v1/nodes",
             "/v1/nodes/{name}/drain",

@@ -463,6 +463,52 @@ fn scancel_signal_reaches_the_steps_and_with_full_the_batch_script() {
     assert!(code == Some(1) && err.contains("Invalid job signal"), "{err}");
 }
 
+/// `scontrol requeue` stops a running job and it runs again, knowing it was restarted
+/// (`SLURM_RESTART_COUNT`); a job that is not running is refused with why.
+#[test]
+fn scontrol_requeue_runs_a_job_again() {
+    let slurm = SlurmOnGantry::start("slurm-requeue", TWO_NODES, None);
+    let (code, id, err) = slurm.run(
+        "sbatch",
+        &[
+            "--parsable",
+            "-o",
+            "requeue.out",
+            "--open-mode=append",
+            "--wrap",
+            "echo run ${SLURM_RESTART_COUNT:-0}; sleep 60",
+        ],
+    );
+    assert_eq!(code, Some(1), "--open-mode is refused by name: {err}");
+    let (code, id2, err) =
+        slurm.run("sbatch", &["--parsable", "--wrap", "echo run ${SLURM_RESTART_COUNT:-0} >> requeue.out; sleep 60"]);
+    assert_eq!(code, Some(0), "{id}{err}");
+    let id = id2.trim().to_string();
+    let out = slurm.dir.join("requeue.out");
+    let read = || std::fs::read_to_string(&out).unwrap_or_default();
+    let waited = std::time::Instant::now();
+    let wait_for = |text: &str| {
+        while !read().contains(text) {
+            assert!(waited.elapsed().as_secs() < 30, "never {text:?}: {:?}", read());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for("run 0");
+    let (code, _, err) = slurm.run("scontrol", &["requeue", &id]);
+    assert_eq!(code, Some(0), "{err}");
+    wait_for("run 1");
+    let (_, job, _) = slurm.run("scontrol", &["show", "job", &id]);
+    assert!(job.contains("JobState=RUNNING") && job.contains("Restarts=1"), "{job}");
+    let (code, _, err) = slurm.run("scancel", &[&id]);
+    assert_eq!(code, Some(0), "{err}");
+    while slurm.run("sacct", &["-j", &id, "-X", "-n", "-P", "-o", "State"]).1.trim() != "CANCELLED" {
+        assert!(waited.elapsed().as_secs() < 30, "never cancelled");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (code, _, err) = slurm.run("scontrol", &["requeue", &id]);
+    assert!(code == Some(1) && err.contains("only a running job can be requeued"), "{err}");
+}
+
 /// `sacct`, `sinfo`, `scontrol` and `scancel`'s ranges and arrays, as Slurm's answer: an
 /// array's elements named `ID_INDEX` (one cancelled alone, the rest released together), a
 /// failed job's exit code and a timed-out job's TIMEOUT in `sacct --parsable2`, the nodes with
