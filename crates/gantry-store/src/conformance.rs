@@ -36,7 +36,16 @@ fn started(id: u64, at_s: u64) -> Event {
 }
 
 fn ended(id: u64, at_s: u64, ending: Ending) -> Event {
-    Event::Ended { id, at_s, ending, exit_code: (ending == Ending::Failed).then_some(3), used: Vec::new(), oom: None }
+    let by = (ending == Ending::Cancelled).then(|| "alice".to_string());
+    Event::Ended {
+        id,
+        at_s,
+        ending,
+        exit_code: (ending == Ending::Failed).then_some(3),
+        used: Vec::new(),
+        oom: None,
+        by,
+    }
 }
 
 fn used(node: &str, cpu_ms: u64, peak: u64) -> gantry_types::NodeUse {
@@ -71,6 +80,7 @@ pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
         exit_code: Some(137),
         used: vec![used("n1", 50, 5), used("n2", 7, 1)],
         oom: Some(oom.clone()),
+        by: None,
     };
     store.append(&[started(1, 30), end]).expect("runs and ends");
     store.append(&[ended(2, 41, Ending::Cancelled)]).expect("cancelled while pending");
@@ -88,7 +98,8 @@ pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
     );
     assert_eq!(a.outcome.used[1].node, "n2");
     assert_eq!((a.name.as_str(), a.queue.as_str()), ("a", "default"));
-    assert_eq!(store.job(2).expect("reads").expect("exists").state, JobState::Cancelled);
+    let cancelled = store.job(2).expect("reads").expect("exists");
+    assert_eq!((cancelled.state, cancelled.outcome.cancelled_by.as_deref()), (JobState::Cancelled, Some("alice")));
     assert_eq!(store.job(3).expect("reads"), None);
     assert_eq!(store.jobs(&[JobState::Failed]).expect("lists").len(), 1);
     assert_eq!(store.jobs(&[]).expect("lists").len(), 2);

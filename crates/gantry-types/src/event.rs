@@ -37,6 +37,10 @@ impl JobState {
     }
 }
 
+/// Who cancelled a job the controller cancelled itself: a dependency that can never be met
+/// (`kill_invalid_depend`), a run its queue reclaimed for idling.
+pub const CANCELLED_BY_CONTROLLER: &str = "gantry";
+
 /// How a job that ran ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -184,6 +188,9 @@ pub enum Event {
         used: Vec<NodeUse>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         oom: Option<OomKill>,
+        /// Who cancelled it: a token's name, or [`CANCELLED_BY_CONTROLLER`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<String>,
     },
     /// It was stopped for another (preemption) and waits again; what that run used.
     Requeued {
@@ -200,7 +207,20 @@ pub enum Event {
 impl Event {
     /// A job ended with nothing measured (it never ran, or ran where nothing measures).
     pub fn ended(id: u64, at_s: u64, ending: Ending, exit_code: Option<i32>) -> Event {
-        Event::Ended { id, at_s, ending, exit_code, used: Vec::new(), oom: None }
+        Event::Ended { id, at_s, ending, exit_code, used: Vec::new(), oom: None, by: None }
+    }
+
+    /// A job cancelled by `by` (a token's name, or [`CANCELLED_BY_CONTROLLER`]) before it ran.
+    pub fn cancelled(id: u64, at_s: u64, by: &str) -> Event {
+        Event::Ended {
+            id,
+            at_s,
+            ending: Ending::Cancelled,
+            exit_code: None,
+            used: Vec::new(),
+            oom: None,
+            by: Some(by.into()),
+        }
     }
 
     /// A job waits again, its run's use not measured.

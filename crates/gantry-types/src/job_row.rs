@@ -41,6 +41,9 @@ pub struct Outcome {
     pub used: Vec<NodeUse>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom: Option<OomKill>,
+    /// Who cancelled it (a token's name; `gantry`: the controller itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
 }
 
 impl Outcome {
@@ -59,9 +62,10 @@ impl Outcome {
     pub fn after(&self, event: &Event) -> Outcome {
         let mut next = self.clone();
         match event {
-            Event::Ended { ending, used, oom, .. } => {
+            Event::Ended { ending, used, oom, by, .. } => {
                 next.ending = Some(*ending);
                 next.oom = oom.clone();
+                next.cancelled_by = by.clone().filter(|_| *ending == crate::Ending::Cancelled);
                 next.add_used(used);
             }
             Event::Requeued { used, .. } => next.add_used(used),

@@ -18,7 +18,7 @@ pub mod text;
 pub mod time;
 pub mod token;
 
-pub use event::{Ending, Event, JobState, NodeUse, OomKill, TaskStart, Use};
+pub use event::{CANCELLED_BY_CONTROLLER, Ending, Event, JobState, NodeUse, OomKill, TaskStart, Use};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
     ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,

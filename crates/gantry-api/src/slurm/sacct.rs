@@ -159,6 +159,15 @@ pub fn state_name(job: &JobView) -> &'static str {
     }
 }
 
+/// Who cancelled a job as Slurm says it: the Unix uid of the token's name where this machine
+/// knows the account (`CANCELLED by 1001`), else the name (`gantry`: the controller itself).
+fn uid_of(name: &str) -> String {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => user.uid.to_string(),
+        _ => name.to_string(),
+    }
+}
+
 /// Slurm's short state codes, for `-s`.
 fn short(state: &str) -> &'static str {
     match state {
@@ -239,7 +248,10 @@ fn value(job: &JobView, field: &str, batch: bool, now: u64) -> String {
         "NodeList" => gantry_types::text::hostlist(&nodes),
         "AllocTRES" if row.tasks.is_empty() => String::new(),
         "AllocTRES" => format!("cpu={cpus},gres/gpu={gpus},node={}", nodes.len()),
-        "State" => state_name(job).into(),
+        "State" => match &row.outcome.cancelled_by {
+            Some(by) if row.state == JobState::Cancelled && !batch => format!("CANCELLED by {}", uid_of(by)),
+            _ => state_name(job).into(),
+        },
         "ExitCode" => exit_code(job),
         "Submit" => iso_time(row.submitted_at_s),
         "Start" => time(row.started_at_s),

@@ -47,6 +47,9 @@ pub fn job_text(id: u64, job: &JobView) -> String {
     put!(out, "  started   {}", utc(row.started_at_s));
     let exit = row.exit_code.map_or_else(|| "-".to_string(), |c| c.to_string());
     put!(out, "  ended     {}  exit code {exit}", utc(row.ended_at_s));
+    if let Some(by) = &row.outcome.cancelled_by {
+        put!(out, "  cancelled by: {}", shown(by));
+    }
     if let Some(oom) = &row.outcome.oom {
         put!(out, "  why: {}", shown(&oom.reason()));
     }

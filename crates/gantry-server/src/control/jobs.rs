@@ -6,7 +6,7 @@ use crate::auth::Principal;
 use crate::error::ControlError;
 use gantry_engine::CompiledJob;
 use gantry_engine::sched::{Admission, JobId, SchedJob};
-use gantry_types::{Ending, Event, Job, JobState};
+use gantry_types::{Event, Job, JobState};
 use std::collections::BTreeMap;
 
 impl Controller {
@@ -51,7 +51,7 @@ impl Controller {
     pub(crate) fn settle(&mut self, admissions: Vec<(u64, Admission)>, now: u64) -> Result<(), ControlError> {
         for (id, admission) in admissions {
             if admission == Admission::Never {
-                self.record(Event::ended(id, now, Ending::Cancelled, None))?;
+                self.record(Event::cancelled(id, now, gantry_types::CANCELLED_BY_CONTROLLER))?;
                 tracing::info!(job = id, "cancelled: a dependency can never be met");
             }
         }
@@ -250,7 +250,7 @@ impl Controller {
         match state {
             JobState::Pending => {
                 let woken = self.scheduler.cancel_waiting(id as JobId, now)?;
-                self.record(Event::ended(id, now, Ending::Cancelled, None))?;
+                self.record(Event::cancelled(id, now, &who.name))?;
                 self.settle(woken, now)?;
                 Ok(Effects { reply: Reply::Cancelled { stopping: false }, schedule: true, ..Default::default() })
             }
@@ -258,6 +258,7 @@ impl Controller {
                 let mut effects = Effects { reply: Reply::Cancelled { stopping: true }, ..Default::default() };
                 if let Some(runs) = self.running.get_mut(&id) {
                     runs.cancelled = true;
+                    runs.cancelled_by = Some(who.name.clone());
                     runs.stopping = Some(grace_s);
                 }
                 match self.agents {

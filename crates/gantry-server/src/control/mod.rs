@@ -90,6 +90,8 @@ pub(crate) struct Runs {
     pub failed: Option<i32>,
     pub timed_out: bool,
     pub cancelled: bool,
+    /// Who cancelled it (a token's name, or the controller).
+    pub cancelled_by: Option<String>,
     pub lost: bool,
     /// Being stopped for another job (the preemptor's right): it waits again when its tasks
     /// have exited.
@@ -439,6 +441,7 @@ impl Controller {
             failed: None,
             timed_out: false,
             cancelled: false,
+            cancelled_by: None,
             lost: false,
             preempted: None,
             node_lost: None,

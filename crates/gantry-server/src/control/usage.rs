@@ -133,6 +133,7 @@ impl Controller {
             let grace = self.scheduler.job(job).map_or(gantry_types::GRACE_DEFAULT_S, |j| j.lifecycle.grace_s);
             if let Some(runs) = self.running.get_mut(&job) {
                 runs.cancelled = true;
+                runs.cancelled_by = Some(gantry_types::CANCELLED_BY_CONTROLLER.into());
                 self.send_stop(job, grace, &mut effects);
             }
         }
