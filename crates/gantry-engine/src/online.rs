@@ -257,6 +257,7 @@ pub fn job_of(job: &crate::CompiledJob) -> Job {
             name: g.name.clone(),
             replicas: g.replicas,
             distinct_nodes: g.distinct_nodes,
+            exclusive_node: g.exclusive_node,
             node_selector: g.node_selector.iter().cloned().collect(),
             resources: TaskResources {
                 cpu: MilliCpu(g.cpu),

@@ -318,6 +318,10 @@ impl<'a> Placer<'a> {
             if !group.node_selector.is_empty() && !selects(&state.info[node as usize].labels, &group.node_selector) {
                 continue;
             }
+            if group.exclusive_node && !state.node_idle(node) {
+                add_reason(&mut search.reasons, Reason::NodeInUse);
+                continue;
+            }
             let signature = state.nodes[node as usize].signature;
             if !group.signature_ok[signature as usize] {
                 if !matches!(scope, NodeScope::All) {
@@ -366,6 +370,7 @@ impl<'a> Placer<'a> {
     ) -> Result<TaskGrant, Vec<ReasonCount>> {
         let reasons = &mut search.reasons;
         match search.best {
+            Some((_, node)) if group.exclusive_node => Ok(self.whole_node(group_index, replica, group, node)),
             Some((_, node)) => Ok(TaskGrant {
                 group: group_index,
                 replica,
@@ -386,6 +391,31 @@ impl<'a> Placer<'a> {
                 }
                 Err(search.reasons)
             }
+        }
+    }
+
+    /// A task of a group that takes whole nodes, on idle `node`: every CPU, all memory and
+    /// every GPU of it (each MIG instance of a MIG GPU), as Slurm's `--exclusive` allocates.
+    fn whole_node(&self, group_index: u32, replica: u32, group: &CompiledGroup, node: NodeIdx) -> TaskGrant {
+        let state: &ClusterState = &*self.state;
+        let n = &state.nodes[node as usize];
+        let mut grants = Vec::new();
+        for gpu in n.gpu_first..n.gpu_first + n.gpu_count {
+            match &state.gpus[gpu as usize].units {
+                crate::state::Units::Mig { slots } => {
+                    grants.extend((0..slots.len()).map(|slot| Grant::Mig { gpu, slot: slot as u8 }))
+                }
+                _ => grants.push(Grant::Whole { gpu }),
+            }
+        }
+        TaskGrant {
+            group: group_index,
+            replica,
+            tag: crate::request::task_tag(&group.gpu).map(|t| t as u8),
+            node,
+            cpu: n.cpu_total,
+            memory: n.memory_total,
+            grants,
         }
     }
 

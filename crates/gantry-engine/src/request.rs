@@ -46,6 +46,8 @@ pub struct CompiledGroup {
     pub replicas: u32,
     /// Each task on a node of its own (`TaskGroup::distinct_nodes`).
     pub distinct_nodes: bool,
+    /// Each task takes a whole idle node (`TaskGroup::exclusive_node`).
+    pub exclusive_node: bool,
     /// Labels a node must carry (`TaskGroup::node_selector`).
     pub node_selector: Vec<(String, String)>,
     pub cpu: u32,
@@ -159,6 +161,7 @@ fn compile_group(
         name: group.name.clone(),
         replicas: group.replicas,
         distinct_nodes: group.distinct_nodes,
+        exclusive_node: group.exclusive_node,
         node_selector: group.node_selector.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         cpu: r.cpu.0,
         memory: r.memory.0,

@@ -580,6 +580,15 @@ impl ClusterState {
         &self.hot[n.gpu_first as usize..(n.gpu_first + n.gpu_count) as usize]
     }
 
+    /// Nothing is allocated on the node and none of its GPUs is being drained: a task that
+    /// takes whole nodes (`CompiledGroup::exclusive_node`) may have it.
+    pub fn node_idle(&self, node: NodeIdx) -> bool {
+        let n = &self.nodes[node as usize];
+        n.cpu_free == n.cpu_total
+            && n.memory_free == n.memory_total
+            && self.node_gpus(node).iter().all(|g| g.idle() && !g.cordoned)
+    }
+
     pub fn node_gpus(&self, node: NodeIdx) -> &[GpuState] {
         let n = &self.nodes[node as usize];
         &self.gpus[n.gpu_first as usize..(n.gpu_first + n.gpu_count) as usize]

@@ -75,4 +75,36 @@ mod tests {
         assert_eq!(place("\"slurm.feature/ib\" = \"true\"").as_deref(), Some("ib"));
         assert_eq!(place("\"slurm.feature/nvl\" = \"true\""), None);
     }
+
+    /// A group that takes whole nodes gets every CPU, all memory and every GPU of an idle
+    /// node (what Slurm's `--exclusive` allocates), never a node holding other work, and
+    /// nothing else is placed beside it; releasing it gives the node back whole.
+    #[test]
+    fn an_exclusive_task_takes_a_whole_idle_node_and_shares_it_with_nothing() {
+        let mut engine = a100_engine(2);
+        let compile = |engine: &Engine, exclusive: bool| {
+            let text = format!(
+                "[[job]]\nname = \"j\"\n[[job.task]]\nname = \"t\"\nexclusive_node = {exclusive}\ncpu = 2\ngpu = {{ count = 1 }}\n"
+            );
+            let spec = gantry_spec::parse_workload(&text, Catalog::embedded()).expect("job").remove(0);
+            engine.compile(&spec).expect("compiles")
+        };
+        let (small, whole) = (compile(&engine, false), compile(&engine, true));
+        let one = engine.place(&small).expect("a small job");
+        let small_node = engine.placement(one, &small).expect("placed")[0].node.clone();
+        let ex = engine.place(&whole).expect("the idle node");
+        let placed = engine.placement(ex, &whole).expect("placed");
+        assert_ne!(placed[0].node, small_node, "not beside the small job");
+        assert_eq!((placed[0].cpu.0, placed[0].gpus.len()), (64_000, 4), "every CPU and GPU: {placed:?}");
+        assert_eq!(placed[0].memory.0, 512 << 30);
+        assert!(engine.place(&whole).is_err(), "no idle node is left");
+        let two = engine.place(&small).expect("beside the first small job");
+        let second = engine.placement(two, &small).expect("placed")[0].node.clone();
+        assert_eq!(second, small_node, "never beside the exclusive one");
+        engine.release(ex).expect("released");
+        engine.release(two).expect("released");
+        engine.release(one).expect("released");
+        let again = engine.place(&whole).expect("a whole node again");
+        assert_eq!(engine.placement(again, &whole).expect("placed")[0].gpus.len(), 4);
+    }
 }

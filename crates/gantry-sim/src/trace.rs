@@ -108,6 +108,7 @@ pub fn job_for(pod: &TracePod, name: String) -> Job {
             replicas: 1,
             resources,
             distinct_nodes: false,
+            exclusive_node: false,
             node_selector: Default::default(),
         }],
         lifecycle: Default::default(),

@@ -4,7 +4,7 @@
 //! `--job-name/-J`, `--gres=gpu[:type]:N`, `--gpus/-G`, `--gpus-per-node`, `--nodes/-N`,
 //! `--ntasks-per-node`, `--ntasks/-n`, `--cpus-per-task/-c`, `--mem`, `--time/-t`,
 //! `--partition/-p`, `--account/-A`, `--qos`, `--nice`, `--array/-a`, `--dependency/-d`,
-//! `--chdir/-D`, `--requeue`/`--no-requeue`, `--hold/-H`, `--export`, `--output/-o` and `--error/-e` (with `%j`, `%x`, `%A`, `%a`, `%u`, `%N`, `%%`), `--gpus-per-task`. Any other
+//! `--chdir/-D`, `--requeue`/`--no-requeue`, `--hold/-H`, `--export`, `--output/-o` and `--error/-e` (with `%j`, `%x`, `%A`, `%a`, `%u`, `%N`, `%%`), `--gpus-per-task`, `--exclusive` (whole nodes). Any other
 //! option is named in a warning and left out; a malformed value of a supported one is an error
 //! naming the line.
 
@@ -42,6 +42,8 @@ pub struct Request {
     pub requeue: Option<bool>,
     /// `--hold`: submitted held, started only once released (`gantry release`).
     pub hold: bool,
+    /// `--exclusive`: each node of the allocation whole, shared with no other job.
+    pub exclusive: bool,
     /// `--constraint`: node features the job's nodes must all have.
     pub features: Vec<String>,
     /// `--export`: which of the submitter's variables the job gets (`None`: all, as Slurm).
@@ -176,6 +178,14 @@ impl Request {
             "--export" => self.export = Some(need(option, value)?.to_string()),
             "--constraint" | "-C" => self.features = features(need(option, value)?)?,
             "--hold" | "-H" => self.hold = true,
+            "--exclusive" => match value {
+                None => self.exclusive = true,
+                Some(v) => {
+                    return Err(format!(
+                        "--exclusive={v}: only --exclusive (whole nodes, shared with no job) is supported"
+                    ));
+                }
+            },
             "--no-requeue" => self.requeue = Some(false),
             "--output" | "-o" => self.output = Some(need(option, value)?.to_string()),
             "--error" | "-e" => self.error = Some(need(option, value)?.to_string()),
@@ -232,6 +242,9 @@ impl Request {
         let mut task = self.task_table("batch", shape.nodes, shape.gpus_per_node, Some(cpus), memory);
         if shape.nodes > 1 {
             task.insert("distinct_nodes".into(), Value::Boolean(true));
+        }
+        if self.exclusive {
+            task.insert("exclusive_node".into(), Value::Boolean(true));
         }
         job.insert("task".into(), Value::Array(vec![Value::Table(task)]));
         Ok(job)
@@ -671,11 +684,14 @@ mod tests {
         let r = parse_script("#!/bin/sh\n#SBATCH -N2 -n4 -Jname -c2\n#SBATCH -t10 -o=x.out\n").expect("valid");
         assert_eq!((r.nodes, r.tasks, r.name.as_deref(), r.cpus_per_task), (Some(2), Some(4), Some("name"), Some(2)));
         assert_eq!((r.time.as_deref(), r.output.as_deref(), r.ignored.len()), (Some("10"), Some("=x.out"), 0));
-        let script = "#!/bin/sh\n#SBATCH --gpus-per-node=a100:2 --array=0-3%2 --nice=50\n#SBATCH --dependency=afterok:12:13,afterany:14\n#SBATCH --chdir=/data/run --exclusive --no-requeue\n#SBATCH -o logs/%x-%j.out -e 'it''s-%a.err'\necho hi\n";
+        let script = "#!/bin/sh\n#SBATCH --gpus-per-node=a100:2 --array=0-3%2 --nice=50\n#SBATCH --dependency=afterok:12:13,afterany:14\n#SBATCH --chdir=/data/run --exclusive --no-requeue --mail-type=END\n#SBATCH -o logs/%x-%j.out -e 'it''s-%a.err'\necho hi\n";
         let r = parse_script(script).expect("valid");
         assert_eq!((r.gpus_per_node, r.gpu_type.as_deref(), r.priority), (Some(2), Some("a100"), Some(-50)));
         assert_eq!(r.after, ["afterok:12", "afterok:13", "afterany:14"]);
-        assert_eq!((r.ignored.as_slice(), r.requeue), (&["--exclusive".to_string()][..], Some(false)));
+        assert_eq!(
+            (r.ignored.as_slice(), r.requeue, r.exclusive),
+            (&["--mail-type=END".to_string()][..], Some(false), true)
+        );
         let job = r.job("s", vec!["sh".into(), "-c".into(), "echo hi".into()]).expect("job");
         assert_eq!(job["array"].as_str(), Some("0-3%2"));
         assert_eq!(job["workdir"].as_str(), Some("/data/run"));

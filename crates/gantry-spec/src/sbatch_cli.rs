@@ -37,7 +37,7 @@ const WITH_VALUE: [(&str, Option<char>); 25] = [
 ];
 
 /// Options without a value.
-const FLAGS: [&str; 5] = ["--requeue", "--no-requeue", "--hold", "--parsable", "--wait"];
+const FLAGS: [&str; 6] = ["--requeue", "--no-requeue", "--hold", "--parsable", "--wait", "--exclusive"];
 
 /// What `sbatch`'s command line says.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -60,7 +60,7 @@ fn refused(option: &str) -> SpecError {
     SpecError::new(option, "not supported by gantry's sbatch").hint(
         "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --gpus-per-task, --nodes, \
          --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --mem-per-gpu, --mem-per-cpu, --time, --nice, --array, --dependency, --chdir, \
-         --output, --error, --wrap, --export, --constraint, --requeue, --no-requeue, --hold, --parsable, --wait",
+         --output, --error, --wrap, --export, --constraint, --requeue, --no-requeue, --hold, --exclusive, --parsable, --wait",
     )
 }
 
@@ -221,8 +221,8 @@ mod tests {
 
     #[test]
     fn what_gantry_does_not_do_is_refused_by_name() {
-        let err = parse_command_line(&args(&["--exclusive", "run.sh"])).expect_err("refused");
-        assert_eq!(err.field, "--exclusive");
+        let err = parse_command_line(&args(&["--mail-type=END", "run.sh"])).expect_err("refused");
+        assert_eq!(err.field, "--mail-type");
         assert!(err.to_string().contains("not supported"), "{err}");
         assert!(parse_command_line(&args(&["-J"])).is_err(), "a value is missing");
         assert!(parse_command_line(&args(&["--parsable"])).is_err(), "no script");

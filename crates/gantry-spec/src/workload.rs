@@ -80,6 +80,7 @@ struct TaskEntry {
     replicas: Option<i64>,
     /// Each task on a node of its own.
     distinct_nodes: Option<bool>,
+    exclusive_node: Option<bool>,
     /// Labels a node must carry.
     node_selector: Option<BTreeMap<String, String>>,
     cpu: Option<Quantity>,
@@ -389,6 +390,7 @@ fn task_entries(at: &str, entry: &mut JobEntry) -> Result<Vec<TaskEntry>, SpecEr
     let shorthand = TaskEntry {
         name: None,
         distinct_nodes: None,
+        exclusive_node: None,
         node_selector: None,
         replicas: entry.replicas.take(),
         cpu: entry.cpu.take(),
@@ -630,7 +632,14 @@ fn parse_task(at: &str, name: String, task: TaskEntry, catalog: &Catalog) -> Res
         tolerations: task.tolerations.unwrap_or_default(),
     };
     let node_selector = check_node_selector(at, task.node_selector)?;
-    Ok(TaskGroup { name, replicas, resources, distinct_nodes: task.distinct_nodes.unwrap_or(false), node_selector })
+    Ok(TaskGroup {
+        name,
+        replicas,
+        resources,
+        distinct_nodes: task.distinct_nodes.unwrap_or(false),
+        exclusive_node: task.exclusive_node.unwrap_or(false),
+        node_selector,
+    })
 }
 
 /// The most labels a task's `node_selector` may name.

@@ -172,6 +172,10 @@ pub struct TaskGroup {
     /// Each task of the group on a node of its own (a Slurm allocation's `--nodes`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub distinct_nodes: bool,
+    /// Each task takes its whole node — every CPU, all memory and every GPU — and shares
+    /// it with no other work (Slurm's `--exclusive`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive_node: bool,
     /// Only nodes with each of these labels (Kubernetes' `nodeSelector`; Slurm's
     /// `--constraint` as `slurm.feature/NAME = "true"`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

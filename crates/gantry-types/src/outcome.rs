@@ -109,6 +109,8 @@ pub enum Reason {
     TaintNotTolerated {
         taint: String,
     },
+    /// The task takes whole nodes (Slurm's `--exclusive`) and this node holds other work.
+    NodeInUse,
     InsufficientCpu {
         need: MilliCpu,
         free: MilliCpu,
@@ -188,6 +190,7 @@ impl Reason {
             GpuModelMismatch { .. } => "gpu-model-mismatch",
             SelectorRejected { .. } => "selector-rejected",
             TaintNotTolerated { .. } => "taint-not-tolerated",
+            NodeInUse => "node-in-use",
             InsufficientCpu { .. } => "insufficient-cpu",
             InsufficientMemory { .. } => "insufficient-memory",
             InsufficientWholeGpus { .. } => "insufficient-whole-gpus",
@@ -213,6 +216,7 @@ impl Reason {
             (GpuModelMismatch { wanted: a }, GpuModelMismatch { wanted: b }) => a == b,
             (SelectorRejected { .. }, SelectorRejected { .. }) => true,
             (TaintNotTolerated { taint: a }, TaintNotTolerated { taint: b }) => a == b,
+            (NodeInUse, NodeInUse) => true,
             (InsufficientCpu { need: a, .. }, InsufficientCpu { need: b, .. }) => a == b,
             (InsufficientMemory { need: a, .. }, InsufficientMemory { need: b, .. }) => a == b,
             (InsufficientWholeGpus { need: a, .. }, InsufficientWholeGpus { need: b, .. }) => a == b,
@@ -295,6 +299,7 @@ impl fmt::Display for Reason {
             GpuModelMismatch { wanted } => write!(f, "no GPU of model {}", wanted.join(" | ")),
             SelectorRejected { selector } => write!(f, "device selector `{selector}` matched no GPU"),
             TaintNotTolerated { taint } => write!(f, "taint {taint} not tolerated"),
+            NodeInUse => write!(f, "takes whole nodes, and the node holds other work"),
             InsufficientCpu { need, free } => write!(f, "needs {need} CPU, at most {free} free"),
             InsufficientMemory { need, free } => {
                 write!(f, "needs {need} memory, at most {free} free")

@@ -81,6 +81,7 @@ pub fn job(name: &str, replicas: u32, gpu: GpuRequest, isolation: Isolation, top
             replicas,
             resources,
             distinct_nodes: false,
+            exclusive_node: false,
             node_selector: Default::default(),
         }],
         lifecycle: Default::default(),

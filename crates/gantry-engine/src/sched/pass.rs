@@ -101,12 +101,14 @@ impl Scan {
 }
 
 /// A job's request shape: jobs with the same shape get the same placement answer on the same
-/// fleet. A group's fingerprint already covers everything its tasks' placement depends on
-/// (topology included); the replicas make the gang.
+/// fleet. A group's fingerprint covers what one task's fit on a node depends on (topology
+/// included); the replicas make the gang; which nodes a group may use at all (a node of its
+/// own per task, whole nodes, labels) is checked beside the fit, so it is part of the shape
+/// too — else a job refused for its node selector would refuse the same request without one.
 pub(super) fn shape_of(job: &CompiledJob) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for g in &job.groups {
-        (g.fingerprint, g.replicas).hash(&mut h);
+        (g.fingerprint, g.replicas, g.distinct_nodes, g.exclusive_node, &g.node_selector).hash(&mut h);
     }
     h.finish()
 }

@@ -99,11 +99,14 @@ fn job_strategy(index: usize) -> impl Strategy<Value = Job> {
             TopologyLevel::Rack,
         ]),
         any::<bool>(),
+        // One group in eight takes whole nodes (Slurm's --exclusive).
+        proptest::sample::select(vec![false, false, false, false, false, false, false, true]),
     )
-        .prop_map(|((gpu, isolation), replicas, cpu, within, required)| TaskGroup {
+        .prop_map(|((gpu, isolation), replicas, cpu, within, required, exclusive_node)| TaskGroup {
             name: "g".into(),
             replicas,
             distinct_nodes: false,
+            exclusive_node,
             node_selector: Default::default(),
             resources: TaskResources {
                 cpu: MilliCpu(cpu),
@@ -159,6 +162,8 @@ fn run(fleet: &Fleet, policy: Policy, seed: u64, ops: &[Op]) -> Result<Vec<Strin
 
 fn run_engine(mut engine: Engine, ops: &[Op]) -> Result<Vec<String>, TestCaseError> {
     let mut log = Vec::new();
+    // Allocations → their groups that take whole nodes.
+    let mut exclusive: std::collections::BTreeMap<u64, Vec<u32>> = std::collections::BTreeMap::new();
     for op in ops {
         match op {
             Op::Place(job) => {
@@ -169,6 +174,9 @@ fn run_engine(mut engine: Engine, ops: &[Op]) -> Result<Vec<String>, TestCaseErr
                         let tasks = &engine.allocations()[&id].tasks;
                         prop_assert_eq!(tasks.len() as u32, job.task_count(), "a gang is all or nothing");
                         log.push(format!("{id}:{tasks:?}"));
+                        let groups: Vec<u32> =
+                            (0..job.groups.len() as u32).filter(|&g| job.groups[g as usize].exclusive_node).collect();
+                        exclusive.insert(id, groups);
                     }
                     Err(reasons) => {
                         prop_assert!(engine.state() == &before, "a failed gang left state behind");
@@ -186,6 +194,19 @@ fn run_engine(mut engine: Engine, ops: &[Op]) -> Result<Vec<String>, TestCaseErr
         }
         if let Err(e) = engine.check_invariants() {
             return Err(TestCaseError::fail(format!("invariant broken: {e}")));
+        }
+        // A task that takes a whole node shares it with no other task, of its job or another.
+        exclusive.retain(|id, _| engine.allocations().contains_key(id));
+        for (id, groups) in &exclusive {
+            for task in engine.allocations()[id].tasks.iter().filter(|t| groups.contains(&t.group)) {
+                let beside = engine
+                    .allocations()
+                    .iter()
+                    .flat_map(|(other, a)| a.tasks.iter().map(move |t| (*other, t)))
+                    .filter(|(_, t)| t.node == task.node)
+                    .count();
+                prop_assert_eq!(beside, 1, "an exclusive task shares node {} ({:?})", task.node, task);
+            }
         }
         // Every MIG layout the engine holds is legal.
         for gpu in &engine.state().gpus {

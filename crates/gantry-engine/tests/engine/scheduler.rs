@@ -278,3 +278,30 @@ fn a_flood_of_candidates_on_reserved_nodes_is_checked_a_bounded_number_of_times_
     assert_eq!(started(&s.cycle(100)), [10], "wide1 starts as promised");
     assert!(s.stats().late.is_empty() && s.stats().broken_without_cause.is_empty());
 }
+
+/// A job refused for where it may run (a node selector no node matches, whole nodes none of
+/// which is idle) does not refuse the same request without that constraint in the same cycle:
+/// which nodes a group may use is part of its shape.
+#[test]
+fn a_constrained_job_refused_does_not_refuse_the_same_request_unconstrained() {
+    let mut s = Scheduler::new(engine(TWO_GPUS, Policy::BestFit), SchedulerConfig::default());
+    let with = |s: &Scheduler, name: &str, extra: &str| {
+        let text = format!("[[job]]\nname = \"{name}\"\n[[job.task]]\nname = \"t\"\n{extra}gpu = {{ count = 1 }}\n");
+        SchedJob {
+            compiled: s.engine().compile(&jobs(&text).remove(0)).expect("compiles"),
+            ..job(s, name, "default", 1, 0, 100)
+        }
+    };
+    let first = job(&s, "first", "default", 1, 0, 100);
+    s.submit(1, first, 0).expect("submits");
+    assert_eq!(started(&s.cycle(0)), [1]);
+    let nowhere = with(&s, "nowhere", "node_selector = { pool = \"none\" }\n");
+    let whole = with(&s, "whole", "exclusive_node = true\n");
+    let plain = with(&s, "plain", "");
+    for (id, j) in [(2, nowhere), (3, whole), (4, plain)] {
+        s.submit(id, j, 1).expect("submits");
+    }
+    assert_eq!(started(&s.cycle(1)), [4], "the plain request starts on the free GPU");
+    let reasons: Vec<(String, String)> = s.pending().into_iter().map(|p| (p.job, p.reason.kind())).collect();
+    assert!(reasons.iter().any(|(j, r)| j == "whole" && r.contains("node-in-use")), "{reasons:?}");
+}

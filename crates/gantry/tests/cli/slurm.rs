@@ -463,6 +463,49 @@ fn scancel_signal_reaches_the_steps_and_with_full_the_batch_script() {
     assert!(code == Some(1) && err.contains("Invalid job signal"), "{err}");
 }
 
+/// `sbatch --exclusive` gets whole nodes, as Slurm 22.05 allocates them (checked on the real
+/// one: all four GPUs and eight CPUs for `--exclusive --gres=gpu:1`), and no other job runs
+/// beside it.
+#[test]
+fn sbatch_exclusive_takes_whole_nodes() {
+    let slurm = SlurmOnGantry::start("slurm-exclusive", TWO_NODES, None);
+    let (code, id, err) = slurm.run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--exclusive",
+            "--gres=gpu:1",
+            "-o",
+            "ex.out",
+            "--wrap",
+            "echo $SLURM_GPUS_ON_NODE $SLURM_CPUS_ON_NODE $SLURMD_NODENAME; sleep 30",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let out = slurm.dir.join("ex.out");
+    let waited = std::time::Instant::now();
+    while std::fs::read_to_string(&out).unwrap_or_default().is_empty() {
+        assert!(waited.elapsed().as_secs() < 20, "the exclusive job never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let seen = std::fs::read_to_string(&out).expect("output");
+    let words: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(words[..2], ["2", "16"], "both GPUs and every CPU of its node: {seen}");
+    let (code, small, err) =
+        slurm.run("sbatch", &["--parsable", "--gres=gpu:1", "-o", "small.out", "--wrap", "echo $SLURMD_NODENAME"]);
+    assert_eq!(code, Some(0), "{err}");
+    let small_out = slurm.dir.join("small.out");
+    while std::fs::read_to_string(&small_out).unwrap_or_default().is_empty() {
+        assert!(waited.elapsed().as_secs() < 30, "the small job never ran beside it");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let small_node = std::fs::read_to_string(&small_out).expect("output");
+    assert_ne!(small_node.trim(), words[2], "never on the exclusive job's node");
+    let (code, _, err) = slurm.run("sbatch", &["--exclusive=user", "--wrap", "true"]);
+    assert!(code == Some(1) && err.contains("--exclusive"), "{err}");
+    let _ = (slurm.run("scancel", &[id.trim()]), small);
+}
+
 /// `scontrol requeue` stops a running job and it runs again, knowing it was restarted
 /// (`SLURM_RESTART_COUNT`); a job that is not running is refused with why.
 #[test]
