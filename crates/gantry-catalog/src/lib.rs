@@ -157,6 +157,37 @@ impl Catalog {
         self.by_name.get(&normalize(name)).copied()
     }
 
+    /// The models a name stands for, as a job's `--gpus NAME:N` reads it: the one model it
+    /// names exactly, else every model with a name starting with it (`h100`: the three
+    /// H100s), else none.
+    pub fn resolve(&self, name: &str) -> Vec<ModelId> {
+        if let Some(id) = self.lookup(name) {
+            return vec![id];
+        }
+        let prefix = normalize(name);
+        if prefix.is_empty() {
+            return Vec::new();
+        }
+        (0..self.models.len())
+            .map(|i| ModelId(i as u16))
+            .filter(|&id| self.model(id).names().any(|n| normalize(n).starts_with(&prefix)))
+            .collect()
+    }
+
+    /// Model ids close to a name that names none (for "did you mean"): those sharing the most
+    /// of its letters and digits in order, if that is at least two thirds of them; at most
+    /// five.
+    pub fn suggest(&self, name: &str) -> Vec<&str> {
+        let want: Vec<char> = normalize(name).chars().filter(char::is_ascii_alphanumeric).collect();
+        let scored: Vec<(usize, &str)> =
+            self.models.iter().map(|m| (shared_in_order(&want, &normalize(&m.id)), m.id.as_str())).collect();
+        let best = scored.iter().map(|(score, _)| *score).max().unwrap_or(0);
+        if best == 0 || best * 3 < want.len() * 2 {
+            return Vec::new();
+        }
+        scored.into_iter().filter(|(score, _)| *score == best).take(5).map(|(_, id)| id).collect()
+    }
+
     /// Models answering to a glob pattern on any of their names.
     pub fn matching(&self, pattern: &gantry_types::ModelPattern) -> Vec<ModelId> {
         (0..self.models.len())
@@ -214,6 +245,22 @@ impl Catalog {
 }
 
 /// Lowercase, `NVIDIA `/`Tesla ` prefix dropped, spaces and underscores as dashes.
+/// How many of `want`'s characters appear in `name` in order (a longest common subsequence
+/// of a short query: cheap, and good enough to suggest).
+fn shared_in_order(want: &[char], name: &str) -> usize {
+    let name: Vec<char> = name.chars().collect();
+    let mut row = vec![0usize; name.len() + 1];
+    for &w in want {
+        let mut diagonal = 0;
+        for (j, &n) in name.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = if w == n { diagonal + 1 } else { above.max(row[j]) };
+            diagonal = above;
+        }
+    }
+    row[name.len()]
+}
+
 pub(crate) fn normalize(name: &str) -> String {
     let lower = name.trim().to_ascii_lowercase();
     let stripped = lower.strip_prefix("nvidia ").or_else(|| lower.strip_prefix("tesla ")).unwrap_or(&lower);

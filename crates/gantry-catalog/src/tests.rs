@@ -281,3 +281,22 @@ fn slurm_names_mig_instances_by_reported_memory() {
         }
     }
 }
+
+/// `gantry catalog h100` reads a name as `--gpus h100:1` does: an exact name is one model, a
+/// prefix every model it starts; a name that matches nothing gets the closest ids.
+#[test]
+fn a_name_resolves_as_a_jobs_gpu_model_does_and_a_miss_gets_suggestions() {
+    let catalog = Catalog::embedded();
+    let ids = |name: &str| -> Vec<String> {
+        catalog.resolve(name).into_iter().map(|id| catalog.model(id).id.clone()).collect()
+    };
+    assert_eq!(ids("NVIDIA H100 80GB HBM3"), ["H100-SXM5-80GB"]);
+    let h100 = ids("h100");
+    for model in ["H100-SXM5-80GB", "H100-PCIe-80GB", "H100-NVL-94GB"] {
+        assert!(h100.iter().any(|m| m == model), "{model} in {h100:?}");
+    }
+    assert!(ids("").is_empty() && ids("zz9").is_empty());
+    let close = catalog.suggest("H10-SXM5");
+    assert_eq!(close.first(), Some(&"H100-SXM5-80GB"), "{close:?}");
+    assert!(catalog.suggest("qqqq").is_empty());
+}

@@ -292,8 +292,9 @@ pub fn why(args: JobArgs) -> anyhow::Result<ExitCode> {
 
 #[derive(Args)]
 pub struct CancelArgs {
-    /// Job id (as `submit` and `queue` print it).
-    id: u64,
+    /// Job ids (as `submit` and `queue` print them): `12`, `12 15`, `12-15`, `12,14-16`.
+    #[arg(required = true, value_name = "ID")]
+    ids: Vec<String>,
     /// Tasks on nodes whose agent is unreachable (silent past the timeout, or lost) count as
     /// ended now, instead of waiting for an agent that may never report them.
     #[arg(long)]
@@ -302,16 +303,26 @@ pub struct CancelArgs {
     server: ServerArg,
 }
 
+/// Cancel each job named; one that cannot be cancelled is said on stderr and the rest go on
+/// (exit 2, as for any error, if one failed).
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
     let query = CancelQuery { force: args.force }.to_query();
-    let (reply, sent): (gantry_api::Cancelled, Value) =
-        args.server.fetch("DELETE", &format!("/v1/jobs/{}{query}", args.id))?;
-    if args.server.json {
-        println!("{sent}");
-    } else {
-        println!("job {}: {}", args.id, shown(&reply.status));
+    let mut ids = Vec::new();
+    for text in &args.ids {
+        ids.extend(gantry_api::slurm::ids::job_ids(text).map_err(|e| anyhow::anyhow!("{e}"))?);
     }
-    Ok(ExitCode::SUCCESS)
+    let mut failed = false;
+    for id in ids {
+        match args.server.fetch::<gantry_api::Cancelled>("DELETE", &format!("/v1/jobs/{id}{query}")) {
+            Ok((_, sent)) if args.server.json => println!("{sent}"),
+            Ok((reply, _)) => println!("job {id}: {}", shown(&reply.status)),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                failed = true;
+            }
+        }
+    }
+    Ok(if failed { ExitCode::from(2) } else { ExitCode::SUCCESS })
 }
 
 /// `gantry hold` (`held`) and `gantry release`.

@@ -58,6 +58,12 @@ fn top_level(value: &str) -> Vec<&str> {
     parts.into_iter().map(str::trim).filter(|p| !p.is_empty()).collect()
 }
 
+/// Job ids as `gantry cancel` and Slurm's commands take them: `3`, `3-5` or `1,3-5`, each
+/// range bounded.
+pub fn job_ids(text: &str) -> Result<Vec<u64>, SlurmArgError> {
+    numbers("job id", text)
+}
+
 /// `3`, `3-5` or `1,3-5` as numbers, each range bounded.
 fn numbers(option: &str, text: &str) -> Result<Vec<u64>, SlurmArgError> {
     let bad =

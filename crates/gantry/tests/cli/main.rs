@@ -611,6 +611,11 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let again = cli(&["cancel", "2"]);
     assert_eq!(again.status.code(), Some(2));
     assert!(stderr(&again).contains("job 2 has already ended (cancelled) (HTTP 409)"), "{}", stderr(&again));
+    // Several ids and ranges: each is tried, each failure said, the rest still cancelled.
+    let several = cli(&["cancel", "1-2", "3"]);
+    assert_eq!(several.status.code(), Some(2), "{}", stderr(&several));
+    assert_eq!(stderr(&several).matches("has already ended").count(), 3, "{}", stderr(&several));
+    assert!(cli(&["cancel", "3-1"]).status.code() == Some(2));
     let missing = cli(&["why", "42"]);
     assert!(stderr(&missing).contains("no job 42 (HTTP 404)"), "{}", stderr(&missing));
     // Nodes, drain and resume.
@@ -632,7 +637,7 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let script = dir.join("batchy.sh");
     std::fs::write(
         &script,
-        "#!/bin/sh\n#SBATCH --job-name=batchy --gres=gpu:l4:1\n#SBATCH --time=5 --output=x-%j.log --exclusive\necho from-sbatch on $CUDA_VISIBLE_DEVICES in $(pwd)\n",
+        "#!/bin/sh\n#SBATCH --job-name=batchy --gres=gpu:l4:1\n#SBATCH --time=5 --output=x-%j.log --mail-type=END\necho from-sbatch on $CUDA_VISIBLE_DEVICES in $(pwd)\n",
     )
     .expect("script");
     let sbatch = |args: &[&str]| {
@@ -643,7 +648,7 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let batch = sbatch(&["--wait", "batchy.sh"]);
     assert!(stdout(&batch).starts_with("Submitted batch job "), "Slurm's line: {}", stdout(&batch));
     assert_eq!(batch.status.code(), Some(0), "{}", stderr(&batch));
-    assert!(stderr(&batch).contains("--exclusive is not supported by gantry sbatch"), "{}", stderr(&batch));
+    assert!(stderr(&batch).contains("--mail-type=END is not supported by gantry sbatch"), "{}", stderr(&batch));
     let id = stdout(&batch).split_whitespace().last().expect("id").to_string();
     let written = std::fs::read_to_string(dir.join(format!("x-{id}.log"))).expect("--output=x-%j.log");
     let here = std::fs::canonicalize(&dir).expect("dir");
@@ -656,9 +661,9 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     assert_eq!(sbatch(&["--wait", "after.sh"]).status.code(), Some(0), "runs after job {id}");
     let parsable = sbatch(&["--parsable", "--job-name=bare", "after.sh"]);
     assert!(stdout(&parsable).trim().parse::<u64>().is_ok(), "the bare id: {}", stdout(&parsable));
-    let refused = sbatch(&["--exclusive", "after.sh"]);
+    let refused = sbatch(&["--mail-type=END", "after.sh"]);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
-    assert!(stderr(&refused).contains("--exclusive: not supported"), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--mail-type: not supported"), "{}", stderr(&refused));
     std::fs::write(dir.join("lost.sh"), "#!/bin/sh\n#SBATCH --chdir=/nonexistent/run\necho never\n").expect("script");
     let lost = sbatch(&["--wait", "lost.sh"]);
     assert_eq!(lost.status.code(), Some(1), "{}", stderr(&lost));
