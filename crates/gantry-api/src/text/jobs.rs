@@ -11,7 +11,10 @@ fn reason_text(pending: &gantry_types::PendingJob) -> String {
 pub fn queue_table(jobs: &[JobView], filter: &str) -> String {
     let mut out = String::new();
     if jobs.is_empty() {
-        put!(out, "no jobs{}", if filter.is_empty() { String::new() } else { format!(" ({filter})") });
+        // Ended jobs are not listed by default: say how to see them.
+        let hint =
+            if filter.is_empty() { String::new() } else { format!(" ({filter}); ended ones: gantry queue --all") };
+        put!(out, "no jobs{hint}");
         return out;
     }
     put!(out, "{:>6}  {:<24} {:<12} {:<10} {:<20}  REASON", "ID", "NAME", "QUEUE", "STATE", "NODES");
