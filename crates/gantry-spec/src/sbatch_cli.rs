@@ -116,7 +116,7 @@ pub fn parse_command_line(args: &[String]) -> Result<CommandLine, SpecError> {
 }
 
 /// `--opt=value` → (`--opt`, value); `-Xvalue` → (`-X`, value); else the option alone.
-fn split_option(arg: &str) -> (&str, Option<String>) {
+pub(crate) fn split_option(arg: &str) -> (&str, Option<String>) {
     if let Some((name, value)) = arg.split_once('=').filter(|_| arg.starts_with("--")) {
         return (name, Some(value.to_string()));
     }

@@ -11,7 +11,7 @@
 
 use crate::SpecError;
 use crate::sbatch::quoted;
-use crate::sbatch_cli::{CommandLine, known};
+use crate::sbatch_cli::{CommandLine, known, split_option};
 
 /// Options of the step that also size the allocation.
 const STEP_OPTIONS: [&str; 5] = ["--ntasks", "--nodes", "--ntasks-per-node", "--gpus-per-task", "--cpus-per-task"];
@@ -32,7 +32,7 @@ pub fn attached_line(salloc: bool, args: &[String]) -> Result<CommandLine, SpecE
             i += 1;
             break;
         }
-        let (name, inline) = split(arg);
+        let (name, inline) = split_option(arg);
         if matches!(name, "-l" | "--label" | "-u" | "--unbuffered") && !salloc {
             step.push(name.to_string());
             i += 1;
@@ -82,16 +82,6 @@ pub fn attached_line(salloc: bool, args: &[String]) -> Result<CommandLine, SpecE
         format!("exec srun {} -- {}", step.join(" "), words.join(" ")).replace("srun  --", "srun --")
     });
     Ok(line)
-}
-
-fn split(arg: &str) -> (&str, Option<String>) {
-    if let Some((name, value)) = arg.split_once('=').filter(|_| arg.starts_with("--")) {
-        return (name, Some(value.to_string()));
-    }
-    if !arg.starts_with("--") && arg.len() > 2 {
-        return (&arg[..2], Some(arg[2..].to_string()));
-    }
-    (arg, None)
 }
 
 fn refused(program: &str, option: &str) -> SpecError {
