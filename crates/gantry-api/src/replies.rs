@@ -62,6 +62,24 @@ pub struct Signalled {
     pub nodes: Vec<String>,
 }
 
+/// When a job would start if it were submitted now (`POST /v1/jobs/estimate`, `sbatch
+/// --test-only`): nothing was submitted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Estimate {
+    /// The id it would get.
+    pub id: u64,
+    pub queue: String,
+    /// When it would start (Unix seconds): now where it fits now, its reserved start where
+    /// one is planned, else none.
+    pub start_s: Option<u64>,
+    /// Where it would start now (empty unless it starts now).
+    pub nodes: Vec<String>,
+    /// The CPUs it would hold.
+    pub cpus: u64,
+    /// Why it would wait, if it would.
+    pub reason: Option<String>,
+}
+
 /// A running job being stopped to wait again: it is pending once its tasks have exited.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Requeued {

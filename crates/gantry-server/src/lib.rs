@@ -188,6 +188,9 @@ pub struct Shared {
     pub signals: Arc<signals::SignalQueue>,
     /// How fast each node's agent may heartbeat.
     pub heartbeat_rates: Arc<rate::NodeRates>,
+    /// How fast each token may ask for start estimates (each runs a cycle on a copy of the
+    /// scheduler), at the heartbeats' pace.
+    pub estimate_rates: Arc<rate::NodeRates>,
     pub data_dir: PathBuf,
     /// What one request, user and queue may put in (`[admission]`).
     pub admission: admission::AdmissionLimits,
@@ -639,6 +642,7 @@ fn shared_state(
         output: Arc::new(output::OutputReads::default()),
         signals: Arc::new(signals::SignalQueue::default()),
         heartbeat_rates: Arc::new(rate::NodeRates::default()),
+        estimate_rates: Arc::default(),
         data_dir: config.data_dir.clone(),
         admission: config.admission.clone(),
         log: config.log.clone(),

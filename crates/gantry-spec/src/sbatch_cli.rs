@@ -37,7 +37,7 @@ const WITH_VALUE: [(&str, Option<char>); 25] = [
 ];
 
 /// Options without a value.
-const FLAGS: [&str; 6] = ["--requeue", "--no-requeue", "--hold", "--parsable", "--wait", "--exclusive"];
+const FLAGS: [&str; 7] = ["--requeue", "--no-requeue", "--hold", "--parsable", "--wait", "--exclusive", "--test-only"];
 
 /// What `sbatch`'s command line says.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -47,6 +47,8 @@ pub struct CommandLine {
     pub options: Vec<(String, Option<String>)>,
     pub parsable: bool,
     pub wait: bool,
+    /// `--test-only`: say when the job would start; submit nothing.
+    pub test_only: bool,
     /// `--wrap=COMMAND`: the script is `COMMAND` run by `sh`.
     pub wrap: Option<String>,
     pub script: Option<String>,
@@ -60,7 +62,7 @@ fn refused(option: &str) -> SpecError {
     SpecError::new(option, "not supported by gantry's sbatch").hint(
         "supported: --job-name, --partition, --account, --qos, --gres, --gpus, --gpus-per-node, --gpus-per-task, --nodes, \
          --ntasks, --ntasks-per-node, --cpus-per-task, --mem, --mem-per-gpu, --mem-per-cpu, --time, --nice, --array, --dependency, --chdir, \
-         --output, --error, --wrap, --export, --constraint, --requeue, --no-requeue, --hold, --exclusive, --parsable, --wait",
+         --output, --error, --wrap, --export, --constraint, --requeue, --no-requeue, --hold, --exclusive, --parsable, --wait, --test-only",
     )
 }
 
@@ -99,6 +101,7 @@ pub fn parse_command_line(args: &[String]) -> Result<CommandLine, SpecError> {
         match long {
             "--parsable" => line.parsable = true,
             "--wait" => line.wait = true,
+            "--test-only" => line.test_only = true,
             "--wrap" => line.wrap = value,
             _ => line.options.push((long.to_string(), value)),
         }

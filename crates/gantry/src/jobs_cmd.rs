@@ -208,6 +208,13 @@ pub fn sbatch(args: SbatchArgs) -> anyhow::Result<ExitCode> {
     for option in &ignored {
         eprintln!("warning: {what}: {option} is not supported by gantry sbatch; left out");
     }
+    if line.test_only {
+        let text = gantry_spec::sbatch::workload(job);
+        let reply = args.server.call("POST", "/v1/jobs/estimate", Some(&text))?;
+        let estimate: gantry_api::replies::Estimate = typed(&reply, "/v1/jobs/estimate")?;
+        eprint!("{}", gantry_api::slurm::test_only_line(&estimate));
+        return Ok(ExitCode::SUCCESS);
+    }
     let form = if line.parsable { Submitted::Parsable } else { Submitted::Slurm };
     send(&args.server, &what, &gantry_spec::sbatch::workload(job), line.wait, form)
 }

@@ -20,6 +20,27 @@ pub use squeue::{Squeue, parse_squeue, squeue_table};
 
 use crate::JobView;
 
+/// `sbatch --test-only`'s answer, in Slurm's words: when and where the job would start, or
+/// why it would wait with no start planned yet.
+pub fn test_only_line(e: &crate::replies::Estimate) -> String {
+    let nodes = if e.nodes.is_empty() { "not chosen yet".to_string() } else { gantry_types::text::hostlist(&e.nodes) };
+    match e.start_s {
+        Some(at) => format!(
+            "sbatch: Job {} to start at {} using {} processors on nodes {nodes} in partition {}\n",
+            e.id,
+            iso_time(at),
+            e.cpus.max(1),
+            crate::text::shown(&e.queue)
+        ),
+        None => format!(
+            "sbatch: Job {} would wait in partition {}: {}; no start is planned for it yet\n",
+            e.id,
+            crate::text::shown(&e.queue),
+            crate::text::shown(e.reason.as_deref().unwrap_or("queued"))
+        ),
+    }
+}
+
 /// A Slurm command's argument it does not take, or takes otherwise.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{option}: {message}{}", if hint.is_empty() { String::new() } else { format!("\n  hint: {hint}") })]

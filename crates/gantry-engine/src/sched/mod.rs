@@ -165,7 +165,7 @@ pub struct SchedulerMemory {
 }
 
 /// A job as the scheduler needs it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct SchedJob {
     pub name: String,
     pub queue: String,
@@ -226,7 +226,7 @@ pub enum Decision {
 }
 
 /// A running job as the scheduler tracks it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct RunningJob {
     job: JobId,
     started_at: u64,
@@ -244,7 +244,7 @@ struct RunningJob {
 }
 
 /// A preemptor waiting for its victims.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Awaiting {
     victims: Vec<AllocId>,
     /// When the last victim's grace period ends.
@@ -270,7 +270,7 @@ pub struct PromiseBreak {
 }
 
 /// One submitted job and where it stands.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Entry {
     job: SchedJob,
     /// Its request's shape (`pass::shape_of`), computed once: a pass asks for it per visit.
@@ -301,7 +301,7 @@ pub struct SchedStats {
 }
 
 /// The scheduling cycle's state: the engine, the queues, what runs, what waits and why.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Scheduler {
     engine: Engine,
     config: SchedulerConfig,

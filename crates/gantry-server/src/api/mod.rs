@@ -84,7 +84,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, requeue, signal::signal, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read, checkpoint::checkpoint),
+    paths(healthz, submit, list, show, cancel, hold, release, requeue, estimate, signal::signal, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read, checkpoint::checkpoint),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -120,6 +120,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/jobs/{id}/logs", get(logs::logs))
         .route("/v1/jobs/{id}/signal", post(signal::signal))
         .route("/v1/jobs/{id}/requeue", post(requeue))
+        .route("/v1/jobs/estimate", post(estimate))
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/nodes", get(nodes))
@@ -161,18 +162,24 @@ async fn submit(
     Text(body): Text,
 ) -> Result<(StatusCode, Json<Submitted>), ApiError> {
     let who = who(&shared, &headers)?;
-    let jobs_max = shared.admission.jobs_per_request;
-    let jobs = gantry_spec::parse_submission(&body, gantry_catalog::Catalog::embedded(), jobs_max).map_err(|e| {
-        ApiError(match e.limit {
-            Some((limit, value)) => ControlError::TooLarge { limit, value, message: e.message },
-            None => ControlError::Workload(e),
-        })
-    })?;
+    let jobs = workload(&shared, &body)?;
     let key = idempotency_key(&headers)?;
     match shared.execute(Command::Submit { who, jobs, key }).await? {
         Reply::Submitted { ids } => Ok((StatusCode::CREATED, Json(Submitted { ids }))),
         other => Err(unexpected(other)),
     }
+}
+
+/// A request's workload file as jobs (`POST /v1/jobs`, `POST /v1/jobs/estimate`): a file past
+/// the admission limits is 413, one that does not read is 422 naming the field.
+fn workload(shared: &Shared, body: &str) -> Result<Vec<gantry_types::Job>, ApiError> {
+    let jobs_max = shared.admission.jobs_per_request;
+    gantry_spec::parse_submission(body, gantry_catalog::Catalog::embedded(), jobs_max).map_err(|e| {
+        ApiError(match e.limit {
+            Some((limit, value)) => ControlError::TooLarge { limit, value, message: e.message },
+            None => ControlError::Workload(e),
+        })
+    })
 }
 
 /// Longest idempotency key taken.
@@ -245,6 +252,32 @@ async fn cancel(
         Reply::Cancelled { stopping } => {
             Ok(Json(Cancelled { id, status: if stopping { "stopping" } else { "cancelled" }.into() }))
         }
+        other => Err(unexpected(other)),
+    }
+}
+
+/// `POST /v1/jobs/estimate`: when the workload's first job would start if submitted now
+/// (`sbatch --test-only`); nothing is submitted.
+#[utoipa::path(post, path = "/v1/jobs/estimate", tag = "jobs", request_body(content = String, description = "A workload file (TOML), as for POST /v1/jobs", content_type = "text/plain"),
+    responses((status = 200, description = "When and where it would start, or why it would wait", body = gantry_api::replies::Estimate), (status = 400, description = "Malformed workload, or a job that can never run on this fleet", body = ErrorBody),
+        (status = 401, description = "Missing or unknown token", body = ErrorBody), (status = 403, description = "Not a member of the job's queue", body = ErrorBody),
+        (status = 413, description = "Past an admission limit", body = ErrorBody), (status = 429, description = "Estimates asked for faster than one token may", body = ErrorBody)))]
+async fn estimate(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    Text(body): Text,
+) -> Result<Json<gantry_api::replies::Estimate>, ApiError> {
+    let who = who(&shared, &headers)?;
+    if !shared.estimate_rates.allow(&who.name, std::time::Instant::now()) {
+        return Err(ApiError(ControlError::TooMany {
+            limit: "estimates_per_second",
+            value: u64::from(crate::rate::HEARTBEATS_PER_S),
+            message: format!("token {:?} asks for estimates faster than the controller answers them", who.name),
+        }));
+    }
+    let jobs = workload(&shared, &body)?;
+    match shared.execute(Command::Estimate { who, jobs }).await? {
+        Reply::Estimated(estimate) => Ok(Json(estimate)),
         other => Err(unexpected(other)),
     }
 }

@@ -35,6 +35,12 @@ pub enum Command {
         who: Principal,
         node: String,
     },
+    /// When a workload's first job would start if submitted now (`sbatch --test-only`):
+    /// nothing changes, and it is not logged.
+    Estimate {
+        who: Principal,
+        jobs: Vec<gantry_types::Job>,
+    },
     /// Stop a running job and have it wait again (`scontrol requeue`).
     Requeue {
         who: Principal,
@@ -126,6 +132,7 @@ impl Command {
             Command::Submit { .. } => "submit",
             Command::Cancel { .. } => "cancel",
             Command::Requeue { .. } => "requeue",
+            Command::Estimate { .. } => "estimate",
             Command::Hold { held: true, .. } => "hold",
             Command::Hold { held: false, .. } => "release",
             Command::Drain { .. } => "drain",
@@ -165,6 +172,8 @@ pub enum Reply {
     },
     /// A running job is being stopped to wait again.
     Requeued,
+    /// When a job would start.
+    Estimated(gantry_api::replies::Estimate),
     /// Whether the hold or release changed anything.
     Held {
         changed: bool,

@@ -142,6 +142,32 @@ impl Controller {
                 return Ok(Effects { reply: Reply::Submitted { ids: ids.clone() }, ..Default::default() });
             }
         }
+        let (jobs, compiled, first) = self.checked(who, jobs, key)?;
+        let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
+        let jobs = number_arrays(jobs, first);
+        for (id, job) in ids.iter().zip(&jobs) {
+            self.record(Event::Submitted { id: *id, at_s: now, job: Box::new(job.clone()) })?;
+            self.note_arrival(*id, now);
+        }
+        tracing::info!(token = %who.name, jobs = ids.len(), first, "submitted");
+        let mut admissions = Vec::new();
+        for ((id, job), compiled) in ids.iter().zip(&jobs).zip(compiled) {
+            admissions.push((*id, self.admit_compiled(*id, job, compiled, now)?));
+        }
+        self.settle(admissions, now)?;
+        Ok(Effects { reply: Reply::Submitted { ids }, schedule: true, ..Default::default() })
+    }
+
+    /// What a submission passes before anything is recorded (`submit`, and `estimate`, which
+    /// records nothing): each job stamped with its user and granted priority, allowed to its
+    /// user and queue, within the admission limits, its dependencies resolved, compiled and
+    /// able to run on this fleet some day. With the id the first would get.
+    pub(crate) fn checked(
+        &mut self,
+        who: &Principal,
+        jobs: Vec<Job>,
+        key: Option<&str>,
+    ) -> Result<(Vec<Job>, Vec<CompiledJob>, u64), ControlError> {
         let jobs = jobs
             .into_iter()
             .map(|job| {
@@ -170,19 +196,7 @@ impl Controller {
             self.check_fits(job, &c, &mut checks)?;
             compiled.push(c);
         }
-        let ids: Vec<u64> = (first..first + jobs.len() as u64).collect();
-        let jobs = number_arrays(jobs, first);
-        for (id, job) in ids.iter().zip(&jobs) {
-            self.record(Event::Submitted { id: *id, at_s: now, job: Box::new(job.clone()) })?;
-            self.note_arrival(*id, now);
-        }
-        tracing::info!(token = %who.name, jobs = ids.len(), first, "submitted");
-        let mut admissions = Vec::new();
-        for ((id, job), compiled) in ids.iter().zip(&jobs).zip(compiled) {
-            admissions.push((*id, self.admit_compiled(*id, job, compiled, now)?));
-        }
-        self.settle(admissions, now)?;
-        Ok(Effects { reply: Reply::Submitted { ids }, schedule: true, ..Default::default() })
+        Ok((jobs, compiled, first))
     }
 
     /// The priority `who` may give `job` in its queue: the queue's default when the job names

@@ -14,6 +14,7 @@ mod agents;
 mod backlog;
 mod checkpoint;
 pub mod command;
+mod estimate;
 pub mod image;
 mod jobs;
 mod lost;
@@ -264,6 +265,7 @@ impl Controller {
             Command::NodeLost { who, node } => self.declare_lost(who, node, now),
             Command::Hold { who, job, held } => self.set_held(who, *job, *held, now),
             Command::Requeue { who, job } => self.requeue(who, *job),
+            Command::Estimate { who, jobs } => self.estimate(who, jobs.clone(), now),
             Command::Drain { who, node, drained } => self.set_drained(who, node, *drained),
             Command::CreateToken { who, name, role, queues, hash, node, lifetime_s } => {
                 let record = gantry_store::TokenRecord {

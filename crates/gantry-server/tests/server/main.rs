@@ -687,6 +687,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/checkpoint",
             "/v1/idle",
             "/v1/jobs",
+            "/v1/jobs/estimate",
             "/v1/jobs/{id}",
             "/v1/jobs/{id}/hold",
             "/v1/jobs/{id}/logs",

@@ -52,6 +52,29 @@ fn raw(url: &str, token: &str, body: &[u8]) -> (u16, Value) {
     (status, serde_json::from_str(json).unwrap_or(Value::String(json.to_string())))
 }
 
+/// A start estimate checks what a submission checks, stores nothing, and is paced per token.
+#[test]
+fn an_estimate_stores_nothing_and_is_paced() {
+    let server = limited("estimate");
+    let alice = member(&server, "alice");
+    let job = "[[job]]\nname = \"probe\"\ngpu = { count = 1 }\n";
+    let (status, reply) = server.call_as(Some(&alice), "POST", "/v1/jobs/estimate", Some(job));
+    assert_eq!(status, 200, "{reply}");
+    assert!(reply["start_s"].is_u64() && reply["nodes"].as_array().is_some_and(|n| !n.is_empty()), "{reply}");
+    let elsewhere = "[[job]]\nname = \"x\"\nqueue = \"other\"\n";
+    let (status, _) = server.call_as(Some(&alice), "POST", "/v1/jobs/estimate", Some(elsewhere));
+    assert_eq!(status, 403, "not a member of that queue");
+    let (status, reply) = server.call_as(Some(&alice), "POST", "/v1/jobs/estimate", Some("[[job]\n"));
+    assert_eq!(status, 400, "{reply}");
+    let (_, listed) = server.call("GET", "/v1/jobs", None);
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "nothing stored: {listed}");
+    let paced = (0..40)
+        .map(|_| server.call_as(Some(&alice), "POST", "/v1/jobs/estimate", Some(job)).0)
+        .filter(|&s| s == 429)
+        .count();
+    assert!(paced > 0, "a token asking 40 times at once is paced");
+}
+
 /// A signal reaches into a job's processes: only its user and admins may send one, only a
 /// signal a user may send, only to a running job, and only in a body the API reads.
 #[test]

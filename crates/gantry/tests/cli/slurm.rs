@@ -506,6 +506,32 @@ fn sbatch_exclusive_takes_whole_nodes() {
     let _ = (slurm.run("scancel", &[id.trim()]), small);
 }
 
+/// `sbatch --test-only` says when and where the job would start, in Slurm's words, and
+/// submits nothing; behind a full fleet it says why it would wait; a job that can never run
+/// is refused as a submission would be.
+#[test]
+fn sbatch_test_only_says_when_a_job_would_start_and_submits_nothing() {
+    let slurm = SlurmOnGantry::start("slurm-test-only", TWO_NODES, None);
+    let (code, _, err) = slurm.run("sbatch", &["--test-only", "--gres=gpu:1", "-c", "2", "--wrap", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.starts_with("sbatch: Job 1 to start at 20") && err.contains("using 2 processors on nodes "), "{err}");
+    assert!(err.trim_end().ends_with("in partition default"), "{err}");
+    let (_, listed, _) = slurm.run("squeue", &["-t", "all", "-h"]);
+    assert_eq!(listed, "", "nothing was submitted");
+    let (code, _, err) = slurm.run("sbatch", &["-N2", "--gres=gpu:2", "-t", "10", "--wrap", "sleep 60"]);
+    assert_eq!(code, Some(0), "{err}");
+    let waited = std::time::Instant::now();
+    while !slurm.run("squeue", &["-h", "-t", "R"]).1.contains(" R ") {
+        assert!(waited.elapsed().as_secs() < 20, "the filler never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (code, _, err) = slurm.run("sbatch", &["--test-only", "--gres=gpu:1", "--wrap", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("would wait") || (err.contains("to start at") && err.contains("not chosen yet")), "{err}");
+    let (code, _, err) = slurm.run("sbatch", &["--test-only", "--gres=gpu:9", "--wrap", "true"]);
+    assert!(code == Some(1) && err.contains("can never run"), "{err}");
+}
+
 /// `scontrol requeue` stops a running job and it runs again, knowing it was restarted
 /// (`SLURM_RESTART_COUNT`); a job that is not running is refused with why.
 #[test]
