@@ -6,7 +6,7 @@
 
 use super::auth::{answer, challenge, check};
 use super::wire::{Challenge, Report, Welcome, receive, send};
-use super::{Allocation, STEP_DIR_VAR, STEP_KEY_VAR, StepError, host, host_file, hub_ports};
+use super::{Allocation, STEP_DIR_VAR, STEP_KEY_VAR, StepError, Unproven, host, host_file, hub_ports};
 use std::io::BufReader;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -113,22 +113,29 @@ fn open_hub(key: &str, job: u64, dir: &Path) -> Result<TcpListener, StepError> {
         })?;
     let accepting = listener.try_clone().map_err(StepError::io("hub listener"))?;
     let (key, dir) = (key.to_string(), dir.to_path_buf());
-    std::thread::spawn(move || {
-        for conn in accepting.incoming().flatten() {
-            let (key, dir) = (key.clone(), dir.clone());
-            std::thread::spawn(move || {
-                if let Err(e) = welcome(conn, &key, &dir) {
-                    eprintln!("gantry slurm-batch: a step host's report: {e}");
-                }
-            });
-        }
-    });
+    std::thread::spawn(move || serve_hub(&accepting, &key, &dir));
     Ok(listener)
 }
 
+/// Welcome each step host that connects, each on a thread of its own; past
+/// [`UNPROVEN_CONNECTIONS_MAX`](super::UNPROVEN_CONNECTIONS_MAX) unproven at once, a
+/// connection is closed unread.
+fn serve_hub(listener: &TcpListener, key: &str, dir: &Path) {
+    let unproven = std::sync::Arc::default();
+    for conn in listener.incoming().flatten() {
+        let Some(guard) = Unproven::admit(&unproven) else { continue };
+        let (key, dir) = (key.to_string(), dir.to_path_buf());
+        std::thread::spawn(move || {
+            if let Err(e) = welcome(conn, &key, &dir, guard) {
+                eprintln!("gantry slurm-batch: a step host's report: {e}");
+            }
+        });
+    }
+}
+
 /// Check a step host's report, record where it listens, answer its challenge, and hold the
-/// connection open until this process ends.
-fn welcome(conn: TcpStream, key: &str, dir: &Path) -> Result<(), StepError> {
+/// connection open until this process ends (no longer counted among the unproven).
+fn welcome(conn: TcpStream, key: &str, dir: &Path, unproven: Unproven) -> Result<(), StepError> {
     let mine = challenge().map_err(StepError::io("cannot make a challenge"))?;
     send(&mut &conn, &Challenge { challenge: mine.clone() })?;
     conn.set_read_timeout(Some(Duration::from_secs(10))).map_err(StepError::io("hub connection"))?;
@@ -144,6 +151,7 @@ fn welcome(conn: TcpStream, key: &str, dir: &Path) -> Result<(), StepError> {
         .and_then(|()| std::fs::rename(&tmp, &file))
         .map_err(StepError::io("cannot record a step host"))?;
     send(&mut &conn, &Welcome::Answer(answer(key, "hub", &report.challenge, "")))?;
+    drop(unproven);
     conn.set_read_timeout(None).map_err(StepError::io("hub connection"))?;
     let mut sink = [0u8; 64];
     while std::io::Read::read(&mut &conn, &mut sink).is_ok_and(|n| n > 0) {}
@@ -283,7 +291,7 @@ mod hub_tests {
         let hub_dir = dir.clone();
         std::thread::spawn(move || {
             let (conn, _) = listener.accept().expect("accept");
-            let _ = welcome(conn, "right", &hub_dir);
+            let _ = welcome(conn, "right", &hub_dir, Unproven::admit(&Default::default()).expect("room"));
         });
         let conn = TcpStream::connect(addr).expect("connect");
         let mut reader = BufReader::new(conn.try_clone().expect("clone"));
@@ -299,6 +307,27 @@ mod hub_tests {
         let recorded = host_file(&dir, 1).exists();
         let _ = std::fs::remove_dir_all(&dir);
         (welcome, recorded)
+    }
+
+    /// A flood of connections that never prove themselves gets the first
+    /// `UNPROVEN_CONNECTIONS_MAX` each a challenge (and 10 s); the rest are closed unread.
+    #[test]
+    fn a_flood_of_unproven_connections_is_closed_past_the_bound() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
+        let addr = listener.local_addr().expect("addr");
+        let dir = std::env::temp_dir().join(format!("gantry-hub-flood-{}", std::process::id()));
+        std::thread::spawn(move || serve_hub(&listener, "right", &dir));
+        let conns: Vec<TcpStream> = (0..super::super::UNPROVEN_CONNECTIONS_MAX + 8)
+            .map(|_| TcpStream::connect(addr).expect("connect"))
+            .collect();
+        let challenged = conns
+            .iter()
+            .filter(|c| {
+                c.set_read_timeout(Some(std::time::Duration::from_secs(3))).expect("timeout");
+                receive::<Challenge>(&mut BufReader::new(*c)).ok().flatten().is_some()
+            })
+            .count();
+        assert_eq!(challenged, super::super::UNPROVEN_CONNECTIONS_MAX);
     }
 
     #[test]

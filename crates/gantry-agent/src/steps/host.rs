@@ -32,10 +32,12 @@ pub fn serve(key: &str, job: u64, node_index: u32, hub: &str) -> Result<(), Step
     });
     let devices = exec::node_devices();
     let launcher = exec::launcher().ok_or_else(|| StepError::Refused("cannot find the gantry binary".into()))?;
+    let unproven = Arc::default();
     for conn in listener.incoming().flatten() {
+        let Some(guard) = super::Unproven::admit(&unproven) else { continue };
         let (key, devices, running, launcher) = (key.to_string(), devices.clone(), running.clone(), launcher.clone());
         std::thread::spawn(move || {
-            if let Err(e) = run_order(conn, &key, &devices, &running, Some(&launcher)) {
+            if let Err(e) = run_order(conn, &key, &devices, &running, Some(&launcher), guard) {
                 eprintln!("gantry step host: {e}");
             }
         });
@@ -95,6 +97,7 @@ fn run_order(
     devices: &[String],
     running: &Running,
     launcher: Option<&std::path::Path>,
+    unproven: super::Unproven,
 ) -> Result<(), StepError> {
     let mine = challenge().map_err(StepError::io("cannot make a challenge"))?;
     send(&mut &conn, &Challenge { challenge: mine.clone() })?;
@@ -104,6 +107,7 @@ fn run_order(
         send(&mut &conn, &News::Refused("the order does not carry this run's step key".into()))?;
         return Ok(());
     }
+    drop(unproven);
     let order: TaskOrder =
         serde_json::from_str(&signed.order).map_err(|e| StepError::Refused(format!("a malformed task order: {e}")))?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -153,7 +157,14 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let host = std::thread::spawn(move || {
             let (conn, _) = listener.accept().expect("accept");
-            run_order(conn, "right", &[], &Running::default(), None)
+            run_order(
+                conn,
+                "right",
+                &[],
+                &Running::default(),
+                None,
+                super::super::Unproven::admit(&Arc::default()).expect("room"),
+            )
         });
         let conn = TcpStream::connect(addr).expect("connect");
         let mut reader = BufReader::new(conn.try_clone().expect("clone"));

@@ -25,6 +25,8 @@ pub mod srun;
 mod wire;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The variables the batch host hands its script (and so `srun`): where the allocation's
 /// step files are, and its shape.
@@ -35,6 +37,34 @@ pub const STEP_KEY_VAR: &str = "GANTRY_STEP_KEY";
 /// How long a step host keeps trying to reach its hub, and `srun` waits for the step hosts
 /// of the nodes it needs (a run's tasks start within a heartbeat of each other).
 pub const REPORT_WITHIN_S: u64 = 60;
+
+/// Connections not yet proven to hold the run's step key, at once, per hub or step host. Past
+/// it a connection is closed unread: the ports listen on every interface, and a flood from
+/// anywhere must not spend the job's threads (its cgroup's pids limit) while each waits out
+/// its 10 s. A proven connection stops counting, so an allocation of any size fits.
+pub const UNPROVEN_CONNECTIONS_MAX: usize = 32;
+
+/// A connection counted among the unproven until it proves itself (drop it then) or ends.
+#[derive(Debug)]
+pub struct Unproven(Arc<AtomicUsize>);
+
+impl Unproven {
+    /// Count one more unproven connection, unless [`UNPROVEN_CONNECTIONS_MAX`] are already.
+    pub fn admit(count: &Arc<AtomicUsize>) -> Option<Unproven> {
+        let before = count.fetch_add(1, Ordering::SeqCst);
+        if before >= UNPROVEN_CONNECTIONS_MAX {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Unproven(Arc::clone(count)))
+    }
+}
+
+impl Drop for Unproven {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// The hub's port candidates for `job`: above `MASTER_PORT`'s range (29,500 + job mod 10,000),
 /// four tries so two jobs whose numbers collide on one node still both find a port (a step
