@@ -100,6 +100,22 @@ struct Tracked {
     devices: Vec<String>,
     /// Its rank in its run (its files' and cgroup's name).
     rank: u32,
+    /// Once it has exited: the job steps its log records (a batch job's script task).
+    steps: Vec<gantry_types::StepRecord>,
+}
+
+/// The job steps an exited task's log records (`steps::records`): read from the end of its
+/// stderr through the run directory's checked access; none if it has none or cannot be read.
+fn step_records(data_dir: &std::path::Path, key: &TaskKey, rank: u32) -> Vec<gantry_types::StepRecord> {
+    use crate::steps::records;
+    let piece = crate::output::read_piece(
+        data_dir,
+        (key.job, key.attempt, rank),
+        gantry_wire::LogStream::Err,
+        None,
+        records::RECORDS_BYTES_MAX,
+    );
+    piece.map(|p| records::parse(&String::from_utf8_lossy(&p.bytes))).unwrap_or_default()
 }
 
 /// Node names go into URL paths: keep them to what needs no escaping.
@@ -140,15 +156,17 @@ impl Agent {
                 self.runner.watch(key.clone(), rank, grant);
             }
             tracing::info!(job = key.job, task = %format!("{}/{}", key.group, key.replica), state = ?found.state, "task from before the restart");
-            self.tasks.insert(key, Tracked { state: found.state, stopping: false, devices, rank });
+            self.tasks.insert(key, Tracked { state: found.state, stopping: false, devices, rank, steps: Vec::new() });
         }
         self.runner.sweep(&keep);
         Ok(())
     }
 
     fn exited(&mut self, exit: Exit) {
+        let data_dir = self.config.data_dir.clone();
         if let Some(task) = self.tasks.get_mut(&exit.key) {
             task.state = exit.state();
+            task.steps = step_records(&data_dir, &exit.key, task.rank);
         }
     }
 
@@ -160,6 +178,7 @@ impl Agent {
                 key: key.clone(),
                 state: t.state,
                 stopping: t.stopping && t.state == TaskState::Running,
+                steps: t.steps.clone(),
             })
             .collect();
         Heartbeat {
@@ -316,19 +335,24 @@ impl Agent {
                 if state == TaskState::Running {
                     self.runner.watch(key.clone(), rank, claim.grant);
                 }
-                self.tasks.insert(key, Tracked { state, stopping: false, devices: launch.devices, rank });
+                self.tasks
+                    .insert(key, Tracked { state, stopping: false, devices: launch.devices, rank, steps: Vec::new() });
                 return;
             }
             Err(e) => {
                 tracing::error!(job = key.job, error = %e, "cannot claim the task");
                 let state = TaskState::Exited { code: Some(126), timed_out: false, oom: false };
-                self.tasks.insert(key, Tracked { state, stopping: false, devices: Vec::new(), rank });
+                self.tasks
+                    .insert(key, Tracked { state, stopping: false, devices: Vec::new(), rank, steps: Vec::new() });
                 return;
             }
         }
         let stopping = self.stopped.contains(&(key.job, key.attempt));
         tracing::info!(job = key.job, task = %format!("{}/{}", key.group, key.replica), attempt = key.attempt, "launching");
-        self.tasks.insert(key, Tracked { state: TaskState::Running, stopping, devices: launch.devices.clone(), rank });
+        self.tasks.insert(
+            key,
+            Tracked { state: TaskState::Running, stopping, devices: launch.devices.clone(), rank, steps: Vec::new() },
+        );
         self.runner.launch(launch);
     }
 }

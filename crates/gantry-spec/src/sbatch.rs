@@ -553,7 +553,7 @@ fn batch_wrapper(shape: &Shape, request: &Request) -> String {
     format!(
         ": \"${{GANTRY_BIN:?this node's gantry agent predates batch jobs (it sets no GANTRY_BIN)}}\"; \
          if [ \"${{GANTRY_RANK:-0}}\" != 0 ]; then exec \"$GANTRY_BIN\" slurm-batch {host} -- true; fi; \
-         {}exec \"$GANTRY_BIN\" slurm-batch {host} -- \"$@\"",
+         exec 3>&2; {}exec \"$GANTRY_BIN\" slurm-batch {host} --records-to-fd3 -- \"$@\"",
         redirections(request.output.as_deref(), request.error.as_deref())
     )
 }

@@ -45,6 +45,7 @@ fn ended(id: u64, at_s: u64, ending: Ending) -> Event {
         used: Vec::new(),
         oom: None,
         by,
+        steps: Vec::new(),
     }
 }
 
@@ -73,6 +74,15 @@ pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
         node: "n1".into(),
         memory_limit_bytes: Some(1 << 30),
     };
+    let step = gantry_types::StepRecord {
+        step: 0,
+        name: "python3".into(),
+        tasks: 4,
+        nodes: "n[1-2]".into(),
+        start_s: 31,
+        end_s: Some(39),
+        exit_code: Some(137),
+    };
     let end = Event::Ended {
         id: 1,
         at_s: 40,
@@ -81,6 +91,7 @@ pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
         used: vec![used("n1", 50, 5), used("n2", 7, 1)],
         oom: Some(oom.clone()),
         by: None,
+        steps: vec![step.clone()],
     };
     store.append(&[started(1, 30), end]).expect("runs and ends");
     store.append(&[ended(2, 41, Ending::Cancelled)]).expect("cancelled while pending");
@@ -90,6 +101,7 @@ pub fn lifecycle<S: Store>(mut make: impl FnMut() -> S) {
     assert_eq!(a.tasks[0].confinement.as_deref(), Some("cgroup v1 (memory)"));
     assert_eq!(a.outcome.ending, Some(Ending::OutOfMemory), "the state says failed; the outcome says how");
     assert_eq!(a.outcome.oom, Some(oom));
+    assert_eq!(a.outcome.steps, [step], "its steps are kept with it");
     let n1 = &a.outcome.used[0];
     assert_eq!(
         (n1.node.as_str(), n1.used.cpu_ms, n1.used.memory_peak_bytes),

@@ -83,6 +83,42 @@ impl Ending {
     }
 }
 
+/// One job step of a batch job (an `srun` in its script), as its batch host recorded it: the
+/// job's own statement, bounded ([`STEPS_MAX`], [`STEP_NAME_CHARS_MAX`]) and kept with the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StepRecord {
+    /// Slurm's step number (`ID.0`, `ID.1`, ...).
+    pub step: u32,
+    /// The program it ran (its file name).
+    pub name: String,
+    pub tasks: u32,
+    /// Its nodes, as a Slurm hostlist.
+    pub nodes: String,
+    pub start_s: u64,
+    /// `None`: it had not ended when the job did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_s: Option<u64>,
+    /// The highest exit code of its tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+/// Most steps kept of one run (a script that runs more keeps its first ones).
+pub const STEPS_MAX: usize = 256;
+/// Longest step name kept, in characters.
+pub const STEP_NAME_CHARS_MAX: usize = 64;
+
+impl StepRecord {
+    /// Whether it is within the bounds a record from a node must keep.
+    pub fn is_sane(&self) -> bool {
+        self.name.chars().count() <= STEP_NAME_CHARS_MAX
+            && self.nodes.len() <= 4096
+            && self.end_s.is_none_or(|end| end >= self.start_s)
+    }
+}
+
 /// One task of a started job: where it runs and what it was given.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -191,6 +227,9 @@ pub enum Event {
         /// Who cancelled it: a token's name, or [`CANCELLED_BY_CONTROLLER`].
         #[serde(default, skip_serializing_if = "Option::is_none")]
         by: Option<String>,
+        /// The job steps its batch host recorded (a batch job's `srun`s).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        steps: Vec<StepRecord>,
     },
     /// It was stopped for another (preemption) and waits again; what that run used.
     Requeued {
@@ -207,7 +246,7 @@ pub enum Event {
 impl Event {
     /// A job ended with nothing measured (it never ran, or ran where nothing measures).
     pub fn ended(id: u64, at_s: u64, ending: Ending, exit_code: Option<i32>) -> Event {
-        Event::Ended { id, at_s, ending, exit_code, used: Vec::new(), oom: None, by: None }
+        Event::Ended { id, at_s, ending, exit_code, used: Vec::new(), oom: None, by: None, steps: Vec::new() }
     }
 
     /// A job cancelled by `by` (a token's name, or [`CANCELLED_BY_CONTROLLER`]) before it ran.
@@ -220,6 +259,7 @@ impl Event {
             used: Vec::new(),
             oom: None,
             by: Some(by.into()),
+            steps: Vec::new(),
         }
     }
 

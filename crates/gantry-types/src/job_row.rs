@@ -44,6 +44,9 @@ pub struct Outcome {
     /// Who cancelled it (a token's name; `gantry`: the controller itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
+    /// Its last run's job steps (a batch job's `srun`s), as its batch host recorded them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::StepRecord>,
 }
 
 impl Outcome {
@@ -62,7 +65,8 @@ impl Outcome {
     pub fn after(&self, event: &Event) -> Outcome {
         let mut next = self.clone();
         match event {
-            Event::Ended { ending, used, oom, by, .. } => {
+            Event::Ended { ending, used, oom, by, steps, .. } => {
+                next.steps = steps.clone();
                 next.ending = Some(*ending);
                 next.oom = oom.clone();
                 next.cancelled_by = by.clone().filter(|_| *ending == crate::Ending::Cancelled);

@@ -18,7 +18,10 @@ pub mod text;
 pub mod time;
 pub mod token;
 
-pub use event::{CANCELLED_BY_CONTROLLER, Ending, Event, JobState, NodeUse, OomKill, TaskStart, Use};
+pub use event::{
+    CANCELLED_BY_CONTROLLER, Ending, Event, JobState, NodeUse, OomKill, STEP_NAME_CHARS_MAX, STEPS_MAX, StepRecord,
+    TaskStart, Use,
+};
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{
     ArrayElement, Dependency, DependencyKind, GRACE_DEFAULT_S, GpuRequest, Isolation, Job, JobControl, Lifecycle,

@@ -349,6 +349,10 @@ pub struct TaskReport {
     /// Running, and the agent is already stopping it (no need to order it again).
     #[serde(default)]
     pub stopping: bool,
+    /// Ended: the job steps its batch host recorded in its log (a batch job's script task;
+    /// protocol 6).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<gantry_types::StepRecord>,
 }
 
 /// One GPU's utilization when the heartbeat left: measured by NVML, or simulated (a busy

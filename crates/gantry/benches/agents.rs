@@ -554,7 +554,7 @@ impl SimAgent {
         let tasks = self
             .tasks
             .iter()
-            .map(|(key, t)| TaskReport { key: key.clone(), state: t.state, stopping: false })
+            .map(|(key, t)| TaskReport { key: key.clone(), state: t.state, stopping: false, steps: Vec::new() })
             .collect();
         let busy: Vec<u32> =
             self.tasks.values().filter(|t| t.state == TaskState::Running).flat_map(|t| t.gpus.clone()).collect();

@@ -202,12 +202,18 @@ fn main() {
             let mut tasks: Vec<TaskReport> = agent
                 .running
                 .keys()
-                .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false })
+                .map(|key| TaskReport {
+                    key: key.clone(),
+                    state: TaskState::Running,
+                    stopping: false,
+                    steps: Vec::new(),
+                })
                 .collect();
             tasks.extend(agent.ended.iter().map(|key| TaskReport {
                 key: key.clone(),
                 state: TaskState::Exited { code: Some(0), timed_out: false, oom: false },
                 stopping: false,
+                steps: Vec::new(),
             }));
             let samples = (0..8)
                 .map(|index| GpuSample {

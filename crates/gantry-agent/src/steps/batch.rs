@@ -34,6 +34,10 @@ fn parse(args: &[String]) -> Result<(Allocation, Vec<String>), StepError> {
             alloc.tasks_asked = true;
             continue;
         }
+        if option == "--records-to-fd3" {
+            alloc.records_fd3 = true;
+            continue;
+        }
         if option == "--set" {
             let pair = words.next().and_then(|p| p.split_once('=')).filter(|(k, _)| k.starts_with("SLURM_"));
             let (k, v) = pair.ok_or_else(|| StepError::Usage("--set needs SLURM_NAME=VALUE".into()))?;
@@ -78,8 +82,34 @@ fn run(alloc: &Allocation, argv: &[String]) -> Result<i32, StepError> {
         _ => None,
     };
     let code = run_script(alloc, argv, &dir);
+    if alloc.records_fd3 {
+        report_steps(&dir);
+    }
     let _ = std::fs::remove_dir_all(&dir);
     code
+}
+
+/// Write the steps `srun` recorded to the task's own log, which the batch wrapper kept open
+/// as descriptor 3 before it sent the script's output to its files (`steps::records`). A
+/// child shell copies them there: std opens no inherited descriptor by number without
+/// `unsafe`.
+fn report_steps(dir: &Path) {
+    use std::io::Write;
+    let records = super::records::read_all(dir);
+    if records.is_empty() {
+        return;
+    }
+    let child = std::process::Command::new("sh")
+        .args(["-c", "cat >&3"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn();
+    if let Ok(mut child) = child {
+        if let Some(mut stdin) = child.stdin.take() {
+            let _ = stdin.write_all(super::records::lines(&records).as_bytes());
+        }
+        let _ = child.wait();
+    }
 }
 
 fn no_key() -> StepError {

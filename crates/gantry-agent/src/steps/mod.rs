@@ -21,6 +21,7 @@ pub mod auth;
 pub mod batch;
 pub mod exec;
 pub mod host;
+pub mod records;
 pub mod srun;
 mod wire;
 
@@ -86,6 +87,9 @@ pub struct Allocation {
     pub tasks_asked: bool,
     /// `SLURM_*` variables decided at submission (`SLURM_SUBMIT_DIR`, `SLURM_MEM_PER_NODE`, ...).
     pub submitted: Vec<(String, String)>,
+    /// The task's own log is open as descriptor 3 (the batch wrapper kept it there): the
+    /// steps' records go to it when the script ends.
+    pub records_fd3: bool,
 }
 
 impl Allocation {
@@ -112,6 +116,7 @@ impl Allocation {
             gpus_per_task: num("GANTRY_ALLOC_GPUS_PER_TASK"),
             tasks_asked: false,
             submitted: Vec::new(),
+            records_fd3: false,
         })
     }
 }

@@ -65,7 +65,38 @@ fn run(args: &[String]) -> Result<i32, StepError> {
         .filter(|(k, v)| !(NODE_LOCAL.contains(&k.as_str()) || k == "MASTER_ADDR" && Some(v) == ours.as_ref()))
         .collect();
     let orders = orders(&args, &counts, step, &env);
-    launch_and_wait(&args, &counts, orders, Path::new(&dir))
+    let mut record = step_record(&args, &counts, step);
+    super::records::write(Path::new(&dir), &record);
+    let code = launch_and_wait(&args, &counts, orders, Path::new(&dir));
+    record.end_s = Some(record.start_s.max(now_s()));
+    record.exit_code = Some(*code.as_ref().unwrap_or(&1));
+    super::records::write(Path::new(&dir), &record);
+    code
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The step as it starts: its number, program, tasks and nodes (for `sacct`'s `ID.N` rows).
+fn step_record(a: &SrunArgs, counts: &[u32], step: u32) -> gantry_types::StepRecord {
+    let program = a.command.first().map_or("", |c| c.rsplit('/').next().unwrap_or(c));
+    let nodes: Vec<String> = std::env::var("GANTRY_RUN_NODES")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|n| !n.is_empty())
+        .take(counts.len())
+        .map(str::to_string)
+        .collect();
+    gantry_types::StepRecord {
+        step,
+        name: program.chars().take(gantry_types::STEP_NAME_CHARS_MAX).collect(),
+        tasks: counts.iter().sum(),
+        nodes: gantry_types::text::hostlist(&nodes),
+        start_s: now_s(),
+        end_s: None,
+        exit_code: None,
+    }
 }
 
 /// Read srun's options; the command starts at the first word that is not one. Options gantry

@@ -289,6 +289,11 @@ pub fn sacct_table(jobs: &[JobView], s: &Sacct, me: &str, now: u64) -> String {
         for batch in [false, true].into_iter().filter(|b| !b || batch_row) {
             lines.push(s.fields.iter().map(|(f, _)| value(job, f, batch, now)).collect());
         }
+        if batch_row {
+            for step in &job.row.outcome.steps {
+                lines.push(s.fields.iter().map(|(f, _)| step_value(job, step, f, now)).collect());
+            }
+        }
     }
     let mut out = String::new();
     let header: Vec<String> = s.fields.iter().map(|(f, _)| f.to_string()).collect();
@@ -310,6 +315,37 @@ pub fn sacct_table(jobs: &[JobView], s: &Sacct, me: &str, now: u64) -> String {
         }
     }
     out
+}
+
+/// One field of a job step's row (`ID.N`), as its batch host recorded the step; what a step
+/// has no value for is empty, as in Slurm's step rows.
+fn step_value(job: &JobView, step: &gantry_types::StepRecord, field: &str, now: u64) -> String {
+    let ran = step.end_s.unwrap_or(now).saturating_sub(step.start_s);
+    let nodes = gantry_spec::expand_hostlist(&step.nodes).map_or(1, |n| n.len().max(1));
+    match field {
+        "JobID" => format!("{}.{}", slurm_id(job), step.step),
+        "JobIDRaw" => format!("{}.{}", job.row.id, step.step),
+        "JobName" => step.name.clone(),
+        "AllocCPUS" => step.tasks.to_string(),
+        "AllocNodes" | "NNodes" => nodes.to_string(),
+        "NodeList" => step.nodes.clone(),
+        "State" => match (step.end_s, step.exit_code) {
+            (Some(_), Some(0)) => "COMPLETED".into(),
+            (Some(_), Some(_)) => "FAILED".into(),
+            _ if job.row.state.is_final() => "CANCELLED".into(),
+            _ => "RUNNING".into(),
+        },
+        "ExitCode" => match step.exit_code {
+            Some(c) if c > 128 => format!("0:{}", c - 128),
+            Some(c) => format!("{c}:0"),
+            None => "0:0".into(),
+        },
+        "Submit" | "Start" => iso_time(step.start_s),
+        "End" => step.end_s.map_or_else(|| "Unknown".into(), iso_time),
+        "Elapsed" => super::duration(ran),
+        "ElapsedRaw" => ran.to_string(),
+        _ => String::new(),
+    }
 }
 
 /// One line in fixed columns: cut to width, JobID left-aligned, the rest right-aligned; a

@@ -401,6 +401,7 @@ impl Controller {
                     if oom {
                         self.note_oom(node, &report.key);
                     }
+                    self.note_steps(&report);
                     self.task_exited(&report.key, code, timed_out, false, now, effects)?;
                     forget.push(report.key);
                 }
@@ -566,6 +567,19 @@ impl Controller {
             ));
         }
         None
+    }
+
+    /// The job steps an exited task's log recorded (a batch job's script task), kept with its
+    /// run until the run ends: only that run's, only sane ones, at most `STEPS_MAX`. They are
+    /// the job's own statement about itself, shown as it made it.
+    fn note_steps(&mut self, report: &wire::TaskReport) {
+        if report.steps.is_empty() {
+            return;
+        }
+        let Some(runs) = self.running.get_mut(&report.key.job).filter(|r| r.attempt == report.key.attempt) else {
+            return;
+        };
+        runs.steps = report.steps.iter().filter(|s| s.is_sane()).take(gantry_types::STEPS_MAX).cloned().collect();
     }
 
     /// Why node `node`'s agent cannot take a user's signal now (down, or older than signals);

@@ -67,12 +67,13 @@ fn heartbeat(node: &str, agent: &Agent, cpu_ms: u64) -> Command {
     let mut tasks: Vec<TaskReport> = agent
         .running
         .iter()
-        .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false })
+        .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false, steps: Vec::new() })
         .collect();
     tasks.extend(agent.ended.iter().map(|(key, code)| TaskReport {
         key: key.clone(),
         state: TaskState::Exited { code: Some(*code), timed_out: false, oom: false },
         stopping: false,
+        steps: Vec::new(),
     }));
     let samples = (0..4)
         .map(|index| GpuSample {
@@ -340,6 +341,7 @@ fn a_hostile_agent_logs_no_more_than_its_real_work() {
             key: TaskKey { job: 1_000_000 + i, group: "main".into(), replica: 0, attempt: 0 },
             state: TaskState::Exited { code: Some(1), timed_out: false, oom: false },
             stopping: false,
+            steps: Vec::new(),
         })
         .collect();
     let mut applied = 0;
@@ -348,7 +350,12 @@ fn a_hostile_agent_logs_no_more_than_its_real_work() {
         for beat_in_second in 0..5u64 {
             let mut tasks = junk.clone();
             if (second * 5 + beat_in_second) % 2 == 0 {
-                tasks.push(TaskReport { key: key.clone(), state: TaskState::Running, stopping: false });
+                tasks.push(TaskReport {
+                    key: key.clone(),
+                    state: TaskState::Running,
+                    stopping: false,
+                    steps: Vec::new(),
+                });
             }
             let samples = (0..256)
                 .map(|index| GpuSample {

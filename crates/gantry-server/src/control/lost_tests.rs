@@ -52,8 +52,10 @@ pub(super) fn submit(c: &mut Controller, text: &str, now: u64) -> u64 {
 
 /// A heartbeat from `node` reporting `tasks` as running; the orders it gets.
 fn beat(c: &mut Controller, node: &str, tasks: &[TaskKey], now: u64) -> Orders {
-    let reports =
-        tasks.iter().map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false }).collect();
+    let reports = tasks
+        .iter()
+        .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false, steps: Vec::new() })
+        .collect();
     let beat = Heartbeat {
         tasks: reports,
         samples: Vec::new(),
@@ -166,6 +168,7 @@ fn a_gang_with_a_task_on_a_lost_node_is_stopped_everywhere_and_requeued_whole() 
         key: on_0[0].clone(),
         state: TaskState::Exited { code: None, timed_out: false, oom: false },
         stopping: true,
+        steps: Vec::new(),
     };
     let beat_exit = Heartbeat {
         tasks: vec![exited],
@@ -308,8 +311,10 @@ fn a_requeued_attempt_waits_until_the_old_one_is_gone_from_its_node() {
     assert!(orders.stop.iter().any(|s| s.job == id && s.attempt == 0), "{orders:?}");
     tick(&mut c, t + 1);
     assert_eq!(state(&c, id), (JobState::Running, 1), "placed again on the node that came back");
-    let stopping: Vec<TaskReport> =
-        old.iter().map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: true }).collect();
+    let stopping: Vec<TaskReport> = old
+        .iter()
+        .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: true, steps: Vec::new() })
+        .collect();
     for s in 2..40 {
         let beat = Heartbeat { tasks: stopping.clone(), instance: format!("agent-{node}"), ..Default::default() };
         let effects = c
@@ -325,6 +330,7 @@ fn a_requeued_attempt_waits_until_the_old_one_is_gone_from_its_node() {
             key: key.clone(),
             state: TaskState::Exited { code: None, timed_out: false, oom: false },
             stopping: false,
+            steps: Vec::new(),
         })
         .collect();
     let beat = Heartbeat { tasks: gone, instance: format!("agent-{node}"), ..Default::default() };

@@ -93,6 +93,8 @@ pub(crate) struct Runs {
     pub cancelled: bool,
     /// Who cancelled it (a token's name, or the controller).
     pub cancelled_by: Option<String>,
+    /// The job steps its batch host recorded, as the task that ran the script reported them.
+    pub steps: Vec<gantry_types::StepRecord>,
     pub lost: bool,
     /// Being stopped for another job (the preemptor's right): it waits again when its tasks
     /// have exited.
@@ -444,6 +446,7 @@ impl Controller {
             timed_out: false,
             cancelled: false,
             cancelled_by: None,
+            steps: Vec::new(),
             lost: false,
             preempted: None,
             node_lost: None,

@@ -232,7 +232,8 @@ impl Controller {
         let exit_code = if ending == Ending::Completed { Some(0) } else { runs.failed };
         let used = runs.used.values().cloned().collect();
         let by = runs.cancelled_by.clone().filter(|_| ending == Ending::Cancelled);
-        self.record(Event::Ended { id: job, at_s: now, ending, exit_code, used, oom: runs.oom.clone(), by })?;
+        let (oom, steps) = (runs.oom.clone(), runs.steps.clone());
+        self.record(Event::Ended { id: job, at_s: now, ending, exit_code, used, oom, by, steps })?;
         tracing::info!(job, ending = ?ending, exit_code = ?exit_code, "ended");
         let woken = self.scheduler.ended(runs.alloc, ending == Ending::Completed, now).unwrap_or_default();
         self.settle(woken, now)

@@ -13,8 +13,10 @@ fn beat_at(c: &mut Controller, node: &str, tasks: &[TaskKey], pct: u32, now: u64
     let samples = (0..4)
         .map(|index| GpuSample { index, utilization_pct: pct, memory_used_mib: 0, measured: true, jobs: Vec::new() })
         .collect();
-    let tasks =
-        tasks.iter().map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false }).collect();
+    let tasks = tasks
+        .iter()
+        .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false, steps: Vec::new() })
+        .collect();
     let beat = Heartbeat {
         tasks,
         samples,
@@ -34,8 +36,10 @@ fn unlogged(c: &mut Controller, node: &str, tasks: &[TaskKey], pct: u32, now: u6
     let samples = (0..4)
         .map(|index| GpuSample { index, utilization_pct: pct, memory_used_mib: 0, measured: true, jobs: Vec::new() })
         .collect();
-    let tasks =
-        tasks.iter().map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false }).collect();
+    let tasks = tasks
+        .iter()
+        .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false, steps: Vec::new() })
+        .collect();
     let beat = Heartbeat { tasks, samples, instance: format!("agent-{node}"), ..Default::default() };
     let effects =
         c.apply(now, Command::Heartbeat { who: Principal::controller(), node: node.into(), beat }).expect("beats");

@@ -367,6 +367,23 @@ fn a_batch_script_runs_once_and_srun_steps_span_the_allocation() {
     assert_eq!(gpus.len(), 4, "every rank its own GPU: {two}");
 }
 
+/// Each `srun` in a batch script is a job step sacct lists as `ID.N` beside `ID` and
+/// `ID.batch`: its program, nodes, tasks, state and exit code, as Slurm's accounting shows them.
+#[test]
+fn sacct_lists_each_step_of_a_batch_job() {
+    let slurm = SlurmOnGantry::start("slurm-sacct-steps", TWO_NODES, None);
+    let script = "srun -N2 --ntasks-per-node=1 hostname > /dev/null; srun -n1 sh -c 'exit 3'; true";
+    let (code, id, err) = slurm.run("sbatch", &["--parsable", "--wait", "-N2", "-o", "/dev/null", "--wrap", script]);
+    assert_eq!(code, Some(0), "{err}");
+    let id = id.trim().to_string();
+    let (_, rows, err) =
+        slurm.run("sacct", &["-j", &id, "-P", "-n", "-o", "JobID,JobName,State,ExitCode,NNodes,AllocCPUS"]);
+    let rows: Vec<&str> = rows.lines().collect();
+    assert_eq!(rows.len(), 4, "{rows:?} {err}");
+    assert_eq!(rows[2], format!("{id}.0|hostname|COMPLETED|0:0|2|2"), "{rows:?}");
+    assert_eq!(rows[3], format!("{id}.1|sh|FAILED|3:0|1|1"), "{rows:?}");
+}
+
 /// `srun` outside a batch job makes the allocation its options ask for and runs one step over
 /// it, the output coming back here as it is written (stdout to stdout, stderr to stderr), and
 /// ends with the step's exit code; `salloc COMMAND` runs the command once in the allocation,

@@ -104,12 +104,13 @@ impl Agent {
         let mut tasks: Vec<TaskReport> = self
             .running
             .keys()
-            .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false })
+            .map(|key| TaskReport { key: key.clone(), state: TaskState::Running, stopping: false, steps: Vec::new() })
             .collect();
         tasks.extend(self.exited.iter().map(|key| TaskReport {
             key: key.clone(),
             state: TaskState::Exited { code: Some(0), timed_out: false, oom: false },
             stopping: false,
+            steps: Vec::new(),
         }));
         let beat = Heartbeat {
             tasks,
