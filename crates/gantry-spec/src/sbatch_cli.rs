@@ -89,15 +89,7 @@ pub fn parse_command_line(args: &[String]) -> Result<CommandLine, SpecError> {
         let arg = &args[i];
         let (name, inline) = split_option(arg);
         let (long, takes_value) = known(name).ok_or_else(|| refused(name))?;
-        let value = match (takes_value, inline) {
-            (false, None) => None,
-            (false, Some(_)) => return Err(SpecError::new(long, "takes no value")),
-            (true, Some(v)) => Some(v),
-            (true, None) => {
-                i += 1;
-                Some(args.get(i).cloned().ok_or_else(|| SpecError::new(long, "needs a value"))?)
-            }
-        };
+        let value = option_value(long, takes_value, inline, args, &mut i)?;
         match long {
             "--parsable" => line.parsable = true,
             "--wait" => line.wait = true,
@@ -115,6 +107,26 @@ pub fn parse_command_line(args: &[String]) -> Result<CommandLine, SpecError> {
             Err(SpecError::new("", "no batch script").hint("sbatch [OPTIONS] SCRIPT [ARGS…], or --wrap=COMMAND"))
         }
         _ => Ok(line),
+    }
+}
+
+/// Option `long`'s value: the one in its word (`inline`), else the next word (`i` moves on to
+/// it); none for an option that takes none, and an error for one given where it does not fit.
+pub(crate) fn option_value(
+    long: &str,
+    takes_value: bool,
+    inline: Option<String>,
+    args: &[String],
+    i: &mut usize,
+) -> Result<Option<String>, SpecError> {
+    match (takes_value, inline) {
+        (false, None) => Ok(None),
+        (false, Some(_)) => Err(SpecError::new(long, "takes no value")),
+        (true, Some(v)) => Ok(Some(v)),
+        (true, None) => {
+            *i += 1;
+            Ok(Some(args.get(*i).cloned().ok_or_else(|| SpecError::new(long, "needs a value"))?))
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 
 use crate::SpecError;
 use crate::sbatch::quoted;
-use crate::sbatch_cli::{CommandLine, known, split_option};
+use crate::sbatch_cli::{CommandLine, known, option_value, split_option};
 
 /// Options of the step that also size the allocation.
 const STEP_OPTIONS: [&str; 5] = ["--ntasks", "--nodes", "--ntasks-per-node", "--gpus-per-task", "--cpus-per-task"];
@@ -46,15 +46,7 @@ pub fn attached_line(salloc: bool, args: &[String]) -> Result<CommandLine, SpecE
         if NOT_HERE.contains(&long) {
             return Err(refused(program, long));
         }
-        let value = match (takes_value, inline) {
-            (false, None) => None,
-            (false, Some(_)) => return Err(SpecError::new(long, "takes no value")),
-            (true, Some(v)) => Some(v),
-            (true, None) => {
-                i += 1;
-                Some(args.get(i).cloned().ok_or_else(|| SpecError::new(long, "needs a value"))?)
-            }
-        };
+        let value = option_value(long, takes_value, inline, args, &mut i)?;
         if STEP_OPTIONS.contains(&long) && !salloc {
             step.push(format!("{long}={}", value.clone().unwrap_or_default()));
         }
