@@ -549,24 +549,27 @@ impl Controller {
 
     /// Why `node`'s agent cannot be asked for its tasks' output now (`None`: it can).
     pub fn output_unavailable(&self, node: &str, now: u64) -> Option<String> {
+        self.agent_unavailable(node, now, (wire::PROTOCOL_LOGS, "output reads"), "its output can be read")
+    }
+
+    /// Why `node`'s agent cannot be asked something that needs protocol `needed.0` (named
+    /// `needed.1`) now: none registered (`then`: what becomes possible once one does), down,
+    /// or too old; `None`: it can (and always with agents run by the caller).
+    fn agent_unavailable(&self, node: &str, now: u64, needed: (u32, &str), then: &str) -> Option<String> {
         let Agents::Remote { heartbeat_timeout_s, .. } = self.agents else { return None };
         let Some(link) = self.links.get(node) else {
             return Some(format!(
-                "node {node} has no agent registered since the controller started: its output can be read once one does"
+                "node {node} has no agent registered since the controller started: {then} once one does"
             ));
         };
         let silent_s = now.saturating_sub(link.heard_s);
         if silent_s > heartbeat_timeout_s || self.lost_nodes.contains(node) {
             return Some(format!("node {node} is down: its agent was last heard {silent_s} s ago"));
         }
-        if link.protocol < wire::PROTOCOL_LOGS {
-            return Some(format!(
-                "node {node}'s agent speaks protocol {}, older than output reads ({}): upgrade it",
-                link.protocol,
-                wire::PROTOCOL_LOGS
-            ));
-        }
-        None
+        let (protocol, what) = needed;
+        (link.protocol < protocol).then(|| {
+            format!("node {node}'s agent speaks protocol {}, older than {what} ({protocol}): upgrade it", link.protocol)
+        })
     }
 
     /// The job steps an exited task's log recorded (a batch job's script task), kept with its
@@ -590,16 +593,7 @@ impl Controller {
                 "this controller runs its tasks itself (a simulation): there are no processes to signal".into(),
             );
         }
-        if let Some(why) = self.output_unavailable(node, now) {
-            return Some(why.replace("its output can be read", "it can be signalled"));
-        }
-        let protocol = self.links.get(node).map_or(wire::PROTOCOL_VERSION, |l| l.protocol);
-        (protocol < wire::PROTOCOL_SIGNALS).then(|| {
-            format!(
-                "node {node}'s agent speaks protocol {protocol}, older than users' signals ({}): upgrade it",
-                wire::PROTOCOL_SIGNALS
-            )
-        })
+        self.agent_unavailable(node, now, (wire::PROTOCOL_SIGNALS, "users' signals"), "it can be signalled")
     }
 
     /// What node `node`'s agent must do now: launch what it has not reported, stop the
