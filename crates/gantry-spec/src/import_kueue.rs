@@ -224,19 +224,25 @@ impl Gathered {
     fn fill_pools(&mut self) {
         // A cycle or a tree deeper than a queue file takes is refused when the file is read
         // back; sums over it are not taken (they would not end).
-        if (0..self.entries.len()).any(|i| self.depth(i) > crate::queues::QUEUE_DEPTH_MAX) {
+        let depths: Vec<usize> = (0..self.entries.len()).map(|i| self.depth(i)).collect();
+        if depths.iter().any(|&d| d > crate::queues::QUEUE_DEPTH_MAX) {
             return;
         }
-        let mut order: Vec<usize> = (0..self.entries.len()).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(self.depth(i)));
-        for i in order {
-            if !self.entries[i].pool {
-                continue;
+        // Who is under whom, once (the input may hold many queues).
+        let mut children: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            if let Some(parent) = &e.parent {
+                children.entry(parent.clone()).or_default().push(i);
             }
-            let name = self.entries[i].name.clone();
+        }
+        // Deepest first, so a pool below another is filled before the one above adds it up.
+        let mut order: Vec<usize> = (0..self.entries.len()).filter(|&i| self.entries[i].pool).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(depths[i]));
+        for i in order {
+            let under = children.get(&self.entries[i].name).cloned().unwrap_or_default();
             for q in 0..self.entries[i].quotas.len() {
                 let model = self.entries[i].quotas[q].model.clone();
-                let below: f64 = self.children(&name).map(|c| self.subtree(c, &model)).sum();
+                let below: f64 = under.iter().map(|&c| self.subtree(c, &model, &children)).sum();
                 self.entries[i].quotas[q].nominal += below;
             }
         }
@@ -244,22 +250,24 @@ impl Gathered {
 
     /// What queue `i` and its subtree are guaranteed of `model`: its own quota where it has
     /// one, else its children's.
-    fn subtree(&self, i: usize, model: &str) -> f64 {
+    fn subtree(&self, i: usize, model: &str, children: &BTreeMap<String, Vec<usize>>) -> f64 {
         match self.entries[i].quotas.iter().find(|q| q.model == model) {
             Some(q) => q.nominal,
-            None => self.children(&self.entries[i].name).map(|c| self.subtree(c, model)).sum(),
+            None => children
+                .get(&self.entries[i].name)
+                .into_iter()
+                .flatten()
+                .map(|&c| self.subtree(c, model, children))
+                .sum(),
         }
     }
 
-    fn children<'a>(&'a self, name: &'a str) -> impl Iterator<Item = usize> + 'a {
-        (0..self.entries.len()).filter(move |&c| self.entries[c].parent.as_deref() == Some(name))
-    }
-
-    /// How deep queue `i` is (a cycle, which the queue file refuses later, stops the count).
+    /// How deep queue `i` is, counted at most one past the deepest a queue file takes (a
+    /// cycle, which the queue file refuses later, stops there).
     fn depth(&self, i: usize) -> usize {
         let mut depth = 0;
         let mut at = self.entries[i].parent.as_deref();
-        while let Some(parent) = at.filter(|_| depth <= self.entries.len()) {
+        while let Some(parent) = at.filter(|_| depth <= crate::queues::QUEUE_DEPTH_MAX) {
             depth += 1;
             at = self.index.get(parent).and_then(|&p| self.entries[p].parent.as_deref());
         }
