@@ -100,7 +100,10 @@ struct Tracked {
     devices: Vec<String>,
     /// Its rank in its run (its files' and cgroup's name).
     rank: u32,
-    /// Once it has exited: the job steps its log records (a batch job's script task).
+    /// Its log may hold job steps' records: a batch job's script task (or one recovered after
+    /// a restart, whose command is not known).
+    keeps_records: bool,
+    /// Once it has exited: the job steps its log records.
     steps: Vec<gantry_types::StepRecord>,
 }
 
@@ -156,7 +159,10 @@ impl Agent {
                 self.runner.watch(key.clone(), rank, grant);
             }
             tracing::info!(job = key.job, task = %format!("{}/{}", key.group, key.replica), state = ?found.state, "task from before the restart");
-            self.tasks.insert(key, Tracked { state: found.state, stopping: false, devices, rank, steps: Vec::new() });
+            self.tasks.insert(
+                key,
+                Tracked { state: found.state, stopping: false, devices, rank, keeps_records: true, steps: Vec::new() },
+            );
         }
         self.runner.sweep(&keep);
         Ok(())
@@ -166,7 +172,9 @@ impl Agent {
         let data_dir = self.config.data_dir.clone();
         if let Some(task) = self.tasks.get_mut(&exit.key) {
             task.state = exit.state();
-            task.steps = step_records(&data_dir, &exit.key, task.rank);
+            if task.keeps_records {
+                task.steps = step_records(&data_dir, &exit.key, task.rank);
+            }
         }
     }
 
@@ -326,6 +334,8 @@ impl Agent {
             forgotten: false,
         };
         let rank = launch.rank;
+        // The allocation's first slot runs the script; the others serve steps and record none.
+        let keeps_records = rank == 0 && launch.command.iter().any(|w| w.contains(gantry_types::STEP_RECORDS_FLAG));
         match crate::claims::claim(&self.config.data_dir, &claim) {
             Ok(true) => {}
             Ok(false) => {
@@ -335,15 +345,26 @@ impl Agent {
                 if state == TaskState::Running {
                     self.runner.watch(key.clone(), rank, claim.grant);
                 }
-                self.tasks
-                    .insert(key, Tracked { state, stopping: false, devices: launch.devices, rank, steps: Vec::new() });
+                self.tasks.insert(
+                    key,
+                    Tracked { state, stopping: false, devices: launch.devices, rank, keeps_records, steps: Vec::new() },
+                );
                 return;
             }
             Err(e) => {
                 tracing::error!(job = key.job, error = %e, "cannot claim the task");
                 let state = TaskState::Exited { code: Some(126), timed_out: false, oom: false };
-                self.tasks
-                    .insert(key, Tracked { state, stopping: false, devices: Vec::new(), rank, steps: Vec::new() });
+                self.tasks.insert(
+                    key,
+                    Tracked {
+                        state,
+                        stopping: false,
+                        devices: Vec::new(),
+                        rank,
+                        keeps_records: false,
+                        steps: Vec::new(),
+                    },
+                );
                 return;
             }
         }
@@ -351,7 +372,14 @@ impl Agent {
         tracing::info!(job = key.job, task = %format!("{}/{}", key.group, key.replica), attempt = key.attempt, "launching");
         self.tasks.insert(
             key,
-            Tracked { state: TaskState::Running, stopping, devices: launch.devices.clone(), rank, steps: Vec::new() },
+            Tracked {
+                state: TaskState::Running,
+                stopping,
+                devices: launch.devices.clone(),
+                rank,
+                keeps_records,
+                steps: Vec::new(),
+            },
         );
         self.runner.launch(launch);
     }

@@ -550,10 +550,11 @@ fn batch_wrapper(shape: &Shape, request: &Request) -> String {
     for (name, value) in submitted_vars(request) {
         host += &format!(" --set {}", quoted(&format!("{name}={value}")));
     }
+    let records = gantry_types::STEP_RECORDS_FLAG;
     format!(
         ": \"${{GANTRY_BIN:?this node's gantry agent predates batch jobs (it sets no GANTRY_BIN)}}\"; \
          if [ \"${{GANTRY_RANK:-0}}\" != 0 ]; then exec \"$GANTRY_BIN\" slurm-batch {host} -- true; fi; \
-         exec 3>&2; {}exec \"$GANTRY_BIN\" slurm-batch {host} --records-to-fd3 -- \"$@\"",
+         exec 3>&2; {}exec \"$GANTRY_BIN\" slurm-batch {host} {records} -- \"$@\"",
         redirections(request.output.as_deref(), request.error.as_deref())
     )
 }

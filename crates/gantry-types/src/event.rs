@@ -107,6 +107,11 @@ pub struct StepRecord {
 
 /// Most steps kept of one run (a script that runs more keeps its first ones).
 pub const STEPS_MAX: usize = 256;
+/// The batch wrapper's flag telling its batch host the task's log is open as descriptor 3,
+/// where the steps' records go: a task launched with it is the one whose log an agent reads
+/// them from when it exits.
+pub const STEP_RECORDS_FLAG: &str = "--records-to-fd3";
+
 /// Longest step name kept, in characters.
 pub const STEP_NAME_CHARS_MAX: usize = 64;
 

@@ -19,8 +19,8 @@ pub mod time;
 pub mod token;
 
 pub use event::{
-    CANCELLED_BY_CONTROLLER, Ending, Event, JobState, NodeUse, OomKill, STEP_NAME_CHARS_MAX, STEPS_MAX, StepRecord,
-    TaskStart, Use,
+    CANCELLED_BY_CONTROLLER, Ending, Event, JobState, NodeUse, OomKill, STEP_NAME_CHARS_MAX, STEP_RECORDS_FLAG,
+    STEPS_MAX, StepRecord, TaskStart, Use,
 };
 pub use fleet::{Fleet, Gpu, GpuMode, MigInstanceSpec, Node, Taint};
 pub use job::{

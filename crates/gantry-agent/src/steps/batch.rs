@@ -34,7 +34,7 @@ fn parse(args: &[String]) -> Result<(Allocation, Vec<String>), StepError> {
             alloc.tasks_asked = true;
             continue;
         }
-        if option == "--records-to-fd3" {
+        if option == gantry_types::STEP_RECORDS_FLAG {
             alloc.records_fd3 = true;
             continue;
         }
