@@ -84,7 +84,7 @@ enum Command {
     Show(jobs_cmd::JobArgs),
     /// Why a job is not running yet, and when it is expected to start.
     Why(jobs_cmd::JobArgs),
-    /// Cancel a job (a running one is signalled, then killed after its grace period).
+    /// Cancel jobs (a running one is signalled, then killed after its grace period).
     Cancel(jobs_cmd::CancelArgs),
     /// Hold a waiting job: it leaves its queue and never starts until released.
     Hold(jobs_cmd::JobArgs),
