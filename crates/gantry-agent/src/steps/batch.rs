@@ -106,7 +106,8 @@ fn report_steps(dir: &Path) {
         .spawn();
     if let Ok(mut child) = child {
         if let Some(mut stdin) = child.stdin.take() {
-            let _ = stdin.write_all(super::records::lines(&records).as_bytes());
+            // On a line of their own, whatever the script left unfinished on descriptor 3.
+            let _ = stdin.write_all(format!("\n{}", super::records::lines(&records)).as_bytes());
         }
         let _ = child.wait();
     }

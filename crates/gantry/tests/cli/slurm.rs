@@ -372,7 +372,9 @@ fn a_batch_script_runs_once_and_srun_steps_span_the_allocation() {
 #[test]
 fn sacct_lists_each_step_of_a_batch_job() {
     let slurm = SlurmOnGantry::start("slurm-sacct-steps", TWO_NODES, None);
-    let script = "srun -N2 --ntasks-per-node=1 hostname > /dev/null; srun -n1 sh -c 'exit 3'; true";
+    // The script also leaves an unfinished line on the descriptor the records go to: they
+    // still start lines of their own.
+    let script = "srun -N2 --ntasks-per-node=1 hostname > /dev/null; srun -n1 sh -c 'exit 3'; printf unfinished >&3";
     let (code, id, err) = slurm.run("sbatch", &["--parsable", "--wait", "-N2", "-o", "/dev/null", "--wrap", script]);
     assert_eq!(code, Some(0), "{err}");
     let id = id.trim().to_string();
