@@ -9,6 +9,7 @@ pub mod follow;
 pub mod jobs;
 pub mod logs;
 pub mod nodes;
+pub mod partitions;
 pub mod queries;
 pub mod reconfig;
 pub mod replies;

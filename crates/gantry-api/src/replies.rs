@@ -69,6 +69,9 @@ pub struct Estimate {
     /// The id it would get.
     pub id: u64,
     pub queue: String,
+    /// The partition it would run in (its queue where the queue file defines none).
+    #[serde(default)]
+    pub partition: String,
     /// When it would start (Unix seconds): now where it fits now, its reserved start where
     /// one is planned, else none.
     pub start_s: Option<u64>,

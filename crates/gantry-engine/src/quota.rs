@@ -333,6 +333,8 @@ mod tests {
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),
+            partitions: Vec::new(),
+            qos: Vec::new(),
         }
     }
 

@@ -6,7 +6,8 @@
 //! a MIG instance, laid onto the node's MIG GPUs by the catalog's rules), `Features` and
 //! `Weight` (kept as labels); the GPU model of a gres type from the catalog, or `--map
 //! TYPE=MODEL` (a type the catalog does not know, or an ambiguous one like `a100`, is an error
-//! naming the flag). `PartitionName` lines become queues. `gres.conf` types what slurm.conf
+//! naming the flag). `PartitionName` lines become partitions and queues
+//! (`import_slurm_partitions.rs`). `gres.conf` types what slurm.conf
 //! leaves untyped (`Gres=gpu:4` with `Name=gpu Type=a100 File=/dev/nvidia[0-3]`).
 //!
 //! A line that is not valid Slurm (a word that is not `Key=Value`, a count that is not a
@@ -300,6 +301,7 @@ pub fn import_slurm_conf(
 ) -> Result<ImportedSlurm, SpecError> {
     let mut fleet = String::from("# Written by `gantry import slurm` from slurm.conf.\n");
     let mut queues = String::from("# Written by `gantry import slurm` from slurm.conf's partitions.\n");
+    let mut partition_tables = String::new();
     let (mut notes, mut skipped) = (Vec::new(), Vec::new());
     // `scontrol show node` or `sinfo` output instead of slurm.conf: read as its NodeName lines.
     let listing = crate::import_slurm_nodes::as_slurm_conf(text);
@@ -317,7 +319,9 @@ pub fn import_slurm_conf(
     let mut defaults: BTreeMap<String, String> = BTreeMap::new();
     let mut nodes = 0;
     let mut partitions = 0;
-    for (line, pairs) in config_lines(text) {
+    let lines = config_lines(text);
+    let member = crate::import_slurm_partitions::membership(lines.iter().filter_map(|(_, p)| p.as_deref().ok()));
+    for (line, pairs) in lines {
         let at = format!("{}:{line}", source.name);
         let result = pairs.map_err(|why| SpecError::new(&at, why)).and_then(|pairs| {
             let (key, value) = &pairs[0];
@@ -329,10 +333,18 @@ pub fn import_slurm_conf(
                 "nodename" => {
                     let mut fields = defaults.clone();
                     fields.extend(lower(&pairs[1..]));
-                    nodes += node_line(value, &fields, &gres_conf, &at, source, &mut fleet, &mut notes)?;
+                    let node = NodeLine { fields: &fields, gres_conf: &gres_conf, member: &member };
+                    nodes += node_line(value, &node, &at, source, &mut fleet, &mut notes)?;
                 }
                 "partitionname" if !value.eq_ignore_ascii_case("DEFAULT") => {
-                    partition_line(value, &pairs[1..], &at, &mut queues, &mut notes);
+                    crate::import_slurm_partitions::partition_line(
+                        value,
+                        &pairs[1..],
+                        &at,
+                        &mut queues,
+                        &mut partition_tables,
+                        &mut notes,
+                    )?;
                     partitions += 1;
                 }
                 "include" => notes.push(format!(
@@ -353,6 +365,7 @@ pub fn import_slurm_conf(
     }
     crate::parse_fleet(&fleet, source.catalog)
         .map_err(|e| SpecError::new("", format!("the fleet made from slurm.conf does not read back: {e}")))?;
+    queues.push_str(&partition_tables);
     if partitions > 0 {
         crate::parse_queues(&queues, source.catalog)
             .map_err(|e| SpecError::new("", format!("the queues made from slurm.conf do not read back: {e}")))?;
@@ -360,12 +373,22 @@ pub fn import_slurm_conf(
     Ok(ImportedSlurm { fleet, queues: if partitions > 0 { queues } else { String::new() }, nodes, notes, skipped })
 }
 
+/// What a `NodeName=` line's nodes are made from: its fields (lower-cased, defaults
+/// included), gres.conf, and the partitions each node is in.
+struct NodeLine<'a> {
+    fields: &'a BTreeMap<String, String>,
+    gres_conf: &'a GresConf,
+    member: &'a BTreeMap<String, Vec<String>>,
+}
+
+/// The field a node's partitions travel in to [`node_labels`] (not a slurm.conf key).
+const PARTITIONS_FIELD: &str = "gantry:partitions";
+
 /// A `NodeName=` line's nodes (its hostlist `value` expanded) into the fleet; all of the
 /// line's nodes or none. Returns how many.
 fn node_line(
     value: &str,
-    fields: &BTreeMap<String, String>,
-    gres_conf: &GresConf,
+    line: &NodeLine,
     at: &str,
     source: &SlurmSource,
     fleet: &mut String,
@@ -375,22 +398,17 @@ fn node_line(
     // All of a line's nodes or none: a bad node leaves the fleet as it was.
     let (mut text, mut line_notes) = (String::new(), Vec::new());
     for name in &names {
-        let gres = gres_conf.get(name).or_else(|| gres_conf.get("*"));
-        node_toml(name, fields, gres, at, source, &mut text, &mut line_notes)?;
+        let gres = line.gres_conf.get(name).or_else(|| line.gres_conf.get("*"));
+        let mut fields = line.fields.clone();
+        fields.remove(PARTITIONS_FIELD);
+        if let Some(partitions) = line.member.get(name) {
+            fields.insert(PARTITIONS_FIELD.into(), partitions.join(","));
+        }
+        node_toml(name, &fields, gres, at, source, &mut text, &mut line_notes)?;
     }
     fleet.push_str(&text);
     notes.extend(line_notes);
     Ok(names.len())
-}
-
-/// A `PartitionName=` line as a queue, noting the fields gantry has no equivalent for.
-fn partition_line(value: &str, fields: &[(String, String)], at: &str, queues: &mut String, notes: &mut Vec<String>) {
-    let _ = write!(queues, "\n[[queue]]\nname = {}\n", quote(value));
-    for (k, v) in fields {
-        if !matches!(k.to_ascii_lowercase().as_str(), "nodes" | "default" | "state") {
-            notes.push(format!("{at}: partition {value}: {k}={v} (no gantry queue equivalent)"));
-        }
-    }
 }
 
 /// A line's error, its hint extended with `--lenient`.
@@ -525,6 +543,10 @@ fn node_labels(fields: &BTreeMap<String, String>, name: &str, at: &str) -> Resul
     let mut labels: Vec<String> = Vec::new();
     for feature in fields.get("features").or_else(|| fields.get("feature")).into_iter().flat_map(|f| f.split(',')) {
         labels.push(format!("{} = \"true\"", quote(&format!("slurm.feature/{feature}"))));
+    }
+    for partition in fields.get(PARTITIONS_FIELD).into_iter().flat_map(|p| p.split(',')) {
+        let label = crate::import_slurm_partitions::partition_label(partition);
+        labels.push(format!("{} = \"true\"", quote(&label)));
     }
     if fields.contains_key("weight") {
         let w = node_number(fields, &["Weight"], 1, name, at)?;
@@ -690,7 +712,16 @@ mod tests {
         assert!(node("cpu01").gpus.is_empty());
         let tree = crate::parse_queues(&imported.queues, catalog).expect("queues read back");
         assert_eq!(tree.queues.iter().map(|q| q.name.as_str()).collect::<Vec<_>>(), ["gpu", "debug"]);
-        assert!(imported.notes.iter().any(|n| n.contains("MaxTime")), "{:?}", imported.notes);
+        // Partitions are node sets with their limits, each node labelled with its partitions;
+        // the partition's queue is charged for jobs that name no account.
+        let gpu = tree.partition("gpu").expect("gpu");
+        assert_eq!((gpu.default, gpu.max_time_s, gpu.queue.as_deref()), (true, Some(2 * 86_400), Some("gpu")));
+        assert_eq!(tree.partition("debug").expect("debug").max_time_s, Some(3600));
+        assert_eq!(node("gpu01").labels.get("slurm.partition/gpu").map(String::as_str), Some("true"));
+        assert!(!node("gpu01").labels.contains_key("slurm.partition/debug"));
+        assert!(node("cpu01").labels.contains_key("slurm.partition/debug"));
+        assert!(imported.notes.iter().any(|n| n.contains("PriorityJobFactor=10")), "{:?}", imported.notes);
+        assert!(!imported.notes.iter().any(|n| n.contains("MaxTime")), "{:?}", imported.notes);
         // Without the map, the ambiguous type is named with the flag that settles it.
         let err = import_slurm_conf(CONF, None, &source(&BTreeMap::new(), false)).expect_err("ambiguous").to_string();
         assert!(err.contains("GPU type \"a100\" is not a catalog model") && err.contains("--map a100=A100-"), "{err}");

@@ -17,8 +17,10 @@ mod import_kueue;
 mod import_sacct;
 mod import_slurm;
 mod import_slurm_nodes;
+mod import_slurm_partitions;
 mod model_map;
 mod quantity;
+mod queue_partitions;
 mod queues;
 /// Slurm habits (`#SBATCH` options, `submit --gpus N -- command`) as gantry job tables.
 pub mod sbatch;

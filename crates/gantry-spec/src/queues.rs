@@ -1,5 +1,6 @@
 //! The queue file (`queues.toml`): the queue tree (org → team → project), fair-share weights,
-//! quotas per flavor, the usage half-life, the starvation bound and GPU billing weights.
+//! quotas per flavor, the usage half-life, the starvation bound and GPU billing weights; and
+//! Slurm's partitions and QOS names (`queue_partitions.rs`).
 //!
 //! Checked whole before anything uses it: unknown parents, parent cycles, duplicate names,
 //! unknown flavors, a limit below its guarantee, children guaranteed more than their parent
@@ -35,6 +36,10 @@ struct QueueFile {
     user_limits: Option<UserLimitEntry>,
     #[serde(default)]
     user: Vec<UserEntry>,
+    #[serde(default)]
+    partition: Vec<crate::queue_partitions::PartitionEntry>,
+    #[serde(default)]
+    qos: Vec<crate::queue_partitions::QosEntry>,
 }
 
 #[derive(Deserialize, Default)]
@@ -187,7 +192,11 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
     check_children_fit(&queues)?;
     let defaults = file.user_limits.unwrap_or_default();
     let user_default = user_limit("user_limits", defaults.max_running_jobs, defaults.max_gpus)?;
+    let partitions = crate::queue_partitions::partitions(&file.partition, &queues)?;
+    let qos = crate::queue_partitions::qos(&file.qos)?;
     Ok(QueueTree {
+        partitions,
+        qos,
         user_default,
         users: users(&file.user)?,
         queues,

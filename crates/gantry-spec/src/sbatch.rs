@@ -11,14 +11,16 @@
 use crate::SpecError;
 use toml::{Table, Value};
 
-/// Priorities for Slurm QOS names (gantry has priorities, not QOS objects).
-pub const QOS_PRIORITY: [(&str, i64); 4] = [("low", -100), ("normal", 0), ("high", 100), ("urgent", 1000)];
-
 /// What a script or the command line asks for, before it becomes a job table.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Request {
     pub name: Option<String>,
+    /// `--account`: the queue the job is charged to.
     pub queue: Option<String>,
+    /// `--partition`: the node set it runs in (the queue file's `[[partition]]`).
+    pub partition: Option<String>,
+    /// `--qos`: a name the controller's queue file gives a priority.
+    pub qos: Option<String>,
     pub priority: Option<i64>,
     /// GPUs per node (`--gres`) or in all (`--gpus`), and an optional model.
     pub gpus_per_node: Option<u32>,
@@ -92,23 +94,33 @@ pub fn slurm_time(value: &str) -> Result<u64, SpecError> {
     time_s(value).map_err(|m| SpecError::new("--time", m))
 }
 
-fn time_s(value: &str) -> Result<u64, String> {
+/// The longest time limit a Slurm time string may give (what a job file's durations allow).
+const TIME_LIMIT_MAX_DAYS: u64 = 100 * 365;
+
+pub(crate) fn time_s(value: &str) -> Result<u64, String> {
     let bad = || format!("--time={value}: use minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]");
     let (days, rest) = match value.split_once('-') {
         Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
         None => (0, value),
     };
     let parts: Vec<u64> = rest.split(':').map(|p| p.parse::<u64>().map_err(|_| bad())).collect::<Result<_, _>>()?;
-    let seconds = match (value.contains('-'), parts.as_slice()) {
-        (false, [m]) => m * 60,
-        (false, [m, s]) => m * 60 + s,
-        (false, [h, m, s]) => h * 3600 + m * 60 + s,
-        (true, [h]) => h * 3600,
-        (true, [h, m]) => h * 3600 + m * 60,
-        (true, [h, m, s]) => h * 3600 + m * 60 + s,
+    // Each part in its unit, checked: `--time=99999999999999999` is refused, not wrapped.
+    let units: &[u64] = match (value.contains('-'), parts.len()) {
+        (false, 1) => &[60],
+        (false, 2) => &[60, 1],
+        (false, 3) | (true, 3) => &[3600, 60, 1],
+        (true, 1) => &[3600],
+        (true, 2) => &[3600, 60],
         _ => return Err(bad()),
     };
-    let total = days * 86_400 + seconds;
+    let too_long = || format!("--time={value}: longer than {TIME_LIMIT_MAX_DAYS} days");
+    let mut total = days.checked_mul(86_400).ok_or_else(too_long)?;
+    for (part, unit) in parts.iter().zip(units) {
+        total = part.checked_mul(*unit).and_then(|s| total.checked_add(s)).ok_or_else(too_long)?;
+    }
+    if total > TIME_LIMIT_MAX_DAYS * 86_400 {
+        return Err(too_long());
+    }
     if total == 0 { Err(format!("--time={value}: a time limit must be more than 0")) } else { Ok(total) }
 }
 
@@ -125,15 +137,17 @@ impl Request {
         }
         match option {
             "--job-name" | "-J" => self.name = Some(need(option, value)?.to_string()),
-            "--partition" | "-p" => self.queue = self.queue.take().or(Some(need(option, value)?.to_string())),
-            "--account" | "-A" => self.queue = Some(need(option, value)?.to_string()),
-            "--qos" => {
+            "--partition" | "-p" => {
                 let v = need(option, value)?;
-                let p = QOS_PRIORITY.iter().find(|(n, _)| *n == v).ok_or_else(|| {
-                    format!("--qos={v}: unknown QOS (gantry maps low, normal, high, urgent to priorities)")
-                })?;
-                self.priority = Some(p.1);
+                if v.contains(',') {
+                    return Err(format!(
+                        "--partition={v}: gantry takes one partition, not a list to start in the first of"
+                    ));
+                }
+                self.partition = Some(v.to_string());
             }
+            "--account" | "-A" => self.queue = Some(need(option, value)?.to_string()),
+            "--qos" | "-q" => self.qos = Some(need(option, value)?.to_string()),
             "--gres" => {
                 let v = need(option, value)?;
                 let parts: Vec<&str> = v.split(':').collect();
@@ -295,6 +309,11 @@ impl Request {
         job.insert("name".into(), Value::String(self.name.clone().unwrap_or_else(|| default_name.to_string())));
         if let Some(q) = &self.queue {
             job.insert("queue".into(), Value::String(q.clone()));
+        }
+        for (key, value) in [("partition", &self.partition), ("qos", &self.qos)] {
+            if let Some(v) = value {
+                job.insert(key.into(), Value::String(v.clone()));
+            }
         }
         if let Some(p) = self.priority {
             job.insert("priority".into(), Value::Integer(p));
@@ -647,14 +666,18 @@ mod tests {
             (r.gpus_per_node, r.gpu_type.as_deref(), r.nodes, r.tasks_per_node),
             (Some(8), Some("h100"), Some(2), Some(8))
         );
-        assert_eq!((r.queue.as_deref(), r.priority, r.ignored.len()), (Some("research"), Some(100), 0));
+        assert_eq!(
+            (r.queue.as_deref(), r.qos.as_deref(), r.priority, r.ignored.len()),
+            (Some("research"), Some("high"), None, 0)
+        );
         assert_eq!(r.output.as_deref(), Some("out.log"));
         let job = r.job("script", vec!["/bin/bash".into(), "-c".into(), "srun".into()]).expect("job");
         let text = workload(job);
         let parsed = crate::parse_workload(&text, gantry_catalog::Catalog::embedded()).expect("a valid workload");
         assert_eq!(parsed[0].task_count(), 16);
         assert_eq!(parsed[0].control.time_limit_s, Some(93_600));
-        assert_eq!(parsed[0].priority, 100);
+        // The controller's queue file says what a QOS is worth; the file carries the name.
+        assert_eq!((parsed[0].priority, parsed[0].control.qos.as_deref()), (0, Some("high")));
     }
 
     #[test]
@@ -663,7 +686,9 @@ mod tests {
             ("#SBATCH --gres=fpga:2\n", "line 1: --gres=fpga:2: use gpu:N or gpu:TYPE:N"),
             ("\n#SBATCH --time=abc\n", "line 2: --time=abc: use minutes"),
             ("#SBATCH --time=0\n", "a time limit must be more than 0"),
-            ("#SBATCH --qos=gold\n", "unknown QOS"),
+            ("#SBATCH --time=99999999999999999\n", "longer than 36500 days"),
+            ("#SBATCH --time=213503982334601-0\n", "longer than 36500 days"),
+            ("#SBATCH -p gpu,cpu\n", "gantry takes one partition"),
             ("#SBATCH --dependency=singleton\n", "\"singleton\" is not supported"),
             ("#SBATCH --dependency=afterok:x\n", "use afterok:ID"),
             ("#SBATCH --nice=lots\n", "--nice=lots: a whole number"),

@@ -37,6 +37,10 @@ struct WorkloadFile {
 pub(crate) struct JobEntry {
     pub(crate) name: String,
     queue: Option<String>,
+    /// Slurm's partition: a node set of the queue file's (`[[partition]]`).
+    partition: Option<String>,
+    /// A QOS name the queue file gives a priority (`[[qos]]`).
+    qos: Option<String>,
     priority: Option<i64>,
     count: Option<i64>,
     preemptible: Option<bool>,
@@ -373,7 +377,7 @@ pub(crate) fn parse_job(
         ));
     }
     let groups = task_groups(at, tasks, catalog)?;
-    let queue = entry.queue.clone().unwrap_or_else(|| "default".into());
+    let queue = entry.queue.clone().unwrap_or_else(|| gantry_types::DEFAULT_QUEUE.into());
     let lifecycle = lifecycle(at, &entry)?;
     let after =
         entry.after.iter().flatten().map(|d| dependency(&format!("{at} / after"), d)).collect::<Result<Vec<_>, _>>()?;
@@ -460,6 +464,11 @@ fn lifecycle(at: &str, entry: &JobEntry) -> Result<gantry_types::Lifecycle, Spec
 /// Who runs it, its time limit (never shorter than its minimum runtime), held or not, and the
 /// priority it asked for.
 fn job_control(at: &str, entry: &JobEntry, lifecycle: &gantry_types::Lifecycle) -> Result<JobControl, SpecError> {
+    for (field, name) in [("partition", &entry.partition), ("qos", &entry.qos)] {
+        if let Some(name) = name {
+            check_name(&format!("{at} / {field}"), name)?;
+        }
+    }
     let user = match &entry.user {
         None => None,
         Some(u) if u.trim().is_empty() || u.trim() != u || u.chars().any(char::is_control) || u.len() > 64 => {
@@ -487,6 +496,8 @@ fn job_control(at: &str, entry: &JobEntry, lifecycle: &gantry_types::Lifecycle) 
         submitted_by: None,
         submission_key: None,
         priority_asked: entry.priority.map(|p| p as i32),
+        partition: entry.partition.clone(),
+        qos: entry.qos.clone(),
     })
 }
 

@@ -61,6 +61,14 @@ pub struct JobControl {
     /// (`priority` is what it was granted; this says what was asked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_asked: Option<i32>,
+    /// Slurm's partition: the node set the job runs in, with its limits (the queue file's
+    /// `[[partition]]`; the controller resolves it at submission and sets it to the default
+    /// partition when the job names none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// The QOS the job asked for: a name the queue file gives a priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
 }
 
 /// One element of a job array (Slurm's `--array=0-15%4`).

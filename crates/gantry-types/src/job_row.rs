@@ -30,6 +30,14 @@ pub struct JobRow {
     pub outcome: Outcome,
 }
 
+impl JobRow {
+    /// The partition it runs in as Slurm's tools show it: the one the queue file placed it
+    /// in, else its queue (where the file defines no partitions, a queue is one).
+    pub fn partition(&self) -> &str {
+        self.job.control.partition.as_deref().unwrap_or(&self.queue)
+    }
+}
+
 /// How a job's runs went: set when a run ends (`ended`, `requeued`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod job;
 pub mod job_row;
 pub mod outcome;
+pub mod partition;
 pub mod pending;
 pub mod quantity;
 pub mod queue;
@@ -29,6 +30,7 @@ pub use job::{
 };
 pub use job_row::{JobRow, Outcome};
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
+pub use partition::{DEFAULT_QUEUE, Partition, PlaceRefusal, QOS_DEFAULT, Qos, nodes_asked};
 pub use pending::{ClassFree, PendingJob, PendingReason};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
 pub use queue::{

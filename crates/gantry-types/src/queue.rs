@@ -78,6 +78,12 @@ pub struct QueueTree {
     pub user_default: UserLimit,
     #[serde(default)]
     pub users: Vec<(String, UserLimit)>,
+    /// Slurm's partitions: node sets with their own limits (`partition.rs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<crate::partition::Partition>,
+    /// QOS names and their priorities (empty: [`crate::partition::QOS_DEFAULT`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub qos: Vec<crate::partition::Qos>,
 }
 
 /// What one user may hold at once, across all queues.
@@ -141,6 +147,8 @@ impl QueueTree {
             billing_milli: Vec::new(),
             user_default: UserLimit::default(),
             users: Vec::new(),
+            partitions: Vec::new(),
+            qos: Vec::new(),
         }
     }
 }

@@ -123,7 +123,8 @@ pub struct Launch {
     pub array_job: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_span: Option<[u32; 3]>,
-    /// The job's queue (protocol 5: `SLURM_JOB_PARTITION`; empty from an older controller).
+    /// The job's partition, or its queue where the queue file defines no partitions
+    /// (protocol 5: `SLURM_JOB_PARTITION`; empty from an older controller).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub queue: String,
 }

@@ -7,6 +7,7 @@
 pub mod attached;
 mod format;
 pub mod ids;
+pub mod partitions;
 mod run;
 pub mod sacct;
 pub mod scancel;
@@ -30,12 +31,12 @@ pub fn test_only_line(e: &crate::replies::Estimate) -> String {
             e.id,
             iso_time(at),
             e.cpus.max(1),
-            crate::text::shown(&e.queue)
+            crate::text::shown(&e.partition)
         ),
         None => format!(
             "sbatch: Job {} would wait in partition {}: {}; no start is planned for it yet\n",
             e.id,
-            crate::text::shown(&e.queue),
+            crate::text::shown(&e.partition),
             crate::text::shown(e.reason.as_deref().unwrap_or("queued"))
         ),
     }

@@ -50,6 +50,10 @@ fn nodes(conn: &Connection) -> Result<Vec<NodeView>, Failed> {
     serde_json::from_value(conn.call("GET", "/v1/nodes", None, &[])?).map_err(|e| Failed::Reply("nodes", e))
 }
 
+fn partitions(conn: &Connection) -> Result<crate::partitions::Partitions, Failed> {
+    serde_json::from_value(conn.call("GET", "/v1/partitions", None, &[])?).map_err(|e| Failed::Reply("partitions", e))
+}
+
 fn printed(out: String) -> Reply {
     Reply { out, ..Reply::default() }
 }
@@ -66,7 +70,7 @@ fn sacct(args: &[String], conn: &Connection, me: &str, now: u64) -> Result<Reply
 
 fn sinfo(args: &[String], conn: &Connection) -> Result<Reply, Failed> {
     let s = sinfo::parse_sinfo(args)?;
-    Ok(printed(sinfo::sinfo_table(&nodes(conn)?, &s)))
+    Ok(printed(sinfo::sinfo_table(&nodes(conn)?, &partitions(conn)?, &s)))
 }
 
 /// Cancel each job named; like Slurm's, quiet when all went, an error line for each that did
@@ -130,9 +134,12 @@ fn scontrol(args: &[String], conn: &Connection, now: u64) -> Result<Reply, Faile
             if let Some(missing) = names.iter().find(|n| !all.iter().any(|a| &a.name == *n)) {
                 return Err(SlurmArgError::new(missing.clone(), "Node not found").into());
             }
-            reply.out = shown.iter().map(|n| scontrol::show_node(n, one_line)).collect();
+            let partitions = partitions(conn)?;
+            reply.out = shown.iter().map(|n| scontrol::show_node(n, &partitions, one_line)).collect();
         }
-        Scontrol::ShowPartition => reply.out = scontrol::show_partition(&nodes(conn)?),
+        Scontrol::ShowPartition(name) => {
+            reply.out = scontrol::show_partition(&nodes(conn)?, &partitions(conn)?, name.as_deref())?
+        }
         Scontrol::Hold(refs) => act_on_jobs(conn, &refs, "hold", &mut reply)?,
         Scontrol::Release(refs) => act_on_jobs(conn, &refs, "release", &mut reply)?,
         Scontrol::Requeue(refs) => act_on_jobs(conn, &refs, "requeue", &mut reply)?,

@@ -13,12 +13,13 @@ const SUPPORTED: &str = "-j/--jobs, -u/--user, -a/--allusers, -s/--state, -S/--s
     -X/--allocations, -n/--noheader, -P/--parsable2, -p/--parsable, -o/--format, -b/--brief, --name, -r/--partition";
 
 /// Fields `--format` takes, each with Slurm's default width.
-const FIELDS: [(&str, usize); 22] = [
+const FIELDS: [(&str, usize); 23] = [
     ("JobID", 12),
     ("JobIDRaw", 12),
     ("JobName", 10),
     ("Partition", 10),
     ("Account", 10),
+    ("QOS", 10),
     ("User", 9),
     ("AllocCPUS", 10),
     ("AllocNodes", 10),
@@ -216,7 +217,7 @@ impl Sacct {
             && (self.jobs.is_empty() || self.jobs.iter().any(|r| r.names(job)))
             && (self.states.is_empty() || self.states.iter().any(|s| s == state || s == short(state)))
             && (self.names.is_empty() || self.names.iter().any(|n| *n == name(job)))
-            && (self.partitions.is_empty() || self.partitions.contains(&row.queue))
+            && (self.partitions.is_empty() || self.partitions.iter().any(|p| p == row.partition()))
             && began <= end
             && row.ended_at_s.is_none_or(|e| e >= start)
     }
@@ -239,7 +240,10 @@ fn value(job: &JobView, field: &str, batch: bool, now: u64) -> String {
         "JobName" if batch => "batch".into(),
         "JobName" => name(job),
         "Partition" | "User" if batch => String::new(),
-        "Partition" | "Account" => row.queue.clone(),
+        "Partition" => row.partition().to_string(),
+        "Account" => row.queue.clone(),
+        "QOS" if batch => String::new(),
+        "QOS" => row.job.control.qos.clone().unwrap_or_else(|| "normal".into()),
         "User" => row.job.control.user.clone().unwrap_or_default(),
         "AllocCPUS" => cpus.to_string(),
         "AllocNodes" | "NNodes" => nodes.len().max(usize::from(batch)).to_string(),

@@ -68,7 +68,7 @@ impl Scancel {
         !job.row.state.is_final()
             && (self.jobs.is_empty() || self.jobs.iter().any(|r| r.names(job)))
             && (self.users.is_empty() || self.users.iter().any(|u| u == user))
-            && (self.partitions.is_empty() || self.partitions.contains(&job.row.queue))
+            && (self.partitions.is_empty() || self.partitions.iter().any(|p| p == job.row.partition()))
             && (self.states.is_empty()
                 || self
                     .states

@@ -4,12 +4,13 @@
 
 use super::ids::{JobRef, job_refs};
 use super::sacct::state_name;
-use super::sinfo::{PARTITION, node_state};
+use super::sinfo::node_state;
 use super::{SlurmArgError, iso_time, reason};
+use crate::partitions::Partitions;
 use crate::text::shown;
 use crate::{JobView, NodeView};
 
-const SUPPORTED: &str = "show job [ID], show node [NAME], show partition, show hostnames [LIST], show hostlist NAMES, hold ID..., \
+const SUPPORTED: &str = "show job [ID], show node [NAME], show partition [NAME], show hostnames [LIST], show hostlist NAMES, hold ID..., \
     release ID..., requeue ID... (and -o/--oneliner)";
 
 /// What `scontrol` was asked to do.
@@ -23,7 +24,8 @@ pub enum Scontrol {
         names: Vec<String>,
         one_line: bool,
     },
-    ShowPartition,
+    /// `show partition [NAME]`.
+    ShowPartition(Option<String>),
     /// The names of a hostlist (`None`: `$SLURM_JOB_NODELIST`).
     Hostnames(Option<String>),
     /// Names (comma-separated, or a hostlist) in hostlist form.
@@ -59,7 +61,9 @@ pub fn parse_scontrol(args: &[String]) -> Result<Scontrol, SlurmArgError> {
             }
             Ok(Scontrol::ShowNodes { names, one_line })
         }
-        (Some("show"), Some("partition" | "partitions"), _) => Ok(Scontrol::ShowPartition),
+        (Some("show"), Some("partition" | "partitions"), rest) if rest.len() <= 1 => {
+            Ok(Scontrol::ShowPartition(rest.first().map(|s| s.to_string())))
+        }
         (Some("show"), Some("hostnames" | "hostname"), rest) if rest.len() <= 1 => {
             Ok(Scontrol::Hostnames(rest.first().map(|s| s.to_string())))
         }
@@ -115,7 +119,10 @@ pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
     let lines = vec![
         first,
         vec![("UserId", row.job.control.user.clone().unwrap_or_default()), ("Account", row.queue.clone())],
-        vec![("Priority", row.job.priority.to_string()), ("QOS", "normal".into())],
+        vec![
+            ("Priority", row.job.priority.to_string()),
+            ("QOS", row.job.control.qos.clone().unwrap_or_else(|| "normal".into())),
+        ],
         vec![
             ("JobState", state_name(job).into()),
             ("Reason", ended_reason(job).unwrap_or_else(|| if pending { reason(job) } else { "None" }).into()),
@@ -133,7 +140,7 @@ pub fn show_job(job: &JobView, now: u64, one_line: bool) -> String {
         ],
         vec![("SubmitTime", iso_time(row.submitted_at_s))],
         vec![("StartTime", time(row.started_at_s)), ("EndTime", time(row.ended_at_s))],
-        vec![("Partition", row.queue.clone())],
+        vec![("Partition", row.partition().to_string())],
         vec![
             ("NodeList", if nodes.is_empty() { "(null)".into() } else { gantry_types::text::hostlist(&nodes) }),
             ("BatchHost", nodes.first().cloned().unwrap_or_else(|| "(null)".into())),
@@ -182,7 +189,7 @@ fn dependency(after: &[gantry_types::Dependency]) -> String {
 }
 
 /// `scontrol show node`: one record per node.
-pub fn show_node(n: &NodeView, one_line: bool) -> String {
+pub fn show_node(n: &NodeView, partitions: &Partitions, one_line: bool) -> String {
     let features = if n.features.is_empty() { "(null)".to_string() } else { n.features.join(",") };
     let lines = vec![
         vec![("NodeName", n.name.clone())],
@@ -198,20 +205,44 @@ pub fn show_node(n: &NodeView, one_line: bool) -> String {
             ("AllocMem", (n.memory_bytes.saturating_sub(n.memory_free_bytes) >> 20).to_string()),
         ],
         vec![("State", node_state(n).1.to_uppercase())],
-        vec![("Partitions", PARTITION.into())],
+        vec![("Partitions", super::partitions::of_node(n, partitions))],
     ];
     record(&lines, one_line)
 }
 
-/// `scontrol show partition`: the one partition, every node.
-pub fn show_partition(nodes: &[NodeView]) -> String {
-    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
-    let lines = vec![
-        vec![("PartitionName", PARTITION.to_string())],
-        vec![("Default", "YES".into()), ("MaxTime", "UNLIMITED".into()), ("State", "UP".into())],
-        vec![("Nodes", gantry_types::text::hostlist(&names)), ("TotalNodes", nodes.len().to_string())],
-    ];
-    record(&lines, false)
+/// `scontrol show partition [NAME]`: each partition (or the one named) with its limits and
+/// nodes; an unknown name is Slurm's error.
+pub fn show_partition(
+    nodes: &[NodeView],
+    partitions: &Partitions,
+    name: Option<&str>,
+) -> Result<String, SlurmArgError> {
+    let shown: Vec<_> = super::partitions::shown(nodes, partitions)
+        .into_iter()
+        .filter(|p| name.is_none_or(|n| n == p.view.name))
+        .collect();
+    if shown.is_empty() {
+        return Err(SlurmArgError::new(name.unwrap_or_default(), "Partition not found"));
+    }
+    Ok(shown
+        .iter()
+        .map(|p| {
+            let names: Vec<String> = p.nodes.iter().map(|n| n.name.clone()).collect();
+            let yes = |b: bool| if b { "YES" } else { "NO" }.to_string();
+            let lines = vec![
+                vec![("PartitionName", p.view.name.clone())],
+                vec![("AllowAccounts", "ALL".into()), ("Default", yes(p.view.default))],
+                vec![
+                    ("DefaultTime", p.view.default_time_s.map_or_else(|| "NONE".into(), super::elapsed)),
+                    ("MaxNodes", p.view.max_nodes.map_or_else(|| "UNLIMITED".into(), |n| n.to_string())),
+                    ("MaxTime", p.time_limit("UNLIMITED")),
+                ],
+                vec![("Nodes", if names.is_empty() { "(null)".into() } else { gantry_types::text::hostlist(&names) })],
+                vec![("State", "UP".into()), ("TotalNodes", names.len().to_string())],
+            ];
+            record(&lines, false)
+        })
+        .collect())
 }
 
 /// The ids each of `refs` names among `jobs`, for hold and release: an array's elements

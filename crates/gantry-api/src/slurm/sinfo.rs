@@ -1,16 +1,16 @@
 //! `sinfo`: the fleet's nodes as Slurm lists them — grouped by state with their node list,
 //! one line per node (`-N`), the long form (`-l`) and `-o` formats — over the API's nodes.
-//! gantry's queues are not node sets: one partition, `all`, holds every node.
+//! Partitions are the queue file's (`[[partition]]`); where it defines none, one partition,
+//! `all`, holds every node.
 
 use super::format::{Piece, pieces, render};
+use super::partitions::{Shown, shown};
 use super::{SlurmArgError, list, options, refused};
 use crate::NodeView;
+use crate::partitions::Partitions;
 
 const SUPPORTED: &str = "-N/--Node, -l/--long, -h/--noheader, -o/--format (%N %D %P %t %T %G %c %m %f %a %l %E %C), \
     -t/--states, -n/--nodes, -p/--partition";
-
-/// The partition gantry shows (every node; the default).
-pub const PARTITION: &str = "all";
 
 /// What `sinfo` was asked to show.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -21,6 +21,8 @@ pub struct Sinfo {
     pub format: Option<String>,
     pub states: Vec<String>,
     pub nodes: Vec<String>,
+    /// `-p/--partition`: only these partitions.
+    pub partitions: Vec<String>,
 }
 
 /// Read `sinfo`'s arguments.
@@ -36,10 +38,7 @@ pub fn parse_sinfo(args: &[String]) -> Result<Sinfo, SlurmArgError> {
             "-o" | "--format" => s.format = Some(value),
             "-t" | "--states" => s.states.extend(list(&value).iter().map(|v| v.to_lowercase())),
             "-n" | "--nodes" => s.nodes.extend(list(&value)),
-            "-p" | "--partition" if list(&value).iter().all(|p| p == PARTITION) => {}
-            "-p" | "--partition" => {
-                return Err(SlurmArgError::new(option, format!("{value}: gantry has one partition, {PARTITION}")));
-            }
+            "-p" | "--partition" => s.partitions.extend(list(&value)),
             "" => return Err(SlurmArgError::new(value, "sinfo takes options only").hint(SUPPORTED)),
             other => return Err(refused("sinfo", other, SUPPORTED)),
         }
@@ -80,14 +79,14 @@ pub(crate) fn gres(n: &NodeView) -> String {
     models.iter().map(|(m, c)| format!("gpu:{m}:{c}")).collect::<Vec<_>>().join(",")
 }
 
-/// One field of a node (`%X` without its width).
-fn field(n: &NodeView, key: char) -> String {
+/// One field of a node in a partition (`%X` without its width).
+fn field(p: &Shown, n: &NodeView, key: char) -> String {
     let cpus = n.cpu_milli / 1000;
     let used = n.cpu_milli.saturating_sub(n.cpu_free_milli).div_ceil(1000);
     match key {
         'N' | 'n' => n.name.clone(),
         'D' => "1".into(),
-        'P' => format!("{PARTITION}*"),
+        'P' => p.marked(),
         't' => node_state(n).0.into(),
         'T' => node_state(n).1.into(),
         'G' => gres(n),
@@ -96,7 +95,7 @@ fn field(n: &NodeView, key: char) -> String {
         'f' if n.features.is_empty() => "(null)".into(),
         'f' => n.features.join(","),
         'a' => "up".into(),
-        'l' => "infinite".into(),
+        'l' => p.time_limit("infinite"),
         'E' => match node_state(n).0 {
             "down" => "Not responding".into(),
             "drain" | "drng" => "drained by an admin".into(),
@@ -138,8 +137,8 @@ fn header(key: char) -> &'static str {
     }
 }
 
-/// sinfo's listing of `nodes`.
-pub fn sinfo_table(nodes: &[NodeView], s: &Sinfo) -> String {
+/// sinfo's listing of `nodes` in their partitions (a node in two is listed in each).
+pub fn sinfo_table(nodes: &[NodeView], partitions: &Partitions, s: &Sinfo) -> String {
     let format = match (&s.format, s.per_node, s.long) {
         (Some(f), _, _) => f.clone(),
         (None, true, true) => "%10N %.6D %9P %11T %.4c %.8m %20f %14G %E".into(),
@@ -153,29 +152,32 @@ pub fn sinfo_table(nodes: &[NodeView], s: &Sinfo) -> String {
         (s.states.is_empty() || s.states.iter().any(|w| w == short || w == long))
             && (s.nodes.is_empty() || s.nodes.contains(&n.name))
     };
-    // Nodes whose shown fields (other than the list and count) match share a line.
-    let mut groups: Vec<(String, Vec<&NodeView>)> = Vec::new();
-    for n in nodes.iter().filter(wanted) {
-        let key = if s.per_node {
-            n.name.clone()
-        } else {
-            render(&pieces, |k| if "NnD".contains(k) { String::new() } else { field(n, k) })
-        };
-        match groups.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, members)) => members.push(n),
-            None => groups.push((key, vec![n])),
+    let shown = shown(nodes, partitions);
+    // Nodes of a partition whose shown fields (other than the list and count) match share a line.
+    let mut groups: Vec<(String, &Shown, Vec<&NodeView>)> = Vec::new();
+    for p in shown.iter().filter(|p| s.partitions.is_empty() || s.partitions.contains(&p.view.name)) {
+        for n in p.nodes.iter().copied().filter(wanted) {
+            let key = if s.per_node {
+                format!("{}\n{}", p.view.name, n.name)
+            } else {
+                render(&pieces, |k| if "NnD".contains(k) { String::new() } else { field(p, n, k) })
+            };
+            match groups.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, _, members)) => members.push(n),
+                None => groups.push((key, p, vec![n])),
+            }
         }
     }
     let mut out = String::new();
     if !s.no_header {
         out += &render(&pieces, |k| header(k).to_string());
     }
-    for (_, members) in groups {
+    for (_, p, members) in groups {
         let names: Vec<String> = members.iter().map(|n| n.name.clone()).collect();
         out += &render(&pieces, |k| match k {
             'N' => gantry_types::text::hostlist(&names),
             'D' => members.len().to_string(),
-            _ => field(members[0], k),
+            _ => field(p, members[0], k),
         });
     }
     out
@@ -210,19 +212,55 @@ mod tests {
             node("gpu-03", &[1000, 0]),
             node("gpu-04", &[1000, 1000]),
         ];
-        let text = sinfo_table(&nodes, &parse_sinfo(&[]).expect("no options"));
+        let none = Partitions::default();
+        let text = sinfo_table(&nodes, &none, &parse_sinfo(&[]).expect("no options"));
         assert_eq!(
             text,
             "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\nall*         up   infinite      2   idle gpu-[01-02]\n\
              all*         up   infinite      1    mix gpu-03\nall*         up   infinite      1  alloc gpu-04\n"
         );
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let text = sinfo_table(&nodes, &parse_sinfo(&args(&["-N", "-h", "-t", "idle"])).expect("ok"));
+        let text = sinfo_table(&nodes, &none, &parse_sinfo(&args(&["-N", "-h", "-t", "idle"])).expect("ok"));
         assert_eq!(text, "gpu-01          1 all*      idle\ngpu-02          1 all*      idle\n");
-        let text = sinfo_table(&nodes[..1], &parse_sinfo(&args(&["-o", "%N %G %c %m"])).expect("ok"));
+        let text = sinfo_table(&nodes[..1], &none, &parse_sinfo(&args(&["-o", "%N %G %c %m"])).expect("ok"));
         assert_eq!(text, "NODELIST GRES CPUS MEMORY\ngpu-01 gpu:l4-24gb:2 16 65536\n");
         assert!(parse_sinfo(&args(&["-o", "%Z"])).is_err());
-        assert!(parse_sinfo(&args(&["-p", "debug"])).expect_err("one partition").to_string().contains("one partition"));
         assert!(parse_sinfo(&args(&["--Format=nodelist"])).expect_err("refused").to_string().contains("not supported"));
+    }
+
+    #[test]
+    fn partitions_list_their_own_nodes_and_limits_a_node_in_two_shows_in_each() {
+        use crate::partitions::PartitionView;
+        let nodes = [node("gpu-01", &[0]), node("gpu-02", &[1000]), node("cpu-01", &[])];
+        let part = |name: &str, default: bool, members: &[&str], max_time_s: Option<u64>| PartitionView {
+            name: name.into(),
+            default,
+            nodes: members.iter().map(|m| m.to_string()).collect(),
+            node_selector: Default::default(),
+            queue: None,
+            max_time_s,
+            default_time_s: None,
+            max_nodes: None,
+        };
+        let partitions = Partitions {
+            partitions: vec![
+                part("gpu", true, &["gpu-01", "gpu-02"], Some(2 * 86_400)),
+                part("debug", false, &["gpu-01", "cpu-01"], Some(1800)),
+            ],
+            qos: Vec::new(),
+        };
+        let text = sinfo_table(&nodes, &partitions, &parse_sinfo(&[]).expect("no options"));
+        assert_eq!(
+            text,
+            "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n\
+             gpu*         up 2-00:00:00      1   idle gpu-01\n\
+             gpu*         up 2-00:00:00      1  alloc gpu-02\n\
+             debug        up      30:00      2   idle gpu-01,cpu-01\n"
+        );
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let text = sinfo_table(&nodes, &partitions, &parse_sinfo(&args(&["-p", "debug", "-N", "-h"])).expect("ok"));
+        assert_eq!(text, "gpu-01          1 debug     idle\ncpu-01          1 debug     idle\n");
+        let text = sinfo_table(&nodes, &partitions, &parse_sinfo(&args(&["-p", "nope", "-h"])).expect("ok"));
+        assert_eq!(text, "", "an unknown partition lists nothing, as Slurm's sinfo does");
     }
 }

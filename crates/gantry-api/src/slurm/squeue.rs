@@ -15,7 +15,7 @@ pub struct Squeue {
     pub users: Vec<String>,
     /// `-j/--jobs`.
     pub jobs: Vec<JobRef>,
-    /// `-p/--partition`: queues.
+    /// `-p/--partition`: partitions (queues where the queue file defines none).
     pub partitions: Vec<String>,
     /// `-t/--states`, as Slurm's short or long names (`PD`, `running`, `all`); default
     /// pending and running.
@@ -135,7 +135,7 @@ impl Squeue {
         states_ok
             && (self.users.is_empty() || self.users.iter().any(|u| u == user))
             && (self.jobs.is_empty() || self.jobs.iter().any(|r| r.names(job)))
-            && (self.partitions.is_empty() || self.partitions.contains(&job.row.queue))
+            && (self.partitions.is_empty() || self.partitions.iter().any(|p| p == job.row.partition()))
     }
 }
 
@@ -170,7 +170,7 @@ pub fn squeue_table(jobs: &[JobView], q: &Squeue, now: u64) -> String {
             out,
             "{} {} {} {} {} {} {} {place}",
             column(&slurm_id(job), 18),
-            column(&shown(&row.queue), 9),
+            column(&shown(row.partition()), 9),
             column(&shown(&slurm_name(job)), 8),
             column(&shown(user), 8),
             column(state(job).0, 2),
@@ -198,7 +198,7 @@ fn start_table(jobs: &[JobView], q: &Squeue) -> String {
             out,
             "{} {} {} {} {} {} {} {:<20} ({})",
             column(&slurm_id(job), 18),
-            column(&shown(&row.queue), 9),
+            column(&shown(row.partition()), 9),
             column(&shown(&slurm_name(job)), 8),
             column(&shown(row.job.control.user.as_deref().unwrap_or("-")), 8),
             column("PD", 2),
@@ -263,7 +263,8 @@ fn field(job: &JobView, key: char, now: u64) -> String {
     let array = row.job.control.array.as_ref();
     let cpus: u64 = super::held_cpus(job);
     match key {
-        'a' | 'P' => row.queue.clone(),
+        'a' => row.queue.clone(),
+        'P' => row.partition().to_string(),
         'A' => row.id.to_string(),
         'i' => slurm_id(job),
         'b' => match row.job.groups.first().and_then(|g| g.resources.gpu.as_ref()) {
@@ -294,7 +295,7 @@ fn field(job: &JobView, key: char, now: u64) -> String {
         'l' => row.job.control.time_limit_s.map_or_else(|| "UNLIMITED".into(), elapsed),
         'M' => elapsed(ran),
         'N' => gantry_types::text::hostlist(&nodes),
-        'q' => "normal".into(),
+        'q' => row.job.control.qos.clone().unwrap_or_else(|| "normal".into()),
         'Q' => row.job.priority.to_string(),
         'r' if pending => reason(job).into(),
         'r' => "None".into(),

@@ -550,6 +550,11 @@ impl Scheduler {
         Ok(changed)
     }
 
+    /// The queue file this scheduler orders by (`None` under FIFO).
+    pub fn queue_tree(&self) -> Option<&gantry_types::QueueTree> {
+        self.fair.as_ref().map(|fs| fs.tree())
+    }
+
     /// Does the queue order know queue `name` (FIFO knows every name)?
     pub fn knows_queue(&self, name: &str) -> bool {
         self.fair.as_ref().is_none_or(|fs| fs.tree().find(name).is_some())

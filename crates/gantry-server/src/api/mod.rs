@@ -84,7 +84,7 @@ async fn healthz() -> &'static str {
 #[derive(utoipa::OpenApi)]
 #[openapi(
     info(title = "gantry", description = "The gantry controller's REST API: jobs, nodes, tokens and the node agents' protocol (docs/formats.md)."),
-    paths(healthz, submit, list, show, cancel, hold, release, requeue, estimate, signal::signal, logs::logs, nodes, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read, checkpoint::checkpoint),
+    paths(healthz, submit, list, show, cancel, hold, release, requeue, estimate, signal::signal, logs::logs, nodes, partitions, drain, resume, node_lost, create_token, list_tokens, revoke_token, usage, series, idle, plan, reconfigurations, metrics, agents::register_agent, agents::heartbeat, agents::answer_log_read, checkpoint::checkpoint),
     components(schemas(crate::meter::UsageBy)),
     security(("bearer" = [])),
     modifiers(&BearerAuth)
@@ -124,6 +124,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .route("/v1/jobs/{id}/hold", post(hold))
         .route("/v1/jobs/{id}/release", post(release))
         .route("/v1/nodes", get(nodes))
+        .route("/v1/partitions", get(partitions))
         .route("/v1/nodes/{name}/drain", post(drain))
         .route("/v1/nodes/{name}/resume", post(resume))
         .route("/v1/nodes/{name}/lost", post(node_lost))
@@ -388,6 +389,16 @@ async fn revoke_token(
 async fn nodes(State(shared): State<Shared>, headers: HeaderMap) -> Result<Json<Vec<NodeView>>, ApiError> {
     let who = who(&shared, &headers)?;
     Ok(Json(shared.read(|c| views::nodes::seen_by(views::nodes::nodes(c, now_s()), c, &who))))
+}
+
+#[utoipa::path(get, path = "/v1/partitions", tag = "nodes",
+    responses((status = 200, description = "The queue file's Slurm partitions with their nodes and limits, and its QOS names", body = gantry_api::partitions::Partitions), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody)))]
+async fn partitions(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+) -> Result<Json<gantry_api::partitions::Partitions>, ApiError> {
+    who(&shared, &headers)?;
+    Ok(Json(shared.read(views::partitions::partitions)))
 }
 
 #[utoipa::path(post, path = "/v1/nodes/{name}/drain", tag = "nodes", params(("name" = String, Path, description = "Node name")),

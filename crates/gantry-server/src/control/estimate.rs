@@ -17,7 +17,8 @@ impl Controller {
         }
         let (mut jobs, mut compiled, id) = self.checked(who, jobs, None)?;
         let (job, compiled) = (jobs.swap_remove(0), compiled.swap_remove(0));
-        let queue = job.queue.clone();
+        let (queue, partition) =
+            (job.queue.clone(), job.control.partition.clone().unwrap_or_else(|| job.queue.clone()));
         let mut copy = self.scheduler.clone();
         copy.submit(id, self.sched_job(&job, compiled)?, now)?;
         let started = copy.cycle(now).into_iter().find_map(|d| match d {
@@ -29,13 +30,13 @@ impl Controller {
                 let mut nodes: Vec<String> = tasks.iter().map(|t| t.node.clone()).collect();
                 nodes.dedup();
                 let cpus = tasks.iter().map(|t| u64::from(t.cpu.0.div_ceil(1000))).sum();
-                Estimate { id, queue, start_s: Some(now), nodes, cpus, reason: None }
+                Estimate { id, queue, partition, start_s: Some(now), nodes, cpus, reason: None }
             }
             None => {
                 let why = copy.why(id);
                 let reason = why.as_ref().map(|p| p.reason.to_string());
                 let start_s = why.and_then(|p| p.estimate_s);
-                Estimate { id, queue, start_s, nodes: Vec::new(), cpus: 0, reason }
+                Estimate { id, queue, partition, start_s, nodes: Vec::new(), cpus: 0, reason }
             }
         };
         Ok(Effects { reply: Reply::Estimated(estimate), unlogged: true, ..Default::default() })

@@ -173,6 +173,7 @@ impl Controller {
             .map(|job| {
                 let mut job = who.stamp(job)?;
                 job.control.submission_key = key.map(str::to_string);
+                self.place(&mut job)?;
                 self.grant_priority(who, &mut job);
                 Ok(job)
             })
@@ -197,6 +198,17 @@ impl Controller {
             compiled.push(c);
         }
         Ok((jobs, compiled, first))
+    }
+
+    /// The job's QOS and partition resolved by the queue file (`gantry_types::partition`): its
+    /// priority, queue, nodes and time limit as they mean. Without a queue file only the QOS
+    /// names gantry knows by default mean anything.
+    fn place(&self, job: &mut Job) -> Result<(), ControlError> {
+        let placed = match self.scheduler.queue_tree() {
+            Some(tree) => tree.place(job),
+            None => gantry_types::QueueTree::flat([], 1, 1).place(job),
+        };
+        placed.map_err(|why| refused(job, why.field(), format!("job {:?}: {why}", job.name)))
     }
 
     /// The priority `who` may give `job` in its queue: the queue's default when the job names

@@ -57,7 +57,7 @@ impl Controller {
                 step_key: step_key.clone(),
                 array_job: row.job.control.array.as_ref().and_then(|a| a.job),
                 array_span: row.job.control.array.as_ref().filter(|a| a.count > 0).map(|a| [a.min, a.max, a.count]),
-                queue: row.queue.clone(),
+                queue: row.partition().to_string(),
             });
         }
         (starts, launches)

@@ -4,6 +4,7 @@
 pub mod jobs;
 pub mod metrics;
 pub mod nodes;
+pub mod partitions;
 pub mod plan;
 pub mod queues;
 pub mod reconfig;

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 mod confinement;
 mod disk_full;
 mod isolation;
+mod partitions;
 mod tenants;
 mod trust;
 
@@ -698,6 +699,7 @@ fn the_openapi_document_matches_the_committed_copy_and_is_served() {
             "/v1/nodes/{name}/drain",
             "/v1/nodes/{name}/lost",
             "/v1/nodes/{name}/resume",
+            "/v1/partitions",
             "/v1/plan",
             "/v1/reconfigurations",
             "/v1/series",

@@ -606,6 +606,59 @@ fn scontrol_requeue_runs_a_job_again() {
 /// array's elements named `ID_INDEX` (one cancelled alone, the rest released together), a
 /// failed job's exit code and a timed-out job's TIMEOUT in `sacct --parsable2`, the nodes with
 /// their GRES, one job's and one node's record.
+/// Partitions and accounts kept apart: `-p` picks the node set (and its time limit), `-A` the
+/// queue charged, `--qos` a priority the queue file names; sinfo and scontrol list the file's
+/// partitions, squeue and sacct show both; a partition's limits refuse a job with Slurm's words.
+#[test]
+fn partitions_accounts_and_qos_are_the_queue_files() {
+    let fleet = TWO_NODES.replacen("cpu = 16\n", "cpu = 16\nlabels = { \"slurm.partition/gpu\" = \"true\" }\n", 1);
+    let queues = "[[queue]]\nname = \"default\"\n[[queue]]\nname = \"physics\"\n\
+        [[partition]]\nname = \"gpu\"\ndefault = true\nnode_selector = { \"slurm.partition/gpu\" = \"true\" }\nmax_time = \"2h\"\n\
+        [[partition]]\nname = \"short\"\nmax_time = \"10m\"\nmax_nodes = 1\n\
+        [[qos]]\nname = \"standby\"\npriority = -50\n";
+    let cluster = SlurmOnGantry::start("slurm-partitions", &fleet, Some(queues));
+    let slurm = |name: &str, args: &[&str]| cluster.run(name, args);
+    let (_, listed, _) = slurm("sinfo", &["-h", "-o", "%P %l %D %N"]);
+    assert_eq!(listed, "gpu* 2:00:00 1 localhost\nshort 10:00 2 localhost,127.0.0.1\n", "{listed}");
+    let (_, shown, _) = slurm("scontrol", &["show", "partition", "short"]);
+    assert!(
+        shown.contains("PartitionName=short") && shown.contains("MaxNodes=1") && shown.contains("MaxTime=10:00"),
+        "{shown}"
+    );
+    let (code, _, err) = slurm("scontrol", &["show", "partition", "nope"]);
+    assert!(code != Some(0) && err.contains("Partition not found"), "{err}");
+    // -p short -A physics --qos standby: the node set, the account and the priority apart.
+    let (code, id, err) =
+        slurm("sbatch", &["--parsable", "-H", "-p", "short", "-A", "physics", "--qos", "standby", "--wrap", "true"]);
+    assert_eq!(code, Some(0), "{err}");
+    let id = id.trim().to_string();
+    let (_, row, _) = slurm("squeue", &["-h", "-j", &id, "-o", "%P %a %q %Q %l"]);
+    assert_eq!(row, "short physics standby -50 10:00\n");
+    // Neither named: the default partition and its time limit.
+    let (_, plain, _) = slurm("sbatch", &["--parsable", "-H", "--wrap", "true"]);
+    let plain = plain.trim().to_string();
+    let (_, row, _) = slurm("squeue", &["-h", "-j", &plain, "-o", "%P %a %l"]);
+    assert_eq!(row, "gpu default 2:00:00\n");
+    let (_, rows, _) = slurm("sacct", &["-n", "-P", "-X", "--format=JobID,Partition,Account,QOS", "-j", &id]);
+    assert_eq!(rows, format!("{id}|short|physics|standby\n"));
+    let (_, mine, _) = slurm("squeue", &["-h", "-p", "short", "-o", "%i"]);
+    assert_eq!(mine, format!("{id}\n"), "squeue -p filters by partition");
+    // Past the partition's limits, or unknown names: refused with the reason, nothing made.
+    for (args, words) in [
+        (vec!["-p", "short", "-t", "20"], "above partition short's MaxTime"),
+        (vec!["-p", "short", "-N", "2"], "partition short's MaxNodes is 1"),
+        (vec!["-p", "long"], "invalid partition name \"long\" (partitions: gpu, short)"),
+        (vec!["--qos", "high"], "invalid QOS \"high\" (QOS names: standby)"),
+    ] {
+        let mut argv = args.clone();
+        argv.extend(["--wrap", "true"]);
+        let (code, _, err) = slurm("sbatch", &argv);
+        assert!(code != Some(0) && err.contains(words), "{args:?}: {err}");
+    }
+    let (_, all, _) = slurm("squeue", &["-h", "-t", "all", "-o", "%i"]);
+    assert_eq!(all.lines().count(), 2, "refused jobs stored nothing: {all}");
+}
+
 #[test]
 fn sacct_sinfo_scontrol_and_scancel_answer_as_slurms_do() {
     let cluster = SlurmOnGantry::start("slurm-commands", TWO_NODES, None);
@@ -679,7 +732,10 @@ fn sacct_sinfo_scontrol_and_scancel_answer_as_slurms_do() {
 fn the_slurm_comparison_scripts_behave_as_under_slurm() {
     // The reference cluster: nodes of 8 CPUs, 4000 MB and four GPUs; partitions debug and long.
     let fleet = TWO_NODES.replace("cpu = 16", "cpu = 8").replace("64GiB", "4000MiB").replace("count = 2", "count = 4");
-    let queues = "[[queue]]\nname = \"default\"\n[[queue]]\nname = \"debug\"\n[[queue]]\nname = \"long\"\n";
+    // Its partitions as tools/slurm-private.sh writes them: node sets with their time limits.
+    let queues = "[[queue]]\nname = \"default\"\n\
+        [[partition]]\nname = \"debug\"\ndefault = true\nmax_time = \"30m\"\n\
+        [[partition]]\nname = \"long\"\nmax_time = \"1d\"\n";
     let slurm = SlurmOnGantry::start("slurm-compare", &fleet, Some(queues));
     // Job ids past the small numbers the harness would mistake for counts (`SLURM_NNODES=1`).
     let (_, burnt, _) = slurm.run("sbatch", &["--parsable", "-H", "--array=0-199", "--wrap", "true"]);
