@@ -122,7 +122,11 @@ job_states() { # job_states ID...
     local id how=${COMPARE_STATE:-}
     if [ -z "$how" ]; then
         how=sacct
-        scontrol show job -o "$1" 2> /dev/null | grep -q '^JobId=' && how=scontrol
+        # A loaded slurmctld can time out one request: ask a few times before deciding.
+        for _ in 1 2 3 4 5; do
+            if scontrol show job -o "$1" 2> /dev/null | grep -q '^JobId='; then how=scontrol; break; fi
+            sleep 1
+        done
     fi
     if [ "$how" = sacct ]; then
         echo "(sacct)"

@@ -46,7 +46,8 @@ pub struct Connection {
 /// A call that failed: unreachable, or refused by the controller.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("{0}")]
+    /// No answer: transparent, so a chain of causes (`{:#}`) says it once, not twice.
+    #[error(transparent)]
     Client(#[from] gantry_wire::client::ClientError),
     #[error(
         "{message} (HTTP 401)\n  hint: {token_from}; point the CLI at the controller's data directory (--data DIR or $GANTRY_DATA, as given to `gantry serve --data`) or give a token with --token or $GANTRY_TOKEN"

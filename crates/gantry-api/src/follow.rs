@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 /// does not read.
 #[derive(Debug, thiserror::Error)]
 pub enum FollowError {
-    #[error("{0}")]
+    #[error(transparent)]
     Call(#[from] CallError),
     #[error("the controller's {0} reply is not what this client reads: {1}")]
     Reply(&'static str, serde_json::Error),

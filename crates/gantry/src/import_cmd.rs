@@ -59,7 +59,7 @@ struct SlurmArgs {
     /// Gres=gpu:N), repeatable.
     #[arg(long = "map", value_name = "TYPE=MODEL")]
     maps: Vec<String>,
-    /// Also write the partitions as a queue file here.
+    /// Also write the partitions (node sets with their limits, each with a queue) as a queue file here.
     #[arg(long, value_name = "FILE")]
     queues_out: Option<PathBuf>,
     /// Skip and count lines that are not valid Slurm config instead of refusing the file.
@@ -159,7 +159,7 @@ fn slurm(a: &SlurmArgs) -> anyhow::Result<()> {
     // The queue file first: a failure to write it leaves stdout empty, not half a result.
     if let Some(path) = &a.queues_out {
         std::fs::write(path, &imported.queues).with_context(|| format!("cannot write {}", path.display()))?;
-        eprintln!("wrote the partitions as queues to {}", path.display());
+        eprintln!("wrote the partitions (each with a queue of its name) to {}", path.display());
     }
     print!("{}", imported.fleet);
     eprintln!("imported {} node(s) from {}", imported.nodes, a.conf.display());

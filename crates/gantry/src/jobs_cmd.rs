@@ -233,9 +233,12 @@ fn send(server: &ServerArg, what: &str, text: &str, wait: bool, form: Submitted)
     // request sent to the next one (a standby that took over) is not doubled.
     let key = gantry_api::replies::idempotency_key()
         .context("cannot read /dev/urandom for the submission's idempotency key")?;
-    let reply = server
-        .call_with("POST", "/v1/jobs", Some(text), &[("Idempotency-Key", &key)])
-        .with_context(|| what.to_string())?;
+    let reply =
+        server.call_with("POST", "/v1/jobs", Some(text), &[("Idempotency-Key", &key)]).with_context(|| match form {
+            // Slurm's words, which scripts that wrap sbatch look for.
+            Submitted::Slurm | Submitted::Parsable => "Batch job submission failed".to_string(),
+            Submitted::Gantry => what.to_string(),
+        })?;
     let ids = typed::<gantry_api::Submitted>(&reply, "/v1/jobs")?.ids;
     match form {
         _ if server.json => println!("{reply}"),

@@ -20,9 +20,9 @@ pub struct Reply {
 
 #[derive(Debug, thiserror::Error)]
 enum Failed {
-    #[error("{0}")]
+    #[error(transparent)]
     Args(#[from] SlurmArgError),
-    #[error("{0}")]
+    #[error(transparent)]
     Call(#[from] CallError),
     #[error("the controller's {0} reply is not what this client reads: {1}")]
     Reply(&'static str, serde_json::Error),

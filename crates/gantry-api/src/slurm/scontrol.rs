@@ -190,7 +190,7 @@ fn dependency(after: &[gantry_types::Dependency]) -> String {
 
 /// `scontrol show node`: one record per node.
 pub fn show_node(n: &NodeView, partitions: &Partitions, one_line: bool) -> String {
-    let features = if n.features.is_empty() { "(null)".to_string() } else { n.features.join(",") };
+    let features = super::sinfo::features(n);
     let lines = vec![
         vec![("NodeName", n.name.clone())],
         vec![

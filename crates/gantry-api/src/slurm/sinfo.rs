@@ -79,6 +79,15 @@ pub(crate) fn gres(n: &NodeView) -> String {
     models.iter().map(|(m, c)| format!("gpu:{m}:{c}")).collect::<Vec<_>>().join(",")
 }
 
+/// A node's Slurm features (`AVAIL_FEATURES`): its labels `slurm.feature/NAME = "true"`, the
+/// ones `--constraint` matches and `gantry import slurm` writes from `Features=`; `(null)`
+/// without any.
+pub(crate) fn features(n: &NodeView) -> String {
+    let names: Vec<&str> =
+        n.features.iter().filter_map(|label| label.strip_prefix("slurm.feature/")?.strip_suffix("=true")).collect();
+    if names.is_empty() { "(null)".into() } else { names.join(",") }
+}
+
 /// One field of a node in a partition (`%X` without its width).
 fn field(p: &Shown, n: &NodeView, key: char) -> String {
     let cpus = n.cpu_milli / 1000;
@@ -92,8 +101,7 @@ fn field(p: &Shown, n: &NodeView, key: char) -> String {
         'G' => gres(n),
         'c' => cpus.to_string(),
         'm' => (n.memory_bytes >> 20).to_string(),
-        'f' if n.features.is_empty() => "(null)".into(),
-        'f' => n.features.join(","),
+        'f' => features(n),
         'a' => "up".into(),
         'l' => p.time_limit("infinite"),
         'E' => match node_state(n).0 {
@@ -225,6 +233,10 @@ mod tests {
         let text = sinfo_table(&nodes[..1], &none, &parse_sinfo(&args(&["-o", "%N %G %c %m"])).expect("ok"));
         assert_eq!(text, "NODELIST GRES CPUS MEMORY\ngpu-01 gpu:l4-24gb:2 16 65536\n");
         assert!(parse_sinfo(&args(&["-o", "%Z"])).is_err());
+        let mut labelled = node("gpu-05", &[0]);
+        labelled.features = vec!["slurm.feature/a100=true".into(), "pool=train".into(), "slurm.feature/ib=true".into()];
+        let text = sinfo_table(&[labelled], &none, &parse_sinfo(&args(&["-h", "-o", "%f"])).expect("ok"));
+        assert_eq!(text, "a100,ib\n", "Slurm's feature names, not gantry's other labels");
         assert!(parse_sinfo(&args(&["--Format=nodelist"])).expect_err("refused").to_string().contains("not supported"));
     }
 
