@@ -20,10 +20,15 @@ pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 /// or gone. A reader waits this long for the reply.
 pub const OUTPUT_WAIT: Duration = Duration::from_secs(10);
 
-/// The data directory: $GANTRY_DATA, else ~/.local/share/gantry (`None` without $HOME).
+/// The data directory: $GANTRY_DATA, else $XDG_DATA_HOME/gantry, else ~/.local/share/gantry
+/// (`None` without $HOME).
 pub fn default_data_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("GANTRY_DATA") {
         return Some(PathBuf::from(dir));
+    }
+    // XDG's base directories: $XDG_DATA_HOME when it is an absolute path, else ~/.local/share.
+    if let Some(xdg) = std::env::var_os("XDG_DATA_HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        return Some(xdg.join("gantry"));
     }
     std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share/gantry"))
 }

@@ -5,6 +5,7 @@
 //! the published schema cannot drift from what either does.
 
 pub mod connection;
+pub mod exit;
 pub mod follow;
 pub mod jobs;
 pub mod logs;

@@ -20,7 +20,7 @@ pub const EXAMPLES: &str = "Examples:
 pub struct CertArgs {
     #[command(subcommand)]
     what: CertCommand,
-    /// The controller's data directory (default: $GANTRY_DATA, else ~/.local/share/gantry).
+    /// The controller's data directory (default: $GANTRY_DATA, else $XDG_DATA_HOME/gantry or ~/.local/share/gantry).
     #[arg(long, value_name = "DIR", global = true)]
     data: Option<PathBuf>,
 }

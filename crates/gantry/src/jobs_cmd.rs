@@ -36,7 +36,7 @@ pub struct ServerArg {
     #[arg(long, value_name = "TOKEN", global = true)]
     token: Option<String>,
     /// The controller's data directory, for its admin token when no token is given (default:
-    /// $GANTRY_DATA, else ~/.local/share/gantry; what `gantry serve --data` was given).
+    /// $GANTRY_DATA, else $XDG_DATA_HOME/gantry or ~/.local/share/gantry; what `gantry serve --data` was given).
     #[arg(long, value_name = "DIR", global = true)]
     data: Option<PathBuf>,
     /// Print JSON instead of a table.
@@ -314,25 +314,25 @@ pub struct CancelArgs {
 }
 
 /// Cancel each job named; one that cannot be cancelled is said on stderr and the rest go on
-/// (exit 2, as for any error, if one failed).
+/// (exiting with the first failure's code, `gantry_api::exit`).
 pub fn cancel(args: CancelArgs) -> anyhow::Result<ExitCode> {
     let query = CancelQuery { force: args.force }.to_query();
     let mut ids = Vec::new();
     for text in &args.ids {
         ids.extend(gantry_api::slurm::ids::job_ids(text).map_err(|e| anyhow::anyhow!("{e}"))?);
     }
-    let mut failed = false;
+    let mut failed = None;
     for id in ids {
         match args.server.fetch::<gantry_api::Cancelled>("DELETE", &format!("/v1/jobs/{id}{query}")) {
             Ok((_, sent)) if args.server.json => println!("{sent}"),
             Ok((reply, _)) => println!("job {id}: {}", shown(&reply.status)),
             Err(e) => {
                 eprintln!("error: {e:#}");
-                failed = true;
+                failed = failed.or(Some(gantry_api::exit::code(e.chain())));
             }
         }
     }
-    Ok(if failed { ExitCode::from(2) } else { ExitCode::SUCCESS })
+    Ok(ExitCode::from(failed.unwrap_or(gantry_api::exit::OK)))
 }
 
 /// `gantry hold` (`held`) and `gantry release`.

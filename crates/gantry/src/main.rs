@@ -15,6 +15,7 @@ mod confine_args;
 mod import_cmd;
 mod jobs_cmd;
 mod logs_cmd;
+mod manners;
 mod mig_cmd;
 mod place_cmd;
 mod plan_cmd;
@@ -27,7 +28,7 @@ mod synth_cmd;
 mod usage_cmd;
 mod whatif_cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -147,6 +148,10 @@ enum Command {
         after_help = "Examples:\n  gantry validate --fleet fleet.toml\n  gantry validate --workload jobs.toml\n  gantry validate --fleet fleet.toml --workload jobs.toml   # cross-check"
     )]
     Validate(place_cmd::ValidateArgs),
+    /// Print a shell completion script: `gantry completions bash > /etc/bash_completion.d/gantry`.
+    Completions { shell: clap_complete::Shell },
+    /// Write a man page for gantry and each subcommand into DIR (`gantry man /usr/local/share/man/man1`).
+    Man { dir: std::path::PathBuf },
 }
 
 /// Output cut short by a closed pipe (`gantry sim ... | head`) ends the program quietly, as
@@ -204,12 +209,14 @@ fn main() -> ExitCode {
         Command::Drain(args) => jobs_cmd::drain(args, true),
         Command::Resume(args) => jobs_cmd::drain(args, false),
         Command::Node(args) => jobs_cmd::node(args),
+        Command::Completions { shell } => manners::completions(shell, Cli::command()),
+        Command::Man { dir } => manners::man_pages(&dir, Cli::command()),
     };
     match result {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::from(2)
+            ExitCode::from(gantry_api::exit::code(err.chain()))
         }
     }
 }

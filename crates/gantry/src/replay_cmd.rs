@@ -22,7 +22,7 @@ Exit status: 0 when every decision is identical, 1 at the first difference, 2 on
 #[derive(Args)]
 pub struct ReplayArgs {
     /// The controller's data directory (its gantry.db holds the command log). Default:
-    /// $GANTRY_DATA, else ~/.local/share/gantry.
+    /// $GANTRY_DATA, else $XDG_DATA_HOME/gantry or ~/.local/share/gantry.
     #[arg(long, conflicts_with = "store")]
     data: Option<PathBuf>,
     /// A PostgreSQL store (`postgres://…`) instead: read only, beside a running controller.

@@ -398,7 +398,7 @@ pub fn init_logs(format: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
-        .with_ansi(std::io::stderr().is_terminal());
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()));
     if format == "json" {
         builder.json().init();
     } else {
@@ -431,10 +431,7 @@ pub async fn stop_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The data directory the CLI looks in too (`gantry_api::connection::default_data_dir`).
 pub fn default_data_dir() -> anyhow::Result<PathBuf> {
-    if let Some(dir) = std::env::var_os("GANTRY_DATA") {
-        return Ok(PathBuf::from(dir));
-    }
-    let home = std::env::var_os("HOME").context("neither --data, $GANTRY_DATA nor $HOME is set")?;
-    Ok(PathBuf::from(home).join(".local/share/gantry"))
+    gantry_api::connection::default_data_dir().context("neither --data, $GANTRY_DATA nor $HOME is set")
 }

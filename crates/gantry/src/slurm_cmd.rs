@@ -47,7 +47,7 @@ pub fn as_slurm_command() -> Option<ExitCode> {
     if let Some(code) = code.or_else(|| gantry_agent::steps::run_as(&name, &args)) {
         return Some(ExitCode::from(code.clamp(0, 255) as u8));
     }
-    let me = invoking_user();
+    let me = gantry_api::slurm::invoking_user();
     if let Some(reply) = gantry_api::slurm::run(&name, &args, &conn, &me, gantry_server::now_s()) {
         print!("{}", reply.out);
         eprint!("{}", reply.err);
@@ -59,15 +59,4 @@ pub fn as_slurm_command() -> Option<ExitCode> {
         eprintln!("{name}: error: {e:#}");
         ExitCode::from(1)
     }))
-}
-
-/// Who ran the command, as Slurm's tools take it (`squeue --me`, `sacct`'s own jobs): `USER`,
-/// else `LOGNAME`, else the name of the process's user id (a root shell or cron often has
-/// neither variable; Slurm asks the uid).
-fn invoking_user() -> String {
-    ["USER", "LOGNAME"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
-        .or_else(gantry_server::users::this_account)
-        .unwrap_or_default()
 }

@@ -119,15 +119,30 @@ fn no_key() -> StepError {
     ))
 }
 
+/// Names tried for a batch's private directory before giving up.
+const STEP_DIR_TRIES: u64 = 16;
+
 /// This batch's private directory: `srun`'s link, the step hosts' addresses, step numbers.
 fn step_dir(job: u64) -> Result<PathBuf, StepError> {
     use std::os::unix::fs::DirBuilderExt;
     let tmp = std::env::var("TMPDIR").ok().filter(|t| !t.is_empty()).unwrap_or_else(|| "/tmp".into());
-    let dir = Path::new(&tmp).join(format!("gantry-steps-{job}-{}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&dir)
-        .map_err(StepError::io(format!("cannot create {}", dir.display())))?;
+    // A fresh name each try, as mkdtemp makes one: a directory left by a batch that was killed
+    // (or put there by someone else: /tmp is shared) is never reused and never blocks a job.
+    use std::hash::BuildHasher;
+    let random = std::collections::hash_map::RandomState::new();
+    let mut tries = 0..STEP_DIR_TRIES;
+    let dir = loop {
+        let Some(attempt) = tries.next() else {
+            return Err(StepError::Refused(format!("cannot make a private directory in {tmp}: every name taken")));
+        };
+        let name = format!("gantry-steps-{job}-{}-{:016x}", std::process::id(), random.hash_one(attempt));
+        let dir = Path::new(&tmp).join(name);
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(StepError::io(format!("cannot create {}", dir.display()))(e)),
+        }
+    };
     for sub in ["bin", "hosts", "steps"] {
         std::fs::create_dir(dir.join(sub)).map_err(StepError::io(format!("cannot create {}", dir.display())))?;
     }
@@ -285,6 +300,18 @@ mod tests {
         assert_eq!(tasks_per_node_text(&[4, 4]), "4(x2)");
         assert_eq!(tasks_per_node_text(&[2, 1, 1]), "2,1(x2)");
         assert_eq!(tasks_per_node_text(&[2]), "2");
+    }
+
+    /// Two batches of one job id in one process (a pid reused, a directory left by a killed
+    /// batch) get directories of their own: the second once failed with "File exists".
+    #[test]
+    fn a_left_over_step_directory_never_blocks_a_batch() {
+        let first = super::step_dir(987_654).expect("a directory");
+        let second = super::step_dir(987_654).expect("another, not the left-over one");
+        assert_ne!(first, second);
+        assert!(second.join("bin/srun").exists());
+        let _ = std::fs::remove_dir_all(first);
+        let _ = std::fs::remove_dir_all(second);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod scontrol;
 pub mod sinfo;
 pub mod squeue;
 
-pub use run::{NAMES, Reply, run};
+pub use run::{NAMES, Reply, invoking_user, run};
 pub use scancel::{Scancel, parse_scancel};
 pub use squeue::{Squeue, parse_squeue, squeue_table};
 

@@ -50,6 +50,17 @@ fn nodes(conn: &Connection) -> Result<Vec<NodeView>, Failed> {
     serde_json::from_value(conn.call("GET", "/v1/nodes", None, &[])?).map_err(|e| Failed::Reply("nodes", e))
 }
 
+/// Who ran the command, as Slurm's tools take it (`squeue --me`, `sacct`'s own jobs): `USER`,
+/// else `LOGNAME`, else the name of the process's user id (a root shell or cron often has
+/// neither variable; Slurm asks the uid).
+pub fn invoking_user() -> String {
+    ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+        .or_else(|| nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name))
+        .unwrap_or_default()
+}
+
 fn partitions(conn: &Connection) -> Result<crate::partitions::Partitions, Failed> {
     serde_json::from_value(conn.call("GET", "/v1/partitions", None, &[])?).map_err(|e| Failed::Reply("partitions", e))
 }

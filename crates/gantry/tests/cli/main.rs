@@ -570,6 +570,35 @@ fn a_closed_pipe_ends_the_output_quietly() {
 
 /// `gantry serve --local` as a user runs it, driven by the CLI: submit --wait, queue, why,
 /// show, logs, cancel; Ctrl-C stops it.
+/// Shell completion and man pages come from the command definitions (clap's generators); the
+/// data directory follows XDG_DATA_HOME when GANTRY_DATA is not set.
+#[test]
+fn completions_man_pages_and_the_xdg_data_directory() {
+    let bash = gantry(&["completions", "bash"]);
+    assert_eq!(bash.status.code(), Some(0));
+    let script = std::env::temp_dir().join(format!("gantry-completion-{}.bash", std::process::id()));
+    std::fs::write(&script, &bash.stdout).expect("script");
+    let checked = Command::new("bash").arg("-n").arg(&script).output().expect("bash runs");
+    assert!(checked.status.success(), "bash -n: {}", stderr(&checked));
+    assert!(stdout(&bash).contains("submit") && stdout(&bash).contains("--wait"), "the subcommands and flags");
+    assert_eq!(gantry(&["completions", "tcsh"]).status.code(), Some(2), "an unknown shell is a usage error");
+    let dir = std::env::temp_dir().join(format!("gantry-man-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(gantry(&["man", dir.to_str().expect("utf-8")]).status.code(), Some(0));
+    let page = std::fs::read_to_string(dir.join("gantry-submit.1")).expect("a page per subcommand");
+    assert!(page.starts_with(".ie") || page.contains(".TH gantry-submit"), "{page}");
+    let xdg = std::env::temp_dir().join(format!("gantry-xdg-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .arg("replay")
+        .env_remove("GANTRY_DATA")
+        .env("XDG_DATA_HOME", &xdg)
+        .output()
+        .expect("runs");
+    assert!(stderr(&out).contains(&format!("{}/gantry/gantry.db", xdg.display())), "{}", stderr(&out));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&script);
+}
+
 #[test]
 fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let dir = temp_dir("serve-local");
@@ -618,6 +647,13 @@ fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     assert!(cli(&["cancel", "3-1"]).status.code() == Some(2));
     let missing = cli(&["why", "42"]);
     assert!(stderr(&missing).contains("no job 42 (HTTP 404)"), "{}", stderr(&missing));
+    // Exit codes tell failures apart (gantry_api::exit): not found, denied, unreachable.
+    assert_eq!(missing.status.code(), Some(5), "not found");
+    assert_eq!(cli(&["cancel", "42"]).status.code(), Some(5), "cancel of no such job");
+    let stranger = gantry(&["why", "1", "--server", url.as_str(), "--token", "not-a-token"]);
+    assert_eq!(stranger.status.code(), Some(4), "an unknown token: {}", stderr(&stranger));
+    let down = gantry(&["queue", "--server", "http://127.0.0.1:9", "--token", "x"]);
+    assert_eq!(down.status.code(), Some(3), "{}", stderr(&down));
     // Nodes, drain and resume.
     let nodes = stdout(&cli(&["nodes"]));
     assert!(nodes.lines().any(|l| l.starts_with("l4") && l.contains("GPUs")), "{nodes}");
