@@ -34,12 +34,19 @@ done
 if [ ! -x /usr/bin/scontrol ]; then
   missing+=(slurm-client)
 fi
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  missing+=(python3-venv)
 fi
-sudo=""
-if [ "$(id -u)" != 0 ]; then
-  sudo="sudo"
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  if [ "$(id -u)" != 0 ]; then
+    sudo="sudo"
+  fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-$sudo apt-get update -q
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+# schemathesis (PyPI), pinned, in a virtual environment of its own: the API test runs it
+# against a live controller (crates/gantry/tests/cli/schemathesis.rs).
+bash "$(dirname "$0")/schemathesis/install.sh"
+exit 0
+

@@ -29,13 +29,13 @@ pub struct Follower {
     /// Only this stream, else both.
     stream: Option<LogStream>,
     /// A task's first read: only its last this many lines.
-    tail: Option<usize>,
+    tail: Option<u32>,
     /// (attempt, task, stream) → the byte the next read starts at.
     cursors: BTreeMap<(u64, String, String), u64>,
 }
 
 impl Follower {
-    pub fn new(job: u64, task: Option<String>, stream: Option<LogStream>, tail: Option<usize>) -> Follower {
+    pub fn new(job: u64, task: Option<String>, stream: Option<LogStream>, tail: Option<u32>) -> Follower {
         Follower { job, task, stream, tail, cursors: BTreeMap::new() }
     }
 

@@ -35,6 +35,9 @@ pub fn encoded(text: &str) -> String {
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Comma-separated states (`pending,running`); all when absent.
+    #[param(
+        pattern = "^(pending|running|completed|failed|cancelled|lost)(,(pending|running|completed|failed|cancelled|lost))*$"
+    )]
     pub state: Option<String>,
 }
 
@@ -69,10 +72,13 @@ pub struct LogsQuery {
     /// `out` or `err` (default: both).
     pub stream: Option<LogStream>,
     /// Only the last this many lines of each stream.
-    pub tail: Option<usize>,
+    #[param(maximum = 4_294_967_295_f64)]
+    pub tail: Option<u32>,
     /// Read from this byte: one task and one stream only (a follower's next read).
+    #[param(maximum = 9_223_372_036_854_775_807_f64)]
     pub offset: Option<u64>,
     /// `text` (default) or `json` (`LogsView`).
+    #[param(pattern = "^(text|json)$")]
     pub format: Option<String>,
 }
 
@@ -92,9 +98,11 @@ impl Query for LogsQuery {
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct UsageQuery {
-    /// Start, Unix seconds (rounded down to the hour). Default: 30 days ago.
+    /// Start, Unix seconds (rounded down to the hour), not after `to`. Default: 30 days ago.
+    #[param(maximum = 9_223_372_036_854_775_807_f64)]
     pub from: Option<u64>,
     /// End, Unix seconds (rounded up to the hour). Default: now.
+    #[param(maximum = 9_223_372_036_854_775_807_f64)]
     pub to: Option<u64>,
     /// Group by `user`, `queue`, `model` or `job`. Default: queue.
     pub by: Option<UsageBy>,

@@ -45,6 +45,9 @@ pub struct TokenSecret {
 #[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// `USR1`, `SIGUSR1` or `10`: one of HUP INT QUIT KILL USR1 USR2 ALRM TERM CONT STOP TSTP WINCH.
+    #[schema(
+        pattern = "^((SIG)?(HUP|INT|QUIT|KILL|USR1|USR2|ALRM|TERM|CONT|STOP|TSTP|WINCH)|1|2|3|9|10|12|14|15|18|19|20|28)$"
+    )]
     pub signal: String,
     /// Every process of the job, its batch script's too; by default only its steps' (those
     /// `srun` started), as Slurm's `scancel --signal` without `--full`. A job with no steps
@@ -117,6 +120,8 @@ pub struct NodeLost {
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewToken {
+    /// Letters, digits, `-`, `_`, `.`, `@`; at most 64.
+    #[schema(pattern = "^[A-Za-z0-9._@-]{1,64}$")]
     pub name: String,
     pub role: gantry_types::Role,
     #[serde(default)]
@@ -127,6 +132,7 @@ pub struct NewToken {
     /// Seconds until it stops working (60 to ten years); leave out for a token that works
     /// until revoked.
     #[serde(default)]
+    #[schema(minimum = 60, maximum = 315_360_000)]
     pub expires_in_s: Option<u64>,
 }
 

@@ -514,14 +514,17 @@ pub const USER_SIGNALS: [(&str, i32); 12] = [
     ("WINCH", 28),
 ];
 
-/// A signal as a user names it (`USR1`, `SIGUSR1`, `10`), if it is one of [`USER_SIGNALS`].
+/// A signal as a user types it (`usr1`, ` SIGUSR1`, `10`): case and surrounding spaces aside,
+/// [`exact_signal`].
 pub fn user_signal(name: &str) -> Option<i32> {
-    let name = name.trim();
+    exact_signal(&name.trim().to_ascii_uppercase())
+}
+
+/// A signal as the API takes it, exactly what its schema's pattern says: `USR1`, `SIGUSR1` or
+/// `10` (no sign, no leading zero), if it is one of [`USER_SIGNALS`].
+pub fn exact_signal(name: &str) -> Option<i32> {
     let bare = name.strip_prefix("SIG").unwrap_or(name);
-    USER_SIGNALS
-        .iter()
-        .find(|(n, number)| n.eq_ignore_ascii_case(bare) || name.parse::<i32>().ok() == Some(*number))
-        .map(|(_, number)| *number)
+    USER_SIGNALS.iter().find(|(n, number)| *n == bare || name == number.to_string()).map(|(_, number)| *number)
 }
 
 /// The answer to a heartbeat: what the agent must do.
@@ -649,6 +652,10 @@ mod signal_tests {
             assert_eq!(user_signal(name), Some(10), "{name}");
         }
         assert_eq!(user_signal("TERM"), Some(15));
+        for name in ["usr1", " USR1", "010", "+10", "SIGusr1"] {
+            assert_eq!(exact_signal(name), None, "the API takes names exactly: {name}");
+        }
+        assert_eq!((exact_signal("SIGWINCH"), exact_signal("28")), (Some(28), Some(28)));
         for name in ["SEGV", "11", "0", "-9", "SIG", "", "USR1;", "99999999999"] {
             assert_eq!(user_signal(name), None, "{name}");
         }

@@ -35,7 +35,7 @@ pub struct LogsArgs {
     stream: Option<String>,
     /// Only the last N lines of each stream (with -f: to start with).
     #[arg(long, value_name = "N")]
-    tail: Option<usize>,
+    tail: Option<u32>,
     #[command(flatten)]
     server: ServerArg,
 }
@@ -44,7 +44,7 @@ pub struct LogsArgs {
 const FOLLOW_EVERY: Duration = Duration::from_millis(500);
 
 impl LogsArgs {
-    fn path(&self, format: &str, task: Option<&str>, offset: Option<u64>, tail: Option<usize>) -> String {
+    fn path(&self, format: &str, task: Option<&str>, offset: Option<u64>, tail: Option<u32>) -> String {
         let query = LogsQuery {
             format: Some(format.into()),
             task: task.or(self.task.as_deref()).map(str::to_string),

@@ -82,6 +82,7 @@ pub(super) const LOG_CHUNK_BODY_MAX: usize = (crate::wire::LOG_READ_BYTES_MAX as
     request_body = LogChunk,
     responses((status = 200, description = "Taken (`delivered`: a reader was waiting for it)", body = LogChunkTaken), (status = 400, description = "Malformed, or more than was asked", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
         (status = 403, description = "Not this node's agent, or a read for another node", body = ErrorBody),
+        (status = 409, description = "The controller runs its own agent (--local)", body = ErrorBody),
         (status = 413, description = "Larger than any answer can be", body = ErrorBody)))]
 pub(super) async fn answer_log_read(
     State(shared): State<Shared>,

@@ -47,6 +47,9 @@ pub(super) async fn logs(
     if q.offset.is_some() && (ranks.len() != 1 || streams.len() != 1) {
         return Err(bad("offset", "logs: offset reads one stream: name a task and a stream too".into()));
     }
+    if q.offset.is_some_and(|o| o > i64::MAX as u64) {
+        return Err(bad("offset", format!("logs: offset past the largest the API takes ({})", i64::MAX)));
+    }
     if q.offset.is_some() && q.tail.is_some() {
         return Err(bad("offset", "logs: offset and tail do not go together".into()));
     }
@@ -55,7 +58,7 @@ pub(super) async fn logs(
     let mut pieces = crate::task_logs::read(&shared, row, &want).await;
     if let Some(lines) = q.tail {
         for piece in &mut pieces {
-            let tail = last_lines(&piece.text, lines);
+            let tail = last_lines(&piece.text, lines as usize);
             if tail.len() < piece.text.len() {
                 // The lines asked for are all there: what was left out before them is not news.
                 piece.note = None;

@@ -20,6 +20,7 @@ use crate::views::{self, JobView, NodeView};
 use crate::wire::{Heartbeat, LogChunk, Orders, Register, Registered};
 use crate::{Shared, now_s};
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::http::StatusCode;
@@ -53,12 +54,28 @@ impl IntoResponse for ApiError {
             _ => (None, None),
         };
         let (field, hint) = (self.0.field(), self.0.hint());
-        (status_of(&self.0), Json(ErrorBody { error: self.0.to_string(), field, hint, limit, value })).into_response()
+        let status = status_of(&self.0);
+        let mut response =
+            (status, Json(ErrorBody { error: self.0.to_string(), field, hint, limit, value })).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            // RFC 9110: a 401 names the scheme that would be accepted.
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"gantry\""),
+            );
+        }
+        response
     }
 }
 
 fn bad(field: &'static str, message: String) -> ApiError {
     ApiError(ControlError::request(field, message))
+}
+
+/// A query string as `T`, or the API's JSON error naming what was wrong (axum's own rejection
+/// is `text/plain`).
+fn query<T>(query: Result<Query<T>, QueryRejection>, what: &str) -> Result<T, ApiError> {
+    query.map(|Query(q)| q).map_err(|e| bad("query", format!("{what}: {}", e.body_text())))
 }
 
 /// A reply of the wrong kind for its command: a bug.
@@ -208,11 +225,12 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 async fn list(
     State(shared): State<Shared>,
     headers: HeaderMap,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Vec<JobView>>, ApiError> {
     let who = who(&shared, &headers)?;
+    let q = query(q, "jobs")?;
     let mut states = Vec::new();
-    for name in q.state.iter().flat_map(|s| s.split(',')).filter(|s| !s.is_empty()) {
+    for name in q.state.iter().flat_map(|s| s.split(',')) {
         let state: JobState = serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
             bad("state", format!("unknown state {name:?}: use pending, running, completed, failed, cancelled or lost"))
         })?;
@@ -245,9 +263,10 @@ async fn cancel(
     State(shared): State<Shared>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(query): Query<CancelQuery>,
+    q: Result<Query<CancelQuery>, QueryRejection>,
 ) -> Result<Json<Cancelled>, ApiError> {
     let who = who(&shared, &headers)?;
+    let query = query(q, "cancel")?;
     let id = job_id(&id)?;
     match shared.execute(Command::Cancel { who, job: id, force: query.force }).await? {
         Reply::Cancelled { stopping } => {
@@ -337,7 +356,8 @@ async fn set_held(shared: &Shared, headers: &HeaderMap, id: &str, held: bool) ->
 /// `POST /v1/tokens` (admin): `{"name", "role": "admin|member|read-only", "queues": [...]}`.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = NewToken,
     responses((status = 201, description = "Created; the only time the secret is shown", body = TokenSecret), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 403, description = "Admins only", body = ErrorBody), (status = 409, description = "The name exists", body = ErrorBody)))]
+        (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "An agent token's node is not in the fleet", body = ErrorBody),
+        (status = 409, description = "The name exists", body = ErrorBody)))]
 async fn create_token(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -372,7 +392,8 @@ async fn list_tokens(State(shared): State<Shared>, headers: HeaderMap) -> Result
 
 #[utoipa::path(delete, path = "/v1/tokens/{name}", tag = "tokens", params(("name" = String, Path, description = "Token name")),
     responses((status = 204, description = "Revoked; it stops working at once"), (status = 400, description = "Malformed request", body = ErrorBody), (status = 401, description = "Missing or unknown token", body = ErrorBody),
-        (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody)))]
+        (status = 403, description = "Admins only", body = ErrorBody), (status = 404, description = "Not found", body = ErrorBody),
+        (status = 409, description = "The token making the request: revoke it with another admin token", body = ErrorBody)))]
 async fn revoke_token(
     State(shared): State<Shared>,
     headers: HeaderMap,
@@ -464,11 +485,19 @@ async fn set_drained(
 async fn usage(
     State(shared): State<Shared>,
     headers: HeaderMap,
-    query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<UsageQuery>, QueryRejection>,
 ) -> Result<Json<Vec<crate::meter::UsageLine>>, ApiError> {
     let who = who(&shared, &headers)?;
     let Query(q) = query
         .map_err(|e| bad("query", format!("usage: {e} (from/to: Unix seconds; by: user, queue, model or job)")))?;
+    if let Some(past) =
+        [("from", q.from), ("to", q.to)].into_iter().find(|(_, t)| t.is_some_and(|t| t > i64::MAX as u64))
+    {
+        return Err(bad(
+            past.0,
+            format!("usage: {} is past the largest time the API takes ({})", past.1.unwrap_or_default(), i64::MAX),
+        ));
+    }
     let now = now_s();
     let hour = gantry_store::USAGE_BUCKET_S;
     let from = q.from.unwrap_or(now.saturating_sub(30 * 24 * 3600));
@@ -498,6 +527,7 @@ async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Result<Res
 #[into_params(parameter_in = Query)]
 struct SeriesQuery {
     /// `hour` (a point every 10 s, the default) or `week` (5-minute averages).
+    #[param(pattern = "^(hour|week)$")]
     range: Option<String>,
 }
 
@@ -508,9 +538,10 @@ struct SeriesQuery {
 async fn series(
     State(shared): State<Shared>,
     headers: HeaderMap,
-    Query(q): Query<SeriesQuery>,
+    q: Result<Query<SeriesQuery>, QueryRejection>,
 ) -> Result<Json<Vec<crate::series::Point>>, ApiError> {
     let who = who(&shared, &headers)?;
+    let q = query(q, "series")?;
     let fine = match q.range.as_deref() {
         None | Some("hour") => true,
         Some("week") => false,

@@ -24,7 +24,7 @@ pub(super) async fn signal(
     let id = job_id(&id)?;
     let request: SignalRequest =
         serde_json::from_str(&body).map_err(|e| bad("body", format!("signal: {e} (e.g. {{\"signal\": \"USR1\"}})")))?;
-    let number = gantry_wire::user_signal(&request.signal).ok_or_else(|| {
+    let number = gantry_wire::exact_signal(&request.signal).ok_or_else(|| {
         let names: Vec<&str> = gantry_wire::USER_SIGNALS.iter().map(|(n, _)| *n).collect();
         bad("signal", format!("{:?} is not a signal a job may be sent: one of {}", request.signal, names.join(" ")))
     })?;

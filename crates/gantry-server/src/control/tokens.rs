@@ -30,6 +30,12 @@ impl Controller {
 
     pub(super) fn revoke_token(&mut self, who: &Principal, name: &str) -> Result<Effects, ControlError> {
         who.admin_only("revoking tokens")?;
+        if who.name == name {
+            // Else an admin can lock every admin out: the token revoking is always one that works.
+            return Err(ControlError::Conflict(format!(
+                "token {name:?} cannot revoke itself: revoke it with another admin token"
+            )));
+        }
         self.tokens.revoke(name)?;
         self.pending.tokens_revoked.push(name.to_string());
         Ok(Effects::default())

@@ -240,3 +240,30 @@ fn an_agent_token_acts_for_its_node_only_and_a_live_agent_is_not_displaced() {
     assert_eq!(beat(&agent, "first").0, 409, "the replaced agent is refused from now on");
     server.stop();
 }
+
+/// The API's manners at its edges: a query string the handler cannot read is answered in JSON
+/// (axum's own answer is text), a 401 names the scheme it wants (RFC 9110), and an admin token
+/// cannot revoke itself — so a controller always keeps an admin that works.
+#[test]
+fn query_errors_are_json_a_401_names_bearer_and_a_token_cannot_revoke_itself() {
+    let server = limited("api-manners");
+    for path in ["/v1/jobs?state=nope", "/v1/jobs?state=", "/v1/series?range=day"] {
+        let (status, reply) = server.call("GET", path, None);
+        assert_eq!(status, 400, "{path}: {reply}");
+        assert!(reply["error"].is_string(), "{path}: {reply}");
+    }
+    let (status, reply) = server.call("DELETE", "/v1/jobs/1?force=maybe", None);
+    assert_eq!((status, reply["field"].as_str()), (400, Some("query")), "{reply}");
+    let (status, reply) = server.call("DELETE", "/v1/tokens/admin", None);
+    assert_eq!(status, 409, "{reply}");
+    assert!(reply["error"].as_str().is_some_and(|e| e.contains("cannot revoke itself")), "{reply}");
+    assert_eq!(server.call("GET", "/v1/jobs", None).0, 200, "the admin token still works");
+    let host = server.url.trim_start_matches("http://").to_string();
+    let mut stream = std::net::TcpStream::connect(&host).expect("connects");
+    let request = format!("GET /v1/jobs HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).expect("sent");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("read");
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply}");
+    assert!(reply.to_ascii_lowercase().contains("\r\nwww-authenticate: bearer realm=\"gantry\"\r\n"), "{reply}");
+}

@@ -8,6 +8,7 @@ mod confinement;
 mod postgres_restart;
 mod remote_logs;
 mod retention;
+mod schemathesis;
 mod slurm;
 mod stale_attempt;
 

@@ -471,7 +471,14 @@ fn scancel_signal_reaches_the_steps_and_with_full_the_batch_script() {
         assert!(text.contains("0: step got USR1") && text.contains("1: step got USR1"), "both steps' tasks: {text}");
         assert!(!text.contains("missed"), "{text}");
         assert_eq!(text.contains("batch got USR1"), full, "the batch script only with --full: {text}");
-        let (_, state, _) = slurm.run("sacct", &["-j", &id, "-X", "-n", "-P", "-o", "State,ExitCode"]);
+        // The script has printed its last line; its exit reaches the controller a heartbeat later.
+        let state = loop {
+            let (_, state, _) = slurm.run("sacct", &["-j", &id, "-X", "-n", "-P", "-o", "State,ExitCode"]);
+            if !state.starts_with("RUNNING") || waited.elapsed().as_secs() >= 40 {
+                break state;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
         assert_eq!(state.trim(), "COMPLETED|0:0", "gantry's own processes survived it: {text}");
     }
     let (code, held, _) = slurm.run("sbatch", &["--parsable", "-H", "--wrap", "true"]);
