@@ -5,8 +5,8 @@
 //! keeps one fair-share account per partition, as before).
 
 use crate::error::SpecError;
+use crate::hostlist::expand_hostlist;
 use crate::import_k8s::quote;
-use crate::import_slurm::expand_hostlist;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -25,31 +25,17 @@ pub(crate) fn membership<'a>(lines: impl Iterator<Item = &'a [(String, String)]>
             continue;
         }
         let nodes = pairs[1..].iter().find(|(k, _)| k.eq_ignore_ascii_case("nodes")).map(|(_, v)| v.as_str());
-        for list in nodes.filter(|n| !n.eq_ignore_ascii_case("ALL")).into_iter().flat_map(|n| split_lists(n)) {
-            for node in expand_hostlist(list).unwrap_or_default() {
-                member.entry(node).or_default().push(name.clone());
-            }
+        // `expand_hostlist` reads the whole list (commas outside brackets separate names).
+        for node in nodes
+            .filter(|n| !n.eq_ignore_ascii_case("ALL"))
+            .map(expand_hostlist)
+            .and_then(Result::ok)
+            .unwrap_or_default()
+        {
+            member.entry(node).or_default().push(name.clone());
         }
     }
     member
-}
-
-/// `gpu[01-02],h100-1` → `gpu[01-02]`, `h100-1` (commas inside brackets stay).
-fn split_lists(text: &str) -> Vec<&str> {
-    let (mut out, mut depth, mut start) = (Vec::new(), 0, 0);
-    for (i, c) in text.char_indices() {
-        match c {
-            '[' => depth += 1,
-            ']' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&text[start..]);
-    out.into_iter().filter(|s| !s.is_empty()).collect()
 }
 
 /// A `PartitionName=` line as a queue (`queues`) and a partition (`partitions`); fields gantry
@@ -68,10 +54,10 @@ pub(crate) fn partition_line(
         let bad = |why: String| SpecError::new(at, format!("partition {name}: {k}={v}: {why}"));
         match k.to_ascii_lowercase().as_str() {
             "nodes" => {
-                for list in split_lists(v).into_iter().filter(|l| !l.eq_ignore_ascii_case("ALL")) {
-                    expand_hostlist(list).map_err(bad)?;
-                }
                 all_nodes = v.eq_ignore_ascii_case("ALL");
+                if !all_nodes {
+                    expand_hostlist(v).map_err(bad)?;
+                }
             }
             "default" => table += &format!("default = {}\n", v.eq_ignore_ascii_case("YES")),
             "maxtime" | "defaulttime" => {

@@ -12,6 +12,7 @@ mod export;
 mod files;
 mod fleet;
 mod fleet_out;
+mod hostlist;
 mod import_k8s;
 mod import_kueue;
 mod import_sacct;

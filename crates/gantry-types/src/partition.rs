@@ -6,37 +6,7 @@
 //! a node selector, a time limit and a priority.
 
 use crate::job::Job;
-use crate::queue::QueueTree;
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-/// A partition: the nodes a job that names it may use, and the limits it has there.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Partition {
-    pub name: String,
-    /// Jobs that name no partition get this one (at most one partition is the default).
-    pub default: bool,
-    /// Its nodes: those carrying every one of these labels (empty: every node). `gantry
-    /// import slurm` labels each node `slurm.partition/NAME = "true"` for the partitions
-    /// slurm.conf puts it in.
-    pub node_selector: BTreeMap<String, String>,
-    /// The queue (account) charged for a job in this partition that names no queue.
-    pub queue: Option<String>,
-    /// Slurm's `MaxTime`: a job asking longer is refused; one asking nothing gets
-    /// `default_time_s`, or this.
-    pub max_time_s: Option<u64>,
-    /// Slurm's `DefaultTime`: the limit of a job that asks none.
-    pub default_time_s: Option<u64>,
-    /// Slurm's `MaxNodes`: a job asking for more nodes is refused.
-    pub max_nodes: Option<u32>,
-}
-
-/// A QOS name and the priority it stands for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Qos {
-    pub name: String,
-    pub priority: i32,
-}
+use crate::queue::{Partition, QueueTree};
 
 /// The QOS names a queue file that defines none gets.
 pub const QOS_DEFAULT: [(&str, i32); 4] = [("low", -100), ("normal", 0), ("high", 100), ("urgent", 1000)];

@@ -49,6 +49,34 @@ pub struct PriorityRange {
     pub max: i32,
 }
 
+/// A partition: the nodes a job that names it may use, and the limits it has there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    pub name: String,
+    /// Jobs that name no partition get this one (at most one partition is the default).
+    pub default: bool,
+    /// Its nodes: those carrying every one of these labels (empty: every node). `gantry
+    /// import slurm` labels each node `slurm.partition/NAME = "true"` for the partitions
+    /// slurm.conf puts it in.
+    pub node_selector: std::collections::BTreeMap<String, String>,
+    /// The queue (account) charged for a job in this partition that names no queue.
+    pub queue: Option<String>,
+    /// Slurm's `MaxTime`: a job asking longer is refused; one asking nothing gets
+    /// `default_time_s`, or this.
+    pub max_time_s: Option<u64>,
+    /// Slurm's `DefaultTime`: the limit of a job that asks none.
+    pub default_time_s: Option<u64>,
+    /// Slurm's `MaxNodes`: a job asking for more nodes is refused.
+    pub max_nodes: Option<u32>,
+}
+
+/// A QOS name and the priority it stands for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Qos {
+    pub name: String,
+    pub priority: i32,
+}
+
 /// The whole tree with its fair-share settings.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueTree {
@@ -80,10 +108,10 @@ pub struct QueueTree {
     pub users: Vec<(String, UserLimit)>,
     /// Slurm's partitions: node sets with their own limits (`partition.rs`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub partitions: Vec<crate::partition::Partition>,
-    /// QOS names and their priorities (empty: [`crate::partition::QOS_DEFAULT`]).
+    pub partitions: Vec<Partition>,
+    /// QOS names and their priorities (empty: gantry's four, `partition::QOS_DEFAULT`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub qos: Vec<crate::partition::Qos>,
+    pub qos: Vec<Qos>,
 }
 
 /// What one user may hold at once, across all queues.
