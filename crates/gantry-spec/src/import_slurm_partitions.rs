@@ -88,7 +88,7 @@ fn slurm_time(value: &str) -> Result<Option<u64>, String> {
     if value.eq_ignore_ascii_case("UNLIMITED") || value.eq_ignore_ascii_case("INFINITE") {
         return Ok(None);
     }
-    crate::sbatch::time_s(value).map(Some).map_err(|e| e.trim_start_matches(&format!("--time={value}: ")).to_string())
+    crate::sbatch::slurm_time_s(value).map(Some)
 }
 
 #[cfg(test)]

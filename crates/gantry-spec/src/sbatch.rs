@@ -97,8 +97,16 @@ pub fn slurm_time(value: &str) -> Result<u64, SpecError> {
 /// The longest time limit a Slurm time string may give (what a job file's durations allow).
 const TIME_LIMIT_MAX_DAYS: u64 = 100 * 365;
 
-pub(crate) fn time_s(value: &str) -> Result<u64, String> {
-    let bad = || format!("--time={value}: use minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]");
+/// `--time`'s value in seconds; the error names the option.
+fn time_s(value: &str) -> Result<u64, String> {
+    slurm_time_s(value).map_err(|why| format!("--time={value}: {why}"))
+}
+
+/// A Slurm time string (`30`, `1:30:00`, `2-00:00:00`) in seconds, more than 0 and at most
+/// [`TIME_LIMIT_MAX_DAYS`]; the error says what is wrong with it (`--time` and slurm.conf's
+/// `MaxTime` name themselves).
+pub(crate) fn slurm_time_s(value: &str) -> Result<u64, String> {
+    let bad = || "use minutes, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]".to_string();
     let (days, rest) = match value.split_once('-') {
         Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
         None => (0, value),
@@ -113,7 +121,7 @@ pub(crate) fn time_s(value: &str) -> Result<u64, String> {
         (true, 2) => &[3600, 60],
         _ => return Err(bad()),
     };
-    let too_long = || format!("--time={value}: longer than {TIME_LIMIT_MAX_DAYS} days");
+    let too_long = || format!("longer than {TIME_LIMIT_MAX_DAYS} days");
     let mut total = days.checked_mul(86_400).ok_or_else(too_long)?;
     for (part, unit) in parts.iter().zip(units) {
         total = part.checked_mul(*unit).and_then(|s| total.checked_add(s)).ok_or_else(too_long)?;
@@ -121,7 +129,7 @@ pub(crate) fn time_s(value: &str) -> Result<u64, String> {
     if total > TIME_LIMIT_MAX_DAYS * 86_400 {
         return Err(too_long());
     }
-    if total == 0 { Err(format!("--time={value}: a time limit must be more than 0")) } else { Ok(total) }
+    if total == 0 { Err("a time limit must be more than 0".into()) } else { Ok(total) }
 }
 
 impl Request {

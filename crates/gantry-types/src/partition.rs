@@ -6,7 +6,7 @@
 //! a node selector, a time limit and a priority.
 
 use crate::job::Job;
-use crate::queue::{Partition, QueueTree};
+use crate::queue::{Partition, Qos, QueueTree};
 
 /// The QOS names a queue file that defines none gets.
 pub const QOS_DEFAULT: [(&str, i32); 4] = [("low", -100), ("normal", 0), ("high", 100), ("urgent", 1000)];
@@ -84,20 +84,25 @@ impl QueueTree {
         self.partitions.iter().find(|p| p.name == name)
     }
 
-    /// What a QOS name stands for: the queue file's `[[qos]]`, or [`QOS_DEFAULT`] where it
+    /// The QOS names in force: the queue file's `[[qos]]`, or [`QOS_DEFAULT`] where it
     /// defines none.
-    pub fn qos_priority(&self, name: &str) -> Option<i32> {
+    pub fn qos_table(&self) -> Vec<Qos> {
         if self.qos.is_empty() {
-            return QOS_DEFAULT.iter().find(|(n, _)| *n == name).map(|(_, p)| *p);
+            return QOS_DEFAULT
+                .iter()
+                .map(|(name, priority)| Qos { name: name.to_string(), priority: *priority })
+                .collect();
         }
-        self.qos.iter().find(|q| q.name == name).map(|q| q.priority)
+        self.qos.clone()
+    }
+
+    /// What a QOS name stands for ([`QueueTree::qos_table`]).
+    pub fn qos_priority(&self, name: &str) -> Option<i32> {
+        self.qos_table().into_iter().find(|q| q.name == name).map(|q| q.priority)
     }
 
     fn qos_names(&self) -> Vec<String> {
-        if self.qos.is_empty() {
-            return QOS_DEFAULT.iter().map(|(n, _)| n.to_string()).collect();
-        }
-        self.qos.iter().map(|q| q.name.clone()).collect()
+        self.qos_table().into_iter().map(|q| q.name).collect()
     }
 
     /// Resolve a job's QOS and partition into what the engine knows: the QOS's priority

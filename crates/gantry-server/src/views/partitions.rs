@@ -27,13 +27,6 @@ pub fn partitions(c: &Controller) -> Partitions {
             max_nodes: p.max_nodes,
         })
         .collect();
-    let qos = if tree.qos.is_empty() {
-        gantry_types::QOS_DEFAULT
-            .iter()
-            .map(|(name, priority)| QosView { name: name.to_string(), priority: *priority })
-            .collect()
-    } else {
-        tree.qos.iter().map(|q| QosView { name: q.name.clone(), priority: q.priority }).collect()
-    };
+    let qos = tree.qos_table().into_iter().map(|q| QosView { name: q.name, priority: q.priority }).collect();
     Partitions { partitions, qos }
 }
