@@ -11,11 +11,13 @@ G=${GANTRY:-/tmp/gantry}
 if [ -z "${GANTRY:-}" ]; then gunzip -c .devbin/gantry.gz > $G && chmod +x $G; fi
 H=$(hostname); INV=${INV:-}; PYBIN=$(command -v python3); MPSBIN=$(command -v nvidia-cuda-mps-control); echo "python3: $PYBIN mps: $MPSBIN"
 step() { echo; echo "=== $*"; }
-step nvidia-smi; nvidia-smi -L; nvidia-smi --query-gpu=name,uuid,mig.mode.current,compute_mode --format=csv; which nvidia-cuda-mps-control
+step nvidia-smi; nvidia-smi -L; nvidia-smi --query-gpu=name,uuid,pci.bus_id,memory.total,mig.mode.current,compute_mode,driver_version --format=csv; which nvidia-cuda-mps-control
+nvidia-smi topo -m; nvidia-smi mig -lgip 2>&1 | head -30
 step discover; $G discover; $G discover --json | head -30
 step mig show; $G mig show
 step cgroups; stat -fc %T /sys/fs/cgroup; cat /sys/fs/cgroup/cgroup.controllers
-# --- 1: serve --local on this machine's GPUs
+# --- 1: serve --local on this machine's GPUs (MPS_ONLY=1 skips to part 2)
+if [ -z "${MPS_ONLY:-}" ]; then
 D=/tmp/g1; C1="--server http://127.0.0.1:8177 --data $D"
 $G serve --local --insecure-http --listen 127.0.0.1:8177 --data $D > $OUT/serve1.log 2>&1 &
 S1=$!; sleep 3
@@ -24,18 +26,26 @@ step whole GPU job
 timeout 120 $G submit $C1 --gpus 1 --name whole --wait -- sh -c "echo CVD=\$CUDA_VISIBLE_DEVICES; nvidia-smi -L; $PYBIN -c '$PY'"
 step GPU-less job
 timeout 120 $G submit $C1 --name nogpu --wait -- sh -c "echo CVD=\$CUDA_VISIBLE_DEVICES; ls /dev/nvidia*; nvidia-smi -L; $PYBIN -c '$PY'; cat /proc/self/cgroup"
-step results; $G queue $C1 --all; $G show $C1 1; $G show $C1 2
+step metrics while a GPU job runs
+$G submit $C1 --gpus 1 --name busy -- $PYBIN -c 'import torch, time; a = torch.randn(4096, 4096, device="cuda"); t = time.time()
+while time.time() - t < 12: a = (a @ a).clamp(-1, 1)
+torch.cuda.synchronize(); print("busy done")'
+sleep 8; curl -s -H "Authorization: Bearer $(cat $D/admin.token)" http://127.0.0.1:8177/metrics | grep -iE "gpu|^# (TYPE|UNIT)" | grep -v "^# HELP" | head -60
+sleep 8
+step results; $G queue $C1 --all; $G show $C1 1; $G show $C1 2; $G show $C1 3
 step logs 1; $G logs $C1 1; step logs 2; $G logs $C1 2
 step nodes; $G nodes $C1
 kill $S1; wait $S1
+fi
 # --- 2: MPS shares on a remote agent (the fleet file says the GPU is shared by MPS)
+MODEL=$($G discover --json | $PYBIN -c 'import json, sys; print(json.load(sys.stdin)["gpus"][0]["model"])')
 cat > /tmp/fleet.toml <<F
 [[node]]
 name = "$H"
 cpu = 16
 memory = "100GiB"
 [node.gpus]
-model = "H100-SXM5-80GB"
+model = "$MODEL"
 count = 1
 mode = "mps"
 max_clients = 4

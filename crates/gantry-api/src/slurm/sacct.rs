@@ -352,12 +352,13 @@ fn step_value(job: &JobView, step: &gantry_types::StepRecord, field: &str, now: 
     }
 }
 
-/// One line in fixed columns: cut to width, JobID left-aligned, the rest right-aligned; a
-/// space after each, as sacct writes them.
+/// One line in fixed columns, JobID left-aligned, the rest right-aligned, a space after each,
+/// as sacct writes them: a text value too wide is cut and ends in `+` (Slurm's
+/// `print_fields_str`), a date is cut plainly, a number or a duration is never cut.
 fn fixed(cells: &[String], fields: &[(&str, usize)], header: bool) -> String {
     let mut line = String::new();
     for (cell, (name, width)) in cells.iter().zip(fields) {
-        let cut: String = shown(cell).chars().take(*width).collect();
+        let cut = fit(&shown(cell), name, *width, header);
         let left = name.starts_with("JobID") && (header || !cut.is_empty());
         line += &if left { format!("{cut:<width$} ") } else { format!("{cut:>width$} ") };
     }
@@ -365,9 +366,32 @@ fn fixed(cells: &[String], fields: &[(&str, usize)], header: bool) -> String {
     line
 }
 
+/// A cell cut to its column the way sacct cuts that kind of field.
+fn fit(cell: &str, name: &str, width: usize, header: bool) -> String {
+    let never_cut = ["AllocCPUS", "ElapsedRaw", "Elapsed", "Timelimit", "TotalCPU"];
+    let plain_cut = header || matches!(name, "Submit" | "Start" | "End");
+    if cell.chars().count() <= width || (!header && never_cut.contains(&name)) {
+        return cell.to_string();
+    }
+    if plain_cut || width == 0 {
+        return cell.chars().take(width).collect();
+    }
+    cell.chars().take(width - 1).chain(['+']).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wide_text_cell_ends_in_a_plus_as_sacct_cuts_it() {
+        let fields = [("JobID", 12), ("AllocTRES", 10), ("AllocCPUS", 3), ("Start", 10)];
+        let cells = ["1".to_string(), "cpu=2,gres/gpu=1,node=1".into(), "1024".into(), "2026-11-26T21:46:01".into()];
+        assert_eq!(fixed(&cells, &fields, false), "1            cpu=2,gre+ 1024 2026-11-26 \n");
+        let names: Vec<String> = fields.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(fixed(&names, &fields, true), "JobID         AllocTRES All      Start \n");
+        assert_eq!(fit("steps", "JobName", 10, false), "steps");
+    }
 
     fn args(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
