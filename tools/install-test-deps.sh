@@ -10,7 +10,10 @@
 #   for the test that re-checks tools/slurm-compare's reference against a private real Slurm
 #   (tools/slurm-private.sh starts it in a temporary directory; nothing system-wide);
 # - Debian's libfaketime, to step a controller's wall clock under it
-#   (crates/gantry/tests/cli/clock.rs).
+#   (crates/gantry/tests/cli/clock.rs);
+# - Debian's prometheus, for promtool's linter and a real Prometheus server scraping a
+#   controller (crates/gantry/tests/cli/prometheus.rs; the test starts its own server on a
+#   free loopback port, nothing system-wide is used).
 # Installs only what is missing; does nothing when all are there.
 set -euo pipefail
 missing=()
@@ -22,6 +25,9 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 fi
 if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
   missing+=(libfaketime)
+fi
+if [ ! -x /usr/bin/promtool ] || [ ! -x /usr/bin/prometheus ]; then
+  missing+=(prometheus)
 fi
 # Each daemon and the Debian package it comes in.
 for pair in slurmd:slurmd slurmctld:slurmctld munged:munge; do

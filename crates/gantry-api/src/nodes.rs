@@ -57,6 +57,9 @@ pub struct GpuView {
     pub utilization_pct: Option<u32>,
     /// Whether that sample was measured (NVML) rather than simulated.
     pub measured: bool,
+    /// GPU memory in use as NVML measured it with that sample, MiB (`None`: not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used_mib: Option<u64>,
     /// Running jobs holding part or all of it.
     pub jobs: Vec<u64>,
     /// A MIG GPU's instances (its layout), each with the job holding it.

@@ -204,6 +204,8 @@ pub struct Shared {
     /// Set once the store has failed (a deposed leader's writes fenced, a lost connection):
     /// the controller can do nothing more and its process should stop.
     pub fatal: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    /// The API's requests and answer times, for `/metrics`.
+    pub http: Arc<metrics::http::HttpStats>,
 }
 
 impl Shared {
@@ -649,6 +651,7 @@ fn shared_state(
         lease,
         agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
         fatal: Arc::new(tokio::sync::watch::channel(None).0),
+        http: Arc::default(),
     }
 }
 

@@ -31,7 +31,7 @@ pub use job::{
 pub use job_row::{JobRow, Outcome};
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use partition::{DEFAULT_QUEUE, PlaceRefusal, QOS_DEFAULT, nodes_asked};
-pub use pending::{ClassFree, PendingJob, PendingReason};
+pub use pending::{ClassFree, PendingJob, PendingReason, REASON_CATEGORIES};
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
 pub use queue::{
     Flavor, GREEDY_RESERVE_AFTER_DEFAULT_S, Partition, PriorityRange, Qos, QueueSpec, QueueTree, Quota,

@@ -41,7 +41,39 @@ pub enum PendingReason {
     Preempting { victims: u32, until_s: u64 },
 }
 
+/// Every category [`PendingReason::category`] gives, in a fixed order (metrics list each, at
+/// 0 when no job waits for it).
+pub const REASON_CATEGORIES: [&str; 10] = [
+    "held",
+    "dependency",
+    "dependency-never-satisfied",
+    "queue-order",
+    "quota",
+    "user-limit",
+    "array-throttle",
+    "resources",
+    "reservation",
+    "preempting",
+];
+
 impl PendingReason {
+    /// The reason's kind without its details: one of [`REASON_CATEGORIES`], bounded, for
+    /// grouping waiting jobs (metrics, the dashboard).
+    pub fn category(&self) -> &'static str {
+        match self {
+            PendingReason::Held => "held",
+            PendingReason::Dependency { .. } => "dependency",
+            PendingReason::DependencyNeverSatisfied { .. } => "dependency-never-satisfied",
+            PendingReason::QueueOrder => "queue-order",
+            PendingReason::Quota { .. } => "quota",
+            PendingReason::UserLimit { .. } => "user-limit",
+            PendingReason::ArrayThrottle { .. } => "array-throttle",
+            PendingReason::Resources { .. } => "resources",
+            PendingReason::Reservation { .. } => "reservation",
+            PendingReason::Preempting { .. } => "preempting",
+        }
+    }
+
     /// A short stable name for the kind, for counting (`resources: insufficient-whole-gpus`).
     pub fn kind(&self) -> String {
         match self {

@@ -550,6 +550,11 @@ impl Scheduler {
         Ok(changed)
     }
 
+    /// Each queue's use of its quotas (`None` when the queue file sets none).
+    pub fn quota_book(&self) -> Option<&QuotaBook> {
+        self.quotas.as_ref()
+    }
+
     /// The queue file this scheduler orders by (`None` under FIFO).
     pub fn queue_tree(&self) -> Option<&gantry_types::QueueTree> {
         self.fair.as_ref().map(|fs| fs.tree())
@@ -954,6 +959,23 @@ impl Scheduler {
     /// each cycle.
     pub fn reasons_digest(&self) -> u64 {
         self.reason.digest() ^ self.estimate.digest().rotate_left(1)
+    }
+
+    /// The category of [`Scheduler::why`]'s reason for job `id` ([`PendingReason::category`]),
+    /// without building the reason: what metrics count waiting jobs by.
+    pub fn why_category(&self, id: JobId) -> Option<&'static str> {
+        let e = self.jobs.get(&id)?;
+        if self.held.contains(&id) {
+            return Some("held");
+        }
+        if self.waiting_on_deps.contains(&id) {
+            return Some(if self.never_satisfiable(id) { "dependency-never-satisfied" } else { "dependency" });
+        }
+        let key = (Reverse(self.priority(id)), e.eligible_at, id);
+        if !self.pending[e.queue].contains(&key) {
+            return None;
+        }
+        Some(self.reason.get(&id).map_or("queue-order", |r| r.category()))
     }
 
     pub fn why(&self, id: JobId) -> Option<PendingJob> {

@@ -165,6 +165,7 @@ pub fn router(shared: Shared) -> axum::Router {
         .method_not_allowed_fallback(body::method_not_allowed)
         .layer(DefaultBodyLimit::max(shared.admission.body_bytes))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), crate::standby::lease_guard))
+        .layer(axum::middleware::from_fn_with_state(shared.http.clone(), crate::metrics::http::record))
         .with_state(shared)
 }
 
@@ -512,15 +513,23 @@ async fn usage(
     Ok(Json(usage_lines(&shared, &who, from, to, by)?))
 }
 
-/// `GET /metrics`: OpenMetrics for Prometheus (any token but an agent's; a read-only token is
-/// the one to give a scraper).
+/// `GET /metrics`: the controller's state for Prometheus (any token but an agent's; a
+/// read-only token is the one to give a scraper), in the format the `Accept` header asks for.
 #[utoipa::path(get, path = "/metrics", tag = "service",
-    responses((status = 200, description = "The controller's state in the OpenMetrics text format (names in docs/formats.md)", body = String, content_type = "application/openmetrics-text"),
+    params(("Accept" = Option<String>, Header, description = "`application/openmetrics-text` for OpenMetrics 1.0.0 (what Prometheus asks for first); anything else, or none, for the classic text format 0.0.4")),
+    responses((status = 200, description = "The controller's state (names in docs/formats.md)", content(
+            (String = "text/plain"),
+            (String = "application/openmetrics-text"))),
         (status = 401, description = "Missing or unknown token", body = ErrorBody), (status = 403, description = "Not allowed for this token", body = ErrorBody)))]
 async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Result<Response, ApiError> {
     let who = who(&shared, &headers)?;
-    let text = shared.read(|c| views::metrics::metrics(c, &who, now_s()))?;
-    Ok(([(axum::http::header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response())
+    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = crate::metrics::Format::negotiate(accept);
+    let process = crate::metrics::process::ProcessStats::read();
+    let http = shared.http.snapshot();
+    let scrape = views::metrics::Scrape { process: &process, http: &http, format };
+    let text = shared.read(|c| views::metrics::metrics(c, &who, now_s(), &scrape))?;
+    Ok(([(axum::http::header::CONTENT_TYPE, format.content_type())], text).into_response())
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]

@@ -135,7 +135,8 @@ impl Controller {
             match decision {
                 Decision::Start { job, alloc, eligible_since, .. } => {
                     self.stats.starts += 1;
-                    self.stats.wait_seconds.observe(now.saturating_sub(eligible_since) as f64);
+                    let queue = self.jobs.get(&job).map_or("", |row| row.queue.as_str());
+                    self.stats.observe_wait(queue, now.saturating_sub(eligible_since) as f64);
                     let placement = self
                         .scheduler
                         .placement(alloc)

@@ -1,56 +1,115 @@
-//! `GET /metrics`: the controller's state in the OpenMetrics text format (names in
-//! docs/formats.md).
+//! `GET /metrics`: the controller's state for Prometheus (names in docs/formats.md): GPUs
+//! and nodes here, queues and jobs in `metrics_queues.rs`, the process and its API in
+//! `metrics_service.rs`.
 
 use crate::auth::Principal;
 use crate::control::{Agents, Controller};
 use crate::error::ControlError;
-use crate::metrics::Exposition;
+use crate::metrics::{Exposition, Format};
 use crate::views::NodeView;
 use std::collections::BTreeMap;
 
-/// `GET /metrics`: the OpenMetrics exposition (names in docs/formats.md).
-pub fn metrics(c: &Controller, who: &Principal, now: u64) -> Result<String, ControlError> {
+/// What a scrape adds to the controller's state: the process and its API, and the format
+/// asked for.
+#[derive(Debug)]
+pub struct Scrape<'a> {
+    pub process: &'a crate::metrics::process::ProcessStats,
+    pub http: &'a crate::metrics::http::HttpCounts,
+    pub format: Format,
+}
+
+/// `GET /metrics`: the exposition (names in docs/formats.md).
+pub fn metrics(c: &Controller, who: &Principal, now: u64, scrape: &Scrape) -> Result<String, ControlError> {
     who.not_agent()?;
     let nodes = super::nodes::nodes(c, now);
     let mut out = Exposition::default();
-    gpus(&mut out, &nodes);
+    super::metrics_service::service(&mut out, scrape);
+    gpus(&mut out, c, &nodes);
+    mig_instances(&mut out, &nodes);
     fleet(&mut out, &nodes);
-    queues(&mut out, c);
+    super::metrics_queues::queues(&mut out, c);
     jobs_and_service(&mut out, c);
     node_health(&mut out, c, &nodes);
     confinement(&mut out, c, &nodes);
-    Ok(out.finish())
+    Ok(out.finish(scrape.format))
 }
 
-/// Per GPU: allocation and utilization.
-fn gpus(out: &mut Exposition, nodes: &[NodeView]) {
+/// The name NVML (and so the DCGM exporter's `modelName`) gives a catalog model: the first
+/// the catalog lists, else the catalog id.
+fn nvml_name(c: &Controller, model: &str) -> String {
+    let catalog = c.catalog();
+    catalog
+        .resolve(model)
+        .first()
+        .and_then(|&id| catalog.model(id).nvml_names.first().cloned())
+        .unwrap_or_else(|| model.to_string())
+}
+
+/// Per GPU: allocation, utilization and memory in use, labelled to join the DCGM exporter's
+/// series: `gpu` (the NVML index), `UUID` and `model_name` (its `modelName` value) beside
+/// gantry's `node` and catalog `model`.
+fn gpus(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     out.family(
         "gantry_gpu_allocated_ratio",
         "gauge",
         "",
         "Compute handed out on a GPU, 0 to 1 (a whole GPU, a MIG slice's share, MPS and time-slice shares).",
     );
+    out.family("gantry_gpu_utilization_ratio", "gauge", "", "A GPU's utilization, 0 to 1, as its agent last sampled it (DCGM_FI_DEV_GPU_UTIL / 100); simulated on simulated fleets.");
+    out.family(
+        "gantry_gpu_memory_used_bytes",
+        "gauge",
+        "bytes",
+        "GPU memory in use as NVML measured it with the agent's last sample (DCGM_FI_DEV_FB_USED, in bytes); absent where not measured.",
+    );
+    let mut names: BTreeMap<&str, String> = BTreeMap::new();
+    for n in nodes {
+        for g in &n.gpus {
+            let model_name = names.entry(g.model.as_str()).or_insert_with(|| nvml_name(c, &g.model)).clone();
+            let index = g.index.to_string();
+            let labels = [
+                ("node", n.name.as_str()),
+                ("gpu", &index),
+                ("UUID", &g.uuid),
+                ("model", &g.model),
+                ("model_name", &model_name),
+            ];
+            out.sample("gantry_gpu_allocated_ratio", &labels, f64::from(g.allocated_milli) / 1000.0);
+            if let Some(pct) = g.utilization_pct {
+                let simulated = if g.measured { "false" } else { "true" };
+                let mut with = labels.to_vec();
+                with.push(("simulated", simulated));
+                out.sample("gantry_gpu_utilization_ratio", &with, f64::from(pct) / 100.0);
+            }
+            if let Some(mib) = g.memory_used_mib {
+                out.sample("gantry_gpu_memory_used_bytes", &labels, (mib as f64) * 1_048_576.0);
+            }
+        }
+    }
+}
+
+/// Per MIG instance: whether a job holds it, labelled with DCGM's `GPU_I_PROFILE` and the
+/// instance's first compute slice (`start`).
+fn mig_instances(out: &mut Exposition, nodes: &[NodeView]) {
+    out.family(
+        "gantry_mig_instance_allocated",
+        "gauge",
+        "",
+        "1 while a job holds a MIG instance of a GPU's layout, else 0.",
+    );
     for n in nodes {
         for g in &n.gpus {
             let index = g.index.to_string();
-            out.sample(
-                "gantry_gpu_allocated_ratio",
-                &[("node", &n.name), ("gpu", &index), ("model", &g.model)],
-                f64::from(g.allocated_milli) / 1000.0,
-            );
-        }
-    }
-    out.family("gantry_gpu_utilization_ratio", "gauge", "", "A GPU's utilization, 0 to 1, as its agent last sampled it (DCGM_FI_DEV_GPU_UTIL / 100); simulated on simulated fleets.");
-    for n in nodes {
-        for g in &n.gpus {
-            if let Some(pct) = g.utilization_pct {
-                let index = g.index.to_string();
-                let simulated = if g.measured { "false" } else { "true" };
-                out.sample(
-                    "gantry_gpu_utilization_ratio",
-                    &[("node", &n.name), ("gpu", &index), ("model", &g.model), ("simulated", simulated)],
-                    f64::from(pct) / 100.0,
-                );
+            for instance in &g.instances {
+                let start = instance.start.to_string();
+                let labels = [
+                    ("node", n.name.as_str()),
+                    ("gpu", &index),
+                    ("UUID", &g.uuid),
+                    ("GPU_I_PROFILE", &instance.profile),
+                    ("start", &start),
+                ];
+                out.sample("gantry_mig_instance_allocated", &labels, if instance.job.is_some() { 1.0 } else { 0.0 });
             }
         }
     }
@@ -78,45 +137,13 @@ fn fleet(out: &mut Exposition, nodes: &[NodeView]) {
     }
 }
 
-/// Per queue: allocated and used.
-fn queues(out: &mut Exposition, c: &Controller) {
-    let by_queue: BTreeMap<&String, (f64, f64)> =
-        c.usage_meter().queues().iter().map(|(q, held)| (q, held.gpus())).collect();
-    out.family("gantry_queue_allocated_gpus", "gauge", "", "GPUs' worth of compute held by a queue's running jobs.");
-    for (queue, (allocated, _)) in &by_queue {
-        out.sample("gantry_queue_allocated_gpus", &[("queue", queue)], *allocated);
-    }
-    out.family(
-        "gantry_queue_used_gpus",
-        "gauge",
-        "",
-        "GPUs' worth of compute a queue's running jobs use: allocation × utilization.",
-    );
-    for (queue, (_, used)) in &by_queue {
-        out.sample("gantry_queue_used_gpus", &[("queue", queue)], *used);
-    }
-}
-
 /// Jobs by queue and state, endings, decisions, cycle and wait times, idle jobs.
 fn jobs_and_service(out: &mut Exposition, c: &Controller) {
-    jobs_by_state(out, c);
     jobs_ended(out, c);
     decisions_and_heartbeats(out, c);
     reconfigurations(out, c);
-    cycle_and_wait_times(out, c);
+    cycle_time(out, c);
     idle_jobs(out, c);
-}
-
-/// Jobs waiting or running, by queue and state.
-fn jobs_by_state(out: &mut Exposition, c: &Controller) {
-    let mut jobs: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
-    for row in c.jobs().values().filter(|r| !r.state.is_final()) {
-        *jobs.entry((row.queue.clone(), row.state.name())).or_default() += 1;
-    }
-    out.family("gantry_jobs", "gauge", "", "Jobs waiting or running, by queue and state.");
-    for ((queue, state), count) in &jobs {
-        out.sample("gantry_jobs", &[("queue", queue), ("state", state)], *count as f64);
-    }
 }
 
 /// Jobs ended, by ending.
@@ -182,14 +209,9 @@ fn reconfigurations(out: &mut Exposition, c: &Controller) {
     out.sample("gantry_reconfiguration_moves_total", &[], r.totals.moves as f64);
 }
 
-/// Scheduling cycle and job wait times.
-fn cycle_and_wait_times(out: &mut Exposition, c: &Controller) {
+/// Scheduling cycle times.
+fn cycle_time(out: &mut Exposition, c: &Controller) {
     out.histogram("gantry_scheduling_cycle_seconds", "Time one scheduling cycle took.", &c.stats().cycle_seconds);
-    out.histogram(
-        "gantry_job_wait_seconds",
-        "Time from a job's eligibility to its start, per start.",
-        &c.stats().wait_seconds,
-    );
 }
 
 /// Idle jobs flagged now, and idle events by action.
@@ -290,13 +312,13 @@ fn confinement(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     out.family(
         "gantry_node_jobs_memory_peak_bytes",
         "gauge",
-        "",
+        "bytes",
         "Sum over the jobs running on a node of the most memory each has held at once there (an upper bound of what they hold now).",
     );
     out.family(
         "gantry_node_jobs_memory_limit_bytes",
         "gauge",
-        "",
+        "bytes",
         "Sum over the jobs running on a node of the memory each is held to there.",
     );
     for n in nodes {

@@ -3,6 +3,8 @@
 
 pub mod jobs;
 pub mod metrics;
+mod metrics_queues;
+mod metrics_service;
 pub mod nodes;
 pub mod partitions;
 pub mod plan;

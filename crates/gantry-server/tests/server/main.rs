@@ -763,7 +763,8 @@ fn usage_is_metered_into_the_ledger_and_reported() {
     server.stop();
 }
 
-/// `/metrics` speaks OpenMetrics: the documented families, bounded labels, `# EOF`.
+/// `/metrics`: the documented families, bounded labels; the classic text format by default,
+/// OpenMetrics (with its `# EOF`) when asked for.
 #[test]
 fn metrics_expose_allocation_next_to_utilization() {
     let server = Server::new("metrics");
@@ -776,7 +777,7 @@ fn metrics_expose_allocation_next_to_utilization() {
     let deadline = Instant::now() + Duration::from_secs(20);
     let (status, text) = loop {
         let (status, text) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
-        let busy = "gantry_gpu_utilization_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\",simulated=\"true\"} 0.";
+        let busy = "model_name=\"NVIDIA A100-SXM4-80GB\",simulated=\"true\"} 0.";
         if text.contains(busy) || Instant::now() > deadline {
             break (status, text);
         }
@@ -784,28 +785,39 @@ fn metrics_expose_allocation_next_to_utilization() {
     };
     assert_eq!(status, 200, "{text}");
     for line in [
-        "gantry_gpu_allocated_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\"} 1",
+        "gantry_gpu_allocated_ratio{node=\"n1\",gpu=\"0\",UUID=\"GPU-",
+        ",model=\"A100-SXM4-80GB\",model_name=\"NVIDIA A100-SXM4-80GB\"} 1",
         "gantry_fleet_gpus{model=\"A100-SXM4-80GB\"} 2",
         "gantry_fleet_allocated_gpus{model=\"A100-SXM4-80GB\"} 1",
         "gantry_queue_allocated_gpus{queue=\"default\"} 1",
         "gantry_jobs{queue=\"default\",state=\"running\"} 1",
         "gantry_decisions_total{kind=\"start\"} 1",
         "gantry_scheduling_cycle_seconds_bucket{le=\"+Inf\"}",
-        "gantry_job_wait_seconds_count 1",
+        "gantry_job_wait_seconds_count{queue=\"default\"} 1",
+        "gantry_jobs{queue=\"default\",state=\"pending\"} 0",
+        "gantry_pending_jobs{queue=\"default\",reason=\"resources\"} 0",
+        "gantry_http_requests_total{route=\"/v1/jobs\",method=\"POST\",code=\"201\"} 2",
+        "gantry_build_info{version=\"",
+        "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ",
         "gantry_node_ready{node=\"n1\"} 1",
         "gantry_jobs_ended_total{ending=\"cancelled\"} 1",
         "gantry_jobs_ended_total{ending=\"lost\"} 0",
         "gantry_jobs_ended_total{ending=\"completed\"} 0",
         "gantry_idle_events_total{action=\"reclaim\"} 0",
-        "gantry_gpu_utilization_ratio{node=\"n1\",gpu=\"0\",model=\"A100-SXM4-80GB\",simulated=\"true\"} 0.",
+        "model_name=\"NVIDIA A100-SXM4-80GB\",simulated=\"true\"} 0.",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
-    assert!(text.ends_with("# EOF\n"));
+    assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "text 0.0.4 has neither: {text}");
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let (name, value) = line.rsplit_once(' ').expect("name and value");
-        assert!(name.starts_with("gantry_") && value.parse::<f64>().is_ok(), "{line}");
+        assert!(name.starts_with("gantry_") || name.starts_with("process_"), "{line}");
+        assert!(value.parse::<f64>().is_ok(), "{line}");
     }
+    let client = gantry_wire::client::Client::new(&server.url, &Default::default()).expect("client");
+    let accept = [("Accept", "application/openmetrics-text;version=1.0.0,text/plain;q=0.5")];
+    let (_, open) = client.request_with(Some(&server.token), "GET", "/metrics", None, &accept).expect("scrape");
+    assert!(open.ends_with("# EOF\n") && open.contains("# TYPE gantry_jobs_ended counter\n"), "{open}");
     let (status, _) = request(&server.url, None, "GET", "/metrics", None).expect("scrape");
     assert_eq!(status, 401, "metrics need a token");
     server.stop();

@@ -6,6 +6,7 @@ use std::process::{Command, Output};
 mod clock;
 mod confinement;
 mod postgres_restart;
+mod prometheus;
 mod remote_logs;
 mod retention;
 mod schemathesis;
@@ -769,8 +770,13 @@ impl Drop for ServeGuard {
 
 /// Start `gantry serve --local` on `data`; returns the process and its URL.
 fn serve(data: &std::path::Path) -> (ServeGuard, String) {
+    serve_with_args(data, &[])
+}
+
+/// [`serve`] with more flags (`--queues FILE`).
+fn serve_with_args(data: &std::path::Path, more: &[&str]) -> (ServeGuard, String) {
     let data = data.to_str().expect("utf-8");
-    spawn(&["serve", "--local", "--listen", "127.0.0.1:0", "--data", data])
+    spawn(&[&["serve", "--local", "--listen", "127.0.0.1:0", "--data", data], more].concat())
 }
 
 /// Start a long-running `gantry` command (serve, agent); returns the process and the first
