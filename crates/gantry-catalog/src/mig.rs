@@ -8,6 +8,12 @@
 
 use gantry_types::MigInstanceSpec;
 
+/// Most instances the placement search tries before giving up on a layout given by counts.
+/// A GPU holds at most 7 instances with at most 7 starts each, and instances of one profile
+/// are tried in increasing order only, so a real layout needs a few hundred steps; the bound
+/// keeps a hostile fleet file (counts far past any GPU's) from costing more than a moment.
+pub const PLACEMENT_SEARCH_STEPS: u32 = 100_000;
+
 /// The MIG table of one model.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MigGeometry {
@@ -177,9 +183,13 @@ impl MigGeometry {
 
     /// A layout from instances with starts (`fixed`) and profiles without (`counted`, as
     /// mig-parted users write `"1g.10gb": 7`): the fixed ones checked, then the others placed
-    /// largest first, each at its lowest legal free start. When one does not fit, the error
-    /// names the rule it would break (too many of a profile, of instances, of compute slices,
-    /// a second media instance, or the instance it would overlap).
+    /// by searching the legal starts, largest first and lowest start first, backing up when a
+    /// later instance finds no room — so every layout the hardware can hold is found (on an
+    /// A100-80GB, `all-balanced`'s 3g.40gb must sit at slice 4 for both 1g.10gb to fit; a
+    /// greedy pass put it at 0 and refused the layout). The search is bounded by
+    /// [`PLACEMENT_SEARCH_STEPS`]. When no placement exists, the error names the rule the
+    /// greedy placement would break (too many of a profile, of instances, of compute slices, a
+    /// second media instance, or the instance it would overlap).
     pub fn place_counts(
         &self,
         model: &str,
@@ -194,6 +204,16 @@ impl MigGeometry {
                 profile: name.clone(),
                 available: self.profiles.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
             })?;
+            let profile = &self.profiles[index as usize];
+            if *count > u32::from(profile.max_instances) {
+                // Refused before anything is built: a count is the file's to choose.
+                return Err(MigLayoutError::TooManyOfProfile {
+                    model: model.into(),
+                    profile: profile.name.clone(),
+                    count: *count as usize,
+                    max: profile.max_instances,
+                });
+            }
             wanted.extend(std::iter::repeat_n(index, *count as usize));
         }
         // Largest first: small instances fill what big ones leave.
@@ -201,6 +221,13 @@ impl MigGeometry {
             let p = &self.profiles[i as usize];
             (std::cmp::Reverse(p.placement_size), std::cmp::Reverse(p.compute_slices), i)
         });
+        let mut steps = PLACEMENT_SEARCH_STEPS;
+        let fixed_len = layout.len();
+        if self.search(&mut layout, fixed_len, &wanted, &mut steps) {
+            layout.sort_by_key(|p| (p.start, p.profile));
+            return Ok(layout);
+        }
+        layout.truncate(fixed_len);
         for index in wanted {
             match self.free_start(&layout, index) {
                 Some(start) => layout.push(PlacedInstance { profile: index, start }),
@@ -223,21 +250,47 @@ impl MigGeometry {
         Ok(layout)
     }
 
+    /// Place `wanted` (largest first) onto `layout` (whose first `fixed` instances were given
+    /// with their starts) by depth-first search over the legal starts; true when all are
+    /// placed. Instances of one profile go at increasing starts (the same set in another order
+    /// is the same layout), and each step counts against `steps`.
+    fn search(&self, layout: &mut Vec<PlacedInstance>, fixed: usize, wanted: &[u8], steps: &mut u32) -> bool {
+        let Some((&profile, rest)) = wanted.split_first() else { return true };
+        let after = layout[fixed..].iter().filter(|i| i.profile == profile).map(|i| i.start).max();
+        for start in self.free_starts(layout, profile) {
+            if after.is_some_and(|a| start <= a) {
+                continue;
+            }
+            if *steps == 0 {
+                return false;
+            }
+            *steps -= 1;
+            layout.push(PlacedInstance { profile, start });
+            if self.search(layout, fixed, rest, steps) {
+                return true;
+            }
+            layout.pop();
+        }
+        false
+    }
+
     /// The lowest legal start at which one more instance of `profile` can join `layout` with
     /// every rule still holding, if any. The planner and the property tests build layouts with it.
     pub fn free_start(&self, layout: &[PlacedInstance], profile: u8) -> Option<u8> {
+        self.free_starts(layout, profile).next()
+    }
+
+    /// Every legal start at which one more instance of `profile` can join `layout`, lowest first.
+    pub fn free_starts<'a>(&'a self, layout: &[PlacedInstance], profile: u8) -> impl Iterator<Item = u8> + use<'a> {
         let p = &self.profiles[profile as usize];
         let occupied = layout.iter().fold(0u16, |m, i| m | self.profiles[i.profile as usize].mask_at(i.start));
         let same = layout.iter().filter(|i| i.profile == profile).count();
         let compute: u32 = layout.iter().map(|i| self.profiles[i.profile as usize].compute_slices as u32).sum();
         let media = layout.iter().any(|i| self.profiles[i.profile as usize].media_extensions);
-        if same >= p.max_instances as usize
+        let full = same >= p.max_instances as usize
             || layout.len() >= self.max_gpu_instances as usize
             || compute + p.compute_slices as u32 > self.compute_slices as u32
-            || (media && p.media_extensions)
-        {
-            return None;
-        }
-        p.starts.iter().copied().find(|&s| p.mask_at(s) & occupied == 0)
+            || (media && p.media_extensions);
+        p.starts.iter().copied().filter(move |&s| !full && p.mask_at(s) & occupied == 0)
     }
 }

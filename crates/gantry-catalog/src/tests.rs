@@ -300,3 +300,54 @@ fn a_name_resolves_as_a_jobs_gpu_model_does_and_a_miss_gets_suggestions() {
     assert_eq!(close.first(), Some(&"H100-SXM5-80GB"), "{close:?}");
     assert!(catalog.suggest("qqqq").is_empty());
 }
+
+/// The placement search is complete: every multiset of profiles that some legal layout holds
+/// (every legal layout of every MIG model, enumerated by brute force) is placed from its
+/// counts alone — NVIDIA's `all-balanced` among them, which a largest-first greedy pass
+/// refused on 7-slice GPUs.
+#[test]
+fn every_legal_layouts_counts_are_placed() {
+    fn enumerate(
+        geometry: &crate::mig::MigGeometry,
+        options: &[PlacedInstance],
+        at: usize,
+        layout: &mut Vec<PlacedInstance>,
+        seen: &mut std::collections::BTreeSet<Vec<(String, u32)>>,
+    ) {
+        if !layout.is_empty() {
+            let mut counts: std::collections::BTreeMap<String, u32> = Default::default();
+            for i in layout.iter() {
+                *counts.entry(geometry.profiles[i.profile as usize].name.clone()).or_default() += 1;
+            }
+            seen.insert(counts.into_iter().collect());
+        }
+        for (next, option) in options.iter().enumerate().skip(at) {
+            if geometry.free_starts(layout, option.profile).any(|s| s == option.start) {
+                layout.push(*option);
+                enumerate(geometry, options, next + 1, layout, seen);
+                layout.pop();
+            }
+        }
+    }
+    let catalog = Catalog::embedded();
+    for model in catalog.models() {
+        let Some(geometry) = &model.mig else { continue };
+        let options: Vec<PlacedInstance> = geometry
+            .profiles
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| p.starts.iter().map(move |&start| PlacedInstance { profile: i as u8, start }))
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        enumerate(geometry, &options, 0, &mut Vec::new(), &mut seen);
+        assert!(seen.len() > 10, "{}: {} layouts", model.id, seen.len());
+        for counts in &seen {
+            let placed = geometry.place_counts(&model.id, &[], counts);
+            assert!(placed.is_ok(), "{}: {counts:?} is a legal layout's counts: {placed:?}", model.id);
+        }
+    }
+    // Counts no GPU can hold are refused at once, naming the rule.
+    let a100 = catalog.model(catalog.lookup("A100-SXM4-80GB").expect("id")).mig.as_ref().expect("MIG");
+    let err = a100.place_counts("A100-SXM4-80GB", &[], &[("1g.10gb".into(), 1_000_000)]).expect_err("too many");
+    assert!(err.to_string().contains("1g.10gb"), "{err}");
+}
