@@ -176,9 +176,14 @@ fn node_toml(
         SpecError::new(format!("{at} / nvidia.com/gpu.product"), format!("{product:?} is not a GPU model gantry knows"))
             .hint(format!("map it: --map {product}=MODEL (`gantry catalog` lists the models)"))
     })?;
-    let gpus = match labels.get("nvidia.com/gpu.count") {
+    let advertised = match labels.get("nvidia.com/gpu.count") {
         Some(n) => count(&format!("{at} / nvidia.com/gpu.count"), n)?,
         None => count(&format!("{at} / allocatable.nvidia.com/gpu"), get("nvidia.com/gpu").unwrap_or("0"))?,
+    };
+    let strategy = labels.get("nvidia.com/mig.strategy").map(String::as_str).unwrap_or("none");
+    let gpus = match product.split_once("-MIG-").filter(|_| strategy == "single") {
+        Some((_, device)) => gpus_under_single(catalog, &model, device, advertised, at, notes)?,
+        None => advertised,
     };
     if gpus == 0 {
         return Ok(());
@@ -187,9 +192,52 @@ fn node_toml(
     gpu_modes(catalog, &model, &labels, allocatable, product, gpus, at, toml, notes)
 }
 
-/// The node's advertised MIG instances (profile → count) laid onto `gpus` GPUs: first fit,
-/// largest profiles first, each GPU's set checked with the catalog's placement rules (the
-/// device plugin counts instances per node, not per GPU). Also what fit nowhere.
+/// A MIG profile as mig-parted and gantry name it, from the device plugin's and GFD's MIG
+/// device name (which writes `+` as `.`: `1g.5gb.me` is `1g.5gb+me`).
+fn profile_of_device(device: &str) -> String {
+    match device.strip_suffix(".me") {
+        Some(base) => format!("{base}+me"),
+        None => device.to_string(),
+    }
+}
+
+/// Physical GPUs under GFD's `single` strategy, where `nvidia.com/gpu.count` counts MIG
+/// devices (56 on eight A100s in `all-1g.5gb`): as many GPUs as hold that many instances of
+/// the profile at its per-GPU maximum, which is what every mig-parted `all-<profile>` layout
+/// creates — said in a note, since GFD does not label the physical count.
+fn gpus_under_single(
+    catalog: &Catalog,
+    model: &str,
+    device: &str,
+    instances: u32,
+    at: &str,
+    notes: &mut Vec<String>,
+) -> Result<u32, SpecError> {
+    if instances == 0 || device == "INVALID" {
+        return Ok(0);
+    }
+    let profile = profile_of_device(device);
+    let geometry = catalog.lookup(model).and_then(|id| catalog.model(id).mig.as_ref());
+    let per_gpu = geometry.and_then(|g| g.profile(&profile)).map(|p| u32::from(p.max_instances)).ok_or_else(|| {
+        SpecError::new(
+            format!("{at} / nvidia.com/gpu.product"),
+            format!("MIG profile {profile:?} is not one of {model}'s"),
+        )
+        .hint("`gantry catalog MODEL` lists its profiles")
+    })?;
+    let gpus = instances.div_ceil(per_gpu);
+    notes.push(format!(
+        "{at}: mig.strategy=single counts MIG devices: {instances} × {profile} read as {gpus} {model} GPU(s) holding {per_gpu} each (GFD labels no physical count)"
+    ));
+    Ok(gpus)
+}
+
+/// The node's advertised MIG instances (profile → count) laid onto `gpus` GPUs (the device
+/// plugin counts instances per node, not per GPU). Where every count divides evenly and one
+/// GPU's share places, every GPU gets that share: a node in one mig-parted layout — every
+/// `all-*` config, `all-balanced` — comes back as it is. Otherwise first fit, largest
+/// profiles first, each GPU's set checked with the catalog's placement rules (a node
+/// configured per GPU, like mig-parted's `custom-config` example). Also what fit nowhere.
 pub(crate) fn distribute(
     catalog: &Catalog,
     model: &str,
@@ -199,6 +247,14 @@ pub(crate) fn distribute(
     let mut layouts = vec![BTreeMap::<String, u32>::new(); gpus];
     let mut left = BTreeMap::new();
     let geometry = catalog.lookup(model).and_then(|id| catalog.model(id).mig.as_ref());
+    let places = |layout: &BTreeMap<String, u32>| {
+        let counted: Vec<(String, u32)> = layout.iter().map(|(p, n)| (p.clone(), *n)).collect();
+        geometry.is_some_and(|g| g.place_counts(model, &[], &counted).is_ok())
+    };
+    let share: BTreeMap<String, u32> = wanted.iter().map(|(p, n)| (p.clone(), n / gpus.max(1) as u32)).collect();
+    if gpus > 0 && wanted.values().all(|n| n % gpus as u32 == 0) && places(&share) {
+        return (vec![share; gpus], left);
+    }
     let size = |p: &str| geometry.and_then(|g| g.profile(p)).map_or(0, |p| p.memory_slices);
     let mut order: Vec<(&String, u32)> = wanted.iter().map(|(p, n)| (p, *n)).collect();
     order.sort_by_key(|(p, _)| std::cmp::Reverse(size(p)));
@@ -259,18 +315,18 @@ fn mig_instances(
 ) -> Result<BTreeMap<String, u32>, SpecError> {
     let mut mig: BTreeMap<String, u32> = BTreeMap::new();
     for (key, value) in allocatable.as_object().into_iter().flatten() {
-        if let (Some(profile), Some(n)) = (key.strip_prefix("nvidia.com/mig-"), value.as_str()) {
+        if let (Some(device), Some(n)) = (key.strip_prefix("nvidia.com/mig-"), value.as_str()) {
             let n = count(&format!("{at} / allocatable.{key}"), n)?;
             if n > 0 {
-                mig.insert(profile.to_string(), n);
+                mig.insert(profile_of_device(device), n);
             }
         }
     }
     if strategy == "single"
-        && let Some((_, profile)) = product.split_once("-MIG-")
+        && let Some((_, device)) = product.split_once("-MIG-")
     {
         let total = allocatable.get("nvidia.com/gpu").and_then(Value::as_str).unwrap_or("0");
-        mig.insert(profile.to_string(), count(&format!("{at} / allocatable.nvidia.com/gpu"), total)?);
+        mig.insert(profile_of_device(device), count(&format!("{at} / allocatable.nvidia.com/gpu"), total)?);
     }
     Ok(mig)
 }
@@ -651,6 +707,111 @@ mod tests {
         assert_eq!(t4.taints.len(), 2);
         assert!(node("cpu-0").gpus.is_empty());
         assert_eq!(node("cpu-0").labels.get("kubernetes.io/hostname").map(String::as_str), Some("cpu-0"));
+    }
+
+    /// One node as `kubectl get nodes -o json` lists it, with these GFD labels and this
+    /// allocatable (the label and resource names as GFD's documentation and the device
+    /// plugin write them).
+    fn gfd_node(labels: &[(&str, &str)], allocatable: &[(&str, &str)]) -> String {
+        let labels: serde_json::Map<String, Value> =
+            labels.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))).collect();
+        let mut alloc: serde_json::Map<String, Value> = [("cpu", "64"), ("memory", "512Gi")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+            .collect();
+        alloc.extend(allocatable.iter().map(|(k, v)| (k.to_string(), Value::String(v.to_string()))));
+        serde_json::json!({"items": [{"metadata": {"name": "n", "labels": labels}, "status": {"allocatable": alloc}}]})
+            .to_string()
+    }
+
+    fn layouts(imported: &ImportedFleet) -> Vec<String> {
+        let fleet = crate::parse_fleet(&imported.toml, catalog()).expect("reads back");
+        fleet.nodes[0]
+            .gpus
+            .iter()
+            .map(|g| match &g.mode {
+                gantry_types::GpuMode::Mig { instances } => {
+                    let mut counts: BTreeMap<&str, u32> = BTreeMap::new();
+                    for i in instances {
+                        *counts.entry(i.profile.as_str()).or_default() += 1;
+                    }
+                    counts.iter().map(|(p, n)| format!("{n}×{p}")).collect::<Vec<_>>().join(" ")
+                }
+                other => other.text(),
+            })
+            .collect()
+    }
+
+    /// GFD's documented `mig.strategy=single` example — eight A100-40GB in `all-1g.5gb`,
+    /// labelled `gpu.count=56` — is eight GPUs of seven instances, not 56 GPUs; with or without
+    /// the `NVIDIA-` prefix newer drivers add to the product.
+    #[test]
+    fn gfd_single_strategy_counts_mig_devices_not_gpus() {
+        for product in ["A100-SXM4-40GB-MIG-1g.5gb", "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"] {
+            let node = gfd_node(
+                &[
+                    ("nvidia.com/mig.strategy", "single"),
+                    ("nvidia.com/gpu.product", product),
+                    ("nvidia.com/gpu.count", "56"),
+                ],
+                &[("nvidia.com/gpu", "56")],
+            );
+            let imported = import_nodes(&node, catalog(), &BTreeMap::new()).expect("imports");
+            assert_eq!(layouts(&imported), vec!["7×1g.5gb"; 8], "{}", imported.toml);
+            assert!(imported.notes.iter().any(|n| n.contains("56 × 1g.5gb read as 8")), "{:?}", imported.notes);
+        }
+        // GFD's label for a node whose layout the single strategy cannot describe.
+        let invalid = gfd_node(
+            &[
+                ("nvidia.com/mig.strategy", "single"),
+                ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-MIG-INVALID"),
+                ("nvidia.com/gpu.count", "0"),
+            ],
+            &[("nvidia.com/gpu", "0")],
+        );
+        assert!(layouts(&import_nodes(&invalid, catalog(), &BTreeMap::new()).expect("imports")).is_empty());
+        let unknown = gfd_node(
+            &[
+                ("nvidia.com/mig.strategy", "single"),
+                ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-MIG-9g.99gb"),
+                ("nvidia.com/gpu.count", "8"),
+            ],
+            &[("nvidia.com/gpu", "8")],
+        );
+        let err = import_nodes(&unknown, catalog(), &BTreeMap::new()).expect_err("unknown profile").to_string();
+        assert!(err.contains("\"9g.99gb\" is not one of A100-SXM4-40GB's"), "{err}");
+    }
+
+    /// Under the mixed strategy the device plugin advertises node totals; eight A100-80GB in
+    /// NVIDIA's `all-balanced` come back as that layout on each GPU, and a `.me` device name
+    /// is the `+me` profile.
+    #[test]
+    fn gfd_mixed_totals_of_one_layout_come_back_as_that_layout_on_each_gpu() {
+        let node = gfd_node(
+            &[
+                ("nvidia.com/mig.strategy", "mixed"),
+                ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"),
+                ("nvidia.com/gpu.count", "8"),
+            ],
+            &[
+                ("nvidia.com/gpu", "0"),
+                ("nvidia.com/mig-1g.10gb", "16"),
+                ("nvidia.com/mig-2g.20gb", "8"),
+                ("nvidia.com/mig-3g.40gb", "8"),
+            ],
+        );
+        let imported = import_nodes(&node, catalog(), &BTreeMap::new()).expect("imports");
+        assert_eq!(layouts(&imported), vec!["2×1g.10gb 1×2g.20gb 1×3g.40gb"; 8], "{}", imported.toml);
+        let me = gfd_node(
+            &[
+                ("nvidia.com/mig.strategy", "mixed"),
+                ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"),
+                ("nvidia.com/gpu.count", "1"),
+            ],
+            &[("nvidia.com/gpu", "0"), ("nvidia.com/mig-1g.10gb.me", "1"), ("nvidia.com/mig-1g.10gb", "6")],
+        );
+        let imported = import_nodes(&me, catalog(), &BTreeMap::new()).expect("imports");
+        assert_eq!(layouts(&imported), vec!["6×1g.10gb 1×1g.10gb+me"], "{}", imported.toml);
     }
 
     #[test]
