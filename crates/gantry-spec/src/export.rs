@@ -1,123 +1,9 @@
-//! A planned fleet in Kubernetes terms, so teams on Kubernetes can use gantry as a planner:
-//! NVIDIA mig-parted configuration (one config per node), the k8s-device-plugin's sharing
-//! configuration (time-slicing or MPS replicas, as a ConfigMap with one entry per node) and
-//! the node labels that select both.
+//! A planned fleet in Slurm terms: `slurm.conf` node lines and `gres.conf`, so teams on Slurm
+//! can use gantry as a planner (the Kubernetes side is `export_k8s.rs`).
 
 use gantry_types::{Fleet, GpuMode, Node};
 use std::collections::BTreeMap;
 use std::fmt::Write;
-
-/// The config name gantry gives a node.
-pub fn config_name(node: &str) -> String {
-    format!("gantry-{node}")
-}
-
-fn has_mig(node: &Node) -> bool {
-    node.gpus.iter().any(|g| matches!(g.mode, GpuMode::Mig { .. }))
-}
-
-/// mig-parted's `config.yaml`: per node, which GPUs have MIG on and how many instances of each
-/// profile. mig-parted lets the driver choose placements; gantry's starts are in the planned
-/// fleet file, and creating the largest instances first reproduces them.
-pub fn mig_parted_yaml(fleet: &Fleet) -> String {
-    let mut out = String::from(
-        "# NVIDIA mig-parted configuration written by gantry plan.\n# Apply on each node: nvidia-mig-parted apply -f mig-parted.yaml -c gantry-<node>\nversion: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n",
-    );
-    for node in &fleet.nodes {
-        let _ = writeln!(out, "  {}:", config_name(&node.name));
-        let whole: Vec<String> = node
-            .gpus
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| !matches!(g.mode, GpuMode::Mig { .. }))
-            .map(|(i, _)| i.to_string())
-            .collect();
-        if !whole.is_empty() {
-            let _ = writeln!(out, "    - devices: [{}]\n      mig-enabled: false", whole.join(", "));
-        }
-        // GPUs with the same layout share an entry.
-        let mut layouts: BTreeMap<Vec<(String, u32)>, Vec<usize>> = BTreeMap::new();
-        for (i, g) in node.gpus.iter().enumerate() {
-            if let GpuMode::Mig { instances } = &g.mode {
-                let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-                for inst in instances {
-                    *counts.entry(inst.profile.clone()).or_default() += 1;
-                }
-                layouts.entry(counts.into_iter().collect()).or_default().push(i);
-            }
-        }
-        for (counts, devices) in layouts {
-            let devices: Vec<String> = devices.iter().map(usize::to_string).collect();
-            let _ =
-                writeln!(out, "    - devices: [{}]\n      mig-enabled: true\n      mig-devices:", devices.join(", "));
-            for (profile, n) in counts {
-                let _ = writeln!(out, "        \"{profile}\": {n}");
-            }
-        }
-    }
-    out
-}
-
-/// The k8s-device-plugin's configuration as a ConfigMap (one entry per node that shares GPUs
-/// or has MIG GPUs: those get `migStrategy: mixed`, one resource per MIG profile beside
-/// `nvidia.com/gpu`, which is what a node mixing MIG and other modes needs), and warnings where
-/// the plugin cannot say what gantry planned: it shares every full GPU of a node alike, so a
-/// node mixing whole and shared GPUs, or MPS and time-slicing, is written with its most common
-/// sharing.
-pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
-    let mut out = String::from(
-        "# k8s-device-plugin sharing configuration written by gantry plan; select a node's entry\n# with the label nvidia.com/device-plugin.config=gantry-<node>.\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: gantry-device-plugin-configs\n  namespace: nvidia-device-plugin\ndata:\n",
-    );
-    let mut warnings = Vec::new();
-    for node in &fleet.nodes {
-        let mut time_sliced: Vec<u32> = Vec::new();
-        let mut mps: Vec<u32> = Vec::new();
-        let mut whole = 0;
-        for g in &node.gpus {
-            match g.mode {
-                GpuMode::TimeSlice { replicas, .. } => time_sliced.push(replicas),
-                GpuMode::Mps { max_clients } => mps.push(max_clients),
-                GpuMode::Whole => whole += 1,
-                GpuMode::Mig { .. } => {}
-            }
-        }
-        let mig = has_mig(node);
-        if time_sliced.is_empty() && mps.is_empty() {
-            if mig {
-                let _ = write!(
-                    out,
-                    "  {}: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n",
-                    config_name(&node.name)
-                );
-            }
-            continue;
-        }
-        let (kind, replicas) = if time_sliced.len() >= mps.len() {
-            ("timeSlicing", time_sliced.iter().copied().min().unwrap_or(2))
-        } else {
-            ("mps", mps.iter().copied().min().unwrap_or(2).max(2))
-        };
-        if !time_sliced.is_empty() && !mps.is_empty() {
-            warnings.push(format!(
-                "node {}: both time-sliced and MPS GPUs; the device plugin shares a node one way, written as {kind}",
-                node.name
-            ));
-        }
-        if whole > 0 {
-            warnings.push(format!(
-                "node {}: {whole} whole GPU(s) beside shared ones; the device plugin would share those too (use `renameByDefault` or separate nodes)",
-                node.name
-            ));
-        }
-        let strategy = if mig { "mixed" } else { "none" };
-        let _ = write!(
-            out,
-            "  {}: |-\n    version: v1\n    flags:\n      migStrategy: {strategy}\n    sharing:\n      {kind}:\n        resources:\n        - name: nvidia.com/gpu\n          replicas: {replicas}\n",
-            config_name(&node.name)
-        );
-    }
-    (out, warnings)
-}
 
 /// The Slurm side of a planned fleet: `slurm.conf` lines (`GresTypes`, `AccountingStorageTRES`,
 /// one `NodeName` per node with its CPUs, memory and `Gres=`) and `gres.conf`. MIG instances
@@ -272,22 +158,6 @@ impl NodeGres {
     }
 }
 
-/// `kubectl label` commands selecting each node's configs.
-pub fn node_labels(fleet: &Fleet) -> String {
-    let mut out = String::new();
-    for node in &fleet.nodes {
-        let mig = if has_mig(node) { config_name(&node.name) } else { "all-disabled".into() };
-        let shares = node.gpus.iter().any(|g| matches!(g.mode, GpuMode::Mps { .. } | GpuMode::TimeSlice { .. }));
-        let plugin = if shares || has_mig(node) {
-            format!(" nvidia.com/device-plugin.config={}", config_name(&node.name))
-        } else {
-            String::new()
-        };
-        let _ = writeln!(out, "kubectl label node {} nvidia.com/mig.config={mig}{plugin} --overwrite", node.name);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,53 +169,8 @@ mod tests {
     }
 
     #[test]
-    fn the_demo_fleet_exports_mig_sharing_and_labels() {
+    fn the_demo_fleet_exports_slurm_nodes_and_gres() {
         let fleet = demo();
-        let mig = mig_parted_yaml(&fleet);
-        assert!(
-            mig.contains("  gantry-a100-mixed:\n    - devices: [0, 1, 2, 3, 6, 7]\n      mig-enabled: false"),
-            "{mig}"
-        );
-        assert!(
-            mig.contains("    - devices: [4]\n      mig-enabled: true\n      mig-devices:\n        \"1g.10gb\": 7"),
-            "{mig}"
-        );
-        assert!(mig.contains("\"3g.40gb\": 1"), "{mig}");
-        let (plugin, warnings) = device_plugin_yaml(&fleet);
-        // A node mixing MIG with other modes needs the mixed strategy (a resource per profile
-        // beside nvidia.com/gpu); one without MIG keeps none.
-        assert!(
-            plugin.contains("gantry-a100-mixed: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n"),
-            "{plugin}"
-        );
-        assert!(
-            plugin.contains(
-                "gantry-l4: |-\n    version: v1\n    flags:\n      migStrategy: none\n    sharing:\n      mps:"
-            ),
-            "{plugin}"
-        );
-        let mig_only = "[[node]]\nname = \"m\"\ncpu = 8\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 2\nmig = { \"1g.10gb\" = 7 }\n";
-        let mig_only = crate::parse_fleet(mig_only, gantry_catalog::Catalog::embedded()).expect("parses");
-        let (plugin, _) = device_plugin_yaml(&mig_only);
-        assert!(plugin.contains("gantry-m: |-\n    version: v1\n    flags:\n      migStrategy: mixed\n"), "{plugin}");
-        assert!(
-            node_labels(&mig_only).contains("nvidia.com/device-plugin.config=gantry-m"),
-            "{}",
-            node_labels(&mig_only)
-        );
-        assert!(
-            warnings.iter().any(|w| w.contains("a100-mixed") && w.contains("both time-sliced and MPS")),
-            "{warnings:?}"
-        );
-        // Every YAML export reads back with a YAML parser, the ConfigMap's embedded configs too.
-        let parsed: serde_json::Value = serde_saphyr::from_str(&mig).expect("mig-parted YAML parses");
-        assert!(parsed["mig-configs"]["gantry-a100-mixed"].is_array(), "{parsed}");
-        let config_map: serde_json::Value = serde_saphyr::from_str(&plugin).expect("ConfigMap YAML parses");
-        for (node, config) in config_map["data"].as_object().expect("data") {
-            let inner: serde_json::Value =
-                serde_saphyr::from_str(config.as_str().expect("text")).unwrap_or_else(|e| panic!("{node}: {e}"));
-            assert_eq!(inner["version"], "v1", "{node}: {inner}");
-        }
         let (conf, gres) = slurm_conf(&fleet);
         assert!(conf.contains("GresTypes=gpu,mps,shard"), "{conf}");
         assert!(conf.contains("NodeName=a100-mixed CPUs="), "{conf}");
@@ -389,11 +214,5 @@ mod tests {
         };
         let imported = crate::import_slurm_conf(&back, Some(("gres.conf", &gres)), &source).expect("imports");
         assert!(imported.fleet.contains("mig = { \"7g.80gb\" = 1 }"), "{}", imported.fleet);
-        let labels = node_labels(&fleet);
-        assert!(labels.contains("kubectl label node a100-mixed nvidia.com/mig.config=gantry-a100-mixed nvidia.com/device-plugin.config=gantry-a100-mixed --overwrite"), "{labels}");
-        assert!(
-            labels.contains("kubectl label node h100-0 nvidia.com/mig.config=all-disabled --overwrite"),
-            "{labels}"
-        );
     }
 }

@@ -9,6 +9,7 @@
 
 mod error;
 mod export;
+mod export_k8s;
 mod files;
 mod fleet;
 mod fleet_out;
@@ -32,7 +33,11 @@ mod trace;
 mod workload;
 
 pub use error::SpecError;
-pub use export::{config_name, device_plugin_yaml, mig_parted_yaml, node_labels, slurm_conf};
+pub use export::slurm_conf;
+pub use export_k8s::{
+    DEVICE_PLUGIN_DEFAULT, config_name, device_plugin_yaml, mig_parted_configmap_yaml, mig_parted_yaml, node_labels,
+    plan_files,
+};
 pub use files::{DEMO_FLEET, DEMO_WORKLOAD, FileError, load_fleet, load_workload, read_spec};
 pub use fleet::{
     FLEET_NODES_MAX, MPS_CLIENTS_MAX, NODE_GPUS_MAX, SPEC_BYTES_MAX, TIME_SLICE_REPLICAS_MAX, parse_fleet, uuid_for,

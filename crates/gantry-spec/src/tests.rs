@@ -725,6 +725,11 @@ fn mig_layouts_as_counts_or_bare_profiles_are_placed_at_legal_starts() {
         "1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 3g.40gb@4"
     );
     assert!(fleet("{ \"3g.40gb\" = 1, \"1g.10gb\" = 5 }").is_err());
+    // NVIDIA's all-balanced.
+    assert_eq!(
+        fleet("{ \"1g.10gb\" = 2, \"2g.20gb\" = 1, \"3g.40gb\" = 1 }").expect("all-balanced"),
+        "2g.20gb@0 1g.10gb@2 1g.10gb@3 3g.40gb@4"
+    );
     assert_eq!(fleet("[\"3g.40gb@4\", \"3g.40gb\"]").expect("fixed first"), "3g.40gb@0 3g.40gb@4");
     for (mig, rule) in [
         ("{ \"3g.40gb\" = 3 }", "3g.40gb"),

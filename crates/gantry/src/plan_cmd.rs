@@ -37,8 +37,9 @@ pub struct PlanArgs {
     /// With --trace: each shape's mean concurrency over the trace, or its peak.
     #[arg(long, value_parser = ["mean", "peak"], requires = "trace")]
     demand: Option<String>,
-    /// Write the plan here: fleet.toml (the planned fleet); for Kubernetes mig-parted.yaml,
-    /// device-plugin.yaml (a ConfigMap) and node-labels.sh; for Slurm slurm-nodes.conf
+    /// Write the plan here: fleet.toml (the planned fleet); for Kubernetes mig-parted.yaml
+    /// (also as mig-parted-configmap.yaml for the GPU Operator), device-plugin.yaml (a
+    /// ConfigMap) and node-labels.sh; for Slurm slurm-nodes.conf
     /// (GresTypes and NodeName lines) and gres.conf.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -121,7 +122,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     print_plan(&plan, &format!("{workload_name} on {fleet_name}"), jobs.len(), &warnings);
     if let Some(dir) = &args.out {
         println!(
-            "wrote {0}/fleet.toml, {0}/mig-parted.yaml, {0}/device-plugin.yaml, {0}/node-labels.sh, {0}/slurm-nodes.conf, {0}/gres.conf",
+            "wrote {0}/fleet.toml, {0}/mig-parted.yaml, {0}/mig-parted-configmap.yaml, {0}/device-plugin.yaml, {0}/node-labels.sh, {0}/slurm-nodes.conf, {0}/gres.conf",
             dir.display()
         );
     }
@@ -148,17 +149,7 @@ fn demand(args: &PlanArgs) -> anyhow::Result<(String, Vec<gantry_types::Job>)> {
 /// `--out DIR`: the planned fleet as each tool reads it.
 fn write_plan(dir: &std::path::Path, fleet: &gantry_types::Fleet, plugin: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let (slurm_nodes, gres) = gantry_spec::slurm_conf(fleet);
-    let labels = format!("#!/bin/sh\n# written by gantry plan\n{}", gantry_spec::node_labels(fleet));
-    let files = [
-        ("fleet.toml", gantry_spec::fleet_to_toml(fleet)),
-        ("slurm-nodes.conf", slurm_nodes),
-        ("gres.conf", gres),
-        ("mig-parted.yaml", gantry_spec::mig_parted_yaml(fleet)),
-        ("device-plugin.yaml", plugin.to_string()),
-        ("node-labels.sh", labels),
-    ];
-    for (name, text) in files {
+    for (name, text) in gantry_spec::plan_files(fleet, plugin) {
         let path = dir.join(name);
         std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     }
