@@ -2,8 +2,9 @@
 //! `all-*` layout and `all-balanced` for each GPU it names), mig-parted's examples and its
 //! systemd default — read as NVIDIA wrote them: every MIG layout in them, on every catalog
 //! model its device filter names (or, without a filter, every model that has its profiles),
-//! validates as a gantry fleet file and comes back with the same counts from `gantry plan`'s
-//! mig-parted export. The files are in tests/nvidia/ (Apache-2.0; provenance in its README).
+//! validates as a gantry fleet file, comes back with the same counts from `gantry plan`'s
+//! mig-parted export, and comes back as that layout on every GPU from `gantry import
+//! kubernetes` of a node of eight such GPUs (the device plugin's per-node totals). The files are in tests/nvidia/ (Apache-2.0; provenance in its README).
 
 use std::collections::BTreeMap;
 
@@ -69,6 +70,34 @@ fn models_of(
     models
 }
 
+/// Eight GPUs of `model` in one layout, as the device plugin (mixed strategy) and GFD label
+/// the node, imported back: each GPU's instances by profile.
+fn imported_layouts(model: &str, counts: &BTreeMap<String, u32>) -> Vec<BTreeMap<String, u32>> {
+    let mut allocatable = serde_json::json!({"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "0"});
+    for (profile, n) in counts {
+        allocatable[format!("nvidia.com/mig-{}", profile.replace('+', "."))] = serde_json::json!((n * 8).to_string());
+    }
+    let labels = serde_json::json!({"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.product": model, "nvidia.com/gpu.count": "8"});
+    let nodes = serde_json::json!({"items": [{"metadata": {"name": "n", "labels": labels}, "status": {"allocatable": allocatable}}]});
+    let catalog = gantry_catalog::Catalog::embedded();
+    let imported =
+        gantry_spec::import_kubernetes_nodes(&nodes.to_string(), catalog, &BTreeMap::new()).expect("imports");
+    let fleet = gantry_spec::parse_fleet(&imported.toml, catalog).expect("reads back");
+    fleet.nodes[0]
+        .gpus
+        .iter()
+        .map(|g| {
+            let mut by_profile = BTreeMap::new();
+            if let gantry_types::GpuMode::Mig { instances } = &g.mode {
+                for i in instances {
+                    *by_profile.entry(i.profile.clone()).or_default() += 1;
+                }
+            }
+            by_profile
+        })
+        .collect()
+}
+
 #[test]
 fn every_layout_nvidia_ships_validates_and_exports_unchanged() {
     let by_id = models_by_pci_id();
@@ -103,6 +132,7 @@ fn every_layout_nvidia_ships_validates_and_exports_unchanged() {
                         .map(|(p, n)| (p.clone(), n.as_u64().expect("count") as u32))
                         .collect();
                     assert_eq!(back, counts, "{file}: {name} on {model}");
+                    assert_eq!(imported_layouts(&model, &counts), vec![counts.clone(); 8], "{file}: {name} on {model}");
                     if name == "all-balanced" {
                         balanced.push(model.clone());
                     }
