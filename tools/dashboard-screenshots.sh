@@ -2,7 +2,7 @@
 # Regenerate the dashboard screenshots in docs/ (docs/dashboard-*.png): a local controller on
 # the demo fleet runs the demo jobs plus a few long ones for a while, so the charts have
 # points, then headless Chromium photographs each page.
-# Needs chromium (tools/install-test-deps.sh installs it) and a built gantry (cargo build --release).
+# Needs chromium (tools/install-test-deps.sh installs it), python3 and a built gantry (cargo build --release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GANTRY=${GANTRY:-target/release/gantry}
@@ -10,7 +10,7 @@ SECONDS_TO_RUN=${SECONDS_TO_RUN:-90}
 port=18399
 data=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
-"$GANTRY" serve --local --demo --data "$data" --listen 127.0.0.1:$port 2>"$data/serve.log" &
+"$GANTRY" serve --local --demo --insecure-http --data "$data" --listen 127.0.0.1:$port 2>"$data/serve.log" &
 pid=$!
 # --demo submits its workload once the controller is up, and only into an empty store: wait
 # for it, so that the long jobs below come after the demo's (and do not stop it).
@@ -53,10 +53,10 @@ TOML
 "$GANTRY" submit "$data/long.toml" >/dev/null
 echo "running for ${SECONDS_TO_RUN}s so the charts have points..."
 sleep "$SECONDS_TO_RUN"
-for page in fleet queue usage jobs/23; do
-  name=${page//\//-}
-  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,1000 \
-    --screenshot="docs/dashboard-$name.png" \
-    "http://127.0.0.1:$port/ui/login?token=$token&next=/ui/$page" 2>/dev/null
-  echo "docs/dashboard-$name.png"
+# A browser logs in through the form (tools/browse.py) and photographs each page.
+BROWSE_PROFILE="$data/profile" python3 tools/browse.py --url "http://127.0.0.1:$port" --token-file "$data/admin.token" \
+  --out "$data/shots" /ui/fleet /ui/queue /ui/usage /ui/jobs/23
+for page in fleet queue usage jobs-23; do
+  cp "$data/shots/ui-$page.png" "docs/dashboard-$page.png"
+  echo "docs/dashboard-$page.png"
 done

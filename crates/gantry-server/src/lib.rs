@@ -206,6 +206,8 @@ pub struct Shared {
     pub fatal: Arc<tokio::sync::watch::Sender<Option<String>>>,
     /// The API's requests and answer times, for `/metrics`.
     pub http: Arc<metrics::http::HttpStats>,
+    /// The dashboard's logged-in sessions.
+    pub ui_sessions: Arc<ui::session::Sessions>,
 }
 
 impl Shared {
@@ -652,6 +654,7 @@ fn shared_state(
         agent_certs: config.tls.as_ref().map(|t| t.agent_certs).unwrap_or_default(),
         fatal: Arc::new(tokio::sync::watch::channel(None).0),
         http: Arc::default(),
+        ui_sessions: Arc::default(),
     }
 }
 

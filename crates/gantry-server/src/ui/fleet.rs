@@ -62,13 +62,15 @@ pub(super) fn chart(points: &[Point], top: f64, width: u32, height: u32, every: 
 }
 
 /// `HH:MM` UTC, or `MM-DD HH:MM` for older than a day.
+/// A time as the dashboard shows it: always with its date (`2026-11-26 21:46 UTC`).
 pub(super) fn clock(t: u64) -> String {
+    date_time(t)
+}
+
+pub(super) fn date_time(t: u64) -> String {
     let (h, m) = ((t / 3600) % 24, (t / 60) % 60);
-    if now_s().saturating_sub(t) > 86_400 {
-        let (_, month, d) = gantry_types::time::civil_from_days((t / 86_400) as i64);
-        return format!("{month:02}-{d:02} {h:02}:{m:02}");
-    }
-    format!("{h:02}:{m:02} UTC")
+    let (y, month, d) = gantry_types::time::civil_from_days((t / 86_400) as i64);
+    format!("{y}-{month:02}-{d:02} {h:02}:{m:02} UTC")
 }
 
 pub(super) fn legend() -> &'static str {
@@ -97,8 +99,9 @@ fn gpu_tile(g: &GpuView, queue_of: &BTreeMap<u64, String>) -> String {
         let _ = write!(inner, "<div class=alloc style=\"background:{color};top:{:.0}%\"></div>", 100.0 - allocated);
     }
     let jobs: Vec<String> = g.jobs.iter().map(|j| format!("job {j}")).collect();
+    let memory = g.memory_used_mib.map_or(String::new(), |mib| format!(", memory in use {}", gib(mib)));
     let title = format!(
-        "gpu{} {} ({}) — allocated {:.0}%, utilization {}{} — {}{}",
+        "gpu{} {} ({}) — allocated {:.0}%, utilization {}{}{memory} — {}{}",
         g.index,
         g.model,
         g.mode,
@@ -118,14 +121,20 @@ fn gpu_tile(g: &GpuView, queue_of: &BTreeMap<u64, String>) -> String {
         None => ("<div class=gpu".to_string(), "</div>"),
     };
     format!(
-        "{open} title=\"{}\">{inner}<div class=fill style=\"height:{}%;background:{color}\"></div><span class=t>gpu{}</span><span class=m>{}</span><span class=s>{:.0}% / {}</span>{close}",
+        "{open} title=\"{}\">{inner}<div class=fill style=\"height:{}%;background:{color}\"></div><span class=t>gpu{}</span><span class=m>{}</span><span class=s>{:.0}% / {}{}</span>{close}",
         esc(&title),
         if g.instances.is_empty() { util } else { util.min(12) },
         g.index,
         esc(&mode_label),
         allocated,
-        g.utilization_pct.map_or("–".into(), |u| format!("{u}%"))
+        g.utilization_pct.map_or("–".into(), |u| format!("{u}%")),
+        g.memory_used_mib.map_or(String::new(), |mib| format!(" · {}", gib(mib)))
     )
+}
+
+/// MiB as the tiles show them (`2.4 GiB`).
+fn gib(mib: u64) -> String {
+    format!("{:.1} GiB", mib as f64 / 1024.0)
 }
 
 fn node_card(n: &NodeView, queue_of: &BTreeMap<u64, String>) -> String {

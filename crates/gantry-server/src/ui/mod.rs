@@ -1,6 +1,8 @@
 //! The web dashboard (`/ui`), server-rendered: plain HTML with inline CSS and SVG, no
-//! JavaScript and no build toolchain. Behind the same tokens as the API: a login form puts the
-//! token in an HttpOnly cookie. Pages: the fleet (every GPU a tile, MIG instances as
+//! JavaScript and no build toolchain. Behind the same tokens as the API: a login form (with a
+//! CSRF value) opens a session whose cookie holds a random id, never the token
+//! (`session.rs`); every page carries framing and content-security headers and refreshes
+//! itself. Pages: the fleet (every GPU a tile, MIG instances as
 //! sub-tiles, colored by queue, filled by utilization; allocation and use over the last
 //! hour), the queue (each pending job with its reason), usage (chargeback and per-queue use
 //! against quota over the week), and a job (its tasks, why it waits, its log tail). The fleet
@@ -18,8 +20,6 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use gantry_types::JobState;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-
-pub(super) const COOKIE: &str = "gantry_token";
 
 /// HTML-escape text.
 use gantry_chart::escape as esc;
@@ -58,7 +58,13 @@ th{font-size:12px;color:#6b7385;text-transform:uppercase;letter-spacing:.3px;bac
 pre{white-space:pre-wrap;word-break:break-all;background:#1f2430;color:#e6e9ef;padding:12px;border-radius:6px;overflow:auto;max-height:420px;font-size:12px}
 .legend span{margin-right:16px;font-size:12px;color:#4a5263}form.login{max-width:420px;margin:80px auto}input{width:100%;padding:8px;font:inherit;margin:8px 0}
 button{padding:8px 16px;background:#1f2430;color:#fff;border:0;border-radius:6px;font:inherit;cursor:pointer}.err{color:#e15759}
+form.out{display:inline}form.out button{padding:0;background:none;color:#c9d1e0;font-size:12px;text-decoration:underline}
+th a{color:inherit;text-decoration:none}th a.on{color:#1f2430}.range a{margin-right:10px}.range a.on{font-weight:600;color:#1f2430}
+.groups{display:flex;gap:10px;flex-wrap:wrap;margin-bottom:10px}.group{background:#fff5ec;border:1px solid #f3d3b5;border-radius:6px;padding:6px 10px;font-size:13px}
 "#;
+
+/// Seconds between a page's automatic reloads.
+pub const REFRESH_S: u32 = 30;
 
 pub(super) fn page(title: &str, active: &str, who: Option<&Principal>, body: &str) -> Html<String> {
     let mut nav = String::new();
@@ -66,35 +72,36 @@ pub(super) fn page(title: &str, active: &str, who: Option<&Principal>, body: &st
         let class = if label == active { " class=on" } else { "" };
         let _ = write!(nav, "<a href=\"{href}\"{class}>{label}</a>");
     }
+    // Logged-in pages reload themselves (no script: the content-security policy allows none).
+    let refresh = if who.is_some() { format!("<meta http-equiv=refresh content={REFRESH_S}>") } else { String::new() };
     let who = who.map_or(String::new(), |w| {
-        format!("<span class=who>token {} · <a href=\"/ui/logout\">log out</a></span>", esc(&w.name))
+        format!(
+            "<span class=who>token {} · updated {} · <form class=out method=post action=\"/ui/logout\"><button>log out</button></form></span>",
+            esc(&w.name),
+            fleet::date_time(now_s())
+        )
     });
     Html(format!(
-        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\"><title>{} · gantry</title><style>{STYLE}</style></head><body><header><b>gantry</b>{nav}{who}</header><main>{body}</main></body></html>",
+        "<!doctype html><html lang=en><head><meta charset=utf-8><meta name=viewport content=\"width=device-width\">{refresh}<title>{} · gantry</title><style>{STYLE}</style></head><body><header><b>gantry</b>{nav}{who}</header><main>{body}</main></body></html>",
         esc(title)
     ))
 }
 
-/// The token from the cookie or an `Authorization` header.
-fn secret(headers: &HeaderMap) -> Option<String> {
+/// The token behind the request: an `Authorization` header (scripts), or the session the
+/// cookie names.
+fn secret(shared: &Shared, headers: &HeaderMap) -> Option<String> {
     if let Some(auth) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
         && let Some(token) = auth.strip_prefix("Bearer ")
     {
         return Some(token.trim().to_string());
     }
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .map(|(_, v)| v.to_string())
+    let id = session::cookie(headers, session::SESSION_COOKIE)?;
+    shared.ui_sessions.secret(&id, now_s())
 }
 
 /// Who is looking (`None`: send them to the login page).
 pub(super) fn viewer(shared: &Shared, headers: &HeaderMap) -> Option<Principal> {
-    let who = secret(headers).and_then(|s| shared.read(|c| c.authenticate(&s, crate::now_s())).ok());
+    let who = secret(shared, headers).and_then(|s| shared.read(|c| c.authenticate(&s, crate::now_s())).ok());
     who.filter(|w| w.not_agent().is_ok())
 }
 
@@ -110,6 +117,8 @@ pub(super) fn failure(e: ControlError) -> Response {
 
 mod fleet;
 mod pages;
+mod running;
+pub mod session;
 
 use fleet::fleet;
 use pages::{job, queue, usage};
@@ -118,53 +127,85 @@ pub fn router() -> axum::Router<Shared> {
     axum::Router::new()
         .route("/ui", axum::routing::get(|| async { Redirect::to("/ui/fleet") }))
         .route("/ui/login", axum::routing::get(login_form).post(login))
-        .route("/ui/logout", axum::routing::get(logout))
+        .route("/ui/logout", axum::routing::post(logout))
         .route("/ui/fleet", axum::routing::get(fleet))
         .route("/ui/queue", axum::routing::get(queue))
         .route("/ui/usage", axum::routing::get(usage))
         .route("/ui/jobs/{id}", axum::routing::get(job))
+        .layer(axum::middleware::map_response(session::security_headers))
 }
 
-fn login_page(error: &str) -> Html<String> {
+/// The login form, with a fresh CSRF value in a hidden field and in a cookie (the POST must
+/// bring both, equal).
+fn login_page(status: StatusCode, error: &str, next: &str) -> Response {
+    let Some(csrf) = session::random_value() else {
+        return failure(ControlError::Internal("cannot read /dev/urandom for the login form".into()));
+    };
     let error = if error.is_empty() { String::new() } else { format!("<p class=err>{}</p>", esc(error)) };
-    page(
+    let html = page(
         "Log in",
         "",
         None,
         &format!(
-            "<form class=\"login panel\" method=post action=\"/ui/login\"><h1>gantry</h1><p class=muted>Paste an API token (the admin's is in <code>admin.token</code> in the controller's data directory; <code>gantry token create</code> makes others).</p>{error}<input type=password name=token autofocus placeholder=\"gty_…\"><button>Log in</button></form>"
+            "<form class=\"login panel\" method=post action=\"/ui/login\"><h1>gantry</h1><p class=muted>Paste an API token (the admin's is in <code>admin.token</code> in the controller's data directory; <code>gantry token create</code> makes others). The browser keeps a session, never the token.</p>{error}<input type=hidden name=csrf value=\"{csrf}\"><input type=hidden name=next value=\"{}\"><input type=password name=token autofocus autocomplete=off placeholder=\"gty_…\"><button>Log in</button></form>",
+            esc(next)
         ),
-    )
+    );
+    let cookie = session::set_cookie(session::CSRF_COOKIE, &csrf, "/ui/login", session::LOGIN_FORM_TTL_S);
+    (status, [(header::SET_COOKIE, cookie)], html).into_response()
 }
 
-/// `GET /ui/login`: the form; or, with `?token=…[&next=/ui/…]`, a login link (as Jupyter's
-/// `?token=`): it sets the cookie and goes on to `next`.
-async fn login_form(State(shared): State<Shared>, uri: axum::http::Uri) -> Response {
-    match uri.query() {
-        Some(query) if query.contains("token=") => login(State(shared), query.to_string()).await,
-        _ => login_page("").into_response(),
+/// `GET /ui/login[?next=/ui/…]`: the form. (A token in the URL is never read: URLs end up in
+/// histories, logs and `Referer` headers.)
+async fn login_form(uri: axum::http::Uri) -> Response {
+    let next = uri.query().and_then(|q| form_field(q, "next"));
+    login_page(StatusCode::OK, "", &safe_next(next))
+}
+
+fn form_field(body: &str, name: &str) -> Option<String> {
+    body.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| percent_decode(v))
+}
+
+/// `POST /ui/login`: the CSRF value matches its cookie, the token is one a person may use;
+/// then a session opens and the browser goes on.
+async fn login(State(shared): State<Shared>, headers: HeaderMap, body: String) -> Response {
+    let next = safe_next(form_field(&body, "next"));
+    let posted = form_field(&body, "csrf").unwrap_or_default();
+    let expected = session::cookie(&headers, session::CSRF_COOKIE).unwrap_or_default();
+    if expected.is_empty() || !session::same(&posted, &expected) {
+        return login_page(
+            StatusCode::FORBIDDEN,
+            "The login form expired or came from elsewhere: log in again.",
+            &next,
+        );
     }
-}
-
-/// `POST /ui/login` (form) or a login link: check the token, set the cookie, go on.
-async fn login(State(shared): State<Shared>, body: String) -> Response {
-    let field = |name: &str| {
-        body.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| percent_decode(v))
-    };
-    let token = field("token").unwrap_or_default();
-    let next = safe_next(field("next"));
+    let token = form_field(&body, "token").unwrap_or_default();
     let valid = !token.is_empty()
         && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         && shared.read(|c| c.authenticate(&token, crate::now_s())).is_ok_and(|w| w.not_agent().is_ok());
     if !valid {
-        return (StatusCode::UNAUTHORIZED, login_page("Unknown or revoked token.")).into_response();
+        return login_page(StatusCode::UNAUTHORIZED, "Unknown or revoked token.", &next);
     }
-    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/ui");
-    ([(header::SET_COOKIE, cookie)], Redirect::to(&next)).into_response()
+    let Some(id) = shared.ui_sessions.open(token, now_s()) else {
+        return failure(ControlError::Internal("cannot read /dev/urandom for a session".into()));
+    };
+    let session = session::set_cookie(session::SESSION_COOKIE, &id, "/ui", session::SESSION_TTL_S);
+    let spent = session::set_cookie(session::CSRF_COOKIE, "", "/ui/login", 0);
+    let mut response = Redirect::to(&next).into_response();
+    for cookie in [session, spent] {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
 }
 
-async fn logout() -> Response {
-    let cookie = format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/ui; Max-Age=0");
+/// `POST /ui/logout`: the session ends here and in the browser.
+async fn logout(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+    if let Some(id) = session::cookie(&headers, session::SESSION_COOKIE) {
+        shared.ui_sessions.close(&id);
+    }
+    let cookie = session::set_cookie(session::SESSION_COOKIE, "", "/ui", 0);
     ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/login")).into_response()
 }
 

@@ -4,72 +4,130 @@
 use super::fleet::{chart, clock, job_link, legend};
 use super::*;
 
-pub(super) async fn queue(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+pub(super) async fn queue(State(shared): State<Shared>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
-    let (jobs, queues, idle) = shared.read(|c| {
-        let jobs = views::jobs::jobs(c, &who, &[JobState::Pending, JobState::Running], crate::now_s());
+    let now = crate::now_s();
+    let (jobs, queues, idle, nodes) = shared.read(|c| {
+        let jobs = views::jobs::jobs(c, &who, &[JobState::Pending, JobState::Running], now);
         let idle: std::collections::BTreeSet<u64> =
             jobs.iter().map(|j| j.row.id).filter(|&id| views::is_idle(c, id)).collect();
-        (jobs, views::queues::queues(c, &who), idle)
+        (jobs, views::queues::queues(c, &who), idle, views::nodes::nodes(c, now))
     });
-    let mut pending = String::new();
-    let mut running = String::new();
-    for j in &jobs {
-        let dot = format!("<i class=dot style=\"background:{}\"></i>", queue_color(&j.row.queue));
-        if j.row.state == JobState::Pending {
-            let (reason, estimate) = j.pending.as_ref().map_or((String::new(), String::new()), |p| {
-                (p.reason.to_string(), p.estimate_s.map_or(String::new(), clock))
-            });
-            let _ = write!(
-                pending,
-                "<tr><td>{}</td><td>{}</td><td>{dot}{}</td><td class=reason>{}</td><td>{}</td></tr>",
-                job_link(j),
-                esc(&j.row.name),
-                esc(&j.row.queue),
-                esc(&reason),
-                estimate
-            );
-        } else {
-            let nodes: Vec<&str> = j.row.tasks.iter().map(|t| t.node.as_str()).collect();
-            let mut nodes = nodes.clone();
-            nodes.dedup();
-            let flag = if idle.contains(&j.row.id) {
-                " <span class=flag title=\"under the idle threshold\">idle</span>"
-            } else {
-                ""
-            };
-            let _ = write!(
-                running,
-                "<tr><td>{}</td><td>{}{flag}</td><td>{dot}{}</td><td>{}</td><td>{}</td></tr>",
-                job_link(j),
-                esc(&j.row.name),
-                esc(&j.row.queue),
-                esc(&nodes.join(", ")),
-                j.row.started_at_s.map_or(String::new(), clock)
-            );
-        }
-    }
-    let empty = |rows: &str, what: &str| {
-        if rows.is_empty() {
-            format!("<tr><td colspan=5 class=muted>No {what} jobs.</td></tr>")
-        } else {
-            rows.to_string()
-        }
-    };
+    let pending: Vec<&JobView> = jobs.iter().filter(|j| j.row.state == JobState::Pending).collect();
+    let running: Vec<&JobView> = jobs.iter().filter(|j| j.row.state == JobState::Running).collect();
+    let sort = uri.query().and_then(|q| super::form_field(q, "sort")).unwrap_or_else(|| "started".into());
     let body = format!(
-        "<h1>Queue</h1>{}<h2>Pending — why each waits</h2><table><tr><th>Job</th><th>Name</th><th>Queue</th><th>Reason</th><th>Expected start</th></tr>{}</table>\
-         <h2>Running</h2><table><tr><th>Job</th><th>Name</th><th>Queue</th><th>Nodes</th><th>Started</th></tr>{}</table>",
+        "<h1>Queue</h1>{}<h2>Pending — why each waits</h2>{}<table><tr><th>Job</th><th>Name</th><th>Queue</th><th>Position</th><th>Reason</th><th>Expected start</th></tr>{}</table>\
+         <h2>Running</h2>{}",
         queue_table(&queues),
-        empty(&pending, "pending"),
-        empty(&running, "running")
+        reason_groups(&pending),
+        pending_rows(&pending),
+        super::running::table(&running, &nodes, &idle, &sort, now)
     );
     page("Queue", "Queue", Some(&who), &body).into_response()
+}
+
+/// Waiting jobs grouped by what keeps them (the kind of reason, the engine's first for those
+/// short of resources), largest group first.
+fn reason_groups(pending: &[&JobView]) -> String {
+    let mut groups: BTreeMap<String, (u32, String)> = BTreeMap::new();
+    for j in pending {
+        let Some(p) = &j.pending else { continue };
+        let entry = groups.entry(p.reason.kind()).or_insert_with(|| (0, p.reason.to_string()));
+        entry.0 += 1;
+    }
+    let mut groups: Vec<(String, (u32, String))> = groups.into_iter().collect();
+    groups.sort_by_key(|(kind, (n, _))| (std::cmp::Reverse(*n), kind.clone()));
+    let mut out = String::from("<div class=groups>");
+    for (kind, (n, example)) in groups {
+        let jobs = if n == 1 { "job waits" } else { "jobs wait" };
+        let _ = write!(
+            out,
+            "<div class=group title=\"for example: {}\"><b>{n}</b> {jobs}: {}</div>",
+            esc(&example),
+            esc(&kind)
+        );
+    }
+    out + "</div>"
+}
+
+/// Each waiting job with its place in its queue's order (priority, then how long it has
+/// been eligible), its reason, and its expected start or why there is none.
+fn pending_rows(pending: &[&JobView]) -> String {
+    let mut order: Vec<&&JobView> =
+        pending.iter().filter(|j| j.pending.as_ref().is_some_and(|p| p.reason.category() != "held")).collect();
+    order.sort_by_key(|j| {
+        (
+            j.row.queue.clone(),
+            std::cmp::Reverse(j.row.job.priority),
+            j.pending.as_ref().map_or(0, |p| p.since_s),
+            j.row.id,
+        )
+    });
+    let mut in_queue: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+    for j in &order {
+        in_queue.entry(j.row.queue.as_str()).or_default().push(j.row.id);
+    }
+    let position: BTreeMap<u64, (usize, usize)> = in_queue
+        .values()
+        .flat_map(|ids| ids.iter().enumerate().map(move |(rank, id)| (*id, (rank + 1, ids.len()))))
+        .collect();
+    let mut rows = String::new();
+    for j in pending {
+        let dot = format!("<i class=dot style=\"background:{}\"></i>", queue_color(&j.row.queue));
+        let (reason, start) = match &j.pending {
+            Some(p) => (p.reason.to_string(), expected_start(p)),
+            None => (String::new(), "<span class=muted>not yet looked at by a scheduling cycle</span>".into()),
+        };
+        let place = position.get(&j.row.id).map_or("–".to_string(), |(rank, of)| format!("{rank} of {of}"));
+        let _ = write!(
+            rows,
+            "<tr><td>{}</td><td>{}</td><td>{dot}{}</td><td class=n>{place}</td><td class=reason>{}</td><td class=wrap>{start}</td></tr>",
+            job_link(j),
+            esc(&j.row.name),
+            esc(&j.row.queue),
+            esc(&reason)
+        );
+    }
+    if rows.is_empty() {
+        rows = "<tr><td colspan=6 class=muted>No pending jobs.</td></tr>".into();
+    }
+    rows
+}
+
+/// A waiting job's expected start, or in words why none is given.
+fn expected_start(p: &gantry_types::PendingJob) -> String {
+    if let Some(t) = p.estimate_s {
+        return clock(t);
+    }
+    let why = match p.reason.category() {
+        "held" => "none: held until released",
+        "dependency" => "after the jobs it depends on end",
+        "dependency-never-satisfied" => "never: its dependency failed (cancel it)",
+        "quota" | "user-limit" | "array-throttle" => "when its queue or user is under the limit again",
+        "preempting" => "as soon as the jobs being stopped for it are gone",
+        _ => "no reserved start yet: reservations go to the first blocked jobs (`--backfill reserve`)",
+    };
+    format!("<span class=muted>{why}</span>")
 }
 
 /// Each queue's allocation and use now, against its guarantee and limit.
 fn queue_table(queues: &[QueueView]) -> String {
     let mut rows = String::new();
     for q in queues {
+        if q.guaranteed_gpus.is_none() && q.limit_gpus.is_none() {
+            let _ = write!(
+                rows,
+                "<tr><td><i class=dot style=\"background:{}\"></i>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>–</td><td class=n>–</td><td class=muted>no quota</td></tr>",
+                queue_color(&q.name),
+                esc(&q.name),
+                q.pending,
+                q.running,
+                q.allocated_gpus,
+                q.used_gpus
+            );
+            continue;
+        }
         let scale = q.limit_gpus.unwrap_or(0.0).max(q.allocated_gpus).max(q.guaranteed_gpus.unwrap_or(0.0)).max(1.0);
         let bar = format!(
             "<div class=bar><i style=\"width:{:.1}%;background:{};opacity:.35\"></i><i style=\"width:{:.1}%;background:{}\"></i>{}</div>",
@@ -104,8 +162,9 @@ fn queue_table(queues: &[QueueView]) -> String {
     )
 }
 
-pub(super) async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> Response {
+pub(super) async fn usage(State(shared): State<Shared>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
     let Some(who) = viewer(&shared, &headers) else { return to_login() };
+    let hour_range = uri.query().and_then(|q| super::form_field(q, "range")).as_deref() == Some("hour");
     let now = now_s();
     let hour = gantry_store::USAGE_BUCKET_S;
     let from = now.saturating_sub(7 * 86_400);
@@ -115,10 +174,11 @@ pub(super) async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> R
         (Ok(a), Ok(b), Ok(c)) => (a, b, c),
         (Err(e), ..) | (_, Err(e), _) | (.., Err(e)) => return failure(e),
     };
-    let (week, total, queues) = shared.read(|c| {
+    let (points, total, queues) = shared.read(|c| {
         let total: usize = views::nodes::nodes(c, now).iter().map(|n| n.gpus.len()).sum();
-        (views::series(c, &who, false), total, views::queues::queues(c, &who))
+        (views::series(c, &who, hour_range), total, views::queues::queues(c, &who))
     });
+    let (span, every) = if hour_range { ("last hour", "10 seconds") } else { ("last 7 days", "5 minutes") };
     let table = |title: &str, lines: &[crate::meter::UsageLine]| {
         let mut rows = String::new();
         for l in lines {
@@ -142,17 +202,56 @@ pub(super) async fn usage(State(shared): State<Shared>, headers: HeaderMap) -> R
             "<h2>By {title}</h2><table><tr><th>{title}</th><th>Allocated GPU-h</th><th>Used GPU-h</th><th>Utilization</th><th>Waste GPU-h</th><th>Cost by allocation</th><th>Cost by use</th><th>Waste</th></tr>{rows}</table>"
         )
     };
+    let range = format!(
+        "<p class=range>Range: <a href=\"/ui/usage?range=hour\"{}>last hour</a><a href=\"/ui/usage?range=week\"{}>last 7 days</a></p>",
+        if hour_range { " class=on" } else { "" },
+        if hour_range { "" } else { " class=on" }
+    );
     let body = format!(
-        "<h1>Usage — last 7 days</h1><p class=muted>Chargeback by allocation and by measured use, side by side (<code>gantry usage</code> prints the same; prices from the controller's <code>[billing]</code>).</p>\
-         <h2>Allocation and use, last 7 days (GPUs, 5-minute averages)</h2><div class=panel>{}{}</div><h2>Queues against quota, now</h2>{}{}{}{}",
-        chart(&week, total as f64, 1300, 200, "5 minutes"),
+        "<h1>Usage</h1><p class=muted>Chargeback over the last 7 days by allocation and by measured use, side by side (<code>gantry usage</code> prints the same; prices from the controller's <code>[billing]</code>).</p>\
+         {range}<h2>Allocation and use, {span} (GPUs, a point every {every})</h2><div class=panel>{}{}</div><h2>Per queue, {span}</h2>{}<h2>Queues against quota, now</h2>{}{}{}{}",
+        chart(&points, total as f64, 1300, 200, every),
         legend(),
+        queue_charts(&points, every),
         queue_table(&queues),
         table("queue", &by_queue),
         table("user", &by_user),
         table("model", &by_model)
     );
     page("Usage", "Usage", Some(&who), &body).into_response()
+}
+
+/// One small chart per queue: its allocation and use over the points' span.
+fn queue_charts(points: &[crate::series::Point], every: &str) -> String {
+    let names: std::collections::BTreeSet<&String> = points.iter().flat_map(|p| p.queues.keys()).collect();
+    if names.is_empty() {
+        return "<p class=muted>No queue has held a GPU in this range.</p>".into();
+    }
+    let mut out = String::from("<div class=nodes>");
+    for name in names {
+        let own: Vec<crate::series::Point> = points
+            .iter()
+            .map(|p| {
+                let (allocated, used) = p.queues.get(name).copied().unwrap_or((0.0, 0.0));
+                crate::series::Point {
+                    t_s: p.t_s,
+                    allocated_gpus: allocated,
+                    used_gpus: used,
+                    pending_jobs: 0.0,
+                    queues: BTreeMap::new(),
+                }
+            })
+            .collect();
+        let top = own.iter().map(|p| p.allocated_gpus).fold(1.0, f64::max);
+        let _ = write!(
+            out,
+            "<div class=panel><h3><i class=dot style=\"background:{}\"></i>{}</h3>{}</div>",
+            queue_color(name),
+            esc(name),
+            chart(&own, top, 640, 140, every)
+        );
+    }
+    out + "</div>"
 }
 
 pub(super) async fn job(State(shared): State<Shared>, headers: HeaderMap, Path(id): Path<String>) -> Response {

@@ -1325,8 +1325,11 @@ fn mps_shares_get_a_control_daemon_per_gpu() {
 }
 
 /// Headless Chromium (Debian's `chromium`; `tools/install-test-deps.sh` installs it) against
-/// a running controller with the demo workload: every dashboard page loads behind the login
-/// and shows what it should; a screenshot is taken.
+/// a running controller with the demo workload: a browser logs in through the form, every
+/// dashboard page loads behind the session and shows what it should (positions and expected
+/// starts, reasons grouped, the sortable running table, per-queue charts with a range,
+/// dates, auto-refresh); the session cookie is not the token; screenshots are taken. Then
+/// the login's defences, over plain HTTP.
 #[test]
 fn dashboard_pages_render_in_headless_chromium() {
     let chromium = std::process::Command::new("chromium").arg("--version").output();
@@ -1363,19 +1366,22 @@ fn dashboard_pages_render_in_headless_chromium() {
         assert!(std::time::Instant::now() < deadline, "demo job 1 did not complete");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let browse = |path: &str, extra: &[&str]| -> String {
-        let out = std::process::Command::new("chromium")
-            .args(["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"])
-            .args(extra)
-            .arg(format!("{url}{path}"))
-            .output()
-            .expect("chromium runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let login = |page: &str| format!("/ui/login?token={token}&next=/ui/{page}");
+    // A real browser logs in through the form (tools/browse.py drives Chromium over the
+    // DevTools protocol) and visits each page.
+    let shots = dir.join("browser");
+    let browse = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/browse.py"))
+        .args(["--url", &url, "--token-file", data.join("admin.token").to_str().expect("utf-8")])
+        .args(["--out", shots.to_str().expect("utf-8")])
+        .args(["/ui/fleet", "/ui/queue", "/ui/queue?sort=-gpus", "/ui/usage?range=hour", "/ui/usage", "/ui/jobs/1"])
+        .env("BROWSE_PROFILE", dir.join("profile"))
+        .output()
+        .expect("browse.py runs");
+    assert!(browse.status.success(), "{}", String::from_utf8_lossy(&browse.stderr));
+    let dom = |name: &str| std::fs::read_to_string(shots.join(format!("{name}.html"))).expect(name);
     for (page, expected) in [
         (
-            "fleet",
+            "ui-fleet",
             &[
                 "<h1>Fleet</h1>",
                 "h100-0",
@@ -1383,31 +1389,133 @@ fn dashboard_pages_render_in_headless_chromium() {
                 "class=\"mig\"",
                 "Allocation and use, last hour",
                 "what the online MIG planner would change now",
+                "http-equiv=\"refresh\"",
             ][..],
         ),
-        ("queue", &["Pending — why each waits", "waits-on-hold", "held", "Use against quota"][..]),
-        ("usage", &["Usage — last 7 days", "By queue", "Cost by allocation", "research"][..]),
-        ("jobs/1", &["Job 1 — llm-finetune", "completed", "stdout", "CUDA_VISIBLE_DEVICES=GPU-", "Confinement"][..]),
+        (
+            "ui-queue",
+            &[
+                "Pending — why each waits",
+                "waits-on-hold",
+                "held",
+                "none: held until released",
+                "<th>Position</th>",
+                "1 of ",
+                "job waits: held",
+                "GPU utilization",
+                "href=\"/ui/queue?sort=-started\"",
+                "no quota",
+                " UTC",
+            ][..],
+        ),
+        ("ui-queue-sort--gpus", &["GPUs ▼"][..]),
+        ("ui-usage-range-hour", &["Range:", "Per queue, last hour", "a point every 10 seconds", "research"][..]),
+        ("ui-usage", &["Usage", "By queue", "Cost by allocation", "Per queue, last 7 days"][..]),
+        ("ui-jobs-1", &["Job 1 — llm-finetune", "completed", "stdout", "CUDA_VISIBLE_DEVICES=GPU-", "Confinement"][..]),
     ] {
-        let dom = browse(&login(page), &["--dump-dom"]);
+        let dom = dom(page);
         // Where the nodes confine (root here, as in CI), the job shows what it used there.
-        if page == "jobs/1" && nix::unistd::geteuid().is_root() {
+        if page == "ui-jobs-1" && nix::unistd::geteuid().is_root() {
             for text in ["cgroup v", "Measured on its nodes", "Peak memory", "GPU utilization"] {
-                assert!(dom.contains(text), "/ui/{page}: no {text:?} in\n{dom}");
+                assert!(dom.contains(text), "{page}: no {text:?} in\n{dom}");
             }
         }
         for text in expected {
-            assert!(dom.contains(text), "/ui/{page}: no {text:?} in\n{dom}");
+            assert!(dom.contains(text), "{page}: no {text:?} in\n{dom}");
         }
     }
-    // Without a token: the login form; with a wrong one: said so.
-    assert!(browse("/ui/fleet", &["--dump-dom"]).contains("Paste an API token"));
-    assert!(browse("/ui/login?token=nope", &["--dump-dom"]).contains("Unknown or revoked token"));
-    let shot = dir.join("fleet.png");
-    browse(&login("fleet"), &[&format!("--screenshot={}", shot.display())]);
-    let size = std::fs::metadata(&shot).map_or(0, |m| m.len());
+    // The running table sorted by GPUs, most first: no row holds more whole GPUs than the first.
+    let sorted = dom("ui-queue-sort--gpus");
+    let running = &sorted[sorted.find("<h2>Running</h2>").expect("running table")..];
+    let whole_gpus: Vec<f64> = running
+        .split("<tr>")
+        .skip(2)
+        .filter_map(|row| row.split("<td class=\"n\">").nth(1)?.split('<').next()?.parse().ok())
+        .collect();
+    assert!(!whole_gpus.is_empty() && whole_gpus.iter().all(|&n| n <= whole_gpus[0]), "{whole_gpus:?}\n{running}");
+    // The browser holds a session id, never the token, and scripts cannot read it.
+    let cookies: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(shots.join("cookies.json")).expect("cookies")).expect("json");
+    assert_eq!(cookies["after_login"], "/ui/fleet", "{cookies}");
+    assert_eq!(cookies["document.cookie"], "", "{cookies}");
+    let session = &cookies["cookies"][0];
+    assert_eq!(
+        (&session["name"], &session["httpOnly"], &session["secure"], &session["sameSite"]),
+        (&"gantry_session".into(), &true.into(), &true.into(), &"Strict".into()),
+        "{cookies}"
+    );
+    assert!(!session["value"].as_str().expect("value").contains(&token[4..]), "the cookie is not the token");
+    let size = std::fs::metadata(shots.join("ui-fleet.png")).map_or(0, |m| m.len());
     assert!(size > 20_000, "a screenshot of the fleet page ({size} bytes)");
+    dashboard_login_refuses_what_it_should(&url, &token);
     drop(server);
+}
+
+/// One HTTP/1.1 request by hand (headers included), for what a browser would send: the
+/// status line and headers, and the body.
+fn raw_http(url: &str, request: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let address = url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("connects");
+    stream.write_all(request.replace("HOST", address).as_bytes()).expect("sends");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("reads");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    (head.to_ascii_lowercase(), body.to_string())
+}
+
+/// The dashboard's login, attacked: a token in the URL logs no one in, a login post without
+/// the form's CSRF value is refused, every page forbids framing and script, and revoking a
+/// token ends its sessions at once.
+fn dashboard_login_refuses_what_it_should(url: &str, admin: &str) {
+    let get = |path: &str, cookie: &str| {
+        raw_http(url, &format!("GET {path} HTTP/1.1\r\nHost: HOST\r\nConnection: close\r\n{cookie}\r\n"))
+    };
+    let (head, _) = get(&format!("/ui/login?token={admin}&next=/ui/fleet"), "");
+    assert!(head.starts_with("http/1.1 200") && !head.contains("gantry_session="), "{head}");
+    for header in [
+        "x-frame-options: deny",
+        "content-security-policy: default-src 'none'",
+        "frame-ancestors 'none'",
+        "referrer-policy: no-referrer",
+    ] {
+        assert!(head.contains(header), "no {header:?} in {head}");
+    }
+    let csrf =
+        head.split("gantry_login_csrf=").nth(1).and_then(|v| v.split(';').next()).expect("a CSRF cookie").to_string();
+    let post = |body: String, cookie: &str| {
+        raw_http(
+            url,
+            &format!(
+                "POST /ui/login HTTP/1.1\r\nHost: HOST\r\nConnection: close\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n{cookie}\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    // Another site's form: no CSRF cookie, or a value that does not match it.
+    let (head, body) = post(format!("token={admin}&csrf={csrf}"), "");
+    assert!(head.starts_with("http/1.1 403") && body.contains("log in again"), "{head}");
+    let (head, _) = post(format!("token={admin}&csrf=forged"), &format!("Cookie: gantry_login_csrf={csrf}\r\n"));
+    assert!(head.starts_with("http/1.1 403") && !head.contains("gantry_session="), "{head}");
+    // A member's token logs in; revoked, its session sees nothing more.
+    let out =
+        gantry(&["token", "create", "viewer", "--role", "member", "--queue", "dev", "--server", url, "--token", admin]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let member = stdout(&out)
+        .lines()
+        .find_map(|l| l.split_whitespace().find(|w| w.starts_with("gty_")))
+        .expect("secret")
+        .to_string();
+    let (head, _) = post(format!("token={member}&csrf={csrf}"), &format!("Cookie: gantry_login_csrf={csrf}\r\n"));
+    let session =
+        head.split("gantry_session=").nth(1).and_then(|v| v.split(';').next()).expect("a session").to_string();
+    assert!(!session.contains(&member[4..]), "the session cookie is not the token");
+    let cookie = format!("Cookie: gantry_session={session}\r\n");
+    assert!(get("/ui/queue", &cookie).0.starts_with("http/1.1 200"));
+    let out = gantry(&["token", "revoke", "viewer", "--server", url, "--token", admin]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (head, _) = get("/ui/queue", &cookie);
+    assert!(head.starts_with("http/1.1 303") && head.contains("location: /ui/login"), "{head}");
 }
 
 /// `gantry advise` answers with a unit, why, and a workload line that `validate` accepts;
