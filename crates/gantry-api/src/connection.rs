@@ -1,9 +1,11 @@
 //! How a client finds and reaches a controller: its address, the CA its certificate is checked
-//! against, the token sent — each from a flag, else the environment, else the controller's
-//! data directory on this machine (what `gantry serve --local` leaves there) — and the call
-//! itself, a refusal read from the API's error body. The CLI and the Slurm commands use it.
+//! against, the token sent — each from a flag, else the environment, else the client profile
+//! `gantry login` saved (`profile.rs`), else the controller's data directory on this machine
+//! (what `gantry serve --local` leaves there) — and the call itself, a refusal read from the
+//! API's error body. The CLI and the Slurm commands use it.
 
 use crate::ErrorBody;
+use crate::profile::Profile;
 use gantry_wire::client::{Client, Tls};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -36,11 +38,14 @@ pub fn default_data_dir() -> Option<PathBuf> {
 /// A controller to call, as the flags gave it (each `None` falls back as its field says).
 #[derive(Clone, Debug, Default)]
 pub struct Connection {
-    /// URL(s), comma-separated; else $GANTRY_SERVER, else `https://` [`DEFAULT_LISTEN`].
+    /// URL(s), comma-separated; else $GANTRY_SERVER, else the profile's, else `https://`
+    /// [`DEFAULT_LISTEN`].
     pub server: Option<String>,
-    /// CA file; else $GANTRY_CA, else the data directory's [`CA_FILE`] when there is one.
+    /// CA file; else $GANTRY_CA, else the profile's, else the data directory's [`CA_FILE`]
+    /// when there is one.
     pub ca: Option<PathBuf>,
-    /// Token; else $GANTRY_TOKEN, else the data directory's [`ADMIN_TOKEN_FILE`].
+    /// Token; else $GANTRY_TOKEN, else the profile's, else the data directory's
+    /// [`ADMIN_TOKEN_FILE`].
     pub token: Option<String>,
     /// The controller's data directory; else [`default_data_dir`].
     pub data: Option<PathBuf>,
@@ -60,13 +65,20 @@ pub enum CallError {
     Unauthorized { message: String, token_from: String },
     #[error("{message} (HTTP {status})")]
     Refused { status: u16, message: String },
+    #[error(transparent)]
+    Profile(#[from] crate::profile::ProfileError),
 }
 
 impl Connection {
     pub fn url(&self) -> String {
+        self.url_with(&Profile::default())
+    }
+
+    fn url_with(&self, profile: &Profile) -> String {
         self.server
             .clone()
             .or_else(|| std::env::var("GANTRY_SERVER").ok())
+            .or_else(|| profile.server.clone())
             .unwrap_or_else(|| format!("https://{DEFAULT_LISTEN}"))
     }
 
@@ -75,22 +87,27 @@ impl Connection {
     }
 
     /// What the controller's certificate is checked against.
-    fn trust(&self) -> Tls {
+    fn trust(&self, profile: &Profile) -> Tls {
         let ca = self
             .ca
             .clone()
             .or_else(|| std::env::var_os("GANTRY_CA").map(PathBuf::from))
+            .or_else(|| profile.ca.clone())
             .or_else(|| self.data_dir().map(|d| d.join(CA_FILE)).filter(|p| p.exists()));
         Tls { ca, client_cert: None, plain_http_off_loopback: self.insecure_http }
     }
 
     /// The token to send, and where it came from (for the hint when it is refused).
-    fn token(&self) -> (Option<String>, String) {
+    fn token(&self, profile: &Profile) -> (Option<String>, String) {
         if let Some(t) = self.token.clone() {
             return (Some(t), "the token sent came from --token".into());
         }
         if let Ok(t) = std::env::var("GANTRY_TOKEN") {
             return (Some(t), "the token sent came from $GANTRY_TOKEN".into());
+        }
+        if let Some(t) = profile.token.clone() {
+            let at = crate::profile::path().map_or_else(|| "the profile".into(), |p| p.display().to_string());
+            return (Some(t), format!("the token sent came from {at} (`gantry login`)"));
         }
         let Some(data) = self.data_dir() else {
             return (None, "no token was sent (no --token, no $GANTRY_TOKEN, no data directory)".into());
@@ -112,8 +129,27 @@ impl Connection {
         body: Option<&str>,
         headers: &[(&str, &str)],
     ) -> Result<Value, CallError> {
-        let (token, token_from) = self.token();
-        let mut client = Client::new(&self.url(), &self.trust())?;
+        let profile = crate::profile::current()?.unwrap_or_default();
+        self.call_as(&profile, method, path, body, headers)
+    }
+
+    /// A `GET` with only what this connection names (and the environment): what `gantry
+    /// login` checks before it saves a profile (an old profile, even a broken one, plays no
+    /// part).
+    pub fn call_without_profile(&self, method: &str, path: &str) -> Result<Value, CallError> {
+        self.call_as(&Profile::default(), method, path, None, &[])
+    }
+
+    fn call_as(
+        &self,
+        profile: &Profile,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, CallError> {
+        let (token, token_from) = self.token(profile);
+        let mut client = Client::new(&self.url_with(profile), &self.trust(profile))?;
         if path.contains("/logs") {
             client = client.holding(OUTPUT_WAIT);
         }

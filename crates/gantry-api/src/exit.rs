@@ -41,7 +41,7 @@ fn of_call(error: &CallError) -> u8 {
         CallError::Unauthorized { .. } => DENIED,
         CallError::Refused { status: 401 | 403, .. } => DENIED,
         CallError::Refused { status: 404, .. } => NOT_FOUND,
-        CallError::Refused { .. } => USAGE,
+        CallError::Refused { .. } | CallError::Profile(_) => USAGE,
     }
 }
 
@@ -54,6 +54,22 @@ fn of_client(error: &ClientError) -> u8 {
         | ClientError::Io(_) => UNREACHABLE,
         _ => USAGE,
     }
+}
+
+/// Output cut short by a closed pipe (`gantry sim ... | head`) ends the program quietly, as
+/// other command-line tools do: `println!` panics on a broken pipe, and this hook turns that
+/// one panic into a clean exit (without unsafe code to restore SIGPIPE).
+pub fn quiet_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message =
+            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
+        if message.is_some_and(|m| m.contains("Broken pipe")) {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod jobs;
 pub mod logs;
 pub mod nodes;
 pub mod partitions;
+pub mod profile;
 pub mod queries;
 pub mod reconfig;
 pub mod replies;

@@ -17,6 +17,7 @@ pub mod protocol_b;
 pub mod report;
 pub mod synth;
 pub mod trace;
+pub mod validate;
 pub mod whatif;
 
 pub use alibaba::{Mode, Skipped, TraceError, TraceNode, TracePod};

@@ -97,6 +97,18 @@ fn count(name: &str, value: Option<&String>, default: u32) -> Result<u32, Left> 
     }
 }
 
+/// `sacct` accounting read straight into a trace (what `gantry whatif --sacct` replays): the
+/// rows left out join the trace's own skipped lines, by reason.
+pub fn sacct_trace(text: &str, source: &SlurmSource, queue_from: QueueFrom) -> Result<crate::Trace, SpecError> {
+    let imported = import_sacct(text, source, queue_from)?;
+    let mut trace = crate::read_trace(std::io::Cursor::new(imported.jsonl), source.catalog, source.lenient)
+        .map_err(|e| SpecError::new(format!("{} (imported)", source.name), e.to_string()))?;
+    for (why, n) in imported.skipped {
+        *trace.skipped.entry(why).or_default() += n;
+    }
+    Ok(trace)
+}
+
 /// `sacct --parsable2 --allocations --format=…` (the fields of [`SACCT_FIELDS`], any order, a
 /// header line) → a native trace, arrivals in submit order.
 pub fn import_sacct(

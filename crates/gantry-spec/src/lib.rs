@@ -48,7 +48,7 @@ pub use import_k8s::{
     import_pods as import_kubernetes_pods,
 };
 pub use import_kueue::{ImportedQueues, import_kueue};
-pub use import_sacct::{QueueFrom, SACCT_FIELDS, SACCT_LINE_BYTES_MAX, import_sacct};
+pub use import_sacct::{QueueFrom, SACCT_FIELDS, SACCT_LINE_BYTES_MAX, import_sacct, sacct_trace};
 pub use import_slurm::{
     HOSTLIST_MAX, ImportedSlurm, SLURM_CONF_LINE_BYTES_MAX, SlurmSource, expand_hostlist, import_slurm_conf,
 };

@@ -419,6 +419,35 @@ pub fn token(args: TokenArgs) -> anyhow::Result<ExitCode> {
 }
 
 #[derive(Args)]
+pub struct LoginArgs {
+    /// The controller's URL (`https://ctl.example:8177`).
+    url: String,
+    /// A file holding the token to save (else --token, else $GANTRY_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    server: ServerArg,
+}
+
+/// `gantry login URL`: check the controller answers the token, then save URL, CA and token.
+pub fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
+    let s = &args.server;
+    let saved = gantry_api::profile::login(
+        &args.url,
+        s.ca.clone(),
+        s.token.clone(),
+        args.token_file.as_deref(),
+        s.insecure_http,
+    )?;
+    println!(
+        "{} answers this token; saved in {} (mode 0600): commands reach it now without flags",
+        args.url,
+        saved.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
 pub struct NodesArgs {
     /// Instead: what the online MIG planner would change now for the waiting and running jobs
     /// (carried out by the controller itself under `reconfigure = "auto"`, else advice).

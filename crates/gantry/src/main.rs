@@ -118,6 +118,9 @@ enum Command {
     Usage(usage_cmd::UsageArgs),
     /// Manage API tokens (admin): create, list, revoke.
     Token(jobs_cmd::TokenArgs),
+    /// Save which controller the CLI reaches (URL, CA, token) in the client profile
+    /// ($XDG_CONFIG_HOME/gantry/client.toml), after checking it answers the token
+    Login(jobs_cmd::LoginArgs),
     /// Link sbatch, srun, salloc, squeue, scancel, sacct, sinfo and scontrol to gantry in a directory:
     /// started by those names, gantry answers as Slurm's commands do (`gantry slurm-install
     /// --prefix ~/.local/bin`).
@@ -154,24 +157,8 @@ enum Command {
     Man { dir: std::path::PathBuf },
 }
 
-/// Output cut short by a closed pipe (`gantry sim ... | head`) ends the program quietly, as
-/// other command-line tools do: `println!` panics on a broken pipe, and this hook turns that
-/// one panic into a clean exit (without unsafe code to restore SIGPIPE).
-fn exit_quietly_on_broken_pipe() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let payload = info.payload();
-        let message =
-            payload.downcast_ref::<String>().map(String::as_str).or_else(|| payload.downcast_ref::<&str>().copied());
-        if message.is_some_and(|m| m.contains("Broken pipe")) {
-            std::process::exit(0);
-        }
-        default(info);
-    }));
-}
-
 fn main() -> ExitCode {
-    exit_quietly_on_broken_pipe();
+    gantry_api::exit::quiet_on_broken_pipe();
     if let Some(code) = slurm_cmd::as_slurm_command() {
         return code;
     }
@@ -196,6 +183,7 @@ fn main() -> ExitCode {
         Command::Hold(args) => jobs_cmd::hold(args, true),
         Command::Release(args) => jobs_cmd::hold(args, false),
         Command::Token(args) => jobs_cmd::token(args),
+        Command::Login(args) => jobs_cmd::login(args),
         Command::SlurmInstall(args) => slurm_cmd::install(args),
         Command::Cert(args) => cert_cmd::run(args),
         Command::Usage(args) => usage_cmd::run(args),

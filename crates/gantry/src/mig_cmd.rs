@@ -28,6 +28,9 @@ enum MigAction {
         /// Only this GPU (NVML index).
         #[arg(long)]
         gpu: Option<u32>,
+        /// Print JSON: each GPU's index, product, MIG mode and instances.
+        #[arg(long)]
+        json: bool,
     },
     /// Apply a layout to one idle GPU in MIG mode: instances the layout drops are destroyed,
     /// missing ones created (each with one compute instance), the result read back; on any
@@ -55,20 +58,24 @@ fn text(layout: &[gantry_types::MigInstanceSpec]) -> String {
 pub fn run(args: MigArgs) -> anyhow::Result<ExitCode> {
     let catalog = gantry_catalog::Catalog::embedded();
     match args.action {
-        MigAction::Show { gpu } => {
+        MigAction::Show { gpu, json } => {
             let nvml = NvmlMig::new()?;
             let gpus: Vec<u32> = match gpu {
                 Some(g) => vec![g],
                 None => (0..nvml.gpu_count()?).collect(),
             };
+            let mut shown = Vec::new();
             for g in gpus {
-                let product = nvml.product(g)?;
-                let mode = if nvml.mig_enabled(g)? {
-                    format!("MIG on: {}", text(&nvml.instances(g)?))
-                } else {
-                    "MIG off".to_string()
-                };
-                println!("gpu{g} {product}: {mode}");
+                let (product, mig) = (nvml.product(g)?, nvml.mig_enabled(g)?);
+                let instances = if mig { nvml.instances(g)? } else { Vec::new() };
+                let mode = if mig { format!("MIG on: {}", text(&instances)) } else { "MIG off".to_string() };
+                if !json {
+                    println!("gpu{g} {product}: {mode}");
+                }
+                shown.push(serde_json::json!({"gpu": g, "product": product, "mig": mig, "instances": instances}));
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&shown)?);
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -46,6 +46,9 @@ pub struct ValidateArgs {
     /// Workload file to check.
     #[arg(long, value_name = "FILE")]
     workload: Option<PathBuf>,
+    /// Print what was found as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 fn parse_policy(s: &str) -> Result<Policy, String> {
@@ -65,35 +68,16 @@ pub fn validate(args: ValidateArgs) -> anyhow::Result<ExitCode> {
     if args.fleet.is_none() && args.workload.is_none() {
         bail!("nothing to validate\n  hint: pass --fleet FILE and/or --workload FILE");
     }
-    let mut fleet = None;
-    if let Some(path) = &args.fleet {
-        let (name, f) = load_fleet(Some(path), catalog)?;
-        let gpus: usize = f.nodes.iter().map(|n| n.gpus.len()).sum();
-        println!("{name}: ok, {} nodes, {gpus} GPUs", f.nodes.len());
-        fleet = Some(f);
+    let fleet = args.fleet.as_deref().map(|p| load_fleet(Some(p), catalog)).transpose()?;
+    let workload = args.workload.as_deref().map(|p| load_workload(Some(p), catalog)).transpose()?;
+    let fleet = fleet.as_ref().map(|(name, f)| (name.as_str(), f));
+    let workload = workload.as_ref().map(|(name, jobs)| (name.as_str(), jobs.as_slice()));
+    let v = gantry_sim::validate::check(fleet, workload, catalog).map_err(|e| anyhow::anyhow!("{e}"))?;
+    match args.json {
+        true => println!("{}", serde_json::to_string_pretty(&v)?),
+        false => print!("{}", v.text()),
     }
-    if let Some(path) = &args.workload {
-        let (name, jobs) = load_workload(Some(path), catalog)?;
-        let tasks: u32 = jobs.iter().map(Job::task_count).sum();
-        println!("{name}: ok, {} jobs, {tasks} tasks", jobs.len());
-        if let Some(fleet) = &fleet {
-            let mut empty = Engine::new(fleet, catalog, EngineConfig::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let verdict = gantry_engine::ever::workload_verdict(&mut empty, &jobs, catalog);
-            for job in &verdict.once_laid_out {
-                println!("  job {job:?} fits once GPUs are laid out for its MIG profile (see gantry plan)");
-            }
-            let never = verdict.never;
-            for (job, why) in &never {
-                println!("  job {job:?} can never run on this fleet: {why}");
-            }
-            if !never.is_empty() {
-                println!("{} of {} jobs can never run on this fleet", never.len(), jobs.len());
-                return Ok(ExitCode::from(1));
-            }
-            println!("every job fits the empty fleet");
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(if v.ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 pub fn run(args: PlaceArgs) -> anyhow::Result<ExitCode> {

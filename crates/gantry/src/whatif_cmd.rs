@@ -74,14 +74,8 @@ fn history_jobs(
                 map: &map,
                 lenient: args.lenient,
             };
-            let imported =
-                gantry_spec::import_sacct(&crate::import_cmd::read(path)?, &source, gantry_spec::QueueFrom::Partition)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
-            for (why, n) in &imported.skipped {
-                eprintln!("left out of {}: {n} × {why}", path.display());
-            }
-            let trace = gantry_spec::read_trace(std::io::Cursor::new(imported.jsonl), catalog, args.lenient)
-                .map_err(|e| anyhow::anyhow!("{} (imported): {e}", path.display()))?;
+            let text = crate::import_cmd::read(path)?;
+            let trace = gantry_spec::sacct_trace(&text, &source, gantry_spec::QueueFrom::Partition)?;
             (path.display().to_string(), trace)
         }
         (None, None) => bail!("give the history: --trace FILE or --sacct FILE"),

@@ -601,6 +601,64 @@ fn completions_man_pages_and_the_xdg_data_directory() {
     let _ = std::fs::remove_file(&script);
 }
 
+/// `gantry login URL` checks the controller answers the token, then saves URL, CA and token in
+/// the client profile under $XDG_CONFIG_HOME: later commands reach that controller with no
+/// flag or variable; a refused token saves nothing; a broken profile is said, naming it.
+#[test]
+fn login_saves_a_profile_later_commands_use() {
+    let dir = temp_dir("login");
+    let data = dir.join("data");
+    let (_server, url) = serve(&data);
+    let (config, home) = (dir.join("config"), dir.join("home"));
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(args)
+            .env_remove("GANTRY_DATA")
+            .env_remove("GANTRY_SERVER")
+            .env_remove("GANTRY_TOKEN")
+            .env_remove("GANTRY_CONFIG")
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", &config)
+            .output()
+            .expect("runs")
+    };
+    let wrong = dir.join("wrong.token");
+    std::fs::write(&wrong, "gty_nope\n").expect("token file");
+    let out = run(&["login", &url, "--token-file", wrong.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(4), "refused (unauthenticated): {}", stderr(&out));
+    assert!(!config.join("gantry/client.toml").exists(), "a refused token saves nothing");
+    let token = data.join("admin.token");
+    let out = run(&["login", &url, "--token-file", token.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let saved = config.join("gantry/client.toml");
+    assert!(stdout(&out).contains(&saved.display().to_string()), "{}", stdout(&out));
+    // No --server, no $GANTRY_*, no data directory under $HOME: the profile finds it.
+    let out = run(&["queue", "--all"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::write(&saved, "server = 3\n").expect("broken");
+    let out = run(&["queue"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("client.toml") && stderr(&out).contains("gantry login"), "{}", stderr(&out));
+}
+
+/// `gantry validate --json` says what it found as data, with the exit status of the text form.
+#[test]
+fn validate_speaks_json() {
+    let out = gantry(&[
+        "validate",
+        "--fleet",
+        "../../examples/demo-fleet.toml",
+        "--workload",
+        "../../examples/demo-workload.toml",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let found: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(found["fleet"]["nodes"], 4, "{found}");
+    assert!(found["workload"]["jobs"].as_u64().is_some_and(|n| n > 5), "{found}");
+    assert_eq!(found["workload"]["against_fleet"]["never"], serde_json::json!([]), "{found}");
+}
+
 #[test]
 fn serve_local_runs_submitted_jobs_and_the_cli_reports_them() {
     let dir = temp_dir("serve-local");
