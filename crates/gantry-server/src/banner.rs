@@ -23,6 +23,10 @@ impl Banner {
     /// per confinement of its in-process agents. Lines, without a final line break.
     pub fn started(&self, config: &ServeConfig, running: &Running, url: &str, confinement_lines: &[String]) -> String {
         let data_dir = &config.data_dir;
+        // The CLI finds this controller with no flags only where it listens and keeps its
+        // data where the CLI looks by default; else the banner says what to set.
+        let by_default = url == format!("https://{}", gantry_api::connection::DEFAULT_LISTEN)
+            && gantry_api::connection::default_data_dir().is_some_and(|d| &d == data_dir);
         let mut lines = vec![
             format!(
                 "gantry controller on {url} — {}, {}\n  submit: gantry submit FILE   watch: gantry queue   dashboard: {url}/ui   stop: Ctrl-C",
@@ -32,6 +36,16 @@ impl Banner {
             self.tls_note.clone(),
             accounts_line(&config.accounts),
         ];
+        if !by_default {
+            lines.insert(
+                1,
+                format!(
+                    "  the CLI reaches it with: export GANTRY_SERVER={url} GANTRY_DATA={}   (or once: gantry login {url} --token-file {})",
+                    data_dir.display(),
+                    data_dir.join("admin.token").display()
+                ),
+            );
+        }
         lines.extend(confinement_lines.iter().cloned());
         if !self.local {
             lines.push(format!(
@@ -44,8 +58,9 @@ impl Banner {
         ));
         if let Some(path) = &running.admin_token_file {
             lines.push(format!(
-                "  created the admin token in {} (mode 0600); the CLI on this machine uses it by default",
-                path.display()
+                "  created the admin token in {} (mode 0600){}",
+                path.display(),
+                if by_default { "; the CLI on this machine uses it by default" } else { "" }
             ));
         }
         lines.join("\n")
