@@ -118,8 +118,16 @@ fn model_of(gpu: &AgentGpu) -> Result<&'static gantry_catalog::GpuModel, MigErro
         .ok_or_else(|| MigError::Layout(format!("{} is not in the catalog", gpu.model)))
 }
 
+/// Record what the hardware has, with each instance's driver id where NVML is loaded.
 fn set_state(gpu: &mut AgentGpu, enabled: bool, instances: &[gantry_types::MigInstanceSpec]) {
     gpu.mig_mode = Some(enabled);
-    gpu.mig = instances.iter().map(|i| AgentMigInstance { profile: i.profile.clone(), start: i.start }).collect();
+    gpu.mig = instances
+        .iter()
+        .map(|i| AgentMigInstance {
+            profile: i.profile.clone(),
+            start: i.start,
+            gpu_instance_id: crate::mig_nvml::instance_ids(&gpu.uuid, i.start).map(|(gi, _)| gi),
+        })
+        .collect();
     gpu.mig.sort();
 }

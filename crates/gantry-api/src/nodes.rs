@@ -78,4 +78,8 @@ pub struct MigInstanceView {
     pub start: u8,
     /// The running job holding it.
     pub job: Option<u64>,
+    /// The driver's id of the instance (DCGM's `GPU_I_ID`), where the node's agent read it
+    /// from NVML.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
 }

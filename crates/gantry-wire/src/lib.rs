@@ -263,12 +263,16 @@ pub struct AgentGpu {
     pub mig: Vec<AgentMigInstance>,
 }
 
-/// One MIG GPU instance an agent found: its profile and start (memory slice).
+/// One MIG GPU instance an agent found: its profile and start (memory slice), and the
+/// driver's id for it where NVML gave one (what DCGM's `GPU_I_ID` label says; it names the
+/// instance in metrics, never in decisions).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentMigInstance {
     pub profile: String,
     pub start: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_instance_id: Option<u32>,
 }
 
 impl AgentGpu {
@@ -299,8 +303,10 @@ impl AgentGpu {
         match mode {
             gantry_types::GpuMode::Mig { instances } => {
                 self.mig_mode = Some(true);
-                self.mig =
-                    instances.iter().map(|i| AgentMigInstance { profile: i.profile.clone(), start: i.start }).collect();
+                self.mig = instances
+                    .iter()
+                    .map(|i| AgentMigInstance { profile: i.profile.clone(), start: i.start, gpu_instance_id: None })
+                    .collect();
                 self.mig.sort();
             }
             _ => {

@@ -710,7 +710,16 @@ fn new_link(reg: &Register, now: u64) -> AgentLink {
         protocol: reg.protocol,
         samples: Vec::new(),
         confinement,
+        gpu_instance_ids: gpu_instance_ids(&reg.gpus),
     }
+}
+
+/// The MIG instances' driver ids an agent reported, by (GPU, start), bounded by what a GPU
+/// can hold (the registration's GPUs are checked against the fleet before this is kept).
+pub(crate) fn gpu_instance_ids(gpus: &[wire::AgentGpu]) -> BTreeMap<(u32, u8), u32> {
+    gpus.iter()
+        .flat_map(|g| g.mig.iter().take(8).filter_map(move |i| Some(((g.index, i.start), i.gpu_instance_id?))))
+        .collect()
 }
 
 /// What `node`'s agent said, refused by its field.

@@ -145,6 +145,9 @@ pub(crate) struct AgentLink {
     pub samples: Vec<GpuSample>,
     /// How the node confines its tasks, as its agent said.
     pub confinement: crate::wire::Confinement,
+    /// The driver's id of each MIG instance, by (GPU index, start), as its agent last said
+    /// (registration, layout reports): labels for metrics only.
+    pub gpu_instance_ids: BTreeMap<(u32, u8), u32>,
 }
 
 /// The controller's state: the scheduler and everything the live service knows beside it.

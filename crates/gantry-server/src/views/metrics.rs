@@ -88,8 +88,9 @@ fn gpus(out: &mut Exposition, c: &Controller, nodes: &[NodeView]) {
     }
 }
 
-/// Per MIG instance: whether a job holds it, labelled with DCGM's `GPU_I_PROFILE` and the
-/// instance's first compute slice (`start`).
+/// Per MIG instance: whether a job holds it, labelled with DCGM's `GPU_I_PROFILE` and, where
+/// the node's agent read it from NVML, `GPU_I_ID` (the driver's instance id: UUID and
+/// `GPU_I_ID` join DCGM's MIG series), and always its first memory slice (`start`).
 fn mig_instances(out: &mut Exposition, nodes: &[NodeView]) {
     out.family(
         "gantry_mig_instance_allocated",
@@ -102,13 +103,17 @@ fn mig_instances(out: &mut Exposition, nodes: &[NodeView]) {
             let index = g.index.to_string();
             for instance in &g.instances {
                 let start = instance.start.to_string();
-                let labels = [
+                let id = instance.gpu_instance_id.map(|i| i.to_string());
+                let mut labels = vec![
                     ("node", n.name.as_str()),
                     ("gpu", &index),
                     ("UUID", &g.uuid),
                     ("GPU_I_PROFILE", &instance.profile),
-                    ("start", &start),
                 ];
+                if let Some(id) = &id {
+                    labels.push(("GPU_I_ID", id));
+                }
+                labels.push(("start", &start));
                 out.sample("gantry_mig_instance_allocated", &labels, if instance.job.is_some() { 1.0 } else { 0.0 });
             }
         }

@@ -77,6 +77,10 @@ pub fn nodes(c: &Controller, now: u64) -> Vec<NodeView> {
                         .map_or_else(String::new, |p| p.name.clone()),
                     start: slot.start,
                     job: on_instance.get(&(node.name.clone(), gpu.index, slot.start)).copied(),
+                    gpu_instance_id: c
+                        .links()
+                        .get(&node.name)
+                        .and_then(|l| l.gpu_instance_ids.get(&(gpu.index, slot.start)).copied()),
                 })
                 .collect(),
             _ => Vec::new(),

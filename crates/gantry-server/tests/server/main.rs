@@ -1017,7 +1017,7 @@ fn an_agents_mig_layout_is_taken_on_idle_gpus_and_kept_across_restarts() {
     let ids = server.submit("[[job]]\nname = \"infer\"\ngpu = { mig = \"3g.40gb\" }\ncommand = \"sleep 600\"\n");
     let register = |body: &str| server.call_as(Some(&agent), "POST", "/v1/agents/register", Some(body));
     let mode_of_gpu0 = |server: &Server| server.call("GET", "/v1/nodes", None).1[0]["gpus"][0]["mode"].clone();
-    let mig = r#"{"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-a", "model": "A100-SXM4-80GB", "mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4}, {"profile": "3g.40gb", "start": 0}]}, {"index": 1, "uuid": "GPU-b", "model": "A100-SXM4-80GB", "mig_mode": false}]}"#;
+    let mig = r#"{"node": "n1", "gpus": [{"index": 0, "uuid": "GPU-a", "model": "A100-SXM4-80GB", "mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4, "gpu_instance_id": 2}, {"profile": "3g.40gb", "start": 0, "gpu_instance_id": 1}]}, {"index": 1, "uuid": "GPU-b", "model": "A100-SXM4-80GB", "mig_mode": false}]}"#;
     // A layout the catalog forbids is refused, and nothing is taken.
     let (status, reply) = register(&mig.replace(r#""start": 4"#, r#""start": 2"#));
     assert_eq!(status, 400, "{reply}");
@@ -1027,12 +1027,17 @@ fn an_agents_mig_layout_is_taken_on_idle_gpus_and_kept_across_restarts() {
     let (status, reply) = register(mig);
     assert_eq!(status, 200, "{reply}");
     assert_eq!(mode_of_gpu0(&server), "mig");
+    // The driver's instance ids the agent read label the instances, as DCGM's GPU_I_ID does.
+    let instances = server.call("GET", "/v1/nodes", None).1[0]["gpus"][0]["instances"].clone();
+    assert_eq!((&instances[0]["start"], &instances[0]["gpu_instance_id"]), (&0.into(), &1.into()), "{instances}");
+    let (_, metrics) = request(&server.url, Some(&server.token), "GET", "/metrics", None).expect("scrape");
+    assert!(metrics.contains("GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\",start=\"4\"}"), "{metrics}");
     server.wait_for(ids[0], JobState::Running);
     let (_, job) = server.call("GET", &format!("/v1/jobs/{}", ids[0]), None);
     assert_eq!(job["tasks"][0]["placement"]["gpus"][0]["kind"], "mig", "{job}");
     // GPU 0 is busy now: an agent that finds it whole again is refused.
     let (status, reply) = register(&mig.replace(
-        r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4}, {"profile": "3g.40gb", "start": 0}]"#,
+        r#""mig_mode": true, "mig": [{"profile": "3g.40gb", "start": 4, "gpu_instance_id": 2}, {"profile": "3g.40gb", "start": 0, "gpu_instance_id": 1}]"#,
         r#""mig_mode": false"#,
     ));
     assert_eq!(status, 400, "{reply}");

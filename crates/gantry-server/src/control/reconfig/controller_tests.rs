@@ -442,7 +442,10 @@ fn lying_or_confused_agents_change_nothing_they_were_not_asked() {
         gpu,
         refused: None,
         mig_mode: !mig.is_empty(),
-        mig: mig.iter().map(|(p, s)| crate::wire::AgentMigInstance { profile: (*p).into(), start: *s }).collect(),
+        mig: mig
+            .iter()
+            .map(|(p, s)| crate::wire::AgentMigInstance { profile: (*p).into(), start: *s, gpu_instance_id: None })
+            .collect(),
     };
     let beat = |c: &mut Controller, layouts: Vec<crate::wire::LayoutReport>, now| {
         let beat = Heartbeat {

@@ -231,6 +231,17 @@ impl Controller {
             hardware.clone()
         };
         self.take_mode(node, report.gpu, &recorded)?;
+        if let Some(link) = self.links.get_mut(node) {
+            link.gpu_instance_ids.retain(|(gpu, _), _| *gpu != report.gpu);
+            let reported = crate::wire::AgentGpu {
+                index: report.gpu,
+                uuid: String::new(),
+                model: String::new(),
+                mig_mode: Some(report.mig_mode),
+                mig: report.mig.clone(),
+            };
+            link.gpu_instance_ids.extend(crate::control::agents::gpu_instance_ids(&[reported]));
+        }
         match &report.refused {
             None if same_hardware(&hardware, &to) => self.end_change(&key, Phase::Applied, None, now, effects),
             None => {
