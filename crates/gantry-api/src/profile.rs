@@ -86,47 +86,6 @@ pub fn write(at: &Path, profile: &Profile) -> Result<(), ProfileError> {
     std::fs::rename(&temp, at).map_err(|e| fail(&e))
 }
 
-/// `gantry login`: check that `server` answers `token` (its certificate checked against `ca`
-/// when given, as every later command will), then save the three as the profile; where it
-/// was saved.
-pub fn login(
-    server: &str,
-    ca: Option<PathBuf>,
-    token: Option<String>,
-    token_file: Option<&Path>,
-    insecure_http: bool,
-) -> Result<PathBuf, crate::connection::CallError> {
-    let token = match token_file {
-        Some(file) => std::fs::read_to_string(file)
-            .map_err(|e| ProfileError::Unreadable { path: file.display().to_string(), message: e.to_string() })?
-            .trim()
-            .to_string(),
-        None => token.or_else(|| std::env::var("GANTRY_TOKEN").ok()).ok_or(ProfileError::NoToken)?,
-    };
-    let token = token.as_str();
-    let ca = match ca {
-        Some(ca) => Some(std::fs::canonicalize(&ca).map_err(|e| ProfileError::Unreadable {
-            path: ca.display().to_string(),
-            message: format!("the CA file: {e}"),
-        })?),
-        None => None,
-    };
-    let connection = crate::connection::Connection {
-        server: Some(server.into()),
-        ca: ca.clone(),
-        token: Some(token.into()),
-        data: None,
-        insecure_http,
-    };
-    connection.call_without_profile("GET", "/v1/partitions")?;
-    let at = path().ok_or(ProfileError::Unwritable {
-        path: "~/.config/gantry/client.toml".into(),
-        message: "no $HOME, $XDG_CONFIG_HOME or $GANTRY_CONFIG to put it under".into(),
-    })?;
-    write(&at, &Profile { server: Some(server.into()), ca, token: Some(token.into()) })?;
-    Ok(at)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

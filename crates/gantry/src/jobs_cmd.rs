@@ -432,7 +432,7 @@ pub struct LoginArgs {
 /// `gantry login URL`: check the controller answers the token, then save URL, CA and token.
 pub fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
     let s = &args.server;
-    let saved = gantry_api::profile::login(
+    let saved = gantry_api::connection::login(
         &args.url,
         s.ca.clone(),
         s.token.clone(),

@@ -527,7 +527,7 @@ async fn metrics(State(shared): State<Shared>, headers: HeaderMap) -> Result<Res
     let format = crate::metrics::Format::negotiate(accept);
     let process = crate::metrics::process::ProcessStats::read();
     let http = shared.http.snapshot();
-    let scrape = views::metrics::Scrape { process: &process, http: &http, format };
+    let scrape = crate::metrics::Scrape { process: &process, http: &http, format };
     let text = shared.read(|c| views::metrics::metrics(c, &who, now_s(), &scrape))?;
     Ok(([(axum::http::header::CONTENT_TYPE, format.content_type())], text).into_response())
 }

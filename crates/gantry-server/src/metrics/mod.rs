@@ -11,6 +11,15 @@ pub mod process;
 
 pub use format::Format;
 
+/// What a scrape adds to the controller's state: the process and its API, and the format
+/// asked for.
+#[derive(Debug)]
+pub struct Scrape<'a> {
+    pub process: &'a process::ProcessStats,
+    pub http: &'a http::HttpCounts,
+    pub format: Format,
+}
+
 use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};

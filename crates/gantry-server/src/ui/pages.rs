@@ -115,35 +115,10 @@ fn expected_start(p: &gantry_types::PendingJob) -> String {
 fn queue_table(queues: &[QueueView]) -> String {
     let mut rows = String::new();
     for q in queues {
-        if q.guaranteed_gpus.is_none() && q.limit_gpus.is_none() {
-            let _ = write!(
-                rows,
-                "<tr><td><i class=dot style=\"background:{}\"></i>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>–</td><td class=n>–</td><td class=muted>no quota</td></tr>",
-                queue_color(&q.name),
-                esc(&q.name),
-                q.pending,
-                q.running,
-                q.allocated_gpus,
-                q.used_gpus
-            );
-            continue;
-        }
-        let scale = q.limit_gpus.unwrap_or(0.0).max(q.allocated_gpus).max(q.guaranteed_gpus.unwrap_or(0.0)).max(1.0);
-        let bar = format!(
-            "<div class=bar><i style=\"width:{:.1}%;background:{};opacity:.35\"></i><i style=\"width:{:.1}%;background:{}\"></i>{}</div>",
-            q.allocated_gpus / scale * 100.0,
-            queue_color(&q.name),
-            q.used_gpus / scale * 100.0,
-            queue_color(&q.name),
-            q.guaranteed_gpus.map_or(String::new(), |g| format!(
-                "<i style=\"left:{:.1}%;width:2px;background:#1f2430\" title=\"guarantee\"></i>",
-                (g / scale * 100.0).min(99.5)
-            ))
-        );
         let opt = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.1}"));
         let _ = write!(
             rows,
-            "<tr><td><i class=dot style=\"background:{}\"></i>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{}</td><td class=n>{}</td><td>{bar}</td></tr>",
+            "<tr><td><i class=dot style=\"background:{}\"></i>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{:.2}</td><td class=n>{:.2}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>",
             queue_color(&q.name),
             esc(&q.name),
             q.pending,
@@ -151,7 +126,8 @@ fn queue_table(queues: &[QueueView]) -> String {
             q.allocated_gpus,
             q.used_gpus,
             opt(q.guaranteed_gpus),
-            opt(q.limit_gpus)
+            opt(q.limit_gpus),
+            quota_bar(q)
         );
     }
     if rows.is_empty() {
@@ -159,6 +135,25 @@ fn queue_table(queues: &[QueueView]) -> String {
     }
     format!(
         "<table><tr><th>Queue</th><th>Pending</th><th>Running</th><th>Allocated GPUs</th><th>Used GPUs</th><th>Guarantee</th><th>Limit</th><th>Use against quota</th></tr>{rows}</table>"
+    )
+}
+
+/// A queue's allocation and use against its quota, drawn only where it has one.
+fn quota_bar(q: &QueueView) -> String {
+    if q.guaranteed_gpus.is_none() && q.limit_gpus.is_none() {
+        return "<span class=muted>no quota</span>".into();
+    }
+    let scale = q.limit_gpus.unwrap_or(0.0).max(q.allocated_gpus).max(q.guaranteed_gpus.unwrap_or(0.0)).max(1.0);
+    format!(
+        "<div class=bar><i style=\"width:{:.1}%;background:{};opacity:.35\"></i><i style=\"width:{:.1}%;background:{}\"></i>{}</div>",
+        q.allocated_gpus / scale * 100.0,
+        queue_color(&q.name),
+        q.used_gpus / scale * 100.0,
+        queue_color(&q.name),
+        q.guaranteed_gpus.map_or(String::new(), |g| format!(
+            "<i style=\"left:{:.1}%;width:2px;background:#1f2430\" title=\"guarantee\"></i>",
+            (g / scale * 100.0).min(99.5)
+        ))
     )
 }
 

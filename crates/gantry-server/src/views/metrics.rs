@@ -5,18 +5,9 @@
 use crate::auth::Principal;
 use crate::control::{Agents, Controller};
 use crate::error::ControlError;
-use crate::metrics::{Exposition, Format};
+use crate::metrics::{Exposition, Scrape};
 use crate::views::NodeView;
 use std::collections::BTreeMap;
-
-/// What a scrape adds to the controller's state: the process and its API, and the format
-/// asked for.
-#[derive(Debug)]
-pub struct Scrape<'a> {
-    pub process: &'a crate::metrics::process::ProcessStats,
-    pub http: &'a crate::metrics::http::HttpCounts,
-    pub format: Format,
-}
 
 /// `GET /metrics`: the exposition (names in docs/formats.md).
 pub fn metrics(c: &Controller, who: &Principal, now: u64, scrape: &Scrape) -> Result<String, ControlError> {

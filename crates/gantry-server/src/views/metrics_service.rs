@@ -2,9 +2,8 @@
 //! standard `process_*` series, and the API's requests by route, method and code with their
 //! answer times.
 
-use super::metrics::Scrape;
 use crate::metrics::http::HttpCounts;
-use crate::metrics::{Exposition, Labels};
+use crate::metrics::{Exposition, Labels, Scrape};
 
 pub fn service(out: &mut Exposition, scrape: &Scrape) {
     build_info(out);
