@@ -24,7 +24,7 @@ pub struct Profile {
 }
 
 /// A profile that could not be read or written.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 pub enum ProfileError {
     #[error("{path}: {message}\n  hint: fix or remove it, or run `gantry login URL` again")]
     Unreadable { path: String, message: String },
@@ -59,9 +59,11 @@ pub fn read(at: &Path) -> Result<Option<Profile>, ProfileError> {
         .map_err(|e| ProfileError::Unreadable { path: at.display().to_string(), message: e.to_string() })
 }
 
-/// The profile in effect (see [`path`]).
+/// The profile in effect (see [`path`]), read once per process: a command that polls (`submit
+/// --wait`, `logs -f`) calls the controller many times.
 pub fn current() -> Result<Option<Profile>, ProfileError> {
-    path().map_or(Ok(None), |p| read(&p))
+    static CURRENT: std::sync::OnceLock<Result<Option<Profile>, ProfileError>> = std::sync::OnceLock::new();
+    CURRENT.get_or_init(|| path().map_or(Ok(None), |p| read(&p))).clone()
 }
 
 /// Write `profile` to `at` (directories made), readable by its owner only.

@@ -188,13 +188,10 @@ pub fn device_plugin_yaml(fleet: &Fleet) -> (String, Vec<String>) {
     (out, warnings)
 }
 
-/// The device-plugin entry a node is labelled with.
+/// The device-plugin entry a node is labelled with: its own exactly when
+/// [`device_plugin_yaml`] writes one (MIG GPUs, or sharing the plugin can say).
 fn device_plugin_entry(node: &Node) -> String {
-    let shares = node.gpus.iter().any(|g| match g.mode {
-        GpuMode::Mps { max_clients } => max_clients >= 2,
-        GpuMode::TimeSlice { replicas, .. } => replicas >= 2,
-        _ => false,
-    });
+    let shares = node_sharing(node, &mut Vec::new()).is_some();
     if shares || has_mig(node) { config_name(&node.name) } else { DEVICE_PLUGIN_DEFAULT.into() }
 }
 

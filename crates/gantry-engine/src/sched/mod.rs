@@ -32,6 +32,16 @@ pub use rights::PREEMPTORS_MAX;
 /// The caller's name for a job (a trace index, a database id).
 pub type JobId = u64;
 
+/// How a job that has not started waits (see [`Scheduler::why`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waiting {
+    Held,
+    OnDependencies,
+    NeverSatisfiable,
+    /// In its queue's order, tried by each cycle.
+    Queued,
+}
+
 /// Most reservations per cycle.
 pub const RESERVE_DEPTH_MAX: usize = 64;
 
@@ -961,24 +971,33 @@ impl Scheduler {
         self.reason.digest() ^ self.estimate.digest().rotate_left(1)
     }
 
+    /// How job `id` waits, if it does: what [`Scheduler::why`] explains and
+    /// [`Scheduler::why_category`] counts, decided once for both.
+    fn waiting(&self, id: JobId) -> Option<Waiting> {
+        let e = self.jobs.get(&id)?;
+        if self.held.contains(&id) {
+            return Some(Waiting::Held);
+        }
+        if self.waiting_on_deps.contains(&id) {
+            return Some(if self.never_satisfiable(id) { Waiting::NeverSatisfiable } else { Waiting::OnDependencies });
+        }
+        let key = (Reverse(self.priority(id)), e.eligible_at, id);
+        self.pending[e.queue].contains(&key).then_some(Waiting::Queued)
+    }
+
     /// The category of [`Scheduler::why`]'s reason for job `id` ([`PendingReason::category`]),
     /// without building the reason: what metrics count waiting jobs by.
     pub fn why_category(&self, id: JobId) -> Option<&'static str> {
-        let e = self.jobs.get(&id)?;
-        if self.held.contains(&id) {
-            return Some("held");
-        }
-        if self.waiting_on_deps.contains(&id) {
-            return Some(if self.never_satisfiable(id) { "dependency-never-satisfied" } else { "dependency" });
-        }
-        let key = (Reverse(self.priority(id)), e.eligible_at, id);
-        if !self.pending[e.queue].contains(&key) {
-            return None;
-        }
-        Some(self.reason.get(&id).map_or("queue-order", |r| r.category()))
+        Some(match self.waiting(id)? {
+            Waiting::Held => "held",
+            Waiting::NeverSatisfiable => "dependency-never-satisfied",
+            Waiting::OnDependencies => "dependency",
+            Waiting::Queued => self.reason.get(&id).map_or("queue-order", |r| r.category()),
+        })
     }
 
     pub fn why(&self, id: JobId) -> Option<PendingJob> {
+        let waiting = self.waiting(id)?;
         let e = self.jobs.get(&id)?;
         let entry = |reason: PendingReason, estimate_s: Option<u64>| PendingJob {
             job: e.job.name.clone(),
@@ -987,10 +1006,10 @@ impl Scheduler {
             reason,
             estimate_s,
         };
-        if self.held.contains(&id) {
+        if waiting == Waiting::Held {
             return Some(entry(PendingReason::Held, None));
         }
-        if self.waiting_on_deps.contains(&id) && self.never_satisfiable(id) {
+        if waiting == Waiting::NeverSatisfiable {
             let failed: Vec<String> = e
                 .job
                 .after
@@ -1005,7 +1024,7 @@ impl Scheduler {
                 .collect();
             return Some(entry(PendingReason::DependencyNeverSatisfied { failed }, None));
         }
-        if self.waiting_on_deps.contains(&id) {
+        if waiting == Waiting::OnDependencies {
             let waiting_on: Vec<String> = e
                 .job
                 .after
@@ -1014,10 +1033,6 @@ impl Scheduler {
                 .map(|(_, k)| self.jobs.get(k).map_or_else(|| format!("#{k}"), |d| d.job.name.clone()))
                 .collect();
             return Some(entry(PendingReason::Dependency { waiting_on }, None));
-        }
-        let key = (Reverse(self.priority(id)), e.eligible_at, id);
-        if !self.pending[e.queue].contains(&key) {
-            return None;
         }
         let mut reason = self.reason.get(&id).map_or(PendingReason::QueueOrder, |r| (**r).clone());
         if let PendingReason::Resources { by_class, .. } = &mut reason {

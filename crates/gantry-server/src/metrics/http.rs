@@ -23,18 +23,30 @@ pub struct HttpStats {
     inner: Mutex<HttpCounts>,
 }
 
-/// Requests by (route, method, code), and answer times by route.
+/// Per route: requests by (method, code), and answer times.
 #[derive(Clone, Debug, Default)]
 pub struct HttpCounts {
-    pub requests: BTreeMap<(String, String, u16), u64>,
-    pub durations: BTreeMap<String, Histogram>,
+    pub routes: BTreeMap<String, RouteCounts>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RouteCounts {
+    pub requests: BTreeMap<(&'static str, u16), u64>,
+    pub durations: Histogram,
 }
 
 impl HttpStats {
-    pub fn record(&self, route: &str, method: &str, code: u16, seconds: f64) {
+    /// Count one answer (a route is named in memory once, at its first request).
+    pub fn record(&self, route: &str, method: &'static str, code: u16, seconds: f64) {
         let mut counts = self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        *counts.requests.entry((route.to_string(), method.to_string(), code)).or_default() += 1;
-        counts.durations.entry(route.to_string()).or_insert_with(|| Histogram::new(DURATION_BUCKETS)).observe(seconds);
+        if !counts.routes.contains_key(route) {
+            let fresh = RouteCounts { requests: BTreeMap::new(), durations: Histogram::new(DURATION_BUCKETS) };
+            counts.routes.insert(route.to_string(), fresh);
+        }
+        if let Some(r) = counts.routes.get_mut(route) {
+            *r.requests.entry((method, code)).or_default() += 1;
+            r.durations.observe(seconds);
+        }
     }
 
     pub fn snapshot(&self) -> HttpCounts {
@@ -44,11 +56,12 @@ impl HttpStats {
 
 /// Middleware: time each request and count its answer under its route.
 pub async fn record(State(stats): State<std::sync::Arc<HttpStats>>, request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().map_or(UNMATCHED, |p| p.as_str()).to_string();
+    let route = request.extensions().get::<MatchedPath>().cloned();
     let method = known_method(request.method());
     let started = Instant::now();
     let response = next.run(request).await;
-    stats.record(&route, method, response.status().as_u16(), started.elapsed().as_secs_f64());
+    let route = route.as_ref().map_or(UNMATCHED, MatchedPath::as_str);
+    stats.record(route, method, response.status().as_u16(), started.elapsed().as_secs_f64());
     response
 }
 

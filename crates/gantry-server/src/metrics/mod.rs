@@ -124,11 +124,11 @@ struct SampleFamily {
 
 /// What the registry holds: a handle on a family filled after it is registered.
 #[derive(Debug)]
-struct Shared(Arc<Mutex<SampleFamily>>);
+struct FamilyHandle(Arc<Mutex<SampleFamily>>);
 
-impl prometheus_client::metrics::TypedMetric for Shared {}
+impl prometheus_client::metrics::TypedMetric for FamilyHandle {}
 
-impl EncodeMetric for Shared {
+impl EncodeMetric for FamilyHandle {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
         let family = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for (labels, value) in &family.samples {
@@ -170,7 +170,7 @@ impl Exposition {
     pub fn family(&mut self, name: &str, kind: &str, unit: &str, help: &str) {
         let name = name.strip_suffix("_total").unwrap_or(name);
         let family = Arc::new(Mutex::new(SampleFamily { counter: kind == "counter", samples: Vec::new() }));
-        self.register(base_name(name, unit), help, unit, Shared(family.clone()));
+        self.register(base_name(name, unit), help, unit, FamilyHandle(family.clone()));
         self.families.insert(name.to_string(), family);
     }
 

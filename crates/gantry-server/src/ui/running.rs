@@ -58,15 +58,18 @@ fn held(job: &JobView) -> (f64, String) {
     (gpus, if words.is_empty() { "–".into() } else { words.join(", ") })
 }
 
-/// Mean utilization of the GPUs a job holds (whole or shared; a MIG slice is not measured).
-fn utilization(job: u64, nodes: &[NodeView]) -> Option<f64> {
-    let seen: Vec<u32> = nodes
-        .iter()
-        .flat_map(|n| n.gpus.iter())
-        .filter(|g| g.jobs.contains(&job) && g.instances.is_empty())
-        .filter_map(|g| g.utilization_pct)
-        .collect();
-    (!seen.is_empty()).then(|| seen.iter().map(|&p| f64::from(p)).sum::<f64>() / seen.len() as f64)
+/// Each running job's mean utilization over the GPUs it holds (whole or shared; a MIG slice
+/// is not measured), in one pass over the fleet.
+fn utilization_by_job(nodes: &[NodeView]) -> BTreeMap<u64, f64> {
+    let mut seen: BTreeMap<u64, (f64, u32)> = BTreeMap::new();
+    for g in nodes.iter().flat_map(|n| n.gpus.iter()).filter(|g| g.instances.is_empty()) {
+        let Some(pct) = g.utilization_pct else { continue };
+        for job in &g.jobs {
+            let entry = seen.entry(*job).or_default();
+            *entry = (entry.0 + f64::from(pct), entry.1 + 1);
+        }
+    }
+    seen.into_iter().map(|(job, (sum, n))| (job, sum / f64::from(n))).collect()
 }
 
 fn duration(s: u64) -> String {
@@ -90,6 +93,7 @@ pub(super) fn table(
         None => (sort, false),
     };
     let key = COLUMNS.iter().map(|(k, _)| *k).find(|k| *k == key).unwrap_or("started");
+    let utilization = utilization_by_job(nodes);
     let mut rows: Vec<Row> = running
         .iter()
         .map(|j| {
@@ -97,7 +101,14 @@ pub(super) fn table(
             let mut nodes_of: Vec<&str> = j.row.tasks.iter().map(|t| t.node.as_str()).collect();
             nodes_of.dedup();
             let runtime_s = j.row.started_at_s.map_or(0, |t| now.saturating_sub(t));
-            Row { job: j, gpus, gpus_text, nodes: nodes_of.join(", "), runtime_s, util: utilization(j.row.id, nodes) }
+            Row {
+                job: j,
+                gpus,
+                gpus_text,
+                nodes: nodes_of.join(", "),
+                runtime_s,
+                util: utilization.get(&j.row.id).copied(),
+            }
         })
         .collect();
     rows.sort_by(|a, b| {

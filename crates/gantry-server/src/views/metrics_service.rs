@@ -37,18 +37,17 @@ fn http(out: &mut Exposition, counts: &HttpCounts) {
         "",
         "API requests answered since the controller started, by route template, method and status code.",
     );
-    for ((route, method, code), count) in &counts.requests {
-        let code = code.to_string();
-        out.sample(
-            "gantry_http_requests_total",
-            &[("route", route), ("method", method), ("code", &code)],
-            *count as f64,
-        );
+    for (route, r) in &counts.routes {
+        for ((method, code), count) in &r.requests {
+            let code = code.to_string();
+            let labels = [("route", route.as_str()), ("method", method), ("code", &code)];
+            out.sample("gantry_http_requests_total", &labels, *count as f64);
+        }
     }
     let each: Vec<(Labels, _)> = counts
-        .durations
+        .routes
         .iter()
-        .map(|(route, histogram)| (vec![("route".to_string(), route.clone())], histogram.clone()))
+        .map(|(route, r)| (vec![("route".to_string(), route.clone())], r.durations.clone()))
         .collect();
     out.histograms(
         "gantry_http_request_duration_seconds",
