@@ -125,6 +125,9 @@ fn node_sharing(node: &Node, warnings: &mut Vec<String>) -> Option<Sharing> {
         ));
         time_sliced.append(&mut mps);
     }
+    // The plugin refuses fewer than 2 replicas: a GPU "shared" by one is a whole GPU to it.
+    time_sliced.retain(|&r| r >= 2);
+    mps.retain(|&r| r >= 2);
     if time_sliced.is_empty() && mps.is_empty() {
         return None;
     }
@@ -141,8 +144,7 @@ fn node_sharing(node: &Node, warnings: &mut Vec<String>) -> Option<Sharing> {
             node.name
         ));
     }
-    // The plugin refuses fewer than 2 replicas: a GPU "shared" once is a whole GPU.
-    let replicas = chosen.iter().copied().filter(|&r| r >= 2).min()?;
+    let replicas = chosen.iter().copied().min()?;
     if chosen.iter().any(|&r| r != replicas) {
         warnings.push(format!(
             "node {}: its shared GPUs have different replica counts ({}); the device plugin replicates every GPU of a node alike, written as {replicas}",
@@ -406,6 +408,24 @@ mod tests {
             (Some(MPS_ROOT), Some(48))
         );
         assert!(labels.contains("kubectl label node h100-0 nvidia.com/mig.config=all-disabled nvidia.com/device-plugin.config=default --overwrite"), "{labels}");
+    }
+
+    /// Sharing by one client or replica is no sharing to the plugin: a node with one
+    /// time-sliced GPU (4 replicas) and two single-client MPS GPUs is written as time-slicing,
+    /// and its label names that entry.
+    #[test]
+    fn single_replica_sharing_does_not_decide_a_nodes_entry() {
+        let fleet = fleet(
+            "[[node]]\nname = \"e\"\ncpu = 8\nmemory = \"64GiB\"\n[node.gpus]\nmodel = \"L4-24GB\"\ncount = 3\n\
+             [[node.gpu]]\nindex = 0\nmode = \"time-slice\"\nreplicas = 4\n\
+             [[node.gpu]]\nindex = 1\nmode = \"mps\"\nmax_clients = 1\n\
+             [[node.gpu]]\nindex = 2\nmode = \"mps\"\nmax_clients = 1\n",
+        );
+        let (plugin, _) = device_plugin_yaml(&fleet);
+        let data = yaml(&plugin)["data"].as_object().expect("data").clone();
+        let entry = yaml(data.get("gantry-e").and_then(Value::as_str).expect("an entry for e"));
+        assert_eq!(entry["sharing"]["timeSlicing"]["resources"][0]["replicas"], 4, "{entry}");
+        assert!(node_labels(&fleet).contains("nvidia.com/device-plugin.config=gantry-e"));
     }
 
     /// A node of only MIG GPUs gets `mixed`; a GPU-less node still gets labels but no
