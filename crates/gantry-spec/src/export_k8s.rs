@@ -428,6 +428,46 @@ mod tests {
         assert!(node_labels(&fleet).contains("nvidia.com/device-plugin.config=gantry-e"));
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Any mix of modes on any number of nodes exports files NVIDIA's rules accept, and
+        /// every node's labels name configs that exist.
+        #[test]
+        fn random_fleets_export_what_nvidias_tools_accept(
+            nodes in proptest::collection::vec(proptest::collection::vec(0u8..6, 1..5), 1..5),
+        ) {
+            let mut text = String::new();
+            for (n, gpus) in nodes.iter().enumerate() {
+                text += &format!("[[node]]\nname = \"n{n}\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = {}\n", gpus.len());
+                for (i, mode) in gpus.iter().enumerate() {
+                    let spec = match mode {
+                        0 => "mode = \"whole\"".to_string(),
+                        1 => "mig = { \"1g.10gb\" = 2, \"2g.20gb\" = 1, \"3g.40gb\" = 1 }".into(),
+                        2 => "mig = { \"1g.10gb\" = 7 }".into(),
+                        3 => format!("mode = \"mps\"\nmax_clients = {}", 1 + (n + i) % 8),
+                        4 => format!("mode = \"time-slice\"\nreplicas = {}", 2 + (n * 3 + i) % 7),
+                        _ => "mig = []".into(),
+                    };
+                    text += &format!("[[node.gpu]]\nindex = {i}\n{spec}\n");
+                }
+            }
+            let fleet = crate::parse_fleet(&text, gantry_catalog::Catalog::embedded()).expect("a valid fleet");
+            proptest::prop_assert!(mig_parted_accepts(&yaml(&mig_parted_yaml(&fleet))).is_ok());
+            let configs = yaml(&mig_parted_yaml(&fleet))["mig-configs"].clone();
+            let (plugin, _) = device_plugin_yaml(&fleet);
+            let data = yaml(&plugin)["data"].as_object().expect("data").clone();
+            let labels = node_labels(&fleet);
+            for node in &fleet.nodes {
+                let line = labels.lines().find(|l| l.contains(&format!("node {} ", node.name))).expect("a label line");
+                let value = |key: &str| line.split(&format!("{key}=")).nth(1).and_then(|r| r.split(' ').next()).expect("label").to_string();
+                let entry = data.get(&value("nvidia.com/device-plugin.config")).and_then(Value::as_str);
+                let entry = entry.unwrap_or_else(|| panic!("{} names no device-plugin entry:\n{plugin}", node.name));
+                proptest::prop_assert!(device_plugin_accepts(&yaml(entry), has_mig(node)).is_ok(), "{}: {entry}", node.name);
+                proptest::prop_assert!(configs.get(value("nvidia.com/mig.config")).is_some(), "{}'s mig config", node.name);
+            }
+        }
+    }
+
     /// A node of only MIG GPUs gets `mixed`; a GPU-less node still gets labels but no
     /// mig-parted config (mig-parted refuses an empty one).
     #[test]
