@@ -832,8 +832,16 @@ fn the_comparison_reference_is_what_a_real_slurm_does() {
     assert!(run.status.success(), "{}{}", stdout(&run), stderr(&run));
     for script in scripts {
         let name = format!("{script}.txt");
-        let expected = std::fs::read_to_string(format!("{tools}/expected/{name}")).expect("reference");
-        let got = std::fs::read_to_string(out.join(&name)).expect("result");
+        let mut expected = std::fs::read_to_string(format!("{tools}/expected/{name}")).expect("reference");
+        let mut got = std::fs::read_to_string(out.join(&name)).expect("result");
+        // Which idle node a real slurmctld gives each array task depends on when its
+        // scheduling passes run (seen: tasks 2 and 3 on the second node under CI load); the
+        // array's variables are what is compared, not that placement.
+        if script == "03-array" {
+            for text in [&mut expected, &mut got] {
+                *text = text.replace("<NODE2>", "<NODE1>");
+            }
+        }
         assert_eq!(got, expected, "{name}: the real Slurm no longer gives the recorded reference");
     }
     // What the running cluster's own commands list imports as a fleet: two nodes, four GPUs each.
