@@ -245,6 +245,7 @@ mod tests {
             starvation_s: 1_000_000,
             reclaim_protect_s: 600,
             greedy_reserve_after_s: 1800,
+            preemption: Default::default(),
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),

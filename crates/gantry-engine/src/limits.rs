@@ -90,6 +90,16 @@ pub const PREEMPT_NODES_MAX: usize = 16;
 /// planning copy; 64 covers every job on a few nodes of the pool in contention.
 pub const PREEMPT_SINGLES_MAX: usize = 64;
 
+/// Most victim shapes whose way back (the wait before a job of that shape could start again)
+/// one preemption round estimates, the largest first: each estimate is a bisection over the
+/// running jobs' ends, a placement per step on a planning copy. Smaller shapes count no way
+/// back (they restart in the first gap), which errs toward stopping small jobs.
+pub const WAY_BACK_SHAPES_MAX: usize = 4;
+
+/// The way back counted for a shape that does not fit even once every running job with a
+/// planned end has ended: a day, longer than any wait a cheaper victim could cause.
+pub const WAY_BACK_UNKNOWN_S: u64 = 86_400;
+
 /// Planning copies' states kept for reuse per engine. A cycle holds a few copies at once (the
 /// reservation's shadow, a plan being checked, a preemption plan and its trial); more spares
 /// would only hold memory: on 100,000 nodes a state is about 100 MB.

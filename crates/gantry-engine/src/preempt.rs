@@ -2,16 +2,23 @@
 //!
 //! The preemptor's right is its priority (it may stop lower-priority work), its guarantee (a
 //! queue whose guarantee has room for the job may stop other queues' borrowed capacity, in the
-//! GPU models it has room in), or starvation (past the bound it may stop other queues' work of
-//! its priority or lower that did not itself start starved). Never chosen: non-preemptible
-//! jobs, jobs inside their minimum runtime, jobs a reclaim started less than the protection
-//! period ago (except for priority; a job a reclaim stopped that started again within it is
-//! only taken last), and — across queues — a job whose stop would take its
-//! queue below its own guarantee ([`Spare`]).
+//! GPU models it has room in, and move its own queue's smaller jobs out of the way: a
+//! consolidation, for a job whose shape — a whole node, NVLink-close GPUs — no borrower's stop
+//! frees alone), or starvation (past the bound it may stop other queues' work of its priority
+//! or lower that did not itself start starved). Never chosen: non-preemptible jobs, jobs
+//! inside their minimum runtime, jobs that spent their preemption budget
+//! (`PreemptionRules`), jobs a reclaim started less than the protection period ago (except
+//! for priority; a job a reclaim stopped that started again within it is only taken last),
+//! and — across queues — a job of a queue that runs nothing above its guarantee ([`Spare`]).
+//! Borrowed capacity is always reclaimable: a borrower larger than what its queue borrowed (a
+//! gang that must stop whole) may be taken, after every victim that is not.
 //!
-//! Among the sets of eligible victims that make room, the cheapest wins: the fewest
-//! GPU-seconds of work lost (milli-GPU × seconds since the last checkpoint), then the fewest
-//! jobs, then the lowest priority. Finding the cheapest set exactly is a packing problem, so
+//! Among the sets of eligible victims that make room, the cheapest wins: the fewest capacity
+//! taken below a guarantee, then the fewest GPU-seconds lost — the work thrown away
+//! (milli-GPU × seconds since the last checkpoint) plus the way back (milli-GPU × the expected
+//! wait before a job of the victim's shape can start again: a large young job is not stopped
+//! to free one GPU while smaller victims exist) — then the fewest jobs, then the lowest
+//! priority. Finding the cheapest set exactly is a packing problem, so
 //! the planner compares a bounded number of candidates, each built greedily in cost order
 //! until the job fits (placement re-run, gangs and topology included) and then pruned: the
 //! victims over all nodes, and the victims on each of the [`PREEMPT_NODES_MAX`] cheapest nodes
@@ -39,6 +46,10 @@ pub const PREEMPTED_TIMES_LAST: u32 = 2;
 pub enum Cause {
     Priority,
     Guarantee,
+    /// The preemptor's guarantee moves its own queue's smaller job to make room for its shape.
+    Consolidation,
+    /// The preemptor's queue is below its weighted share; the victim's stays at or above it.
+    FairShare,
     Starvation,
 }
 
@@ -47,6 +58,8 @@ impl Cause {
         match self {
             Cause::Priority => "priority",
             Cause::Guarantee => "guarantee",
+            Cause::Consolidation => "consolidation",
+            Cause::FairShare => "fair-share",
             Cause::Starvation => "starvation",
         }
     }
@@ -60,12 +73,20 @@ pub struct Victim {
     pub queue: usize,
     pub priority: i32,
     pub preemptible: bool,
+    /// Milli-GPU it holds.
+    pub milli: u64,
     /// What it counts against its queue's quotas, per flavor (milli-GPU).
     pub demand: Vec<(Flavor, u64)>,
     /// Flavors in which its queue runs above its guarantee (that capacity is borrowed).
     pub borrowed: Vec<Flavor>,
     /// Milli-GPU × seconds of work lost if stopped now (since its last checkpoint).
     pub work_lost_milli_s: u64,
+    /// Milli-GPU × the seconds a job of its shape is expected to wait before it can start
+    /// again (its way back).
+    pub way_back_milli_s: u64,
+    /// It was stopped as often, or lost as much work, as the preemption budget allows: never
+    /// stopped again.
+    pub budget_spent: bool,
     /// Seconds until it has run its minimum runtime (0 = it may be stopped).
     pub min_runtime_left_s: u64,
     /// It had waited past the starvation bound when it started.
@@ -86,29 +107,63 @@ pub struct Victim {
 pub struct Right {
     pub queue: usize,
     pub priority: i32,
+    /// Milli-GPU the preemptor will hold (its own queue's smaller jobs may make way for it).
+    pub milli: u64,
     /// Flavors in which its queue's guarantee has room for the job (with what other waiting
     /// jobs of the queue already claimed this cycle): it may reclaim borrowed capacity there.
     pub guarantee: Vec<Flavor>,
     /// It has waited past the starvation bound.
     pub starving: bool,
+    /// Its queue stays within its weighted share with it, and the tree reclaims toward shares:
+    /// it may stop other queues' work of its priority or lower, within what they hold above
+    /// their shares ([`Spare`]).
+    pub fair_share: bool,
+    /// It may take a borrower larger than what the borrower's queue runs above its guarantee
+    /// (a gang that must stop whole): it has waited within its guarantee for the reclaim
+    /// protection period, so capacity did not free on its own.
+    pub overshoot: bool,
+    /// Its own queue's smaller jobs may make way for it (planned only when no plan without
+    /// them exists, each moved job placed again in the same plan: `sched/consolidation.rs`).
+    pub consolidate: bool,
+    /// Its team: the queues (besides its own) whose jobs a consolidation may move too — its
+    /// siblings in the queue tree, which share the guarantee of their parent.
+    pub team: Vec<usize>,
 }
 
 impl Victim {
     /// Why a preemptor with `right` may stop this job, if it may: lower priority anywhere;
-    /// across queues only, borrowed capacity where the preemptor's guarantee has room, or —
-    /// for a starving preemptor — work of its priority or lower that did not start starved.
+    /// within its own queue, a smaller job of its priority when the preemptor's guarantee has
+    /// room (consolidation); across queues only, borrowed capacity where the preemptor's
+    /// guarantee has room, or — for a starving preemptor — work of its priority or lower that
+    /// did not start starved.
     pub fn cause(&self, right: &Right) -> Option<Cause> {
-        if !self.preemptible || self.min_runtime_left_s > 0 {
+        if !self.preemptible || self.min_runtime_left_s > 0 || self.budget_spent {
             return None;
         }
         if self.priority < right.priority {
             return Some(Cause::Priority);
         }
-        if self.queue == right.queue || self.reclaim_protected {
+        if self.reclaim_protected {
             return None;
+        }
+        let own = self.queue == right.queue;
+        let consolidates = right.consolidate
+            && (own || right.team.contains(&self.queue))
+            && !right.guarantee.is_empty()
+            && self.priority <= right.priority
+            && self.milli < right.milli
+            && !self.restarted_after_reclaim;
+        if own {
+            return consolidates.then_some(Cause::Consolidation);
         }
         if self.borrowed.iter().any(|f| right.guarantee.contains(f)) {
             return Some(Cause::Guarantee);
+        }
+        if consolidates {
+            return Some(Cause::Consolidation);
+        }
+        if right.fair_share && self.priority <= right.priority {
+            return Some(Cause::FairShare);
         }
         (right.starving && self.priority <= right.priority && !self.started_starved).then_some(Cause::Starvation)
     }
@@ -117,7 +172,12 @@ impl Victim {
     /// more, or just restarted after a reclaim, goes after every other (else the job that just
     /// restarted, having lost least, is the cheapest again at every reclaim).
     pub(crate) fn cost(&self) -> (bool, u64, i32, AllocId) {
-        (self.last_resort(), self.work_lost_milli_s, self.priority, self.alloc)
+        (self.last_resort(), self.price(), self.priority, self.alloc)
+    }
+
+    /// What stopping it costs, in milli-GPU-seconds: the work lost and the way back.
+    pub fn price(&self) -> u64 {
+        self.work_lost_milli_s.saturating_add(self.way_back_milli_s)
     }
 
     /// Taken only when no other victim will do: preempted [`PREEMPTED_TIMES_LAST`] times, or
@@ -128,19 +188,31 @@ impl Victim {
 }
 
 /// How much of each queue's usage preemption may still take, per flavor: what it runs above
-/// its guarantee. Across queues, a victim whose stop would take its queue below its guarantee
-/// is passed over; a preemptor's own queue is not bound (it replaces like with like).
+/// its guarantee. Across queues, a victim of a queue with nothing above its guarantee (in a
+/// flavor it holds) is passed over; one larger than what its queue runs above (a borrowing
+/// gang) may be taken — borrowed capacity is always reclaimable — but costs the difference
+/// ([`Spare::overshoot`]), so such victims go after the others; a preemptor's own queue is not
+/// bound (it replaces like with like).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Spare {
     /// `None`: no quotas, everything may be taken. Per queue, then per flavor: looked up for
     /// every eligible victim of every plan, without building a key.
     above: Option<BTreeMap<usize, BTreeMap<Flavor, u64>>>,
+    /// Per queue, milli-GPU it holds above its weighted share: what fair-share reclaim may
+    /// take from it (a queue not listed has nothing above).
+    above_share: BTreeMap<usize, u64>,
 }
 
 impl Spare {
     /// No guarantees to keep.
     pub fn unlimited() -> Spare {
-        Spare { above: None }
+        Spare { above: None, above_share: BTreeMap::new() }
+    }
+
+    /// What each queue holds above its weighted share (for fair-share reclaim).
+    pub fn with_shares(mut self, above_share: BTreeMap<usize, u64>) -> Spare {
+        self.above_share = above_share;
+        self
     }
 
     /// Each (queue, flavor)'s usage above its guarantee; pairs not listed have nothing to spare.
@@ -149,23 +221,52 @@ impl Spare {
         for ((q, f), spare) in above {
             by_queue.entry(q).or_default().insert(f, spare);
         }
-        Spare { above: Some(by_queue) }
+        Spare { above: Some(by_queue), above_share: BTreeMap::new() }
     }
 
-    /// May a preemptor of queue `preemptor` take `v`?
-    pub fn allows(&self, v: &Victim, preemptor: usize) -> bool {
+    /// May a preemptor with `right` take `v`? Its queue must run above its guarantee in every
+    /// flavor `v` holds — by at least `v`'s demand, unless the right may overshoot.
+    pub fn allows(&self, v: &Victim, right: &Right) -> bool {
+        if v.cause(right) == Some(Cause::Consolidation) {
+            // A moved job is placed again by the same plan: its queue keeps what it holds.
+            return true;
+        }
+        if v.queue != right.queue
+            && v.cause(right) == Some(Cause::FairShare)
+            && self.above_share.get(&v.queue).is_none_or(|&above| above < v.milli)
+        {
+            return false;
+        }
         match &self.above {
             None => true,
-            Some(_) if v.queue == preemptor => true,
+            Some(_) if v.queue == right.queue => true,
             Some(above) => {
                 let queue = above.get(&v.queue);
-                v.demand.iter().all(|(f, d)| queue.and_then(|q| q.get(f)).is_some_and(|&spare| spare >= *d))
+                let enough = |f: &Flavor, d: u64| {
+                    queue.and_then(|q| q.get(f)).is_some_and(|&spare| spare > 0 && (right.overshoot || spare >= d))
+                };
+                v.demand.iter().all(|(f, d)| enough(f, *d))
             }
+        }
+    }
+
+    /// Milli-GPU that taking `v` for a preemptor of queue `preemptor` takes below its queue's
+    /// guarantee (0 when what its queue runs above covers it).
+    pub fn overshoot(&self, v: &Victim, preemptor: usize) -> u64 {
+        match &self.above {
+            Some(above) if v.queue != preemptor => {
+                let queue = above.get(&v.queue);
+                v.demand.iter().map(|(f, d)| d.saturating_sub(queue.and_then(|q| q.get(f)).copied().unwrap_or(0))).sum()
+            }
+            _ => 0,
         }
     }
 
     /// Count `v` as taken.
     pub fn take(&mut self, v: &Victim) {
+        if let Some(above) = self.above_share.get_mut(&v.queue) {
+            *above = above.saturating_sub(v.milli);
+        }
         if let Some(above) = self.above.as_mut() {
             for (f, d) in &v.demand {
                 if let Some(spare) = above.get_mut(&v.queue).and_then(|q| q.get_mut(f)) {
@@ -177,9 +278,10 @@ impl Spare {
 }
 
 /// A candidate set's cost, compared lexicographically: jobs in it of last resort (preempted
-/// [`PREEMPTED_TIMES_LAST`] times, or just restarted after a reclaim), GPU-seconds lost, jobs, highest priority among them, then
-/// the allocations (a deterministic tie-break).
-type PlanCost = (usize, u64, usize, i32, Vec<AllocId>);
+/// [`PREEMPTED_TIMES_LAST`] times, or just restarted after a reclaim), milli-GPU taken below
+/// a guarantee, GPU-seconds lost (work and way back), jobs, highest priority among them,
+/// then the allocations (a deterministic tie-break).
+type PlanCost = (usize, u64, u64, usize, i32, Vec<AllocId>);
 
 impl Engine {
     /// Would `job` fit on this engine's state? (Places and releases: the state is unchanged,
@@ -230,20 +332,21 @@ impl Engine {
         let mut eligible: Vec<&Victim> = victims
             .iter()
             .filter(|v| v.cause(right).is_some() && self.allocations.contains_key(&v.alloc))
-            .filter(|v| spare.allows(v, right.queue))
+            .filter(|v| spare.allows(v, right))
             .collect();
-        // (Linear when `victims` come sorted by cost, as the scheduler passes them.)
-        eligible.sort_by_key(|v| v.cost());
+        // (Linear when `victims` come sorted by cost, as the scheduler passes them.) Victims
+        // that would take their queue below its guarantee go after every other.
+        eligible.sort_by_key(|v| (spare.overshoot(v, right.queue) > 0, v.cost()));
         let mut best: Option<(PlanCost, Vec<AllocId>)> = None;
         // The eligible victims by allocation, sorted once the first plan needs its cost.
         let mut by_alloc: Vec<(AllocId, &Victim)> = Vec::new();
         let mut consider = |trial: &mut Trial<'_>, order: &[&Victim]| {
-            if let Some(chosen) = trial.greedy_then_prune(job, order, spare.clone(), right.queue) {
+            if let Some(chosen) = trial.greedy_then_prune(job, order, spare.clone(), right) {
                 if by_alloc.is_empty() {
                     by_alloc = eligible.iter().map(|v| (v.alloc, *v)).collect();
                     by_alloc.sort_unstable_by_key(|&(a, _)| a);
                 }
-                let cost = plan_cost(&chosen, &by_alloc);
+                let cost = plan_cost(&chosen, &by_alloc, spare, right.queue);
                 if best.as_ref().is_none_or(|(b, _)| cost < *b) {
                     best = Some((cost, chosen));
                 }
@@ -277,7 +380,7 @@ impl Engine {
             let nodes: BTreeSet<_> = self.allocations[&v.alloc].tasks.iter().map(|t| t.node).collect();
             for n in nodes {
                 let (cost, on_node) = by_node.entry(n).or_default();
-                *cost += v.work_lost_milli_s;
+                *cost = cost.saturating_add(v.price());
                 on_node.push(v);
             }
         }
@@ -365,7 +468,7 @@ impl<'e> Trial<'e> {
         job: &CompiledJob,
         order: &[&Victim],
         mut spare: Spare,
-        preemptor: usize,
+        right: &Right,
     ) -> Option<Vec<AllocId>> {
         self.reset();
         // What one-by-one adding would release, in order, if the job never fit (`spare`
@@ -374,7 +477,7 @@ impl<'e> Trial<'e> {
         let mut rest = order
             .iter()
             .filter(|v| {
-                let allowed = spare.allows(v, preemptor);
+                let allowed = spare.allows(v, right);
                 if allowed {
                     spare.take(v);
                 }
@@ -472,18 +575,28 @@ impl<'e> Trial<'e> {
     }
 }
 
-/// What stopping `chosen` costs; `by_alloc` holds the eligible victims sorted by allocation.
-fn plan_cost(chosen: &[AllocId], by_alloc: &[(AllocId, &Victim)]) -> PlanCost {
+/// What stopping `chosen` costs; `by_alloc` holds the eligible victims sorted by allocation,
+/// `spare` what each queue may lose before the plan.
+fn plan_cost(chosen: &[AllocId], by_alloc: &[(AllocId, &Victim)], spare: &Spare, preemptor: usize) -> PlanCost {
     let of = |a: &AllocId| {
         let i = by_alloc.binary_search_by_key(a, |&(alloc, _)| alloc).expect("chosen among the eligible victims");
         by_alloc[i].1
     };
-    let lost = chosen.iter().map(|a| of(a).work_lost_milli_s).sum();
+    let mut left = spare.clone();
+    let below = chosen
+        .iter()
+        .map(|a| {
+            let over = left.overshoot(of(a), preemptor);
+            left.take(of(a));
+            over
+        })
+        .sum();
+    let lost = chosen.iter().map(|a| of(a).price()).fold(0u64, u64::saturating_add);
     let repeated = chosen.iter().filter(|a| of(a).last_resort()).count();
     let priority = chosen.iter().map(|a| of(a).priority).max().unwrap_or(i32::MIN);
     let mut allocs = chosen.to_vec();
     allocs.sort_unstable();
-    (repeated, lost, chosen.len(), priority, allocs)
+    (repeated, below, lost, chosen.len(), priority, allocs)
 }
 
 #[cfg(test)]

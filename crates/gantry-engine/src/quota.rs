@@ -74,7 +74,7 @@ impl QuotaBook {
     }
 
     /// Is `a` an ancestor of `b`, or `b` itself?
-    fn encloses(&self, a: usize, b: usize) -> bool {
+    pub(crate) fn encloses(&self, a: usize, b: usize) -> bool {
         self.ancestry(b).contains(&a)
     }
 
@@ -98,10 +98,7 @@ impl QuotaBook {
                     }
                 }
             }
-            let in_use: u64 = (0..self.tree.queues.len())
-                .filter(|&q| self.tree.queues[q].parent.is_none())
-                .map(|q| self.used(q, flavor))
-                .sum();
+            let in_use = capacity - self.free(flavor).expect("capacity known");
             if let Some(h) = holder
                 && in_use + asked + held_back > capacity
             {
@@ -118,6 +115,16 @@ impl QuotaBook {
         Ok(())
     }
 
+    /// Milli-GPU of `flavor` no queue holds, where the fleet's capacity is known.
+    pub fn free(&self, flavor: &Flavor) -> Option<u64> {
+        let capacity = *self.capacity.get(flavor)?;
+        let in_use: u64 = (0..self.tree.queues.len())
+            .filter(|&q| self.tree.queues[q].parent.is_none())
+            .map(|q| self.used(q, flavor))
+            .sum();
+        Some(capacity.saturating_sub(in_use))
+    }
+
     pub fn tree(&self) -> &QueueTree {
         &self.tree
     }
@@ -127,7 +134,7 @@ impl QuotaBook {
         self.tree.queues.iter().any(|q| !q.quotas.is_empty())
     }
 
-    fn ancestry(&self, queue: usize) -> Vec<usize> {
+    pub(crate) fn ancestry(&self, queue: usize) -> Vec<usize> {
         let mut path = vec![queue];
         while let Some(p) = self.tree.queues[*path.last().expect("non-empty")].parent {
             path.push(p);
@@ -330,6 +337,7 @@ mod tests {
             starvation_s: 86_400,
             reclaim_protect_s: 600,
             greedy_reserve_after_s: 1800,
+            preemption: Default::default(),
             billing_milli: Vec::new(),
             user_default: Default::default(),
             users: Vec::new(),

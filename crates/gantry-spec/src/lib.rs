@@ -23,6 +23,7 @@ mod import_slurm_partitions;
 mod model_map;
 mod quantity;
 mod queue_partitions;
+mod queue_preemption;
 mod queues;
 /// Slurm habits (`#SBATCH` options, `submit --gpus N -- command`) as gantry job tables.
 pub mod sbatch;

@@ -1,5 +1,6 @@
 //! The queue file (`queues.toml`): the queue tree (org → team → project), fair-share weights,
-//! quotas per flavor, the usage half-life, the starvation bound and GPU billing weights; and
+//! quotas per flavor, the usage half-life, the starvation bound, preemption's bounds
+//! (`queue_preemption.rs`) and GPU billing weights; and
 //! Slurm's partitions and QOS names (`queue_partitions.rs`).
 //!
 //! Checked whole before anything uses it: unknown parents, parent cycles, duplicate names,
@@ -30,6 +31,7 @@ pub const STARVATION_DEFAULT_S: u64 = 3 * 86_400;
 #[serde(deny_unknown_fields)]
 struct QueueFile {
     fair_share: Option<FairShareEntry>,
+    preemption: Option<crate::queue_preemption::PreemptionEntry>,
     billing: Option<BTreeMap<String, f64>>,
     #[serde(default)]
     queue: Vec<QueueEntry>,
@@ -178,6 +180,7 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
         return Err(SpecError::new("queue", format!("{} queues, the limit is {QUEUES_MAX}", file.queue.len())));
     }
     let [half_life_s, starvation_s, reclaim_protect_s, greedy_reserve_after_s] = fair_share_settings(file.fair_share)?;
+    let preemption = crate::queue_preemption::rules(file.preemption)?;
     let billing_milli = billing_weights(file.billing.unwrap_or_default(), catalog)?;
     let parent_of = parents(&file.queue, text)?;
     let order = parents_first(&file.queue, &parent_of)?;
@@ -204,6 +207,7 @@ pub fn parse_queues(text: &str, catalog: &Catalog) -> Result<QueueTree, SpecErro
         starvation_s,
         reclaim_protect_s,
         greedy_reserve_after_s,
+        preemption,
         billing_milli,
     })
 }

@@ -13,6 +13,7 @@ pub mod job_row;
 pub mod outcome;
 pub mod partition;
 pub mod pending;
+pub mod preemption;
 pub mod quantity;
 pub mod queue;
 pub mod text;
@@ -32,6 +33,7 @@ pub use job_row::{JobRow, Outcome};
 pub use outcome::{GpuGrant, JobOutcome, Reason, ReasonCount, TaskPlacement, add_reason, add_reason_ref, add_reasons};
 pub use partition::{DEFAULT_QUEUE, PlaceRefusal, QOS_DEFAULT, nodes_asked};
 pub use pending::{ClassFree, PendingJob, PendingReason, REASON_CATEGORIES};
+pub use preemption::PreemptionRules;
 pub use quantity::{Bytes, MilliCpu, MilliGpu};
 pub use queue::{
     Flavor, GREEDY_RESERVE_AFTER_DEFAULT_S, Partition, PriorityRange, Qos, QueueSpec, QueueTree, Quota,

@@ -98,6 +98,9 @@ pub struct QueueTree {
     /// every GPU that frees goes to someone's narrower job.
     #[serde(default = "greedy_reserve_after_default")]
     pub greedy_reserve_after_s: u64,
+    /// Bounds on what preemption may cost one job and one promise (`[preemption]`).
+    #[serde(default)]
+    pub preemption: crate::preemption::PreemptionRules,
     /// Weight of one GPU-hour per catalog model id, in thousandths (an H100-hour worth two
     /// A100-hours: 2000 against 1000); models not listed weigh 1000.
     pub billing_milli: Vec<(String, u32)>,
@@ -172,6 +175,7 @@ impl QueueTree {
             starvation_s,
             reclaim_protect_s: RECLAIM_PROTECT_DEFAULT_S,
             greedy_reserve_after_s: GREEDY_RESERVE_AFTER_DEFAULT_S,
+            preemption: Default::default(),
             billing_milli: Vec::new(),
             user_default: UserLimit::default(),
             users: Vec::new(),

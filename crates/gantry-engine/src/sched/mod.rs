@@ -13,10 +13,15 @@
 //! [`PendingReason`] and, where one was reserved, an estimated start.
 
 mod admit;
+mod consolidation;
 mod digest;
+mod entitled;
+mod lending;
 mod moves;
 mod pass;
 mod rights;
+mod shares;
+mod way_back;
 
 use crate::backfill::Reservation;
 use crate::fairshare::{FairShare, Resources};
@@ -45,8 +50,10 @@ enum Waiting {
 /// Most reservations per cycle.
 pub const RESERVE_DEPTH_MAX: usize = 64;
 
-/// How the waiting queue is ordered.
+/// How the waiting queue is ordered. (One per scheduler or replay: the tree's size in the
+/// enum costs nothing worth a box.)
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)]
 pub enum Order {
     /// One FIFO queue (priority ignored), bounded backfill past a blocked head.
     Fifo,
@@ -163,6 +170,8 @@ impl Default for SchedulerConfig {
 pub struct SchedulerMemory {
     pub fair_share: Option<Vec<([u128; crate::fairshare::RESOURCES], u64)>>,
     pub preempted_times: Vec<(JobId, u32)>,
+    /// Milli-GPU-seconds of work each job lost to its stops (its preemption budget).
+    pub preempted_lost: Vec<(JobId, u64)>,
     pub reclaimed: Vec<JobId>,
     pub promises: Vec<JobId>,
     pub promise_at: Vec<(JobId, u64)>,
@@ -308,6 +317,9 @@ pub struct SchedStats {
     /// Backfill candidates refused because their cycle had spent its checks against the
     /// reservations ([`RESERVATION_CHECKS_MAX`]): each waited for a later cycle.
     pub reservation_checks_spent: u64,
+    /// Per started job that waited while its queue's guarantee had room for it: the longest
+    /// such wait, seconds (`entitled.rs`).
+    pub guarantee_waited: BTreeMap<JobId, u64>,
 }
 
 /// The scheduling cycle's state: the engine, the queues, what runs, what waits and why.
@@ -353,7 +365,15 @@ pub struct Scheduler {
     /// How often each job was preempted (killed for a preemptor), and the waiting jobs a
     /// reclaim or the starvation guard stopped (protected when they start again).
     preempted_times: BTreeMap<JobId, u32>,
+    /// Milli-GPU-seconds of work each job lost to its stops, and the bounds on both
+    /// (`QueueTree::preemption`; defaults without fair share).
+    preempted_lost: BTreeMap<JobId, u64>,
+    rules: gantry_types::PreemptionRules,
     reclaimed: BTreeSet<JobId>,
+    /// Waiting jobs within their queue's guarantee, since when (`entitled.rs`).
+    entitled: BTreeMap<JobId, entitled::Entitled>,
+    /// Each queue's recent usage peaks (`lending.rs`).
+    peaks: lending::UsagePeaks,
     /// Jobs holding a promised start, in reservation order (kept across cycles).
     promises: Vec<JobId>,
     /// The depth-1 reservation of the previous cycle (reused while it still holds).
@@ -385,6 +405,7 @@ impl Scheduler {
         let queue_count = fair.as_ref().map_or(1, |fs| fs.tree().queues.len());
         let reclaim_protect_s = fair.as_ref().map_or(0, |fs| fs.tree().reclaim_protect_s);
         let greedy_reserve_after_s = fair.as_ref().map_or(u64::MAX, |fs| fs.tree().greedy_reserve_after_s);
+        let rules = fair.as_ref().map(|fs| fs.tree().preemption).unwrap_or_default();
         let billing = fair.as_ref().map(|fs| fs.tree().billing_milli.clone()).unwrap_or_default();
         Scheduler {
             engine,
@@ -411,7 +432,11 @@ impl Scheduler {
             greedy_reserve_after_s,
             promises: Vec::new(),
             preempted_times: BTreeMap::new(),
+            preempted_lost: BTreeMap::new(),
+            rules,
             reclaimed: BTreeSet::new(),
+            entitled: BTreeMap::new(),
+            peaks: Default::default(),
             promise_at: BTreeMap::new(),
             broken_now: BTreeMap::new(),
             last_reservation: None,
@@ -490,6 +515,7 @@ impl Scheduler {
         SchedulerMemory {
             fair_share: self.fair.as_ref().map(FairShare::memory),
             preempted_times: self.preempted_times.iter().map(|(j, n)| (*j, *n)).collect(),
+            preempted_lost: self.preempted_lost.iter().map(|(j, n)| (*j, *n)).collect(),
             reclaimed: self.reclaimed.iter().copied().collect(),
             promises: self.promises.clone(),
             promise_at: self.promise_at.iter().map(|(j, t)| (*j, *t)).collect(),
@@ -524,6 +550,7 @@ impl Scheduler {
         let known = |j: &JobId| self.jobs.contains_key(j) || self.running.values().any(|r| r.job == *j);
         let waiting = |j: &JobId| self.jobs.contains_key(j);
         self.preempted_times = memory.preempted_times.iter().filter(|(j, _)| known(j)).copied().collect();
+        self.preempted_lost = memory.preempted_lost.iter().filter(|(j, _)| known(j)).copied().collect();
         self.reclaimed = memory.reclaimed.iter().filter(|j| known(j)).copied().collect();
         self.promises = memory.promises.iter().filter(|j| waiting(j)).copied().collect();
         self.promise_at = memory.promise_at.iter().filter(|(j, _)| waiting(j)).copied().collect();
@@ -609,7 +636,23 @@ impl Scheduler {
             let min_runtime = r.started_at.saturating_add(self.jobs[&r.job].job.lifecycle.min_runtime_s);
             [protect, Some(min_runtime)]
         });
-        self.estimate.values().map(|&t| Some(t)).chain(victims_again).flatten().filter(|&t| t > now).min()
+        // A job within its guarantee may take a borrower larger than what its queue borrows
+        // once it has waited the protection period (`preempt::Right::overshoot`).
+        let overshoot =
+            self.entitled.values().filter(|_| self.config.preempt).map(|e| Some(e.since + self.reclaim_protect_s));
+        // A loan held back for a guarantee holder's recent use may be made once that use is
+        // past the lending horizon (`lending.rs`; jobs with a minimum runtime look further back
+        // and are woken by later events).
+        let lend = self.config.preempt.then(|| self.peaks.next_expiry(now, self.rules.lend_horizon_s)).flatten();
+        self.estimate
+            .values()
+            .map(|&t| Some(t))
+            .chain(victims_again)
+            .chain(overshoot)
+            .chain([lend])
+            .flatten()
+            .filter(|&t| t > now)
+            .min()
     }
 
     /// The running job on `alloc`, and when it started.
@@ -766,6 +809,7 @@ impl Scheduler {
     fn stop_running(&mut self, alloc: AllocId, now: u64) -> Option<RunningJob> {
         let ended = self.running.remove(&alloc)?;
         self.engine.release(alloc).expect("a running job's allocation exists");
+        self.usage_changing(self.jobs[&ended.job].queue, &ended.demand, now);
         let entry = &self.jobs[&ended.job];
         if let Some(fs) = self.fair.as_mut() {
             fs.stop(entry.queue, ended.held, now);
@@ -826,6 +870,9 @@ impl Scheduler {
         let ended = self.stop_running(alloc, now)?;
         let cause = self.terminating.remove(&alloc).unwrap_or("priority");
         *self.preempted_times.entry(ended.job).or_default() += 1;
+        let lost = ended.milli.saturating_mul(now.saturating_sub(ended.started_at));
+        let total = self.preempted_lost.entry(ended.job).or_default();
+        *total = total.saturating_add(lost);
         if cause != "priority" {
             self.reclaimed.insert(ended.job);
         }
@@ -871,10 +918,12 @@ impl Scheduler {
 
     /// Record `job` started on `alloc` at `now` (every check passed).
     fn start(&mut self, job: JobId, alloc: AllocId, milli: u64, demand: Vec<(Flavor, u64)>, now: u64) {
+        self.entitled_started(job, now);
         let preemptor = self.awaiting.remove(&job).is_some();
         let protected_since = preemptor.then_some(now);
         let restarted_since = self.reclaimed.remove(&job).then_some(now);
         self.promises.retain(|&p| p != job);
+        self.usage_changing(self.jobs[&job].queue, &demand, now);
         let entry = &self.jobs[&job];
         let q = entry.queue;
         let held = self.engine.held(alloc, &self.billing).expect("just placed");

@@ -118,6 +118,7 @@ impl Scheduler {
     /// waiting jobs have a right to. Every job left waiting carries its reason.
     pub fn cycle(&mut self, now: u64) -> Vec<Decision> {
         let mut decisions = Vec::new();
+        self.track_entitled(now);
         let short = self.pass(now, &mut decisions);
         self.preempt(now, &short, &mut decisions);
         decisions
@@ -577,7 +578,37 @@ impl Scheduler {
     /// queue must not hold each other back), or its guarantee against another
     /// queue's reservation (a reservation holds capacity against borrowers, not against a
     /// guarantee; a reserved job within its own guarantee keeps its right to reclaim).
-    pub(super) fn overrides(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
+    ///
+    /// Starvation, and a guarantee against a reserved job that is itself within its queue's
+    /// guarantee, push a promise back only within the slip bound
+    /// (`PreemptionRules::promise_slip_max_s`): `new_start`, when the reserved job would start
+    /// with `job` running (`None`: not known to end), must stay within the bound of the first
+    /// start promised in its wait; past it, the reservation holds. A guarantee against a
+    /// reserved job that would borrow is not bounded: the lender's guarantee wins over a
+    /// borrower's promise, as over its running jobs.
+    pub(super) fn overrides(
+        &self,
+        job: JobId,
+        demand: &[(Flavor, u64)],
+        reserved: JobId,
+        new_start: Option<u64>,
+    ) -> Option<&'static str> {
+        let right = self.override_right(job, demand, reserved)?;
+        if matches!(right, "priority" | "queue-order") {
+            return Some(right);
+        }
+        let r = &self.jobs[&reserved];
+        let borrows =
+            self.quotas.as_ref().is_some_and(|b| !b.within_guarantee(r.queue, r.job.compiled.milli_at_most()));
+        if matches!(right, "guarantee" | "consolidation") && borrows {
+            return Some(right);
+        }
+        let Some(&promised) = self.promise_at.get(&reserved) else { return Some(right) };
+        new_start.is_some_and(|t| t <= promised.saturating_add(self.rules.promise_slip_max_s)).then_some(right)
+    }
+
+    /// [`Scheduler::overrides`] before the slip bound.
+    fn override_right(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
         if let Some(a) = self.awaiting.get(&job) {
             return Some(a.right);
         }

@@ -32,20 +32,22 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const PREEMPTORS_MAX: usize = 8;
 
 /// Per (queue, flavor): milli-GPU its guarantee still has room for.
-type Room = BTreeMap<(usize, Flavor), u64>;
+pub(super) type Room = BTreeMap<(usize, Flavor), u64>;
 
 /// A preemption plan checked against the room of the preemptor's queue.
-struct Plan {
-    victims: Vec<AllocId>,
-    right: Right,
+pub(super) struct Plan {
+    pub victims: Vec<AllocId>,
+    pub right: Right,
     /// Where the plan placed the preemptor, and what that counts against quotas.
-    tasks: Vec<crate::ledger::TaskGrant>,
-    demand: Vec<(Flavor, u64)>,
+    pub tasks: Vec<crate::ledger::TaskGrant>,
+    pub demand: Vec<(Flavor, u64)>,
+    /// The preemptor's own queue's jobs it moves, each placed again by the same plan.
+    pub moves: Vec<super::consolidation::Move>,
 }
 
 impl Scheduler {
     /// Room left in each queue's guarantee, per flavor it has one for.
-    fn guarantee_room(&self) -> Room {
+    pub(super) fn guarantee_room(&self) -> Room {
         let Some(book) = &self.quotas else { return Room::new() };
         let mut room = Room::new();
         for (q, spec) in book.tree().queues.iter().enumerate() {
@@ -57,9 +59,11 @@ impl Scheduler {
         room
     }
 
-    /// What preemption may take from each queue: its usage above its guarantee, per flavor.
-    fn spare(&self) -> Spare {
-        let Some(book) = &self.quotas else { return Spare::unlimited() };
+    /// What preemption may take from each queue: its usage above its guarantee, per flavor,
+    /// and above its weighted share (`shares`, when the tree reclaims toward shares).
+    fn spare(&self, shares: Option<&super::shares::Shares>) -> Spare {
+        let above_share = shares.map(|s| s.held.keys().map(|&q| (q, s.above(q))).collect()).unwrap_or_default();
+        let Some(book) = &self.quotas else { return Spare::unlimited().with_shares(above_share) };
         let mut above = BTreeMap::new();
         for r in self.running.values() {
             let q = self.jobs[&r.job].queue;
@@ -69,11 +73,12 @@ impl Scheduler {
                     .or_insert_with(|| book.used(q, flavor).saturating_sub(book.guaranteed(q, flavor)));
             }
         }
-        Spare::above_guarantee(above)
+        Spare::above_guarantee(above).with_shares(above_share)
     }
 
-    /// What entitles `job` to capacity at `now`, given the room left in guarantees.
-    fn right(&self, job: JobId, now: u64, room: &Room) -> Right {
+    /// What entitles `job` to capacity at `now`, given the room left in guarantees and, with
+    /// fair-share reclaim, in weighted shares.
+    fn right(&self, job: JobId, now: u64, room: &Room, shares: Option<&super::shares::Shares>) -> Right {
         let entry = &self.jobs[&job];
         let milli = entry.job.compiled.milli_at_most();
         let guarantee =
@@ -81,13 +86,18 @@ impl Scheduler {
         Right {
             queue: entry.queue,
             priority: entry.job.priority,
+            milli,
             guarantee,
             starving: self.starvation_s.is_some_and(|s| now.saturating_sub(entry.eligible_at) >= s),
+            fair_share: shares.is_some_and(|s| s.room_for(entry.queue, milli)),
+            consolidate: false,
+            team: self.siblings(entry.queue),
+            overshoot: self.entitled_for(job, now) >= self.reclaim_protect_s,
         }
     }
 
-    /// A running job as the planner sees it.
-    fn victim(&self, alloc: AllocId, now: u64) -> Victim {
+    /// A running job as the planner sees it (`way_backs`: the expected wait per shape).
+    fn victim(&self, alloc: AllocId, now: u64, way_backs: &super::way_back::WayBacks) -> Victim {
         let r = &self.running[&alloc];
         let entry = &self.jobs[&r.job];
         let ran = now - r.started_at;
@@ -105,9 +115,12 @@ impl Scheduler {
             queue: entry.queue,
             priority: entry.job.priority,
             preemptible: entry.job.lifecycle.preemptible,
+            milli: r.milli,
             demand: r.demand.clone(),
             borrowed,
             work_lost_milli_s: r.milli.saturating_mul(ran),
+            way_back_milli_s: r.milli.saturating_mul(way_backs.get(&entry.shape).copied().unwrap_or(0)),
+            budget_spent: self.budget_spent(r.job),
             min_runtime_left_s: entry.job.lifecycle.min_runtime_s.saturating_sub(ran),
             started_starved: r.started_starved,
             reclaim_protected: r.protected_since.is_some_and(|t| now < t.saturating_add(self.reclaim_protect_s)),
@@ -116,11 +129,50 @@ impl Scheduler {
         }
     }
 
+    /// The other children of `queue`'s parent (none for a root queue or without a tree).
+    fn siblings(&self, queue: usize) -> Vec<usize> {
+        let Some(fair) = &self.fair else { return Vec::new() };
+        let queues = &fair.tree().queues;
+        let Some(parent) = queues[queue].parent else { return Vec::new() };
+        (0..queues.len()).filter(|&q| q != queue && queues[q].parent == Some(parent)).collect()
+    }
+
+    /// Has `job` spent its preemption budget (stops, or work lost)?
+    pub(super) fn budget_spent(&self, job: JobId) -> bool {
+        let stops = self.preempted_times.get(&job).copied().unwrap_or(0);
+        self.rules.spent(stops, self.preempted_lost.get(&job).copied().unwrap_or(0))
+    }
+
+    /// Count each victim's way back in its price, cheapest first again.
+    fn price_way_backs(&self, victims: &mut [Victim], now: u64) {
+        let way_backs = self.way_backs(now);
+        for v in victims.iter_mut() {
+            let shape = self.jobs[&self.running[&v.alloc].job].shape;
+            v.way_back_milli_s = v.milli.saturating_mul(way_backs.get(&shape).copied().unwrap_or(0));
+        }
+        victims.sort_by_key(|v| v.cost());
+    }
+
     /// Plan victims for `job` on `base`; where the plan reclaims a guarantee, the job must be
     /// placed (with the victims gone) within its queue's room, else it is planned again with
-    /// priority and starvation alone. With the plan comes the planning copy as it leaves the
-    /// fleet: the victims gone and the preemptor placed.
+    /// priority and starvation alone; failing that, a job within its guarantee may move its
+    /// own queue's smaller jobs (`consolidation.rs`). With the plan comes the planning copy as
+    /// it leaves the fleet: the victims gone and the preemptor placed.
     fn plan_checked(
+        &self,
+        base: &Engine,
+        job: &CompiledJob,
+        right: Right,
+        victims: &[Victim],
+        spare: &Spare,
+        room: &Room,
+    ) -> Option<(Plan, Engine)> {
+        self.plan_direct(base, job, right.clone(), victims, spare, room)
+            .or_else(|| self.plan_consolidating(base, job, right, victims, spare, room))
+    }
+
+    /// [`Scheduler::plan_checked`] without consolidation.
+    fn plan_direct(
         &self,
         base: &Engine,
         job: &CompiledJob,
@@ -143,7 +195,7 @@ impl Scheduler {
             });
             let within = demand.iter().all(|(f, d)| room.get(&(right.queue, f.clone())).is_some_and(|r| r >= d));
             if !reclaims || within {
-                return Some((Plan { victims: chosen, right, tasks, demand }, after));
+                return Some((Plan { victims: chosen, right, tasks, demand, moves: Vec::new() }, after));
             }
             right.guarantee.clear();
         }
@@ -172,23 +224,27 @@ impl Scheduler {
     /// with an eligible victim), each on what the ones before it leave, and decide the stops.
     fn plan_preemptors(&mut self, now: u64, short: &[JobId], decisions: &mut Vec<Decision>) {
         let mut room = self.guarantee_room();
-        let mut spare = self.spare();
+        let mut shares = self.weighted_shares();
+        let mut spare = self.spare(shares.as_ref());
         // The fleet as the stopping victims leave it, their preemptors placed and claimed.
         let mut base = self.engine.planning_copy();
         for &alloc in self.terminating.keys() {
             self.engine.release_on(&mut base, alloc);
-            spare.take(&self.victim(alloc, now));
+            spare.take(&self.victim(alloc, now, &Default::default()));
         }
         for (&k, a) in &self.awaiting {
             if base.place_exact(&self.jobs[&k].job.compiled, &a.tasks).is_some() {
                 claim(&mut room, self.jobs[&k].queue, &a.demand);
             }
         }
+        // Way backs are estimated once a preemptor has an eligible victim (until then no
+        // victim's price matters).
+        let mut priced = false;
         let mut victims: Vec<Victim> = self
             .running
             .keys()
             .filter(|alloc| !self.terminating.contains_key(alloc))
-            .map(|&alloc| self.victim(alloc, now))
+            .map(|&alloc| self.victim(alloc, now, &Default::default()))
             .collect();
         // Cheapest first, as every plan takes them: each plan then filters, not sorts.
         victims.sort_by_key(|v| v.cost());
@@ -205,17 +261,21 @@ impl Scheduler {
             if self.awaiting.contains_key(&job) {
                 continue;
             }
-            let right = self.right(job, now, &room);
+            let right = self.right(job, now, &room, shares.as_ref());
             let any = match eligible.iter().find(|(r, _)| *r == right) {
                 Some(&(_, any)) => any,
                 None => {
-                    let any = victims.iter().any(|v| v.cause(&right).is_some() && spare.allows(v, right.queue));
+                    let any = victims.iter().any(|v| v.cause(&right).is_some() && spare.allows(v, &right));
                     eligible.push((right.clone(), any));
                     any
                 }
             };
             if !any {
                 continue;
+            }
+            if !priced {
+                priced = true;
+                self.price_way_backs(&mut victims, now);
             }
             eligible.clear();
             requests += 1;
@@ -224,6 +284,16 @@ impl Scheduler {
                 continue;
             };
             claim(&mut room, plan.right.queue, &plan.demand);
+            if let Some(s) = shares.as_mut() {
+                s.claim(
+                    plan.right.queue,
+                    plan.right.milli,
+                    plan.victims.iter().map(|a| {
+                        let r = &self.running[a];
+                        (self.jobs[&r.job].queue, r.milli)
+                    }),
+                );
+            }
             base = after;
             if plan.victims.is_empty() {
                 self.await_leftover(job, &plan.right, plan.tasks, plan.demand, now);
@@ -233,8 +303,36 @@ impl Scheduler {
         }
     }
 
-    /// Decide the stops of `plan`'s victims for `job`, which then awaits them.
+    /// Decide the stops of `plan`'s victims for `job`, which then awaits them, and those of
+    /// its moves (each moved job awaits its own victims, or the preemptor's when it needs none).
     fn stop_victims(
+        &mut self,
+        job: JobId,
+        mut plan: Plan,
+        victims: &mut Vec<Victim>,
+        spare: &mut Spare,
+        now: u64,
+        decisions: &mut Vec<Decision>,
+    ) {
+        let moves = std::mem::take(&mut plan.moves);
+        let waits_for = plan.victims.clone();
+        self.stop_for(job, plan, victims, spare, now, decisions);
+        for m in moves {
+            let plan = Plan { victims: m.victims, right: m.right, tasks: m.tasks, demand: m.demand, moves: Vec::new() };
+            if plan.victims.is_empty() {
+                let until = self.awaiting[&job].until;
+                let (tasks, demand) = (plan.tasks, plan.demand);
+                let right = Cause::Consolidation.name();
+                let awaiting = Awaiting { victims: waits_for.clone(), until, right, owed: Vec::new(), tasks, demand };
+                self.awaiting.insert(m.job, awaiting);
+            } else {
+                self.stop_for(m.job, plan, victims, spare, now, decisions);
+            }
+        }
+    }
+
+    /// Decide the stops of `plan`'s victims for `job`, which then awaits them.
+    fn stop_for(
         &mut self,
         job: JobId,
         plan: Plan,

@@ -313,9 +313,12 @@ proptest! {
                     queue,
                     priority,
                     preemptible: preemptible || i % 3 == 0,
+                    milli: 1000,
                     demand: vec![(pool_flavor.clone(), 1000)],
                     borrowed: if borrower { vec![pool_flavor.clone()] } else { Vec::new() },
                     work_lost_milli_s: (i as u64 * 7919) % 1000,
+                    way_back_milli_s: (i as u64 * 104_729) % 500,
+                    budget_spent: i % 11 == 4,
                     min_runtime_left_s: min_left % 2,
                     started_starved: i % 5 == 0,
                     reclaim_protected: i % 7 == 0,
@@ -324,7 +327,17 @@ proptest! {
                 }
             })
             .collect();
-        let right = Right { queue: 0, priority, guarantee: if within_guarantee { vec![pool_flavor.clone()] } else { Vec::new() }, starving };
+        let right = Right {
+            queue: 0,
+            priority,
+            milli: 1000,
+            guarantee: if within_guarantee { vec![pool_flavor.clone()] } else { Vec::new() },
+            starving,
+            fair_share: false,
+            overshoot: false,
+            consolidate: false,
+            team: Vec::new(),
+        };
         let job = engine.compile(&preemptor).expect("compiles");
         let without = |gone: &[u64]| {
             let mut copy = engine.clone();
@@ -341,14 +354,14 @@ proptest! {
                     let entitled = v.priority < priority
                         || (!own && !v.reclaim_protected && within_guarantee && !v.borrowed.is_empty())
                         || (!own && !v.reclaim_protected && starving && v.priority <= priority && !v.started_starved);
-                    prop_assert!(v.preemptible && v.min_runtime_left_s == 0 && entitled, "{v:?} is not the preemptor's to stop");
+                    prop_assert!(v.preemptible && v.min_runtime_left_s == 0 && !v.budget_spent && entitled, "{v:?} is not the preemptor's to stop");
                 }
                 prop_assert!(without(&chosen), "the preemptor does not fit after {chosen:?}");
                 for i in 0..chosen.len() {
                     let rest: Vec<u64> = chosen.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &a)| a).collect();
                     prop_assert!(!without(&rest), "victim {} was not needed", chosen[i]);
                 }
-                let key = |v: &Victim| (usize::from(v.preempted_times >= gantry_engine::preempt::PREEMPTED_TIMES_LAST || v.restarted_after_reclaim), v.work_lost_milli_s);
+                let key = |v: &Victim| (usize::from(v.preempted_times >= gantry_engine::preempt::PREEMPTED_TIMES_LAST || v.restarted_after_reclaim), v.price());
                 let of = |a: &u64| victims.iter().find(|v| v.alloc == *a).expect("known");
                 let plan = chosen.iter().fold((0usize, 0u64), |(r, l), a| (r + key(of(a)).0, l + key(of(a)).1));
                 for v in victims.iter().filter(|v| v.cause(&right).is_some()) {

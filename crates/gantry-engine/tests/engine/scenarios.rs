@@ -606,9 +606,12 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
         queue: 1,
         priority,
         preemptible: true,
+        milli: 1000,
         demand: vec![(a100.clone(), 1000)],
         borrowed: if borrower { vec![a100.clone()] } else { Vec::new() },
         work_lost_milli_s: 100_000 * i as u64,
+        way_back_milli_s: 0,
+        budget_spent: false,
         min_runtime_left_s: 0,
         started_starved: false,
         reclaim_protected: false,
@@ -618,8 +621,13 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
     let right = |priority, guarantee: bool, starving| Right {
         queue: 0,
         priority,
+        milli: 2000,
         guarantee: if guarantee { vec![a100.clone()] } else { Vec::new() },
         starving,
+        fair_share: false,
+        overshoot: false,
+        consolidate: false,
+        team: Vec::new(),
     };
     let two = jobs("[[job]]\nname = \"p\"\ngpu = { count = 2 }\n").remove(0);
     let two = engine.compile(&two).expect("compiles");
@@ -743,9 +751,12 @@ fn victims_are_chosen_by_gpu_seconds_lost_then_count() {
         queue: 1,
         priority: 0,
         preemptible: true,
+        milli,
         demand: Vec::new(),
         borrowed: Vec::new(),
         work_lost_milli_s: milli * ran,
+        way_back_milli_s: 0,
+        budget_spent: false,
         min_runtime_left_s: 0,
         started_starved: false,
         reclaim_protected: false,
@@ -754,7 +765,17 @@ fn victims_are_chosen_by_gpu_seconds_lost_then_count() {
     };
     let mut victims = vec![v(big, 8000, 60), v(four, 4000, 100)];
     victims.extend(ones.iter().map(|&a| v(a, 1000, 100)));
-    let right = Right { queue: 0, priority: 1, guarantee: Vec::new(), starving: false };
+    let right = Right {
+        queue: 0,
+        priority: 1,
+        milli: 1000,
+        guarantee: Vec::new(),
+        starving: false,
+        fair_share: false,
+        overshoot: false,
+        consolidate: false,
+        team: Vec::new(),
+    };
     let one_gpu = engine.compile(&jobs("[[job]]\nname = \"p1\"\ngpu = { count = 1 }\n").remove(0)).expect("compiles");
     let four_gpus = engine.compile(&jobs("[[job]]\nname = \"p4\"\ngpu = { count = 4 }\n").remove(0)).expect("compiles");
     assert_eq!(engine.plan_preemption(&one_gpu, &right, &victims), Some(vec![ones[0]]), "100 GPU-s, not 480");

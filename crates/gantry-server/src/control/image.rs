@@ -127,6 +127,8 @@ pub(crate) struct SchedulerMemoryRecord {
     /// outgrow JSON's safe integers) and the tick it was brought to.
     fair_share: Option<Vec<([String; RESOURCES], u64)>>,
     preempted_times: Vec<(u64, u32)>,
+    #[serde(default)]
+    preempted_lost: Vec<(u64, u64)>,
     reclaimed: Vec<u64>,
     promises: Vec<u64>,
     promise_at: Vec<(u64, u64)>,
@@ -141,6 +143,7 @@ impl From<SchedulerMemory> for SchedulerMemoryRecord {
         SchedulerMemoryRecord {
             fair_share: m.fair_share.map(|q| q.into_iter().map(|(d, t)| (d.map(|x| x.to_string()), t)).collect()),
             preempted_times: m.preempted_times,
+            preempted_lost: m.preempted_lost,
             reclaimed: m.reclaimed,
             promises: m.promises,
             promise_at: m.promise_at,
@@ -159,6 +162,7 @@ impl From<SchedulerMemoryRecord> for SchedulerMemory {
                 .fair_share
                 .map(|q| q.into_iter().map(|(d, t)| (d.map(|x| x.parse().unwrap_or(0)), t)).collect()),
             preempted_times: r.preempted_times,
+            preempted_lost: r.preempted_lost,
             reclaimed: r.reclaimed,
             promises: r.promises,
             promise_at: r.promise_at,

@@ -9,7 +9,7 @@
 //! - placement ([`placement`]): where the job would run, on the GPUs its plan holds for it
 //!   when it is a preemptor or a reserved job whose start has come;
 //! - after placement, with [`AfterPlacement`]'s signature: the user's GPUs ([`user_limit`]),
-//!   quota and reclaim ([`quota`]), capacity freed for a preemptor ([`preemptor_room`]), and
+//!   quota and reclaim ([`quota`]), a spent preemption budget ([`budget`]), capacity freed for a preemptor ([`preemptor_room`]), and
 //!   the reserved starts it must not delay ([`reservation`]).
 //!
 //! A check refuses with a [`Refusal`] (the typed reason, whether the queue is blocked behind
@@ -17,6 +17,7 @@
 //! promises it pushes back by a higher right.
 
 mod array;
+mod budget;
 mod placement;
 mod preempting;
 mod preemptor_room;
@@ -87,8 +88,8 @@ type AfterPlacement = fn(&mut Scheduler, &Ask, &mut Go, &mut Reservations) -> Re
 
 const BEFORE_PLACEMENT: [BeforePlacement; 3] = [preempting::check, array::check, user_limit::check_jobs];
 
-const AFTER_PLACEMENT: [AfterPlacement; 4] =
-    [user_limit::check_gpus, quota::check, preemptor_room::check, reservation::check];
+const AFTER_PLACEMENT: [AfterPlacement; 5] =
+    [user_limit::check_gpus, quota::check, budget::check, preemptor_room::check, reservation::check];
 
 impl Scheduler {
     /// Try to start `job` now. On success: what it holds and the promises it pushes back by

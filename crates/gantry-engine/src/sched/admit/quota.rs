@@ -1,7 +1,8 @@
 //! Quotas (the queue tree's guarantees and limits, per flavor): the candidate's demand must
 //! fit its queue's; and a job that would borrow in a flavor another queue is reclaiming right
 //! now waits (what the reclaim frees must not be borrowed back at once), losing its promised
-//! start, if it had one, to the reclaiming job's right.
+//! start, if it had one, to the reclaiming job's right; so does one that would borrow what
+//! guarantee holders are owed or expected to claim during its run (`lending.rs`).
 
 use super::{Ask, Go, Refusal, Reservations};
 use crate::sched::Scheduler;
@@ -24,6 +25,11 @@ pub(super) fn check(s: &mut Scheduler, ask: &Ask, go: &mut Go, _: &mut Reservati
     }
     if let Some((k, reason)) = s.owed_to_other(ask.job, &go.demand) {
         s.preemptor_takes_promise(ask.job, k, ask.now);
+        return Err(Refusal::alone(reason));
+    }
+    if s.config.preempt
+        && let Some(reason) = s.owed_to_lenders(ask.job, &go.demand, ask.now)
+    {
         return Err(Refusal::alone(reason));
     }
     Ok(())

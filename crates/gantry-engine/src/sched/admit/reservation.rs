@@ -59,7 +59,9 @@ fn the_one(
         return Ok(());
     }
     let (reserved, start_s) = (*reserved, *start_s);
-    match s.overrides(ask.job, &go.demand, reserved) {
+    // The candidate delays the reserved start to its end at the latest.
+    let new_start = end.map(|e| e.max(start_s));
+    match s.overrides(ask.job, &go.demand, reserved, new_start) {
         Some(right) => go.displaced.push((reserved, right)),
         None => return Err(waits_for(s, reserved, start_s)),
     }
@@ -112,7 +114,7 @@ fn plan_again(
     let again = s.engine.replan(&jobs, &running, ask.now);
     for ((k, before), after) in planned.iter().zip(&again) {
         if after.as_ref().is_none_or(|a| a.start_s > before.start_s) {
-            match s.overrides(ask.job, &go.demand, *k) {
+            match s.overrides(ask.job, &go.demand, *k, after.as_ref().map(|a| a.start_s)) {
                 Some(right) => go.displaced.push((*k, right)),
                 None => return Err(waits_for(s, *k, before.start_s)),
             }

@@ -1,0 +1,98 @@
+//! How long jobs wait while their queue's guarantee has room for them: the number a
+//! guarantee is judged by (a guarantee is kept when such a job starts within one cycle plus
+//! its victims' grace period). Each cycle, the jobs of each queue with a guarantee are taken
+//! in queue order (its promised jobs first) against the room left in it, each claiming its share of the room before
+//! the next is judged, up to the first job the room cannot hold (the jobs behind it wait for
+//! their own queue's head, not for other queues) and at most [`ENTITLED_SCAN_MAX`]: a job
+//! within the room starts its clock, or keeps it running; one no longer within it (its
+//! queue's own jobs took the room) stops it. When a job starts, the time since its clock started is recorded
+//! ([`SchedStats::guarantee_waited`]).
+//!
+//! The same list keeps lending honest: while such a job waits, a start that would make
+//! another queue borrow in its flavor may take only what the waiting jobs do not need
+//! (`lending.rs`) — else the capacity a queue is owed goes to a borrower that the next
+//! cycle's reclaim stops again.
+
+use super::{JobId, Scheduler};
+use gantry_types::Flavor;
+use std::collections::BTreeMap;
+
+/// A waiting job within its queue's guarantee: since when, its queue, the flavor whose room
+/// it claims and how much.
+#[derive(Clone, Debug)]
+pub(super) struct Entitled {
+    pub since: u64,
+    pub queue: usize,
+    pub flavor: Flavor,
+    milli: u64,
+}
+
+/// Waiting jobs per queue judged against its guarantee each cycle.
+pub const ENTITLED_SCAN_MAX: usize = 16;
+
+impl Scheduler {
+    /// Start or stop the clocks of jobs waiting within their queue's guarantee, at `now`.
+    pub(super) fn track_entitled(&mut self, now: u64) {
+        if self.quotas.is_none() {
+            return;
+        }
+        let mut room = self.guarantee_room();
+        let mut within: BTreeMap<JobId, (usize, Flavor, u64)> = BTreeMap::new();
+        for (q, pending) in self.pending.iter().enumerate() {
+            if !room.keys().any(|(rq, _)| *rq == q) {
+                continue;
+            }
+            // The queue's promised jobs hold its claim first (the others may not delay them).
+            let promised = self.promises.iter().copied().filter(|j| self.jobs[j].queue == q);
+            let in_order = pending.iter().map(|&(_, _, job)| job).filter(|j| !self.promises.contains(j));
+            for job in promised.chain(in_order).take(ENTITLED_SCAN_MAX) {
+                if self.held.contains(&job) {
+                    continue;
+                }
+                let milli = self.jobs[&job].job.compiled.milli_at_most();
+                let flavor: Option<Flavor> =
+                    room.iter().find(|((rq, _), r)| *rq == q && **r >= milli).map(|((_, f), _)| f.clone());
+                // The queue's own order decides past a job beyond its room: the jobs behind
+                // it wait for it, not for other queues (their clocks do not run).
+                let Some(f) = flavor else { break };
+                *room.get_mut(&(q, f.clone())).expect("found") -= milli;
+                within.insert(job, (q, f, milli));
+            }
+        }
+        self.entitled.retain(|job, _| within.contains_key(job));
+        for (job, (queue, flavor, milli)) in within {
+            let since = self.entitled.get(&job).map_or(now, |e| e.since);
+            self.entitled.insert(job, Entitled { since, queue, flavor, milli });
+        }
+    }
+
+    /// How long `job` has waited within its guarantee at `now` (0: it is not within it).
+    pub(super) fn entitled_for(&self, job: JobId, now: u64) -> u64 {
+        self.entitled.get(&job).map_or(0, |e| now.saturating_sub(e.since))
+    }
+
+    /// `job` starts at `now`: record how long it waited within its guarantee.
+    pub(super) fn entitled_started(&mut self, job: JobId, now: u64) {
+        if let Some(e) = self.entitled.remove(&job) {
+            let waited = self.stats.guarantee_waited.entry(job).or_default();
+            *waited = (*waited).max(now - e.since);
+            if std::env::var("X_GW").is_ok() && now - e.since > 400 {
+                eprintln!(
+                    "GW {} waited {} since {} milli {} queue {}",
+                    self.jobs[&job].job.name,
+                    now - e.since,
+                    e.since,
+                    e.milli,
+                    e.queue
+                );
+            }
+        }
+    }
+
+    /// Milli-GPU that jobs of `queue` (or below it) waiting within its guarantee need in
+    /// `flavor`.
+    pub(super) fn entitled_in(&self, queue: usize, flavor: &Flavor) -> u64 {
+        let Some(book) = &self.quotas else { return 0 };
+        self.entitled.values().filter(|e| &e.flavor == flavor && book.encloses(queue, e.queue)).map(|e| e.milli).sum()
+    }
+}

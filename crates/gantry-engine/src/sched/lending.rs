@@ -1,0 +1,148 @@
+//! Reclaim-aware lending: a queue's idle guarantee is lent to other queues' jobs, but a loan
+//! its holder takes back soon after throws the borrower's work away (the churn of a daily
+//! peak or a periodic burst), and a loan to a job with a minimum runtime cannot be taken back
+//! before that runtime is over. So a start that would make its queue borrow in a flavor is
+//! refused when what stays free after it could not hold what the guarantee holders claim:
+//!
+//! - what their jobs waiting within the guarantee need now (`entitled.rs`); and
+//! - what they used in the past stretch as long as the borrower's protected run — its whole
+//!   planned length once it has spent its preemption budget (no reclaim may stop it then),
+//!   else its minimum runtime, else its planned length up to the tree's lending horizon
+//!   (`PreemptionRules::lend_horizon_s`, default 30 minutes) — at most [`LOOKBACK_MAX_S`]:
+//!   the recent past as the forecast of the near future; a team that peaked at 12 GPUs in
+//!   the last half hour is expected to want them again in the next.
+//!
+//! The cost is guaranteed capacity left idle while its holder is quiet, and longer waits for
+//! the queues that live on borrowed capacity (docs/policies.md, "Preemption", measures the
+//! horizon against both). Each guarantee line counts once: the highest queue with a guarantee
+//! in the flavor that is not in the borrower's own line.
+
+use super::{JobId, Scheduler};
+use gantry_types::{Flavor, PendingReason};
+use std::collections::{BTreeMap, VecDeque};
+
+/// Longest past looked at: a day, one period of a diurnal load.
+pub const LOOKBACK_MAX_S: u64 = 86_400;
+
+/// Per (queue, flavor): the usage levels that ended in the last [`LOOKBACK_MAX_S`], as
+/// (when the level ended, the level), kept decreasing from oldest to newest (a level lower
+/// than a later one never decides a maximum over a window reaching back to it).
+#[derive(Clone, Debug, Default)]
+pub(super) struct UsagePeaks {
+    ended: BTreeMap<(usize, Flavor), VecDeque<(u64, u64)>>,
+}
+
+impl UsagePeaks {
+    /// `queue`'s usage of `flavor` changed at `now` from `before`.
+    pub fn changed(&mut self, queue: usize, flavor: &Flavor, before: u64, now: u64) {
+        let levels = self.ended.entry((queue, flavor.clone())).or_default();
+        while levels.back().is_some_and(|&(_, level)| level <= before) {
+            levels.pop_back();
+        }
+        levels.push_back((now, before));
+        while levels.front().is_some_and(|&(t, _)| t + LOOKBACK_MAX_S < now) {
+            levels.pop_front();
+        }
+    }
+
+    /// The queues with a recorded level of `flavor` (it ran there within the lookback).
+    pub fn queues<'a>(&'a self, flavor: &'a Flavor) -> impl Iterator<Item = usize> + 'a {
+        self.ended.keys().filter(move |(_, f)| f == flavor).map(|(q, _)| *q)
+    }
+
+    /// The first instant after `now` at which a level stops counting for a window of
+    /// `window_s` (a loan it held back may be made then).
+    pub fn next_expiry(&self, now: u64, window_s: u64) -> Option<u64> {
+        let window_s = window_s.min(LOOKBACK_MAX_S);
+        self.ended.values().flatten().map(|&(t, _)| t.saturating_add(window_s)).filter(|&t| t > now).min()
+    }
+
+    /// Highest usage of `flavor` by `queue` over the last `window_s` before `now`, given its
+    /// usage now.
+    pub fn peak(&self, queue: usize, flavor: &Flavor, now_used: u64, window_s: u64, now: u64) -> u64 {
+        let Some(levels) = self.ended.get(&(queue, flavor.clone())) else { return now_used };
+        let from = now.saturating_sub(window_s.min(LOOKBACK_MAX_S));
+        // A level that ended exactly `window_s` ago no longer counts.
+        let first = levels.partition_point(|&(t, _)| t <= from);
+        levels.get(first).map_or(now_used, |&(_, level)| level.max(now_used))
+    }
+}
+
+impl Scheduler {
+    /// Record the usage of `queue` and its ancestors before a change of `demand`'s flavors.
+    pub(super) fn usage_changing(&mut self, queue: usize, demand: &[(Flavor, u64)], now: u64) {
+        let Some(book) = &self.quotas else { return };
+        for q in book.ancestry(queue) {
+            for (f, _) in demand {
+                self.peaks.changed(q, f, book.used(q, f), now);
+            }
+        }
+    }
+
+    /// Refuse a start of `job` at `now` that would borrow (`demand`) what guarantee holders
+    /// are owed or expected to claim during its run.
+    pub(super) fn owed_to_lenders(&self, job: JobId, demand: &[(Flavor, u64)], now: u64) -> Option<PendingReason> {
+        let book = self.quotas.as_ref()?;
+        if self.awaiting.contains_key(&job) {
+            // A preemptor starts where its plan put it: its victims were stopped for that.
+            return None;
+        }
+        let entry = &self.jobs[&job];
+        let q = entry.queue;
+        let planned = entry.job.planned_length_s.unwrap_or(LOOKBACK_MAX_S);
+        let horizon_s = match entry.job.lifecycle.min_runtime_s {
+            // A job past its preemption budget is never stopped: it borrows only what no
+            // guarantee holder used in a stretch as long as its whole run.
+            _ if self.budget_spent(job) => planned,
+            0 => planned.min(self.rules.lend_horizon_s),
+            m => m,
+        };
+        for (f, d) in demand.iter().filter(|(f, d)| book.over_guarantee(q, f, *d)) {
+            let Some(free) = book.free(f) else { continue };
+            let mut claimed = 0u64;
+            let mut by: Option<(usize, u64)> = None;
+            for x in self.guarantee_lines(q, f) {
+                let used = book.used(x, f);
+                let expected = self.peaks.peak(x, f, used, horizon_s, now).min(book.guaranteed(x, f));
+                let waiting = self.entitled_in(x, f);
+                let claim = expected.saturating_sub(used).max(waiting);
+                if claim > by.map_or(0, |(_, c)| c) {
+                    by = Some((x, claim));
+                }
+                claimed = claimed.saturating_add(claim);
+            }
+            if let Some((x, _)) = by
+                && free < d.saturating_add(claimed)
+            {
+                return Some(PendingReason::Quota {
+                    queue: book.tree().queues[x].name.clone(),
+                    flavor: f.clone(),
+                    rule: "guarantee (its holder claims it before this job could be stopped)".into(),
+                    used_milli: book.used(x, f),
+                    asked_milli: *d,
+                    bound_milli: free.saturating_sub(claimed),
+                });
+            }
+        }
+        None
+    }
+
+    /// The highest queue with a guarantee in `flavor` on each line of the tree that is not
+    /// `queue`'s own (neither encloses the other), among the queues that may claim anything:
+    /// those that used `flavor` within the lookback, and those with jobs waiting within their
+    /// guarantee, with their ancestors. (Not every queue of the tree: a borrowing start is
+    /// checked against this, and a tree may hold 10,000 queues.)
+    fn guarantee_lines(&self, queue: usize, flavor: &Flavor) -> Vec<usize> {
+        let Some(book) = &self.quotas else { return Vec::new() };
+        let apart = |x: usize| !book.encloses(x, queue) && !book.encloses(queue, x);
+        let mut active: std::collections::BTreeSet<usize> = self.peaks.queues(flavor).collect();
+        for e in self.entitled.values().filter(|e| &e.flavor == flavor) {
+            active.extend(book.ancestry(e.queue));
+        }
+        active
+            .into_iter()
+            .filter(|&x| apart(x) && book.guaranteed(x, flavor) > 0)
+            .filter(|&x| book.ancestry(x).into_iter().skip(1).all(|a| !apart(a) || book.guaranteed(a, flavor) == 0))
+            .collect()
+    }
+}
