@@ -111,6 +111,10 @@ struct Replay<'a> {
     tenant_gpu_s: BTreeMap<String, f64>,
     tenant_running: Vec<u64>,
     tenant_pending: Vec<usize>,
+    /// Per tenant: since when it has held no GPU while jobs of its waited, and the longest
+    /// such stretch.
+    idle_waiting_since: Vec<Option<u64>>,
+    idle_waiting_max: Vec<u64>,
     /// Milli-GPU the waiting jobs of each tenant ask for.
     tenant_pending_milli: Vec<u64>,
     /// Per Jain window and tenant: the GPU-seconds it asked for (running and waiting).
@@ -341,6 +345,8 @@ impl<'a> Replay<'a> {
             running_util: 0.0,
             tenant_running: vec![0; tenants.len()],
             tenant_pending: vec![0; tenants.len()],
+            idle_waiting_since: vec![None; tenants.len()],
+            idle_waiting_max: vec![0; tenants.len()],
             tenant_pending_milli: vec![0; tenants.len()],
             window_demand_gpu_s: vec![vec![0.0; tenants.len()]; JAIN_WINDOWS],
             window_len_s: vec![0.0; JAIN_WINDOWS],
@@ -494,6 +500,14 @@ impl<'a> Replay<'a> {
                 held_gpus_by_queue: self.tenant_running.iter().map(|&m| m as f64 / 1000.0).collect(),
             });
             self.next_sample += self.step;
+        }
+        for k in 0..self.tenants.len() {
+            if self.tenant_running[k] == 0 && self.tenant_pending[k] > 0 {
+                let since = *self.idle_waiting_since[k].get_or_insert(self.last_t);
+                self.idle_waiting_max[k] = self.idle_waiting_max[k].max(t - since);
+            } else {
+                self.idle_waiting_since[k] = None;
+            }
         }
         for (reason, &n) in &self.waiting_now {
             *self.wait_job_s.entry(reason.clone()).or_default() += n * (t - self.last_t);
@@ -681,6 +695,16 @@ impl<'a> Replay<'a> {
             promises_broken: self.broken_promises(),
             reserved_late_without_cause: stats.broken_without_cause.iter().map(|&j| self.job_name(j)).collect(),
             preemptions_per_job_max: self.preempted.values().copied().max().unwrap_or(0),
+            guarantee_wait_max_s: self
+                .has_guarantees()
+                .then(|| stats.guarantee_waited.values().copied().max().unwrap_or(0)),
+            guarantee_wait_max_by_queue_s: self.guarantee_waits_by_queue(),
+            zero_gpus_waiting_max_by_queue_s: self
+                .tenants
+                .iter()
+                .zip(&self.idle_waiting_max)
+                .map(|(name, &s)| (name.clone(), s))
+                .collect(),
             quota_waited: stats.quota_waited.len() as u64,
             user_limit_waited: stats.user_limit_waited.len() as u64,
             preemptions: self.preemptions_by_right.values().sum(),
@@ -754,6 +778,26 @@ impl<'a> Replay<'a> {
                 if x.len() < 2 { None } else { jain(&x) }
             })
             .collect()
+    }
+
+    /// Does the queue tree guarantee anything?
+    fn has_guarantees(&self) -> bool {
+        match &self.options.order {
+            super::Order::FairShare(tree) => {
+                tree.queues.iter().any(|q| q.quotas.iter().any(|quota| quota.guaranteed_milli > 0))
+            }
+            super::Order::Fifo => false,
+        }
+    }
+
+    /// The longest wait within a guarantee, per queue that had one.
+    fn guarantee_waits_by_queue(&self) -> BTreeMap<String, u64> {
+        let mut out: BTreeMap<String, u64> = BTreeMap::new();
+        for (&job, &waited) in &self.scheduler.stats().guarantee_waited {
+            let queue = out.entry(self.meta[job as usize].tenant.clone()).or_default();
+            *queue = (*queue).max(waited);
+        }
+        out
     }
 
     fn job_name(&self, job: JobId) -> String {

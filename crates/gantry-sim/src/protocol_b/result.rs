@@ -109,6 +109,14 @@ pub struct ReplayResult {
     pub preempted_gpu_s_lost: f64,
     /// Most times one job was preempted.
     pub preemptions_per_job_max: u64,
+    /// Longest time a job waited while its queue's guarantee had room for it (the number a
+    /// guarantee is judged by: within one cycle plus its victims' grace period), seconds; and
+    /// per queue. `None` without guarantees.
+    pub guarantee_wait_max_s: Option<u64>,
+    pub guarantee_wait_max_by_queue_s: BTreeMap<String, u64>,
+    /// Per queue, the longest stretch it held no GPU while jobs of its waited (what
+    /// fair-share reclaim bounds), seconds.
+    pub zero_gpus_waiting_max_by_queue_s: BTreeMap<String, u64>,
     /// Jobs stopped at their time limit before their work was done (they count as failed
     /// for dependencies), and jobs held (never started: nothing releases a hold in a replay).
     pub time_limit_ended: u64,

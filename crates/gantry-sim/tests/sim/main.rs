@@ -4,6 +4,7 @@ mod backfill;
 mod bad_input;
 mod controls;
 mod fairness;
+mod guarantees;
 mod mig_day;
 mod native;
 mod preemption;
@@ -11,6 +12,7 @@ mod protocol;
 mod reference;
 mod replay;
 mod stability;
+mod stability_trees;
 
 use std::path::PathBuf;
 

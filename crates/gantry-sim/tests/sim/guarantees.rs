@@ -1,0 +1,186 @@
+//! Guarantees hold for shapes, and preemption's costs are bounded (issue 39), on small traces
+//! built for each rule: a whole-node job within its guarantee behind its own team's small
+//! jobs (consolidation), a borrowing gang (always reclaimable), a job stopped again and again
+//! (the budget), a young wide job against older narrow ones (the way back), a loan its holder
+//! takes back (reclaim-aware lending), and a wide team at 0 GPUs while narrow teams fill the
+//! fleet (fair-share reclaim).
+
+use gantry_catalog::Catalog;
+use gantry_engine::Policy;
+use gantry_sim::protocol_b::{Backfill, Order, ReplayOptions, ReplayResult, run_trace};
+use gantry_spec::{parse_fleet, parse_queues, read_trace};
+
+const H100: &str = "H100-SXM5-80GB";
+
+fn fleet(nodes: u32) -> String {
+    format!(
+        "[[node]]\nname = \"h\"\ncount = {nodes}\ncpu = 224\nmemory = \"2TiB\"\n[node.gpus]\nmodel = \"{H100}\"\ncount = 8\n"
+    )
+}
+
+/// `[[queue]]` tables: (name, weight, guaranteed GPUs).
+fn queues(extra: &str, teams: &[(&str, u32, u32)]) -> String {
+    let mut q = format!("[fair_share]\nhalf_life = \"1h\"\nstarvation = \"3d\"\n{extra}\n");
+    for (name, weight, guaranteed) in teams {
+        q.push_str(&format!("[[queue]]\nname = \"{name}\"\nweight = {weight}\n"));
+        if *guaranteed > 0 {
+            q.push_str(&format!("quota = [{{ flavor = \"{H100}\", guaranteed = {guaranteed} }}]\n"));
+        }
+    }
+    q
+}
+
+/// One trace line: a job of `gpus` GPUs (a gang of `replicas` × `gpus` when `replicas` > 1).
+fn job(at: u64, duration: u64, name: &str, queue: &str, gpus: u32, replicas: u32) -> String {
+    let request = if replicas > 1 {
+        format!("\"task\": [{{\"name\": \"w\", \"replicas\": {replicas}, \"cpu\": 4, \"gpu\": {{\"count\": {gpus}}}}}]")
+    } else {
+        format!("\"cpu\": 4, \"gpu\": {{\"count\": {gpus}}}")
+    };
+    format!(
+        "{{\"arrival_s\": {at}, \"duration_s\": {duration}, \"job\": {{\"name\": \"{name}\", \"queue\": \"{queue}\", \"grace\": 30, \"time_limit\": \"24h\", {request}}}}}\n"
+    )
+}
+
+fn replay(nodes: u32, queue_file: &str, trace: &str, backfill: Backfill) -> ReplayResult {
+    let catalog = Catalog::embedded();
+    let fleet = parse_fleet(&fleet(nodes), catalog).expect("fleet");
+    let trace = read_trace(trace.as_bytes(), catalog, false).expect("trace");
+    let order = Order::FairShare(parse_queues(queue_file, catalog).expect("queues"));
+    let options = ReplayOptions { order, backfill, preempt: true, until_s: Some(3 * 86_400), ..Default::default() };
+    run_trace(&fleet, catalog, &trace.jobs, Policy::Default, 7, &options).expect("replays")
+}
+
+fn first_start(r: &ReplayResult, job: &str) -> Option<u64> {
+    r.events.iter().find(|e| e.event == "start" && e.job == job).map(|e| e.time_s)
+}
+
+fn stops(r: &ReplayResult, job: &str) -> usize {
+    r.events.iter().filter(|e| e.event == "stop" && e.job == job).count()
+}
+
+#[test]
+fn a_whole_node_job_within_its_guarantee_moves_its_own_small_jobs_and_reclaims_the_rest() {
+    // eval borrows 7 GPUs on each node; train's 1-GPU jobs fill the eighth; then train,
+    // within its guarantee of 16, asks for a whole node: no borrower's stop frees one alone.
+    let mut trace = String::new();
+    for n in 0..4 {
+        trace.push_str(&job(0, 20 * 3600, &format!("eval-wide-{n}"), "eval", 7, 1));
+        trace.push_str(&job(30, 20 * 3600, &format!("train-small-{n}"), "train", 1, 1));
+    }
+    trace.push_str(&job(600, 3600, "train-node", "train", 8, 1));
+    let q = queues("", &[("train", 1, 16), ("eval", 1, 0)]);
+    for backfill in [Backfill::Greedy, Backfill::Reserve] {
+        let r = replay(4, &q, &trace, backfill);
+        assert_eq!(first_start(&r, "train-node"), Some(630), "one pass plus the 30 s grace");
+        assert_eq!(r.guarantee_wait_max_by_queue_s.get("train").copied(), Some(30));
+        let moved: Vec<&str> = r
+            .events
+            .iter()
+            .filter(|e| e.event == "stop" && e.cause == Some("consolidation"))
+            .map(|e| e.job.as_str())
+            .collect();
+        assert_eq!(moved.len(), 1, "one small job makes way: {moved:?}");
+        // The moved job is placed again by the same plan: it restarts at the same kill.
+        let restarts: Vec<u64> =
+            r.events.iter().filter(|e| e.event == "start" && e.job == moved[0]).map(|e| e.time_s).collect();
+        assert_eq!(restarts, vec![30, 630], "{moved:?} restarts where its plan put it");
+        assert!(r.events.iter().filter(|e| e.event == "stop").all(|e| e.job == moved[0] || e.queue == "eval"));
+    }
+}
+
+#[test]
+fn a_borrowing_gang_is_reclaimed_though_it_takes_its_queue_below_its_guarantee() {
+    // batch (guaranteed 20) runs two 16-GPU gangs: 12 borrowed, each gang larger than that.
+    let mut trace = job(0, 20 * 3600, "gang-0", "batch", 8, 2) + &job(0, 20 * 3600, "gang-1", "batch", 8, 2);
+    trace.push_str(&job(600, 1800, "serve-0", "serve", 1, 1));
+    let q = queues("reclaim_protect = 300\n", &[("batch", 1, 20), ("serve", 1, 12)]);
+    let r = replay(4, &q, &trace, Backfill::Greedy);
+    // It waits the protection period for capacity to free, then takes a gang whole.
+    assert_eq!(first_start(&r, "serve-0"), Some(600 + 300 + 30), "{:?}", r.events);
+    assert_eq!(r.preemptions, 1);
+    assert_eq!(r.preemptions_by_right.get("guarantee"), Some(&1));
+    assert_eq!(r.guarantee_wait_max_by_queue_s.get("serve").copied(), Some(330));
+}
+
+#[test]
+fn no_job_is_stopped_more_often_than_its_budget_allows() {
+    // A long borrower and a lender whose 1-GPU jobs arrive one after another: every reclaim's
+    // cheapest victim is the borrower that restarted last.
+    let mut trace = String::new();
+    for n in 0..8 {
+        trace.push_str(&job(0, 12 * 3600, &format!("borrow-{n}"), "flood", 1, 1));
+    }
+    for k in 0..40 {
+        trace.push_str(&job(1000 + k * 1000, 900, &format!("own-{k}"), "team", 1, 1));
+    }
+    for budget in [1, 2] {
+        let q = queues(
+            &format!("reclaim_protect = 0\n\n[preemption]\nbudget = {budget}\nlend_horizon = 0\n"),
+            &[("team", 1, 8), ("flood", 1, 0)],
+        );
+        let fleet_one = replay(1, &q, &trace, Backfill::Greedy);
+        assert!(fleet_one.preemptions > 0);
+        assert!(fleet_one.preemptions_per_job_max <= budget, "{budget}: {}", fleet_one.preemptions_per_job_max);
+        for n in 0..8 {
+            assert!(stops(&fleet_one, &format!("borrow-{n}")) <= budget as usize);
+        }
+    }
+}
+
+#[test]
+fn a_young_wide_job_is_not_stopped_to_free_one_gpu_while_narrow_victims_exist() {
+    // Node 0 holds four 1-GPU borrowers that ran an hour; node 1 an 8-GPU borrower that
+    // started a minute before the lender's 1-GPU job. Work lost alone picks the young wide
+    // job (8 GPU-minutes against 60); with its way back (a whole node to empty) counted, a
+    // narrow one goes.
+    let mut trace = String::new();
+    for n in 0..4 {
+        trace.push_str(&job(0, 10 * 3600, &format!("narrow-{n}"), "flood", 1, 1));
+    }
+    trace.push_str(&job(0, 10 * 3600, "filler", "flood", 4, 1));
+    trace.push_str(&job(3540, 10 * 3600, "wide", "flood", 8, 1));
+    trace.push_str(&job(3600, 600, "lender", "team", 1, 1));
+    let q = queues("\n[preemption]\nlend_horizon = 0\n", &[("team", 1, 4), ("flood", 1, 0)]);
+    let r = replay(2, &q, &trace, Backfill::Greedy);
+    let stopped: Vec<&str> = r.events.iter().filter(|e| e.event == "stop").map(|e| e.job.as_str()).collect();
+    assert_eq!(stopped.len(), 1, "{stopped:?}");
+    assert!(stopped[0].starts_with("narrow-"), "{stopped:?}");
+    assert_eq!(first_start(&r, "lender"), Some(3630));
+}
+
+#[test]
+fn a_loan_its_holder_took_back_in_the_last_stretch_is_not_made_again() {
+    // team used 8 GPUs until 3,600 s; a borrower planned for 2 h arrives at 3,700 s.
+    let trace = job(0, 3600, "team-a", "team", 8, 1) + &job(3700, 7200, "borrower", "flood", 8, 1);
+    let run = |horizon: &str| {
+        let q = queues(&format!("\n[preemption]\nlend_horizon = \"{horizon}\"\n"), &[("team", 1, 8), ("flood", 1, 0)]);
+        replay(1, &q, &trace, Backfill::Greedy)
+    };
+    // Half an hour back covers the team's use: the loan waits that long.
+    let held = run("30m");
+    assert_eq!(first_start(&held, "borrower"), Some(3600 + 1800));
+    assert!(held.pending.is_empty());
+    // Without a horizon it borrows at once.
+    assert_eq!(first_start(&run("0s"), "borrower"), Some(3700));
+}
+
+#[test]
+fn fair_share_reclaim_gives_a_wide_team_at_zero_its_share_within_the_grace_period() {
+    // Two weight-1 teams stream 1-GPU jobs over both nodes; the weight-3 team's 8-GPU job
+    // arrives when no node is empty.
+    let mut trace = String::new();
+    for k in 0..16 {
+        trace.push_str(&job(k, 4 * 3600, &format!("a-{k}"), "narrow-a", 1, 1));
+        trace.push_str(&job(k, 4 * 3600, &format!("b-{k}"), "narrow-b", 1, 1));
+    }
+    trace.push_str(&job(600, 3600, "wide-0", "wide", 8, 1));
+    let teams = [("wide", 3, 0), ("narrow-a", 1, 0), ("narrow-b", 1, 0)];
+    let off = replay(2, &queues("", &teams), &trace, Backfill::Greedy);
+    assert!(first_start(&off, "wide-0").is_some_and(|t| t >= 4 * 3600), "off, it waits for jobs to end");
+    assert_eq!(off.preemptions, 0);
+    let on = replay(2, &queues("\n[preemption]\nfair_share_reclaim = true\n", &teams), &trace, Backfill::Greedy);
+    assert_eq!(first_start(&on, "wide-0"), Some(630));
+    assert_eq!(on.preemptions_by_right.get("fair-share"), Some(&8));
+    assert_eq!(on.zero_gpus_waiting_max_by_queue_s["wide"], 30);
+}
