@@ -585,7 +585,8 @@ impl Scheduler {
     /// with `job` running (`None`: not known to end), must stay within the bound of the first
     /// start promised in its wait; past it, the reservation holds. A guarantee against a
     /// reserved job that would borrow is not bounded: the lender's guarantee wins over a
-    /// borrower's promise, as over its running jobs.
+    /// borrower's promise, as over its running jobs. Nor is a preemptor's, whose victims are
+    /// already stopping for it.
     pub(super) fn overrides(
         &self,
         job: JobId,
@@ -594,7 +595,8 @@ impl Scheduler {
         new_start: Option<u64>,
     ) -> Option<&'static str> {
         let right = self.override_right(job, demand, reserved)?;
-        if matches!(right, "priority" | "queue-order") {
+        // A preemptor's victims are already stopping for it: refusing it now would waste them.
+        if matches!(right, "priority" | "queue-order") || self.awaiting.contains_key(&job) {
             return Some(right);
         }
         let r = &self.jobs[&reserved];

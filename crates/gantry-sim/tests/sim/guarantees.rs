@@ -184,3 +184,28 @@ fn fair_share_reclaim_gives_a_wide_team_at_zero_its_share_within_the_grace_perio
     assert_eq!(on.preemptions_by_right.get("fair-share"), Some(&8));
     assert_eq!(on.zero_gpus_waiting_max_by_queue_s["wide"], 30);
 }
+
+#[test]
+fn a_promise_within_its_guarantee_slips_at_most_the_bound() {
+    // Two non-preemptible borrowers hold the node until 3,600 s by their limits; a's whole-node
+    // job is promised 3,600. One borrower ends at 1,000: c's job, within c's guarantee and
+    // planned for 2 h, would push the promise to 8,200.
+    let pinned = |t: &str| t.replace("\"grace\": 30,", "\"grace\": 30, \"preemptible\": false,").replace("24h", "1h");
+    let trace = pinned(&job(0, 1000, "b-short", "b", 4, 1))
+        + &pinned(&job(0, 3600, "b-long", "b", 4, 1))
+        + &job(10, 3600, "a-node", "a", 8, 1)
+        + &job(500, 3600, "c-half", "c", 4, 1).replace("24h", "2h");
+    let teams = [("a", 1, 8), ("b", 1, 0), ("c", 1, 4)];
+    let run = |slip: &str| {
+        let q = queues(&format!("\n[preemption]\npromise_slip_max = \"{slip}\"\nlend_horizon = 0\n"), &teams);
+        replay(1, &q, &trace, Backfill::Reserve)
+    };
+    let bounded = run("1h");
+    assert_eq!(first_start(&bounded, "a-node"), Some(3600), "kept: {:?}", bounded.promises_broken);
+    assert!(first_start(&bounded, "c-half").is_some_and(|t| t >= 3600));
+    let loose = run("10h");
+    assert_eq!(first_start(&loose, "c-half"), Some(1000));
+    // (Planned to 8,200 by c's limit; it ran an hour.)
+    assert_eq!(first_start(&loose, "a-node"), Some(1000 + 3600));
+    assert!(loose.promises_broken.iter().any(|p| p.job == "a-node" && p.right == "guarantee"));
+}
