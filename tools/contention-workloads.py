@@ -9,6 +9,19 @@ like what a shared cluster sees, each aimed at one way sharing used to break.
 - gangs:  4 x 8 H100; one team submits 16-GPU gangs (two nodes) every two hours while another
           streams 1-GPU jobs that keep every node partly busy.
 - thrash: the case of issue 17 (also committed as crates/gantry-sim/tests/fixtures/thrash*).
+- shape:  4 x 8 H100; "train" is guaranteed 16 GPUs and runs a few 1-GPU jobs on every node
+          while "eval" borrows the rest with 7-GPU jobs; then train asks for whole nodes
+          (8 GPUs), within its guarantee, that no single borrower's stop frees (issue 39).
+- gang-borrow: 4 x 8 H100; "batch" (guaranteed 20) borrows with two 16-GPU gangs, so stopping
+          either takes it below its guarantee; "serve" (guaranteed 12) then wants 1-4 GPUs.
+- diurnal: a week on 8 x 8 H100; three teams weighted 3:2:1, guaranteed their weighted shares
+          (32, 21, 11 GPUs), each with a daily peak at its own hour (about 1.3x the fleet at
+          the peaks' overlap, half of it at night) and one team's periodic burst of 1-GPU
+          jobs every six hours.
+- weights: a week on 4 x 8 H100, no guarantees, one-hour half-life: "wide" (weight 3) submits
+          8-GPU jobs while "narrow-a" and "narrow-b" (weight 1 each) stream 1-GPU jobs, about
+          1.5x the fleet at the daily peak; weights-reclaim-queues.toml is the same tree with
+          fair-share reclaim on.
 
 Seeded and deterministic: running it again rewrites the same bytes.
 Usage: python3 tools/contention-workloads.py OUT_DIR
@@ -93,6 +106,95 @@ def thrash(out):
     write(os.path.join(out, "thrash.jsonl"), lines)
 
 
+def queues(path, entries, fair='[fair_share]\nhalf_life = "1h"\nstarvation = "1d"\n'):
+    with open(path, "w") as f:
+        f.write(fair + "\n")
+        for name, weight, guaranteed in entries:
+            f.write(f'[[queue]]\nname = "{name}"\nweight = {weight}\n')
+            if guaranteed:
+                f.write(f'quota = [{{ flavor = "{H100}", guaranteed = {guaranteed} }}]\n')
+            f.write("\n")
+
+
+def shape(out):
+    fleet(os.path.join(out, "shape-fleet.toml"), [("h100", 4, H100)])
+    queues(os.path.join(out, "shape-queues.toml"), [("train", 1, 16), ("eval", 1, 0)])
+    rng = random.Random(39)
+    lines = [job(0, 20 * 3600, f"eval-wide-{n}", "eval", 7, time_limit="24h") for n in range(4)]
+    lines += [job(30, 20 * 3600, f"train-small-{n}", "train", 1, time_limit="24h") for n in range(4)]
+    for i in range(6):
+        lines.append(job(600 + i * 7200, 3600, f"train-node-{i}", "train", 8, time_limit="2h"))
+    t, i = 900, 0
+    while t < 12 * 3600:
+        t += rng.randrange(300, 900)
+        lines.append(job(t, rng.randrange(1800, 7200), f"eval-{i:03d}", "eval", rng.choice([1, 2, 4]),
+                         time_limit="2h"))
+        i += 1
+    write(os.path.join(out, "shape.jsonl"), lines)
+
+
+def gang_borrow(out):
+    fleet(os.path.join(out, "gang-borrow-fleet.toml"), [("h100", 4, H100)])
+    queues(os.path.join(out, "gang-borrow-queues.toml"), [("batch", 1, 20), ("serve", 1, 12)])
+    rng = random.Random(41)
+    task = [{"name": "w", "replicas": 2, "cpu": 4, "memory": "32GiB", "gpu": {"count": 8}}]
+    lines = [{"arrival_s": 0, "duration_s": 20 * 3600,
+              "job": {"name": f"gang-{n}", "queue": "batch", "time_limit": "24h", "task": task}} for n in range(2)]
+    t, i = 600, 0
+    while t < 12 * 3600:
+        t += rng.randrange(600, 2400)
+        lines.append(job(t, rng.randrange(1800, 3 * 3600), f"serve-{i:03d}", "serve", rng.choice([1, 1, 2, 4]),
+                         time_limit="4h"))
+        i += 1
+    write(os.path.join(out, "gang-borrow.jsonl"), lines)
+
+
+def diurnal(out):
+    fleet(os.path.join(out, "diurnal-fleet.toml"), [("h100", 8, H100)])
+    teams = [("alpha", 3, 32, 10), ("beta", 2, 21, 16), ("gamma", 1, 11, 22)]
+    queues(os.path.join(out, "diurnal-queues.toml"), [(n, w, g) for n, w, g, _ in teams])
+    rng = random.Random(43)
+    lines = []
+    for name, weight, _, peak in teams:
+        t, i = 0, 0
+        while t < 7 * 86400:
+            hour = (t // 3600) % 24
+            near = min(abs(hour - peak), 24 - abs(hour - peak))
+            # Jobs per hour: high for six hours around the team's peak, low at night.
+            rate = weight * (3.2 if near <= 3 else 0.8)
+            t += max(1, int(rng.expovariate(rate / 3600)))
+            gpus = rng.choice([1, 1, 1, 2, 2, 4, 8])
+            length = rng.randrange(1800, 4 * 3600)
+            lines.append(job(t, length, f"{name}-{i:05d}", name, gpus, time_limit="6h"))
+            i += 1
+    for k in range(7 * 4):
+        for n in range(24):
+            lines.append(job(k * 6 * 3600 + 5 * 3600, rng.randrange(1800, 3600), f"burst-{k:02d}-{n:02d}", "gamma", 1,
+                             time_limit="2h"))
+    write(os.path.join(out, "diurnal.jsonl"), [l for l in lines if l["arrival_s"] < 7 * 86400])
+
+
+def weights(out):
+    fleet(os.path.join(out, "weights-fleet.toml"), [("h100", 4, H100)])
+    fair = '[fair_share]\nhalf_life = "1h"\nstarvation = "3d"\n'
+    teams = [("wide", 3, 0), ("narrow-a", 1, 0), ("narrow-b", 1, 0)]
+    queues(os.path.join(out, "weights-queues.toml"), teams, fair)
+    queues(os.path.join(out, "weights-reclaim-queues.toml"), teams, fair + "\n[preemption]\nfair_share_reclaim = true\n")
+    rng = random.Random(47)
+    lines = []
+    for name, gpus, per_hour, lo, hi in [("wide", 8, 1.2, 2 * 3600, 4 * 3600),
+                                           ("narrow-a", 1, 14.0, 1800, 5400),
+                                           ("narrow-b", 1, 14.0, 1800, 5400)]:
+        t, i = 0, 0
+        while t < 7 * 86400:
+            hour = (t // 3600) % 24
+            peak = 9 <= hour < 18
+            t += max(1, int(rng.expovariate((per_hour if peak else per_hour / 3) / 3600)))
+            lines.append(job(t, rng.randrange(lo, hi), f"{name}-{i:05d}", name, gpus, time_limit="6h"))
+            i += 1
+    write(os.path.join(out, "weights.jsonl"), [l for l in lines if l["arrival_s"] < 7 * 86400])
+
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -101,3 +203,7 @@ if __name__ == "__main__":
     flood(out)
     gangs(out)
     thrash(out)
+    shape(out)
+    gang_borrow(out)
+    diurnal(out)
+    weights(out)
