@@ -45,17 +45,10 @@ impl Scheduler {
             return None;
         }
         let right = Right { consolidate: true, ..right };
-        let chosen = self.engine.plan_on(base, job, &right, victims, spare)?;
-        let mut after = base.planning_copy();
-        for &alloc in &chosen {
-            self.engine.release_on(&mut after, alloc);
-        }
-        let alloc = after.place(job).expect("the plan makes room");
-        let demand = after.quota_demand(alloc).expect("just placed");
-        if !demand.iter().all(|(f, d)| room.get(&(right.queue, f.clone())).is_some_and(|r| r >= d)) {
+        let (chosen, mut after, tasks, demand) = self.plan_placed(base, job, &right, victims, spare)?;
+        if !super::rights::within_room(room, right.queue, &demand) {
             return None;
         }
-        let tasks = after.allocations()[&alloc].tasks.clone();
         let mut left = spare.clone();
         victims.iter().filter(|v| chosen.contains(&v.alloc)).for_each(|v| left.take(v));
         let mut rest: Vec<Victim> = victims.iter().filter(|v| !chosen.contains(&v.alloc)).cloned().collect();

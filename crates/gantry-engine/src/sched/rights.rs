@@ -34,6 +34,10 @@ pub const PREEMPTORS_MAX: usize = 8;
 /// Per (queue, flavor): milli-GPU its guarantee still has room for.
 pub(super) type Room = BTreeMap<(usize, Flavor), u64>;
 
+/// A plan's victims, the planning copy they leave with the preemptor placed, its tasks there
+/// and what they count against quotas.
+pub(super) type PlacedPlan = (Vec<AllocId>, Engine, Vec<crate::ledger::TaskGrant>, Vec<(Flavor, u64)>);
+
 /// A preemption plan checked against the room of the preemptor's queue.
 pub(super) struct Plan {
     pub victims: Vec<AllocId>,
@@ -182,23 +186,36 @@ impl Scheduler {
         room: &Room,
     ) -> Option<(Plan, Engine)> {
         loop {
-            let chosen = self.engine.plan_on(base, job, &right, victims, spare)?;
-            let mut after = base.planning_copy();
-            for &alloc in &chosen {
-                self.engine.release_on(&mut after, alloc);
-            }
-            let alloc = after.place(job).expect("the plan makes room");
-            let demand = after.quota_demand(alloc).expect("just placed");
-            let tasks = after.allocations()[&alloc].tasks.clone();
+            let (chosen, after, tasks, demand) = self.plan_placed(base, job, &right, victims, spare)?;
             let reclaims = chosen.iter().any(|a| {
                 victims.iter().find(|v| v.alloc == *a).and_then(|v| v.cause(&right)) == Some(Cause::Guarantee)
             });
-            let within = demand.iter().all(|(f, d)| room.get(&(right.queue, f.clone())).is_some_and(|r| r >= d));
-            if !reclaims || within {
+            if !reclaims || within_room(room, right.queue, &demand) {
                 return Some((Plan { victims: chosen, right, tasks, demand, moves: Vec::new() }, after));
             }
             right.guarantee.clear();
         }
+    }
+
+    /// The cheapest victims for `job` with `right` on `base`, and the planning copy they
+    /// leave with `job` placed: its tasks and what they count against quotas.
+    pub(super) fn plan_placed(
+        &self,
+        base: &Engine,
+        job: &CompiledJob,
+        right: &Right,
+        victims: &[Victim],
+        spare: &Spare,
+    ) -> Option<PlacedPlan> {
+        let chosen = self.engine.plan_on(base, job, right, victims, spare)?;
+        let mut after = base.planning_copy();
+        for &alloc in &chosen {
+            self.engine.release_on(&mut after, alloc);
+        }
+        let alloc = after.place(job).expect("the plan makes room");
+        let demand = after.quota_demand(alloc).expect("just placed");
+        let tasks = after.allocations()[&alloc].tasks.clone();
+        Some((chosen, after, tasks, demand))
     }
 
     /// Plan and decide preemptions for the jobs `short` of resources this cycle.
@@ -407,6 +424,11 @@ impl Scheduler {
         };
         self.awaiting.insert(job, Awaiting { victims, until, right: right.name(), owed, tasks, demand });
     }
+}
+
+/// Does `demand` fit in `queue`'s room, flavor by flavor?
+pub(super) fn within_room(room: &Room, queue: usize, demand: &[(Flavor, u64)]) -> bool {
+    demand.iter().all(|(f, d)| room.get(&(queue, f.clone())).is_some_and(|r| r >= d))
 }
 
 /// Take a preemptor's `demand` off its queue's room.

@@ -49,10 +49,10 @@ const REGRESSIONS: &[(u64, &str)] = &[
 ];
 
 /// A tiny deterministic generator (splitmix64).
-struct Rng(u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -60,7 +60,7 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 }
@@ -194,6 +194,16 @@ fn check(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJob]) -> Resu
         return Err(format!("{n} preemptions in hour {h}"));
     }
     // Every preemption lets its preemptor start: by the last kill of its victims (or sooner).
+    every_stop_lets_its_preemptor_start(r)?;
+    if !r.reserved_late_without_cause.is_empty() {
+        return Err(format!("promises broken without a higher right: {:?}", r.reserved_late_without_cause));
+    }
+    check_guarantees(case, r, trace)
+}
+
+/// Every stop lets its preemptor start by the victim's kill (or sooner); a preemptor that is
+/// itself a running job moved by a consolidation may instead end on its own before the kill.
+pub(crate) fn every_stop_lets_its_preemptor_start(r: &ReplayResult) -> Result<(), String> {
     let mut started_at: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
     for e in r.events.iter().filter(|e| e.event == "start") {
         started_at.entry(e.job.as_str()).or_default().push(e.time_s);
@@ -212,10 +222,7 @@ fn check(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJob]) -> Resu
             return Err(format!("{} was stopped at {} for {p}, which did not start by {kill}", e.job, e.time_s));
         }
     }
-    if !r.reserved_late_without_cause.is_empty() {
-        return Err(format!("promises broken without a higher right: {:?}", r.reserved_late_without_cause));
-    }
-    check_guarantees(case, r, trace)
+    Ok(())
 }
 
 /// Hysteresis: a job that started on capacity its own reclaim freed is not stopped by reclaim

@@ -17,6 +17,7 @@
 //! 500 seeds by default (`GANTRY_TREE_SEEDS` to change); a seed that ever fails is kept in
 //! `REGRESSIONS` with what it caught.
 
+use crate::stability::Rng;
 use gantry_catalog::Catalog;
 use gantry_engine::Policy;
 use gantry_sim::protocol_b::{Backfill, Order, ReplayOptions, ReplayResult, run_trace};
@@ -60,22 +61,6 @@ const PROTECT_S: u64 = 300;
 
 /// Seeds that once failed, with what they caught.
 const REGRESSIONS: &[(u64, &str)] = &[];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The queue file: org (guaranteed 12 H100) → team-x (10) → p0 (8), p1 (2); org → team-y (2)
 /// → p2 (2); and the best-effort `flood` at the root. Weights random 1–3.
@@ -173,24 +158,7 @@ fn check(r: &ReplayResult) -> Result<(), String> {
     if r.preemptions_per_job_max > u64::from(BUDGET_STOPS_DEFAULT) {
         return Err(format!("a job was stopped {} times", r.preemptions_per_job_max));
     }
-    let mut started_at: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for e in r.events.iter().filter(|e| e.event == "start") {
-        started_at.entry(e.job.as_str()).or_default().push(e.time_s);
-    }
-    // (A preemptor that is itself a running job moved by a consolidation may end on its own
-    // before the kill: then there is nothing left to start.)
-    let mut ended_at: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-    for e in r.events.iter().filter(|e| e.event == "end") {
-        ended_at.entry(e.job.as_str()).or_default().push(e.time_s);
-    }
-    for e in r.events.iter().filter(|e| e.event == "stop") {
-        let p = e.preemptor.as_deref().expect("a stop names its preemptor");
-        let kill = e.kill_at_s.expect("a stop has its kill time");
-        let within = |ts: Option<&Vec<u64>>| ts.is_some_and(|ts| ts.iter().any(|&t| t >= e.time_s && t <= kill));
-        if !within(started_at.get(p)) && !within(ended_at.get(p)) {
-            return Err(format!("{} was stopped at {} for {p}, which did not start by {kill}", e.job, e.time_s));
-        }
-    }
+    crate::stability::every_stop_lets_its_preemptor_start(r)?;
     for (queue, &waited) in &r.guarantee_wait_max_by_queue_s {
         if waited > PROTECT_S + GRACE_S {
             return Err(format!("a job of {queue} waited {waited} s within its guarantee"));
@@ -199,7 +167,10 @@ fn check(r: &ReplayResult) -> Result<(), String> {
     if !r.reserved_late_without_cause.is_empty() {
         return Err(format!("promises broken without a higher right: {:?}", r.reserved_late_without_cause));
     }
-    let first: BTreeMap<&str, u64> = started_at.iter().map(|(j, ts)| (*j, ts[0])).collect();
+    let mut first: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in r.events.iter().filter(|e| e.event == "start") {
+        first.entry(e.job.as_str()).or_insert(e.time_s);
+    }
     for p in r.promises_broken.iter().filter(|p| p.right == "starvation") {
         let started = first.get(p.job.as_str()).copied().unwrap_or(u64::MAX);
         if started > p.promised_s + PROMISE_SLIP_MAX_DEFAULT_S {
