@@ -6,27 +6,16 @@
 //! plan, on free capacity or on borrowed capacity its guarantee reclaims, so its queue keeps
 //! what it holds. (Other teams' jobs that are not borrowed are not moved: their work would be
 //! lost to another team's guarantee; such a job in the way of a whole-node job is the wait
-//! docs/policies.md measures.) Planned
-//! only when no plan without moves exists, and only a job smaller than the preemptor moves (it
-//! cannot move the preemptor back, so moves do not chain into a cycle). A plan whose moved jobs
-//! find no place is no plan: without that, each moved job reclaimed a borrower of its own a
-//! cycle later, whatever that cost (in one workload a 7-GPU job for each 1-GPU job moved).
+//! docs/policies.md measures.) Planned only when no plan without moves exists, and only a job
+//! smaller than the preemptor moves (it cannot move the preemptor back, so moves do not chain
+//! into a cycle). A plan whose moved jobs find no place is no plan: without that, each moved
+//! job reclaimed a borrower of its own a cycle later, whatever that cost (in one workload a
+//! 7-GPU job for each 1-GPU job moved).
 
-use super::rights::Plan;
+use super::preemption_plan::{Move, Plan, Room, within_room};
 use super::{JobId, Scheduler};
 use crate::preempt::{Cause, Right, Spare, Victim};
-use crate::{AllocId, CompiledJob, Engine};
-use gantry_types::Flavor;
-
-/// One of the preemptor's own queue's jobs that a consolidation moves: the victims its new
-/// place needs (none when it fits on free capacity), its right to them, and the new place.
-pub(super) struct Move {
-    pub job: JobId,
-    pub victims: Vec<AllocId>,
-    pub right: Right,
-    pub tasks: Vec<crate::ledger::TaskGrant>,
-    pub demand: Vec<(Flavor, u64)>,
-}
+use crate::{CompiledJob, Engine};
 
 impl Scheduler {
     /// A plan for `job` (with `right`, within its queue's `room`) that moves its own queue's
@@ -39,14 +28,14 @@ impl Scheduler {
         right: Right,
         victims: &[Victim],
         spare: &Spare,
-        room: &super::rights::Room,
+        room: &Room,
     ) -> Option<(Plan, Engine)> {
         if right.guarantee.is_empty() {
             return None;
         }
         let right = Right { consolidate: true, ..right };
         let (chosen, mut after, tasks, demand) = self.plan_placed(base, job, &right, victims, spare)?;
-        if !super::rights::within_room(room, right.queue, &demand) {
+        if !within_room(room, right.queue, &demand) {
             return None;
         }
         let mut left = spare.clone();

@@ -19,6 +19,7 @@ mod entitled;
 mod lending;
 mod moves;
 mod pass;
+mod preemption_plan;
 mod rights;
 mod shares;
 mod way_back;

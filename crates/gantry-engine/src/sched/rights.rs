@@ -22,6 +22,7 @@
 //! it leave; the decisions say to signal the victims now and kill them when their grace period
 //! ends.
 
+use super::preemption_plan::{Plan, Room, within_room};
 use super::{Awaiting, Decision, JobId, Scheduler};
 use crate::preempt::{Cause, Right, Spare, Victim};
 use crate::{AllocId, CompiledJob, Engine};
@@ -30,24 +31,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Most jobs that may start preempting in one cycle (bounds the planning per cycle).
 pub const PREEMPTORS_MAX: usize = 8;
-
-/// Per (queue, flavor): milli-GPU its guarantee still has room for.
-pub(super) type Room = BTreeMap<(usize, Flavor), u64>;
-
-/// A plan's victims, the planning copy they leave with the preemptor placed, its tasks there
-/// and what they count against quotas.
-pub(super) type PlacedPlan = (Vec<AllocId>, Engine, Vec<crate::ledger::TaskGrant>, Vec<(Flavor, u64)>);
-
-/// A preemption plan checked against the room of the preemptor's queue.
-pub(super) struct Plan {
-    pub victims: Vec<AllocId>,
-    pub right: Right,
-    /// Where the plan placed the preemptor, and what that counts against quotas.
-    pub tasks: Vec<crate::ledger::TaskGrant>,
-    pub demand: Vec<(Flavor, u64)>,
-    /// The preemptor's own queue's jobs it moves, each placed again by the same plan.
-    pub moves: Vec<super::consolidation::Move>,
-}
 
 impl Scheduler {
     /// Room left in each queue's guarantee, per flavor it has one for.
@@ -195,27 +178,6 @@ impl Scheduler {
             }
             right.guarantee.clear();
         }
-    }
-
-    /// The cheapest victims for `job` with `right` on `base`, and the planning copy they
-    /// leave with `job` placed: its tasks and what they count against quotas.
-    pub(super) fn plan_placed(
-        &self,
-        base: &Engine,
-        job: &CompiledJob,
-        right: &Right,
-        victims: &[Victim],
-        spare: &Spare,
-    ) -> Option<PlacedPlan> {
-        let chosen = self.engine.plan_on(base, job, right, victims, spare)?;
-        let mut after = base.planning_copy();
-        for &alloc in &chosen {
-            self.engine.release_on(&mut after, alloc);
-        }
-        let alloc = after.place(job).expect("the plan makes room");
-        let demand = after.quota_demand(alloc).expect("just placed");
-        let tasks = after.allocations()[&alloc].tasks.clone();
-        Some((chosen, after, tasks, demand))
     }
 
     /// Plan and decide preemptions for the jobs `short` of resources this cycle.
@@ -424,11 +386,6 @@ impl Scheduler {
         };
         self.awaiting.insert(job, Awaiting { victims, until, right: right.name(), owed, tasks, demand });
     }
-}
-
-/// Does `demand` fit in `queue`'s room, flavor by flavor?
-pub(super) fn within_room(room: &Room, queue: usize, demand: &[(Flavor, u64)]) -> bool {
-    demand.iter().all(|(f, d)| room.get(&(queue, f.clone())).is_some_and(|r| r >= d))
 }
 
 /// Take a preemptor's `demand` off its queue's room.
