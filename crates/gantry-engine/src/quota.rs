@@ -115,6 +115,11 @@ impl QuotaBook {
         Ok(())
     }
 
+    /// The fleet's milli-GPU of `flavor`, where known.
+    pub fn capacity(&self, flavor: &Flavor) -> Option<u64> {
+        self.capacity.get(flavor).copied()
+    }
+
     /// Milli-GPU of `flavor` no queue holds, where the fleet's capacity is known.
     pub fn free(&self, flavor: &Flavor) -> Option<u64> {
         let capacity = *self.capacity.get(flavor)?;

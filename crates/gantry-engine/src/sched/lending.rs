@@ -114,13 +114,18 @@ impl Scheduler {
             if let Some((x, _)) = by
                 && free < d.saturating_add(claimed)
             {
+                // Read as "queue q would exceed its loan …: in use + asked > what may be lent".
+                let capacity = book.capacity(f).unwrap_or(free);
+                let holder = &book.tree().queues[x].name;
                 return Some(PendingReason::Quota {
-                    queue: book.tree().queues[x].name.clone(),
+                    queue: book.tree().queues[q].name.clone(),
                     flavor: f.clone(),
-                    rule: "guarantee (its holder claims it before this job could be stopped)".into(),
-                    used_milli: book.used(x, f),
+                    rule: format!(
+                        "loan ({holder}'s idle guarantee is claimed: owed to its waiting jobs or used lately)"
+                    ),
+                    used_milli: capacity - free,
                     asked_milli: *d,
-                    bound_milli: free.saturating_sub(claimed),
+                    bound_milli: capacity.saturating_sub(claimed),
                 });
             }
         }

@@ -31,6 +31,12 @@ pub fn replay(name: &str, r: &ReplayResult, secs: f64, why: bool) -> String {
             r.preempted_gpu_s_lost / 3600.0
         ));
     }
+    if let Some((queue, waited)) = r.guarantee_wait_max_by_queue_s.iter().max_by_key(|(_, w)| **w) {
+        lines.push(format!(
+            "  longest wait within a guarantee: {waited}s ({queue}); at most {} stops of one job",
+            r.preemptions_per_job_max
+        ));
+    }
     lines.extend(reservations(r));
     if r.waits_by_queue.len() > 1 {
         let waits: Vec<String> = r
