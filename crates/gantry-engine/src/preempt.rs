@@ -126,7 +126,8 @@ pub struct Right {
     /// them exists, each moved job placed again in the same plan: `sched/consolidation.rs`).
     pub consolidate: bool,
     /// Its team: the queues (besides its own) whose jobs a consolidation may move too — its
-    /// siblings in the queue tree, which share the guarantee of their parent.
+    /// siblings in the queue tree, which share the guarantee of their parent (listed only
+    /// when `consolidate` is set).
     pub team: Vec<usize>,
 }
 

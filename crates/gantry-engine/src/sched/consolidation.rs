@@ -33,7 +33,7 @@ impl Scheduler {
         if right.guarantee.is_empty() {
             return None;
         }
-        let right = Right { consolidate: true, ..right };
+        let right = Right { consolidate: true, team: self.siblings(right.queue), ..right };
         let (chosen, mut after, tasks, demand) = self.plan_placed(base, job, &right, victims, spare)?;
         if !within_room(room, right.queue, &demand) {
             return None;

@@ -36,27 +36,28 @@ impl Scheduler {
         if self.quotas.is_none() {
             return;
         }
-        let mut room = self.guarantee_room();
+        // Per queue with a guarantee: the room left in each of its flavors (one pass over
+        // the room, not one per queue: a tree may hold 10,000 queues).
+        let mut rooms: BTreeMap<usize, Vec<(Flavor, u64)>> = BTreeMap::new();
+        for ((q, f), r) in self.guarantee_room() {
+            rooms.entry(q).or_default().push((f, r));
+        }
         let mut within: BTreeMap<JobId, (usize, Flavor, u64)> = BTreeMap::new();
-        for (q, pending) in self.pending.iter().enumerate() {
-            if !room.keys().any(|(rq, _)| *rq == q) {
-                continue;
-            }
+        for (q, room) in &mut rooms {
+            let q = *q;
             // The queue's promised jobs hold its claim first (the others may not delay them).
             let promised = self.promises.iter().copied().filter(|j| self.jobs[j].queue == q);
-            let in_order = pending.iter().map(|&(_, _, job)| job).filter(|j| !self.promises.contains(j));
+            let in_order = self.pending[q].iter().map(|&(_, _, job)| job).filter(|j| !self.promises.contains(j));
             for job in promised.chain(in_order).take(ENTITLED_SCAN_MAX) {
                 if self.held.contains(&job) {
                     continue;
                 }
                 let milli = self.jobs[&job].job.compiled.milli_at_most();
-                let flavor: Option<Flavor> =
-                    room.iter().find(|((rq, _), r)| *rq == q && **r >= milli).map(|((_, f), _)| f.clone());
                 // The queue's own order decides past a job beyond its room: the jobs behind
                 // it wait for it, not for other queues (their clocks do not run).
-                let Some(f) = flavor else { break };
-                *room.get_mut(&(q, f.clone())).expect("found") -= milli;
-                within.insert(job, (q, f, milli));
+                let Some((f, r)) = room.iter_mut().find(|(_, r)| *r >= milli) else { break };
+                *r -= milli;
+                within.insert(job, (q, f.clone(), milli));
             }
         }
         self.entitled.retain(|job, _| within.contains_key(job));

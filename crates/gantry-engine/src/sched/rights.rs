@@ -78,7 +78,7 @@ impl Scheduler {
             starving: self.starvation_s.is_some_and(|s| now.saturating_sub(entry.eligible_at) >= s),
             fair_share: shares.is_some_and(|s| s.room_for(entry.queue, milli)),
             consolidate: false,
-            team: self.siblings(entry.queue),
+            team: Vec::new(),
             overshoot: self.entitled_for(job, now) >= self.reclaim_protect_s,
         }
     }
@@ -117,7 +117,7 @@ impl Scheduler {
     }
 
     /// The other children of `queue`'s parent (none for a root queue or without a tree).
-    fn siblings(&self, queue: usize) -> Vec<usize> {
+    pub(super) fn siblings(&self, queue: usize) -> Vec<usize> {
         let Some(fair) = &self.fair else { return Vec::new() };
         let queues = &fair.tree().queues;
         let Some(parent) = queues[queue].parent else { return Vec::new() };
