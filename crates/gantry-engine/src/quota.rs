@@ -75,7 +75,12 @@ impl QuotaBook {
 
     /// Is `a` an ancestor of `b`, or `b` itself?
     pub(crate) fn encloses(&self, a: usize, b: usize) -> bool {
-        self.ancestry(b).contains(&a)
+        self.parents(b).any(|q| q == a)
+    }
+
+    /// `queue`, then its parent, up to its root (without building a list).
+    pub(crate) fn parents(&self, queue: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(queue), |&q| self.tree.queues[q].parent)
     }
 
     /// Check that `demand` by `queue` leaves every non-lending queue's idle guarantee free:

@@ -61,9 +61,22 @@ impl Scheduler {
             }
         }
         self.entitled.retain(|job, _| within.contains_key(job));
+        self.entitled_claims.clear();
         for (job, (queue, flavor, milli)) in within {
             let since = self.entitled.get(&job).map_or(now, |e| e.since);
+            self.claim_entitled(queue, &flavor, milli, true);
             self.entitled.insert(job, Entitled { since, queue, flavor, milli });
+        }
+    }
+
+    /// Add (or take back) `milli` of `flavor` to what `queue` and its ancestors' waiting jobs
+    /// claim within their guarantees (`entitled_claims`: summed once per cycle, so a lending
+    /// check reads a queue's claim without walking every waiting job).
+    fn claim_entitled(&mut self, queue: usize, flavor: &Flavor, milli: u64, add: bool) {
+        let Some(book) = &self.quotas else { return };
+        for q in book.ancestry(queue) {
+            let claim = self.entitled_claims.entry((q, flavor.clone())).or_default();
+            *claim = if add { *claim + milli } else { claim.saturating_sub(milli) };
         }
     }
 
@@ -75,25 +88,21 @@ impl Scheduler {
     /// `job` starts at `now`: record how long it waited within its guarantee.
     pub(super) fn entitled_started(&mut self, job: JobId, now: u64) {
         if let Some(e) = self.entitled.remove(&job) {
+            self.claim_entitled(e.queue, &e.flavor, e.milli, false);
             let waited = self.stats.guarantee_waited.entry(job).or_default();
             *waited = (*waited).max(now - e.since);
-            if std::env::var("X_GW").is_ok() && now - e.since > 400 {
-                eprintln!(
-                    "GW {} waited {} since {} milli {} queue {}",
-                    self.jobs[&job].job.name,
-                    now - e.since,
-                    e.since,
-                    e.milli,
-                    e.queue
-                );
-            }
         }
     }
 
     /// Milli-GPU that jobs of `queue` (or below it) waiting within its guarantee need in
     /// `flavor`.
     pub(super) fn entitled_in(&self, queue: usize, flavor: &Flavor) -> u64 {
-        let Some(book) = &self.quotas else { return 0 };
-        self.entitled.values().filter(|e| &e.flavor == flavor && book.encloses(queue, e.queue)).map(|e| e.milli).sum()
+        self.entitled_claims.get(&(queue, flavor.clone())).copied().unwrap_or(0)
+    }
+
+    /// The queues whose waiting jobs (or whose descendants') claim `flavor` within their
+    /// guarantees.
+    pub(super) fn entitled_queues<'a>(&'a self, flavor: &'a Flavor) -> impl Iterator<Item = usize> + 'a {
+        self.entitled_claims.iter().filter(move |((_, f), c)| f == flavor && **c > 0).map(|((q, _), _)| *q)
     }
 }

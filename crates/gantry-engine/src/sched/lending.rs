@@ -140,14 +140,12 @@ impl Scheduler {
     fn guarantee_lines(&self, queue: usize, flavor: &Flavor) -> Vec<usize> {
         let Some(book) = &self.quotas else { return Vec::new() };
         let apart = |x: usize| !book.encloses(x, queue) && !book.encloses(queue, x);
-        let mut active: std::collections::BTreeSet<usize> = self.peaks.queues(flavor).collect();
-        for e in self.entitled.values().filter(|e| &e.flavor == flavor) {
-            active.extend(book.ancestry(e.queue));
-        }
+        let active: std::collections::BTreeSet<usize> =
+            self.peaks.queues(flavor).chain(self.entitled_queues(flavor)).collect();
         active
             .into_iter()
             .filter(|&x| apart(x) && book.guaranteed(x, flavor) > 0)
-            .filter(|&x| book.ancestry(x).into_iter().skip(1).all(|a| !apart(a) || book.guaranteed(a, flavor) == 0))
+            .filter(|&x| book.parents(x).skip(1).all(|a| !apart(a) || book.guaranteed(a, flavor) == 0))
             .collect()
     }
 }

@@ -373,6 +373,8 @@ pub struct Scheduler {
     reclaimed: BTreeSet<JobId>,
     /// Waiting jobs within their queue's guarantee, since when (`entitled.rs`).
     entitled: BTreeMap<JobId, entitled::Entitled>,
+    /// Per (queue, flavor), what its and its descendants' entitled jobs claim.
+    entitled_claims: BTreeMap<(usize, Flavor), u64>,
     /// Each queue's recent usage peaks (`lending.rs`).
     peaks: lending::UsagePeaks,
     /// Jobs holding a promised start, in reservation order (kept across cycles).
@@ -437,6 +439,7 @@ impl Scheduler {
             rules,
             reclaimed: BTreeSet::new(),
             entitled: BTreeMap::new(),
+            entitled_claims: BTreeMap::new(),
             peaks: Default::default(),
             promise_at: BTreeMap::new(),
             broken_now: BTreeMap::new(),
