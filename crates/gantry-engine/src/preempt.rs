@@ -228,15 +228,13 @@ impl Spare {
     /// May a preemptor with `right` take `v`? Its queue must run above its guarantee in every
     /// flavor `v` holds — by at least `v`'s demand, unless the right may overshoot.
     pub fn allows(&self, v: &Victim, right: &Right) -> bool {
-        if v.cause(right) == Some(Cause::Consolidation) {
+        match v.cause(right) {
             // A moved job is placed again by the same plan: its queue keeps what it holds.
-            return true;
-        }
-        if v.queue != right.queue
-            && v.cause(right) == Some(Cause::FairShare)
-            && self.above_share.get(&v.queue).is_none_or(|&above| above < v.milli)
-        {
-            return false;
+            Some(Cause::Consolidation) => return true,
+            Some(Cause::FairShare) if self.above_share.get(&v.queue).is_none_or(|&above| above < v.milli) => {
+                return false;
+            }
+            _ => {}
         }
         match &self.above {
             None => true,

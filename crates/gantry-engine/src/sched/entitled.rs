@@ -74,7 +74,7 @@ impl Scheduler {
     /// check reads a queue's claim without walking every waiting job).
     fn claim_entitled(&mut self, queue: usize, flavor: &Flavor, milli: u64, add: bool) {
         let Some(book) = &self.quotas else { return };
-        for q in book.ancestry(queue) {
+        for q in book.parents(queue) {
             let claim = self.entitled_claims.entry((q, flavor.clone())).or_default();
             *claim = if add { *claim + milli } else { claim.saturating_sub(milli) };
         }

@@ -72,7 +72,7 @@ impl Scheduler {
     /// Record the usage of `queue` and its ancestors before a change of `demand`'s flavors.
     pub(super) fn usage_changing(&mut self, queue: usize, demand: &[(Flavor, u64)], now: u64) {
         let Some(book) = &self.quotas else { return };
-        for q in book.ancestry(queue) {
+        for q in book.parents(queue) {
             for (f, _) in demand {
                 self.peaks.changed(q, f, book.used(q, f), now);
             }

@@ -53,29 +53,43 @@ impl Scheduler {
         for r in self.running.values() {
             *held.entry(self.jobs[&r.job].queue).or_default() += r.milli;
         }
+        let capacity = self.engine.state().gpus.len() as u64 * 1000;
         let mut wanted = held.clone();
         for (q, pending) in self.pending.iter().enumerate() {
-            for &(_, _, job) in pending {
-                *wanted.entry(q).or_default() += self.jobs[&job].job.compiled.milli_at_most();
+            // No queue is given more than the fleet: its waiting jobs past that change nothing.
+            for &(_, _, job) in pending.iter().filter(|(_, _, j)| !self.held.contains(j)) {
+                let w = wanted.entry(q).or_default();
+                if *w >= capacity {
+                    break;
+                }
+                *w += self.jobs[&job].job.compiled.milli_at_most();
             }
         }
+        let siblings = sibling_weights(tree);
         let queues: Vec<usize> = wanted.keys().copied().collect();
         let demand: Vec<u64> = queues.iter().map(|q| wanted[q]).collect();
-        let weight: Vec<f64> = queues.iter().map(|&q| entitlement(tree, q)).collect();
-        let capacity = self.engine.state().gpus.len() as u64 * 1000;
+        let weight: Vec<f64> = queues.iter().map(|&q| entitlement(tree, &siblings, q)).collect();
         let filled = max_min(capacity, &demand, &weight);
         Some(Shares { held, share: queues.into_iter().zip(filled).collect() })
     }
 }
 
+/// Per parent (`None`: the roots), the sum of its children's weights: one pass over the tree.
+fn sibling_weights(tree: &gantry_types::QueueTree) -> BTreeMap<Option<usize>, u64> {
+    let mut sums: BTreeMap<Option<usize>, u64> = BTreeMap::new();
+    for q in &tree.queues {
+        *sums.entry(q.parent).or_default() += u64::from(q.weight.max(1));
+    }
+    sums
+}
+
 /// A queue's weight over its siblings', times its parent's, up to the root.
-fn entitlement(tree: &gantry_types::QueueTree, queue: usize) -> f64 {
+fn entitlement(tree: &gantry_types::QueueTree, siblings: &BTreeMap<Option<usize>, u64>, queue: usize) -> f64 {
     let mut e = 1.0;
     let mut at = Some(queue);
     while let Some(q) = at {
         let parent = tree.queues[q].parent;
-        let siblings: u64 = tree.queues.iter().filter(|s| s.parent == parent).map(|s| u64::from(s.weight.max(1))).sum();
-        e *= tree.queues[q].weight.max(1) as f64 / siblings.max(1) as f64;
+        e *= tree.queues[q].weight.max(1) as f64 / siblings[&parent].max(1) as f64;
         at = parent;
     }
     e
