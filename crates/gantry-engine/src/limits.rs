@@ -69,6 +69,11 @@ pub const BACKFILL_VISITS_MAX: usize = 10_000;
 /// reason the last cycle that reached them gave (a new job: "jobs ahead go first"), and nothing
 /// past them could have started this cycle unless the jobs before it were refused.
 pub const CYCLE_VISITS_MAX: usize = 20_000;
+/// Request shapes in one queue up to which a pass jumps over the jobs of a refused request by
+/// shape (`sched/waiting.rs`): each jump looks up the next job of every other shape in the
+/// queue, so with many shapes stepping over the jobs one by one is as cheap. A queue with more
+/// is walked job by job, within the visit bounds above, as before the jump existed.
+pub const SHAPES_JUMP_MAX: usize = 64;
 
 /// Backfill candidates per cycle checked against the reservations on nodes they share. A
 /// candidate on a reservation's nodes may start only if every plan still holds with it running

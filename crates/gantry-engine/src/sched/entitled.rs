@@ -47,7 +47,7 @@ impl Scheduler {
             let q = *q;
             // The queue's promised jobs hold its claim first (the others may not delay them).
             let promised = self.promises.iter().copied().filter(|j| self.jobs[j].queue == q);
-            let in_order = self.pending[q].iter().map(|&(_, _, job)| job).filter(|j| !self.promises.contains(j));
+            let in_order = self.pending.order(q).iter().map(|&(_, _, job)| job).filter(|j| !self.promises.contains(j));
             for job in promised.chain(in_order).take(ENTITLED_SCAN_MAX) {
                 if self.held.contains(&job) {
                     continue;

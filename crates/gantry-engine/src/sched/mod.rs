@@ -20,8 +20,10 @@ mod lending;
 mod moves;
 mod pass;
 mod preemption_plan;
+mod reasons;
 mod rights;
 mod shares;
+mod waiting;
 mod way_back;
 
 use crate::backfill::Reservation;
@@ -32,11 +34,16 @@ use gantry_types::{DependencyKind, Flavor, JobControl, Lifecycle, PendingJob, Pe
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use crate::limits::{BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, CYCLE_VISITS_MAX, RESERVATION_CHECKS_MAX};
+pub use crate::limits::{
+    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, CYCLE_VISITS_MAX, RESERVATION_CHECKS_MAX, SHAPES_JUMP_MAX,
+};
 pub use rights::PREEMPTORS_MAX;
 
 /// The caller's name for a job (a trace index, a database id).
 pub type JobId = u64;
+
+/// A waiting job's place in its queue: (priority, high first; eligible since; id).
+type Key = (Reverse<i32>, u64, JobId);
 
 /// How a job that has not started waits (see [`Scheduler::why`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -339,15 +346,12 @@ pub struct Scheduler {
     /// Per user: running jobs and milli-GPU held; per array: running elements.
     user_running: BTreeMap<String, (u32, u64)>,
     array_running: BTreeMap<String, u32>,
-    /// Per queue: pending jobs by (priority high first, eligible since, id).
-    pending: Vec<BTreeSet<(Reverse<i32>, u64, JobId)>>,
-    pending_count: usize,
+    /// Per queue: pending jobs by (priority high first, eligible since, id), and by shape.
+    pending: waiting::Waiting,
     held: BTreeSet<JobId>,
     waiting_on_deps: BTreeSet<JobId>,
     /// How each ended job ended: true = completed.
     ended: BTreeMap<JobId, bool>,
-    /// Why each waiting job waits; jobs refused for the same request share one reason.
-    reason: digest::DigestMap<JobId, std::sync::Arc<PendingReason>>,
     estimate: digest::DigestMap<JobId, u64>,
     running: BTreeMap<AllocId, RunningJob>,
     /// Preemption: allocations in their grace period (and why), and the jobs waiting for
@@ -421,12 +425,10 @@ impl Scheduler {
             billing,
             user_running: BTreeMap::new(),
             array_running: BTreeMap::new(),
-            pending: vec![BTreeSet::new(); queue_count],
-            pending_count: 0,
+            pending: waiting::Waiting::new(queue_count),
             held: BTreeSet::new(),
             waiting_on_deps: BTreeSet::new(),
             ended: BTreeMap::new(),
-            reason: Default::default(),
             estimate: Default::default(),
             running: BTreeMap::new(),
             terminating: BTreeMap::new(),
@@ -501,6 +503,7 @@ impl Scheduler {
         }
         self.last_reservation = None;
         for (id, spec) in specs {
+            let priority = Reverse(self.priority(id));
             let entry = self.jobs.get_mut(&id).expect("looked up above");
             if self.engine.is_current(&entry.job.compiled) {
                 continue;
@@ -508,7 +511,13 @@ impl Scheduler {
             // A spec that compiled before compiles again: compiling reads the catalog and the
             // fleet's models, which a mode change leaves as they were.
             entry.job.compiled = self.engine.compile(&spec)?;
-            entry.shape = pass::shape_of(&entry.job.compiled);
+            let before = std::mem::replace(&mut entry.shape, pass::shape_of(&entry.job.compiled));
+            // A waiting job moves to its new shape's group.
+            let (queue, key, shape) = (entry.queue, (priority, entry.eligible_at, id), entry.shape);
+            let length = entry.job.planned_length_s;
+            if self.pending.remove(queue, &key, before, length) {
+                self.pending.insert(queue, key, shape, length);
+            }
         }
         Ok(true)
     }
@@ -570,8 +579,9 @@ impl Scheduler {
             let Some(entry) = self.jobs.get(id) else { continue };
             let (queue, before) = (entry.queue, entry.eligible_at);
             let priority = Reverse(self.priority(*id));
-            if before != *at && self.pending[queue].remove(&(priority, before, *id)) {
-                self.pending[queue].insert((priority, *at, *id));
+            let (shape, length) = (entry.shape, entry.job.planned_length_s);
+            if before != *at && self.pending.remove(queue, &(priority, before, *id), shape, length) {
+                self.pending.insert(queue, (priority, *at, *id), shape, length);
             }
             if let Some(entry) = self.jobs.get_mut(id) {
                 entry.eligible_at = *at;
@@ -614,7 +624,7 @@ impl Scheduler {
 
     /// Jobs waiting in queues (not held, not waiting on dependencies).
     pub fn queued(&self) -> usize {
-        self.pending_count
+        self.pending.len()
     }
 
     /// Jobs held, and jobs waiting on dependencies.
@@ -632,7 +642,7 @@ impl Scheduler {
     /// a victim again (its reclaim protection or minimum runtime ends). A caller driven by
     /// events (the simulator) runs a cycle then, as the live controller's tick does anyway.
     pub fn next_wake(&self, now: u64) -> Option<u64> {
-        if self.pending_count == 0 {
+        if self.pending.is_empty() {
             return None;
         }
         let victims_again = self.running.values().filter(|_| self.config.preempt).flat_map(|r| {
@@ -685,8 +695,8 @@ impl Scheduler {
     /// Put `job` in its queue, eligible since `since`.
     fn enqueue(&mut self, job: JobId, since: u64) -> Admission {
         let key = (Reverse(self.priority(job)), since, job);
-        self.pending[self.jobs[&job].queue].insert(key);
-        self.pending_count += 1;
+        let e = &self.jobs[&job];
+        self.pending.insert(e.queue, key, e.shape, e.job.planned_length_s);
         let starving_at = match (self.config.preempt, self.starvation_s) {
             (true, Some(bound)) => Some(since + bound),
             _ => None,
@@ -694,10 +704,23 @@ impl Scheduler {
         Admission::Queued { starving_at }
     }
 
+    /// Record why `job` waits, one job at a time (`waiting::Waiting::settle` gives a whole
+    /// request's jobs their reason).
+    fn set_reason(&mut self, job: JobId, reason: std::sync::Arc<PendingReason>) {
+        let e = &self.jobs[&job];
+        let key = (Reverse(self.priority(job)), e.eligible_at, job);
+        self.pending.set_reason(e.queue, e.shape, &key, reason);
+    }
+
+    /// Why `job` waits, as the last cycle left it (`None`: not waiting, or no reason yet).
+    fn reason_of(&self, job: JobId) -> Option<&std::sync::Arc<PendingReason>> {
+        let e = self.jobs.get(&job)?;
+        self.pending.reason(e.queue, e.shape, &(Reverse(self.priority(job)), e.eligible_at, job))
+    }
+
     fn dequeue(&mut self, job: JobId, priority: i32, since: u64) {
-        self.pending[self.jobs[&job].queue].remove(&(Reverse(priority), since, job));
-        self.pending_count -= 1;
-        self.reason.remove(&job);
+        let e = &self.jobs[&job];
+        self.pending.remove(e.queue, &(Reverse(priority), since, job), e.shape, e.job.planned_length_s);
         self.estimate.remove(&job);
     }
 
@@ -752,7 +775,7 @@ impl Scheduler {
             return Ok(());
         }
         let key = (Reverse(self.priority(id)), entry.eligible_at, id);
-        if self.pending[entry.queue].contains(&key) {
+        if self.pending.contains(entry.queue, &key) {
             self.dequeue(id, key.0.0, key.1);
         } else if !self.waiting_on_deps.remove(&id) {
             return Err(SchedError::NotWaiting { job: entry.job.name.clone(), is: "not waiting (running or done)" });
@@ -783,7 +806,7 @@ impl Scheduler {
             return Err(SchedError::NotWaiting { job: entry.job.name.clone(), is: "running" });
         }
         let key = (Reverse(self.priority(id)), entry.eligible_at, id);
-        if self.pending[entry.queue].contains(&key) {
+        if self.pending.contains(entry.queue, &key) {
             self.dequeue(id, key.0.0, key.1);
         }
         self.held.remove(&id);
@@ -978,12 +1001,12 @@ impl Scheduler {
     /// Job counts by the kind of their pending reason (`PendingReason::kind`), as the last
     /// cycle left them; held jobs and jobs waiting on dependencies included.
     pub fn waiting_by_kind(&self) -> BTreeMap<String, u64> {
-        let mut out: BTreeMap<String, u64> = BTreeMap::new();
-        for set in &self.pending {
-            for &(_, _, job) in set {
-                let kind = self.reason.get(&job).map_or_else(|| "queue-order".to_string(), |r| r.kind());
-                *out.entry(kind).or_default() += 1;
-            }
+        // Every job with a reason waits in a queue (`dequeue` forgets it): the rest of the
+        // queued jobs have none yet.
+        let mut out = self.pending.kinds();
+        let unexplained = (self.pending.len() - self.pending.explained()) as u64;
+        if unexplained > 0 {
+            *out.entry("queue-order".into()).or_default() += unexplained;
         }
         if !self.waiting_on_deps.is_empty() {
             out.insert("dependency".into(), self.waiting_on_deps.len() as u64);
@@ -1002,7 +1025,7 @@ impl Scheduler {
 
     /// [`Scheduler::pending`] with each job's id.
     pub fn pending_by_id(&self) -> Vec<(JobId, PendingJob)> {
-        let mut ids: Vec<JobId> = self.pending.iter().flat_map(|set| set.iter().map(|&(_, _, job)| job)).collect();
+        let mut ids: Vec<JobId> = self.pending.orders().flat_map(|set| set.iter().map(|&(_, _, job)| job)).collect();
         ids.extend(&self.waiting_on_deps);
         ids.extend(&self.held);
         let mut out: Vec<(JobId, PendingJob)> =
@@ -1014,14 +1037,14 @@ impl Scheduler {
     /// Why job `id` waits, and its estimate; `None` if it is not waiting.
     /// Each waiting job's reason and estimated start as the last cycle left them, by id.
     pub fn reasons(&self) -> impl Iterator<Item = (JobId, &PendingReason, Option<u64>)> + '_ {
-        self.reason.iter().map(|(id, reason)| (*id, &**reason, self.estimate.get(id).copied()))
+        self.pending.reasons().map(|(id, reason)| (id, &**reason, self.estimate.get(&id).copied()))
     }
 
     /// A fingerprint of every waiting job's reason and estimated start, kept up to date as
     /// they change (reading it costs nothing): what a replay of the live log compares after
     /// each cycle.
     pub fn reasons_digest(&self) -> u64 {
-        self.reason.digest() ^ self.estimate.digest().rotate_left(1)
+        self.pending.reasons_digest() ^ self.estimate.digest().rotate_left(1)
     }
 
     /// How job `id` waits, if it does: what [`Scheduler::why`] explains and
@@ -1035,7 +1058,7 @@ impl Scheduler {
             return Some(if self.never_satisfiable(id) { Waiting::NeverSatisfiable } else { Waiting::OnDependencies });
         }
         let key = (Reverse(self.priority(id)), e.eligible_at, id);
-        self.pending[e.queue].contains(&key).then_some(Waiting::Queued)
+        self.pending.contains(e.queue, &key).then_some(Waiting::Queued)
     }
 
     /// The category of [`Scheduler::why`]'s reason for job `id` ([`PendingReason::category`]),
@@ -1045,7 +1068,7 @@ impl Scheduler {
             Waiting::Held => "held",
             Waiting::NeverSatisfiable => "dependency-never-satisfied",
             Waiting::OnDependencies => "dependency",
-            Waiting::Queued => self.reason.get(&id).map_or("queue-order", |r| r.category()),
+            Waiting::Queued => self.reason_of(id).map_or("queue-order", |r| r.category()),
         })
     }
 
@@ -1087,7 +1110,7 @@ impl Scheduler {
                 .collect();
             return Some(entry(PendingReason::Dependency { waiting_on }, None));
         }
-        let mut reason = self.reason.get(&id).map_or(PendingReason::QueueOrder, |r| (**r).clone());
+        let mut reason = self.reason_of(id).map_or(PendingReason::QueueOrder, |r| (**r).clone());
         if let PendingReason::Resources { by_class, .. } = &mut reason {
             *by_class = self.engine.free_by_class(&e.job.compiled);
         }

@@ -40,21 +40,19 @@
 
 use super::admit::{Refusal, Reservations, running_list};
 use super::{
-    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, CYCLE_VISITS_MAX, Decision, JobId, PREEMPTORS_MAX, PromiseBreak,
-    Scheduler,
+    BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, Backfill, CYCLE_VISITS_MAX, Decision, JobId, Key, PREEMPTORS_MAX,
+    PromiseBreak, Scheduler,
 };
 use crate::CompiledJob;
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
+use crate::limits::SHAPES_JUMP_MAX;
 use gantry_types::{Flavor, PendingReason};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 use std::sync::Arc;
-
-/// A waiting job's place in its queue: (priority, high first; eligible since; id).
-type Key = (Reverse<i32>, u64, JobId);
 
 /// One pass's moment, its progress and what it decided, handed to its steps together.
 struct Pass<'a> {
@@ -68,6 +66,7 @@ struct Pass<'a> {
 
 /// Per-queue progress of one pass.
 struct Scan {
+    now: u64,
     blocked: Vec<bool>,
     /// Placement work spent past each queue's blocked head.
     work: Vec<u64>,
@@ -76,6 +75,17 @@ struct Scan {
     /// Request shapes refused for resources this pass, with the reason (any queue: placement
     /// does not depend on it).
     refused: BTreeMap<u64, Arc<PendingReason>>,
+    /// Per queue and refused shape: its jobs looked at one by one (each a preemption
+    /// candidate, each offered a promise) before the pass jumps over the rest
+    /// (`Scan::passes_over`).
+    looked: BTreeMap<(usize, u64), usize>,
+    /// How many: [`PREEMPTORS_MAX`] plus the reservation depth — what preemption and the
+    /// promises could take from one queue's run of one request (the jobs behind in a run
+    /// have no higher priority and no earlier eligibility than those looked at).
+    looks_max: usize,
+    /// Per queue and request shape: refused for delaying the one reservation without a
+    /// right (`Refusal::delays_one`), while that still holds for the rest of the group.
+    delayed: BTreeMap<(usize, u64), Delayed>,
     tried: BTreeSet<JobId>,
     short: Vec<JobId>,
     /// Jobs refused this pass that could not be promised a start because every reservation was
@@ -86,18 +96,44 @@ struct Scan {
 }
 
 impl Scan {
-    fn new(queues: usize) -> Scan {
+    fn new(queues: usize, depth: usize, now: u64) -> Scan {
         Scan {
+            now,
             blocked: vec![false; queues],
             work: vec![0; queues],
             visits: vec![0; queues],
             cursor: vec![None; queues],
             refused: BTreeMap::new(),
+            looked: BTreeMap::new(),
+            looks_max: PREEMPTORS_MAX + depth,
+            delayed: BTreeMap::new(),
             tried: BTreeSet::new(),
             short: Vec::new(),
             unpromised: Vec::new(),
         }
     }
+
+    /// Refused for resources this pass, and looked at enough in queue `q`.
+    fn refused_enough(&self, q: usize, shape: u64) -> bool {
+        self.refused.contains_key(&shape) && self.looked.get(&(q, shape)).is_some_and(|&n| n >= self.looks_max)
+    }
+
+    /// Something started or the reservation changed: a refusal for delaying it no longer
+    /// speaks for the jobs not yet looked at (it still does for those jumped over).
+    fn stale_delays(&mut self) {
+        for d in self.delayed.values_mut() {
+            d.live = false;
+        }
+    }
+}
+
+/// A queue's job of one request refused for delaying the one reservation, with no right.
+struct Delayed {
+    reason: Arc<PendingReason>,
+    /// The reserved start: a job of the group known to end by then may still start.
+    start_s: u64,
+    /// Nothing started and the reservation is the same since.
+    live: bool,
 }
 
 /// A job's request shape: jobs with the same shape get the same placement answer on the same
@@ -127,7 +163,7 @@ impl Scheduler {
     /// Is `job` waiting in its queue?
     fn is_queued(&self, job: JobId) -> bool {
         let e = &self.jobs[&job];
-        self.pending[e.queue].contains(&(Reverse(self.priority(job)), e.eligible_at, job))
+        self.pending.contains(e.queue, &(Reverse(self.priority(job)), e.eligible_at, job))
     }
 
     /// The reserved start for `job` (blocked at `now`) and the fleet at that start: the
@@ -307,7 +343,7 @@ impl Scheduler {
             Backfill::Greedy if self.fair.is_some() => 1,
             _ => 0,
         };
-        let mut scan = Scan::new(self.queue_count);
+        let mut scan = Scan::new(self.queue_count, depth, now);
         let mut reservations = if depth > 0 { self.reserve_promised(now, depth) } else { Reservations::default() };
         for (job, r) in &reservations.plans {
             self.charge_promise(*job, r, now);
@@ -318,6 +354,14 @@ impl Scheduler {
         self.visit_queues(&mut pass, work_max);
         if backfill == Backfill::Off && self.config.preempt {
             self.behind_short_heads(&mut scan);
+        }
+        // Every job of a refused request that the pass did not try says so (a refusal for
+        // resources came after any start, so after a delay it overrides).
+        for (&(q, shape), d) in &scan.delayed {
+            self.pending.settle_in(q, shape, &d.reason, &scan.tried);
+        }
+        for (shape, reason) in &scan.refused {
+            self.pending.settle(*shape, reason, &scan.tried);
         }
         // The estimates `why` shows: the reserved starts.
         self.estimate.clear();
@@ -388,10 +432,14 @@ impl Scheduler {
             pass.scan.cursor[q] = Some((Reverse(candidate.priority), candidate.submitted_s, job));
             pass.scan.visits[q] += 1;
             heads[q] = self.next_untried(q, pass.scan);
-            if let Some(reason) = pass.scan.refused.get(&self.jobs[&job].shape) {
+            let shape = self.jobs[&job].shape;
+            if let Some(reason) = pass.scan.refused.get(&shape).cloned() {
                 // The same request was refused for resources this pass: the same answer.
                 pass.scan.tried.insert(job);
-                self.reason.insert(job, reason.clone());
+                if !self.awaiting.contains_key(&job) {
+                    *pass.scan.looked.entry((q, shape)).or_default() += 1;
+                }
+                self.set_reason(job, reason);
                 pass.scan.blocked[q] = true;
                 pass.scan.short.push(job);
                 if depth > 0 {
@@ -403,10 +451,54 @@ impl Scheduler {
         }
     }
 
-    /// Queue `q`'s first job past its cursor not yet tried this pass.
+    /// Queue `q`'s first job past its cursor not yet tried this pass, jumping by shape over the
+    /// jobs of requests refused this pass (`Scan::passes_over`) — unless the queue holds more
+    /// than [`SHAPES_JUMP_MAX`] shapes: then each is looked at in turn, within the visit
+    /// bounds, as a job of a refused request always was.
     fn next_untried(&self, q: usize, scan: &Scan) -> Option<Key> {
         let from = scan.cursor[q].map_or(Bound::Unbounded, Bound::Excluded);
-        self.pending[q].range((from, Bound::Unbounded)).find(|(_, _, j)| !scan.tried.contains(j)).copied()
+        for key in self.pending.order(q).range((from, Bound::Unbounded)) {
+            if scan.tried.contains(&key.2) {
+                continue;
+            }
+            if !self.passes_over(q, self.jobs[&key.2].shape, scan) || self.pending.shape_count(q) > SHAPES_JUMP_MAX {
+                return Some(*key);
+            }
+            return self.next_by_shape(q, scan, key);
+        }
+        None
+    }
+
+    /// Queue `q`'s first job after `after` that is not tried and not of a shape the pass
+    /// passes over: the earliest such job of each of its shapes, the first of them.
+    fn next_by_shape(&self, q: usize, scan: &Scan, after: &Key) -> Option<Key> {
+        self.pending
+            .groups(q)
+            .filter(|&(shape, _)| !self.passes_over(q, shape, scan))
+            .filter_map(|(_, keys)| {
+                keys.range((Bound::Excluded(after), Bound::Unbounded)).find(|k| !scan.tried.contains(&k.2)).copied()
+            })
+            .min()
+    }
+
+    /// Does queue `q`'s group of request `shape` hold a job with a right of its own over a
+    /// reservation (a promise, victims stopping for it)? Then it is never jumped over for a
+    /// delay.
+    fn group_has_rights(&self, q: usize, shape: u64) -> bool {
+        let key = |&j: &JobId| (Reverse(self.priority(j)), self.jobs[&j].eligible_at, j);
+        self.pending.holds_any(q, shape, self.promises.iter().chain(self.awaiting.keys()).map(key))
+    }
+
+    /// Does the pass jump over queue `q`'s jobs of request `shape`? When every one of them would
+    /// get the answer one of them got, and gets it when the pass ends (`Waiting::settle`):
+    /// refused for resources and looked at enough (`Scan::refused_enough`), or refused for
+    /// delaying the reservation with no right while none of the group ends by its start.
+    fn passes_over(&self, q: usize, shape: u64, scan: &Scan) -> bool {
+        scan.refused_enough(q, shape)
+            || scan
+                .delayed
+                .get(&(q, shape))
+                .is_some_and(|d| d.live && scan.now.saturating_add(self.pending.shortest(q, shape)) > d.start_s)
     }
 
     /// Without backfill the pass stops at a queue's blocked head, but a queue's right to
@@ -418,7 +510,7 @@ impl Scheduler {
         let heads: BTreeSet<usize> = scan.short.iter().map(|j| self.jobs[j].queue).collect();
         for q in heads {
             let Some(from) = scan.cursor[q] else { continue };
-            let behind = self.pending[q].range((Bound::Excluded(from), Bound::Unbounded));
+            let behind = self.pending.order(q).range((Bound::Excluded(from), Bound::Unbounded));
             scan.short.extend(behind.map(|&(_, _, j)| j).filter(|j| !scan.tried.contains(j)).take(PREEMPTORS_MAX));
         }
     }
@@ -427,7 +519,9 @@ impl Scheduler {
     /// frees in this pass.
     fn offer_promise(&mut self, job: JobId, now: u64, depth: usize, scan: &mut Scan, reservations: &mut Reservations) {
         self.promise(job, now, depth, reservations);
-        if !self.promises.contains(&job) {
+        if self.promises.contains(&job) {
+            scan.stale_delays();
+        } else {
             scan.unpromised.push(job);
         }
     }
@@ -445,7 +539,9 @@ impl Scheduler {
             }
             if self.is_queued(job) && !self.promises.contains(&job) {
                 self.promise(job, now, depth, reservations);
-                if !self.promises.contains(&job) {
+                if self.promises.contains(&job) {
+                    scan.stale_delays();
+                } else {
                     left.push(job);
                 }
             }
@@ -492,6 +588,7 @@ impl Scheduler {
         scan.tried.insert(job);
         match self.try_start(job, now, reservations) {
             Ok(go) => {
+                scan.stale_delays();
                 if scan.blocked[q] {
                     scan.work[q] += go.work;
                 }
@@ -511,7 +608,7 @@ impl Scheduler {
                 decisions.push(Decision::Start { job, alloc: go.alloc, milli: go.milli, eligible_since });
                 self.replan_displaced(job, &go.displaced, now, reservations);
             }
-            Err(Refusal { reason, blocks_queue, work }) => {
+            Err(Refusal { reason, blocks_queue, work, delays_one }) => {
                 if scan.blocked[q] {
                     scan.work[q] += work;
                 }
@@ -526,14 +623,23 @@ impl Scheduler {
                 // One reason shared by every job of the shape refused after it (a long queue of
                 // one request would otherwise hold a copy of a long reason per job).
                 let reason = Arc::new(reason);
+                let shape = self.jobs[&job].shape;
                 if resources {
-                    scan.refused.insert(self.jobs[&job].shape, reason.clone());
+                    scan.refused.insert(shape, reason.clone());
+                }
+                if delays_one
+                    && depth == 1
+                    && let Some(((_, start_s), _)) = &reservations.one
+                    && !self.group_has_rights(q, shape)
+                {
+                    let start_s = *start_s;
+                    scan.delayed.insert((q, shape), Delayed { reason: reason.clone(), start_s, live: true });
                 }
                 if !resources && !delayed && self.promises.contains(&job) {
                     // A promised job its own limits hold back (quota, per-user limit).
                     self.break_promise(job, job, "own-limit", now);
                 }
-                self.reason.insert(job, reason);
+                self.set_reason(job, reason);
                 if blocks_queue {
                     scan.blocked[q] = true;
                 }
@@ -610,7 +716,7 @@ impl Scheduler {
     }
 
     /// [`Scheduler::overrides`] before the slip bound.
-    fn override_right(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
+    pub(super) fn override_right(&self, job: JobId, demand: &[(Flavor, u64)], reserved: JobId) -> Option<&'static str> {
         if let Some(a) = self.awaiting.get(&job) {
             return Some(a.right);
         }

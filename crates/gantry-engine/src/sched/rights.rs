@@ -191,11 +191,17 @@ impl Scheduler {
         if !short.is_empty() {
             self.plan_preemptors(now, short, decisions);
         }
-        for (&job, a) in &self.awaiting {
-            if self.reason.contains_key(&job) {
+        let preempting: Vec<(JobId, PendingReason)> = self
+            .awaiting
+            .iter()
+            .filter(|(job, _)| self.reason_of(**job).is_some())
+            .map(|(&job, a)| {
                 let victims = a.victims.iter().filter(|v| self.terminating.contains_key(v)).count() as u32;
-                self.reason.insert(job, std::sync::Arc::new(PendingReason::Preempting { victims, until_s: a.until }));
-            }
+                (job, PendingReason::Preempting { victims, until_s: a.until })
+            })
+            .collect();
+        for (job, reason) in preempting {
+            self.set_reason(job, std::sync::Arc::new(reason));
         }
     }
 

@@ -55,7 +55,7 @@ impl Scheduler {
         }
         let capacity = self.engine.state().gpus.len() as u64 * 1000;
         let mut wanted = held.clone();
-        for (q, pending) in self.pending.iter().enumerate() {
+        for (q, pending) in self.pending.orders().enumerate() {
             // No queue is given more than the fleet: its waiting jobs past that change nothing.
             for &(_, _, job) in pending.iter().filter(|(_, _, j)| !self.held.contains(j)) {
                 let w = wanted.entry(q).or_default();

@@ -27,5 +27,5 @@ pub(super) fn check(s: &mut Scheduler, ask: &Ask, go: &mut Go, _: &mut Reservati
         asked_milli: *asked,
         bound_milli: book.guaranteed(q, flavor),
     };
-    Err(Refusal { reason, blocks_queue: true, work: 0 })
+    Err(Refusal { reason, blocks_queue: true, work: 0, delays_one: false })
 }

@@ -50,12 +50,16 @@ pub(super) struct Refusal {
     pub blocks_queue: bool,
     /// Placement work done (0: none tried), counted against the backfill bound.
     pub work: u64,
+    /// Refused for delaying the one reservation (`Reservations::one`), with no right over it:
+    /// every later job of its queue and request not known to end by the reserved start gets
+    /// the same answer until something starts (`pass.rs` jumps over them).
+    pub delays_one: bool,
 }
 
 impl Refusal {
     /// A refusal that concerns this job alone, before any placement.
     fn alone(reason: PendingReason) -> Refusal {
-        Refusal { reason, blocks_queue: false, work: 0 }
+        Refusal { reason, blocks_queue: false, work: 0, delays_one: false }
     }
 }
 

@@ -26,6 +26,7 @@ pub(super) fn place(s: &mut Scheduler, ask: &Ask, reservations: &Reservations) -
         reason: PendingReason::Resources { reasons, by_class: Vec::new() },
         blocks_queue: true,
         work,
+        delays_one: false,
     })?;
     let milli = s.engine.state().used_milli() - before;
     Ok(Go { alloc, milli, demand: Vec::new(), displaced: Vec::new(), work })

@@ -21,7 +21,7 @@ pub(super) fn check(s: &mut Scheduler, ask: &Ask, go: &mut Go, _: &mut Reservati
             asked_milli: e.asked,
             bound_milli: e.bound,
         };
-        return Err(Refusal { reason, blocks_queue: true, work: 0 });
+        return Err(Refusal { reason, blocks_queue: true, work: 0, delays_one: false });
     }
     if let Some((k, reason)) = s.owed_to_other(ask.job, &go.demand) {
         s.preemptor_takes_promise(ask.job, k, ask.now);

@@ -63,7 +63,15 @@ fn the_one(
     let new_start = end.map(|e| e.max(start_s));
     match s.overrides(ask.job, &go.demand, reserved, new_start) {
         Some(right) => go.displaced.push((reserved, right)),
-        None => return Err(waits_for(s, reserved, start_s)),
+        None => {
+            // No right at all (not merely one past the slip bound, which a job ending sooner
+            // might keep): the queue's later jobs of this request, no higher in priority and
+            // on the same fleet, are refused alike unless they end by the start.
+            let rightless = s.override_right(ask.job, &go.demand, reserved).is_none()
+                && !s.promises.contains(&ask.job)
+                && !s.awaiting.contains_key(&ask.job);
+            return Err(Refusal { delays_one: rightless, ..waits_for(s, reserved, start_s) });
+        }
     }
     Ok(())
 }
@@ -71,7 +79,7 @@ fn the_one(
 /// A refusal: the candidate would delay `reserved`'s start at `start_s`.
 fn waits_for(s: &Scheduler, reserved: JobId, start_s: u64) -> Refusal {
     let reason = PendingReason::Reservation { job: s.jobs[&reserved].job.name.clone(), start_s };
-    Refusal { reason, blocks_queue: true, work: 0 }
+    Refusal { reason, blocks_queue: true, work: 0, delays_one: false }
 }
 
 /// The running allocations with the candidate among them, and the other plans.

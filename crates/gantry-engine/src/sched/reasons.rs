@@ -1,0 +1,92 @@
+//! Why each waiting job waits, with the count of jobs per kind of reason kept as the reasons
+//! change. A replay counts waiting jobs by reason after every cycle ("waiting, by why"), and
+//! metrics do on every scrape: counting them by walking a queue of 50,000 jobs each time made
+//! a replay quadratic in its waiting list. Writing a reason a job already has costs a lookup
+//! and counts nothing, so only changes cost anything.
+
+use super::JobId;
+use super::digest::DigestMap;
+use gantry_types::PendingReason;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct Reasons {
+    map: DigestMap<JobId, Arc<PendingReason>>,
+    /// Jobs per `PendingReason::kind`, over every entry of `map` (never a zero count).
+    kinds: BTreeMap<String, u64>,
+}
+
+impl Reasons {
+    /// Record `reason` for `job`; returns whether it differs from what the job had.
+    pub fn insert(&mut self, job: JobId, reason: Arc<PendingReason>) -> bool {
+        if let Some(old) = self.map.get(&job) {
+            if **old == *reason {
+                return false;
+            }
+            let kind = old.kind();
+            self.uncount(&kind);
+        }
+        *self.kinds.entry(reason.kind()).or_default() += 1;
+        self.map.insert(job, reason);
+        true
+    }
+
+    pub fn remove(&mut self, job: &JobId) {
+        if let Some(old) = self.map.remove(job) {
+            self.uncount(&old.kind());
+        }
+    }
+
+    fn uncount(&mut self, kind: &str) {
+        let n = self.kinds.get_mut(kind).expect("every recorded reason is counted");
+        *n -= 1;
+        if *n == 0 {
+            self.kinds.remove(kind);
+        }
+    }
+
+    pub fn get(&self, job: &JobId) -> Option<&Arc<PendingReason>> {
+        self.map.get(job)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&JobId, &Arc<PendingReason>)> {
+        self.map.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.kinds.values().sum::<u64>() as usize
+    }
+
+    /// Jobs per kind of reason.
+    pub fn kinds(&self) -> &BTreeMap<String, u64> {
+        &self.kinds
+    }
+
+    /// The fingerprint of every job's reason (`DigestMap::digest`).
+    pub fn digest(&self) -> u64 {
+        self.map.digest()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_follow_every_change_and_a_repeated_reason_costs_nothing() {
+        let mut r = Reasons::default();
+        let order = Arc::new(PendingReason::QueueOrder);
+        let held = Arc::new(PendingReason::Held);
+        assert!(r.insert(1, order.clone()));
+        assert!(r.insert(2, order.clone()));
+        assert!(!r.insert(2, Arc::new(PendingReason::QueueOrder)), "same value, no change");
+        assert!(r.insert(1, held.clone()));
+        assert_eq!(r.kinds().get("queue-order"), Some(&1));
+        assert_eq!(r.kinds().get("held"), Some(&1));
+        r.remove(&2);
+        r.remove(&2);
+        assert_eq!(r.kinds().get("queue-order"), None, "a zero count is no entry");
+        assert_eq!((r.len(), r.iter().count()), (1, 1));
+    }
+}
