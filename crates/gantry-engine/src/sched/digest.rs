@@ -32,7 +32,7 @@ impl Write for Fnv {
     }
 }
 
-fn entry_hash<K: Debug, V: Debug>(key: &K, value: &V) -> u64 {
+pub(crate) fn entry_hash<K: Debug, V: Debug>(key: &K, value: &V) -> u64 {
     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
     let _ = write!(h, "{key:?}={value:?}");
     // A finalizer (splitmix64's): XOR of raw FNV values of similar texts cancels too easily.

@@ -86,6 +86,8 @@ struct Scan {
     /// Per queue and request shape: refused for delaying the one reservation without a
     /// right (`Refusal::delays_one`), while that still holds for the rest of the group.
     delayed: BTreeMap<(usize, u64), Delayed>,
+    /// How many times live delays went stale: a head found by jumping before may be wrong.
+    delays_changed: u64,
     tried: BTreeSet<JobId>,
     short: Vec<JobId>,
     /// Jobs refused this pass that could not be promised a start because every reservation was
@@ -107,6 +109,7 @@ impl Scan {
             looked: BTreeMap::new(),
             looks_max: PREEMPTORS_MAX + depth,
             delayed: BTreeMap::new(),
+            delays_changed: 0,
             tried: BTreeSet::new(),
             short: Vec::new(),
             unpromised: Vec::new(),
@@ -119,8 +122,12 @@ impl Scan {
     }
 
     /// Something started or the reservation changed: a refusal for delaying it no longer
-    /// speaks for the jobs not yet looked at (it still does for those jumped over).
+    /// speaks for the jobs not yet looked at (it still does for those jumped over), and a
+    /// queue's next job found by jumping over them is looked up again.
     fn stale_delays(&mut self) {
+        if self.delayed.values().any(|d| d.live) {
+            self.delays_changed += 1;
+        }
         for d in self.delayed.values_mut() {
             d.live = false;
         }
@@ -134,6 +141,14 @@ struct Delayed {
     start_s: u64,
     /// Nothing started and the reservation is the same since.
     live: bool,
+}
+
+/// A queue's next job for the pass, found as of `delays_changed` (once delays went stale
+/// since, the jobs jumped over to reach it may start and it is looked up again).
+#[derive(Clone, Copy)]
+struct Head {
+    key: Key,
+    delays_changed: u64,
 }
 
 /// A job's request shape: jobs with the same shape get the same placement answer on the same
@@ -406,7 +421,7 @@ impl Scheduler {
     /// up again — not every queue's at every visit.
     fn visit_queues(&mut self, pass: &mut Pass<'_>, work_max: u64) {
         let (now, depth) = (pass.now, pass.depth);
-        let mut heads: Vec<Option<Key>> = (0..self.queue_count).map(|q| self.next_untried(q, pass.scan)).collect();
+        let mut heads: Vec<Option<Head>> = (0..self.queue_count).map(|q| self.next_untried(q, pass.scan)).collect();
         let mut candidates: Vec<(Candidate, JobId)> = Vec::with_capacity(self.queue_count);
         for _ in 0..CYCLE_VISITS_MAX {
             candidates.clear();
@@ -415,10 +430,10 @@ impl Scheduler {
                 if (scan.blocked[q] && scan.work[q] >= work_max) || scan.visits[q] >= BACKFILL_VISITS_MAX {
                     continue;
                 }
-                if head.is_some_and(|(_, _, j)| scan.tried.contains(&j)) {
+                if head.is_some_and(|h| scan.tried.contains(&h.key.2) || h.delays_changed != scan.delays_changed) {
                     *head = self.next_untried(q, scan);
                 }
-                if let Some((Reverse(p), since, job)) = *head {
+                if let Some(Head { key: (Reverse(p), since, job), .. }) = *head {
                     candidates.push((Candidate { queue: q, priority: p, submitted_s: since }, job));
                 }
             }
@@ -455,16 +470,17 @@ impl Scheduler {
     /// jobs of requests refused this pass (`Scan::passes_over`) — unless the queue holds more
     /// than [`SHAPES_JUMP_MAX`] shapes: then each is looked at in turn, within the visit
     /// bounds, as a job of a refused request always was.
-    fn next_untried(&self, q: usize, scan: &Scan) -> Option<Key> {
+    fn next_untried(&self, q: usize, scan: &Scan) -> Option<Head> {
         let from = scan.cursor[q].map_or(Bound::Unbounded, Bound::Excluded);
+        let head = |key: Key| Head { key, delays_changed: scan.delays_changed };
         for key in self.pending.order(q).range((from, Bound::Unbounded)) {
             if scan.tried.contains(&key.2) {
                 continue;
             }
             if !self.passes_over(q, self.jobs[&key.2].shape, scan) || self.pending.shape_count(q) > SHAPES_JUMP_MAX {
-                return Some(*key);
+                return Some(head(*key));
             }
-            return self.next_by_shape(q, scan, key);
+            return self.next_by_shape(q, scan, key).map(head);
         }
         None
     }

@@ -18,18 +18,17 @@ pub(super) struct Reasons {
 }
 
 impl Reasons {
-    /// Record `reason` for `job`; returns whether it differs from what the job had.
-    pub fn insert(&mut self, job: JobId, reason: Arc<PendingReason>) -> bool {
+    /// Record `reason` for `job` (the same reason again changes nothing).
+    pub fn insert(&mut self, job: JobId, reason: Arc<PendingReason>) {
         if let Some(old) = self.map.get(&job) {
             if **old == *reason {
-                return false;
+                return;
             }
             let kind = old.kind();
             self.uncount(&kind);
         }
         *self.kinds.entry(reason.kind()).or_default() += 1;
         self.map.insert(job, reason);
-        true
     }
 
     pub fn remove(&mut self, job: &JobId) {
@@ -78,10 +77,13 @@ mod tests {
         let mut r = Reasons::default();
         let order = Arc::new(PendingReason::QueueOrder);
         let held = Arc::new(PendingReason::Held);
-        assert!(r.insert(1, order.clone()));
-        assert!(r.insert(2, order.clone()));
-        assert!(!r.insert(2, Arc::new(PendingReason::QueueOrder)), "same value, no change");
-        assert!(r.insert(1, held.clone()));
+        r.insert(1, order.clone());
+        r.insert(2, order.clone());
+        let digest = r.digest();
+        r.insert(2, Arc::new(PendingReason::QueueOrder));
+        assert_eq!(r.digest(), digest, "same value, no change");
+        assert_eq!(r.kinds().get("queue-order"), Some(&2));
+        r.insert(1, held.clone());
         assert_eq!(r.kinds().get("queue-order"), Some(&1));
         assert_eq!(r.kinds().get("held"), Some(&1));
         r.remove(&2);

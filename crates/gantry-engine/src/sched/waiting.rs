@@ -14,6 +14,7 @@
 //! into every member would cost the whole group each time. The counts by kind and the
 //! fingerprint of every job's reason are kept as groups and jobs change, never recounted.
 
+use super::digest::entry_hash;
 use super::reasons::Reasons;
 use super::{JobId, Key};
 use gantry_types::PendingReason;
@@ -93,12 +94,6 @@ fn mix(mut z: u64) -> u64 {
 
 fn job_hash(job: JobId) -> u64 {
     mix(job.wrapping_add(0x9e37_79b9_7f4a_7c15))
-}
-
-fn reason_hash(reason: &PendingReason) -> u64 {
-    let mut r = Reasons::default();
-    r.insert(0, Arc::new(reason.clone()));
-    r.digest()
 }
 
 impl Waiting {
@@ -262,14 +257,17 @@ impl Waiting {
     pub fn settle_in(&mut self, q: usize, shape: u64, reason: &Arc<PendingReason>, tried: &BTreeSet<JobId>) {
         self.change(q, shape, |group, own| {
             if group.settled.as_ref().is_none_or(|(r, _)| **r != **reason) {
-                group.settled = Some((reason.clone(), reason_hash(reason)));
+                group.settled = Some((reason.clone(), entry_hash(&(), &**reason)));
             }
-            for job in group.unsettled.clone() {
-                if !tried.contains(&job) || own.get(&job).is_some_and(|r| **r == **reason) {
-                    own.remove(&job);
-                    group.set_following(job, true);
+            let followers_xor = &mut group.followers_xor;
+            group.unsettled.retain(|job| {
+                let follows = !tried.contains(job) || own.get(job).is_some_and(|r| **r == **reason);
+                if follows {
+                    own.remove(job);
+                    *followers_xor ^= job_hash(*job);
                 }
-            }
+                !follows
+            });
         });
     }
 
