@@ -76,21 +76,33 @@ impl PendingReason {
 
     /// A short stable name for the kind, for counting (`resources: insufficient-whole-gpus`).
     pub fn kind(&self) -> String {
-        match self {
-            PendingReason::Held => "held".into(),
-            PendingReason::Dependency { .. } => "dependency".into(),
-            PendingReason::DependencyNeverSatisfied { .. } => "dependency-never-satisfied".into(),
-            PendingReason::QueueOrder => "queue-order".into(),
-            PendingReason::Quota { .. } => "quota".into(),
-            PendingReason::UserLimit { .. } => "user-limit".into(),
-            PendingReason::ArrayThrottle { .. } => "array-throttle".into(),
-            PendingReason::Resources { reasons, .. } => match reasons.first() {
-                Some(r) => format!("resources: {}", r.reason.kind()),
-                None => "resources".into(),
-            },
-            PendingReason::Reservation { .. } => "reservation".into(),
-            PendingReason::Preempting { .. } => "preempting".into(),
+        Self::kind_text(self.kind_parts())
+    }
+
+    /// The text of a kind given in parts ([`PendingReason::kind_parts`]).
+    pub fn kind_text((name, detail): (&'static str, Option<&'static str>)) -> String {
+        match detail {
+            Some(detail) => format!("{name}: {detail}"),
+            None => name.into(),
         }
+    }
+
+    /// [`PendingReason::kind`] in its two parts, without building the text: what a count kept
+    /// on every change keys by.
+    pub fn kind_parts(&self) -> (&'static str, Option<&'static str>) {
+        let name = match self {
+            PendingReason::Held => "held",
+            PendingReason::Dependency { .. } => "dependency",
+            PendingReason::DependencyNeverSatisfied { .. } => "dependency-never-satisfied",
+            PendingReason::QueueOrder => "queue-order",
+            PendingReason::Quota { .. } => "quota",
+            PendingReason::UserLimit { .. } => "user-limit",
+            PendingReason::ArrayThrottle { .. } => "array-throttle",
+            PendingReason::Resources { reasons, .. } => return ("resources", reasons.first().map(|r| r.reason.kind())),
+            PendingReason::Reservation { .. } => "reservation",
+            PendingReason::Preempting { .. } => "preempting",
+        };
+        (name, None)
     }
 }
 

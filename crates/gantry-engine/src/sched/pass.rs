@@ -477,7 +477,7 @@ impl Scheduler {
             if scan.tried.contains(&key.2) {
                 continue;
             }
-            if !self.passes_over(q, self.jobs[&key.2].shape, scan) || self.pending.shape_count(q) > SHAPES_JUMP_MAX {
+            if self.pending.shape_count(q) > SHAPES_JUMP_MAX || !self.passes_over(q, self.jobs[&key.2].shape, scan) {
                 return Some(head(*key));
             }
             return self.next_by_shape(q, scan, key).map(head);

@@ -10,11 +10,33 @@ use gantry_types::PendingReason;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// A kind of reason in its parts (`PendingReason::kind_parts`): counted without building text.
+pub(super) type Kind = (&'static str, Option<&'static str>);
+
 #[derive(Clone, Debug, Default)]
 pub(super) struct Reasons {
     map: DigestMap<JobId, Arc<PendingReason>>,
-    /// Jobs per `PendingReason::kind`, over every entry of `map` (never a zero count).
-    kinds: BTreeMap<String, u64>,
+    /// Jobs per kind, over every entry of `map` (never a zero count).
+    kinds: BTreeMap<Kind, u64>,
+}
+
+/// Add `n` jobs of `kind` to `counts`.
+pub(super) fn count(counts: &mut BTreeMap<Kind, u64>, kind: Kind, n: u64) {
+    if n > 0 {
+        *counts.entry(kind).or_default() += n;
+    }
+}
+
+/// Take `n` jobs of `kind` from `counts` (a zero count is no entry).
+pub(super) fn uncount(counts: &mut BTreeMap<Kind, u64>, kind: Kind, n: u64) {
+    if n == 0 {
+        return;
+    }
+    let c = counts.get_mut(&kind).expect("only what was counted is taken back");
+    *c -= n;
+    if *c == 0 {
+        counts.remove(&kind);
+    }
 }
 
 impl Reasons {
@@ -24,24 +46,15 @@ impl Reasons {
             if **old == *reason {
                 return;
             }
-            let kind = old.kind();
-            self.uncount(&kind);
+            uncount(&mut self.kinds, old.kind_parts(), 1);
         }
-        *self.kinds.entry(reason.kind()).or_default() += 1;
+        count(&mut self.kinds, reason.kind_parts(), 1);
         self.map.insert(job, reason);
     }
 
     pub fn remove(&mut self, job: &JobId) {
         if let Some(old) = self.map.remove(job) {
-            self.uncount(&old.kind());
-        }
-    }
-
-    fn uncount(&mut self, kind: &str) {
-        let n = self.kinds.get_mut(kind).expect("every recorded reason is counted");
-        *n -= 1;
-        if *n == 0 {
-            self.kinds.remove(kind);
+            uncount(&mut self.kinds, old.kind_parts(), 1);
         }
     }
 
@@ -58,7 +71,7 @@ impl Reasons {
     }
 
     /// Jobs per kind of reason.
-    pub fn kinds(&self) -> &BTreeMap<String, u64> {
+    pub fn kinds(&self) -> &BTreeMap<Kind, u64> {
         &self.kinds
     }
 
@@ -82,13 +95,13 @@ mod tests {
         let digest = r.digest();
         r.insert(2, Arc::new(PendingReason::QueueOrder));
         assert_eq!(r.digest(), digest, "same value, no change");
-        assert_eq!(r.kinds().get("queue-order"), Some(&2));
+        assert_eq!(r.kinds().get(&("queue-order", None)), Some(&2));
         r.insert(1, held.clone());
-        assert_eq!(r.kinds().get("queue-order"), Some(&1));
-        assert_eq!(r.kinds().get("held"), Some(&1));
+        assert_eq!(r.kinds().get(&("queue-order", None)), Some(&1));
+        assert_eq!(r.kinds().get(&("held", None)), Some(&1));
         r.remove(&2);
         r.remove(&2);
-        assert_eq!(r.kinds().get("queue-order"), None, "a zero count is no entry");
+        assert_eq!(r.kinds().get(&("queue-order", None)), None, "a zero count is no entry");
         assert_eq!((r.len(), r.iter().count()), (1, 1));
     }
 }

@@ -15,8 +15,9 @@
 //! fingerprint of every job's reason are kept as groups and jobs change, never recounted.
 
 use super::digest::entry_hash;
-use super::reasons::Reasons;
+use super::reasons::{Kind, Reasons, count, uncount};
 use super::{JobId, Key};
+use crate::rng::mix;
 use gantry_types::PendingReason;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -31,7 +32,7 @@ pub(super) struct Waiting {
     /// Reasons written one job at a time: only jobs in their group's `unsettled`.
     own: Reasons,
     /// Per kind of reason, the groups' followers.
-    followers: BTreeMap<String, u64>,
+    followers: BTreeMap<Kind, u64>,
     /// XOR of every group's [`Group::digest`].
     groups_digest: u64,
 }
@@ -83,13 +84,6 @@ impl Group {
             self.unsettled.insert(job);
         }
     }
-}
-
-/// splitmix64's finalizer.
-fn mix(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 fn job_hash(job: JobId) -> u64 {
@@ -162,12 +156,10 @@ impl Waiting {
         self.groups_digest ^= before.0 ^ after.0;
         if (before.1, &before.2) != (after.1, &after.2) {
             if let Some(r) = &before.2 {
-                uncount(&mut self.followers, &r.kind(), before.1);
+                uncount(&mut self.followers, r.kind_parts(), before.1);
             }
-            if let Some(r) = &after.2
-                && after.1 > 0
-            {
-                *self.followers.entry(r.kind()).or_default() += after.1;
+            if let Some(r) = &after.2 {
+                count(&mut self.followers, r.kind_parts(), after.1);
             }
         }
         Some(out)
@@ -232,10 +224,18 @@ impl Waiting {
 
     /// Record why the job at `key` (waiting in queue `q`, of request `shape`) waits, on its own.
     pub fn set_reason(&mut self, q: usize, shape: u64, key: &Key, reason: Arc<PendingReason>) {
-        if !self.contains(q, key) || self.reason(q, shape, key).is_some_and(|r| **r == *reason) {
+        let job = key.2;
+        let Some(group) = self.queues[q].groups.get(&shape).filter(|g| g.keys.contains(key)) else { return };
+        let has_own = group.unsettled.contains(&job);
+        let current = if has_own { self.own.get(&job) } else { group.settled.as_ref().map(|(r, _)| r) };
+        if current.is_some_and(|r| **r == *reason) {
             return;
         }
-        let job = key.2;
+        if has_own {
+            // The group's followers and reason stay as they are.
+            self.own.insert(job, reason);
+            return;
+        }
         self.change(q, shape, |group, own| {
             group.set_following(job, false);
             own.insert(job, reason);
@@ -246,7 +246,8 @@ impl Waiting {
     /// `tried`, which keep what their try gave them.
     pub fn settle(&mut self, shape: u64, reason: &Arc<PendingReason>, tried: &BTreeSet<JobId>) {
         let Some(queues) = self.queues_with.get(&shape) else { return };
-        for q in queues.clone() {
+        let unsettled: Vec<usize> = queues.iter().copied().filter(|&q| !self.settled_for(q, shape, tried)).collect();
+        for q in unsettled {
             self.settle_in(q, shape, reason, tried);
         }
     }
@@ -255,10 +256,10 @@ impl Waiting {
     /// followers at once; of the rest, each not tried, or tried and given the same reason,
     /// follows it from now on.
     pub fn settle_in(&mut self, q: usize, shape: u64, reason: &Arc<PendingReason>, tried: &BTreeSet<JobId>) {
+        if self.settled_for(q, shape, tried) {
+            return;
+        }
         self.change(q, shape, |group, own| {
-            if group.settled.as_ref().is_none_or(|(r, _)| **r != **reason) {
-                group.settled = Some((reason.clone(), entry_hash(&(), &**reason)));
-            }
             let followers_xor = &mut group.followers_xor;
             group.unsettled.retain(|job| {
                 let follows = !tried.contains(job) || own.get(job).is_some_and(|r| **r == **reason);
@@ -268,14 +269,28 @@ impl Waiting {
                 }
                 !follows
             });
+            // A group nobody follows keeps no reason (and costs no hash: a queue of distinct
+            // requests settles one such group per refusal).
+            if group.followers() == 0 {
+                group.settled = None;
+            } else if group.settled.as_ref().is_none_or(|(r, _)| **r != **reason) {
+                group.settled = Some((reason.clone(), entry_hash(&(), &**reason)));
+            }
         });
+    }
+
+    /// Nothing to settle in queue `q`'s group of `shape`: every member was tried on its own and
+    /// nobody follows (a queue of distinct requests has one such group per refusal, each pass).
+    fn settled_for(&self, q: usize, shape: u64, tried: &BTreeSet<JobId>) -> bool {
+        let group = self.queues[q].groups.get(&shape);
+        group.is_none_or(|g| g.followers() == 0 && g.unsettled.iter().all(|j| tried.contains(j)))
     }
 
     /// Jobs with a reason, per kind.
     pub fn kinds(&self) -> BTreeMap<String, u64> {
-        let mut out = self.own.kinds().clone();
-        for (kind, n) in &self.followers {
-            *out.entry(kind.clone()).or_default() += n;
+        let mut out = BTreeMap::new();
+        for (&kind, n) in self.own.kinds().iter().chain(&self.followers) {
+            *out.entry(PendingReason::kind_text(kind)).or_default() += n;
         }
         out
     }
@@ -299,17 +314,6 @@ impl Waiting {
                 .flat_map(move |(r, _)| g.keys.iter().filter(|k| !g.unsettled.contains(&k.2)).map(move |k| (k.2, r)))
         });
         own.chain(followed)
-    }
-}
-
-fn uncount(counts: &mut BTreeMap<String, u64>, kind: &str, n: u64) {
-    if n == 0 {
-        return;
-    }
-    let c = counts.get_mut(kind).expect("every follower is counted");
-    *c -= n;
-    if *c == 0 {
-        counts.remove(kind);
     }
 }
 

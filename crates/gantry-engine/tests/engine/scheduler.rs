@@ -358,13 +358,8 @@ fn reasons_kept_per_request_agree_with_every_jobs_own_why_on_random_runs() {
         [node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
     for seed in 0..30u64 {
         for backfill in [Backfill::Greedy, Backfill::Reserve, Backfill::Off] {
-            let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let mut draw = |n: u64| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                rng % n
-            };
+            let mut rng = gantry_engine::rng::SeededRng::new(seed);
+            let mut draw = |n: u64| rng.below(n);
             let tree = QueueTree::flat(["a", "b", "c"], 3600, 86_400);
             let config = SchedulerConfig { order: Order::FairShare(tree), backfill, ..Default::default() };
             let mut s = Scheduler::new(engine(TWO_NODES, Policy::BestFit), config);
