@@ -88,21 +88,13 @@ impl PendingReason {
     }
 
     /// [`PendingReason::kind`] in its two parts, without building the text: what a count kept
-    /// on every change keys by.
+    /// on every change keys by. The first is the category; resources add what refused them.
     pub fn kind_parts(&self) -> (&'static str, Option<&'static str>) {
-        let name = match self {
-            PendingReason::Held => "held",
-            PendingReason::Dependency { .. } => "dependency",
-            PendingReason::DependencyNeverSatisfied { .. } => "dependency-never-satisfied",
-            PendingReason::QueueOrder => "queue-order",
-            PendingReason::Quota { .. } => "quota",
-            PendingReason::UserLimit { .. } => "user-limit",
-            PendingReason::ArrayThrottle { .. } => "array-throttle",
-            PendingReason::Resources { reasons, .. } => return ("resources", reasons.first().map(|r| r.reason.kind())),
-            PendingReason::Reservation { .. } => "reservation",
-            PendingReason::Preempting { .. } => "preempting",
+        let detail = match self {
+            PendingReason::Resources { reasons, .. } => reasons.first().map(|r| r.reason.kind()),
+            _ => None,
         };
-        (name, None)
+        (self.category(), detail)
     }
 }
 
@@ -197,4 +189,22 @@ pub struct PendingJob {
     pub reason: PendingReason,
     /// Its expected start, where the planner reserved one (seconds on the same clock).
     pub estimate_s: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Reason, ReasonCount};
+
+    #[test]
+    fn a_kind_is_its_category_and_for_resources_what_refused_them_first() {
+        assert_eq!(PendingReason::Held.kind(), "held");
+        assert_eq!(PendingReason::QueueOrder.kind_parts(), ("queue-order", None));
+        let none = PendingReason::Resources { reasons: Vec::new(), by_class: Vec::new() };
+        assert_eq!(none.kind(), "resources");
+        let whole = ReasonCount { reason: Reason::InsufficientWholeGpus { need: 2, free: 1 }, count: 3 };
+        let some = PendingReason::Resources { reasons: vec![whole], by_class: Vec::new() };
+        assert_eq!(some.kind(), "resources: insufficient-whole-gpus");
+        assert_eq!(PendingReason::kind_text(some.kind_parts()), some.kind());
+    }
 }
