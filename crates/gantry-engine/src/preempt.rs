@@ -125,10 +125,32 @@ pub struct Right {
     /// Its own queue's smaller jobs may make way for it (planned only when no plan without
     /// them exists, each moved job placed again in the same plan: `sched/consolidation.rs`).
     pub consolidate: bool,
-    /// Its team: the queues (besides its own) whose jobs a consolidation may move too — its
-    /// siblings in the queue tree, which share the guarantee of their parent (listed only
-    /// when `consolidate` is set).
-    pub team: Vec<usize>,
+    /// The queues (besides its own) whose jobs a consolidation may move too (only when
+    /// `consolidate` is set).
+    pub team: Team,
+}
+
+/// Whose jobs a consolidating preemptor may move besides its own queue's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Team {
+    /// None.
+    #[default]
+    Own,
+    /// These queues: its siblings in the tree, which share their parent's guarantee.
+    Queues(Vec<usize>),
+    /// Every queue: tried last, when moving its own team's jobs frees no room.
+    Everyone,
+}
+
+impl Team {
+    /// Does it include `queue`?
+    pub fn includes(&self, queue: usize) -> bool {
+        match self {
+            Team::Own => false,
+            Team::Queues(queues) => queues.contains(&queue),
+            Team::Everyone => true,
+        }
+    }
 }
 
 impl Victim {
@@ -148,12 +170,7 @@ impl Victim {
             return None;
         }
         let own = self.queue == right.queue;
-        let consolidates = right.consolidate
-            && (own || right.team.contains(&self.queue))
-            && !right.guarantee.is_empty()
-            && self.priority <= right.priority
-            && self.milli < right.milli
-            && !self.restarted_after_reclaim;
+        let consolidates = self.moves_for(right);
         if own {
             return consolidates.then_some(Cause::Consolidation);
         }
@@ -167,6 +184,19 @@ impl Victim {
             return Some(Cause::FairShare);
         }
         (right.starving && self.priority <= right.priority && !self.started_starved).then_some(Cause::Starvation)
+    }
+
+    /// May a consolidating preemptor with `right` move this job (stop it and place it again in
+    /// the same plan)? A job of its team (`Right::team`) smaller than it, of no higher
+    /// priority, not just restarted after a reclaim. (The rules of [`Victim::cause`] that stop
+    /// any victim — not preemptible, protected — are checked there.)
+    pub fn moves_for(&self, right: &Right) -> bool {
+        right.consolidate
+            && (self.queue == right.queue || right.team.includes(self.queue))
+            && !right.guarantee.is_empty()
+            && self.priority <= right.priority
+            && self.milli < right.milli
+            && !self.restarted_after_reclaim
     }
 
     /// Cheaper victims sort first; a job already preempted [`PREEMPTED_TIMES_LAST`] times or
@@ -229,8 +259,10 @@ impl Spare {
     /// flavor `v` holds — by at least `v`'s demand, unless the right may overshoot.
     pub fn allows(&self, v: &Victim, right: &Right) -> bool {
         match v.cause(right) {
-            // A moved job is placed again by the same plan: its queue keeps what it holds.
+            // A moved job is placed again by the same plan: its queue keeps what it holds. (So
+            // is a borrower beyond what its queue borrows, when the preemptor consolidates.)
             Some(Cause::Consolidation) => return true,
+            Some(Cause::Guarantee) if v.moves_for(right) => return true,
             Some(Cause::FairShare) if self.above_share.get(&v.queue).is_none_or(|&above| above < v.milli) => {
                 return false;
             }

@@ -1,26 +1,28 @@
 //! Consolidation: a job within its queue's guarantee whose shape no borrower's stop frees —
-//! 8 GPUs on one node when every node also runs one of its team's small jobs — may move those
-//! small jobs out of the way (its team: its own queue and its siblings in the tree, the
-//! projects that share their parent's guarantee), as KAI's consolidation does. A move is a
-//! stop and a start elsewhere, planned together: each moved job is placed again in the same
-//! plan, on free capacity or on borrowed capacity its guarantee reclaims, so its queue keeps
-//! what it holds. (Other teams' jobs that are not borrowed are not moved: their work would be
-//! lost to another team's guarantee; such a job in the way of a whole-node job is the wait
-//! docs/policies.md measures.) Planned only when no plan without moves exists, and only a job
-//! smaller than the preemptor moves (it cannot move the preemptor back, so moves do not chain
-//! into a cycle). A plan whose moved jobs find no place is no plan: without that, each moved
-//! job reclaimed a borrower of its own a cycle later, whatever that cost (in one workload a
-//! 7-GPU job for each 1-GPU job moved).
+//! 8 GPUs on one node when every node also runs a small job — may move those small jobs out
+//! of the way, as KAI's consolidation does. A move is a stop and a start elsewhere, planned
+//! together: each moved job is placed again in the same plan, on free capacity or on borrowed
+//! capacity its guarantee reclaims, so its queue keeps what it holds and loses only the work
+//! since its start. Planned only when no plan without moves exists, its team's jobs first
+//! (its own queue and its siblings in the tree, the projects that share their parent's
+//! guarantee), then any queue's: a whole-node guarantee is a promise of a shape, and another
+//! team's small job within its own guarantee would otherwise hold it off until that job ends
+//! (hours, on the random trees of `tests/sim/stability_trees.rs`). A borrower the plan takes
+//! beyond what its queue borrows is moved too, not stopped. Only a job smaller than the
+//! preemptor moves (it cannot move the preemptor back, so moves do not chain into a cycle). A
+//! plan whose moved jobs find no place is no plan: without that, each moved job reclaimed a
+//! borrower of its own a cycle later, whatever that cost (in one workload a 7-GPU job for
+//! each 1-GPU job moved).
 
 use super::preemption_plan::{Move, Plan, Room, within_room};
 use super::{JobId, Scheduler};
-use crate::preempt::{Cause, Right, Spare, Victim};
+use crate::preempt::{Cause, Right, Spare, Team, Victim};
 use crate::{CompiledJob, Engine};
 
 impl Scheduler {
-    /// A plan for `job` (with `right`, within its queue's `room`) that moves its own queue's
-    /// smaller jobs, each placed again; `None` where consolidation does not apply or finds
-    /// none.
+    /// A plan for `job` (with `right`, consolidating: `Right::team` says whose jobs besides
+    /// its own queue's may move; within its queue's `room`) that moves smaller jobs, each
+    /// placed again; `None` where consolidation does not apply or finds none.
     pub(super) fn plan_consolidating(
         &self,
         base: &Engine,
@@ -30,22 +32,28 @@ impl Scheduler {
         spare: &Spare,
         room: &Room,
     ) -> Option<(Plan, Engine)> {
-        if right.guarantee.is_empty() {
+        if right.guarantee.is_empty() || !right.consolidate {
             return None;
         }
-        let right = Right { consolidate: true, team: self.siblings(right.queue), ..right };
         let (chosen, mut after, tasks, demand) = self.plan_placed(base, job, &right, victims, spare)?;
         if !within_room(room, right.queue, &demand) {
             return None;
         }
+        // Cheapest first, each victim is stopped where a plain reclaim may take it and moved
+        // where it may not (its team's job, or a borrower beyond what its queue borrows).
         let mut left = spare.clone();
-        victims.iter().filter(|v| chosen.contains(&v.alloc)).for_each(|v| left.take(v));
+        let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
+        let mut moving = Vec::new();
+        for v in victims.iter().filter(|v| chosen.contains(&v.alloc)) {
+            if v.cause(&right) != Some(Cause::Consolidation) && left.allows(v, &plain) {
+                left.take(v);
+            } else {
+                moving.push(v);
+            }
+        }
         let mut rest: Vec<Victim> = victims.iter().filter(|v| !chosen.contains(&v.alloc)).cloned().collect();
         let mut moves = Vec::new();
-        for v in victims.iter().filter(|v| chosen.contains(&v.alloc)) {
-            if v.cause(&right) != Some(Cause::Consolidation) {
-                continue;
-            }
+        for v in moving {
             let moved = self.running[&v.alloc].job;
             let m = self.place_moved(&mut after, moved, v, &right, &mut rest, &mut left)?;
             moves.push(m);
@@ -74,7 +82,7 @@ impl Scheduler {
             starving: false,
             fair_share: false,
             consolidate: false,
-            team: Vec::new(),
+            team: Team::Own,
             overshoot: right.overshoot,
         };
         let taken = self.engine.plan_on(after, compiled, &own, rest, left)?;

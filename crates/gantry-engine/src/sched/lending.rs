@@ -5,12 +5,19 @@
 //! refused when what stays free after it could not hold what the guarantee holders claim:
 //!
 //! - what their jobs waiting within the guarantee need now (`entitled.rs`); and
-//! - what they used in the past stretch as long as the borrower's protected run — its whole
-//!   planned length once it has spent its preemption budget (no reclaim may stop it then),
-//!   else its minimum runtime, else its planned length up to the tree's lending horizon
+//! - what they used in the past stretch as long as the borrower's protected run — its
+//!   minimum runtime, else its planned length up to the tree's lending horizon
 //!   (`PreemptionRules::lend_horizon_s`, default 30 minutes) — at most [`LOOKBACK_MAX_S`]:
 //!   the recent past as the forecast of the near future; a team that peaked at 12 GPUs in
 //!   the last half hour is expected to want them again in the next.
+//!
+//! The same check, with a plan's victims counted as free (`owed_after`), holds back a
+//! borrower's priority preemption of its own queue's jobs (`rights.rs`, `reclaimed_next`).
+//!
+//! A borrower no reclaim may stop (not preemptible, or its preemption budget spent) borrows
+//! only where no guarantee holder ran, or has jobs waiting within its guarantee, within its
+//! whole planned length: nothing could take that loan back, and a loan counted in GPUs does
+//! not keep shapes (one such job per node holds off a holder's whole-node job).
 //!
 //! The cost is guaranteed capacity left idle while its holder is quiet, and longer waits for
 //! the queues that live on borrowed capacity (docs/policies.md, "Preemption", measures the
@@ -82,30 +89,53 @@ impl Scheduler {
     /// Refuse a start of `job` at `now` that would borrow (`demand`) what guarantee holders
     /// are owed or expected to claim during its run.
     pub(super) fn owed_to_lenders(&self, job: JobId, demand: &[(Flavor, u64)], now: u64) -> Option<PendingReason> {
-        let book = self.quotas.as_ref()?;
         if self.awaiting.contains_key(&job) {
             // A preemptor starts where its plan put it: its victims were stopped for that.
             return None;
         }
+        self.owed_after(job, demand, &[], now)
+    }
+
+    /// [`Scheduler::owed_to_lenders`] once `freed` (per flavor, milli-GPU: a preemption
+    /// plan's victims) is free too.
+    pub(super) fn owed_after(
+        &self,
+        job: JobId,
+        demand: &[(Flavor, u64)],
+        freed: &[(Flavor, u64)],
+        now: u64,
+    ) -> Option<PendingReason> {
+        let book = self.quotas.as_ref()?;
         let entry = &self.jobs[&job];
         let q = entry.queue;
         let planned = entry.job.planned_length_s.unwrap_or(LOOKBACK_MAX_S);
         let horizon_s = match entry.job.lifecycle.min_runtime_s {
-            // A job past its preemption budget is never stopped: it borrows only what no
-            // guarantee holder used in a stretch as long as its whole run.
-            _ if self.budget_spent(job) => planned,
+            // A job no reclaim may stop borrows only where no guarantee holder ran in a
+            // stretch as long as its whole run.
+            _ if self.unstoppable(job) => planned,
             0 => planned.min(self.rules.lend_horizon_s),
             m => m,
         };
+        let unstoppable = self.unstoppable(job);
         for (f, d) in demand.iter().filter(|(f, d)| book.over_guarantee(q, f, *d)) {
+            if unstoppable && book.guaranteed(q, f) > 0 {
+                // It starts only within its queue's guarantee there (`admit/budget.rs`, which
+                // blocks the queue behind it: refused here, each of its queue's jobs would be
+                // placed and refused in turn).
+                continue;
+            }
             let Some(free) = book.free(f) else { continue };
+            let free = free + freed.iter().filter(|(g, _)| g == f).map(|(_, m)| m).sum::<u64>();
             let mut claimed = 0u64;
             let mut by: Option<(usize, u64)> = None;
             for x in self.guarantee_lines(q, f) {
                 let used = book.used(x, f);
-                let expected = self.peaks.peak(x, f, used, horizon_s, now).min(book.guaranteed(x, f));
+                let expected = self.peaks.peak(x, f, used, horizon_s, now);
                 let waiting = self.entitled_in(x, f);
-                let claim = expected.saturating_sub(used).max(waiting);
+                if unstoppable && (expected > 0 || waiting > 0) {
+                    return Some(self.never_stopped_borrows(job, f, *d, x));
+                }
+                let claim = expected.min(book.guaranteed(x, f)).saturating_sub(used).max(waiting);
                 if claim > by.map_or(0, |(_, c)| c) {
                     by = Some((x, claim));
                 }
@@ -130,6 +160,30 @@ impl Scheduler {
             }
         }
         None
+    }
+
+    /// Why `job`, which no reclaim may stop, may not borrow `asked` of `flavor`: `holder`
+    /// used its guarantee there within the job's planned length, or has jobs waiting within it.
+    fn never_stopped_borrows(&self, job: JobId, flavor: &Flavor, asked: u64, holder: usize) -> PendingReason {
+        let book = self.quotas.as_ref().expect("called with quotas");
+        let q = self.jobs[&job].queue;
+        let why = if self.jobs[&job].job.lifecycle.preemptible {
+            "its preemption budget is spent"
+        } else {
+            "it is not preemptible"
+        };
+        let capacity = book.capacity(flavor).unwrap_or(0);
+        PendingReason::Quota {
+            queue: book.tree().queues[q].name.clone(),
+            flavor: flavor.clone(),
+            rule: format!(
+                "loan ({why}, so it borrows only where no guarantee holder ran within its planned length; {} did)",
+                book.tree().queues[holder].name
+            ),
+            used_milli: capacity - book.free(flavor).unwrap_or(capacity),
+            asked_milli: asked,
+            bound_milli: 0,
+        }
     }
 
     /// The highest queue with a guarantee in `flavor` on each line of the tree that is not

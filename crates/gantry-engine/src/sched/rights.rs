@@ -24,13 +24,21 @@
 
 use super::preemption_plan::{Plan, Room, within_room};
 use super::{Awaiting, Decision, JobId, Scheduler};
-use crate::preempt::{Cause, Right, Spare, Victim};
+use crate::preempt::{Cause, Right, Spare, Team, Victim};
 use crate::{AllocId, CompiledJob, Engine};
 use gantry_types::{Flavor, PendingReason};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Most jobs that may start preempting in one cycle (bounds the planning per cycle).
 pub const PREEMPTORS_MAX: usize = 8;
+
+/// Most plans per cycle that try moving any queue's jobs (after stops alone and its team's
+/// moves found none): nearly every job within its guarantee has smaller jobs somewhere to
+/// move, each such plan runs over every running job, and on a full fleet its moved jobs find
+/// no place. Unbounded, it took a cycle with 50,000 waiting jobs on 1,000 nodes from 111 to
+/// 158 ms without a single plan made; whole-node waits are rare enough that two a cycle
+/// serve them (the random trees of `tests/sim/stability_trees.rs` hold their bound).
+pub const MOVES_ACROSS_TEAMS_PLANS_MAX: usize = 2;
 
 impl Scheduler {
     /// Room left in each queue's guarantee, per flavor it has one for.
@@ -78,7 +86,7 @@ impl Scheduler {
             starving: self.starvation_s.is_some_and(|s| now.saturating_sub(entry.eligible_at) >= s),
             fair_share: shares.is_some_and(|s| s.room_for(entry.queue, milli)),
             consolidate: false,
-            team: Vec::new(),
+            team: Team::Own,
             overshoot: self.entitled_for(job, now) >= self.reclaim_protect_s,
         }
     }
@@ -124,6 +132,13 @@ impl Scheduler {
         (0..queues.len()).filter(|&q| q != queue && queues[q].parent == Some(parent)).collect()
     }
 
+    /// May no reclaim ever stop `job` — it is not preemptible, or it spent its preemption
+    /// budget? Such a job must not start on capacity a reclaim may need (`admit/budget.rs`,
+    /// `lending.rs`).
+    pub(super) fn unstoppable(&self, job: JobId) -> bool {
+        !self.jobs[&job].job.lifecycle.preemptible || self.budget_spent(job)
+    }
+
     /// Has `job` spent its preemption budget (stops, or work lost)?
     pub(super) fn budget_spent(&self, job: JobId) -> bool {
         let stops = self.preempted_times.get(&job).copied().unwrap_or(0);
@@ -143,7 +158,7 @@ impl Scheduler {
     /// Plan victims for `job` on `base`; where the plan reclaims a guarantee, the job must be
     /// placed (with the victims gone) within its queue's room, else it is planned again with
     /// priority and starvation alone; failing that, a job within its guarantee may move its
-    /// own queue's smaller jobs (`consolidation.rs`). With the plan comes the planning copy as
+    /// team's smaller jobs (`consolidation.rs`; the caller may then try any queue's). With the plan comes the planning copy as
     /// it leaves the fleet: the victims gone and the preemptor placed.
     fn plan_checked(
         &self,
@@ -154,8 +169,10 @@ impl Scheduler {
         spare: &Spare,
         room: &Room,
     ) -> Option<(Plan, Engine)> {
-        self.plan_direct(base, job, right.clone(), victims, spare, room)
-            .or_else(|| self.plan_consolidating(base, job, right, victims, spare, room))
+        self.plan_direct(base, job, right.clone(), victims, spare, room).or_else(|| {
+            let team = Team::Queues(self.siblings(right.queue));
+            self.plan_consolidating(base, job, Right { consolidate: true, team, ..right }, victims, spare, room)
+        })
     }
 
     /// [`Scheduler::plan_checked`] without consolidation.
@@ -238,7 +255,9 @@ impl Scheduler {
         // few rights (queue, priority, guarantee, starving), and without this every one of
         // them scanned every running job — short jobs × running jobs per cycle. Forgotten
         // whenever a plan changes the victims or the spare.
-        let mut eligible: Vec<(Right, bool)> = Vec::new();
+        // Per right: whether it has a victim to stop, and whether it has one to move.
+        let mut eligible: Vec<(Right, (bool, bool))> = Vec::new();
+        let mut across_left = MOVES_ACROSS_TEAMS_PLANS_MAX;
         for &job in short {
             if requests == PREEMPTORS_MAX {
                 break;
@@ -247,15 +266,17 @@ impl Scheduler {
                 continue;
             }
             let right = self.right(job, now, &room, shares.as_ref());
-            let any = match eligible.iter().find(|(r, _)| *r == right) {
+            let (stops, moves) = match eligible.iter().find(|(r, _)| *r == right) {
                 Some(&(_, any)) => any,
                 None => {
-                    let any = victims.iter().any(|v| v.cause(&right).is_some() && spare.allows(v, &right));
-                    eligible.push((right.clone(), any));
-                    any
+                    let stops = victims.iter().any(|v| v.cause(&right).is_some() && spare.allows(v, &right));
+                    let moving = Right { consolidate: true, team: Team::Everyone, ..right.clone() };
+                    let moves = victims.iter().any(|v| v.moves_for(&moving) && v.cause(&moving).is_some());
+                    eligible.push((right.clone(), (stops, moves)));
+                    (stops, moves)
                 }
             };
-            if !any {
+            if !(stops || moves && across_left > 0) {
                 continue;
             }
             if !priced {
@@ -265,9 +286,18 @@ impl Scheduler {
             eligible.clear();
             requests += 1;
             let compiled = &self.jobs[&job].job.compiled;
-            let Some((plan, after)) = self.plan_checked(&base, compiled, right, &victims, &spare, &room) else {
+            let planned = self.plan_checked(&base, compiled, right.clone(), &victims, &spare, &room).or_else(|| {
+                // Last, any queue's jobs may move (bounded: each try runs over every job).
+                across_left = across_left.checked_sub(1)?;
+                let moving = Right { consolidate: true, team: Team::Everyone, ..right };
+                self.plan_consolidating(&base, compiled, moving, &victims, &spare, &room)
+            });
+            let Some((plan, after)) = planned else {
                 continue;
             };
+            if self.reclaimed_next(job, &plan, now) {
+                continue;
+            }
             claim(&mut room, plan.right.queue, &plan.demand);
             if let Some(s) = shares.as_mut() {
                 s.claim(
@@ -286,6 +316,22 @@ impl Scheduler {
             }
             self.stop_victims(job, plan, &mut victims, &mut spare, now, decisions);
         }
+    }
+
+    /// Would `job`, started by `plan` on borrowed capacity by priority alone in place of its
+    /// own queue's jobs, hold what guarantee holders claim (`lending.rs`), with the victims'
+    /// capacity freed? Then the next reclaim takes it back: a borrower of higher priority, the
+    /// youngest and cheapest victim, would stop its queue's others, be reclaimed, and start
+    /// again by stopping more. (Only like for like within a queue: checked after planning, for
+    /// every borrowing preemptor it cost a live cycle with 50,000 waiting a third more.)
+    fn reclaimed_next(&self, job: JobId, plan: &Plan, now: u64) -> bool {
+        let own = |a: &crate::AllocId| self.jobs[&self.running[a].job].queue == plan.right.queue;
+        if !borrows_by_priority(&plan.right) || plan.victims.is_empty() || !plan.victims.iter().all(own) {
+            return false;
+        }
+        let freed: Vec<(Flavor, u64)> =
+            plan.victims.iter().flat_map(|a| self.running[a].demand.iter().cloned()).collect();
+        self.owed_after(job, &plan.demand, &freed, now).is_some()
     }
 
     /// Decide the stops of `plan`'s victims for `job`, which then awaits them, and those of
@@ -392,6 +438,12 @@ impl Scheduler {
         };
         self.awaiting.insert(job, Awaiting { victims, until, right: right.name(), owed, tasks, demand });
     }
+}
+
+/// Does a preemptor with `right` stop victims by priority alone, borrowing what it takes (no
+/// room in its queue's guarantee, no starvation, no fair-share right)?
+fn borrows_by_priority(right: &Right) -> bool {
+    right.guarantee.is_empty() && !right.starving && !right.fair_share
 }
 
 /// Take a preemptor's `demand` off its queue's room.

@@ -293,7 +293,7 @@ proptest! {
     /// single eligible victim that alone makes room costs less than the plan (cost order).
     #[test]
     fn preemption_never_evicts_a_victim_that_was_not_needed(fleet in fleet_strategy(), pool in proptest::collection::vec(job_strategy(0), 1..4), picks in proptest::collection::vec(any::<usize>(), 1..30), traits in proptest::collection::vec((-3i32..3, any::<bool>(), any::<bool>(), 0u64..3, 0usize..3), 30), preemptor in job_strategy(77), priority in -3i32..4, within_guarantee in any::<bool>(), starving in any::<bool>()) {
-        use gantry_engine::preempt::{Right, Victim};
+        use gantry_engine::preempt::{Right, Team, Victim};
         use gantry_types::Flavor;
         let config = EngineConfig { policy: Policy::BestFit, seed: 1, limits: SearchLimits::exhaustive(), shapes: None };
         let mut engine = Engine::new(&fleet, Catalog::embedded(), config).expect("valid fleet");
@@ -336,7 +336,7 @@ proptest! {
             fair_share: false,
             overshoot: false,
             consolidate: false,
-            team: Vec::new(),
+            team: Team::Own,
         };
         let job = engine.compile(&preemptor).expect("compiles");
         let without = |gone: &[u64]| {

@@ -588,7 +588,7 @@ mode = "mps"
 /// minimum runtime; and only as many as needed.
 #[test]
 fn preemption_picks_the_cheapest_sufficient_victims() {
-    use gantry_engine::preempt::{Right, Victim};
+    use gantry_engine::preempt::{Right, Team, Victim};
     use gantry_types::Flavor;
     let fleet =
         "[[node]]\nname = \"n\"\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 4\n";
@@ -627,7 +627,7 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
         fair_share: false,
         overshoot: false,
         consolidate: false,
-        team: Vec::new(),
+        team: Team::Own,
     };
     let two = jobs("[[job]]\nname = \"p\"\ngpu = { count = 2 }\n").remove(0);
     let two = engine.compile(&two).expect("compiles");
@@ -735,7 +735,7 @@ fn preemption_picks_the_cheapest_sufficient_victims() {
 /// job rather than four 1-GPU jobs that lose as many GPU-seconds together (fewer jobs).
 #[test]
 fn victims_are_chosen_by_gpu_seconds_lost_then_count() {
-    use gantry_engine::preempt::{Right, Victim};
+    use gantry_engine::preempt::{Right, Team, Victim};
     let fleet = "[[node]]\nname = \"n\"\ncount = 2\ncpu = 64\nmemory = \"512GiB\"\n[node.gpus]\nmodel = \"A100-SXM4-80GB\"\ncount = 8\n";
     let mut engine = engine(fleet, Policy::BestFit);
     let place = |engine: &mut gantry_engine::Engine, name: &str, gpus: u32| {
@@ -774,7 +774,7 @@ fn victims_are_chosen_by_gpu_seconds_lost_then_count() {
         fair_share: false,
         overshoot: false,
         consolidate: false,
-        team: Vec::new(),
+        team: Team::Own,
     };
     let one_gpu = engine.compile(&jobs("[[job]]\nname = \"p1\"\ngpu = { count = 1 }\n").remove(0)).expect("compiles");
     let four_gpus = engine.compile(&jobs("[[job]]\nname = \"p4\"\ngpu = { count = 4 }\n").remove(0)).expect("compiles");

@@ -1,6 +1,7 @@
 //! Guarantees hold for shapes, and preemption's costs are bounded (issue 39), on small traces
 //! built for each rule: a whole-node job within its guarantee behind its own team's small
-//! jobs (consolidation), a borrowing gang (always reclaimable), a job stopped again and again
+//! jobs, or another team's (consolidation), a job no reclaim may stop (it borrows only where
+//! guarantee holders were idle), a borrowing gang (always reclaimable), a job stopped again and again
 //! (the budget), a young wide job against older narrow ones (the way back), a loan its holder
 //! takes back (reclaim-aware lending), and a wide team at 0 GPUs while narrow teams fill the
 //! fleet (fair-share reclaim).
@@ -59,33 +60,45 @@ fn stops(r: &ReplayResult, job: &str) -> usize {
     r.events.iter().filter(|e| e.event == "stop" && e.job == job).count()
 }
 
+/// eval borrows 7 GPUs on each of `nodes` nodes, `small`'s 1-GPU jobs take the eighth (at
+/// 30 s), and at 600 s `wide` asks for a whole node (`wide-node`).
+fn a_node_behind_small_jobs(nodes: u32, small: &str, wide: &str) -> String {
+    let mut trace = String::new();
+    for n in 0..nodes {
+        trace.push_str(&job(0, 20 * 3600, &format!("eval-{n}"), "eval", 7, 1));
+        trace.push_str(&job(30, 20 * 3600, &format!("{small}-{n}"), small, 1, 1));
+    }
+    trace + &job(600, 3600, "wide-node", wide, 8, 1)
+}
+
+/// The one job a consolidation moved: stopped at 600 s, it restarts at 630 s where the same
+/// plan put it (its queue keeps what it holds), and every other stop is eval's.
+fn moved_once(r: &ReplayResult) -> String {
+    let moved: Vec<&str> = r
+        .events
+        .iter()
+        .filter(|e| e.event == "stop" && e.cause == Some("consolidation"))
+        .map(|e| e.job.as_str())
+        .collect();
+    assert_eq!(moved.len(), 1, "one small job makes way: {moved:?}");
+    let restarts: Vec<u64> =
+        r.events.iter().filter(|e| e.event == "start" && e.job == moved[0]).map(|e| e.time_s).collect();
+    assert_eq!(restarts, vec![30, 630], "{moved:?} restarts where its plan put it");
+    assert!(r.events.iter().filter(|e| e.event == "stop").all(|e| e.job == moved[0] || e.queue == "eval"));
+    moved[0].to_string()
+}
+
 #[test]
 fn a_whole_node_job_within_its_guarantee_moves_its_own_small_jobs_and_reclaims_the_rest() {
-    // eval borrows 7 GPUs on each node; train's 1-GPU jobs fill the eighth; then train,
-    // within its guarantee of 16, asks for a whole node: no borrower's stop frees one alone.
-    let mut trace = String::new();
-    for n in 0..4 {
-        trace.push_str(&job(0, 20 * 3600, &format!("eval-wide-{n}"), "eval", 7, 1));
-        trace.push_str(&job(30, 20 * 3600, &format!("train-small-{n}"), "train", 1, 1));
-    }
-    trace.push_str(&job(600, 3600, "train-node", "train", 8, 1));
+    // train, within its guarantee of 16, asks for a whole node: no borrower's stop frees one
+    // alone, its own small job moves.
+    let trace = a_node_behind_small_jobs(4, "train", "train");
     let q = queues("", &[("train", 1, 16), ("eval", 1, 0)]);
     for backfill in [Backfill::Greedy, Backfill::Reserve] {
         let r = replay(4, &q, &trace, backfill);
-        assert_eq!(first_start(&r, "train-node"), Some(630), "one pass plus the 30 s grace");
+        assert_eq!(first_start(&r, "wide-node"), Some(630), "one pass plus the 30 s grace");
         assert_eq!(r.guarantee_wait_max_by_queue_s.get("train").copied(), Some(30));
-        let moved: Vec<&str> = r
-            .events
-            .iter()
-            .filter(|e| e.event == "stop" && e.cause == Some("consolidation"))
-            .map(|e| e.job.as_str())
-            .collect();
-        assert_eq!(moved.len(), 1, "one small job makes way: {moved:?}");
-        // The moved job is placed again by the same plan: it restarts at the same kill.
-        let restarts: Vec<u64> =
-            r.events.iter().filter(|e| e.event == "start" && e.job == moved[0]).map(|e| e.time_s).collect();
-        assert_eq!(restarts, vec![30, 630], "{moved:?} restarts where its plan put it");
-        assert!(r.events.iter().filter(|e| e.event == "stop").all(|e| e.job == moved[0] || e.queue == "eval"));
+        moved_once(&r);
     }
 }
 
@@ -208,4 +221,40 @@ fn a_promise_within_its_guarantee_slips_at_most_the_bound() {
     // (Planned to 8,200 by c's limit; it ran an hour.)
     assert_eq!(first_start(&loose, "a-node"), Some(1000 + 3600));
     assert!(loose.promises_broken.iter().any(|p| p.job == "a-node" && p.right == "guarantee"));
+}
+
+#[test]
+fn a_whole_node_job_within_its_guarantee_moves_another_teams_small_jobs() {
+    // b's 1-GPU jobs are within b's own guarantee; a, within its guarantee, asks for a whole
+    // node and has no team to move: b's job on the chosen node is moved to the other, which
+    // the move reclaims from eval.
+    let trace = a_node_behind_small_jobs(2, "b", "a");
+    let q = queues("", &[("a", 1, 8), ("b", 1, 2), ("eval", 1, 0)]);
+    for backfill in [Backfill::Greedy, Backfill::Reserve] {
+        let r = replay(2, &q, &trace, backfill);
+        assert_eq!(first_start(&r, "wide-node"), Some(630), "one pass plus the 30 s grace: {:?}", r.events);
+        assert!(moved_once(&r).starts_with("b-"));
+    }
+}
+
+#[test]
+fn a_job_no_reclaim_may_stop_borrows_only_where_guarantee_holders_were_idle() {
+    // team used its node until 3,600 s. At 3,700 s three 1-GPU jobs of flood (no guarantee)
+    // arrive, each planned for an hour: a preemptible one borrows once the lending horizon
+    // is past; a non-preemptible one only once team has been idle for its whole planned hour.
+    let pinned = |t: String| t.replace("\"grace\": 30,", "\"grace\": 30, \"preemptible\": false,");
+    let trace = job(0, 3600, "team-a", "team", 8, 1)
+        + &job(3700, 600, "loan", "flood", 1, 1).replace("24h", "1h")
+        + &pinned(job(3700, 600, "pinned", "flood", 1, 1).replace("24h", "1h"));
+    let q = queues("\n[preemption]\nlend_horizon = \"30m\"\n", &[("team", 1, 8), ("flood", 1, 0)]);
+    let r = replay(1, &q, &trace, Backfill::Greedy);
+    assert_eq!(first_start(&r, "loan"), Some(3600 + 1800));
+    assert_eq!(first_start(&r, "pinned"), Some(3600 + 3600), "{:?}", r.events);
+    // Within its queue's guarantee it starts at once; beyond it, it waits.
+    let trace = pinned(job(0, 600, "own-0", "team", 1, 1)) + &pinned(job(0, 600, "own-1", "team", 1, 1));
+    let q = queues("", &[("team", 1, 1), ("flood", 1, 0)]);
+    let r = replay(1, &q, &trace, Backfill::Greedy);
+    let starts: Vec<u64> = ["own-0", "own-1"].iter().filter_map(|j| first_start(&r, j)).collect();
+    assert_eq!(starts.iter().min(), Some(&0));
+    assert_eq!(starts.iter().max(), Some(&600), "the second waits for the first: {:?}", r.events);
 }

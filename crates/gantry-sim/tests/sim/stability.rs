@@ -46,6 +46,10 @@ const REGRESSIONS: &[(u64, &str)] = &[
     (5, "a restarted borrower, protected outright, made a team job within its guarantee wait 193 s"),
     (84, "without backfill, the second team job behind a blocked head waited for the first's victims"),
     (606, "what stopping victims freed beyond their preemptor's need went to the next cycle's preemptor"),
+    (
+        110,
+        "non-preemptible jobs kept off claimed capacity: priority-1 borrowers, reclaimed, restarted by stopping their queue's others (25 stops in an hour)",
+    ),
 ];
 
 /// A tiny deterministic generator (splitmix64).
@@ -191,7 +195,16 @@ fn check(case: &Case, r: &ReplayResult, trace: &[gantry_spec::TraceJob]) -> Resu
         *per_hour.entry(e.time_s / 3600).or_default() += 1;
     }
     if let Some((h, n)) = per_hour.iter().find(|(_, n)| **n > PREEMPTIONS_PER_HOUR_MAX) {
-        return Err(format!("{n} preemptions in hour {h}"));
+        let causes: Vec<String> = r
+            .events
+            .iter()
+            .filter(|e| e.event == "stop" && e.time_s / 3600 == *h)
+            .map(|e| {
+                let by = e.preemptor.as_deref().unwrap_or("?");
+                format!("{} ({}) at {} s for {by} by {}", e.job, e.queue, e.time_s, e.cause.unwrap_or("?"))
+            })
+            .collect();
+        return Err(format!("{n} preemptions in hour {h}: {causes:?}"));
     }
     // Every preemption lets its preemptor start: by the last kill of its victims (or sooner).
     every_stop_lets_its_preemptor_start(r)?;
