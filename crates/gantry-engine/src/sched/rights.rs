@@ -158,8 +158,9 @@ impl Scheduler {
     /// Plan victims for `job` on `base`; where the plan reclaims a guarantee, the job must be
     /// placed (with the victims gone) within its queue's room, else it is planned again with
     /// priority and starvation alone; failing that, a job within its guarantee may move its
-    /// team's smaller jobs (`consolidation.rs`; the caller may then try any queue's). With the plan comes the planning copy as
-    /// it leaves the fleet: the victims gone and the preemptor placed.
+    /// team's smaller jobs (`consolidation.rs`; the caller may then try any queue's). With the
+    /// plan comes the planning copy as it leaves the fleet: the victims gone and the preemptor
+    /// placed.
     fn plan_checked(
         &self,
         base: &Engine,
