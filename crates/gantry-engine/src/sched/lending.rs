@@ -109,14 +109,14 @@ impl Scheduler {
         let entry = &self.jobs[&job];
         let q = entry.queue;
         let planned = entry.job.planned_length_s.unwrap_or(LOOKBACK_MAX_S);
+        let unstoppable = self.unstoppable(job);
         let horizon_s = match entry.job.lifecycle.min_runtime_s {
             // A job no reclaim may stop borrows only where no guarantee holder ran in a
             // stretch as long as its whole run.
-            _ if self.unstoppable(job) => planned,
+            _ if unstoppable => planned,
             0 => planned.min(self.rules.lend_horizon_s),
             m => m,
         };
-        let unstoppable = self.unstoppable(job);
         for (f, d) in demand.iter().filter(|(f, d)| book.over_guarantee(q, f, *d)) {
             if unstoppable && book.guaranteed(q, f) > 0 {
                 // It starts only within its queue's guarantee there (`admit/budget.rs`, which
