@@ -119,8 +119,8 @@ pub struct Right {
     /// their shares ([`Spare`]).
     pub fair_share: bool,
     /// It may take a borrower larger than what the borrower's queue runs above its guarantee
-    /// (a gang that must stop whole): it has waited within its guarantee for the reclaim
-    /// protection period, so capacity did not free on its own.
+    /// (a gang that must stop whole): it has waited within its guarantee for
+    /// `PreemptionRules::overshoot_after_s`, so capacity did not free on its own.
     pub overshoot: bool,
     /// Its own queue's smaller jobs may make way for it (planned only when no plan without
     /// them exists, each moved job placed again in the same plan: `sched/consolidation.rs`).

@@ -1,6 +1,7 @@
 //! The queue file's `[preemption]` table: how often one job may be stopped, how much of its
-//! work may be thrown away, how far a promised start may slip, and how far back a guarantee
-//! holder's usage counts when its idle guarantee is lent, and whether reclaim restores
+//! work may be thrown away, how far a promised start may slip, how far back a guarantee
+//! holder's usage counts when its idle guarantee is lent, how long a job within its guarantee
+//! waits before it may take a borrower wider than its loan, and whether reclaim restores
 //! weighted shares (see docs/policies.md, "Preemption"). Every field is optional; left out,
 //! each takes gantry's default.
 
@@ -22,6 +23,7 @@ pub(crate) struct PreemptionEntry {
     promise_slip_max: Option<Duration>,
     lend_horizon: Option<Duration>,
     fair_share_reclaim: Option<bool>,
+    overshoot_after: Option<Duration>,
 }
 
 /// The rules the table sets, each field checked, defaults for what it leaves out.
@@ -53,6 +55,9 @@ pub(crate) fn rules(entry: Option<PreemptionEntry>) -> Result<PreemptionRules, S
     if let Some(d) = &entry.lend_horizon {
         rules.lend_horizon_s = seconds("preemption.lend_horizon", d, 0)?;
     }
+    if let Some(d) = &entry.overshoot_after {
+        rules.overshoot_after_s = seconds("preemption.overshoot_after", d, 0)?;
+    }
     if let Some(on) = entry.fair_share_reclaim {
         rules.fair_share_reclaim = on;
     }
@@ -78,7 +83,7 @@ mod tests {
     #[test]
     fn every_field_reads_in_its_unit() {
         let rules = parse(
-            "[preemption]\nbudget = 2\nbudget_gpu_hours = 1.5\npromise_slip_max = \"2h\"\nlend_horizon = \"10m\"\nfair_share_reclaim = true",
+            "[preemption]\nbudget = 2\nbudget_gpu_hours = 1.5\npromise_slip_max = \"2h\"\nlend_horizon = \"10m\"\nfair_share_reclaim = true\novershoot_after = \"2m\"",
         )
         .expect("parses");
         assert_eq!(rules.budget_stops, 2);
@@ -86,6 +91,7 @@ mod tests {
         assert_eq!(rules.promise_slip_max_s, 7200);
         assert_eq!(rules.lend_horizon_s, 600);
         assert!(rules.fair_share_reclaim);
+        assert_eq!(rules.overshoot_after_s, 120);
     }
 
     #[test]
@@ -100,6 +106,8 @@ mod tests {
             ("promise_slip_max = \"-1h\"", "preemption.promise_slip_max"),
             ("promise_slip_max = \"soon\"", "preemption.promise_slip_max"),
             ("lend_horizon = -5", "preemption.lend_horizon"),
+            ("overshoot_after = \"-1m\"", "preemption.overshoot_after"),
+            ("overshoot_after = \"later\"", "preemption.overshoot_after"),
         ] {
             let e = parse(&format!("[preemption]\n{table}")).expect_err(table);
             assert_eq!(e.field, field, "{table}: {e}");

@@ -20,6 +20,15 @@ pub const PROMISE_SLIP_MAX_DEFAULT_S: u64 = 3600;
 /// against 10 minutes and 1-2 hours on the contention workloads).
 pub const LEND_HORIZON_DEFAULT_S: u64 = 1800;
 
+/// Default of [`PreemptionRules::overshoot_after_s`]: one minute, two grace periods of the
+/// default 30 s (docs/policies.md weighs it against 0 and the 10-minute reclaim protection
+/// on the contention workloads).
+pub const OVERSHOOT_AFTER_DEFAULT_S: u64 = 60;
+
+fn overshoot_after_default() -> u64 {
+    OVERSHOOT_AFTER_DEFAULT_S
+}
+
 /// The tree's preemption bounds (see the module documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PreemptionRules {
@@ -46,6 +55,13 @@ pub struct PreemptionRules {
     /// team accepts (docs/policies.md, "Preemption").
     #[serde(default)]
     pub fair_share_reclaim: bool,
+    /// A job within its guarantee that no plan within what other queues borrow can start
+    /// (their borrowers are wider than their loans: a gang, a whole-node job) may take such a
+    /// borrower whole once it has waited this long within its guarantee: capacity that frees
+    /// on its own in that time costs no one's work, and the borrower's queue falls below its
+    /// own guarantee (the lender's guarantee wins).
+    #[serde(default = "overshoot_after_default")]
+    pub overshoot_after_s: u64,
 }
 
 impl Default for PreemptionRules {
@@ -56,6 +72,7 @@ impl Default for PreemptionRules {
             promise_slip_max_s: PROMISE_SLIP_MAX_DEFAULT_S,
             lend_horizon_s: LEND_HORIZON_DEFAULT_S,
             fair_share_reclaim: false,
+            overshoot_after_s: OVERSHOOT_AFTER_DEFAULT_S,
         }
     }
 }

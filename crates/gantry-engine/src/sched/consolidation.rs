@@ -17,7 +17,12 @@
 use super::preemption_plan::{Move, Plan, Room, within_room};
 use super::{JobId, Scheduler};
 use crate::preempt::{Cause, Right, Spare, Team, Victim};
-use crate::{CompiledJob, Engine};
+use crate::{AllocId, CompiledJob, Engine};
+
+/// Most plans one consolidation makes: after a try whose moved job finds no place, the plan is
+/// made again without that job (another node's victims, most often). Each try runs over every
+/// running job.
+pub const CONSOLIDATION_TRIES_MAX: usize = 3;
 
 impl Scheduler {
     /// A plan for `job` (with `right`, consolidating: `Right::team` says whose jobs besides
@@ -35,17 +40,44 @@ impl Scheduler {
         if right.guarantee.is_empty() || !right.consolidate {
             return None;
         }
-        let (chosen, mut after, tasks, demand) = self.plan_placed(base, job, &right, victims, spare)?;
-        if !within_room(room, right.queue, &demand) {
-            return None;
+        // A job that finds no place stays where it is: the plan is made again without it,
+        // which picks other victims (most often another node's). (Copied only then: the
+        // victims are every running job.)
+        let mut without: Vec<Victim>;
+        let mut candidates = victims;
+        for _ in 0..CONSOLIDATION_TRIES_MAX {
+            let (chosen, after, tasks, demand) = self.plan_placed(base, job, &right, candidates, spare)?;
+            if !within_room(room, right.queue, &demand) {
+                return None;
+            }
+            match self.stop_or_move(after, &right, &chosen, candidates, spare) {
+                Ok((after, moves)) => return Some((Plan { victims: chosen, right, tasks, demand, moves }, after)),
+                Err(stuck) => {
+                    without = candidates.iter().filter(|v| v.alloc != stuck).cloned().collect();
+                    candidates = &without;
+                }
+            }
         }
-        // Cheapest first, each victim is stopped where a plain reclaim may take it and moved
-        // where it may not (its team's job, or a borrower beyond what its queue borrows).
+        None
+    }
+
+    /// Cheapest first, each of the `chosen` victims is stopped where a plain reclaim may take
+    /// it and moved where it may not (its team's job, or a borrower beyond what its queue
+    /// borrows), each moved job placed again on `after`: the fleet and the moves, or the
+    /// victim that had to move and found no place.
+    fn stop_or_move(
+        &self,
+        mut after: Engine,
+        right: &Right,
+        chosen: &[AllocId],
+        victims: &[Victim],
+        spare: &Spare,
+    ) -> Result<(Engine, Vec<Move>), AllocId> {
         let mut left = spare.clone();
         let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
         let mut moving = Vec::new();
         for v in victims.iter().filter(|v| chosen.contains(&v.alloc)) {
-            if v.cause(&right) != Some(Cause::Consolidation) && left.allows(v, &plain) {
+            if v.cause(right) != Some(Cause::Consolidation) && left.allows(v, &plain) {
                 left.take(v);
             } else {
                 moving.push(v);
@@ -55,10 +87,10 @@ impl Scheduler {
         let mut moves = Vec::new();
         for v in moving {
             let moved = self.running[&v.alloc].job;
-            let m = self.place_moved(&mut after, moved, v, &right, &mut rest, &mut left)?;
+            let m = self.place_moved(&mut after, moved, v, right, &mut rest, &mut left).ok_or(v.alloc)?;
             moves.push(m);
         }
-        Some((Plan { victims: chosen, right, tasks, demand, moves }, after))
+        Ok((after, moves))
     }
 
     /// Place `moved` (running as `v`, moved for a preemptor with `right`) again on `after`,

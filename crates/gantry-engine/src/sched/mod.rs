@@ -651,9 +651,12 @@ impl Scheduler {
             [protect, Some(min_runtime)]
         });
         // A job within its guarantee may take a borrower larger than what its queue borrows
-        // once it has waited the protection period (`preempt::Right::overshoot`).
-        let overshoot =
-            self.entitled.values().filter(|_| self.config.preempt).map(|e| Some(e.since + self.reclaim_protect_s));
+        // once it has waited `PreemptionRules::overshoot_after_s` (`preempt::Right::overshoot`).
+        let overshoot = self
+            .entitled
+            .values()
+            .filter(|_| self.config.preempt)
+            .map(|e| Some(e.since.saturating_add(self.rules.overshoot_after_s)));
         // A loan held back for a guarantee holder's recent use may be made once that use is
         // past the lending horizon (`lending.rs`; jobs with a minimum runtime look further back
         // and are woken by later events).

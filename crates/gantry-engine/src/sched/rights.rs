@@ -87,7 +87,7 @@ impl Scheduler {
             fair_share: shares.is_some_and(|s| s.room_for(entry.queue, milli)),
             consolidate: false,
             team: Team::Own,
-            overshoot: self.entitled_for(job, now) >= self.reclaim_protect_s,
+            overshoot: self.entitled_for(job, now) >= self.rules.overshoot_after_s,
         }
     }
 

@@ -109,11 +109,18 @@ fn a_borrowing_gang_is_reclaimed_though_it_takes_its_queue_below_its_guarantee()
     trace.push_str(&job(600, 1800, "serve-0", "serve", 1, 1));
     let q = queues("reclaim_protect = 300\n", &[("batch", 1, 20), ("serve", 1, 12)]);
     let r = replay(4, &q, &trace, Backfill::Greedy);
-    // It waits the protection period for capacity to free, then takes a gang whole.
-    assert_eq!(first_start(&r, "serve-0"), Some(600 + 300 + 30), "{:?}", r.events);
+    // It waits a minute for capacity to free (`overshoot_after`), then takes a gang whole.
+    assert_eq!(first_start(&r, "serve-0"), Some(600 + 60 + 30), "{:?}", r.events);
     assert_eq!(r.preemptions, 1);
     assert_eq!(r.preemptions_by_right.get("guarantee"), Some(&1));
-    assert_eq!(r.guarantee_wait_max_by_queue_s.get("serve").copied(), Some(330));
+    assert_eq!(r.guarantee_wait_max_by_queue_s.get("serve").copied(), Some(90));
+    // Set to the protection period, it waits that long.
+    let q = queues(
+        "reclaim_protect = 300\n\n[preemption]\novershoot_after = \"5m\"\n",
+        &[("batch", 1, 20), ("serve", 1, 12)],
+    );
+    let r = replay(4, &q, &trace, Backfill::Greedy);
+    assert_eq!(first_start(&r, "serve-0"), Some(600 + 300 + 30), "{:?}", r.events);
 }
 
 #[test]
@@ -234,6 +241,31 @@ fn a_whole_node_job_within_its_guarantee_moves_another_teams_small_jobs() {
         let r = replay(2, &q, &trace, backfill);
         assert_eq!(first_start(&r, "wide-node"), Some(630), "one pass plus the 30 s grace: {:?}", r.events);
         assert!(moved_once(&r).starts_with("b-"));
+    }
+}
+
+#[test]
+fn a_consolidation_whose_moved_job_finds_no_place_is_planned_again_on_another_node() {
+    // Three nodes, each holding a borrower of e (guaranteed 6, running 14: 8 borrowed) beside a
+    // job within its own queue's guarantee. The oldest node's plan (the cheapest) stops e's
+    // 6-GPU job and must move b's 2-GPU job, which has nowhere to go: the 4 GPUs of either
+    // other borrower would take e past what it borrows. Planned again without that job,
+    // another node's plan moves a 4-GPU job where e's other 4-GPU borrower was.
+    let trace = job(0, 20 * 3600, "e-6", "e", 6, 1)
+        + &job(1, 20 * 3600, "b-2", "b", 2, 1)
+        + &job(2, 20 * 3600, "d-4", "d", 4, 1)
+        + &job(3, 20 * 3600, "e-4-old", "e", 4, 1)
+        + &job(100, 20 * 3600, "b-4", "b", 4, 1)
+        + &job(101, 20 * 3600, "e-4", "e", 4, 1)
+        + &job(600, 3600, "a-node", "a", 8, 1);
+    let q = queues("", &[("a", 1, 8), ("b", 1, 6), ("d", 1, 4), ("e", 1, 6)]);
+    for backfill in [Backfill::Greedy, Backfill::Reserve] {
+        let r = replay(3, &q, &trace, backfill);
+        // (With one try, it waits until it may take a borrower past e's loan: 690 s.)
+        assert_eq!(first_start(&r, "a-node"), Some(630), "one pass plus the 30 s grace: {:?}", r.events);
+        assert_eq!(stops(&r, "b-2"), 0, "the job that had nowhere to go stays: {:?}", r.events);
+        let moved = r.events.iter().filter(|e| e.event == "stop" && e.cause == Some("consolidation")).count();
+        assert_eq!(moved, 1, "{:?}", r.events);
     }
 }
 
