@@ -62,8 +62,9 @@ impl Scheduler {
         }
         self.entitled.retain(|job, _| within.contains_key(job));
         self.entitled_claims.clear();
+        let carried = std::mem::take(&mut self.entitled_carried);
         for (job, (queue, flavor, milli)) in within {
-            let since = self.entitled.get(&job).map_or(now, |e| e.since);
+            let since = self.entitled.get(&job).map(|e| e.since).or_else(|| carried.get(&job).copied()).unwrap_or(now);
             self.claim_entitled(queue, &flavor, milli, true);
             self.entitled.insert(job, Entitled { since, queue, flavor, milli });
         }

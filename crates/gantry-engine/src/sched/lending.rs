@@ -17,7 +17,10 @@
 //! A borrower no reclaim may stop (not preemptible, or its preemption budget spent) borrows
 //! only where no guarantee holder ran, or has jobs waiting within its guarantee, within its
 //! whole planned length: nothing could take that loan back, and a loan counted in GPUs does
-//! not keep shapes (one such job per node holds off a holder's whole-node job).
+//! not keep shapes (one such job per node holds off a holder's whole-node job). A past the
+//! record does not reach (usage is recorded from the scheduler's first cycle, carried over
+//! when a controller takes over) counts as used by every holder: a fresh cluster lends such
+//! jobs nothing a guarantee covers until its record is as long as their planned length.
 //!
 //! The cost is guaranteed capacity left idle while its holder is quiet, and longer waits for
 //! the queues that live on borrowed capacity (docs/policies.md, "Preemption", measures the
@@ -28,6 +31,10 @@ use super::{JobId, Scheduler};
 use gantry_types::{Flavor, PendingReason};
 use std::collections::{BTreeMap, VecDeque};
 
+/// One queue's usage levels in one flavor that ended within the lookback: (when each ended,
+/// the level), oldest first.
+pub type UsageLevels = Vec<(u64, u64)>;
+
 /// Longest past looked at: a day, one period of a diurnal load.
 pub const LOOKBACK_MAX_S: u64 = 86_400;
 
@@ -37,9 +44,37 @@ pub const LOOKBACK_MAX_S: u64 = 86_400;
 #[derive(Clone, Debug, Default)]
 pub(super) struct UsagePeaks {
     ended: BTreeMap<(usize, Flavor), VecDeque<(u64, u64)>>,
+    /// Since when usage has been recorded (`None`: not yet).
+    since: Option<u64>,
 }
 
 impl UsagePeaks {
+    /// Usage is recorded from `now` on, unless it already was.
+    pub fn record_from(&mut self, now: u64) {
+        self.since.get_or_insert(now);
+    }
+
+    /// Does the record reach back `window_s` (at most [`LOOKBACK_MAX_S`]) from `now`?
+    pub fn covers(&self, now: u64, window_s: u64) -> bool {
+        self.since.is_some_and(|since| now.saturating_sub(since) >= window_s.min(LOOKBACK_MAX_S))
+    }
+
+    /// The record as a controller carries it over: since when, and per (queue, flavor) the
+    /// levels (when each ended, the level).
+    pub fn carried(&self) -> (Option<u64>, Vec<(usize, Flavor, UsageLevels)>) {
+        let levels = self.ended.iter().map(|((q, f), l)| (*q, f.clone(), l.iter().copied().collect())).collect();
+        (self.since, levels)
+    }
+
+    /// Take back [`UsagePeaks::carried`] (what it says replaces this record).
+    pub fn carry(&mut self, since: Option<u64>, levels: Vec<(usize, Flavor, UsageLevels)>) {
+        if since.is_none() {
+            return;
+        }
+        self.since = since;
+        self.ended = levels.into_iter().map(|(q, f, l)| ((q, f), l.into_iter().collect())).collect();
+    }
+
     /// `queue`'s usage of `flavor` changed at `now` from `before`.
     pub fn changed(&mut self, queue: usize, flavor: &Flavor, before: u64, now: u64) {
         let levels = self.ended.entry((queue, flavor.clone())).or_default();
@@ -61,7 +96,8 @@ impl UsagePeaks {
     /// `window_s` (a loan it held back may be made then).
     pub fn next_expiry(&self, now: u64, window_s: u64) -> Option<u64> {
         let window_s = window_s.min(LOOKBACK_MAX_S);
-        self.ended.values().flatten().map(|&(t, _)| t.saturating_add(window_s)).filter(|&t| t > now).min()
+        let record = self.since.iter().flat_map(|&s| [s.saturating_add(window_s), s.saturating_add(LOOKBACK_MAX_S)]);
+        self.ended.values().flatten().map(|&(t, _)| t.saturating_add(window_s)).chain(record).filter(|&t| t > now).min()
     }
 
     /// Highest usage of `flavor` by `queue` over the last `window_s` before `now`, given its
@@ -79,6 +115,7 @@ impl Scheduler {
     /// Record the usage of `queue` and its ancestors before a change of `demand`'s flavors.
     pub(super) fn usage_changing(&mut self, queue: usize, demand: &[(Flavor, u64)], now: u64) {
         let Some(book) = &self.quotas else { return };
+        self.peaks.record_from(now);
         for q in book.parents(queue) {
             for (f, _) in demand {
                 self.peaks.changed(q, f, book.used(q, f), now);
@@ -124,6 +161,12 @@ impl Scheduler {
                 // placed and refused in turn).
                 continue;
             }
+            if unstoppable
+                && !self.peaks.covers(now, horizon_s)
+                && let Some(x) = self.holder_apart(q, f)
+            {
+                return Some(self.never_stopped_borrows(job, f, *d, x, false));
+            }
             let Some(free) = book.free(f) else { continue };
             let free = free + freed.iter().filter(|(g, _)| g == f).map(|(_, m)| m).sum::<u64>();
             let mut claimed = 0u64;
@@ -133,7 +176,7 @@ impl Scheduler {
                 let expected = self.peaks.peak(x, f, used, horizon_s, now);
                 let waiting = self.entitled_in(x, f);
                 if unstoppable && (expected > 0 || waiting > 0) {
-                    return Some(self.never_stopped_borrows(job, f, *d, x));
+                    return Some(self.never_stopped_borrows(job, f, *d, x, true));
                 }
                 let claim = expected.min(book.guaranteed(x, f)).saturating_sub(used).max(waiting);
                 if claim > by.map_or(0, |(_, c)| c) {
@@ -163,8 +206,16 @@ impl Scheduler {
     }
 
     /// Why `job`, which no reclaim may stop, may not borrow `asked` of `flavor`: `holder`
-    /// used its guarantee there within the job's planned length, or has jobs waiting within it.
-    fn never_stopped_borrows(&self, job: JobId, flavor: &Flavor, asked: u64, holder: usize) -> PendingReason {
+    /// used its guarantee there within the job's planned length, or has jobs waiting within it
+    /// (`known`), or the usage record does not reach back that far.
+    fn never_stopped_borrows(
+        &self,
+        job: JobId,
+        flavor: &Flavor,
+        asked: u64,
+        holder: usize,
+        known: bool,
+    ) -> PendingReason {
         let book = self.quotas.as_ref().expect("called with quotas");
         let q = self.jobs[&job].queue;
         let why = if self.jobs[&job].job.lifecycle.preemptible {
@@ -173,17 +224,32 @@ impl Scheduler {
             "it is not preemptible"
         };
         let capacity = book.capacity(flavor).unwrap_or(0);
+        let holder = &book.tree().queues[holder].name;
+        let seen = if known {
+            format!("{holder} did")
+        } else {
+            let since = self.peaks.since.unwrap_or(0);
+            format!("usage is known only since {since} s, so {holder} counts as having run")
+        };
         PendingReason::Quota {
             queue: book.tree().queues[q].name.clone(),
             flavor: flavor.clone(),
             rule: format!(
-                "loan ({why}, so it borrows only where no guarantee holder ran within its planned length; {} did)",
-                book.tree().queues[holder].name
+                "loan ({why}, so it borrows only where no guarantee holder ran within its planned length; {seen})"
             ),
             used_milli: capacity - book.free(flavor).unwrap_or(capacity),
             asked_milli: asked,
             bound_milli: 0,
         }
+    }
+
+    /// Some queue with a guarantee in `flavor` that is not on `queue`'s line (neither encloses
+    /// the other), if any. Walks the whole tree: asked only before the usage record covers a
+    /// borrower's planned length.
+    fn holder_apart(&self, queue: usize, flavor: &Flavor) -> Option<usize> {
+        let book = self.quotas.as_ref()?;
+        (0..book.tree().queues.len())
+            .find(|&x| !book.encloses(x, queue) && !book.encloses(queue, x) && book.guaranteed(x, flavor) > 0)
     }
 
     /// The highest queue with a guarantee in `flavor` on each line of the tree that is not

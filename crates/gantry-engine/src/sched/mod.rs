@@ -37,6 +37,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub use crate::limits::{
     BACKFILL_VISITS_MAX, BACKFILL_WORK_MAX, CYCLE_VISITS_MAX, RESERVATION_CHECKS_MAX, SHAPES_JUMP_MAX,
 };
+pub use lending::UsageLevels;
 pub use rights::PREEMPTORS_MAX;
 
 /// The caller's name for a job (a trace index, a database id).
@@ -189,6 +190,13 @@ pub struct SchedulerMemory {
     /// Since when each job not ended has been eligible (a released job since then, not since
     /// its submission; a running one keeps it for when it waits again): its place in its queue.
     pub eligible_at: Vec<(JobId, u64)>,
+    /// Since when each waiting job has been within its queue's guarantee (`entitled.rs`:
+    /// its wait toward `overshoot_after` and the guarantee's bound).
+    pub entitled_since: Vec<(JobId, u64)>,
+    /// Since when queues' usage has been recorded, and per (queue by name, flavor) its recent
+    /// levels (`lending.rs`: a loan is judged by the holders' recent use).
+    pub usage_since: Option<u64>,
+    pub usage: Vec<(String, Flavor, UsageLevels)>,
 }
 
 /// A job as the scheduler needs it.
@@ -377,6 +385,9 @@ pub struct Scheduler {
     reclaimed: BTreeSet<JobId>,
     /// Waiting jobs within their queue's guarantee, since when (`entitled.rs`).
     entitled: BTreeMap<JobId, entitled::Entitled>,
+    /// Since when jobs were within their guarantee under the controller this one took over
+    /// from (read by the first cycle, then empty).
+    entitled_carried: BTreeMap<JobId, u64>,
     /// Per (queue, flavor), what its and its descendants' entitled jobs claim.
     entitled_claims: BTreeMap<(usize, Flavor), u64>,
     /// Each queue's recent usage peaks (`lending.rs`).
@@ -441,6 +452,7 @@ impl Scheduler {
             rules,
             reclaimed: BTreeSet::new(),
             entitled: BTreeMap::new(),
+            entitled_carried: BTreeMap::new(),
             entitled_claims: BTreeMap::new(),
             peaks: Default::default(),
             promise_at: BTreeMap::new(),
@@ -545,6 +557,15 @@ impl Scheduler {
                 .filter(|(id, _)| !self.ended.contains_key(id))
                 .map(|(id, e)| (*id, e.eligible_at))
                 .collect(),
+            entitled_since: self.entitled.iter().map(|(j, e)| (*j, e.since)).collect(),
+            usage_since: self.peaks.carried().0,
+            usage: match &self.quotas {
+                Some(book) => {
+                    let name = |q: usize| book.tree().queues[q].name.clone();
+                    self.peaks.carried().1.into_iter().map(|(q, f, l)| (name(q), f, l)).collect()
+                }
+                None => Vec::new(),
+            },
         }
     }
 
@@ -568,6 +589,7 @@ impl Scheduler {
         self.promises = memory.promises.iter().filter(|j| waiting(j)).copied().collect();
         self.promise_at = memory.promise_at.iter().filter(|(j, _)| waiting(j)).copied().collect();
         self.last_reservation = memory.last_reservation.filter(|(j, _)| waiting(j));
+        self.entitled_carried = memory.entitled_since.iter().filter(|(j, _)| waiting(j)).copied().collect();
         let flags: BTreeMap<JobId, (bool, Option<u64>)> =
             memory.running.iter().map(|(j, starved, since)| (*j, (*starved, *since))).collect();
         for r in self.running.values_mut() {
@@ -586,6 +608,14 @@ impl Scheduler {
             if let Some(entry) = self.jobs.get_mut(id) {
                 entry.eligible_at = *at;
             }
+        }
+        if let Some(book) = &self.quotas {
+            let levels = memory
+                .usage
+                .iter()
+                .filter_map(|(name, f, l)| Some((book.tree().find(name)?, f.clone(), l.clone())))
+                .collect();
+            self.peaks.carry(memory.usage_since, levels);
         }
         true
     }
@@ -658,8 +688,8 @@ impl Scheduler {
             .filter(|_| self.config.preempt)
             .map(|e| Some(e.since.saturating_add(self.rules.overshoot_after_s)));
         // A loan held back for a guarantee holder's recent use may be made once that use is
-        // past the lending horizon (`lending.rs`; jobs with a minimum runtime look further back
-        // and are woken by later events).
+        // past the lending horizon, or once the usage record covers the horizon or a day
+        // (`lending.rs`; other windows are woken by later events).
         let lend = self.config.preempt.then(|| self.peaks.next_expiry(now, self.rules.lend_horizon_s)).flatten();
         self.estimate
             .values()

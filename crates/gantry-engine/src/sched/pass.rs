@@ -169,6 +169,7 @@ impl Scheduler {
     /// waiting jobs have a right to. Every job left waiting carries its reason.
     pub fn cycle(&mut self, now: u64) -> Vec<Decision> {
         let mut decisions = Vec::new();
+        self.peaks.record_from(now);
         self.track_entitled(now);
         let short = self.pass(now, &mut decisions);
         self.preempt(now, &short, &mut decisions);

@@ -384,6 +384,11 @@ impl Scheduler {
             until = until.max(kill_at);
             causes.push(cause);
             self.terminating.insert(alloc, cause.name());
+            // Planning counts on its GPUs from its kill at the latest (not its time limit):
+            // else a preemptor's reservation lies past the victims' limits, and holds other
+            // capacity against the jobs behind it — its own queue's too.
+            let r = self.running.get_mut(&alloc).expect("a running victim");
+            r.limit_end = Some(r.limit_end.map_or(kill_at, |e| e.min(kill_at)));
             decisions.push(Decision::Stop { job: victim, alloc, kill_at, cause: cause.name(), for_job: job });
         }
         victims.retain(|v| !plan.victims.contains(&v.alloc));

@@ -416,3 +416,55 @@ fn reasons_kept_per_request_agree_with_every_jobs_own_why_on_random_runs() {
         }
     }
 }
+
+/// A job no reclaim may stop (here: not preemptible) borrows only where no guarantee holder ran
+/// within its planned length. Before the usage record reaches back that far — a fresh
+/// scheduler knows no past — every holder counts as having run, and the reason says so; a
+/// controller that takes over carries the record and the guarantee clocks
+/// ([`gantry_engine::sched::SchedulerMemory`]), so a failover neither forgets a holder's use
+/// nor restarts the record.
+#[test]
+fn an_unstoppable_borrower_waits_for_the_usage_record_which_a_new_controller_carries() {
+    let queues = "[fair_share]\nhalf_life = \"1h\"\nstarvation = \"1d\"\n\n[[queue]]\nname = \"holder\"\nweight = 1\n\
+                  quota = [{ flavor = \"A100-SXM4-80GB\", guaranteed = 1 }]\n\n[[queue]]\nname = \"batch\"\nweight = 1\n";
+    let tree = gantry_spec::parse_queues(queues, gantry_catalog::Catalog::embedded()).expect("queues");
+    let config = SchedulerConfig { order: Order::FairShare(tree), preempt: true, ..Default::default() };
+    let fresh = || Scheduler::new(engine(TWO_GPUS, Policy::BestFit), config.clone());
+    let pinned = |s: &Scheduler, name: &str, length: u64| {
+        let mut j = job(s, name, "batch", 2, 0, length);
+        j.lifecycle.preemptible = false;
+        j
+    };
+    let mut s = fresh();
+    s.submit(1, pinned(&s, "pinned", 3600), 0).expect("submits");
+    assert!(started(&s.cycle(0)).is_empty(), "the record starts now: holder's past is unknown");
+    let why = s.why(1).expect("waits").reason.to_string();
+    assert!(why.contains("usage is known only since 0 s, so holder counts as having run"), "{why}");
+    // An hour on, holder has not run: the loan is made.
+    assert_eq!(started(&s.cycle(3600)), [1]);
+
+    // holder runs for a while; a new pinned job must wait an hour after holder's use.
+    let mut s = fresh();
+    s.submit(1, job(&s, "h", "holder", 1, 0, 600), 0).expect("submits");
+    let d = s.cycle(0);
+    assert_eq!(started(&d), [1]);
+    let Decision::Start { alloc, .. } = d[0] else { unreachable!() };
+    s.ended(alloc, true, 600).expect("running");
+    s.submit(2, pinned(&s, "pinned", 3600), 3700).expect("submits");
+    assert!(started(&s.cycle(3700)).is_empty(), "holder ran within the last hour");
+    let memory = s.memory();
+    assert!(memory.usage_since == Some(0) && !memory.usage.is_empty(), "{memory:?}");
+
+    // A controller taking over at 3,700: the same reason, not "known only since 3,700 s".
+    let mut taken = fresh();
+    taken.submit(2, pinned(&taken, "pinned", 3600), 3700).expect("submits");
+    assert!(taken.remember(&memory));
+    assert!(started(&taken.cycle(3700)).is_empty());
+    let why = taken.why(2).expect("waits").reason.to_string();
+    assert!(why.contains("holder did"), "{why}");
+    assert_eq!(taken.memory().usage, memory.usage);
+    // Holder's use ended at 600: the loan is made an hour later, in both.
+    assert!(started(&s.cycle(4199)).is_empty() && started(&taken.cycle(4199)).is_empty());
+    assert_eq!(started(&s.cycle(4200)), [2]);
+    assert_eq!(started(&taken.cycle(4200)), [2]);
+}

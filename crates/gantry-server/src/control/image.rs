@@ -136,6 +136,13 @@ pub(crate) struct SchedulerMemoryRecord {
     running: Vec<(u64, bool, Option<u64>)>,
     #[serde(default)]
     eligible_at: Vec<(u64, u64)>,
+    #[serde(default)]
+    entitled_since: Vec<(u64, u64)>,
+    /// Queues' recent usage (what lending is judged by), as (queue, flavor, levels).
+    #[serde(default)]
+    usage_since: Option<u64>,
+    #[serde(default)]
+    usage: Vec<(String, gantry_types::Flavor, gantry_engine::sched::UsageLevels)>,
 }
 
 impl From<SchedulerMemory> for SchedulerMemoryRecord {
@@ -150,6 +157,9 @@ impl From<SchedulerMemory> for SchedulerMemoryRecord {
             last_reservation: m.last_reservation,
             running: m.running,
             eligible_at: m.eligible_at,
+            entitled_since: m.entitled_since,
+            usage_since: m.usage_since,
+            usage: m.usage,
         }
     }
 }
@@ -169,6 +179,9 @@ impl From<SchedulerMemoryRecord> for SchedulerMemory {
             last_reservation: r.last_reservation,
             running: r.running,
             eligible_at: r.eligible_at,
+            entitled_since: r.entitled_since,
+            usage_since: r.usage_since,
+            usage: r.usage,
         }
     }
 }

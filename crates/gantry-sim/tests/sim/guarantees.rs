@@ -207,26 +207,31 @@ fn fair_share_reclaim_gives_a_wide_team_at_zero_its_share_within_the_grace_perio
 
 #[test]
 fn a_promise_within_its_guarantee_slips_at_most_the_bound() {
-    // Two non-preemptible borrowers hold the node until 3,600 s by their limits; a's whole-node
-    // job is promised 3,600. One borrower ends at 1,000: c's job, within c's guarantee and
-    // planned for 2 h, would push the promise to 8,200.
+    // Two non-preemptible borrowers hold the node for an hour by their limits; a's whole-node
+    // job is promised then. One borrower ends after 1,000 s: c's job, within c's guarantee and
+    // planned for 2 h, would push the promise 4,600 s later. All of it an hour in (`T`): a job
+    // no reclaim may stop borrows only once the usage record covers its planned length
+    // (`lending.rs`), and `warm` starts the record at 0.
+    const T: u64 = 3600;
     let pinned = |t: &str| t.replace("\"grace\": 30,", "\"grace\": 30, \"preemptible\": false,").replace("24h", "1h");
-    let trace = pinned(&job(0, 1000, "b-short", "b", 4, 1))
-        + &pinned(&job(0, 3600, "b-long", "b", 4, 1))
-        + &job(10, 3600, "a-node", "a", 8, 1)
-        + &job(500, 3600, "c-half", "c", 4, 1).replace("24h", "2h");
+    let trace = job(0, 10, "warm", "b", 1, 1)
+        + &pinned(&job(T, 1000, "b-short", "b", 4, 1))
+        + &pinned(&job(T, 3600, "b-long", "b", 4, 1))
+        + &job(T + 10, 3600, "a-node", "a", 8, 1)
+        + &job(T + 500, 3600, "c-half", "c", 4, 1).replace("24h", "2h");
     let teams = [("a", 1, 8), ("b", 1, 0), ("c", 1, 4)];
     let run = |slip: &str| {
         let q = queues(&format!("\n[preemption]\npromise_slip_max = \"{slip}\"\nlend_horizon = 0\n"), &teams);
         replay(1, &q, &trace, Backfill::Reserve)
     };
     let bounded = run("1h");
-    assert_eq!(first_start(&bounded, "a-node"), Some(3600), "kept: {:?}", bounded.promises_broken);
-    assert!(first_start(&bounded, "c-half").is_some_and(|t| t >= 3600));
+    assert_eq!(first_start(&bounded, "b-long"), Some(T), "the record covers its hour");
+    assert_eq!(first_start(&bounded, "a-node"), Some(T + 3600), "kept: {:?}", bounded.promises_broken);
+    assert!(first_start(&bounded, "c-half").is_some_and(|t| t >= T + 3600));
     let loose = run("10h");
-    assert_eq!(first_start(&loose, "c-half"), Some(1000));
-    // (Planned to 8,200 by c's limit; it ran an hour.)
-    assert_eq!(first_start(&loose, "a-node"), Some(1000 + 3600));
+    assert_eq!(first_start(&loose, "c-half"), Some(T + 1000));
+    // (Planned to T + 8,200 by c's limit; it ran an hour.)
+    assert_eq!(first_start(&loose, "a-node"), Some(T + 1000 + 3600));
     assert!(loose.promises_broken.iter().any(|p| p.job == "a-node" && p.right == "guarantee"));
 }
 

@@ -50,6 +50,10 @@ const REGRESSIONS: &[(u64, &str)] = &[
         110,
         "non-preemptible jobs kept off claimed capacity: priority-1 borrowers, reclaimed, restarted by stopping their queue's others (25 stops in an hour)",
     ),
+    (
+        140,
+        "at depth 16, a promised preemptor's reservation was planned past its victims' time limits, not their kills: its team's next job, within the guarantee, was held off a free GPU for it (90 s)",
+    ),
 ];
 
 /// A tiny deterministic generator (splitmix64).
