@@ -58,12 +58,25 @@ pub struct QuotaBook {
     /// The fleet's milli-GPU per flavor, where known (`with_capacity`): what `lend = false`
     /// is checked against.
     capacity: BTreeMap<Flavor, u64>,
+    /// Per flavor, the queues with a guarantee in it, in tree order (fixed with the tree).
+    holders: BTreeMap<Flavor, Vec<usize>>,
 }
 
 impl QuotaBook {
     pub fn new(tree: QueueTree) -> QuotaBook {
         let usage = vec![BTreeMap::new(); tree.queues.len()];
-        QuotaBook { tree, usage, capacity: BTreeMap::new() }
+        let mut holders: BTreeMap<Flavor, Vec<usize>> = BTreeMap::new();
+        for (i, q) in tree.queues.iter().enumerate() {
+            for quota in q.quotas.iter().filter(|quota| quota.guaranteed_milli > 0) {
+                holders.entry(quota.flavor.clone()).or_default().push(i);
+            }
+        }
+        QuotaBook { tree, usage, capacity: BTreeMap::new(), holders }
+    }
+
+    /// The queues with a guarantee in `flavor`.
+    pub(crate) fn holders(&self, flavor: &Flavor) -> &[usize] {
+        self.holders.get(flavor).map_or(&[], Vec::as_slice)
     }
 
     /// Know the fleet's capacity per flavor (`Engine::flavor_capacity`), so that idle

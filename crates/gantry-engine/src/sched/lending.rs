@@ -244,12 +244,12 @@ impl Scheduler {
     }
 
     /// Some queue with a guarantee in `flavor` that is not on `queue`'s line (neither encloses
-    /// the other), if any. Walks the whole tree: asked only before the usage record covers a
-    /// borrower's planned length.
+    /// the other), if any (asked only before the usage record covers a borrower's planned
+    /// length; the holders on `queue`'s own line are its ancestors and descendants, so the walk
+    /// ends early).
     fn holder_apart(&self, queue: usize, flavor: &Flavor) -> Option<usize> {
         let book = self.quotas.as_ref()?;
-        (0..book.tree().queues.len())
-            .find(|&x| !book.encloses(x, queue) && !book.encloses(queue, x) && book.guaranteed(x, flavor) > 0)
+        book.holders(flavor).iter().copied().find(|&x| !book.encloses(x, queue) && !book.encloses(queue, x))
     }
 
     /// The highest queue with a guarantee in `flavor` on each line of the tree that is not
