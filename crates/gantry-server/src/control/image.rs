@@ -204,3 +204,29 @@ pub(crate) mod pairs {
         Vec::<(K, V)>::deserialize(d).map(|pairs| pairs.into_iter().collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SchedulerMemoryRecord;
+    use gantry_engine::sched::SchedulerMemory;
+    use gantry_types::Flavor;
+
+    /// The usage record and guarantee clocks survive the checkpoint's JSON, and a checkpoint
+    /// written before they existed reads as "no record" (the new controller starts its own).
+    #[test]
+    fn the_usage_record_and_guarantee_clocks_ride_a_checkpoint() {
+        let memory = SchedulerMemory {
+            entitled_since: vec![(7, 120)],
+            usage_since: Some(30),
+            usage: vec![("alpha".into(), Flavor::Model("H100-SXM5-80GB".into()), vec![(600, 8000), (900, 2000)])],
+            ..Default::default()
+        };
+        let json = serde_json::to_string(&SchedulerMemoryRecord::from(memory.clone())).expect("serializes");
+        let back: SchedulerMemoryRecord = serde_json::from_str(&json).expect("reads");
+        assert_eq!(SchedulerMemory::from(back), memory);
+        let old = r#"{"fair_share":null,"preempted_times":[],"reclaimed":[],"promises":[],"promise_at":[],"last_reservation":null,"running":[]}"#;
+        let old: SchedulerMemoryRecord = serde_json::from_str(old).expect("an older checkpoint reads");
+        let old = SchedulerMemory::from(old);
+        assert_eq!((old.usage_since, old.usage.len(), old.entitled_since.len()), (None, 0, 0));
+    }
+}
