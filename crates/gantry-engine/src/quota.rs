@@ -91,6 +91,12 @@ impl QuotaBook {
         self.parents(b).any(|q| q == a)
     }
 
+    /// Are `a` and `b` on one line of the tree (one encloses the other)? Queues on other lines
+    /// lend to each other; a queue never borrows from its own line.
+    pub(crate) fn same_line(&self, a: usize, b: usize) -> bool {
+        self.encloses(a, b) || self.encloses(b, a)
+    }
+
     /// `queue`, then its parent, up to its root (without building a list).
     pub(crate) fn parents(&self, queue: usize) -> impl Iterator<Item = usize> + '_ {
         std::iter::successors(Some(queue), |&q| self.tree.queues[q].parent)
@@ -105,7 +111,7 @@ impl QuotaBook {
             let mut held_back = 0u64;
             let mut holder = None;
             for (q, spec) in self.tree.queues.iter().enumerate() {
-                if self.encloses(q, queue) || self.encloses(queue, q) {
+                if self.same_line(q, queue) {
                     continue;
                 }
                 if let Some(quota) = spec.quotas.iter().find(|x| &x.flavor == flavor && !x.lend) {

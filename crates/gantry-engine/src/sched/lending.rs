@@ -249,7 +249,7 @@ impl Scheduler {
     /// ends early).
     fn holder_apart(&self, queue: usize, flavor: &Flavor) -> Option<usize> {
         let book = self.quotas.as_ref()?;
-        book.holders(flavor).iter().copied().find(|&x| !book.encloses(x, queue) && !book.encloses(queue, x))
+        book.holders(flavor).iter().copied().find(|&x| !book.same_line(x, queue))
     }
 
     /// The highest queue with a guarantee in `flavor` on each line of the tree that is not
@@ -259,7 +259,7 @@ impl Scheduler {
     /// checked against this, and a tree may hold 10,000 queues.)
     fn guarantee_lines(&self, queue: usize, flavor: &Flavor) -> Vec<usize> {
         let Some(book) = &self.quotas else { return Vec::new() };
-        let apart = |x: usize| !book.encloses(x, queue) && !book.encloses(queue, x);
+        let apart = |x: usize| !book.same_line(x, queue);
         let active: std::collections::BTreeSet<usize> =
             self.peaks.queues(flavor).chain(self.entitled_queues(flavor)).collect();
         active

@@ -537,6 +537,11 @@ impl Scheduler {
     /// What this scheduler remembers across cycles that its jobs do not say: what a
     /// controller re-opening itself from its jobs carries over ([`SchedulerMemory`]).
     pub fn memory(&self) -> SchedulerMemory {
+        let (usage_since, levels) = self.peaks.carried();
+        let usage = match &self.quotas {
+            Some(book) => levels.into_iter().map(|(q, f, l)| (book.tree().queues[q].name.clone(), f, l)).collect(),
+            None => Vec::new(),
+        };
         SchedulerMemory {
             fair_share: self.fair.as_ref().map(FairShare::memory),
             preempted_times: self.preempted_times.iter().map(|(j, n)| (*j, *n)).collect(),
@@ -558,14 +563,8 @@ impl Scheduler {
                 .map(|(id, e)| (*id, e.eligible_at))
                 .collect(),
             entitled_since: self.entitled.iter().map(|(j, e)| (*j, e.since)).collect(),
-            usage_since: self.peaks.carried().0,
-            usage: match &self.quotas {
-                Some(book) => {
-                    let name = |q: usize| book.tree().queues[q].name.clone();
-                    self.peaks.carried().1.into_iter().map(|(q, f, l)| (name(q), f, l)).collect()
-                }
-                None => Vec::new(),
-            },
+            usage_since,
+            usage,
         }
     }
 
