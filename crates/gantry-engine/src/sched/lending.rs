@@ -49,9 +49,12 @@ pub(super) struct UsagePeaks {
 }
 
 impl UsagePeaks {
-    /// Usage is recorded from `now` on, unless it already was.
+    /// Usage is recorded from `now` on, unless it already was (a record said to start later
+    /// than `now` — a hand-edited checkpoint — starts now instead).
     pub fn record_from(&mut self, now: u64) {
-        self.since.get_or_insert(now);
+        if self.since.is_none_or(|since| since > now) {
+            self.since = Some(now);
+        }
     }
 
     /// Does the record reach back `window_s` (at most [`LOOKBACK_MAX_S`]) from `now`?

@@ -467,4 +467,14 @@ fn an_unstoppable_borrower_waits_for_the_usage_record_which_a_new_controller_car
     assert!(started(&s.cycle(4199)).is_empty() && started(&taken.cycle(4199)).is_empty());
     assert_eq!(started(&s.cycle(4200)), [2]);
     assert_eq!(started(&taken.cycle(4200)), [2]);
+
+    // A record said to start in the future (a hand-edited checkpoint) starts at the first
+    // cycle instead of never covering anything.
+    let mut edited = fresh();
+    edited.submit(2, pinned(&edited, "pinned", 3600), 3700).expect("submits");
+    assert!(edited.remember(&gantry_engine::sched::SchedulerMemory { usage_since: Some(u64::MAX), ..memory.clone() }));
+    assert!(started(&edited.cycle(3700)).is_empty());
+    let why = edited.why(2).expect("waits").reason.to_string();
+    assert!(why.contains("usage is known only since 3700 s"), "{why}");
+    assert_eq!(started(&edited.cycle(7300)), [2]);
 }
