@@ -101,35 +101,66 @@ impl Engine {
         }
     }
 
-    /// Would `job` fit once the first `k` of `ends` (sorted by end) have ended?
-    fn fits_after(&self, job: &CompiledJob, ends: &[(u64, AllocId)], k: usize) -> bool {
-        let mut copy = self.planning_copy();
-        for &(_, alloc) in &ends[..k] {
-            self.release_on(&mut copy, alloc);
-        }
-        copy.place(job).is_ok()
+    /// Would `job` fit on `copy` (a planning copy)? A refusal leaves the copy's state as it
+    /// was (a refused placement rolls back) and its decision counter is wound back, so a copy
+    /// made of it later draws the same tie-breaks as a fresh copy of this engine would.
+    fn fits_on(copy: &mut Engine, job: &CompiledJob) -> bool {
+        let decisions = copy.decisions;
+        let fits = copy.place(job).is_ok();
+        copy.decisions = decisions;
+        fits
     }
 
     /// The earliest time `job` could start if nothing else started: `now` if it fits now (or
     /// once the jobs ending at `now` are gone), else the end of the running job whose end makes
     /// it fit, `None` if it would not fit even with everything that ends released.
+    ///
+    /// A galloping search over the running jobs in order of end: release the first 1, 2, 4,
+    /// … until the job fits, then bisect the last step. Each probe copies the fleet as the
+    /// last refused probe left it and releases only the jobs ending between, so finding the
+    /// k-th end costs about 2k releases and 2 log k placements, however many jobs run (the
+    /// way-back estimates run this for several shapes every cycle a preemptor plans, where
+    /// the answer is most often one of the first few ends among thousands).
     pub fn earliest_start(&self, job: &CompiledJob, running: &[Running], now: u64) -> Option<u64> {
         let mut ends: Vec<(u64, AllocId)> =
             running.iter().filter_map(|r| r.end_s.map(|e| (e.max(now), r.alloc))).collect();
         ends.sort_unstable();
-        if self.fits_after(job, &ends, 0) {
+        // The fleet with the first `lo` of `ends` released, where `job` does not fit.
+        let mut refused = self.planning_copy();
+        if Self::fits_on(&mut refused, job) {
             return Some(now);
         }
-        if !self.fits_after(job, &ends, ends.len()) {
+        let released = |from: &Engine, range: &[(u64, AllocId)]| {
+            let mut copy = from.planning_copy();
+            for &(_, alloc) in range {
+                self.release_on(&mut copy, alloc);
+            }
+            copy
+        };
+        // Smallest k that fits: gallop until some k does (k = 0 does not), then bisect.
+        let (mut lo, mut hi, mut step) = (0usize, 0usize, 1usize);
+        while lo < ends.len() {
+            hi = (lo + step).min(ends.len());
+            let mut probe = released(&refused, &ends[lo..hi]);
+            if Self::fits_on(&mut probe, job) {
+                break;
+            }
+            (lo, refused, step) = (hi, probe, step * 2);
+        }
+        if lo == ends.len() {
             return None;
         }
-        // Smallest k that fits (fits(0) is false, fits(len) true); then everything ending at
-        // the same second as the k-th is released too, which keeps it fitting.
-        let (mut lo, mut hi) = (0usize, ends.len());
         while hi - lo > 1 {
             let mid = lo + (hi - lo) / 2;
-            if self.fits_after(job, &ends, mid) { hi = mid } else { lo = mid }
+            let mut probe = released(&refused, &ends[lo..mid]);
+            if Self::fits_on(&mut probe, job) {
+                hi = mid;
+            } else {
+                (lo, refused) = (mid, probe);
+            }
         }
+        // Everything ending at the same second as the k-th is released too, which keeps it
+        // fitting.
         Some(ends[hi - 1].0)
     }
 
@@ -436,19 +467,54 @@ mod tests {
         })
     }
 
+    /// The test fleet with fewer than `most` jobs of 1–4 GPUs placed, each ending between 100
+    /// and 170 s or never (no time limit); ties between ends are common.
+    fn random_fleet(rng: &mut crate::rng::SeededRng, most: u64) -> (Engine, Vec<Running>) {
+        let mut live = engine();
+        let jobs: Vec<CompiledJob> = (1..=4).map(|g| job(&live, g)).collect();
+        let mut running = Vec::new();
+        for _ in 0..rng.below(most) {
+            let Ok(alloc) = live.place(&jobs[rng.below(4) as usize]) else { continue };
+            let end_s = (rng.below(4) > 0).then(|| 100 + 10 * rng.below(8));
+            running.push(Running { alloc, end_s });
+        }
+        (live, running)
+    }
+
+    /// The earliest start by releasing the running jobs one more at a time, in end order,
+    /// on a fresh copy each time: the oracle for the galloping search.
+    fn earliest_by_scan(live: &Engine, job: &CompiledJob, running: &[Running], now: u64) -> Option<u64> {
+        let mut ends: Vec<(u64, AllocId)> =
+            running.iter().filter_map(|r| r.end_s.map(|e| (e.max(now), r.alloc))).collect();
+        ends.sort_unstable();
+        let fits = |k: usize| {
+            let mut copy = live.planning_copy();
+            ends[..k].iter().for_each(|&(_, alloc)| live.release_on(&mut copy, alloc));
+            copy.place(job).is_ok()
+        };
+        (0..=ends.len()).find(|&k| fits(k)).map(|k| if k == 0 { now } else { ends[k - 1].0 })
+    }
+
+    #[test]
+    fn the_earliest_start_is_the_first_end_after_which_the_job_fits_on_random_fleets() {
+        for seed in 0..150u64 {
+            let mut rng = crate::rng::SeededRng::new(seed);
+            let (live, running) = random_fleet(&mut rng, 24);
+            for gpus in [1, 2, 4, 8, 16] {
+                let wanted = job(&live, gpus);
+                let decisions = live.decisions;
+                let found = live.earliest_start(&wanted, &running, 100);
+                assert_eq!(live.decisions, decisions, "a search decides nothing on the live engine");
+                assert_eq!(found, earliest_by_scan(&live, &wanted, &running, 100), "seed {seed}, {gpus} GPUs");
+            }
+        }
+    }
+
     #[test]
     fn reservations_found_walking_forward_are_those_planned_from_scratch_on_random_fleets() {
         for seed in 0..150u64 {
             let mut rng = crate::rng::SeededRng::new(seed);
-            let mut live = engine();
-            let jobs: Vec<CompiledJob> = (1..=4).map(|g| job(&live, g)).collect();
-            let mut running = Vec::new();
-            for _ in 0..rng.below(12) {
-                let Ok(alloc) = live.place(&jobs[rng.below(4) as usize]) else { continue };
-                // Some never end (no time limit); ties between ends are common.
-                let end_s = (rng.below(4) > 0).then(|| 100 + 10 * rng.below(8));
-                running.push(Running { alloc, end_s });
-            }
+            let (live, running) = random_fleet(&mut rng, 12);
             let mut earlier: Vec<Reservation> = Vec::new();
             for k in 0..3 {
                 let gpus = 1 + rng.below(16) as u32;

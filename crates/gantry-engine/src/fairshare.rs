@@ -27,12 +27,16 @@ const SHARE_SCALE: u128 = 1_000_000_000_000;
 /// An amount of each resource: billing-weighted milli-GPU, milli-CPU, MiB of memory.
 pub type Resources = [u64; RESOURCES];
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 struct Usage {
     /// Decayed integral of allocation, resource × seconds, as of tick `tick`.
     decayed: [u128; RESOURCES],
     running: Resources,
     tick: u64,
+    /// The share last computed, and the `now` it was computed at: a pick compares the same
+    /// few queues' shares again for every candidate and every visit of a cycle, and each is
+    /// four 128-bit divisions. Forgotten whenever the usage changes.
+    memo: Option<(u64, u128)>,
 }
 
 /// One pending job as the order sees it.
@@ -44,7 +48,7 @@ pub struct Candidate {
 }
 
 /// Fair-share state of a queue tree over a fleet.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct FairShare {
     tree: QueueTree,
     /// Per queue: the path of queue indices from the root to it.
@@ -104,6 +108,7 @@ impl FairShare {
         for (u, (decayed, tick)) in self.usage.iter_mut().zip(memory) {
             u.decayed = *decayed;
             u.tick = *tick;
+            u.memo = None;
         }
         true
     }
@@ -117,6 +122,7 @@ impl FairShare {
         if target <= u.tick {
             return;
         }
+        u.memo = None;
         let k = target - u.tick;
         let fk = pow_q32(DECAY_PER_TICK_Q32, k);
         // Σ_{i<k} f^i = (1 − f^k) / (1 − f), in Q32.
@@ -134,6 +140,7 @@ impl FairShare {
         for i in 0..self.paths[queue].len() {
             let q = self.paths[queue][i];
             self.advance(q, now);
+            self.usage[q].memo = None;
             for (running, add) in self.usage[q].running.iter_mut().zip(amount) {
                 *running += add;
             }
@@ -145,6 +152,7 @@ impl FairShare {
         for i in 0..self.paths[queue].len() {
             let q = self.paths[queue][i];
             self.advance(q, now);
+            self.usage[q].memo = None;
             for (running, sub) in self.usage[q].running.iter_mut().zip(amount) {
                 *running = running.saturating_sub(sub);
             }
@@ -155,6 +163,11 @@ impl FairShare {
     /// weight: a queue using the whole fleet forever has share 10^12 / weight).
     pub fn share(&mut self, queue: usize, now: u64) -> u128 {
         self.advance(queue, now);
+        if let Some((at, share)) = self.usage[queue].memo
+            && at == now
+        {
+            return share;
+        }
         let u = &self.usage[queue];
         // One decay time constant, τ = half-life / ln 2, in ticks × tick length: the steady
         // state of a constant allocation A is A·τ.
@@ -166,7 +179,9 @@ impl FairShare {
             })
             .max()
             .unwrap_or(0);
-        dominant / self.tree.queues[queue].weight.max(1) as u128
+        let share = dominant / self.tree.queues[queue].weight.max(1) as u128;
+        self.usage[queue].memo = Some((now, share));
+        share
     }
 
     /// Has this candidate waited past the starvation bound at `now`?

@@ -23,6 +23,7 @@
 
 use crate::limits::FGD_TASK_SHAPES_MAX;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// A task type as FGD sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -99,45 +100,101 @@ impl FragModel {
     }
 }
 
-/// What `default` sees beyond FGD's next task, derived once from the type distribution.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What `default` sees beyond FGD's next task, derived from the type distribution.
+///
+/// `waste[f]` is the expected milli-GPU a GPU with `f` free is left with when tasks drawn from
+/// the distribution keep filling it while one fits: the weighted mean of `waste[f − m]` over
+/// the per-GPU requests `m` that fit in `f` (`f` itself when none does). A learning model
+/// derives a new outlook after every placement that adds a task type's count, so the values
+/// are computed when a placement first asks for them, not all 1,001 up front: a fleet's GPUs
+/// show a few free amounts, and each reaches back only to amounts a request away (on the
+/// scale bench, deriving all of them was a fifth of the live cycle).
+#[derive(Debug, Default)]
 pub struct Outlook {
     pub cpu_per_gpu: CpuPerGpu,
-    /// `waste[f]`: expected milli-GPU a GPU with `f` free is left with when tasks drawn from
-    /// the distribution keep filling it while one fits (empty when no type uses a GPU).
-    waste: Vec<u32>,
+    /// Per-GPU requests (milli, weight), ascending, merged by request; empty when no type uses
+    /// a GPU.
+    requests: Vec<(usize, u64)>,
+    /// `weights[i]`: the total weight of the first `i` requests.
+    weights: Vec<u64>,
+    /// `waste[f] + 1` once computed, 0 until then (1,001 entries when `requests` has any).
+    /// Atomic so that a shared outlook may fill itself in: every value is a function of
+    /// `requests` alone, so which caller computes it first does not matter.
+    waste: Vec<AtomicU32>,
 }
+
+impl Clone for Outlook {
+    fn clone(&self) -> Outlook {
+        Outlook {
+            cpu_per_gpu: self.cpu_per_gpu,
+            requests: self.requests.clone(),
+            weights: self.weights.clone(),
+            waste: self.waste.iter().map(|w| AtomicU32::new(w.load(Relaxed))).collect(),
+        }
+    }
+}
+
+/// Equal when derived from the same distribution (what has been computed so far does not
+/// matter).
+impl PartialEq for Outlook {
+    fn eq(&self, other: &Outlook) -> bool {
+        self.cpu_per_gpu == other.cpu_per_gpu && self.requests == other.requests
+    }
+}
+
+impl Eq for Outlook {}
 
 impl Outlook {
     pub fn of(shapes: &[(Shape, u64)]) -> Outlook {
         // Per-GPU request of each GPU type (whole-GPU types take 1000 on each of their GPUs),
         // merged by request.
-        let mut requests: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut merged: BTreeMap<u32, u64> = BTreeMap::new();
         for &(shape, weight) in shapes.iter().filter(|(s, _)| s.milli > 0) {
-            *requests.entry(shape.milli.min(1000)).or_default() += weight;
+            *merged.entry(shape.milli.min(1000)).or_default() += weight;
         }
-        // A sorted slice, not the map's range: a learning model derives this again after every
-        // placement that adds a task type's count, and a range walk of the map per `f` was most
-        // of the cost.
-        let requests: Vec<(usize, u64)> = requests.into_iter().map(|(m, w)| (m as usize, w)).collect();
-        let mut waste = Vec::new();
-        if !requests.is_empty() {
-            waste = vec![0u32; 1001];
-            for f in 0..=1000usize {
-                let (mut sum, mut weight) = (0u64, 0u64);
-                for &(m, w) in requests.iter().take_while(|&&(m, _)| m <= f) {
-                    sum += w * waste[f - m] as u64;
-                    weight += w;
-                }
-                waste[f] = sum.checked_div(weight).map_or(f as u32, |w| w as u32);
-            }
+        let requests: Vec<(usize, u64)> = merged.into_iter().map(|(m, w)| (m as usize, w)).collect();
+        let mut weights = vec![0u64];
+        for &(_, w) in &requests {
+            weights.push(weights[weights.len() - 1] + w);
         }
-        Outlook { cpu_per_gpu: CpuPerGpu::of(shapes), waste }
+        let waste = if requests.is_empty() { Vec::new() } else { (0..=1000).map(|_| AtomicU32::new(0)).collect() };
+        Outlook { cpu_per_gpu: CpuPerGpu::of(shapes), requests, weights, waste }
     }
 
     /// Expected eventual waste of a GPU with `free` milli-GPU free (0 when no type uses GPUs).
     pub fn eventual_waste(&self, free: u32) -> u32 {
-        self.waste.get(free.min(1000) as usize).copied().unwrap_or(0)
+        if self.requests.is_empty() {
+            return 0;
+        }
+        let f = free.min(1000) as usize;
+        self.known(f).unwrap_or_else(|| self.compute(f))
+    }
+
+    fn known(&self, f: usize) -> Option<u32> {
+        self.waste[f].load(Relaxed).checked_sub(1)
+    }
+
+    /// `waste[f]`, after every smaller amount it reaches back to that is not known yet (depth
+    /// first, without recursion: a request of 1 milli reaches back 1,000 times).
+    fn compute(&self, f: usize) -> u32 {
+        let mut pending = vec![f];
+        while let Some(&g) = pending.last() {
+            if self.known(g).is_some() {
+                pending.pop();
+                continue;
+            }
+            let fitting = self.requests.partition_point(|&(m, _)| m <= g);
+            let reach = &self.requests[..fitting];
+            if let Some(&(m, _)) = reach.iter().find(|&&(m, _)| self.known(g - m).is_none()) {
+                pending.push(g - m);
+                continue;
+            }
+            let sum: u64 = reach.iter().map(|&(m, w)| w * self.known(g - m).expect("computed first") as u64).sum();
+            let value = sum.checked_div(self.weights[fitting]).map_or(g as u32, |q| q as u32);
+            self.waste[g].store(value + 1, Relaxed);
+            pending.pop();
+        }
+        self.known(f).expect("just computed")
     }
 }
 
@@ -263,6 +320,41 @@ mod tests {
         let mut learned = FragModel::learning();
         learned.observe(shape(400, 1, 0));
         assert_eq!(learned.shapes_and_outlook().1.eventual_waste(1000), 200, "learned models refresh it");
+    }
+
+    /// The recurrence as first written, a division per free amount: the oracle for `of`.
+    fn waste_by_division(requests: &[(usize, u64)]) -> Vec<u32> {
+        let mut waste = vec![0u32; 1001];
+        for f in 0..=1000usize {
+            let (mut sum, mut weight) = (0u64, 0u64);
+            for &(m, w) in requests.iter().take_while(|&&(m, _)| m <= f) {
+                sum += w * waste[f - m] as u64;
+                weight += w;
+            }
+            waste[f] = sum.checked_div(weight).map_or(f as u32, |w| w as u32);
+        }
+        waste
+    }
+
+    proptest::proptest! {
+        /// Computed on demand, in any order, the outlook holds the recurrence's values.
+        #[test]
+        fn the_outlook_computed_on_demand_is_the_recurrence(
+            types in proptest::collection::btree_map(1u32..=1000, 1u64..5_000_000, 1..12),
+            asked in proptest::collection::vec(0u32..=1200, 0..20),
+        ) {
+            let shapes: Vec<(Shape, u64)> = types.iter().map(|(&m, &w)| (shape(m, 1, 0), w)).collect();
+            let requests: Vec<(usize, u64)> = types.iter().map(|(&m, &w)| (m as usize, w)).collect();
+            let expected = waste_by_division(&requests);
+            let outlook = Outlook::of(&shapes);
+            for &free in &asked {
+                proptest::prop_assert_eq!(outlook.eventual_waste(free), expected[free.min(1000) as usize]);
+            }
+            let copy = outlook.clone();
+            let all: Vec<u32> = (0..=1000).map(|f| copy.eventual_waste(f)).collect();
+            proptest::prop_assert_eq!(all, expected);
+            proptest::prop_assert_eq!(copy, outlook);
+        }
     }
 
     #[test]
