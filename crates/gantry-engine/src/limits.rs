@@ -117,3 +117,10 @@ pub const SPARE_STATES_MAX: usize = 4;
 /// gantry-engine --bench online`), a third of the shortest planning period the controller
 /// accepts (10 s): a step stays shorter than its period whatever the fleet's size.
 pub const PLAN_GPUS_PER_STEP_MAX: usize = 100_000;
+
+/// The live controller's scheduling tick, in seconds (`gantry serve` runs a cycle at least
+/// this often). The simulator, driven by events, runs one this long after a cycle that
+/// started a job while a job within its guarantee stayed waiting, as the live loop would: a
+/// refusal earlier in a cycle can be undone by a start later in it, and no event may come
+/// for a long while (`Scheduler::next_wake`).
+pub const CYCLE_TICK_S: u64 = 1;

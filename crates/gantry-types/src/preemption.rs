@@ -20,10 +20,11 @@ pub const PROMISE_SLIP_MAX_DEFAULT_S: u64 = 3600;
 /// against 10 minutes and 1-2 hours on the contention workloads).
 pub const LEND_HORIZON_DEFAULT_S: u64 = 1800;
 
-/// Default of [`PreemptionRules::overshoot_after_s`]: one minute, two grace periods of the
-/// default 30 s (docs/policies.md weighs it against 0 and the 10-minute reclaim protection
-/// on the contention workloads).
-pub const OVERSHOOT_AFTER_DEFAULT_S: u64 = 60;
+/// Default of [`PreemptionRules::overshoot_after_s`]: none. A borrower wider than its loan
+/// is stopped only when no other plan exists, moving the waiting team's own smaller jobs
+/// included, so waiting first bought little: docs/policies.md weighs 0 against 30 s, one
+/// minute and the 10-minute reclaim protection on the contention workloads.
+pub const OVERSHOOT_AFTER_DEFAULT_S: u64 = 0;
 
 fn overshoot_after_default() -> u64 {
     OVERSHOOT_AFTER_DEFAULT_S
@@ -56,10 +57,11 @@ pub struct PreemptionRules {
     #[serde(default)]
     pub fair_share_reclaim: bool,
     /// A job within its guarantee that no plan within what other queues borrow can start
-    /// (their borrowers are wider than their loans: a gang, a whole-node job) may take such a
-    /// borrower whole once it has waited this long within its guarantee: capacity that frees
-    /// on its own in that time costs no one's work, and the borrower's queue falls below its
-    /// own guarantee (the lender's guarantee wins).
+    /// (their borrowers are wider than their loans: a gang, a whole-node job), moving its
+    /// team's smaller jobs included, may take such a borrower whole once it has waited this
+    /// long within its guarantee (default at once): capacity that frees on its own in that
+    /// time costs no one's work, and the borrower's queue falls below its own guarantee (the
+    /// lender's guarantee wins).
     #[serde(default = "overshoot_after_default")]
     pub overshoot_after_s: u64,
 }

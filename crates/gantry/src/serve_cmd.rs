@@ -321,7 +321,7 @@ fn serve_config(
             .map_err(|e| anyhow::anyhow!(e))?,
         store,
         fleet,
-        tick: std::time::Duration::from_secs(1),
+        tick: std::time::Duration::from_secs(gantry_engine::limits::CYCLE_TICK_S),
         scheduling: settings::scheduling(order, args.backfill.as_deref(), args.preempt, !args.kill_invalid_depend),
         simulate_tasks: None,
         measure_local_gpus: discovered,

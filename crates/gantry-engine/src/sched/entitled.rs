@@ -76,7 +76,11 @@ impl Scheduler {
     fn claim_entitled(&mut self, queue: usize, flavor: &Flavor, milli: u64, add: bool) {
         let Some(book) = &self.quotas else { return };
         for q in book.parents(queue) {
-            let claim = self.entitled_claims.entry((q, flavor.clone())).or_default();
+            let by_queue = match self.entitled_claims.get_mut(flavor) {
+                Some(by_queue) => by_queue,
+                None => self.entitled_claims.entry(flavor.clone()).or_default(),
+            };
+            let claim = by_queue.entry(q).or_default();
             *claim = if add { *claim + milli } else { claim.saturating_sub(milli) };
         }
     }
@@ -98,12 +102,13 @@ impl Scheduler {
     /// Milli-GPU that jobs of `queue` (or below it) waiting within its guarantee need in
     /// `flavor`.
     pub(super) fn entitled_in(&self, queue: usize, flavor: &Flavor) -> u64 {
-        self.entitled_claims.get(&(queue, flavor.clone())).copied().unwrap_or(0)
+        self.entitled_claims.get(flavor).and_then(|by_queue| by_queue.get(&queue)).copied().unwrap_or(0)
     }
 
     /// The queues whose waiting jobs (or whose descendants') claim `flavor` within their
     /// guarantees.
     pub(super) fn entitled_queues<'a>(&'a self, flavor: &'a Flavor) -> impl Iterator<Item = usize> + 'a {
-        self.entitled_claims.iter().filter(move |((_, f), c)| f == flavor && **c > 0).map(|((q, _), _)| *q)
+        let claims = self.entitled_claims.get(flavor).into_iter().flatten();
+        claims.filter(|(_, c)| **c > 0).map(|(q, _)| *q)
     }
 }

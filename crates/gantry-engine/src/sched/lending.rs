@@ -43,7 +43,8 @@ pub const LOOKBACK_MAX_S: u64 = 86_400;
 /// than a later one never decides a maximum over a window reaching back to it).
 #[derive(Clone, Debug, Default)]
 pub(super) struct UsagePeaks {
-    ended: BTreeMap<(usize, Flavor), VecDeque<(u64, u64)>>,
+    /// By flavor, then queue (a lending check asks one flavor's queues, every start it makes).
+    ended: BTreeMap<Flavor, BTreeMap<usize, VecDeque<(u64, u64)>>>,
     /// Since when usage has been recorded (`None`: not yet).
     since: Option<u64>,
 }
@@ -65,7 +66,12 @@ impl UsagePeaks {
     /// The record as a controller carries it over: since when, and per (queue, flavor) the
     /// levels (when each ended, the level).
     pub fn carried(&self) -> (Option<u64>, Vec<(usize, Flavor, UsageLevels)>) {
-        let levels = self.ended.iter().map(|((q, f), l)| (*q, f.clone(), l.iter().copied().collect())).collect();
+        let mut levels: Vec<(usize, Flavor, UsageLevels)> = self
+            .ended
+            .iter()
+            .flat_map(|(f, by_queue)| by_queue.iter().map(move |(q, l)| (*q, f.clone(), l.iter().copied().collect())))
+            .collect();
+        levels.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         (self.since, levels)
     }
 
@@ -75,12 +81,18 @@ impl UsagePeaks {
             return;
         }
         self.since = since;
-        self.ended = levels.into_iter().map(|(q, f, l)| ((q, f), l.into_iter().collect())).collect();
+        self.ended.clear();
+        for (q, f, l) in levels {
+            self.ended.entry(f).or_default().insert(q, l.into_iter().collect());
+        }
     }
 
     /// `queue`'s usage of `flavor` changed at `now` from `before`.
     pub fn changed(&mut self, queue: usize, flavor: &Flavor, before: u64, now: u64) {
-        let levels = self.ended.entry((queue, flavor.clone())).or_default();
+        let levels = match self.ended.get_mut(flavor) {
+            Some(by_queue) => by_queue.entry(queue).or_default(),
+            None => self.ended.entry(flavor.clone()).or_default().entry(queue).or_default(),
+        };
         while levels.back().is_some_and(|&(_, level)| level <= before) {
             levels.pop_back();
         }
@@ -92,7 +104,7 @@ impl UsagePeaks {
 
     /// The queues with a recorded level of `flavor` (it ran there within the lookback).
     pub fn queues<'a>(&'a self, flavor: &'a Flavor) -> impl Iterator<Item = usize> + 'a {
-        self.ended.keys().filter(move |(_, f)| f == flavor).map(|(q, _)| *q)
+        self.ended.get(flavor).into_iter().flat_map(|by_queue| by_queue.keys().copied())
     }
 
     /// The first instant after `now` at which a level stops counting for a window of
@@ -100,13 +112,14 @@ impl UsagePeaks {
     pub fn next_expiry(&self, now: u64, window_s: u64) -> Option<u64> {
         let window_s = window_s.min(LOOKBACK_MAX_S);
         let record = self.since.iter().flat_map(|&s| [s.saturating_add(window_s), s.saturating_add(LOOKBACK_MAX_S)]);
-        self.ended.values().flatten().map(|&(t, _)| t.saturating_add(window_s)).chain(record).filter(|&t| t > now).min()
+        let ends = self.ended.values().flat_map(|by_queue| by_queue.values().flatten());
+        ends.map(|&(t, _)| t.saturating_add(window_s)).chain(record).filter(|&t| t > now).min()
     }
 
     /// Highest usage of `flavor` by `queue` over the last `window_s` before `now`, given its
     /// usage now.
     pub fn peak(&self, queue: usize, flavor: &Flavor, now_used: u64, window_s: u64, now: u64) -> u64 {
-        let Some(levels) = self.ended.get(&(queue, flavor.clone())) else { return now_used };
+        let Some(levels) = self.ended.get(flavor).and_then(|by_queue| by_queue.get(&queue)) else { return now_used };
         let from = now.saturating_sub(window_s.min(LOOKBACK_MAX_S));
         // A level that ended exactly `window_s` ago no longer counts.
         let first = levels.partition_point(|&(t, _)| t <= from);
@@ -157,7 +170,17 @@ impl Scheduler {
             0 => planned.min(self.rules.lend_horizon_s),
             m => m,
         };
-        for (f, d) in demand.iter().filter(|(f, d)| book.over_guarantee(q, f, *d)) {
+        // Its queue's preemptors start where their plans put them, whatever starts meanwhile:
+        // what they will hold counts as used, so a start that fits the guarantee only until
+        // they start borrows (and the holders' claims apply to it).
+        // (A moved job still runs where it was, and is counted there.)
+        let preempting = |f: &Flavor| -> u64 {
+            let own = self.awaiting.iter().filter(|(k, _)| self.jobs[*k].queue == q);
+            let preemptors = own.filter(|(k, _)| self.allocation_of(**k).is_none());
+            preemptors.flat_map(|(_, a)| a.demand.iter().filter(|(g, _)| g == f).map(|(_, m)| *m)).sum()
+        };
+        let borrows = |f: &Flavor, d: u64| book.over_guarantee(q, f, d) || book.over_guarantee(q, f, d + preempting(f));
+        for (f, d) in demand.iter().filter(|(f, d)| borrows(f, *d)) {
             if unstoppable && book.guaranteed(q, f) > 0 {
                 // It starts only within its queue's guarantee there (`admit/budget.rs`, which
                 // blocks the queue behind it: refused here, each of its queue's jobs would be
@@ -263,8 +286,11 @@ impl Scheduler {
     fn guarantee_lines(&self, queue: usize, flavor: &Flavor) -> Vec<usize> {
         let Some(book) = &self.quotas else { return Vec::new() };
         let apart = |x: usize| !book.same_line(x, queue);
-        let active: std::collections::BTreeSet<usize> =
-            self.peaks.queues(flavor).chain(self.entitled_queues(flavor)).collect();
+        // Both lists are ascending and short: sorted and deduplicated in place, not gathered
+        // in a set (this runs for every start that would borrow).
+        let mut active: Vec<usize> = self.peaks.queues(flavor).chain(self.entitled_queues(flavor)).collect();
+        active.sort_unstable();
+        active.dedup();
         active
             .into_iter()
             .filter(|&x| apart(x) && book.guaranteed(x, flavor) > 0)

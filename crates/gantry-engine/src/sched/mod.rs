@@ -388,10 +388,14 @@ pub struct Scheduler {
     /// Since when jobs were within their guarantee under the controller this one took over
     /// from (read by the first cycle, then empty).
     entitled_carried: BTreeMap<JobId, u64>,
-    /// Per (queue, flavor), what its and its descendants' entitled jobs claim.
-    entitled_claims: BTreeMap<(usize, Flavor), u64>,
+    /// Per flavor, then queue: what its and its descendants' entitled jobs claim.
+    entitled_claims: BTreeMap<Flavor, BTreeMap<usize, u64>>,
     /// Each queue's recent usage peaks (`lending.rs`).
     peaks: lending::UsagePeaks,
+    /// The next tick after a cycle that started a job while a job within its guarantee was
+    /// left waiting: what refused that job (a promise that then started, a preemptor's kept
+    /// place) may be gone, and only a new cycle reads it again (`Scheduler::next_wake`).
+    recheck_at: Option<u64>,
     /// Jobs holding a promised start, in reservation order (kept across cycles).
     promises: Vec<JobId>,
     /// The depth-1 reservation of the previous cycle (reused while it still holds).
@@ -455,6 +459,7 @@ impl Scheduler {
             entitled_carried: BTreeMap::new(),
             entitled_claims: BTreeMap::new(),
             peaks: Default::default(),
+            recheck_at: None,
             promise_at: BTreeMap::new(),
             broken_now: BTreeMap::new(),
             last_reservation: None,
@@ -667,8 +672,10 @@ impl Scheduler {
 
     /// The next moment after `now` when a cycle may decide something no event announces, if a
     /// job waits: a reserved start (it can fall between events: a start planned at another
-    /// reservation's planned end), and with preemption on, a running job becoming eligible as
-    /// a victim again (its reclaim protection or minimum runtime ends). A caller driven by
+    /// reservation's planned end), with preemption on, a running job becoming eligible as a
+    /// victim again (its reclaim protection or minimum runtime ends), and the next tick after
+    /// a cycle that started a job while one within its guarantee stayed waiting (what refused
+    /// it may have started since, in the same cycle). A caller driven by
     /// events (the simulator) runs a cycle then, as the live controller's tick does anyway.
     pub fn next_wake(&self, now: u64) -> Option<u64> {
         if self.pending.is_empty() {
@@ -695,7 +702,7 @@ impl Scheduler {
             .map(|&t| Some(t))
             .chain(victims_again)
             .chain(overshoot)
-            .chain([lend])
+            .chain([lend, self.recheck_at])
             .flatten()
             .filter(|&t| t > now)
             .min()
@@ -894,6 +901,9 @@ impl Scheduler {
         let ended = self.stop_running(alloc, now)?;
         self.terminating.remove(&alloc);
         let job = ended.job;
+        // A job a consolidation was moving that ends in its grace period never restarts: the
+        // place its plan kept for it is free for others at once.
+        self.awaiting.remove(&job);
         self.ended.insert(job, ok);
         Some(self.wake_dependents(job, now))
     }

@@ -46,7 +46,7 @@ use super::{
 use crate::CompiledJob;
 use crate::backfill::{Reservation, Running, Shadow};
 use crate::fairshare::Candidate;
-use crate::limits::SHAPES_JUMP_MAX;
+use crate::limits::{CYCLE_TICK_S, SHAPES_JUMP_MAX};
 use gantry_types::{Flavor, PendingReason};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
@@ -173,6 +173,9 @@ impl Scheduler {
         self.track_entitled(now);
         let short = self.pass(now, &mut decisions);
         self.preempt(now, &short, &mut decisions);
+        let started = decisions.iter().any(|d| matches!(d, Decision::Start { .. }));
+        let left = self.entitled.keys().any(|job| !self.awaiting.contains_key(job));
+        self.recheck_at = (started && left).then_some(now + CYCLE_TICK_S);
         decisions
     }
 

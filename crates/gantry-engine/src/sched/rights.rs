@@ -170,10 +170,20 @@ impl Scheduler {
         spare: &Spare,
         room: &Room,
     ) -> Option<(Plan, Engine)> {
-        self.plan_direct(base, job, right.clone(), victims, spare, room).or_else(|| {
+        let consolidating = |right: Right| {
             let team = Team::Queues(self.siblings(right.queue));
             self.plan_consolidating(base, job, Right { consolidate: true, team, ..right }, victims, spare, room)
-        })
+        };
+        match self.plan_direct(base, job, right.clone(), victims, spare, room) {
+            // A borrower wider than its queue's loan goes after every other way, moving the
+            // team's own jobs included: stopped, it takes its queue below its guarantee, and
+            // that queue then reclaims from a third.
+            Some(direct) if overshoots(&direct.0, victims, spare) => {
+                consolidating(Right { overshoot: false, ..right }).or(Some(direct))
+            }
+            Some(direct) => Some(direct),
+            None => consolidating(right),
+        }
     }
 
     /// [`Scheduler::plan_checked`] without consolidation.
@@ -236,7 +246,10 @@ impl Scheduler {
             spare.take(&self.victim(alloc, now, &Default::default()));
         }
         for (&k, a) in &self.awaiting {
-            if base.place_exact(&self.jobs[&k].job.compiled, &a.tasks).is_some() {
+            // A moved job runs where it was until its kill, and its queue's use counts it
+            // there: its place after the move is not claimed from the room a second time.
+            let moving = self.allocation_of(k).is_some();
+            if base.place_exact(&self.jobs[&k].job.compiled, &a.tasks).is_some() && !moving {
                 claim(&mut room, self.jobs[&k].queue, &a.demand);
             }
         }
@@ -459,4 +472,15 @@ fn claim(room: &mut Room, queue: usize, demand: &[(Flavor, u64)]) {
             *r = r.saturating_sub(*d);
         }
     }
+}
+
+/// Does `plan` take a victim's queue below its guarantee (`Spare::overshoot`, victims taken in
+/// the plan's order)?
+fn overshoots(plan: &Plan, victims: &[Victim], spare: &Spare) -> bool {
+    let mut left = spare.clone();
+    plan.victims.iter().filter_map(|a| victims.iter().find(|v| v.alloc == *a)).any(|v| {
+        let over = left.overshoot(v, plan.right.queue) > 0;
+        left.take(v);
+        over
+    })
 }
