@@ -109,12 +109,12 @@ fn a_borrowing_gang_is_reclaimed_though_it_takes_its_queue_below_its_guarantee()
     trace.push_str(&job(600, 1800, "serve-0", "serve", 1, 1));
     let q = queues("reclaim_protect = 300\n", &[("batch", 1, 20), ("serve", 1, 12)]);
     let r = replay(4, &q, &trace, Backfill::Greedy);
-    // It waits a minute for capacity to free (`overshoot_after`), then takes a gang whole.
-    assert_eq!(first_start(&r, "serve-0"), Some(600 + 60 + 30), "{:?}", r.events);
+    // Nothing else makes room: it takes a gang whole at once (`overshoot_after` is 0).
+    assert_eq!(first_start(&r, "serve-0"), Some(600 + 30), "{:?}", r.events);
     assert_eq!(r.preemptions, 1);
     assert_eq!(r.preemptions_by_right.get("guarantee"), Some(&1));
-    assert_eq!(r.guarantee_wait_max_by_queue_s.get("serve").copied(), Some(90));
-    // Set to the protection period, it waits that long.
+    assert_eq!(r.guarantee_wait_max_by_queue_s.get("serve").copied(), Some(30));
+    // With `overshoot_after` set (to the protection period), it waits that long first.
     let q = queues(
         "reclaim_protect = 300\n\n[preemption]\novershoot_after = \"5m\"\n",
         &[("batch", 1, 20), ("serve", 1, 12)],
@@ -263,7 +263,9 @@ fn a_consolidation_whose_moved_job_finds_no_place_is_planned_again_on_another_no
         + &job(100, 20 * 3600, "b-4", "b", 4, 1)
         + &job(101, 20 * 3600, "e-4", "e", 4, 1)
         + &job(600, 3600, "a-node", "a", 8, 1);
-    let q = queues("", &[("a", 1, 8), ("b", 1, 6), ("d", 1, 4), ("e", 1, 6)]);
+    // With a wait before a borrower wider than its loan may be taken (here the moved job's
+    // new place would take e's other 4-GPU borrower, 2 past e's loan, at once).
+    let q = queues("\n[preemption]\novershoot_after = \"1m\"\n", &[("a", 1, 8), ("b", 1, 6), ("d", 1, 4), ("e", 1, 6)]);
     for backfill in [Backfill::Greedy, Backfill::Reserve] {
         let r = replay(3, &q, &trace, backfill);
         // (With one try, it waits until it may take a borrower past e's loan: 690 s.)
