@@ -33,10 +33,11 @@ struct Usage {
     decayed: [u128; RESOURCES],
     running: Resources,
     tick: u64,
-    /// The share last computed, and the `now` it was computed at: a pick compares the same
-    /// few queues' shares again for every candidate and every visit of a cycle, and each is
-    /// four 128-bit divisions. Forgotten whenever the usage changes.
-    memo: Option<(u64, u128)>,
+    /// The share last computed: a pick compares the same few queues' shares again for every
+    /// candidate and every visit of a cycle, and each is four 128-bit divisions. A function of
+    /// the usage alone, so forgotten whenever it changes (`advance`, `start`, `stop`,
+    /// `remember`).
+    memo: Option<u128>,
 }
 
 /// One pending job as the order sees it.
@@ -163,9 +164,7 @@ impl FairShare {
     /// weight: a queue using the whole fleet forever has share 10^12 / weight).
     pub fn share(&mut self, queue: usize, now: u64) -> u128 {
         self.advance(queue, now);
-        if let Some((at, share)) = self.usage[queue].memo
-            && at == now
-        {
+        if let Some(share) = self.usage[queue].memo {
             return share;
         }
         let u = &self.usage[queue];
@@ -180,7 +179,7 @@ impl FairShare {
             .max()
             .unwrap_or(0);
         let share = dominant / self.tree.queues[queue].weight.max(1) as u128;
-        self.usage[queue].memo = Some((now, share));
+        self.usage[queue].memo = Some(share);
         share
     }
 

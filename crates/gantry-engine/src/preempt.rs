@@ -281,6 +281,20 @@ impl Spare {
         }
     }
 
+    /// Milli-GPU that taking `victims`, in this order, for a preemptor of queue `preemptor`
+    /// takes below their queues' guarantees.
+    pub fn overshoot_all<'v>(&self, victims: impl IntoIterator<Item = &'v Victim>, preemptor: usize) -> u64 {
+        let mut left = self.clone();
+        victims
+            .into_iter()
+            .map(|v| {
+                let over = left.overshoot(v, preemptor);
+                left.take(v);
+                over
+            })
+            .sum()
+    }
+
     /// Milli-GPU that taking `v` for a preemptor of queue `preemptor` takes below its queue's
     /// guarantee (0 when what its queue runs above covers it).
     pub fn overshoot(&self, v: &Victim, preemptor: usize) -> u64 {
@@ -613,15 +627,7 @@ fn plan_cost(chosen: &[AllocId], by_alloc: &[(AllocId, &Victim)], spare: &Spare,
         let i = by_alloc.binary_search_by_key(a, |&(alloc, _)| alloc).expect("chosen among the eligible victims");
         by_alloc[i].1
     };
-    let mut left = spare.clone();
-    let below = chosen
-        .iter()
-        .map(|a| {
-            let over = left.overshoot(of(a), preemptor);
-            left.take(of(a));
-            over
-        })
-        .sum();
+    let below = spare.overshoot_all(chosen.iter().map(of), preemptor);
     let lost = chosen.iter().map(|a| of(a).price()).fold(0u64, u64::saturating_add);
     let repeated = chosen.iter().filter(|a| of(a).last_resort()).count();
     let priority = chosen.iter().map(|a| of(a).priority).max().unwrap_or(i32::MIN);

@@ -477,10 +477,6 @@ fn claim(room: &mut Room, queue: usize, demand: &[(Flavor, u64)]) {
 /// Does `plan` take a victim's queue below its guarantee (`Spare::overshoot`, victims taken in
 /// the plan's order)?
 fn overshoots(plan: &Plan, victims: &[Victim], spare: &Spare) -> bool {
-    let mut left = spare.clone();
-    plan.victims.iter().filter_map(|a| victims.iter().find(|v| v.alloc == *a)).any(|v| {
-        let over = left.overshoot(v, plan.right.queue) > 0;
-        left.take(v);
-        over
-    })
+    let taken = plan.victims.iter().filter_map(|a| victims.iter().find(|v| v.alloc == *a));
+    spare.overshoot_all(taken, plan.right.queue) > 0
 }
