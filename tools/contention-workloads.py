@@ -24,7 +24,8 @@ like what a shared cluster sees, each aimed at one way sharing used to break.
           fair-share reclaim on.
 
 Seeded and deterministic: running it again rewrites the same bytes.
-Usage: python3 tools/contention-workloads.py OUT_DIR
+Usage: python3 tools/contention-workloads.py OUT_DIR [--diurnal-seed N]
+(--diurnal-seed: another week of the same shape; 43, the default, is the table's.)
 """
 import json
 import os
@@ -149,11 +150,11 @@ def gang_borrow(out):
     write(os.path.join(out, "gang-borrow.jsonl"), lines)
 
 
-def diurnal(out):
+def diurnal(out, seed=43):
     fleet(os.path.join(out, "diurnal-fleet.toml"), [("h100", 8, H100)])
     teams = [("alpha", 3, 32, 10), ("beta", 2, 21, 16), ("gamma", 1, 11, 22)]
     queues(os.path.join(out, "diurnal-queues.toml"), [(n, w, g) for n, w, g, _ in teams])
-    rng = random.Random(43)
+    rng = random.Random(seed)
     lines = []
     for name, weight, _, peak in teams:
         t, i = 0, 0
@@ -196,14 +197,19 @@ def weights(out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    seed = 43
+    if len(args) == 3 and args[1] == "--diurnal-seed" and args[2].isdigit():
+        seed = int(args[2])
+        args = args[:1]
+    if len(args) != 1 or args[0].startswith("-"):
         sys.exit(__doc__)
-    out = sys.argv[1]
+    out = args[0]
     os.makedirs(out, exist_ok=True)
     flood(out)
     gangs(out)
     thrash(out)
     shape(out)
     gang_borrow(out)
-    diurnal(out)
+    diurnal(out, seed)
     weights(out)

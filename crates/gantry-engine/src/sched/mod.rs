@@ -392,9 +392,10 @@ pub struct Scheduler {
     entitled_claims: BTreeMap<Flavor, BTreeMap<usize, u64>>,
     /// Each queue's recent usage peaks (`lending.rs`).
     peaks: lending::UsagePeaks,
-    /// The next tick after a cycle that started a job while a job within its guarantee was
-    /// left waiting: what refused that job (a promise that then started, a preemptor's kept
-    /// place) may be gone, and only a new cycle reads it again (`Scheduler::next_wake`).
+    /// The next tick after a cycle that started a job, or planned as many preemptors as one
+    /// cycle may (`rights::PREEMPTORS_MAX`), while a job within its guarantee was left
+    /// waiting: what refused that job (a promise that then started, a preemptor's kept place,
+    /// the bound) may be gone, and only a new cycle reads it again (`Scheduler::next_wake`).
     recheck_at: Option<u64>,
     /// Jobs holding a promised start, in reservation order (kept across cycles).
     promises: Vec<JobId>,

@@ -172,10 +172,10 @@ impl Scheduler {
         self.peaks.record_from(now);
         self.track_entitled(now);
         let short = self.pass(now, &mut decisions);
-        self.preempt(now, &short, &mut decisions);
+        let capped = self.preempt(now, &short, &mut decisions);
         let started = decisions.iter().any(|d| matches!(d, Decision::Start { .. }));
         let left = self.entitled.keys().any(|job| !self.awaiting.contains_key(job));
-        self.recheck_at = (started && left).then_some(now + CYCLE_TICK_S);
+        self.recheck_at = ((started || capped) && left).then_some(now + CYCLE_TICK_S);
         decisions
     }
 

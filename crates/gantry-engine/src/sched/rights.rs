@@ -87,7 +87,10 @@ impl Scheduler {
             fair_share: shares.is_some_and(|s| s.room_for(entry.queue, milli)),
             consolidate: false,
             team: Team::Own,
-            overshoot: self.entitled_for(job, now) >= self.rules.overshoot_after_s,
+            // Only a job within its guarantee (`entitled_for` counts 0 for any other, which a
+            // zero `overshoot_after` would pass): a starving job that overshot took its
+            // victim's queue below its guarantee, and that queue took the capacity back.
+            overshoot: self.entitled.contains_key(&job) && self.entitled_for(job, now) >= self.rules.overshoot_after_s,
         }
     }
 
@@ -158,9 +161,10 @@ impl Scheduler {
     /// Plan victims for `job` on `base`; where the plan reclaims a guarantee, the job must be
     /// placed (with the victims gone) within its queue's room, else it is planned again with
     /// priority and starvation alone; failing that, a job within its guarantee may move its
-    /// team's smaller jobs (`consolidation.rs`; the caller may then try any queue's). With the
-    /// plan comes the planning copy as it leaves the fleet: the victims gone and the preemptor
-    /// placed.
+    /// team's smaller jobs (`consolidation.rs`), and last any queue's (while `across_left`
+    /// such plans remain this cycle). With the plan comes the planning copy as it leaves the
+    /// fleet: the victims gone and the preemptor placed.
+    #[allow(clippy::too_many_arguments)]
     fn plan_checked(
         &self,
         base: &Engine,
@@ -169,20 +173,28 @@ impl Scheduler {
         victims: &[Victim],
         spare: &Spare,
         room: &Room,
+        across_left: &mut usize,
     ) -> Option<(Plan, Engine)> {
-        let consolidating = |right: Right| {
+        let consolidating = |right: Right, across_left: &mut usize| {
             let team = Team::Queues(self.siblings(right.queue));
-            self.plan_consolidating(base, job, Right { consolidate: true, team, ..right }, victims, spare, room)
+            let own = Right { consolidate: true, team, ..right.clone() };
+            self.plan_consolidating(base, job, own, victims, spare, room).or_else(|| {
+                // Bounded: each try runs over every running job.
+                *across_left = across_left.checked_sub(1)?;
+                let anyone = Right { consolidate: true, team: Team::Everyone, ..right };
+                self.plan_consolidating(base, job, anyone, victims, spare, room)
+            })
         };
         match self.plan_direct(base, job, right.clone(), victims, spare, room) {
-            // A borrower wider than its queue's loan goes after every other way, moving the
-            // team's own jobs included: stopped, it takes its queue below its guarantee, and
-            // that queue then reclaims from a third.
+            // A borrower wider than its queue's loan goes after every other way, moving jobs
+            // included (any queue's: a moved job loses its work since its last checkpoint, but
+            // its queue keeps what it holds): stopped, it takes its queue below its guarantee,
+            // and that queue then reclaims from a third.
             Some(direct) if overshoots(&direct.0, victims, spare) => {
-                consolidating(Right { overshoot: false, ..right }).or(Some(direct))
+                consolidating(Right { overshoot: false, ..right }, across_left).or(Some(direct))
             }
             Some(direct) => Some(direct),
-            None => consolidating(right),
+            None => consolidating(right, across_left),
         }
     }
 
@@ -209,16 +221,16 @@ impl Scheduler {
     }
 
     /// Plan and decide preemptions for the jobs `short` of resources this cycle.
-    pub(super) fn preempt(&mut self, now: u64, short: &[JobId], decisions: &mut Vec<Decision>) {
+    /// Whether it stopped at [`PREEMPTORS_MAX`] with preemptors left unplanned (the next tick
+    /// plans them: `Scheduler::cycle`).
+    pub(super) fn preempt(&mut self, now: u64, short: &[JobId], decisions: &mut Vec<Decision>) -> bool {
         if !self.config.preempt {
-            return;
+            return false;
         }
         // A preemptor whose victims are all gone plans again if it still waits.
         let terminating = &self.terminating;
         self.awaiting.retain(|_, a| a.victims.iter().any(|v| terminating.contains_key(v)));
-        if !short.is_empty() {
-            self.plan_preemptors(now, short, decisions);
-        }
+        let capped = !short.is_empty() && self.plan_preemptors(now, short, decisions);
         let preempting: Vec<(JobId, PendingReason)> = self
             .awaiting
             .iter()
@@ -231,11 +243,13 @@ impl Scheduler {
         for (job, reason) in preempting {
             self.set_reason(job, std::sync::Arc::new(reason));
         }
+        capped
     }
 
     /// Plan victims for the jobs `short` of resources (at most [`PREEMPTORS_MAX`] of those
     /// with an eligible victim), each on what the ones before it leave, and decide the stops.
-    fn plan_preemptors(&mut self, now: u64, short: &[JobId], decisions: &mut Vec<Decision>) {
+    /// Whether it stopped at that bound with jobs left to try.
+    fn plan_preemptors(&mut self, now: u64, short: &[JobId], decisions: &mut Vec<Decision>) -> bool {
         let mut room = self.guarantee_room();
         let mut shares = self.weighted_shares();
         let mut spare = self.spare(shares.as_ref());
@@ -274,7 +288,7 @@ impl Scheduler {
         let mut across_left = MOVES_ACROSS_TEAMS_PLANS_MAX;
         for &job in short {
             if requests == PREEMPTORS_MAX {
-                break;
+                return true;
             }
             if self.awaiting.contains_key(&job) {
                 continue;
@@ -300,12 +314,7 @@ impl Scheduler {
             eligible.clear();
             requests += 1;
             let compiled = &self.jobs[&job].job.compiled;
-            let planned = self.plan_checked(&base, compiled, right.clone(), &victims, &spare, &room).or_else(|| {
-                // Last, any queue's jobs may move (bounded: each try runs over every job).
-                across_left = across_left.checked_sub(1)?;
-                let moving = Right { consolidate: true, team: Team::Everyone, ..right };
-                self.plan_consolidating(&base, compiled, moving, &victims, &spare, &room)
-            });
+            let planned = self.plan_checked(&base, compiled, right, &victims, &spare, &room, &mut across_left);
             let Some((plan, after)) = planned else {
                 continue;
             };
@@ -330,6 +339,7 @@ impl Scheduler {
             }
             self.stop_victims(job, plan, &mut victims, &mut spare, now, decisions);
         }
+        false
     }
 
     /// Would `job`, started by `plan` on borrowed capacity by priority alone in place of its

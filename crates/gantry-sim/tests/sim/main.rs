@@ -3,6 +3,7 @@
 mod backfill;
 mod bad_input;
 mod controls;
+mod diurnal_weeks;
 mod fairness;
 mod guarantees;
 mod mig_day;
