@@ -395,10 +395,12 @@ impl Scheduler {
         scan.short
     }
 
-    /// First the jobs whose capacity is theirs now: preemptors whose victims are gone, and
-    /// reserved jobs whose start has come. (Tried later, after the jobs the order puts first
-    /// were refused for delaying them, the next promise would go to the next job of the same
-    /// queue, again and again: a convoy.)
+    /// First the jobs whose capacity is theirs now: preemptors whose victims are gone, reserved
+    /// jobs whose start has come, and jobs within their queue's guarantee (`entitled.rs`).
+    /// (Tried later, after the jobs the order puts first were refused for delaying them, the
+    /// next promise would go to the next job of the same queue, again and again: a convoy. And
+    /// a borrower the order put first could take the one place an entitled job fits — lending
+    /// counts GPUs, not shapes — to be reclaimed a grace period later.)
     fn try_ready(&mut self, pass: &mut Pass<'_>) {
         let now = pass.now;
         let mut ready: Vec<JobId> = self
@@ -410,6 +412,7 @@ impl Scheduler {
         let due = |start_s: u64| start_s <= now;
         ready.extend(pass.reservations.one.iter().filter(|((_, s), _)| due(*s)).map(|((j, _), _)| *j));
         ready.extend(pass.reservations.plans.iter().filter(|(_, r)| due(r.start_s)).map(|(j, _)| *j));
+        ready.extend(self.entitled.keys().copied());
         for job in ready {
             if self.is_queued(job) && !pass.scan.tried.contains(&job) {
                 let e = &self.jobs[&job];

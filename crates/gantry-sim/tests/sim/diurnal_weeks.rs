@@ -10,15 +10,17 @@
 //! - no job is stopped more often than the budget allows, and every stop lets its preemptor
 //!   start by the victim's kill.
 //!
-//! Seeds 1–6 by default (`GANTRY_WEEK_SEEDS` for more). The week seeds of the Python
-//! generator that first broke these (its seed 43 moved to 45, 48 and 49) caught three gaps,
-//! each with a seed here that fails without its fix: a starving job treated as within its
-//! guarantee, so it took a wide job below that job's guarantee, started protected and held
-//! the reclaiming queue off for the protection period (660 s); a burst larger than the
-//! preemptors one cycle plans, whose ninth job waited for the next event (two grace periods);
-//! and a wide borrower taken where moving another team's small jobs would do. The GPU-hours
-//! lost are printed, not asserted: the replays are chaotic, and across these seeds they range
-//! about 3.5–5.3 % (docs/PERFORMANCE.md).
+//! Seeds 1–6 by default (`GANTRY_WEEK_SEEDS` for more); on seeds 1–30, 56 of 60 runs hold,
+//! and the four that do not are kept in `OPEN` (an ignored test) with why. The Python
+//! generator's other weeks (seeds 44–49; the table's is 43) first broke the bound and led to
+//! four changes, without which seeds 1, 5 and 6 here fail: a starving job counted as within
+//! its guarantee, so it took a wide job below that job's guarantee, started protected and
+//! held the reclaiming queue off for the protection period (660 s); a burst larger than the
+//! preemptors one cycle plans left the ninth job waiting for the next event (two grace
+//! periods); a wide borrower was taken where moving another team's small jobs would do; and
+//! a borrower the fair-share order put first took the place of a job within its guarantee
+//! (jobs within their guarantee are now tried first). The GPU-hours lost are printed, not
+//! asserted: the replays are chaotic; on seeds 1–30 they average 4.0 % (2.6–5.6 %).
 
 use crate::stability::Rng;
 use gantry_catalog::Catalog;
@@ -50,16 +52,14 @@ const REGRESSIONS: &[(u64, &str)] = &[];
 /// Seeds that still fail (seeds 1–30 checked), with why: run with `--ignored`.
 const OPEN: &[(u64, &str)] = &[
     (
-        8,
-        "greedy: an 8-GPU job waits 552 s: every queue at its guarantee but one GPU, 7 free GPUs spread over nodes, and no plan of stops and single moves empties a node",
+        14,
+        "greedy: a 4-GPU job waits 1,162 s: every queue at its guarantee, the 4 free GPUs spread over nodes, and no plan of stops and single moves frees 4 on one node",
     ),
-    (10, "greedy: the same, 631 s"),
     (
-        11,
-        "reserve: a borrower within its count of free GPUs took the only empty node an entitled 8-GPU job needed (lending counts GPUs, not shapes), 59 s",
+        28,
+        "reserve: a reserved borrower whose start came took the empty node an entitled 4-GPU job needed (lending counts GPUs, not shapes), 37 s",
     ),
-    (12, "greedy: the same as 8, 501 s"),
-    (29, "both: the same as 8, 765 s"),
+    (29, "greedy: an 8-GPU job as for 14, 765 s; reserve: the same, 306 s"),
 ];
 
 fn queues() -> String {
