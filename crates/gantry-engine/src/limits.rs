@@ -120,7 +120,8 @@ pub const PLAN_GPUS_PER_STEP_MAX: usize = 100_000;
 
 /// The live controller's scheduling tick, in seconds (`gantry serve` runs a cycle at least
 /// this often). The simulator, driven by events, runs one this long after a cycle that
-/// started a job while a job within its guarantee stayed waiting, as the live loop would: a
-/// refusal earlier in a cycle can be undone by a start later in it, and no event may come
-/// for a long while (`Scheduler::next_wake`).
+/// started a job, or planned as many preemptors as a cycle may, while a job within its
+/// guarantee stayed waiting, as the live loop would: a refusal earlier in a cycle can be
+/// undone by a start later in it, the preemptors past the bound plan in the next cycle, and
+/// no event may come for a long while (`Scheduler::next_wake`).
 pub const CYCLE_TICK_S: u64 = 1;

@@ -85,9 +85,10 @@ impl Scheduler {
         }
     }
 
-    /// How long `job` has waited within its guarantee at `now` (0: it is not within it).
-    pub(super) fn entitled_for(&self, job: JobId, now: u64) -> u64 {
-        self.entitled.get(&job).map_or(0, |e| now.saturating_sub(e.since))
+    /// How long `job` has waited within its guarantee at `now` (`None`: it is not within it —
+    /// not the same as having just become so).
+    pub(super) fn entitled_for(&self, job: JobId, now: u64) -> Option<u64> {
+        self.entitled.get(&job).map(|e| now.saturating_sub(e.since))
     }
 
     /// `job` starts at `now`: record how long it waited within its guarantee.

@@ -675,8 +675,9 @@ impl Scheduler {
     /// job waits: a reserved start (it can fall between events: a start planned at another
     /// reservation's planned end), with preemption on, a running job becoming eligible as a
     /// victim again (its reclaim protection or minimum runtime ends), and the next tick after
-    /// a cycle that started a job while one within its guarantee stayed waiting (what refused
-    /// it may have started since, in the same cycle). A caller driven by
+    /// a cycle that started a job, or planned `PREEMPTORS_MAX` preemptors, while one within
+    /// its guarantee stayed waiting (what refused it may have started since, in the same
+    /// cycle; or it was past the bound). A caller driven by
     /// events (the simulator) runs a cycle then, as the live controller's tick does anyway.
     pub fn next_wake(&self, now: u64) -> Option<u64> {
         if self.pending.is_empty() {

@@ -412,7 +412,9 @@ impl Scheduler {
         let due = |start_s: u64| start_s <= now;
         ready.extend(pass.reservations.one.iter().filter(|((_, s), _)| due(*s)).map(|((j, _), _)| *j));
         ready.extend(pass.reservations.plans.iter().filter(|(_, r)| due(r.start_s)).map(|(j, _)| *j));
-        ready.extend(self.entitled.keys().copied());
+        // (Bounded like the visits: a tree of many queues, each with jobs within its
+        // guarantee, would otherwise try them all every cycle.)
+        ready.extend(self.entitled.keys().copied().take(CYCLE_VISITS_MAX));
         for job in ready {
             if self.is_queued(job) && !pass.scan.tried.contains(&job) {
                 let e = &self.jobs[&job];

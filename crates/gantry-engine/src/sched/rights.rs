@@ -87,10 +87,9 @@ impl Scheduler {
             fair_share: shares.is_some_and(|s| s.room_for(entry.queue, milli)),
             consolidate: false,
             team: Team::Own,
-            // Only a job within its guarantee (`entitled_for` counts 0 for any other, which a
-            // zero `overshoot_after` would pass): a starving job that overshot took its
-            // victim's queue below its guarantee, and that queue took the capacity back.
-            overshoot: self.entitled.contains_key(&job) && self.entitled_for(job, now) >= self.rules.overshoot_after_s,
+            // Only a job within its guarantee: a starving job that overshot took its victim's
+            // queue below its guarantee, and that queue took the capacity back.
+            overshoot: self.entitled_for(job, now).is_some_and(|waited| waited >= self.rules.overshoot_after_s),
         }
     }
 

@@ -7,8 +7,9 @@
 //!
 //! - every job starts;
 //! - a job within its queue's guarantee starts within one cycle plus the grace period;
-//! - no job is stopped more often than the budget allows, and every stop lets its preemptor
-//!   start by the victim's kill.
+//! - no job is stopped more often than the budget allows, every stop lets its preemptor
+//!   start by the victim's kill, and no promise is broken without a recorded right or
+//!   pushed back by starvation past the slip bound (`stability_trees.rs`'s checks).
 //!
 //! Seeds 1–6 by default (`GANTRY_WEEK_SEEDS` for more); on seeds 1–30, 56 of 60 runs hold,
 //! and the four that do not are kept in `OPEN` (an ignored test) with why. The Python
@@ -29,7 +30,7 @@ use gantry_engine::limits::CYCLE_TICK_S;
 use gantry_sim::protocol_b::{Backfill, Order, ReplayOptions, ReplayResult, run_trace};
 use gantry_spec::{parse_fleet, parse_queues, read_trace};
 use gantry_types::GRACE_DEFAULT_S;
-use gantry_types::preemption::{BUDGET_STOPS_DEFAULT, OVERSHOOT_AFTER_DEFAULT_S};
+use gantry_types::preemption::OVERSHOOT_AFTER_DEFAULT_S;
 
 const H100: &str = "H100-SXM5-80GB";
 const FLEET: &str = r#"[[node]]
@@ -127,20 +128,17 @@ fn run(trace: &str, backfill: Backfill) -> ReplayResult {
     run_trace(&fleet, catalog, &trace, Policy::Default, 11, &options).expect("replays")
 }
 
+/// The tree test's invariants (every job starts, the budget, every stop lets its preemptor
+/// start, promises), and the guarantee wait at the default grace.
 fn check(r: &ReplayResult) -> Result<(), String> {
-    if r.stopped_at_s.is_some() || r.never_started > 0 || r.started as usize != r.pods {
-        return Err(format!("did not finish: started {}/{}, stopped at {:?}", r.started, r.pods, r.stopped_at_s));
-    }
+    crate::stability_trees::check_but_guarantee_waits(r)?;
     let bound = OVERSHOOT_AFTER_DEFAULT_S + CYCLE_TICK_S + GRACE_DEFAULT_S;
     for (queue, &waited) in &r.guarantee_wait_max_by_queue_s {
         if waited > bound {
             return Err(format!("a job of {queue} waited {waited} s within its guarantee (bound {bound} s)"));
         }
     }
-    if r.preemptions_per_job_max > u64::from(BUDGET_STOPS_DEFAULT) {
-        return Err(format!("a job was stopped {} times", r.preemptions_per_job_max));
-    }
-    crate::stability::every_stop_lets_its_preemptor_start(r)
+    Ok(())
 }
 
 #[test]
