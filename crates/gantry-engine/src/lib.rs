@@ -405,6 +405,23 @@ impl Engine {
         Ok(true)
     }
 
+    /// [`Engine::place`] on none of the GPUs `avoid` (held for another job that has not
+    /// started yet: a preemptor's planned GPUs), cordoned for this placement only.
+    pub fn place_avoiding(&mut self, job: &CompiledJob, avoid: &[state::GpuIdx]) -> Result<AllocId, Vec<ReasonCount>> {
+        let mut cordoned: Vec<state::GpuIdx> =
+            avoid.iter().copied().filter(|&g| !self.state.gpus[g as usize].cordoned).collect();
+        cordoned.sort_unstable();
+        cordoned.dedup();
+        for &g in &cordoned {
+            self.state.set_cordoned(g, true);
+        }
+        let placed = self.place(job);
+        for &g in &cordoned {
+            self.state.set_cordoned(g, false);
+        }
+        placed
+    }
+
     /// Cordon (or uncordon) one GPU: while cordoned nothing new is placed on it and what runs
     /// keeps running — how the online planner empties a GPU it wants to reconfigure. Returns
     /// whether anything changed.

@@ -166,11 +166,14 @@ impl Victim {
         if self.priority < right.priority {
             return Some(Cause::Priority);
         }
+        let consolidates = self.moves_for(right);
         if self.reclaim_protected {
-            return None;
+            // The protection keeps a reclaim from taking its queue's share straight back; a
+            // move leaves that share as it is (a job moved within its protection is one more
+            // stop within its budget).
+            return consolidates.then_some(Cause::Consolidation);
         }
         let own = self.queue == right.queue;
-        let consolidates = self.moves_for(right);
         if own {
             return consolidates.then_some(Cause::Consolidation);
         }
@@ -188,15 +191,15 @@ impl Victim {
 
     /// May a consolidating preemptor with `right` move this job (stop it and place it again in
     /// the same plan)? A job of its team (`Right::team`) smaller than it, of no higher
-    /// priority, not just restarted after a reclaim. (The rules of [`Victim::cause`] that stop
-    /// any victim — not preemptible, protected — are checked there.)
+    /// priority (one just restarted after a reclaim too, last: its budget bounds how often).
+    /// (The rules of [`Victim::cause`] that stop any victim — not preemptible, within its
+    /// minimum runtime — are checked there.)
     pub fn moves_for(&self, right: &Right) -> bool {
         right.consolidate
             && (self.queue == right.queue || right.team.includes(self.queue))
             && !right.guarantee.is_empty()
             && self.priority <= right.priority
             && self.milli < right.milli
-            && !self.restarted_after_reclaim
     }
 
     /// Cheaper victims sort first; a job already preempted [`PREEMPTED_TIMES_LAST`] times or

@@ -24,6 +24,13 @@ use crate::{AllocId, CompiledJob, Engine};
 /// running job.
 pub const CONSOLIDATION_TRIES_MAX: usize = 3;
 
+/// Levels of moves one consolidation chains: a job moved for the preemptor that fits nowhere
+/// may move smaller jobs out of its way (each level strictly smaller, so no chain cycles).
+/// Two: the diurnal weeks of `tests/sim/diurnal_weeks.rs` needed one link (an 8-GPU job
+/// whose node held a 4-GPU job, the 4-GPU job onto a node whose one 1-GPU job moved to a GPU
+/// free elsewhere); each level plans over the running jobs again.
+pub const MOVE_DEPTH_MAX: usize = 2;
+
 impl Scheduler {
     /// A plan for `job` (with `right`, consolidating: `Right::team` says whose jobs besides
     /// its own queue's may move; within its queue's `room`) that moves smaller jobs, each
@@ -50,10 +57,15 @@ impl Scheduler {
             if !within_room(room, right.queue, &demand) {
                 return None;
             }
-            match self.stop_or_move(after, &right, &chosen, candidates, spare) {
-                Ok((after, moves)) => return Some((Plan { victims: chosen, right, tasks, demand, moves }, after)),
+            let mut rest: Vec<Victim> = candidates.iter().filter(|v| !chosen.contains(&v.alloc)).cloned().collect();
+            let mut moves = Vec::new();
+            let mut left = spare.clone();
+            let moved =
+                self.stop_or_move(after, &right, &chosen, candidates, &mut rest, &mut left, &mut moves, MOVE_DEPTH_MAX);
+            match moved {
+                Ok(after) => return Some((Plan { victims: chosen, right, tasks, demand, moves }, after)),
                 Err(stuck) => {
-                    without = candidates.iter().filter(|v| v.alloc != stuck).cloned().collect();
+                    without = self.without_shape_of(candidates, stuck, &right, spare);
                     candidates = &without;
                 }
             }
@@ -61,19 +73,42 @@ impl Scheduler {
         None
     }
 
-    /// Cheapest first, each of the `chosen` victims is stopped where a plain reclaim may take
-    /// it and moved where it may not (its team's job, or a borrower beyond what its queue
-    /// borrows), each moved job placed again on `after`: the fleet and the moves, or the
-    /// victim that had to move and found no place.
+    /// `candidates` without `stuck` and every other job of its shape that would move too (not
+    /// one a reclaim stops): a moved job that found no place is most often one of several
+    /// alike (a team's 2-GPU jobs where no node has two GPUs free), and dropping one a try
+    /// left the next plan to choose its twin.
+    fn without_shape_of(&self, candidates: &[Victim], stuck: AllocId, right: &Right, spare: &Spare) -> Vec<Victim> {
+        let shape = |alloc: &AllocId| super::pass::shape_of(&self.jobs[&self.running[alloc].job].job.compiled);
+        let milli = candidates.iter().find(|v| v.alloc == stuck).map_or(0, |v| v.milli);
+        let stuck_shape = shape(&stuck);
+        let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
+        let stopped = |v: &Victim| v.cause(right) != Some(Cause::Consolidation) && spare.allows(v, &plain);
+        candidates
+            .iter()
+            .filter(|v| v.alloc != stuck && (v.milli != milli || stopped(v) || shape(&v.alloc) != stuck_shape))
+            .cloned()
+            .collect()
+    }
+
+    /// Each of the `chosen` victims (taken from `victims`) is stopped where a plain reclaim
+    /// may take it and moved where it may not (its team's job, or a borrower beyond what its
+    /// queue borrows), each moved job placed again on `after` — the largest first, as a bin
+    /// is packed — its new place's victims taken from `rest` and `left`, and the moves added
+    /// to `moves`. A moved job that fits nowhere may move smaller jobs in turn (`depth` more
+    /// levels: [`MOVE_DEPTH_MAX`]). The fleet after, or the chosen victim that had to move and
+    /// found no place.
+    #[allow(clippy::too_many_arguments)]
     fn stop_or_move(
         &self,
         mut after: Engine,
         right: &Right,
         chosen: &[AllocId],
         victims: &[Victim],
-        spare: &Spare,
-    ) -> Result<(Engine, Vec<Move>), AllocId> {
-        let mut left = spare.clone();
+        rest: &mut Vec<Victim>,
+        left: &mut Spare,
+        moves: &mut Vec<Move>,
+        depth: usize,
+    ) -> Result<Engine, AllocId> {
         let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
         let mut moving = Vec::new();
         for v in victims.iter().filter(|v| chosen.contains(&v.alloc)) {
@@ -83,28 +118,30 @@ impl Scheduler {
                 moving.push(v);
             }
         }
-        let mut rest: Vec<Victim> = victims.iter().filter(|v| !chosen.contains(&v.alloc)).cloned().collect();
-        let mut moves = Vec::new();
+        moving.sort_by_key(|v| std::cmp::Reverse(v.milli));
         for v in moving {
             let moved = self.running[&v.alloc].job;
-            let m = self.place_moved(&mut after, moved, v, right, &mut rest, &mut left).ok_or(v.alloc)?;
-            moves.push(m);
+            after = self.place_moved(after, moved, v, right, rest, left, moves, depth).ok_or(v.alloc)?;
         }
-        Ok((after, moves))
+        Ok(after)
     }
 
     /// Place `moved` (running as `v`, moved for a preemptor with `right`) again on `after`,
-    /// reclaiming borrowed capacity from `rest` if it must; the victims it takes leave `rest`
-    /// and `left`.
+    /// reclaiming borrowed capacity from `rest` if it must, or else (with `depth` left)
+    /// moving smaller jobs of `right`'s team out of its way; the victims it takes leave `rest`
+    /// and `left`. Its move, and those it makes, go to `moves`.
+    #[allow(clippy::too_many_arguments)]
     fn place_moved(
         &self,
-        after: &mut Engine,
+        mut after: Engine,
         moved: JobId,
         v: &Victim,
         right: &Right,
         rest: &mut Vec<Victim>,
         left: &mut Spare,
-    ) -> Option<Move> {
+        moves: &mut Vec<Move>,
+        depth: usize,
+    ) -> Option<Engine> {
         let compiled = &self.jobs[&moved].job.compiled;
         let own = Right {
             queue: v.queue,
@@ -117,16 +154,30 @@ impl Scheduler {
             team: Team::Own,
             overshoot: right.overshoot,
         };
-        let taken = self.engine.plan_on(after, compiled, &own, rest, left)?;
-        for &alloc in &taken {
-            self.engine.release_on(after, alloc);
-            left.take(rest.iter().find(|r| r.alloc == alloc).expect("chosen among the rest"));
+        if let Some(taken) = self.engine.plan_on(&after, compiled, &own, rest, left) {
+            for &alloc in &taken {
+                self.engine.release_on(&mut after, alloc);
+                left.take(rest.iter().find(|r| r.alloc == alloc).expect("chosen among the rest"));
+            }
+            rest.retain(|r| !taken.contains(&r.alloc));
+            // (Fits: `plan_on` made room, or — with no victims — there is none to make.)
+            let alloc = after.place(compiled).ok()?;
+            let tasks = after.allocations()[&alloc].tasks.clone();
+            let demand = after.quota_demand(alloc).expect("just placed");
+            moves.push(Move { job: moved, victims: taken, right: own, tasks, demand });
+            return Some(after);
         }
-        rest.retain(|r| !taken.contains(&r.alloc));
-        // (Fits: `plan_on` made room, or — with no victims — there is none to make.)
-        let alloc = after.place(compiled).ok()?;
-        let tasks = after.allocations()[&alloc].tasks.clone();
-        let demand = after.quota_demand(alloc).expect("just placed");
-        Some(Move { job: moved, victims: taken, right: own, tasks, demand })
+        // A chain: the moved job takes the place of smaller jobs that move in turn (a 4-GPU
+        // job onto a node whose one small job moves to a GPU free elsewhere).
+        let depth = depth.checked_sub(1)?;
+        let chaining = Right { consolidate: true, team: right.team.clone(), ..own };
+        let (chosen, after, tasks, demand) = self.plan_placed(&after, compiled, &chaining, rest, left)?;
+        let candidates: Vec<Victim> = rest.iter().filter(|r| chosen.contains(&r.alloc)).cloned().collect();
+        rest.retain(|r| !chosen.contains(&r.alloc));
+        let at = moves.len();
+        moves.push(Move { job: moved, victims: chosen.clone(), right: chaining.clone(), tasks, demand });
+        let after = self.stop_or_move(after, &chaining, &chosen, &candidates, rest, left, moves, depth).ok()?;
+        debug_assert_eq!(moves[at].job, moved);
+        Some(after)
     }
 }

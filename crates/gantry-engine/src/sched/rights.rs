@@ -256,7 +256,12 @@ impl Scheduler {
         let mut base = self.engine.planning_copy();
         for &alloc in self.terminating.keys() {
             self.engine.release_on(&mut base, alloc);
-            spare.take(&self.victim(alloc, now, &Default::default()));
+            // A job a consolidation moves holds as much after its move as before: what its
+            // queue borrows stays reclaimable (taken, a queue whose borrowing gang moved
+            // looked below its guarantee until the move was done).
+            if !self.awaiting.contains_key(&self.running[&alloc].job) {
+                spare.take(&self.victim(alloc, now, &Default::default()));
+            }
         }
         for (&k, a) in &self.awaiting {
             // A moved job runs where it was until its kill, and its queue's use counts it
