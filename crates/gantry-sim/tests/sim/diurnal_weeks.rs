@@ -171,11 +171,12 @@ fn weeks_hold(mut seeds: Vec<u64>) {
             let span_h = r.series.last().map_or(0.0, |p| p.time_s as f64 / 3600.0);
             let lost = r.preempted_gpu_s_lost / 3600.0;
             eprintln!(
-                "seed {seed} {}: {} preemptions, {lost:.1} GPU-h lost ({:.2} %), longest guarantee wait {} s",
+                "seed {seed} {}: {} preemptions, {lost:.1} GPU-h lost ({:.2} %), longest guarantee wait {} s, longest wait {} s",
                 backfill.name(),
                 r.preemptions,
                 100.0 * lost / (r.fleet_gpus as f64 * span_h),
                 r.guarantee_wait_max_s.unwrap_or(0),
+                r.waits_by_queue.values().map(|w| w.max_s).max().unwrap_or(0),
             );
             preempted += r.preemptions;
             if let Err(e) = check(&r) {
