@@ -1,6 +1,7 @@
 //! Moving running work (`Scheduler::relocate`) and cordoning single GPUs: a move keeps the
 //! job's start and its accounting, never lands on a cordoned GPU, happens for all the
-//! allocations asked or for none, and is refused for what is not running or is being stopped.
+//! allocations asked or for none, and is refused for what is not running or is being stopped;
+//! a placement around GPUs held for another job leaves them as they were.
 
 use crate::support::{engine, jobs};
 use gantry_engine::sched::{Decision, Order, SchedError, SchedJob, Scheduler, SchedulerConfig};
@@ -111,4 +112,24 @@ fn what_is_not_running_or_is_being_stopped_cannot_move() {
     assert!(stopped.iter().any(|d| matches!(d, Decision::Stop { alloc, .. } if *alloc == victim)), "{stopped:?}");
     assert_eq!(s.relocate(&[victim], 101), Err(SchedError::Stopping(victim)));
     assert!(s.engine().allocations().contains_key(&victim), "still there until killed");
+}
+
+#[test]
+fn a_placement_avoids_the_gpus_asked_and_leaves_them_as_they_were() {
+    // GPUs held for a preemptor that has not started (`Engine::place_avoiding`): a start goes
+    // around them while it fits elsewhere, and they are open again after.
+    let mut e = engine(&fleet(3), Policy::BestFit);
+    let spec = jobs("[[job]]\nname = \"x\"\ngpu = { count = 1 }\n").remove(0);
+    let x = e.compile(&spec).expect("compiles");
+    let avoid: Vec<_> = [0, 1].iter().map(|&i| e.gpu_by_name("n", i).expect("a GPU of n")).collect();
+    let gpu = |e: &gantry_engine::Engine, alloc: u64| e.allocations()[&alloc].tasks[0].grants[0].gpu();
+    let first = e.place_avoiding(&x, &avoid).expect("GPU 2 is free");
+    assert_eq!(gpu(&e, first), e.gpu_by_name("n", 2).expect("GPU 2"));
+    assert!(e.place_avoiding(&x, &avoid).is_err(), "only the avoided GPUs are left");
+    e.check_invariants().expect("consistent");
+    // Nothing stays cordoned: plain placements take GPUs 0 and 1.
+    let rest = [e.place(&x).expect("a free GPU"), e.place(&x).expect("the last one")];
+    let mut taken: Vec<_> = rest.iter().map(|&a| gpu(&e, a)).collect();
+    taken.sort_unstable();
+    assert_eq!(taken, avoid);
 }

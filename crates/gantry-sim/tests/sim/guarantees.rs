@@ -1,6 +1,6 @@
 //! Guarantees hold for shapes, and preemption's costs are bounded (issue 39), on small traces
 //! built for each rule: a whole-node job within its guarantee behind its own team's small
-//! jobs, or another team's (consolidation), a job no reclaim may stop (it borrows only where
+//! jobs, or another team's (consolidation, moves that chain), a job no reclaim may stop (it borrows only where
 //! guarantee holders were idle), a borrowing gang (always reclaimable), a job stopped again and again
 //! (the budget), a young wide job against older narrow ones (the way back), a loan its holder
 //! takes back (reclaim-aware lending), and a wide team at 0 GPUs while narrow teams fill the
@@ -44,12 +44,16 @@ fn job(at: u64, duration: u64, name: &str, queue: &str, gpus: u32, replicas: u32
 }
 
 fn replay(nodes: u32, queue_file: &str, trace: &str, backfill: Backfill) -> ReplayResult {
+    replay_with(nodes, queue_file, trace, backfill, Policy::Default)
+}
+
+fn replay_with(nodes: u32, queue_file: &str, trace: &str, backfill: Backfill, policy: Policy) -> ReplayResult {
     let catalog = Catalog::embedded();
     let fleet = parse_fleet(&fleet(nodes), catalog).expect("fleet");
     let trace = read_trace(trace.as_bytes(), catalog, false).expect("trace");
     let order = Order::FairShare(parse_queues(queue_file, catalog).expect("queues"));
     let options = ReplayOptions { order, backfill, preempt: true, until_s: Some(3 * 86_400), ..Default::default() };
-    run_trace(&fleet, catalog, &trace.jobs, Policy::Default, 7, &options).expect("replays")
+    run_trace(&fleet, catalog, &trace.jobs, policy, 7, &options).expect("replays")
 }
 
 fn first_start(r: &ReplayResult, job: &str) -> Option<u64> {
@@ -273,6 +277,33 @@ fn a_consolidation_whose_moved_job_finds_no_place_is_planned_again_on_another_no
         assert_eq!(stops(&r, "b-2"), 0, "the job that had nowhere to go stays: {:?}", r.events);
         let moved = r.events.iter().filter(|e| e.event == "stop" && e.cause == Some("consolidation")).count();
         assert_eq!(moved, 1, "{:?}", r.events);
+    }
+}
+
+#[test]
+fn a_moved_job_that_fits_nowhere_moves_a_smaller_one_in_turn() {
+    // Three nodes, every queue at its guarantee: e's 4-GPU and d's 1-GPU job on one node (3
+    // free), f's 7-GPU job on another (1 free), c's 4-GPU job on the third (4 free); e's and
+    // f's jobs may not be stopped. a's whole-node job can only have the third node: c's job
+    // must move, and the only 4 GPUs for it are the first node's once d's job moves on to the
+    // second's free GPU — a chain of two moves in one plan.
+    let pinned = |t: String| t.replace("\"grace\": 30,", "\"grace\": 30, \"preemptible\": false,");
+    let trace = pinned(job(0, 20 * 3600, "e-4", "e", 4, 1))
+        + &job(1, 20 * 3600, "d-1", "d", 1, 1)
+        + &pinned(job(2, 20 * 3600, "f-7", "f", 7, 1))
+        + &job(3, 20 * 3600, "c-4", "c", 4, 1)
+        + &job(600, 3600, "a-node", "a", 8, 1);
+    let q = queues("", &[("a", 1, 8), ("c", 1, 4), ("d", 1, 1), ("e", 1, 4), ("f", 1, 7)]);
+    for backfill in [Backfill::Greedy, Backfill::Reserve] {
+        // Best fit, so that the layout above is the one placement makes.
+        let r = replay_with(3, &q, &trace, backfill, Policy::BestFit);
+        // (Without chains no plan exists: it waits for a job to end, 20 hours.)
+        assert_eq!(first_start(&r, "a-node"), Some(630), "one pass plus the 30 s grace: {:?}", r.events);
+        for moved in ["c-4", "d-1"] {
+            assert_eq!(stops(&r, moved), 1, "{moved}: {:?}", r.events);
+            assert_eq!(r.events.iter().filter(|e| e.event == "start" && e.job == moved).count(), 2);
+        }
+        assert_eq!(r.preemptions, 2, "{:?}", r.events);
     }
 }
 
