@@ -9,10 +9,12 @@
 //! team's small job within its own guarantee would otherwise hold it off until that job ends
 //! (hours, on the random trees of `tests/sim/stability_trees.rs`). A borrower the plan takes
 //! beyond what its queue borrows is moved too, not stopped. Only a job smaller than the
-//! preemptor moves (it cannot move the preemptor back, so moves do not chain into a cycle). A
-//! plan whose moved jobs find no place is no plan: without that, each moved job reclaimed a
-//! borrower of its own a cycle later, whatever that cost (in one workload a 7-GPU job for
-//! each 1-GPU job moved).
+//! preemptor moves (it cannot move the preemptor back, so moves do not chain into a cycle); a
+//! moved job that fits nowhere may take the place of a borrower of its own queue the
+//! preemptor's right may stop, or move smaller jobs in turn ([`MOVE_DEPTH_MAX`]). A plan whose
+//! moved jobs find no place is no plan: without that, each moved job reclaimed a borrower of
+//! its own a cycle later, whatever that cost (in one workload a 7-GPU job for each 1-GPU job
+//! moved).
 
 use super::preemption_plan::{Move, Plan, Room, within_room};
 use super::{JobId, Scheduler};
@@ -127,13 +129,14 @@ impl Scheduler {
     }
 
     /// Place `moved` (running as `v`, moved for a preemptor with `right`) again on `after`,
-    /// reclaiming borrowed capacity from `rest` if it must, or else (with `depth` left)
-    /// moving smaller jobs of `right`'s team out of its way; the victims it takes leave `rest`
+    /// reclaiming borrowed capacity from `rest` if it must, or taking the place of a borrower
+    /// of its own queue that `right` may stop, or else (with `depth` left) moving smaller jobs
+    /// of `right`'s team out of its way; the victims it takes leave `rest`
     /// and `left`. Its move, and those it makes, go to `moves`.
     #[allow(clippy::too_many_arguments)]
     fn place_moved(
         &self,
-        mut after: Engine,
+        after: Engine,
         moved: JobId,
         v: &Victim,
         right: &Right,
@@ -155,17 +158,21 @@ impl Scheduler {
             overshoot: right.overshoot,
         };
         if let Some(taken) = self.engine.plan_on(&after, compiled, &own, rest, left) {
-            for &alloc in &taken {
-                self.engine.release_on(&mut after, alloc);
-                left.take(rest.iter().find(|r| r.alloc == alloc).expect("chosen among the rest"));
-            }
-            rest.retain(|r| !taken.contains(&r.alloc));
-            // (Fits: `plan_on` made room, or — with no victims — there is none to make.)
-            let alloc = after.place(compiled).ok()?;
-            let tasks = after.allocations()[&alloc].tasks.clone();
-            let demand = after.quota_demand(alloc).expect("just placed");
-            moves.push(Move { job: moved, victims: taken, right: own, tasks, demand });
-            return Some(after);
+            return self.place_over(after, moved, taken, own, rest, left, moves);
+        }
+        // A swap: a borrower moved because the preemptor's right may not stop it (a reclaim
+        // started it moments ago) takes the place of another borrower of its own queue that
+        // the right may stop — its queue gives back what the reclaim takes either way.
+        let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
+        let mates: Vec<Victim> = rest
+            .iter()
+            .filter(|r| r.queue == v.queue && r.cause(&plain) == Some(Cause::Guarantee) && left.allows(r, &plain))
+            .cloned()
+            .collect();
+        if !mates.is_empty()
+            && let Some(taken) = self.engine.plan_on(&after, compiled, &plain, &mates, left)
+        {
+            return self.place_over(after, moved, taken, plain, rest, left, moves);
         }
         // A chain: the moved job takes the place of smaller jobs that move in turn (a 4-GPU
         // job onto a node whose one small job moves to a GPU free elsewhere).
@@ -178,6 +185,33 @@ impl Scheduler {
         moves.push(Move { job: moved, victims: chosen.clone(), right: chaining.clone(), tasks, demand });
         let after = self.stop_or_move(after, &chaining, &chosen, &candidates, rest, left, moves, depth).ok()?;
         debug_assert_eq!(moves[at].job, moved);
+        Some(after)
+    }
+
+    /// Place `moved` on `after` in the place its victims `taken` (from `rest`, with `right`)
+    /// leave, and add its move to `moves`.
+    #[allow(clippy::too_many_arguments)]
+    fn place_over(
+        &self,
+        mut after: Engine,
+        moved: JobId,
+        taken: Vec<AllocId>,
+        right: Right,
+        rest: &mut Vec<Victim>,
+        left: &mut Spare,
+        moves: &mut Vec<Move>,
+    ) -> Option<Engine> {
+        for &alloc in &taken {
+            self.engine.release_on(&mut after, alloc);
+            left.take(rest.iter().find(|r| r.alloc == alloc).expect("chosen among the rest"));
+        }
+        rest.retain(|r| !taken.contains(&r.alloc));
+        // (Fits: `plan_on` made room, or — with no victims — there is none to make.)
+        let compiled = &self.jobs[&moved].job.compiled;
+        let alloc = after.place(compiled).ok()?;
+        let tasks = after.allocations()[&alloc].tasks.clone();
+        let demand = after.quota_demand(alloc).expect("just placed");
+        moves.push(Move { job: moved, victims: taken, right, tasks, demand });
         Some(after)
     }
 }

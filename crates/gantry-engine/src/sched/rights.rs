@@ -10,7 +10,8 @@
 //!   preemptors still waiting for their victims.
 //! - Preemption never takes another queue below its own guarantee ([`Spare`]).
 //! - A job a reclaim started is protected from reclaim and starvation for
-//!   `QueueTree::reclaim_protect_s` (priority may still stop it), and a job a reclaim stopped
+//!   `QueueTree::reclaim_protect_s` (priority may still stop it, and a consolidation may
+//!   move it: a move keeps its queue's share), and a job a reclaim stopped
 //!   is, once it starts again, a victim of last resort for as long: hysteresis both ways, so
 //!   neither side is taken back minutes later, yet a queue within its guarantee never waits
 //!   for a restarted borrower's protection to end.
