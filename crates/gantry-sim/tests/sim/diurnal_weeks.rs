@@ -20,7 +20,7 @@
 //! ninth job waiting for the next event (two grace periods); a wide borrower was taken where
 //! moving another team's small jobs would do; and a borrower the fair-share order put first
 //! took the place of a job within its guarantee (jobs within their guarantee are now tried
-//! first). Seeds 1–100 then broke it on seven runs, which led to six more (`REGRESSIONS`):
+//! first). Seeds 1–100 then broke it on eight runs along the way, which led to six more (`REGRESSIONS`):
 //! moves that chain (a 4-GPU job moved onto a node whose 1-GPU job moves on), a moved job's
 //! twins dropped with it, moves of jobs a reclaim just (re)started, a moved borrower taking
 //! the place of another borrower of its queue, a moving borrower's share counted as still
