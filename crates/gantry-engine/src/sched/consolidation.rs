@@ -83,7 +83,7 @@ impl Scheduler {
         let shape = |alloc: &AllocId| super::pass::shape_of(&self.jobs[&self.running[alloc].job].job.compiled);
         let milli = candidates.iter().find(|v| v.alloc == stuck).map_or(0, |v| v.milli);
         let stuck_shape = shape(&stuck);
-        let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
+        let plain = plain(right);
         let stopped = |v: &Victim| v.cause(right) != Some(Cause::Consolidation) && spare.allows(v, &plain);
         candidates
             .iter()
@@ -111,7 +111,7 @@ impl Scheduler {
         moves: &mut Vec<Move>,
         depth: usize,
     ) -> Result<Engine, AllocId> {
-        let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
+        let plain = plain(right);
         let mut moving = Vec::new();
         for v in victims.iter().filter(|v| chosen.contains(&v.alloc)) {
             if v.cause(right) != Some(Cause::Consolidation) && left.allows(v, &plain) {
@@ -163,7 +163,7 @@ impl Scheduler {
         // A swap: a borrower moved because the preemptor's right may not stop it (a reclaim
         // started it moments ago) takes the place of another borrower of its own queue that
         // the right may stop — its queue gives back what the reclaim takes either way.
-        let plain = Right { consolidate: false, team: Team::Own, ..right.clone() };
+        let plain = plain(right);
         let mates: Vec<Victim> = rest
             .iter()
             .filter(|r| r.queue == v.queue && r.cause(&plain) == Some(Cause::Guarantee) && left.allows(r, &plain))
@@ -181,11 +181,8 @@ impl Scheduler {
         let (chosen, after, tasks, demand) = self.plan_placed(&after, compiled, &chaining, rest, left)?;
         let candidates: Vec<Victim> = rest.iter().filter(|r| chosen.contains(&r.alloc)).cloned().collect();
         rest.retain(|r| !chosen.contains(&r.alloc));
-        let at = moves.len();
         moves.push(Move { job: moved, victims: chosen.clone(), right: chaining.clone(), tasks, demand });
-        let after = self.stop_or_move(after, &chaining, &chosen, &candidates, rest, left, moves, depth).ok()?;
-        debug_assert_eq!(moves[at].job, moved);
-        Some(after)
+        self.stop_or_move(after, &chaining, &chosen, &candidates, rest, left, moves, depth).ok()
     }
 
     /// Place `moved` on `after` in the place its victims `taken` (from `rest`, with `right`)
@@ -214,4 +211,10 @@ impl Scheduler {
         moves.push(Move { job: moved, victims: taken, right, tasks, demand });
         Some(after)
     }
+}
+
+/// `right` as a plain reclaim has it: no moves, its own queue only — what decides whether a
+/// chosen victim is stopped rather than moved.
+fn plain(right: &Right) -> Right {
+    Right { consolidate: false, team: Team::Own, ..right.clone() }
 }
